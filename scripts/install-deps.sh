@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages kiln needs to build and test. Idempotent:
+# packages already present are skipped; what is installed is printed.
+set -euo pipefail
+
+# package                  why
+PACKAGES=(
+  build-essential          # g++ 12 (C++20) and make
+  cmake                    # build system
+  ninja-build              # build tool used by CMake
+  pkg-config               # locating libraries
+  libopenblas-openmp-dev   # GEMM on the CPU (OpenMP build: shares kiln's thread pool)
+  libdnnl-dev              # oneDNN: measured against OpenBLAS in bench/gemm
+  libblis-dev              # BLIS: measured against OpenBLAS in bench/gemm
+  nlohmann-json3-dev       # JSON: config files, metrics, golden files
+  libpcre2-dev             # regexes for tokenizer pre-tokenizers (GPT-2 pattern)
+  libsentencepiece-dev     # spiece.model (SentencePiece) tokenizers
+  libicu-dev               # Unicode normalization, categories, graphemes for tokenizers
+  libgtest-dev             # unit tests
+  libgmock-dev             # unit tests
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

@@ -1,0 +1,145 @@
+// One vjp rule per op. Each rule quotes the forward it differentiates.
+#include <cmath>
+#include <numeric>
+
+#include "kiln/autodiff/backward.h"
+#include "kiln/core/error.h"
+#include "kiln/ir/builder.h"
+
+namespace kiln::autodiff {
+
+using ir::NodePtr;
+using ir::Op;
+
+namespace {
+NodePtr scalar(double v, const NodePtr& like) { return ir::constant(v, {}, like->dtype, like->device); }
+NodePtr add(const NodePtr& a, const NodePtr& b) { return ir::binary(Op::Add, a, b); }
+NodePtr sub(const NodePtr& a, const NodePtr& b) { return ir::binary(Op::Sub, a, b); }
+NodePtr mul(const NodePtr& a, const NodePtr& b) { return ir::binary(Op::Mul, a, b); }
+NodePtr div(const NodePtr& a, const NodePtr& b) { return ir::binary(Op::Div, a, b); }
+NodePtr mul(const NodePtr& a, double s) { return mul(a, scalar(s, a)); }
+NodePtr zeros_like(const NodePtr& x) { return ir::constant(0.0, x->shape, x->dtype, x->device); }
+NodePtr as_f32(const NodePtr& b) { return ir::cast(b, DType::f32); }
+}  // namespace
+
+std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePtr& g) {
+  const auto& in = self->inputs;
+  const auto& at = self->attrs;
+  switch (self->op) {
+    case Op::Neg:  // y = -x
+      return {ir::unary(Op::Neg, g)};
+    case Op::Exp:  // y = exp(x)
+      return {mul(g, value)};
+    case Op::Log:  // y = log(x)
+      return {div(g, in[0])};
+    case Op::Tanh:  // y = tanh(x): dy/dx = 1 - y²
+      return {mul(g, sub(scalar(1.0, value), mul(value, value)))};
+    case Op::Erf: {  // y = erf(x): dy/dx = 2/√π · exp(-x²)
+      NodePtr e = ir::unary(Op::Exp, ir::unary(Op::Neg, mul(in[0], in[0])));
+      return {mul(mul(g, e), 2.0 / std::sqrt(M_PI))};
+    }
+    case Op::Sqrt:  // y = √x: dy/dx = 1 / (2y)
+      return {div(mul(g, 0.5), value)};
+    case Op::Rsqrt:  // y = x^-½: dy/dx = -½ y³
+      return {mul(mul(g, mul(value, mul(value, value))), -0.5)};
+    case Op::Abs: {  // y = |x|: dy/dx = sign(x)
+      NodePtr zero = scalar(0.0, in[0]);
+      NodePtr sign = sub(as_f32(ir::binary(Op::Gt, in[0], zero)), as_f32(ir::binary(Op::Lt, in[0], zero)));
+      return {mul(g, sign)};
+    }
+    case Op::Sigmoid:  // y = σ(x): dy/dx = y (1 - y)
+      return {mul(g, mul(value, sub(scalar(1.0, value), value)))};
+    case Op::Relu:  // y = max(x, 0)
+      return {ir::where(ir::binary(Op::Gt, in[0], scalar(0.0, in[0])), g, scalar(0.0, g))};
+    case Op::Gelu:  // y = gelu(x)
+      return {ir::gelu_grad(in[0], g, at.ints[0] == 1)};
+    case Op::Add:
+      return {g, g};
+    case Op::Sub:
+      return {g, ir::unary(Op::Neg, g)};
+    case Op::Mul:  // y = a b
+      return {mul(g, in[1]), mul(g, in[0])};
+    case Op::Div:  // y = a / b: dy/db = -y / b
+      return {div(g, in[1]), ir::unary(Op::Neg, div(mul(g, value), in[1]))};
+    case Op::Pow: {  // y = a^b: dy/da = b a^(b-1), dy/db = y log a
+      NodePtr da = mul(g, mul(in[1], ir::binary(Op::Pow, in[0], sub(in[1], scalar(1.0, in[1])))));
+      NodePtr db = in[1]->requires_grad ? mul(g, mul(value, ir::unary(Op::Log, in[0]))) : nullptr;
+      return {da, db};
+    }
+    case Op::Max:
+    case Op::Min: {  // y = max(a, b): the larger input gets g; ties split it (as torch)
+      Op wins = self->op == Op::Max ? Op::Gt : Op::Lt;
+      NodePtr half = mul(as_f32(ir::binary(Op::Eq, in[0], in[1])), 0.5);
+      NodePtr wa = add(as_f32(ir::binary(wins, in[0], in[1])), half);
+      NodePtr wb = add(as_f32(ir::binary(wins, in[1], in[0])), half);
+      return {mul(g, wa), mul(g, wb)};
+    }
+    case Op::Where:  // y = c ? a : b
+      return {nullptr, ir::where(in[0], g, scalar(0.0, g)), ir::where(in[0], scalar(0.0, g), g)};
+    case Op::Sum:  // y = Σ_axes x (dims kept)
+      return {ir::broadcast_to(g, in[0]->shape)};
+    case Op::ReduceMax: {  // y = max_axes x: g shared among the maxima
+      NodePtr hit = as_f32(ir::binary(Op::Eq, in[0], ir::broadcast_to(value, in[0]->shape)));
+      NodePtr count = ir::reduce(Op::Sum, hit, at.ints, true);
+      return {mul(hit, ir::broadcast_to(div(g, count), in[0]->shape))};
+    }
+    case Op::Reshape:
+      return {ir::reshape(g, in[0]->shape)};
+    case Op::Permute: {
+      std::vector<int64_t> inv(at.ints.size());
+      for (size_t i = 0; i < inv.size(); ++i) inv[at.ints[i]] = static_cast<int64_t>(i);
+      return {ir::permute(g, inv)};
+    }
+    case Op::Broadcast:
+      return {ir::sum_to(g, in[0]->shape)};
+    case Op::Slice:
+      return {ir::slice_grad(g, in[0]->shape, at.ints[0], at.ints[1], at.ints[2], at.ints[3])};
+    case Op::SliceGrad:
+      return {ir::slice(g, at.ints[0], at.ints[1], at.ints[2], at.ints[3])};
+    case Op::Concat: {
+      std::vector<NodePtr> out;
+      int64_t d = at.ints[0], off = 0;
+      for (const auto& x : in) {
+        out.push_back(ir::slice(g, d, off, off + x->shape[d], 1));
+        off += x->shape[d];
+      }
+      return out;
+    }
+    case Op::IndexSelect:  // y = table[ids]
+      return {ir::index_add(in[1], g, in[0]->shape[0]), nullptr};
+    case Op::IndexAdd:  // y = zeros.index_add(ids, src)
+      return {nullptr, ir::index_select(g, in[0])};
+    case Op::Gather:  // y = gather(x, d, index)
+      return {ir::scatter_add(zeros_like(in[0]), at.ints[0], in[1], g), nullptr};
+    case Op::ScatterAdd:  // y = base.scatter_add(d, index, src)
+      return {g, nullptr, ir::gather(g, at.ints[0], in[1])};
+    case Op::MatMul: {  // y = op(a) · op(b), op = optional transpose of the last two dims
+      bool ta = at.ints[0], tb = at.ints[1];
+      const NodePtr &a = in[0], &b = in[1];
+      NodePtr da, db;
+      if (a->requires_grad)
+        da = ta ? ir::matmul(b, g, tb, true) : ir::matmul(g, b, false, !tb);
+      if (b->requires_grad)
+        db = tb ? ir::matmul(g, a, true, ta) : ir::matmul(a, g, !ta, false);
+      return {da ? ir::sum_to(da, a->shape) : nullptr, db ? ir::sum_to(db, b->shape) : nullptr};
+    }
+    case Op::Softmax: {  // y = softmax(x + mask)
+      NodePtr dx = ir::softmax_grad(value, g, at.ints[0]);
+      if (in.size() > 1) return {dx, dx};
+      return {dx};
+    }
+    case Op::LogSoftmax: {  // y = log_softmax(x + mask)
+      NodePtr dx = ir::log_softmax_grad(value, g, at.ints[0]);
+      if (in.size() > 1) return {dx, dx};
+      return {dx};
+    }
+    case Op::Normalize:  // y = (x - mean) / sqrt(var + eps)
+      return {ir::normalize_grad(in[0], g, at.floats[0])};
+    case Op::CrossEntropy:
+      return {ir::cross_entropy_grad(in[0], in[1], g, at.ints[0], at.floats[0]), nullptr};
+    default:
+      throw Error(std::string("backward: op '") + ir::op_name(self->op) + "' has no gradient");
+  }
+}
+
+}  // namespace kiln::autodiff

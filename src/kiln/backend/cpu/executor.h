@@ -1,0 +1,19 @@
+#pragma once
+// Runs a compiled Program on the host: binds each instruction to its kernel
+// (the fused elementwise interpreter or a kernel in kernels.cpp). Kernels
+// throw kiln::Error for data-dependent failures (an id out of range); the
+// caller marks the step failed.
+#include <span>
+
+#include "kiln/compiler/program.h"
+
+namespace kiln::backend::cpu {
+
+void execute(const compiler::Program& program, std::span<void* const> params,
+             std::span<void* const> outputs, void* arena);
+
+// Kernel entry points used by execute().
+void run_fused(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
+void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
+
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,228 @@
+// The fused elementwise interpreter: a FusedStep program evaluated over
+// chunks of the output, each register a chunk-long array (numexpr's design:
+// nothing to compile at run time, close to memory bandwidth). Groups with
+// integer values run in double so ids stay exact; others in float.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kiln/backend/cpu/executor.h"
+#include "kiln/backend/cpu/philox.h"
+#include "kiln/core/error.h"
+
+namespace kiln::backend::cpu {
+
+using compiler::FusedStep;
+using compiler::Instr;
+using compiler::Operand;
+using ir::Op;
+
+namespace {
+
+constexpr int64_t kChunk = 512;
+
+template <typename T, typename S>
+void load_typed(const Operand& op, const S* base, int64_t start, int64_t len, T* dst) {
+  const auto& v = op.view;
+  if (v.is_contiguous()) {
+    const S* src = base + v.offset + start;
+    for (int64_t j = 0; j < len; ++j) dst[j] = static_cast<T>(src[j]);
+    return;
+  }
+  int64_t rank = static_cast<int64_t>(v.shape.size());
+  bool all_zero = std::all_of(v.strides.begin(), v.strides.end(), [](int64_t s) { return s == 0; });
+  if (all_zero) {
+    std::fill(dst, dst + len, static_cast<T>(base[v.offset]));
+    return;
+  }
+  // Multi-index of `start`, then walk rows of the last dimension.
+  int64_t idx[16];
+  int64_t rem = start, off = v.offset;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    idx[d] = rem % v.shape[d];
+    rem /= v.shape[d];
+    off += idx[d] * v.strides[d];
+  }
+  int64_t last = v.shape[rank - 1], ls = v.strides[rank - 1];
+  int64_t j = 0;
+  while (j < len) {
+    int64_t run = std::min(last - idx[rank - 1], len - j);
+    const S* src = base + off;
+    if (ls == 1) for (int64_t t = 0; t < run; ++t) dst[j + t] = static_cast<T>(src[t]);
+    else if (ls == 0) std::fill(dst + j, dst + j + run, static_cast<T>(src[0]));
+    else for (int64_t t = 0; t < run; ++t) dst[j + t] = static_cast<T>(src[t * ls]);
+    j += run;
+    off += run * ls;
+    idx[rank - 1] += run;
+    for (int64_t d = rank - 1; d > 0 && idx[d] == v.shape[d]; --d) {
+      off -= idx[d] * v.strides[d];
+      idx[d] = 0;
+      ++idx[d - 1];
+      off += v.strides[d - 1];
+    }
+  }
+}
+
+template <typename T>
+void load(const Operand& op, const char* base, int64_t start, int64_t len, T* dst) {
+  switch (op.dtype) {
+    case DType::f32: return load_typed(op, reinterpret_cast<const float*>(base), start, len, dst);
+    case DType::i32: return load_typed(op, reinterpret_cast<const int32_t*>(base), start, len, dst);
+    case DType::i64: return load_typed(op, reinterpret_cast<const int64_t*>(base), start, len, dst);
+    case DType::b8: return load_typed(op, reinterpret_cast<const uint8_t*>(base), start, len, dst);
+  }
+}
+
+template <typename T>
+void store(const Operand& op, char* base, int64_t start, int64_t len, const T* src) {
+  switch (op.dtype) {
+    case DType::f32: {
+      float* o = reinterpret_cast<float*>(base) + op.view.offset + start;
+      for (int64_t j = 0; j < len; ++j) o[j] = static_cast<float>(src[j]);
+      return;
+    }
+    case DType::i32: {
+      int32_t* o = reinterpret_cast<int32_t*>(base) + op.view.offset + start;
+      for (int64_t j = 0; j < len; ++j) o[j] = static_cast<int32_t>(src[j]);
+      return;
+    }
+    case DType::i64: {
+      int64_t* o = reinterpret_cast<int64_t*>(base) + op.view.offset + start;
+      for (int64_t j = 0; j < len; ++j) o[j] = static_cast<int64_t>(src[j]);
+      return;
+    }
+    case DType::b8: {
+      uint8_t* o = reinterpret_cast<uint8_t*>(base) + op.view.offset + start;
+      for (int64_t j = 0; j < len; ++j) o[j] = src[j] != T(0);
+      return;
+    }
+  }
+}
+
+constexpr double kSqrt2 = 1.41421356237309504880;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+template <typename T>
+inline T gelu(T x, bool tanh_form) {
+  if (tanh_form) return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x)));
+  return T(0.5) * x * (T(1) + std::erf(x / T(kSqrt2)));
+}
+
+template <typename T>
+inline T gelu_grad(T x, bool tanh_form) {
+  if (tanh_form) {
+    T u = T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x);
+    T t = std::tanh(u);
+    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * x * x);
+  }
+  return T(0.5) * (T(1) + std::erf(x / T(kSqrt2))) + x * std::exp(T(-0.5) * x * x) * T(kInvSqrt2Pi);
+}
+
+template <typename T>
+T cast_to(DType t, T x) {
+  switch (t) {
+    case DType::f32: return static_cast<T>(static_cast<float>(x));
+    case DType::i32: case DType::i64: return std::trunc(x);
+    case DType::b8: return x != T(0) ? T(1) : T(0);
+  }
+  return x;
+}
+
+template <typename T>
+void eval_chunk(const Instr& ins, std::span<char* const> inputs, int64_t start, int64_t len,
+                std::vector<T>& regs) {
+  const auto& prog = ins.program;
+  for (size_t k = 0; k < prog.size(); ++k) {
+    const FusedStep& s = prog[k];
+    T* r = regs.data() + k * kChunk;
+    const T* a = s.a >= 0 ? regs.data() + s.a * kChunk : nullptr;
+    const T* b = s.b >= 0 ? regs.data() + s.b * kChunk : nullptr;
+    const T* c = s.c >= 0 ? regs.data() + s.c * kChunk : nullptr;
+#define KILN_EW(expr) for (int64_t j = 0; j < len; ++j) r[j] = (expr)
+    switch (s.op) {
+      case Op::Data: load(ins.inputs[s.load], inputs[s.load], start, len, r); break;
+      case Op::Constant: std::fill(r, r + len, static_cast<T>(s.attrs.floats[0])); break;
+      case Op::RandUniform:
+      case Op::RandNormal: {
+        const Operand& key_op = ins.inputs[s.load];
+        const int64_t* key = reinterpret_cast<const int64_t*>(inputs[s.load]) + key_op.view.offset;
+        uint64_t seed = static_cast<uint64_t>(key[0]), offset = static_cast<uint64_t>(key[1]);
+        if (s.op == Op::RandUniform) KILN_EW(Philox::uniform(seed, offset, start + j));
+        else KILN_EW(Philox::normal(seed, offset, start + j));
+        break;
+      }
+      case Op::Neg: KILN_EW(-a[j]); break;
+      case Op::Exp: KILN_EW(std::exp(a[j])); break;
+      case Op::Log: KILN_EW(std::log(a[j])); break;
+      case Op::Tanh: KILN_EW(std::tanh(a[j])); break;
+      case Op::Erf: KILN_EW(std::erf(a[j])); break;
+      case Op::Sqrt: KILN_EW(std::sqrt(a[j])); break;
+      case Op::Rsqrt: KILN_EW(T(1) / std::sqrt(a[j])); break;
+      case Op::Abs: KILN_EW(std::abs(a[j])); break;
+      case Op::Sigmoid: KILN_EW(T(1) / (T(1) + std::exp(-a[j]))); break;
+      case Op::Relu: KILN_EW(a[j] > T(0) ? a[j] : T(0)); break;
+      case Op::Gelu: { bool t = s.attrs.ints[0] == 1; KILN_EW(gelu(a[j], t)); break; }
+      case Op::GeluGrad: { bool t = s.attrs.ints[0] == 1; KILN_EW(b[j] * gelu_grad(a[j], t)); break; }
+      case Op::Not: KILN_EW(a[j] == T(0) ? T(1) : T(0)); break;
+      case Op::Cast: KILN_EW(cast_to(s.dtype, a[j])); break;
+      case Op::Detach: KILN_EW(a[j]); break;
+      case Op::Add: KILN_EW(a[j] + b[j]); break;
+      case Op::Sub: KILN_EW(a[j] - b[j]); break;
+      case Op::Mul: KILN_EW(a[j] * b[j]); break;
+      case Op::Div:
+        if (s.dtype == DType::f32) KILN_EW(a[j] / b[j]);
+        else KILN_EW(std::trunc(a[j] / b[j]));
+        break;
+      case Op::Pow: KILN_EW(std::pow(a[j], b[j])); break;
+      case Op::Max: KILN_EW(a[j] > b[j] || std::isnan(a[j]) ? a[j] : b[j]); break;
+      case Op::Min: KILN_EW(a[j] < b[j] || std::isnan(a[j]) ? a[j] : b[j]); break;
+      case Op::Eq: KILN_EW(a[j] == b[j] ? T(1) : T(0)); break;
+      case Op::Ne: KILN_EW(a[j] != b[j] ? T(1) : T(0)); break;
+      case Op::Lt: KILN_EW(a[j] < b[j] ? T(1) : T(0)); break;
+      case Op::Le: KILN_EW(a[j] <= b[j] ? T(1) : T(0)); break;
+      case Op::Gt: KILN_EW(a[j] > b[j] ? T(1) : T(0)); break;
+      case Op::Ge: KILN_EW(a[j] >= b[j] ? T(1) : T(0)); break;
+      case Op::And: KILN_EW(a[j] != T(0) && b[j] != T(0) ? T(1) : T(0)); break;
+      case Op::Or: KILN_EW(a[j] != T(0) || b[j] != T(0) ? T(1) : T(0)); break;
+      case Op::Where: KILN_EW(a[j] != T(0) ? b[j] : c[j]); break;
+      default:
+        throw Error(std::string("fused kernel: unsupported op ") + ir::op_name(s.op));
+    }
+#undef KILN_EW
+    // Values of f32 registers are rounded to f32 even when evaluated in double.
+    if (std::is_same_v<T, double> && s.dtype == DType::f32 && s.op != Op::Data)
+      for (int64_t j = 0; j < len; ++j) r[j] = static_cast<float>(r[j]);
+  }
+}
+
+template <typename T>
+void run_program(const Instr& ins, std::span<char* const> inputs, char* output) {
+  int64_t n = numel(ins.output.view.shape);
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  size_t nregs = ins.program.size();
+#pragma omp parallel if (n > 32768)
+  {
+    std::vector<T> regs(nregs * kChunk);
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      int64_t start = c * kChunk, len = std::min(kChunk, n - start);
+      eval_chunk<T>(ins, inputs, start, len, regs);
+      store(ins.output, output, start, len, regs.data() + (nregs - 1) * kChunk);
+    }
+  }
+}
+
+}  // namespace
+
+void run_fused(const Instr& ins, std::span<char* const> inputs, char* output) {
+  bool wide = ins.output.dtype == DType::i64 || ins.output.dtype == DType::i32;
+  for (const auto& s : ins.program) wide = wide || s.dtype == DType::i64 || s.dtype == DType::i32;
+  if (wide) run_program<double>(ins, inputs, output);
+  else run_program<float>(ins, inputs, output);
+}
+
+}  // namespace kiln::backend::cpu

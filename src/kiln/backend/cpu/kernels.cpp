@@ -1,0 +1,480 @@
+// Non-elementwise kernels: reductions, indexing, GEMM, and the composites
+// (softmax, normalisation, cross-entropy) with their backward passes.
+// Shapes in comments: N rows, C classes / features; "row" = one slice along
+// the reduced axis. Inputs are contiguous except GEMM operands (views).
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kiln/backend/cpu/executor.h"
+#include "kiln/core/error.h"
+
+namespace kiln::backend::cpu {
+
+using compiler::Instr;
+using compiler::Operand;
+using ir::Op;
+
+namespace {
+
+template <typename T>
+const T* in_ptr(const Instr& ins, std::span<char* const> in, size_t k) {
+  return reinterpret_cast<const T*>(in[k]) + ins.inputs[k].view.offset;
+}
+template <typename T>
+T* out_ptr(const Instr& ins, char* out) {
+  return reinterpret_cast<T*>(out) + ins.output.view.offset;
+}
+
+int64_t read_index(const Operand& op, const char* base, int64_t i) {
+  if (op.dtype == DType::i64) return reinterpret_cast<const int64_t*>(base)[op.view.offset + i];
+  return reinterpret_cast<const int32_t*>(base)[op.view.offset + i];
+}
+
+// (outer, axis, inner) decomposition of a shape around axes [a0, a1].
+struct Split {
+  int64_t outer = 1, axis = 1, inner = 1;
+};
+Split split(const Shape& s, int64_t a0, int64_t a1) {
+  Split r;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    if (d < a0) r.outer *= s[d];
+    else if (d <= a1) r.axis *= s[d];
+    else r.inner *= s[d];
+  }
+  return r;
+}
+
+template <typename T>
+void reduce_kernel(const Instr& ins, const T* x, T* y) {
+  const Shape& s = ins.inputs[0].view.shape;
+  Split p = split(s, ins.attrs.ints.front(), ins.attrs.ints.back());
+  bool is_max = ins.op == Op::ReduceMax;
+  // x (outer, axis, inner) -> y (outer, inner)
+#pragma omp parallel for collapse(2) if (p.outer * p.inner * p.axis > 32768)
+  for (int64_t o = 0; o < p.outer; ++o)
+    for (int64_t i = 0; i < p.inner; ++i) {
+      const T* row = x + o * p.axis * p.inner + i;
+      if (is_max) {
+        T m = row[0];
+        for (int64_t a = 1; a < p.axis; ++a) m = std::max(m, row[a * p.inner]);
+        y[o * p.inner + i] = m;
+      } else {
+        double acc = 0;
+        for (int64_t a = 0; a < p.axis; ++a) acc += static_cast<double>(row[a * p.inner]);
+        y[o * p.inner + i] = static_cast<T>(acc);
+      }
+    }
+}
+
+template <typename T>
+void argmax_kernel(const Instr& ins, const T* x, int64_t* y) {
+  const Shape& s = ins.inputs[0].view.shape;
+  int64_t ax = ins.attrs.ints[0];
+  Split p = split(s, ax, ax);
+  for (int64_t o = 0; o < p.outer; ++o)
+    for (int64_t i = 0; i < p.inner; ++i) {
+      const T* row = x + o * p.axis * p.inner + i;
+      int64_t best = 0;
+      for (int64_t a = 1; a < p.axis; ++a)
+        if (row[a * p.inner] > row[best * p.inner]) best = a;
+      y[o * p.inner + i] = best;
+    }
+}
+
+// GEMM operand: a stored matrix (rows, cols) with strides, seen by cblas as
+// row-major with a transpose flag and leading dimension.
+struct Mat {
+  bool trans;
+  int64_t ld;
+};
+Mat gemm_layout(const compiler::View& v, bool logical_trans) {
+  size_t r = v.shape.size();
+  int64_t rows = v.shape[r - 2], cols = v.shape[r - 1];
+  int64_t sr = v.strides[r - 2], sc = v.strides[r - 1];
+  bool row_major = (sc == 1 || cols == 1) && (sr >= cols || rows == 1) && sr > 0;
+  if (row_major) return {logical_trans, rows == 1 ? std::max<int64_t>(cols, 1) : sr};
+  return {!logical_trans, cols == 1 ? std::max<int64_t>(rows, 1) : sc};
+}
+
+// Batch offsets (in elements) of a view for every output batch index.
+std::vector<int64_t> batch_offsets(const compiler::View& v, const Shape& out_batch) {
+  int64_t nb = numel(out_batch);
+  std::vector<int64_t> offs(nb, v.offset);
+  int64_t vr = static_cast<int64_t>(v.shape.size()) - 2, br = static_cast<int64_t>(out_batch.size());
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t rem = b, off = v.offset;
+    for (int64_t d = br - 1; d >= 0; --d) {
+      int64_t idx = rem % out_batch[d];
+      rem /= out_batch[d];
+      int64_t vd = d - (br - vr);
+      if (vd >= 0 && v.shape[vd] != 1) off += idx * v.strides[vd];
+    }
+    offs[b] = off;
+  }
+  return offs;
+}
+
+void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
+  const Operand &A = ins.inputs[0], &B = ins.inputs[1];
+  bool ta = ins.attrs.ints[0], tb = ins.attrs.ints[1];
+  const Shape& os = ins.output.view.shape;
+  size_t r = os.size();
+  int64_t M = os[r - 2], N = os[r - 1];
+  size_t ra = A.view.shape.size();
+  int64_t K = ta ? A.view.shape[ra - 2] : A.view.shape[ra - 1];
+  Shape out_batch(os.begin(), os.end() - 2);
+  int64_t nb = numel(out_batch);
+  const float* a = reinterpret_cast<const float*>(in[0]);
+  const float* b = reinterpret_cast<const float*>(in[1]);
+  float* c = out_ptr<float>(ins, out);
+  Mat la = gemm_layout(A.view, ta), lb = gemm_layout(B.view, tb);
+  auto ta_flag = la.trans ? CblasTrans : CblasNoTrans;
+  auto tb_flag = lb.trans ? CblasTrans : CblasNoTrans;
+  if (K == 0) {
+    std::fill(c, c + nb * M * N, 0.0f);
+    return;
+  }
+  std::vector<int64_t> ao = batch_offsets(A.view, out_batch), bo = batch_offsets(B.view, out_batch);
+  // B shared by every batch and A's batches stacked row-major: one GEMM.
+  bool b_shared = std::all_of(bo.begin(), bo.end(), [&](int64_t o) { return o == bo[0]; });
+  bool a_stacked = !la.trans && la.ld == K;
+  for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * M * K;
+  if (nb == 1 || (b_shared && a_stacked)) {
+    cblas_sgemm(CblasRowMajor, ta_flag, tb_flag, static_cast<int>(M * nb), static_cast<int>(N),
+                static_cast<int>(K), 1.0f, a + ao[0], static_cast<int>(la.ld), b + bo[0],
+                static_cast<int>(lb.ld), 0.0f, c, static_cast<int>(N));
+    return;
+  }
+#pragma omp parallel for schedule(dynamic) if (nb >= omp_get_max_threads())
+  for (int64_t i = 0; i < nb; ++i)
+    cblas_sgemm(CblasRowMajor, ta_flag, tb_flag, static_cast<int>(M), static_cast<int>(N),
+                static_cast<int>(K), 1.0f, a + ao[i], static_cast<int>(la.ld), b + bo[i],
+                static_cast<int>(lb.ld), 0.0f, c + i * M * N, static_cast<int>(N));
+}
+
+// Rows along `axis` of a contiguous tensor: row r starts at base(r), stride inner.
+struct Rows {
+  Split p;
+  int64_t count() const { return p.outer * p.inner; }
+  int64_t base(int64_t r) const { return (r / p.inner) * p.axis * p.inner + r % p.inner; }
+  int64_t step() const { return p.inner; }
+  int64_t len() const { return p.axis; }
+};
+Rows rows_of(const Shape& s, int64_t axis) { return Rows{split(s, axis, axis)}; }
+
+void softmax_kernel(const Instr& ins, std::span<char* const> in, char* out, bool log_form) {
+  const float* x = in_ptr<float>(ins, in, 0);
+  const float* mask = ins.inputs.size() > 1 ? in_ptr<float>(ins, in, 1) : nullptr;
+  float* y = out_ptr<float>(ins, out);
+  Rows rows = rows_of(ins.output.view.shape, ins.attrs.ints[0]);
+  int64_t L = rows.len(), st = rows.step();
+  // y = softmax(x + mask) along the row;  log form: y = (x + mask) - logsumexp
+#pragma omp parallel for if (rows.count() * L > 16384)
+  for (int64_t r = 0; r < rows.count(); ++r) {
+    int64_t b = rows.base(r);
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < L; ++k) {
+      float v = x[b + k * st] + (mask ? mask[b + k * st] : 0.0f);
+      y[b + k * st] = v;
+      m = std::max(m, v);
+    }
+    double sum = 0;
+    for (int64_t k = 0; k < L; ++k) sum += std::exp(static_cast<double>(y[b + k * st] - m));
+    if (log_form) {
+      float lse = m + static_cast<float>(std::log(sum));
+      for (int64_t k = 0; k < L; ++k) y[b + k * st] -= lse;
+    } else {
+      float inv = static_cast<float>(1.0 / sum);
+      for (int64_t k = 0; k < L; ++k) y[b + k * st] = std::exp(y[b + k * st] - m) * inv;
+    }
+  }
+}
+
+void softmax_grad_kernel(const Instr& ins, std::span<char* const> in, char* out, bool log_form) {
+  const float* y = in_ptr<float>(ins, in, 0);
+  const float* dy = in_ptr<float>(ins, in, 1);
+  float* dx = out_ptr<float>(ins, out);
+  Rows rows = rows_of(ins.output.view.shape, ins.attrs.ints[0]);
+  int64_t L = rows.len(), st = rows.step();
+  // softmax:     dx = y (dy - Σ dy·y)
+  // log_softmax: dx = dy - exp(y) Σ dy
+#pragma omp parallel for if (rows.count() * L > 16384)
+  for (int64_t r = 0; r < rows.count(); ++r) {
+    int64_t b = rows.base(r);
+    double s = 0;
+    for (int64_t k = 0; k < L; ++k) s += log_form ? dy[b + k * st] : dy[b + k * st] * y[b + k * st];
+    float fs = static_cast<float>(s);
+    for (int64_t k = 0; k < L; ++k) {
+      int64_t i = b + k * st;
+      dx[i] = log_form ? dy[i] - std::exp(y[i]) * fs : y[i] * (dy[i] - fs);
+    }
+  }
+}
+
+// Mean and 1/sqrt(var + eps) of one row of C values (biased variance, in double).
+std::pair<double, double> row_stats(const float* xr, int64_t C, double eps) {
+  double mean = 0, var = 0;
+  for (int64_t c = 0; c < C; ++c) mean += xr[c];
+  mean /= C;
+  for (int64_t c = 0; c < C; ++c) var += (xr[c] - mean) * (xr[c] - mean);
+  var /= C;
+  return {mean, 1.0 / std::sqrt(var + eps)};
+}
+
+// x (N, C) -> y (N, C): (x - mean) / sqrt(var + eps) per row
+void normalize_kernel(const Instr& ins, std::span<char* const> in, char* out) {
+  const float* x = in_ptr<float>(ins, in, 0);
+  float* y = out_ptr<float>(ins, out);
+  const Shape& s = ins.output.view.shape;
+  int64_t C = s.back(), N = numel(s) / std::max<int64_t>(C, 1);
+  double eps = ins.attrs.floats[0];
+#pragma omp parallel for if (N * C > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x + n * C;
+    auto [mean, rstd] = row_stats(xr, C, eps);
+    float fr = static_cast<float>(rstd), fm = static_cast<float>(mean);
+    for (int64_t c = 0; c < C; ++c) y[n * C + c] = (xr[c] - fm) * fr;
+  }
+}
+
+// dx = rstd (dy - mean(dy) - x̂ mean(dy x̂)),  x̂ = (x - mean) rstd
+void normalize_grad_kernel(const Instr& ins, std::span<char* const> in, char* out) {
+  const float* x = in_ptr<float>(ins, in, 0);
+  const float* dy = in_ptr<float>(ins, in, 1);
+  float* dx = out_ptr<float>(ins, out);
+  const Shape& s = ins.output.view.shape;
+  int64_t C = s.back(), N = numel(s) / std::max<int64_t>(C, 1);
+  double eps = ins.attrs.floats[0];
+#pragma omp parallel for if (N * C > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x + n * C;
+    const float* gr = dy + n * C;
+    auto [mean, rstd] = row_stats(xr, C, eps);
+    double mg = 0, mgx = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      double xh = (xr[c] - mean) * rstd;
+      mg += gr[c];
+      mgx += gr[c] * xh;
+    }
+    mg /= C;
+    mgx /= C;
+    for (int64_t c = 0; c < C; ++c) {
+      double xh = (xr[c] - mean) * rstd;
+      dx[n * C + c] = static_cast<float>(rstd * (gr[c] - mg - xh * mgx));
+    }
+  }
+}
+
+void check_labels(const Instr& ins, std::span<char* const> in, int64_t N, int64_t C, int64_t ignore) {
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t y = read_index(ins.inputs[1], in[1], n);
+    KILN_CHECK(y == ignore || (y >= 0 && y < C), "cross_entropy: label ", y, " at row ", n,
+               " out of range [0, ", C, ") (ignore_index is ", ignore, ")");
+  }
+}
+
+// logits (N, C), labels (N) -> mean over non-ignored rows of
+// (1-ε)·(lse - x_y) + ε·(lse - mean_c x_c)
+void cross_entropy_kernel(const Instr& ins, std::span<char* const> in, char* out, bool grad) {
+  const float* x = in_ptr<float>(ins, in, 0);
+  const Shape& s = ins.inputs[0].view.shape;
+  int64_t N = s[0], C = s[1];
+  int64_t ignore = ins.attrs.ints[0];
+  double eps = ins.attrs.floats[0];
+  check_labels(ins, in, N, C, ignore);
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) count += read_index(ins.inputs[1], in[1], n) != ignore;
+  if (!grad) {
+    double total = 0;
+#pragma omp parallel for reduction(+ : total) if (N * C > 16384)
+    for (int64_t n = 0; n < N; ++n) {
+      int64_t y = read_index(ins.inputs[1], in[1], n);
+      if (y == ignore) continue;
+      const float* xr = x + n * C;
+      double m = *std::max_element(xr, xr + C), sum = 0, mean = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        sum += std::exp(xr[c] - m);
+        mean += xr[c];
+      }
+      double lse = m + std::log(sum);
+      total += (1 - eps) * (lse - xr[y]) + eps * (lse - mean / C);
+    }
+    *out_ptr<float>(ins, out) = static_cast<float>(count ? total / count : std::nan(""));
+    return;
+  }
+  // dx = g/count · (p_c - (1-ε)[c = y] - ε/C); ignored rows get 0
+  float g = *in_ptr<float>(ins, in, 2);
+  float* dx = out_ptr<float>(ins, out);
+  double scale = count ? g / static_cast<double>(count) : 0.0;
+#pragma omp parallel for if (N * C > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t y = read_index(ins.inputs[1], in[1], n);
+    const float* xr = x + n * C;
+    float* dr = dx + n * C;
+    if (y == ignore) {
+      std::fill(dr, dr + C, 0.0f);
+      continue;
+    }
+    double m = *std::max_element(xr, xr + C), sum = 0;
+    for (int64_t c = 0; c < C; ++c) sum += std::exp(xr[c] - m);
+    for (int64_t c = 0; c < C; ++c) {
+      double p = std::exp(xr[c] - m) / sum;
+      dr[c] = static_cast<float>(scale * (p - (c == y ? 1 - eps : 0.0) - eps / C));
+    }
+  }
+}
+
+void copy_elems(char* dst, const char* src, int64_t n, size_t es) { std::memcpy(dst, src, n * es); }
+
+}  // namespace
+
+void run_kernel(const Instr& ins, std::span<char* const> in, char* out) {
+  const Shape& os = ins.output.view.shape;
+  size_t es = dtype_size(ins.output.dtype);
+  char* o = out + ins.output.view.offset * es;
+  auto inp = [&](size_t k) { return in[k] + ins.inputs[k].view.offset * dtype_size(ins.inputs[k].dtype); };
+  switch (ins.op) {
+    case Op::Iota: {
+      double start = ins.attrs.floats[0], step = ins.attrs.floats[1];
+      for (int64_t i = 0; i < os[0]; ++i) {
+        double v = start + step * static_cast<double>(i);
+        switch (ins.output.dtype) {
+          case DType::f32: reinterpret_cast<float*>(o)[i] = static_cast<float>(v); break;
+          case DType::i32: reinterpret_cast<int32_t*>(o)[i] = static_cast<int32_t>(v); break;
+          case DType::i64: reinterpret_cast<int64_t*>(o)[i] = static_cast<int64_t>(v); break;
+          case DType::b8: reinterpret_cast<uint8_t*>(o)[i] = v != 0; break;
+        }
+      }
+      return;
+    }
+    case Op::Sum:
+    case Op::ReduceMax:
+      switch (ins.output.dtype) {
+        case DType::f32: return reduce_kernel(ins, reinterpret_cast<const float*>(inp(0)), reinterpret_cast<float*>(o));
+        case DType::i32: return reduce_kernel(ins, reinterpret_cast<const int32_t*>(inp(0)), reinterpret_cast<int32_t*>(o));
+        case DType::i64: return reduce_kernel(ins, reinterpret_cast<const int64_t*>(inp(0)), reinterpret_cast<int64_t*>(o));
+        default: throw Error("reduce: unsupported dtype");
+      }
+    case Op::ArgMax:
+      switch (ins.inputs[0].dtype) {
+        case DType::f32: return argmax_kernel(ins, reinterpret_cast<const float*>(inp(0)), reinterpret_cast<int64_t*>(o));
+        case DType::i32: return argmax_kernel(ins, reinterpret_cast<const int32_t*>(inp(0)), reinterpret_cast<int64_t*>(o));
+        case DType::i64: return argmax_kernel(ins, reinterpret_cast<const int64_t*>(inp(0)), reinterpret_cast<int64_t*>(o));
+        default: throw Error("argmax: unsupported dtype");
+      }
+    case Op::SliceGrad: {
+      // dy (outer, count, inner) placed at start, start+step, ... of (outer, n, inner)
+      int64_t d = ins.attrs.ints[0], start = ins.attrs.ints[1], step = ins.attrs.ints[3];
+      Split p = split(os, d, d);
+      int64_t count = ins.inputs[0].view.shape[d];
+      std::memset(o, 0, numel(os) * es);
+      const char* src = inp(0);
+      for (int64_t a = 0; a < p.outer; ++a)
+        for (int64_t k = 0; k < count; ++k)
+          copy_elems(o + ((a * p.axis + start + k * step) * p.inner) * es,
+                     src + ((a * count + k) * p.inner) * es, p.inner, es);
+      return;
+    }
+    case Op::Concat: {
+      int64_t d = ins.attrs.ints[0];
+      Split p = split(os, d, d);
+      int64_t off = 0;
+      for (size_t k = 0; k < ins.inputs.size(); ++k) {
+        int64_t len = ins.inputs[k].view.shape[d];
+        const char* src = inp(k);
+        for (int64_t a = 0; a < p.outer; ++a)
+          copy_elems(o + ((a * p.axis + off) * p.inner) * es, src + (a * len * p.inner) * es, len * p.inner, es);
+        off += len;
+      }
+      return;
+    }
+    case Op::IndexSelect: {
+      // table (V, R) , ids (n) -> out (n, R)
+      const Shape& ts = ins.inputs[0].view.shape;
+      int64_t V = ts[0], R = numel(ts) / std::max<int64_t>(V, 1), n = numel(ins.inputs[1].view.shape);
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t id = read_index(ins.inputs[1], in[1], i);
+        KILN_CHECK(id >= 0 && id < V, "index_select: id ", id, " at position ", i, " out of range [0, ", V, ")");
+      }
+      const char* table = inp(0);
+#pragma omp parallel for if (n * R > 32768)
+      for (int64_t i = 0; i < n; ++i)
+        copy_elems(o + i * R * es, table + read_index(ins.inputs[1], in[1], i) * R * es, R, es);
+      return;
+    }
+    case Op::IndexAdd: {
+      // ids (n), src (n, R) -> out (V, R), rows summed per id
+      KILN_CHECK(ins.output.dtype == DType::f32, "index_add: expected f32");
+      int64_t V = os[0], R = numel(os) / std::max<int64_t>(V, 1), n = numel(ins.inputs[0].view.shape);
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t id = read_index(ins.inputs[0], in[0], i);
+        KILN_CHECK(id >= 0 && id < V, "index_add: id ", id, " at position ", i, " out of range [0, ", V, ")");
+      }
+      float* y = reinterpret_cast<float*>(o);
+      const float* src = reinterpret_cast<const float*>(inp(1));
+      std::fill(y, y + V * R, 0.0f);
+      // Threads own column ranges, so no two write the same element.
+#pragma omp parallel if (n * R > 32768)
+      {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        int64_t c0 = R * t / nt, c1 = R * (t + 1) / nt;
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t id = read_index(ins.inputs[0], in[0], i);
+          for (int64_t c = c0; c < c1; ++c) y[id * R + c] += src[i * R + c];
+        }
+      }
+      return;
+    }
+    case Op::Gather:
+    case Op::ScatterAdd: {
+      bool scatter = ins.op == Op::ScatterAdd;
+      int64_t d = ins.attrs.ints[0];
+      const Operand& idx_op = ins.inputs[1];
+      const Shape& is = idx_op.view.shape;
+      const Shape& xs = ins.inputs[0].view.shape;  // gather: x; scatter: base (== out)
+      auto xst = contiguous_strides(xs);
+      int64_t n = numel(is);
+      KILN_CHECK(ins.output.dtype == DType::f32, ir::op_name(ins.op), ": expected f32");
+      float* y = reinterpret_cast<float*>(o);
+      const float* x = reinterpret_cast<const float*>(inp(0));
+      if (scatter) std::memcpy(y, x, numel(xs) * es);
+      const float* src = scatter ? reinterpret_cast<const float*>(inp(2)) : nullptr;
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t rem = i, off = 0;
+        for (int64_t k = static_cast<int64_t>(is.size()) - 1; k >= 0; --k) {
+          int64_t c = rem % is[k];
+          rem /= is[k];
+          if (k == d) {
+            int64_t j = read_index(idx_op, in[1], i);
+            KILN_CHECK(j >= 0 && j < xs[d], ir::op_name(ins.op), ": index ", j, " out of range [0, ", xs[d],
+                       ") along dim ", d);
+            c = j;
+          }
+          off += c * xst[k];
+        }
+        if (scatter) y[off] += src[i];
+        else y[i] = x[off];
+      }
+      return;
+    }
+    case Op::MatMul: return matmul_kernel(ins, in, out);
+    case Op::Softmax: return softmax_kernel(ins, in, out, false);
+    case Op::LogSoftmax: return softmax_kernel(ins, in, out, true);
+    case Op::SoftmaxGrad: return softmax_grad_kernel(ins, in, out, false);
+    case Op::LogSoftmaxGrad: return softmax_grad_kernel(ins, in, out, true);
+    case Op::Normalize: return normalize_kernel(ins, in, out);
+    case Op::NormalizeGrad: return normalize_grad_kernel(ins, in, out);
+    case Op::CrossEntropy: return cross_entropy_kernel(ins, in, out, false);
+    case Op::CrossEntropyGrad: return cross_entropy_kernel(ins, in, out, true);
+    default:
+      throw Error(std::string("cpu backend: no kernel for op ") + ir::op_name(ins.op));
+  }
+}
+
+}  // namespace kiln::backend::cpu

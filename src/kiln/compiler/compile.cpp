@@ -1,0 +1,432 @@
+// Lowering of a simplified graph to a Program: fusion, views, memory plan.
+#include "kiln/compiler/compile.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "kiln/core/error.h"
+
+namespace kiln::compiler {
+
+using ir::Graph;
+using ir::GraphNode;
+using ir::Op;
+using ir::OpKind;
+
+View View::contiguous(const Shape& shape, int64_t offset) {
+  return View{offset, shape, contiguous_strides(shape)};
+}
+
+bool View::is_contiguous() const {
+  auto want = contiguous_strides(shape);
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1 && strides[i] != want[i]) return false;
+  return true;
+}
+
+namespace {
+
+enum class Cls { Param, Generator, View, Elementwise, Kernel };
+
+Cls classify(Op op) {
+  switch (ir::op_kind(op)) {
+    case OpKind::Leaf: return Cls::Param;
+    case OpKind::Generator: return Cls::Generator;
+    case OpKind::Movement: return Cls::View;
+    case OpKind::Elementwise: return Cls::Elementwise;
+    default: return Cls::Kernel;
+  }
+}
+
+// A matrix operand the GEMM kernel can read in place: the last two dims are
+// row-major or column-major (transposed) with some leading dimension.
+bool gemm_readable(const View& v) {
+  size_t r = v.shape.size();
+  int64_t rows = v.shape[r - 2], cols = v.shape[r - 1];
+  int64_t sr = v.strides[r - 2], sc = v.strides[r - 1];
+  bool row_major = (sc == 1 || cols == 1) && (sr >= cols || rows == 1) && sr > 0;
+  bool col_major = (sr == 1 || rows == 1) && (sc >= rows || cols == 1) && sc > 0;
+  return row_major || col_major;
+}
+
+class Lowering {
+ public:
+  explicit Lowering(const Graph& g) : g_(g), n_(g.nodes.size()) {}
+
+  Program run() {
+    prog_.num_params = g_.num_params;
+    prog_.output_nbytes.resize(g_.outputs.size());
+    prog_.output_donor.assign(g_.outputs.size(), -1);
+    analyse();
+    for (size_t i = 0; i < n_; ++i) emit(static_cast<int32_t>(i));
+    for (size_t o = 0; o < g_.outputs.size(); ++o) {
+      int32_t node = g_.outputs[o];
+      const auto& gn = g_.nodes[node];
+      prog_.output_nbytes[o] = numel(gn.shape) * dtype_size(gn.dtype);
+      if (output_slot_of_[o] < 0) {  // not written in place: copy the value out
+        int32_t slot = new_slot(SlotKind::Output, static_cast<int32_t>(o), prog_.output_nbytes[o]);
+        emit_copy(node, slot);
+      }
+    }
+    plan_memory();
+    donate();
+    return std::move(prog_);
+  }
+
+ private:
+  const Graph& g_;
+  size_t n_;
+  Program prog_;
+  std::vector<Cls> cls_;
+  std::vector<std::vector<int32_t>> users_;
+  std::vector<std::vector<int32_t>> outputs_of_;  // node -> output numbers
+  std::vector<int32_t> output_slot_of_;           // output -> slot written in place, or -1
+  std::vector<bool> inline_gen_;
+  std::vector<int32_t> group_;
+  std::vector<std::optional<Operand>> loc_;
+  std::vector<std::optional<Operand>> contiguous_copy_;
+
+  void analyse() {
+    cls_.resize(n_);
+    users_.resize(n_);
+    outputs_of_.resize(n_);
+    output_slot_of_.assign(g_.outputs.size(), -1);
+    inline_gen_.assign(n_, false);
+    group_.assign(n_, -1);
+    loc_.resize(n_);
+    contiguous_copy_.resize(n_);
+    for (size_t i = 0; i < n_; ++i) {
+      cls_[i] = classify(g_.nodes[i].op);
+      for (int32_t in : g_.nodes[i].inputs) {
+        auto& u = users_[in];
+        if (u.empty() || u.back() != static_cast<int32_t>(i)) u.push_back(static_cast<int32_t>(i));
+      }
+    }
+    for (size_t o = 0; o < g_.outputs.size(); ++o) outputs_of_[g_.outputs[o]].push_back(static_cast<int32_t>(o));
+    for (size_t i = 0; i < n_; ++i) {
+      if (cls_[i] != Cls::Generator || !outputs_of_[i].empty()) continue;
+      inline_gen_[i] = std::all_of(users_[i].begin(), users_[i].end(),
+                                   [&](int32_t u) { return cls_[u] == Cls::Elementwise; });
+    }
+    // Fusion: an elementwise node joins its consumer's group when that is its
+    // only consumer, is elementwise, and the node is not a result.
+    for (size_t k = n_; k-- > 0;) {
+      if (cls_[k] != Cls::Elementwise) continue;
+      const auto& u = users_[k];
+      bool root = !outputs_of_[k].empty() || u.size() != 1 || cls_[u[0]] != Cls::Elementwise;
+      group_[k] = root ? static_cast<int32_t>(k) : group_[u[0]];
+    }
+  }
+
+  int32_t new_slot(SlotKind kind, int32_t index, size_t nbytes) {
+    prog_.slots.push_back(Slot{kind, index, nbytes});
+    return static_cast<int32_t>(prog_.slots.size() - 1);
+  }
+
+  size_t node_bytes(int32_t i) const { return numel(g_.nodes[i].shape) * dtype_size(g_.nodes[i].dtype); }
+
+  // Where node i's result goes: its output buffer when it is a result (the
+  // first time), otherwise a temporary.
+  int32_t result_slot(int32_t i) {
+    for (int32_t o : outputs_of_[i])
+      if (output_slot_of_[o] < 0) {
+        int32_t s = new_slot(SlotKind::Output, o, node_bytes(i));
+        output_slot_of_[o] = s;
+        return s;
+      }
+    return new_slot(SlotKind::Temp, 0, node_bytes(i));
+  }
+
+  Operand whole(int32_t slot, int32_t node) const {
+    return Operand{slot, View::contiguous(g_.nodes[node].shape), g_.nodes[node].dtype};
+  }
+
+  void push(Instr ins) {
+    if (ins.fused) ++prog_.num_fused;
+    prog_.instrs.push_back(std::move(ins));
+  }
+
+  // A fused instruction that copies node's current view into `slot`.
+  void emit_copy(int32_t node, int32_t slot) {
+    Instr ins;
+    ins.fused = true;
+    ins.inputs.push_back(*loc_[node]);
+    ins.output = whole(slot, node);
+    ins.program.push_back(FusedStep{Op::Data, g_.nodes[node].dtype, -1, -1, -1, 0, {}});
+    push(std::move(ins));
+  }
+
+  const Operand& contiguous(int32_t node) {
+    KILN_ASSERT(loc_[node].has_value());
+    if (loc_[node]->view.is_contiguous()) return *loc_[node];
+    if (!contiguous_copy_[node]) {
+      int32_t slot = new_slot(SlotKind::Temp, 0, node_bytes(node));
+      emit_copy(node, slot);
+      contiguous_copy_[node] = whole(slot, node);
+    }
+    return *contiguous_copy_[node];
+  }
+
+  void emit(int32_t i) {
+    const GraphNode& n = g_.nodes[i];
+    switch (cls_[i]) {
+      case Cls::Param: {
+        int32_t slot = new_slot(SlotKind::Param, static_cast<int32_t>(n.attrs.ints[0]), node_bytes(i));
+        loc_[i] = whole(slot, i);
+        return;
+      }
+      case Cls::Generator:
+        if (!inline_gen_[i]) emit_group(i);
+        return;
+      case Cls::View:
+        loc_[i] = view_of(i);
+        return;
+      case Cls::Elementwise:
+        if (group_[i] == i) emit_group(i);
+        return;
+      case Cls::Kernel:
+        emit_kernel(i);
+        return;
+    }
+  }
+
+  Operand view_of(int32_t i) {
+    const GraphNode& n = g_.nodes[i];
+    int32_t src = n.inputs[0];
+    Operand op = *loc_[src];
+    View& v = op.view;
+    switch (n.op) {
+      case Op::Reshape:
+        if (!v.is_contiguous()) op = contiguous(src);
+        op.view = View::contiguous(n.shape, op.view.offset);
+        break;
+      case Op::Permute: {
+        View p = v;
+        for (size_t k = 0; k < n.attrs.ints.size(); ++k) {
+          p.shape[k] = v.shape[n.attrs.ints[k]];
+          p.strides[k] = v.strides[n.attrs.ints[k]];
+        }
+        v = p;
+        break;
+      }
+      case Op::Broadcast: {
+        size_t lead = n.shape.size() - v.shape.size();
+        View b{v.offset, n.shape, std::vector<int64_t>(n.shape.size(), 0)};
+        for (size_t k = 0; k < v.shape.size(); ++k)
+          b.strides[k + lead] = v.shape[k] == n.shape[k + lead] ? v.strides[k] : 0;
+        v = b;
+        break;
+      }
+      case Op::Slice: {
+        int64_t d = n.attrs.ints[0], start = n.attrs.ints[1], step = n.attrs.ints[3];
+        v.offset += start * v.strides[d];
+        v.strides[d] *= step;
+        v.shape[d] = n.shape[d];
+        break;
+      }
+      default:
+        KILN_ASSERT(false);
+    }
+    return op;
+  }
+
+  void emit_group(int32_t root) {
+    // Members in topological order, collected from the root.
+    std::vector<int32_t> members;
+    std::vector<int32_t> todo{root};
+    std::vector<bool> in_group(n_, false);
+    in_group[root] = true;
+    while (!todo.empty()) {
+      int32_t m = todo.back();
+      todo.pop_back();
+      members.push_back(m);
+      for (int32_t in : g_.nodes[m].inputs)
+        if (group_[in] == root && !in_group[in]) {
+          in_group[in] = true;
+          todo.push_back(in);
+        }
+    }
+    std::sort(members.begin(), members.end());
+
+    Instr ins;
+    ins.fused = true;
+    std::map<int32_t, int32_t> reg;   // node -> register
+    std::map<int32_t, int32_t> load;  // node -> operand index
+    auto operand_of = [&](int32_t node, bool need_contiguous) {
+      auto it = load.find(node);
+      if (it != load.end()) return it->second;
+      ins.inputs.push_back(need_contiguous ? contiguous(node) : *loc_[node]);
+      return load[node] = static_cast<int32_t>(ins.inputs.size() - 1);
+    };
+    std::function<int32_t(int32_t)> value = [&](int32_t node) -> int32_t {
+      auto it = reg.find(node);
+      if (it != reg.end()) return it->second;
+      const GraphNode& gn = g_.nodes[node];
+      FusedStep step{gn.op, gn.dtype, -1, -1, -1, -1, gn.attrs};
+      if (gn.op == Op::Constant) {
+      } else if (gn.op == Op::RandUniform || gn.op == Op::RandNormal) {
+        step.load = operand_of(gn.inputs[0], true);
+      } else if (in_group[node]) {
+        int32_t* args[3] = {&step.a, &step.b, &step.c};
+        for (size_t k = 0; k < gn.inputs.size(); ++k) *args[k] = value(gn.inputs[k]);
+      } else {
+        step = FusedStep{Op::Data, gn.dtype, -1, -1, -1, operand_of(node, false), {}};
+      }
+      ins.program.push_back(std::move(step));
+      return reg[node] = static_cast<int32_t>(ins.program.size() - 1);
+    };
+    auto source = [&](int32_t node) { return in_group[node] || inline_gen_[node] || (node == root); };
+    for (int32_t m : members)
+      if (cls_[m] == Cls::Elementwise)  // a generator's key is read by the generator itself
+        for (int32_t in : g_.nodes[m].inputs)
+          if (!source(in)) value(in);  // loads first, in a stable order
+    if (cls_[root] == Cls::Generator) in_group[root] = false;
+    for (int32_t m : members) value(m);
+    int32_t slot = result_slot(root);
+    ins.output = whole(slot, root);
+    loc_[root] = ins.output;
+    push(std::move(ins));
+  }
+
+  void emit_kernel(int32_t i) {
+    const GraphNode& n = g_.nodes[i];
+    Instr ins;
+    ins.op = n.op;
+    ins.attrs = n.attrs;
+    for (int32_t in : n.inputs) {
+      if (n.op == Op::MatMul && gemm_readable(loc_[in]->view)) ins.inputs.push_back(*loc_[in]);
+      else ins.inputs.push_back(contiguous(in));
+    }
+    int32_t slot = result_slot(i);
+    ins.output = whole(slot, i);
+    loc_[i] = ins.output;
+    push(std::move(ins));
+  }
+
+  void plan_memory() {
+    for (size_t k = 0; k < prog_.instrs.size(); ++k) {
+      const Instr& ins = prog_.instrs[k];
+      for (const auto& op : ins.inputs) prog_.slots[op.slot].last = static_cast<int32_t>(k);
+      Slot& out = prog_.slots[ins.output.slot];
+      if (out.first < 0) out.first = static_cast<int32_t>(k);
+      out.last = std::max(out.last, static_cast<int32_t>(k));
+    }
+    // Greedy best-fit: largest first, each at the lowest offset free of every
+    // placed temporary whose lifetime overlaps.
+    std::vector<int32_t> temps;
+    for (size_t s = 0; s < prog_.slots.size(); ++s)
+      if (prog_.slots[s].kind == SlotKind::Temp) {
+        temps.push_back(static_cast<int32_t>(s));
+        prog_.temp_bytes_total += prog_.slots[s].nbytes;
+      }
+    std::sort(temps.begin(), temps.end(), [&](int32_t a, int32_t b) {
+      return prog_.slots[a].nbytes != prog_.slots[b].nbytes ? prog_.slots[a].nbytes > prog_.slots[b].nbytes : a < b;
+    });
+    auto align = [](size_t x) { return (x + 63) / 64 * 64; };
+    std::vector<int32_t> placed;
+    for (int32_t s : temps) {
+      Slot& slot = prog_.slots[s];
+      std::vector<std::pair<size_t, size_t>> busy;
+      for (int32_t p : placed) {
+        const Slot& q = prog_.slots[p];
+        if (q.first <= slot.last && slot.first <= q.last) busy.push_back({q.offset, q.offset + align(q.nbytes)});
+      }
+      std::sort(busy.begin(), busy.end());
+      size_t offset = 0;
+      for (auto [b, e] : busy) {
+        if (offset + align(slot.nbytes) <= b) break;
+        offset = std::max(offset, e);
+      }
+      slot.offset = offset;
+      prog_.arena_bytes = std::max(prog_.arena_bytes, offset + align(slot.nbytes));
+      placed.push_back(s);
+    }
+  }
+
+  // An output may take a donated parameter's memory when the parameter is
+  // not read after the output is written, and the writing instruction reads
+  // it (if at all) element for element.
+  void donate() {
+    std::vector<int32_t> param_last(g_.num_params, -1);
+    std::vector<size_t> param_bytes(g_.num_params, 0);
+    for (const Slot& s : prog_.slots)
+      if (s.kind == SlotKind::Param) {
+        param_last[s.index] = std::max(param_last[s.index], s.last);
+        param_bytes[s.index] = s.nbytes;
+      }
+    std::vector<bool> taken(g_.num_params, false);
+    for (size_t o = 0; o < g_.outputs.size(); ++o) {
+      int32_t out_slot = -1, writer = -1;
+      for (size_t k = 0; k < prog_.instrs.size() && writer < 0; ++k) {
+        const Slot& s = prog_.slots[prog_.instrs[k].output.slot];
+        if (s.kind == SlotKind::Output && s.index == static_cast<int32_t>(o)) {
+          writer = static_cast<int32_t>(k);
+          out_slot = prog_.instrs[k].output.slot;
+        }
+      }
+      if (writer < 0) continue;
+      const Instr& ins = prog_.instrs[writer];
+      for (int32_t p = 0; p < g_.num_params; ++p) {
+        if (!g_.donated[p] || taken[p] || param_bytes[p] != prog_.slots[out_slot].nbytes) continue;
+        if (param_last[p] > writer) continue;
+        bool reads_elementwise = true, reads = false;
+        for (const auto& in : ins.inputs) {
+          const Slot& s = prog_.slots[in.slot];
+          if (s.kind != SlotKind::Param || s.index != p) continue;
+          reads = true;
+          reads_elementwise = reads_elementwise && ins.fused && in.view == ins.output.view &&
+                              dtype_size(in.dtype) == dtype_size(ins.output.dtype);
+        }
+        if (reads && !reads_elementwise) continue;
+        taken[p] = true;
+        prog_.output_donor[o] = p;
+        break;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+Program compile(const Graph& graph) {
+  Graph g = simplify(graph);
+  return Lowering(g).run();
+}
+
+std::string Program::dump() const {
+  std::ostringstream os;
+  auto slot_name = [&](int32_t s) {
+    const Slot& sl = slots[s];
+    switch (sl.kind) {
+      case SlotKind::Param: return "p" + std::to_string(sl.index);
+      case SlotKind::Output: return "out" + std::to_string(sl.index);
+      default: return "t" + std::to_string(s) + "@" + std::to_string(sl.offset);
+    }
+  };
+  auto operand = [&](const Operand& o) {
+    std::string s = slot_name(o.slot) + ":" + dtype_name(o.dtype) + to_string(o.view.shape);
+    if (!o.view.is_contiguous()) s += "{strides " + to_string(o.view.strides) + "+" + std::to_string(o.view.offset) + "}";
+    return s;
+  };
+  for (size_t k = 0; k < instrs.size(); ++k) {
+    const Instr& ins = instrs[k];
+    os << k << ": " << operand(ins.output) << " = ";
+    if (ins.fused) {
+      os << "fused[";
+      for (size_t s = 0; s < ins.program.size(); ++s) os << (s ? " " : "") << ir::op_name(ins.program[s].op);
+      os << "]";
+    } else {
+      os << ir::op_name(ins.op);
+    }
+    os << "(";
+    for (size_t i = 0; i < ins.inputs.size(); ++i) os << (i ? ", " : "") << operand(ins.inputs[i]);
+    os << ")\n";
+  }
+  os << "arena " << arena_bytes << " bytes (unplanned " << temp_bytes_total << ")\n";
+  return os.str();
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,77 @@
+#pragma once
+// The compiler's output: a straight-line list of instructions over memory
+// slots, ready for a backend to bind kernels to. Device-independent.
+//
+// Slots are parameters (the graph's inputs), outputs (buffers that outlive
+// the step) and temporaries (placed in one arena by the memory planner).
+// Operands are views of slots: movement ops (reshape, permute, broadcast,
+// slice) never copy unless a kernel needs contiguous memory.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/ir/node.h"
+
+namespace kiln::compiler {
+
+struct View {
+  int64_t offset = 0;            // elements from the slot's start
+  Shape shape;
+  std::vector<int64_t> strides;  // elements; 0 broadcasts
+  static View contiguous(const Shape& shape, int64_t offset = 0);
+  bool is_contiguous() const;    // row-major dense (offset may be non-zero)
+  bool operator==(const View&) const = default;
+};
+
+enum class SlotKind : uint8_t { Param, Output, Temp };
+
+struct Slot {
+  SlotKind kind;
+  int32_t index = 0;   // parameter or output number
+  size_t nbytes = 0;
+  size_t offset = 0;   // Temp: byte offset in the arena
+  int32_t first = -1;  // Temp: instruction that writes it
+  int32_t last = -1;   // Temp: last instruction that reads it
+};
+
+struct Operand {
+  int32_t slot = -1;
+  View view;
+  DType dtype = DType::f32;
+};
+
+// One step of a fused elementwise program; the value lands in the register
+// numbered by its position. The last register is the result.
+struct FusedStep {
+  ir::Op op;     // elementwise op, or Data (load operand `load`), Constant,
+                 // RandUniform / RandNormal (key operand `load`)
+  DType dtype;
+  int32_t a = -1, b = -1, c = -1;
+  int32_t load = -1;
+  ir::Attrs attrs;
+};
+
+struct Instr {
+  bool fused = false;
+  ir::Op op = ir::Op::Data;  // kernel op (fused: Data)
+  std::vector<Operand> inputs;
+  Operand output;
+  ir::Attrs attrs;
+  std::vector<FusedStep> program;  // fused only
+};
+
+struct Program {
+  std::vector<Slot> slots;
+  std::vector<Instr> instrs;
+  size_t arena_bytes = 0;
+  int32_t num_params = 0;
+  std::vector<size_t> output_nbytes;
+  std::vector<int32_t> output_donor;  // per output: parameter whose memory it takes, or -1
+  size_t temp_bytes_total = 0;        // what the temporaries would take unplanned
+  int32_t num_fused = 0;
+  std::string dump() const;
+};
+
+}  // namespace kiln::compiler

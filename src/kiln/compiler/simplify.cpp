@@ -1,0 +1,86 @@
+// CSE, identity removal and dead-code elimination on a flattened graph.
+#include <unordered_map>
+
+#include "kiln/compiler/compile.h"
+#include "kiln/core/error.h"
+
+namespace kiln::compiler {
+
+using ir::Graph;
+using ir::GraphNode;
+using ir::Op;
+
+namespace {
+uint64_t node_key(const GraphNode& n) {
+  uint64_t h = static_cast<uint64_t>(n.op) * 1315423911u + static_cast<uint64_t>(n.dtype);
+  auto mix = [&](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  for (int64_t d : n.shape) mix(static_cast<uint64_t>(d));
+  for (int32_t i : n.inputs) mix(static_cast<uint64_t>(i) + 7);
+  for (int64_t v : n.attrs.ints) mix(static_cast<uint64_t>(v));
+  for (double v : n.attrs.floats) mix(static_cast<uint64_t>(v * 1e9));
+  return h;
+}
+
+Graph eliminate_dead(const Graph& g) {
+  std::vector<bool> live(g.nodes.size(), false);
+  for (int32_t o : g.outputs) live[o] = true;
+  for (size_t i = g.nodes.size(); i-- > 0;)
+    if (live[i])
+      for (int32_t in : g.nodes[i].inputs) live[in] = true;
+  Graph out;
+  out.num_params = g.num_params;
+  out.donated = g.donated;
+  std::vector<int32_t> remap(g.nodes.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!live[i]) continue;
+    GraphNode n = g.nodes[i];
+    for (auto& in : n.inputs) in = remap[in];
+    remap[i] = static_cast<int32_t>(out.nodes.size());
+    out.nodes.push_back(std::move(n));
+  }
+  for (int32_t o : g.outputs) out.outputs.push_back(remap[o]);
+  return out;
+}
+}  // namespace
+
+Graph simplify(const Graph& g) {
+  Graph out;
+  out.num_params = g.num_params;
+  out.donated = g.donated;
+  std::vector<int32_t> remap(g.nodes.size(), -1);
+  std::unordered_map<uint64_t, std::vector<int32_t>> seen;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    GraphNode n = g.nodes[i];
+    for (auto& in : n.inputs) in = remap[in];
+    auto input = [&](int k) -> const GraphNode& { return out.nodes[n.inputs[k]]; };
+    if (n.op == Op::Reshape && input(0).op == Op::Reshape) n.inputs[0] = input(0).inputs[0];
+    if (n.op == Op::Detach || (n.op == Op::Cast && input(0).dtype == n.dtype) ||
+        ((n.op == Op::Reshape || n.op == Op::Broadcast) && input(0).shape == n.shape)) {
+      remap[i] = n.inputs[0];
+      continue;
+    }
+    if ((n.op == Op::Reshape || n.op == Op::Broadcast) && input(0).op == Op::Constant) {
+      // A constant seen through a reshape or broadcast is the same constant.
+      n = GraphNode{Op::Constant, n.dtype, n.shape, {}, input(0).attrs};
+    }
+    uint64_t key = node_key(n);
+    int32_t found = -1;
+    if (n.op != Op::Data)
+      for (int32_t cand : seen[key])
+        if (out.nodes[cand] == n) {
+          found = cand;
+          break;
+        }
+    if (found >= 0) {
+      remap[i] = found;
+      continue;
+    }
+    remap[i] = static_cast<int32_t>(out.nodes.size());
+    seen[key].push_back(remap[i]);
+    out.nodes.push_back(std::move(n));
+  }
+  for (int32_t o : g.outputs) out.outputs.push_back(remap[o]);
+  return eliminate_dead(out);
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,124 @@
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+#include "kiln/core/buffer.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/shape.h"
+
+namespace kiln {
+
+DType parse_dtype(const std::string& name) {
+  if (name == "f32" || name == "float32" || name == "float") return DType::f32;
+  if (name == "i32" || name == "int32") return DType::i32;
+  if (name == "i64" || name == "int64" || name == "long") return DType::i64;
+  if (name == "bool" || name == "b8") return DType::b8;
+  throw Error("unknown dtype '" + name + "' (expected f32, i32, i64 or bool)");
+}
+
+int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string to_string(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ",";
+    out += std::to_string(s[i]);
+  }
+  return out + "]";
+}
+
+std::vector<int64_t> contiguous_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size());
+  int64_t acc = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  KILN_CHECK(a >= 0 && a < rank, op, ": axis ", axis, " out of range for rank ", rank);
+  return a;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    KILN_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", to_string(a), " and ",
+               to_string(b), " cannot be broadcast together");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Device Device::parse(const std::string& text) {
+  std::string kind = text, idx;
+  if (auto colon = text.find(':'); colon != std::string::npos) {
+    kind = text.substr(0, colon);
+    idx = text.substr(colon + 1);
+  }
+  Device d;
+  if (kind == "cpu") d.kind = DeviceKind::CPU;
+  else if (kind == "cuda") d.kind = DeviceKind::CUDA;
+  else throw Error("unknown device '" + text + "' (expected cpu, cpu:N, cuda or cuda:N)");
+  if (!idx.empty()) {
+    char* end = nullptr;
+    long v = std::strtol(idx.c_str(), &end, 10);
+    KILN_CHECK(*end == 0 && v >= 0 && v < 1024, "device '", text, "': bad index '", idx, "'");
+    d.index = static_cast<int>(v);
+  }
+  return d;
+}
+
+std::string Device::str() const {
+  return std::string(kind == DeviceKind::CPU ? "cpu" : "cuda") + ":" + std::to_string(index);
+}
+
+void Event::signal(std::string error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    error_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+void Event::wait() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+}
+
+bool Event::ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+Storage::Storage(Device device, size_t nbytes) : device_(device), nbytes_(nbytes) {
+  KILN_CHECK(device.kind == DeviceKind::CPU, "device ", device.str(), " is not available in this build");
+  size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
+  ptr_ = std::aligned_alloc(64, rounded);
+  if (!ptr_) throw std::bad_alloc();
+}
+
+Storage::~Storage() { std::free(ptr_); }
+
+void Buffer::wait() const {
+  if (!ready) return;
+  ready->wait();
+  if (!ready->error().empty())
+    throw Error("tensor comes from a failed step: " + ready->error());
+}
+
+}  // namespace kiln

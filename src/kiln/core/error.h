@@ -1,0 +1,41 @@
+#pragma once
+// kiln::Error: the one exception type for bad input and failed operations.
+// Messages name what was expected and what was found, and where (file, key,
+// op): "model.safetensors: tensor 'w' has shape [64,32], expected [64,64]".
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace kiln {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+namespace detail {
+template <typename... Args>
+std::string concat(Args&&... args) {
+  std::ostringstream os;
+  (os << ... << std::forward<Args>(args));
+  return os.str();
+}
+}  // namespace detail
+
+}  // namespace kiln
+
+// KILN_CHECK(cond, parts...): throws kiln::Error with the streamed parts when
+// cond is false. For validating user input, not for internal invariants.
+#define KILN_CHECK(cond, ...)                                        \
+  do {                                                               \
+    if (!(cond)) throw ::kiln::Error(::kiln::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
+// KILN_ASSERT: internal invariant; a failure is a kiln bug.
+#define KILN_ASSERT(cond)                                                        \
+  do {                                                                           \
+    if (!(cond))                                                                 \
+      throw ::kiln::Error(::kiln::detail::concat("internal error: ", #cond,     \
+                                                 " failed at ", __FILE__, ":", __LINE__)); \
+  } while (0)

@@ -1,0 +1,85 @@
+#pragma once
+// Op constructors: validate the inputs, infer the result's shape and dtype,
+// create the node. Errors name the op and the shapes involved. Elementwise
+// ops take equal shapes at the IR level: broadcasting inserts explicit
+// Broadcast nodes, so kernels and vjp rules never broadcast implicitly.
+#include <vector>
+
+#include "kiln/ir/node.h"
+
+namespace kiln::ir {
+
+// Whether new nodes record gradient information (thread-local, like
+// torch.no_grad). Scoped: GradMode::Disable guard;
+class GradMode {
+ public:
+  static bool enabled();
+  static void set(bool enabled);
+  struct Disable {
+    Disable() : prev_(enabled()) { set(false); }
+    ~Disable() { set(prev_); }
+    Disable(const Disable&) = delete;
+    Disable& operator=(const Disable&) = delete;
+   private:
+    bool prev_;
+  };
+};
+
+NodePtr make_node(Op op, DType dtype, Shape shape, std::vector<NodePtr> inputs, Attrs attrs = {});
+NodePtr data(std::shared_ptr<Buffer> buffer, Shape shape, DType dtype, Device device, std::string name = {});
+
+// generators
+NodePtr constant(double value, Shape shape, DType dtype, Device device);
+NodePtr iota(int64_t n, double start, double step, DType dtype, Device device);
+NodePtr rand_uniform(const NodePtr& key, Shape shape);
+NodePtr rand_normal(const NodePtr& key, Shape shape);
+
+// elementwise
+DType promote(DType a, DType b);
+NodePtr unary(Op op, const NodePtr& x);
+NodePtr gelu(const NodePtr& x, bool tanh_form);
+NodePtr gelu_grad(const NodePtr& x, const NodePtr& dy, bool tanh_form);
+NodePtr cast(const NodePtr& x, DType dtype);
+NodePtr detach(const NodePtr& x);
+NodePtr binary(Op op, const NodePtr& a, const NodePtr& b);  // broadcasts, promotes
+NodePtr where(const NodePtr& cond, const NodePtr& a, const NodePtr& b);
+
+// reductions; axes empty = all axes
+NodePtr reduce(Op op, const NodePtr& x, std::vector<int64_t> axes, bool keepdim);
+NodePtr argmax(const NodePtr& x, int64_t axis, bool keepdim);
+// Sums `x` down to `shape` (the inverse of broadcasting `shape` to x's shape).
+NodePtr sum_to(const NodePtr& x, const Shape& shape);
+
+// movement
+NodePtr reshape(const NodePtr& x, Shape shape);  // one extent may be -1
+NodePtr permute(const NodePtr& x, std::vector<int64_t> perm);
+NodePtr transpose(const NodePtr& x, int64_t dim0, int64_t dim1);
+NodePtr broadcast_to(const NodePtr& x, const Shape& shape);
+NodePtr slice(const NodePtr& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+NodePtr slice_grad(const NodePtr& dy, const Shape& input_shape, int64_t dim, int64_t start,
+                   int64_t end, int64_t step);
+NodePtr concat(const std::vector<NodePtr>& xs, int64_t dim);
+
+// indexing
+NodePtr index_select(const NodePtr& table, const NodePtr& ids);
+NodePtr index_add(const NodePtr& ids, const NodePtr& src, int64_t rows);
+NodePtr gather(const NodePtr& x, int64_t dim, const NodePtr& index);
+NodePtr scatter_add(const NodePtr& base, int64_t dim, const NodePtr& index, const NodePtr& src);
+
+// contraction: a [..., M, K] (or [..., K, M] when transpose_a), b [..., K, N]
+// (or [..., N, K]); batch dims broadcast; a 1-D operand is not accepted.
+NodePtr matmul(const NodePtr& a, const NodePtr& b, bool transpose_a = false, bool transpose_b = false);
+
+// composites
+NodePtr softmax(const NodePtr& x, int64_t axis, const NodePtr& mask = nullptr);
+NodePtr softmax_grad(const NodePtr& y, const NodePtr& dy, int64_t axis);
+NodePtr log_softmax(const NodePtr& x, int64_t axis, const NodePtr& mask = nullptr);
+NodePtr log_softmax_grad(const NodePtr& y, const NodePtr& dy, int64_t axis);
+NodePtr normalize(const NodePtr& x, double eps);
+NodePtr normalize_grad(const NodePtr& x, const NodePtr& dy, double eps);
+NodePtr cross_entropy(const NodePtr& logits, const NodePtr& labels, int64_t ignore_index,
+                      double label_smoothing);
+NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const NodePtr& dloss,
+                           int64_t ignore_index, double label_smoothing);
+
+}  // namespace kiln::ir

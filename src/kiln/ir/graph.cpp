@@ -1,0 +1,117 @@
+#include "kiln/ir/graph.h"
+
+#include <cstring>
+#include <sstream>
+#include <unordered_map>
+
+#include "kiln/core/error.h"
+
+namespace kiln::ir {
+
+namespace {
+struct Hasher {
+  uint64_t h = 1469598103934665603ull;
+  void add(uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 1099511628211ull;
+  }
+  void add_double(double d) {
+    uint64_t bits;
+    static_assert(sizeof(bits) == sizeof(d));
+    std::memcpy(&bits, &d, sizeof d);
+    add(bits);
+  }
+};
+
+uint64_t hash_graph(const Graph& g, bool with_shapes) {
+  Hasher h;
+  h.add(g.nodes.size());
+  for (const auto& n : g.nodes) {
+    h.add(static_cast<uint64_t>(n.op));
+    h.add(static_cast<uint64_t>(n.dtype));
+    h.add(n.shape.size());
+    if (with_shapes)
+      for (int64_t d : n.shape) h.add(static_cast<uint64_t>(d));
+    h.add(n.inputs.size());
+    for (int32_t i : n.inputs) h.add(static_cast<uint64_t>(i));
+    // Attributes of movement ops restate shapes; skip them when shapes are ignored.
+    if (with_shapes || !is_movement(n.op)) {
+      for (int64_t v : n.attrs.ints) h.add(static_cast<uint64_t>(v));
+      for (double v : n.attrs.floats) h.add_double(v);
+    }
+  }
+  for (int32_t o : g.outputs) h.add(static_cast<uint64_t>(o));
+  for (bool d : g.donated) h.add(d);
+  return h.h;
+}
+}  // namespace
+
+uint64_t Graph::hash() const { return hash_graph(*this, true); }
+uint64_t Graph::structure_hash() const { return hash_graph(*this, false); }
+
+int32_t Graph::param_node(int32_t p) const {
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i].op == Op::Data && nodes[i].attrs.ints[0] == p) return static_cast<int32_t>(i);
+  KILN_ASSERT(false);
+  return -1;
+}
+
+std::string Graph::dump() const {
+  std::ostringstream os;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const auto& n = nodes[i];
+    os << "%" << i << " = " << dtype_name(n.dtype) << to_string(n.shape) << " " << op_name(n.op) << "(";
+    for (size_t k = 0; k < n.inputs.size(); ++k) os << (k ? ", %" : "%") << n.inputs[k];
+    os << ")";
+    if (!n.attrs.ints.empty() || !n.attrs.floats.empty()) {
+      os << " {";
+      for (size_t k = 0; k < n.attrs.ints.size(); ++k) os << (k ? "," : "") << n.attrs.ints[k];
+      if (!n.attrs.floats.empty()) os << ";";
+      for (size_t k = 0; k < n.attrs.floats.size(); ++k) os << (k ? "," : "") << n.attrs.floats[k];
+      os << "}";
+    }
+    os << "\n";
+  }
+  os << "outputs:";
+  for (int32_t o : outputs) os << " %" << o;
+  os << "\n";
+  return os.str();
+}
+
+Graph flatten(const std::vector<NodePtr>& outputs, std::vector<NodePtr>* params) {
+  Graph g;
+  std::unordered_map<const Node*, int32_t> index;
+  // Iterative post-order DFS (graphs of whole training steps are deep). The
+  // stack points at the owning shared_ptrs, which outlive this call.
+  std::vector<std::pair<const NodePtr*, size_t>> stack;
+  auto visit = [&](const NodePtr& root) {
+    if (index.count(root.get())) return;
+    stack.push_back({&root, 0});
+    while (!stack.empty()) {
+      auto& [ptr, next] = stack.back();
+      const Node* node = ptr->get();
+      if (next < node->inputs.size()) {
+        const NodePtr& in = node->inputs[next++];
+        if (!index.count(in.get())) stack.push_back({&in, 0});
+        continue;
+      }
+      if (!index.count(node)) {
+        GraphNode gn{node->op, node->dtype, node->shape, {}, node->attrs};
+        for (const auto& in : node->inputs) gn.inputs.push_back(index.at(in.get()));
+        if (node->op == Op::Data) {
+          gn.attrs = Attrs{{g.num_params++}, {}};
+          if (params) params->push_back(*ptr);
+        }
+        index[node] = static_cast<int32_t>(g.nodes.size());
+        g.nodes.push_back(std::move(gn));
+      }
+      stack.pop_back();
+    }
+  };
+  for (const auto& o : outputs) visit(o);
+  for (const auto& o : outputs) g.outputs.push_back(index.at(o.get()));
+  g.donated.assign(g.num_params, false);
+  return g;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,53 @@
+#pragma once
+// An IR node: one operation on its inputs, with its result's shape and dtype
+// known when it is created. Nodes form a DAG owned through shared_ptr; a
+// user's tensor holds the node of its value (see runtime/tensor.h). Data
+// nodes are leaves holding a device Buffer: the values from earlier steps
+// and from the host. Nothing here computes.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/core/buffer.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/ir/op.h"
+
+namespace kiln::ir {
+
+struct Attrs {
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+  bool operator==(const Attrs&) const = default;
+};
+
+struct Node;
+using NodePtr = std::shared_ptr<Node>;
+
+struct Node {
+  Op op;
+  DType dtype;
+  Shape shape;
+  Device device;
+  std::vector<NodePtr> inputs;
+  Attrs attrs;
+
+  // Autodiff: true when a gradient can flow to this node from a loss.
+  bool requires_grad = false;
+  // Set on leaves whose gradient is accumulated into a user's tensor (an
+  // opaque owner: runtime::TensorImpl). Expired or empty elsewhere.
+  std::weak_ptr<void> grad_owner;
+
+  // Data nodes only.
+  std::shared_ptr<Buffer> data;
+  std::string name;  // for messages and compile reasons, e.g. "input_ids"
+  // A differentiable value that a step computed: the expression it came
+  // from, through which backward() still differentiates.
+  NodePtr grad_source;
+
+  int64_t numel() const { return kiln::numel(shape); }
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+};
+
+}  // namespace kiln::ir

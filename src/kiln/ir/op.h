@@ -1,0 +1,69 @@
+#pragma once
+// The primitive operations of kiln's IR. A small set (elementwise, reduce,
+// movement, matmul) plus a few composites whose fused kernels beat what the
+// compiler builds from primitives (softmax, normalisation, cross-entropy).
+//
+// Attribute conventions (Attrs::ints / Attrs::floats), per op:
+//   Data          ints[0] = parameter index (only in a flattened Graph)
+//   Constant      floats[0] = value (every element)
+//   Iota          floats = {start, step}; 1-D
+//   RandUniform   input: key i64[2] = {seed, offset}; U[0,1) per element
+//   RandNormal    input: key; N(0,1) per element
+//   Gelu          ints[0] = 0 erf form, 1 tanh form
+//   GeluGrad      inputs (x, dy); ints[0] as Gelu
+//   Cast          target dtype is the node's dtype
+//   Sum/Max/ArgMax  ints = reduced axes (one contiguous run); dims are kept as 1
+//   Reshape/Broadcast  target shape is the node's shape
+//   Permute       ints = perm
+//   Slice         ints = {dim, start, end, step}
+//   SliceGrad     ints = {dim, start, end, step}; places input into zeros of node's shape
+//   Concat        ints[0] = dim
+//   IndexSelect   inputs (table, ids): rows of table (axis 0) at ids
+//   IndexAdd      inputs (ids, src): zeros of node's shape, src rows added at ids
+//   Gather        inputs (x, index); ints[0] = dim (torch.gather)
+//   ScatterAdd    inputs (base, index, src); ints[0] = dim
+//   MatMul        ints = {transpose_a, transpose_b}; batch dims broadcast
+//   Softmax       inputs (x) or (x, mask); ints[0] = axis; softmax(x + mask)
+//   SoftmaxGrad   inputs (y, dy); ints[0] = axis
+//   LogSoftmax    inputs (x); ints[0] = axis
+//   LogSoftmaxGrad inputs (y, dy); ints[0] = axis
+//   Normalize     inputs (x); floats[0] = eps; (x - mean) / sqrt(var + eps) over the last axis
+//   NormalizeGrad inputs (x, dy); floats[0] = eps
+//   CrossEntropy  inputs (logits [N,C], labels [N]); ints[0] = ignore_index, floats[0] = smoothing; scalar mean
+//   CrossEntropyGrad inputs (logits, labels, dloss []); same attrs
+#include <cstdint>
+
+namespace kiln::ir {
+
+enum class Op : uint8_t {
+  // leaves and generators
+  Data, Constant, Iota, RandUniform, RandNormal,
+  // elementwise unary
+  Neg, Exp, Log, Tanh, Erf, Sqrt, Rsqrt, Abs, Sigmoid, Relu, Gelu, Not, Cast, Detach,
+  // elementwise binary
+  Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or, GeluGrad,
+  // elementwise ternary
+  Where,
+  // reductions
+  Sum, ReduceMax, ArgMax,
+  // movement
+  Reshape, Permute, Broadcast, Slice, SliceGrad, Concat,
+  // indexing
+  IndexSelect, IndexAdd, Gather, ScatterAdd,
+  // contraction
+  MatMul,
+  // composites
+  Softmax, SoftmaxGrad, LogSoftmax, LogSoftmaxGrad, Normalize, NormalizeGrad,
+  CrossEntropy, CrossEntropyGrad,
+  kCount
+};
+
+enum class OpKind : uint8_t { Leaf, Generator, Elementwise, Reduce, Movement, Other };
+
+const char* op_name(Op op);
+OpKind op_kind(Op op);
+inline bool is_elementwise(Op op) { return op_kind(op) == OpKind::Elementwise; }
+// Views: the result is the input's memory seen with other extents/strides.
+inline bool is_movement(Op op) { return op_kind(op) == OpKind::Movement; }
+
+}  // namespace kiln::ir

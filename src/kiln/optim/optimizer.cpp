@@ -1,0 +1,115 @@
+#include "kiln/optim/optimizer.h"
+
+#include <cmath>
+
+#include "kiln/core/error.h"
+
+namespace kiln::optim {
+
+namespace {
+Tensor host_zeros(const Tensor& like) {
+  std::vector<float> z(static_cast<size_t>(like.numel()), 0.0f);
+  return Tensor::from_vector(z, like.shape(), like.device());
+}
+// A per-step scalar as a graph input (never a constant: no recompiles).
+Tensor step_scalar(double v, Device d, const char* name) { return Tensor::scalar(static_cast<float>(v), d, name); }
+}  // namespace
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  for (const auto& g : groups_)
+    for (const auto& p : g.params) {
+      KILN_CHECK(p.defined(), "optimizer: undefined parameter");
+      KILN_CHECK(p.requires_grad() && p.is_leaf(), "optimizer: parameter '", p.name(), "' ",
+                 to_string(p.shape()), " is not a leaf that requires grad");
+    }
+}
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params) p.zero_grad();
+}
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : Optimizer({ParamGroup{std::move(params), options.weight_decay}}), options_(options) {
+  lr_ = options.lr;
+  if (options_.momentum != 0.0) {
+    momentum_.resize(groups_.size());
+    for (size_t gi = 0; gi < groups_.size(); ++gi)
+      for (const auto& p : groups_[gi].params) momentum_[gi].push_back(host_zeros(p));
+  }
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& group = groups_[gi];
+    if (group.params.empty()) continue;
+    Tensor lr = step_scalar(lr_, group.params[0].device(), "lr");
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      Tensor& p = group.params[i];
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      if (group.weight_decay != 0.0) g = g + p * group.weight_decay;
+      if (options_.momentum != 0.0) {
+        Tensor& buf = momentum_[gi][i];
+        buf.assign(buf * options_.momentum + g);
+        g = buf;
+      }
+      p.assign(p - lr * g);
+    }
+  }
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
+    : AdamW(std::vector<ParamGroup>{ParamGroup{std::move(params), options.weight_decay}}, options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
+    : Optimizer(std::move(groups)), options_(options) {
+  lr_ = options.lr;
+  KILN_CHECK(options.beta1 >= 0 && options.beta1 < 1, "AdamW: beta1 must be in [0, 1), got ", options.beta1);
+  KILN_CHECK(options.beta2 >= 0 && options.beta2 < 1, "AdamW: beta2 must be in [0, 1), got ", options.beta2);
+  KILN_CHECK(options.eps >= 0, "AdamW: eps must be >= 0, got ", options.eps);
+  init_state();
+}
+
+void AdamW::init_state() {
+  m_.resize(groups_.size());
+  v_.resize(groups_.size());
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (const auto& p : groups_[gi].params) {
+      m_[gi].push_back(host_zeros(p));
+      v_[gi].push_back(host_zeros(p));
+    }
+}
+
+void AdamW::step() {
+  NoGradGuard no_grad;
+  ++t_;
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  // torch.optim.AdamW:
+  //   p ← p·(1 - lr·wd);  m ← β1 m + (1-β1) g;  v ← β2 v + (1-β2) g²
+  //   p ← p - lr/(1-β1ᵗ) · m / (√v / √(1-β2ᵗ) + ε)
+  double bc1 = 1.0 - std::pow(b1, static_cast<double>(t_));
+  double bc2 = 1.0 - std::pow(b2, static_cast<double>(t_));
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& group = groups_[gi];
+    if (group.params.empty()) continue;
+    Device dev = group.params[0].device();
+    Tensor step_size = step_scalar(lr_ / bc1, dev, "adamw_step_size");
+    Tensor inv_sqrt_bc2 = step_scalar(1.0 / std::sqrt(bc2), dev, "adamw_inv_sqrt_bc2");
+    Tensor decay = step_scalar(1.0 - lr_ * group.weight_decay, dev, "adamw_decay");
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      Tensor& p = group.params[i];
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      Tensor& m = m_[gi][i];
+      Tensor& v = v_[gi][i];
+      m.assign(m * b1 + g * (1.0 - b1));
+      v.assign(v * b2 + g * g * (1.0 - b2));
+      Tensor denom = sqrt(v) * inv_sqrt_bc2 + options_.eps;
+      p.assign(p * decay - step_size * m / denom);
+    }
+  }
+}
+
+}  // namespace kiln::optim

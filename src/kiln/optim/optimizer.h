@@ -1,0 +1,77 @@
+#pragma once
+// Optimizers trace their update into the same step graph as the forward and
+// backward passes. Values that change every step (learning rate, bias
+// corrections) enter as scalar graph inputs, so the step compiles once.
+#include <vector>
+
+#include "kiln/runtime/ops.h"
+
+namespace kiln::optim {
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  double weight_decay = 0.0;
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<ParamGroup> groups);
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  void zero_grad();  // set_to_none, as PyTorch's default
+  void set_lr(double lr) { lr_ = lr; }
+  double lr() const { return lr_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+ protected:
+  std::vector<ParamGroup> groups_;
+  double lr_ = 0.0;
+};
+
+// p ← p - lr·(g + wd·p), with optional momentum (buf ← μ·buf + g).
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options = {});
+  void step() override;
+
+ private:
+  SGDOptions options_;
+  std::vector<std::vector<Tensor>> momentum_;
+};
+
+// AdamW (Loshchilov & Hutter) as torch.optim.AdamW computes it; defaults are
+// Hugging Face TrainingArguments' (lr 5e-5, betas 0.9/0.999, eps 1e-8, wd 0).
+struct AdamWOptions {
+  double lr = 5e-5;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+  // Groups carry their own weight decay (HF: none for biases and LayerNorm weights).
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
+  void step() override;
+  int64_t steps_taken() const { return t_; }
+  // Optimizer state, for checkpoints: exp_avg and exp_avg_sq per parameter.
+  std::vector<Tensor>& exp_avg(size_t group) { return m_[group]; }
+  std::vector<Tensor>& exp_avg_sq(size_t group) { return v_[group]; }
+  void set_steps_taken(int64_t t) { t_ = t; }
+
+ private:
+  void init_state();
+  AdamWOptions options_;
+  int64_t t_ = 0;
+  std::vector<std::vector<Tensor>> m_, v_;
+};
+
+}  // namespace kiln::optim

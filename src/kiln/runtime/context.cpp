@@ -1,0 +1,272 @@
+#include "kiln/runtime/context.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "kiln/backend/cpu/executor.h"
+#include "kiln/compiler/compile.h"
+#include "kiln/core/error.h"
+#include "kiln/ir/builder.h"
+#include "kiln/runtime/metrics.h"
+#include "kiln/runtime/tensor_impl.h"
+
+namespace kiln::runtime {
+
+namespace {
+std::mutex g_contexts_mu;
+bool g_shutdown = false;
+
+struct Contexts {
+  std::map<Device, std::unique_ptr<DeviceContext>> map;
+  ~Contexts() {
+    std::lock_guard<std::mutex> lock(g_contexts_mu);
+    g_shutdown = true;
+  }
+};
+Contexts& contexts() {
+  static Contexts c;
+  return c;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+size_t cache_capacity_from_env() {
+  if (const char* v = std::getenv("KILN_CACHE_SIZE")) {
+    long n = std::strtol(v, nullptr, 10);
+    if (n > 0) return static_cast<size_t>(n);
+  }
+  return 1024;
+}
+}  // namespace
+
+DeviceContext::DeviceContext(Device device) : device_(device), capacity_(cache_capacity_from_env()) {}
+
+DeviceContext& DeviceContext::get(Device device) {
+  KILN_CHECK(device.kind == DeviceKind::CPU, "device ", device.str(),
+             " is not available: this build has the CPU backend only");
+  std::lock_guard<std::mutex> lock(g_contexts_mu);
+  auto& slot = contexts().map[device];
+  if (!slot) slot = std::make_unique<DeviceContext>(device);
+  return *slot;
+}
+
+void DeviceContext::register_tensor(TensorImpl* t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.insert(t);
+}
+
+void DeviceContext::unregister_tensor(TensorImpl* t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.erase(t);
+}
+
+size_t DeviceContext::cache_size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lru_.size();
+}
+
+void DeviceContext::clear_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  lru_.clear();
+  index_.clear();
+}
+
+void DeviceContext::mark_step() {
+  std::vector<std::shared_ptr<TensorImpl>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (TensorImpl* t : live_)
+      if (t->node->op != ir::Op::Data) {
+        // weak_from_this: an impl being destroyed right now is skipped.
+        if (auto sp = t->weak_from_this().lock()) pending.push_back(std::move(sp));
+      }
+  }
+  std::sort(pending.begin(), pending.end(), [](const auto& a, const auto& b) { return a->seq < b->seq; });
+  if (!pending.empty()) run(pending, true);
+}
+
+void DeviceContext::materialize(const std::vector<std::shared_ptr<TensorImpl>>& tensors) {
+  std::vector<std::shared_ptr<TensorImpl>> pending;
+  for (const auto& t : tensors)
+    if (t->node->op != ir::Op::Data) pending.push_back(t);
+  if (!pending.empty()) run(pending, false);
+}
+
+std::string DeviceContext::compile_reason(const ir::Graph& g, const std::vector<ir::NodePtr>& params) {
+  History& h = history_[g.structure_hash()];
+  std::string reason;
+  if (h.compiles == 0) {
+    reason = "first compile of this graph (" + std::to_string(g.nodes.size()) + " nodes, " +
+             std::to_string(params.size()) + " inputs)";
+  } else {
+    for (size_t p = 0; p < params.size() && p < h.shapes.size(); ++p)
+      if (params[p]->shape != h.shapes[p]) {
+        if (!reason.empty()) reason += "; ";
+        std::string name = params[p]->name.empty() ? "#" + std::to_string(p) : params[p]->name;
+        reason += "input '" + name + "' changed shape " + to_string(h.shapes[p]) + "→" + to_string(params[p]->shape);
+      }
+    if (reason.empty()) reason = "same graph structure with different shapes, attributes or donated inputs";
+  }
+  ++h.compiles;
+  h.shapes.clear();
+  h.names.clear();
+  for (const auto& p : params) {
+    h.shapes.push_back(p->shape);
+    h.names.push_back(p->name);
+  }
+  if (h.compiles > 8 && !h.warned) {
+    h.warned = true;
+    std::fprintf(stderr,
+                 "kiln: warning: the same graph structure has been compiled %d times (last: %s); "
+                 "pad inputs to a few fixed shapes to avoid recompiling\n",
+                 h.compiles, reason.c_str());
+  }
+  return reason;
+}
+
+std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
+                                                             const std::vector<ir::NodePtr>& params) {
+  uint64_t key = g.hash();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto found = index_.find(key);
+  if (found != index_.end())
+    for (auto it : found->second)
+      if (it->graph == g) {
+        lru_.splice(lru_.begin(), lru_, it);
+        metrics::record_cache_hit();
+        return it->exe;
+      }
+  std::string reason = compile_reason(g, params);
+  auto t0 = std::chrono::steady_clock::now();
+  auto exe = std::make_shared<Executable>();
+  exe->program = compiler::compile(g);
+  if (exe->program.arena_bytes) exe->arena = std::make_unique<Storage>(device_, exe->program.arena_bytes);
+  metrics::record_compile(seconds_since(t0), std::move(reason), static_cast<int64_t>(exe->program.arena_bytes));
+  lru_.push_front(CacheEntry{g, exe});
+  index_[key].push_back(lru_.begin());
+  while (lru_.size() > capacity_) {
+    auto last = std::prev(lru_.end());
+    auto& bucket = index_[last->graph.hash()];
+    std::erase(bucket, last);
+    lru_.pop_back();
+  }
+  return exe;
+}
+
+void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors, bool allow_donation) {
+  // One output per distinct node; tensors sharing a node share the result.
+  std::vector<ir::NodePtr> outputs;
+  std::map<const ir::Node*, size_t> out_index;
+  for (const auto& t : tensors)
+    if (out_index.emplace(t->node.get(), outputs.size()).second) outputs.push_back(t->node);
+
+  std::vector<ir::NodePtr> params;
+  ir::Graph g = ir::flatten(outputs, &params);
+  for (const auto& p : params)
+    KILN_CHECK(!p->data->donated, "input '", p->name.empty() ? std::string("(unnamed)") : p->name, "' ",
+               to_string(p->shape), " no longer exists: a later step reused its memory (it is an old value of "
+               "a parameter or optimizer state); compute what needs it (e.g. backward()) before that step");
+  if (allow_donation) {
+    // A parameter no live tensor still holds (an old weight or optimizer
+    // moment) may have its memory overwritten by this step.
+    std::unordered_set<const ir::Node*> held;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (TensorImpl* t : live_) held.insert(t->node.get());
+    }
+    for (size_t p = 0; p < params.size(); ++p) g.donated[p] = !held.count(params[p].get());
+  }
+  std::shared_ptr<Executable> exe = lookup_or_compile(g, params);
+  const compiler::Program& prog = exe->program;
+
+  auto event = std::make_shared<Event>();
+  std::vector<std::shared_ptr<Buffer>> in_buffers;
+  for (const auto& p : params) in_buffers.push_back(p->data);
+  std::vector<std::shared_ptr<Storage>> out_storage(outputs.size());
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    int32_t donor = prog.output_donor[o];
+    if (donor >= 0) in_buffers[donor]->donated = true;
+    out_storage[o] = donor >= 0 ? in_buffers[donor]->storage
+                                : std::make_shared<Storage>(device_, prog.output_nbytes[o]);
+  }
+  std::vector<std::string> param_names;
+  for (size_t p = 0; p < params.size(); ++p)
+    param_names.push_back(params[p]->name.empty() ? "#" + std::to_string(p) : params[p]->name);
+
+  stream_.enqueue([exe, in_buffers, out_storage, event, param_names] {
+    for (size_t p = 0; p < in_buffers.size(); ++p) {
+      const auto& ready = in_buffers[p]->ready;
+      if (!ready) continue;
+      ready->wait();
+      if (!ready->error().empty()) {
+        metrics::record_execution(0, true);  // before signalling: readers may look at metrics
+        event->signal("input '" + param_names[p] + "' comes from a failed step (" + ready->error() + ")");
+        return;
+      }
+    }
+    std::vector<void*> ins, outs;
+    for (const auto& b : in_buffers) ins.push_back(b->storage->data());
+    for (const auto& s : out_storage) outs.push_back(s->data());
+    auto t0 = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      backend::cpu::execute(exe->program, ins, outs, exe->arena ? exe->arena->data() : nullptr);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    metrics::record_execution(seconds_since(t0), !error.empty());
+    event->signal(std::move(error));
+  });
+
+  for (const auto& t : tensors) {
+    size_t o = out_index.at(t->node.get());
+    auto buffer = std::make_shared<Buffer>(Buffer{out_storage[o], event});
+    ir::NodePtr data = ir::data(std::move(buffer), t->node->shape, t->node->dtype, device_, t->name);
+    if (t->leaf_requires_grad) {
+      data->requires_grad = true;
+      data->grad_owner = t->weak_from_this();
+    } else if (t->node->requires_grad) {
+      // Keep the expression so backward() still works (it recomputes what
+      // the gradient needs; values a later step overwrote are reported).
+      data->requires_grad = true;
+      data->grad_source = t->node;
+    }
+    t->node = std::move(data);
+  }
+}
+
+}  // namespace kiln::runtime
+
+namespace kiln {
+
+namespace {
+int g_eager = -1;
+}
+
+void mark_step(Device device) { runtime::DeviceContext::get(device).mark_step(); }
+
+void wait_device_ops(Device device) { runtime::DeviceContext::get(device).stream().synchronize(); }
+
+bool eager_mode() {
+  if (g_eager < 0) {
+    const char* v = std::getenv("KILN_EAGER");
+    g_eager = v && *v && std::string(v) != "0";
+  }
+  return g_eager == 1;
+}
+
+void set_eager_mode(bool on) { g_eager = on ? 1 : 0; }
+
+}  // namespace kiln
+
+namespace kiln {
+bool runtime_shutting_down() {
+  std::lock_guard<std::mutex> lock(runtime::g_contexts_mu);
+  return runtime::g_shutdown;
+}
+}  // namespace kiln

@@ -1,0 +1,90 @@
+#pragma once
+// Per-device runtime state: the live tensors (to find what mark_step() must
+// materialise), the compile cache, and the execution stream.
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "kiln/compiler/program.h"
+#include "kiln/core/buffer.h"
+#include "kiln/ir/graph.h"
+#include "kiln/runtime/stream.h"
+
+namespace kiln {
+struct TensorImpl;
+}
+
+namespace kiln::runtime {
+
+struct Executable {
+  compiler::Program program;
+  std::unique_ptr<Storage> arena;  // reused by every run (runs are serial on a stream)
+};
+
+class DeviceContext {
+ public:
+  static DeviceContext& get(Device device);
+
+  void register_tensor(TensorImpl* t);
+  void unregister_tensor(TensorImpl* t);
+
+  // Compiles (or finds) and queues the graph computing every pending live
+  // tensor of this device; returns without waiting.
+  void mark_step();
+  // Same for the given tensors only (reading a value, eager mode). Buffers
+  // are never donated here: other pending work may still read them.
+  void materialize(const std::vector<std::shared_ptr<TensorImpl>>& tensors);
+
+  Stream& stream() { return stream_; }
+  size_t cache_size() const;
+  void clear_cache();
+
+  explicit DeviceContext(Device device);
+
+ private:
+  void run(const std::vector<std::shared_ptr<TensorImpl>>& tensors, bool allow_donation);
+  std::shared_ptr<Executable> lookup_or_compile(const ir::Graph& g, const std::vector<ir::NodePtr>& params);
+  std::string compile_reason(const ir::Graph& g, const std::vector<ir::NodePtr>& params);
+
+  Device device_;
+  mutable std::mutex mu_;
+  std::unordered_set<TensorImpl*> live_;
+
+  struct CacheEntry {
+    ir::Graph graph;
+    std::shared_ptr<Executable> exe;
+  };
+  std::list<CacheEntry> lru_;  // most recent first
+  std::unordered_map<uint64_t, std::vector<std::list<CacheEntry>::iterator>> index_;
+  size_t capacity_;
+
+  // Per shape-agnostic structure: parameter shapes and names last compiled,
+  // and how many times it has been compiled (to explain and warn).
+  struct History {
+    std::vector<Shape> shapes;
+    std::vector<std::string> names;
+    int compiles = 0;
+    bool warned = false;
+  };
+  std::unordered_map<uint64_t, History> history_;
+
+  Stream stream_;
+};
+
+}  // namespace kiln::runtime
+
+namespace kiln {
+
+// Compiles and queues everything pending on `device`; returns at once.
+void mark_step(Device device = Device::cpu());
+// Blocks until the device has run everything queued (xm.wait_device_ops).
+void wait_device_ops(Device device = Device::cpu());
+// KILN_EAGER=1 (or set_eager_mode(true)) runs each op as it is traced.
+bool eager_mode();
+void set_eager_mode(bool on);
+
+}  // namespace kiln

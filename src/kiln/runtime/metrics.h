@@ -1,0 +1,39 @@
+#pragma once
+// The device layer's metrics, like PyTorch/XLA's metrics report: compiles
+// (with the reason for each), cache hits, executions and their time, bytes
+// moved between host and device, and time the host waited for values.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::metrics {
+
+struct Snapshot {
+  int64_t compiles = 0;
+  double compile_seconds = 0;
+  int64_t cache_hits = 0;
+  int64_t executions = 0;
+  double execute_seconds = 0;
+  int64_t failed_executions = 0;
+  int64_t host_to_device_bytes = 0;
+  int64_t device_to_host_bytes = 0;
+  double host_wait_seconds = 0;  // host blocked reading values
+  int64_t arena_bytes = 0;       // largest arena of a compiled step
+  std::vector<std::string> compile_reasons;  // one per compile, oldest first
+};
+
+Snapshot snapshot();
+void reset();
+std::string report();        // human-readable
+nlohmann::json to_json();
+
+// Recording (used by the runtime).
+void record_compile(double seconds, std::string reason, int64_t arena_bytes);
+void record_cache_hit();
+void record_execution(double seconds, bool failed);
+void record_transfer(int64_t host_to_device, int64_t device_to_host);
+void record_host_wait(double seconds);
+
+}  // namespace kiln::metrics

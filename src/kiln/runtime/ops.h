@@ -1,0 +1,132 @@
+#pragma once
+// Tensor operations (libtorch-like names). Each validates its inputs, infers
+// the result's shape and records an IR node: nothing runs until mark_step()
+// or a value is read. Shape errors name the op and both shapes.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/tensor.h"
+
+namespace kiln {
+
+// creation (constants are part of the graph; host data is an input)
+Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor arange(int64_t n, DType dtype = DType::i64, Device device = Device::cpu());
+Tensor arange(double start, double end, double step, DType dtype, Device device = Device::cpu());
+
+// elementwise (broadcasting, type promotion as in PyTorch)
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+// approximate: "none" (erf form, BERT) or "tanh" (GPT-2's gelu_new)
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& x);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor cast(const Tensor& x, DType dtype);
+
+// A scalar constant of `like`'s dtype (f32 when `like` is integral and v is not).
+Tensor scalar_like(double v, const Tensor& like);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+
+// reductions; empty axes = all
+Tensor sum(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
+
+// movement
+Tensor reshape(const Tensor& x, const Shape& shape);  // one -1 allowed
+Tensor view(const Tensor& x, const Shape& shape);     // same as reshape (values are immutable)
+Tensor permute(const Tensor& x, const std::vector<int64_t>& perm);
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor broadcast_to(const Tensor& x, const Shape& shape);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+Tensor index_select(const Tensor& table, const Tensor& ids);  // rows of table (embedding)
+Tensor embedding(const Tensor& ids, const Tensor& table);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src);
+
+// contraction: batch dims broadcast; transposes of the last two dims are folded in
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// x [..., in] · weightᵀ [out, in] + bias [out] (torch.nn.functional.linear)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// composites
+Tensor softmax(const Tensor& x, int64_t axis = -1, const Tensor& additive_mask = {});
+Tensor log_softmax(const Tensor& x, int64_t axis = -1, const Tensor& additive_mask = {});
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// logits [..., C], labels [...] (ids; ignore_index rows skipped); mean over the rest
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100,
+                     double label_smoothing = 0.0);
+Tensor mse_loss(const Tensor& input, const Tensor& target);
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets);
+
+// Random numbers: a counter-based (Philox) stream. Each draw takes a new
+// offset; the (seed, offset) key is a graph input, so drawing never
+// recompiles, and element i of a draw is the same on any number of threads.
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0) : seed_(seed) {}
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed, offset_ = offset; }
+  // The key tensor i64[2] {seed, offset} for the next draw.
+  Tensor next_key(Device device);
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+Tensor rand(const Shape& shape, Generator& gen, Device device = Device::cpu());   // U[0,1)
+Tensor randn(const Shape& shape, Generator& gen, Device device = Device::cpu());  // N(0,1)
+Tensor bernoulli(const Shape& shape, double p, Generator& gen, Device device = Device::cpu());
+// Zeroes each element with probability p and scales the rest by 1/(1-p);
+// identity when !training or p == 0.
+Tensor dropout(const Tensor& x, double p, Generator& gen, bool training = true);
+
+}  // namespace kiln

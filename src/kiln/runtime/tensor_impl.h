@@ -1,0 +1,27 @@
+#pragma once
+// Internal state behind a Tensor. Every impl is registered with its device's
+// context so mark_step() can find the live tensors whose values are pending.
+#include <memory>
+#include <string>
+
+#include "kiln/ir/node.h"
+
+namespace kiln {
+
+struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
+  explicit TensorImpl(ir::NodePtr n);
+  ~TensorImpl();
+  TensorImpl(const TensorImpl&) = delete;
+  TensorImpl& operator=(const TensorImpl&) = delete;
+
+  ir::NodePtr node;
+  Device device;
+  bool leaf_requires_grad = false;  // set by requires_grad_() on leaves
+  std::shared_ptr<TensorImpl> grad;
+  std::string name;
+  // Creation order: mark_step() lists pending tensors in this order, so the
+  // same program traces the same graph every step.
+  uint64_t seq;
+};
+
+}  // namespace kiln

@@ -1,0 +1,87 @@
+// Compiler passes: CSE, fusion, view folding and the memory planner.
+#include "kiln/compiler/compile.h"
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+TEST(Compiler, CommonSubexpressionsAndIdentitiesAreRemoved) {
+  Tensor x = Tensor::from_vector(std::vector<float>(6, 1.0f), {2, 3});
+  Tensor a = exp(x) + exp(x);                      // exp(x) twice
+  Tensor b = reshape(reshape(a, {3, 2}), {2, 3});  // identity reshape chain
+  std::vector<ir::NodePtr> params;
+  ir::Graph g = ir::flatten({b.node()}, &params);
+  ir::Graph s = compiler::simplify(g);
+  int exps = 0, reshapes = 0;
+  for (const auto& n : s.nodes) {
+    exps += n.op == ir::Op::Exp;
+    reshapes += n.op == ir::Op::Reshape;
+  }
+  EXPECT_EQ(exps, 1) << s.dump();
+  EXPECT_EQ(reshapes, 0) << s.dump();
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(6, 2.0f * std::exp(1.0f)));
+}
+
+TEST(Compiler, ElementwiseChainsFuseIntoOneLoop) {
+  Tensor x = Tensor::from_vector(std::vector<float>(64, 0.5f), {8, 8});
+  Tensor bias = Tensor::from_vector(std::vector<float>(8, 0.25f), {8});
+  Tensor y = tanh(gelu(x + bias) * 2.0 - 1.0);  // add, gelu, mul, sub, tanh
+  std::vector<ir::NodePtr> params;
+  compiler::Program p = compiler::compile(ir::flatten({y.node()}, &params));
+  ASSERT_EQ(p.instrs.size(), 1u) << p.dump();
+  EXPECT_TRUE(p.instrs[0].fused);
+  EXPECT_EQ(p.arena_bytes, 0u);
+}
+
+TEST(Compiler, TransposesAreFoldedIntoGemm) {
+  Tensor a = Tensor::from_vector(std::vector<float>(12, 1.0f), {3, 4});
+  Tensor b = Tensor::from_vector(std::vector<float>(20, 1.0f), {5, 4});
+  Tensor y = matmul(a, transpose(b, 0, 1));  // no copy of bᵀ
+  std::vector<ir::NodePtr> params;
+  compiler::Program p = compiler::compile(ir::flatten({y.node()}, &params));
+  ASSERT_EQ(p.instrs.size(), 1u) << p.dump();
+  EXPECT_EQ(p.instrs[0].op, ir::Op::MatMul);
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>(15, 4.0f));
+}
+
+TEST(Compiler, MemoryPlanOfAnMlpTrainingStepReusesMemory) {
+  auto param = [](Shape s) {
+    std::vector<float> v(numel(s));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * std::sin(static_cast<float>(i));
+    return Tensor::from_vector(v, s).requires_grad_();
+  };
+  std::vector<Tensor> ps{param({64, 32}), param({64}), param({64, 64}), param({64}), param({10, 64}), param({10})};
+  std::vector<float> xv(16 * 32, 0.3f);
+  Tensor x = Tensor::from_vector(xv, {16, 32});
+  Tensor labels = Tensor::from_vector(std::vector<int64_t>(16, 3), {16});
+  Tensor h = gelu(linear(x, ps[0], ps[1]));
+  h = gelu(linear(h, ps[2], ps[3]));
+  Tensor loss = cross_entropy(linear(h, ps[4], ps[5]), labels);
+  loss.backward();
+  std::vector<ir::NodePtr> outs{loss.node()};
+  {
+    NoGradGuard ng;
+    for (auto& p : ps) outs.push_back((p - p.grad() * 0.1).node());
+  }
+  std::vector<ir::NodePtr> params;
+  compiler::Program prog = compiler::compile(ir::flatten(outs, &params));
+  EXPECT_GT(prog.temp_bytes_total, 0u);
+  EXPECT_LT(prog.arena_bytes, prog.temp_bytes_total) << prog.dump();
+  EXPECT_GT(prog.num_fused, 0);
+}
+
+TEST(Compiler, GraphHashIgnoresValuesButNotShapes) {
+  auto graph_of = [](std::vector<float> v, Shape s) {
+    Tensor x = Tensor::from_vector(v, s);
+    Tensor y = sum(exp(x));
+    return ir::flatten({y.node()}, nullptr);
+  };
+  ir::Graph a = graph_of({1, 2, 3, 4}, {2, 2}), b = graph_of({5, 6, 7, 8}, {2, 2}), c = graph_of({1, 2, 3, 4}, {4});
+  EXPECT_EQ(a.hash(), b.hash());
+  EXPECT_TRUE(a == b);
+  EXPECT_NE(a.hash(), c.hash());
+  EXPECT_NE(a.dump().find("exp(%0)"), std::string::npos) << a.dump();
+}
+
+}  // namespace
+}  // namespace kiln

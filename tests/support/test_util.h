@@ -1,0 +1,62 @@
+#pragma once
+// Helpers shared by the tests: tolerant comparison of tensors with expected
+// values, and finite-difference gradient checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace kiln::testing {
+
+inline ::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& want,
+                                            double rtol, double atol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs expected " << want.size();
+  for (size_t i = 0; i < got.size(); ++i) {
+    bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+    if (!both_nan && !(std::abs(got[i] - want[i]) <= atol + rtol * std::abs(want[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", expected " << want[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Checks d(sum(f(inputs) * w))/d(input k) from backward() against central
+// differences, for every f32 input. f must be differentiable near inputs.
+inline void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                      const std::vector<std::vector<float>>& values, const std::vector<Shape>& shapes,
+                      double eps = 1e-2, double rtol = 2e-2, double atol = 2e-3) {
+  auto make = [&](const std::vector<std::vector<float>>& vals, bool grad) {
+    std::vector<Tensor> ts;
+    for (size_t k = 0; k < vals.size(); ++k) {
+      ts.push_back(Tensor::from_vector(vals[k], shapes[k]));
+      if (grad) ts.back().requires_grad_();
+    }
+    return ts;
+  };
+  auto inputs = make(values, true);
+  Tensor y = f(inputs);
+  // A fixed, non-uniform weighting of the outputs.
+  std::vector<float> w(static_cast<size_t>(y.numel()));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + 0.37f * static_cast<float>((i * 7) % 5);
+  Tensor wt = Tensor::from_vector(w, y.shape());
+  sum(y * wt).backward();
+  for (size_t k = 0; k < values.size(); ++k) {
+    auto analytic = inputs[k].grad().to_vector<double>();
+    for (size_t i = 0; i < values[k].size(); ++i) {
+      auto plus = values, minus = values;
+      plus[k][i] += static_cast<float>(eps);
+      minus[k][i] -= static_cast<float>(eps);
+      double fp = sum(f(make(plus, false)) * wt).item();
+      double fm = sum(f(make(minus, false)) * wt).item();
+      double numeric = (fp - fm) / (plus[k][i] - minus[k][i]);
+      EXPECT_NEAR(analytic[i], numeric, atol + rtol * std::abs(numeric))
+          << "input " << k << " element " << i;
+    }
+  }
+}
+
+}  // namespace kiln::testing

@@ -1,0 +1,39 @@
+// kiln: command-line entry point. Dispatches to the registered subcommands.
+#include <cstdio>
+#include <exception>
+
+#include "command.h"
+
+namespace kiln::cli {
+std::map<std::string, Command>& commands() {
+  static std::map<std::string, Command> table;
+  return table;
+}
+}  // namespace kiln::cli
+
+static void usage() {
+  std::fprintf(stderr, "usage: kiln <command> [options]\n\ncommands:\n");
+  for (const auto& [name, cmd] : kiln::cli::commands())
+    std::fprintf(stderr, "  %-12s %s\n", name.c_str(), cmd.help.c_str());
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  auto& table = kiln::cli::commands();
+  auto it = table.find(argv[1]);
+  if (it == table.end()) {
+    std::fprintf(stderr, "kiln: unknown command '%s'\n", argv[1]);
+    usage();
+    return 2;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    return it->second.run(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln %s: error: %s\n", argv[1], e.what());
+    return 1;
+  }
+}
