@@ -1,0 +1,24 @@
+#pragma once
+// GPT-2's reversible byte <-> character table: printable Latin-1 bytes stand
+// for themselves, the other 68 bytes map to U+0100.. in byte order, so every
+// byte string becomes printable text a BPE vocabulary can hold.
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kiln::tokenizers::byte_level {
+
+// The character byte b stands for.
+char32_t byte_to_char(unsigned char b);
+// The UTF-8 encoding of byte_to_char(b) (precomputed).
+const std::string& byte_to_utf8(unsigned char b);
+// The byte character c stands for, if it is one of the 256.
+std::optional<unsigned char> char_to_byte(char32_t c);
+
+// The GPT-2 pre-tokenization regex in PCRE2 syntax. Onig's \s (what
+// tokenizers uses) includes U+0085; PCRE2's UCP \s does not, so it is added.
+inline constexpr std::string_view kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\x{85}\p{L}\p{N}]+|[\s\x{85}]+(?![^\s\x{85}])|[\s\x{85}]+)";
+
+}  // namespace kiln::tokenizers::byte_level

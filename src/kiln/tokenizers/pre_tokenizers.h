@@ -1,0 +1,120 @@
+#pragma once
+// Pre-tokenizers: cut normalized text into words (tokenizers' `pre_tokenizers`).
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/tokenizers/pattern.h"
+#include "kiln/tokenizers/pre_tokenized_string.h"
+
+namespace kiln::tokenizers {
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  virtual void pre_tokenize(PreTokenizedString& s) const = 0;
+};
+
+using PreTokenizerPtr = std::shared_ptr<const PreTokenizer>;
+
+// Whitespace removed, then every punctuation character isolated.
+class BertPreTokenizer : public PreTokenizer {
+ public:
+  void pre_tokenize(PreTokenizedString& s) const override;
+};
+
+// Splits on whitespace, dropping it.
+class WhitespaceSplit : public PreTokenizer {
+ public:
+  void pre_tokenize(PreTokenizedString& s) const override;
+};
+
+// Keeps runs of word characters and runs of other non-space characters
+// (the regex \w+|[^\w\s]+ with Rust's Unicode \w).
+class WhitespacePreTokenizer : public PreTokenizer {
+ public:
+  WhitespacePreTokenizer();
+  void pre_tokenize(PreTokenizedString& s) const override;
+
+ private:
+  Pattern pattern_;
+};
+
+// GPT-2 byte-level: optional leading space, the GPT-2 regex, then every byte
+// becomes its printable stand-in character.
+class ByteLevelPreTokenizer : public PreTokenizer {
+ public:
+  ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex);
+  void pre_tokenize(PreTokenizedString& s) const override;
+
+ private:
+  bool add_prefix_space_, use_regex_;
+  Pattern pattern_;
+};
+
+enum class PrependScheme { Always, First, Never };
+
+// Spaces become the replacement character (default U+2581), which is
+// prepended and starts every word (SentencePiece style).
+class MetaspacePreTokenizer : public PreTokenizer {
+ public:
+  MetaspacePreTokenizer(char32_t replacement, PrependScheme scheme, bool split);
+  void pre_tokenize(PreTokenizedString& s) const override;
+
+ private:
+  char32_t replacement_;
+  std::string rep_utf8_;
+  PrependScheme scheme_;
+  bool split_;
+};
+
+class SplitPreTokenizer : public PreTokenizer {
+ public:
+  SplitPreTokenizer(Pattern pattern, SplitBehavior behavior, bool invert);
+  void pre_tokenize(PreTokenizedString& s) const override;
+
+ private:
+  Pattern pattern_;
+  SplitBehavior behavior_;
+};
+
+class PunctuationPreTokenizer : public PreTokenizer {
+ public:
+  explicit PunctuationPreTokenizer(SplitBehavior behavior) : behavior_(behavior) {}
+  void pre_tokenize(PreTokenizedString& s) const override;
+
+ private:
+  SplitBehavior behavior_;
+};
+
+class DigitsPreTokenizer : public PreTokenizer {
+ public:
+  explicit DigitsPreTokenizer(bool individual_digits) : individual_(individual_digits) {}
+  void pre_tokenize(PreTokenizedString& s) const override;
+
+ private:
+  bool individual_;
+};
+
+class CharDelimiterSplit : public PreTokenizer {
+ public:
+  explicit CharDelimiterSplit(char32_t delimiter) : delimiter_(delimiter) {}
+  void pre_tokenize(PreTokenizedString& s) const override;
+
+ private:
+  char32_t delimiter_;
+};
+
+class SequencePreTokenizer : public PreTokenizer {
+ public:
+  explicit SequencePreTokenizer(std::vector<PreTokenizerPtr> parts) : parts_(std::move(parts)) {}
+  void pre_tokenize(PreTokenizedString& s) const override {
+    for (const auto& p : parts_) p->pre_tokenize(s);
+  }
+
+ private:
+  std::vector<PreTokenizerPtr> parts_;
+};
+
+}  // namespace kiln::tokenizers

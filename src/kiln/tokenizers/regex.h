@@ -1,0 +1,31 @@
+#pragma once
+// A compiled PCRE2 regular expression in UTF + UCP mode (Unicode classes for
+// \w, \d, \p{L}, ...), JIT-compiled when the platform supports it.
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kiln::tokenizers {
+
+class Regex {
+ public:
+  // Throws kiln::Error naming `where` and the PCRE2 message on a bad pattern.
+  Regex(const std::string& pattern, const std::string& where);
+  // A pattern written for Oniguruma (what tokenizers compiles Split and
+  // Replace patterns with): \w and \s get Oniguruma's Unicode meaning
+  // (\w includes marks; \s includes U+0085), which PCRE2's UCP mode lacks.
+  static Regex from_onig(const std::string& pattern, const std::string& where);
+  // Appends the byte ranges of all non-overlapping matches in s (valid UTF-8).
+  void find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const;
+  const std::string& pattern() const { return pattern_; }
+
+ private:
+  struct Compiled;
+  std::string pattern_;
+  std::shared_ptr<Compiled> compiled_;
+};
+
+}  // namespace kiln::tokenizers

@@ -1,0 +1,277 @@
+#include "kiln/tokenizers/tokenizer.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "kiln/core/error.h"
+#include "kiln/tokenizers/utf8.h"
+
+namespace kiln::tokenizers {
+
+void Tokenizer::set_normalizer(NormalizerPtr n) {
+  normalizer_ = std::move(n);
+  added_.rebuild(normalizer_.get());
+}
+
+void Tokenizer::add_tokens(const std::vector<AddedToken>& tokens) {
+  for (const auto& t : tokens) added_.add(t);
+  added_.rebuild(normalizer_.get());
+}
+
+const Model& Tokenizer::model() const {
+  KILN_CHECK(model_, "Tokenizer: no model set");
+  return *model_;
+}
+
+static void check_utf8(std::string_view text) {
+  if (auto bad = utf8::find_invalid(text)) {
+    throw Error(detail::concat("tokenizer: input text is not valid UTF-8 (byte 0x", std::hex,
+                               int(static_cast<unsigned char>(text[*bad])), std::dec,
+                               " at offset ", *bad, ")"));
+  }
+}
+
+Encoding Tokenizer::encode_sequence(std::string_view text, uint32_t type_id) const {
+  const Model& m = model();
+  PreTokenizedString pre = added_.extract_and_normalize(normalizer_.get(), std::string(text));
+  if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pre);
+  for (Split& s : pre.splits()) {
+    if (!s.tokens) s.tokens = m.tokenize(s.normalized.get());
+  }
+  // Byte offsets -> character offsets in the original text.
+  const std::string& original = pre.original();
+  std::vector<uint32_t> char_at(original.size() + 1);
+  uint32_t chars = 0;
+  for (size_t i = 0; i < original.size(); ++i) {
+    if ((static_cast<unsigned char>(original[i]) & 0xC0) != 0x80 && i > 0) ++chars;
+    char_at[i] = chars;
+  }
+  char_at[original.size()] = static_cast<uint32_t>(utf8::count_chars(original));
+  // As tokenizers' BytesToCharOffsetConverter: an end inside a character
+  // maps to that character's index.
+  auto to_chars = [&](std::pair<size_t, size_t> b) -> std::pair<size_t, size_t> {
+    if (b.first > original.size() || b.second > original.size()) return b;
+    size_t end = b.second < original.size() ? char_at[b.second]
+                 : b.second == 0             ? 0
+                                             : char_at[b.second - 1] + 1;
+    return {char_at[b.first], end};
+  };
+
+  Encoding e;
+  uint32_t word = 0;
+  for (const Split& s : pre.splits()) {
+    for (const Token& t : *s.tokens) {
+      auto range = s.normalized.original_range(t.offsets.first, t.offsets.second);
+      e.push(t.id, type_id, t.value, to_chars(range), false, word, std::nullopt);
+    }
+    ++word;
+  }
+  return e;
+}
+
+// tokenizers' truncate_encodings (without overflowing tokens).
+static void truncate_pair(Encoding& a, std::optional<Encoding>& b, const TruncationParams& p) {
+  size_t total = a.size() + (b ? b->size() : 0);
+  if (total <= p.max_length) return;
+  size_t to_remove = total - p.max_length;
+  switch (p.strategy) {
+    case TruncationStrategy::LongestFirst: {
+      if (!b) {
+        a.truncate(p.max_length, p.direction);
+        return;
+      }
+      // Matches tokenizers 0.23 (probed with tools/goldens/tokenizers): the
+      // shorter sequence is kept when the longer can absorb the cut;
+      // otherwise both get half, the first the smaller half. When both
+      // exceed max_length the halves go to the first and second in order.
+      size_t half = p.max_length / 2, rest = half + p.max_length % 2;
+      size_t n1 = a.size(), n2 = b->size();
+      size_t shorter = std::min(n1, n2);
+      if (shorter > p.max_length) {
+        n1 = half;
+        n2 = rest;
+      } else {
+        size_t longer = std::max(shorter, p.max_length - shorter);
+        if (shorter + longer > p.max_length) {
+          shorter = half;
+          longer = rest;
+        }
+        if (a.size() > b->size()) {
+          n1 = longer;
+          n2 = shorter;
+        } else {
+          n1 = shorter;
+          n2 = longer;
+        }
+      }
+      a.truncate(n1, p.direction);
+      b->truncate(n2, p.direction);
+      return;
+    }
+    case TruncationStrategy::OnlyFirst:
+    case TruncationStrategy::OnlySecond: {
+      Encoding* target = p.strategy == TruncationStrategy::OnlyFirst ? &a : (b ? &*b : nullptr);
+      KILN_CHECK(target && target->size() > to_remove,
+                 "Truncation error: Sequence to truncate too short to respect the provided "
+                 "max_length");
+      target->truncate(target->size() - to_remove, p.direction);
+      return;
+    }
+  }
+}
+
+Encoding Tokenizer::post_process(Encoding a, std::optional<Encoding> b, bool add) const {
+  if (truncation_) {
+    TruncationParams p = *truncation_;
+    size_t added = add && post_processor_ ? post_processor_->added_tokens(b.has_value()) : 0;
+    KILN_CHECK(p.max_length >= added, "Truncation error: max_length ", p.max_length,
+               " is smaller than the ", added, " special tokens added");
+    p.max_length -= added;
+    truncate_pair(a, b, p);
+  }
+  std::vector<Encoding> parts;
+  parts.push_back(std::move(a));
+  if (b) parts.push_back(std::move(*b));
+  Encoding out;
+  if (post_processor_) {
+    out = merge_encodings(post_processor_->process(std::move(parts), add));
+  } else {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (parts.size() > 1) parts[i].set_sequence_id(static_cast<uint32_t>(i));
+      out.append(parts[i]);
+    }
+  }
+  if (padding_ && padding_->length) {
+    size_t target = *padding_->length;
+    if (padding_->pad_to_multiple_of && *padding_->pad_to_multiple_of > 0 &&
+        target % *padding_->pad_to_multiple_of) {
+      target += *padding_->pad_to_multiple_of - target % *padding_->pad_to_multiple_of;
+    }
+    out.pad(target, padding_->pad_id, padding_->pad_type_id, padding_->pad_token,
+            padding_->direction);
+  } else if (padding_ && padding_->pad_to_multiple_of && *padding_->pad_to_multiple_of > 0) {
+    size_t m = *padding_->pad_to_multiple_of, target = out.size();
+    if (target % m) target += m - target % m;
+    out.pad(target, padding_->pad_id, padding_->pad_type_id, padding_->pad_token,
+            padding_->direction);
+  }
+  return out;
+}
+
+Encoding Tokenizer::encode(std::string_view text, bool add) const {
+  check_utf8(text);
+  return post_process(encode_sequence(text, 0), std::nullopt, add);
+}
+
+Encoding Tokenizer::encode_pair(std::string_view text, std::string_view pair, bool add) const {
+  check_utf8(text);
+  check_utf8(pair);
+  return post_process(encode_sequence(text, 0), encode_sequence(pair, 1), add);
+}
+
+void Tokenizer::pad_batch(std::vector<Encoding>& encodings) const {
+  if (!padding_ || padding_->length) return;  // fixed length: done per encoding
+  size_t target = 0;
+  for (const auto& e : encodings) target = std::max(target, e.size());
+  if (padding_->pad_to_multiple_of && *padding_->pad_to_multiple_of > 0 &&
+      target % *padding_->pad_to_multiple_of) {
+    target += *padding_->pad_to_multiple_of - target % *padding_->pad_to_multiple_of;
+  }
+  for (auto& e : encodings) {
+    e.pad(target, padding_->pad_id, padding_->pad_type_id, padding_->pad_token,
+          padding_->direction);
+  }
+}
+
+// Runs fn(i) for i in [0, n) on all cores; the first exception is rethrown.
+template <typename Fn>
+static void parallel_for(size_t n, Fn fn) {
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 4)
+  for (long i = 0; i < static_cast<long>(n); ++i) {
+    try {
+      fn(static_cast<size_t>(i));
+    } catch (...) {
+#pragma omp critical
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+std::vector<Encoding> Tokenizer::encode_batch(const std::vector<std::string>& texts,
+                                              bool add) const {
+  std::vector<Encoding> out(texts.size());
+  parallel_for(texts.size(), [&](size_t i) {
+    try {
+      out[i] = encode(texts[i], add);
+    } catch (const Error& e) {
+      throw Error(detail::concat("batch item ", i, ": ", e.what()));
+    }
+  });
+  pad_batch(out);
+  return out;
+}
+
+std::vector<Encoding> Tokenizer::encode_batch_pairs(
+    const std::vector<std::pair<std::string, std::string>>& pairs, bool add) const {
+  std::vector<Encoding> out(pairs.size());
+  parallel_for(pairs.size(), [&](size_t i) {
+    try {
+      out[i] = encode_pair(pairs[i].first, pairs[i].second, add);
+    } catch (const Error& e) {
+      throw Error(detail::concat("batch item ", i, ": ", e.what()));
+    }
+  });
+  pad_batch(out);
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<uint32_t>& ids, bool skip_special) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (uint32_t id : ids) {
+    if (const AddedToken* t = added_.by_id(id)) {
+      if (skip_special && t->special) continue;
+      tokens.push_back(added_.decoded_form(id));
+    } else if (auto s = model().id_to_token(id)) {
+      tokens.push_back(std::move(*s));
+    }
+  }
+  if (decoder_) return decoder_->decode(std::move(tokens));
+  std::string out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i) out += ' ';
+    out += tokens[i];
+  }
+  return out;
+}
+
+std::vector<std::string> Tokenizer::decode_batch(const std::vector<std::vector<uint32_t>>& ids,
+                                                 bool skip_special) const {
+  std::vector<std::string> out(ids.size());
+  parallel_for(ids.size(), [&](size_t i) { out[i] = decode(ids[i], skip_special); });
+  return out;
+}
+
+std::optional<uint32_t> Tokenizer::token_to_id(std::string_view token) const {
+  if (auto id = added_.token_to_id(token)) return id;
+  return model().token_to_id(token);
+}
+
+std::optional<std::string> Tokenizer::id_to_token(uint32_t id) const {
+  if (const AddedToken* t = added_.by_id(id)) return t->content;
+  return model().id_to_token(id);
+}
+
+size_t Tokenizer::vocab_size(bool with_added) const {
+  size_t n = model().vocab_size();
+  if (with_added) {
+    for (const auto& t : added_.tokens()) {
+      if (!model().id_to_token(t.id)) ++n;
+    }
+  }
+  return n;
+}
+
+}  // namespace kiln::tokenizers

@@ -1,0 +1,99 @@
+#pragma once
+// kiln::tokenizers::Tokenizer: the Hugging Face tokenization pipeline
+//   added tokens -> normalizer -> pre-tokenizer -> model -> post-processor
+// plus truncation, padding, batch encoding (OpenMP, all cores) and decoding.
+// Load one with from_file (tokenizer.json) or from_pretrained (a model
+// directory: tokenizer.json, or the legacy vocab.txt / vocab.json+merges.txt /
+// spiece.model chosen with tokenizer_config.json).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/tokenizers/added_vocabulary.h"
+#include "kiln/tokenizers/decoders.h"
+#include "kiln/tokenizers/encoding.h"
+#include "kiln/tokenizers/model.h"
+#include "kiln/tokenizers/normalizers.h"
+#include "kiln/tokenizers/post_processors.h"
+#include "kiln/tokenizers/pre_tokenizers.h"
+
+namespace kiln::tokenizers {
+
+enum class TruncationStrategy { LongestFirst, OnlyFirst, OnlySecond };
+
+struct TruncationParams {
+  size_t max_length = 512;
+  TruncationStrategy strategy = TruncationStrategy::LongestFirst;
+  Direction direction = Direction::Right;
+};
+
+struct PaddingParams {
+  // nullopt: pad a batch to its longest encoding; otherwise to this length.
+  std::optional<size_t> length;
+  std::optional<size_t> pad_to_multiple_of;
+  uint32_t pad_id = 0;
+  uint32_t pad_type_id = 0;
+  std::string pad_token = "[PAD]";
+  Direction direction = Direction::Right;
+};
+
+class Tokenizer {
+ public:
+  Tokenizer() = default;
+  static Tokenizer from_file(const std::string& tokenizer_json_path);
+  // `where` names the source in error messages.
+  static Tokenizer from_json_string(std::string_view json, const std::string& where);
+  static Tokenizer from_pretrained(const std::string& directory);
+
+  void set_normalizer(NormalizerPtr n);
+  void set_pre_tokenizer(PreTokenizerPtr p) { pre_tokenizer_ = std::move(p); }
+  void set_model(ModelPtr m) { model_ = std::move(m); }
+  void set_post_processor(PostProcessorPtr p) { post_processor_ = std::move(p); }
+  void set_decoder(DecoderPtr d) { decoder_ = std::move(d); }
+  void add_tokens(const std::vector<AddedToken>& tokens);
+  void set_truncation(std::optional<TruncationParams> t) { truncation_ = std::move(t); }
+  void set_padding(std::optional<PaddingParams> p) { padding_ = std::move(p); }
+
+  const Model& model() const;
+  const std::optional<TruncationParams>& truncation() const { return truncation_; }
+  const std::optional<PaddingParams>& padding() const { return padding_; }
+  const AddedVocabulary& added_vocabulary() const { return added_; }
+  // From tokenizer_config.json when loaded with from_pretrained.
+  std::optional<size_t> model_max_length;
+
+  Encoding encode(std::string_view text, bool add_special_tokens = true) const;
+  Encoding encode_pair(std::string_view text, std::string_view pair,
+                       bool add_special_tokens = true) const;
+  std::vector<Encoding> encode_batch(const std::vector<std::string>& texts,
+                                     bool add_special_tokens = true) const;
+  std::vector<Encoding> encode_batch_pairs(
+      const std::vector<std::pair<std::string, std::string>>& pairs,
+      bool add_special_tokens = true) const;
+
+  std::string decode(const std::vector<uint32_t>& ids, bool skip_special_tokens = true) const;
+  std::vector<std::string> decode_batch(const std::vector<std::vector<uint32_t>>& ids,
+                                        bool skip_special_tokens = true) const;
+
+  std::optional<uint32_t> token_to_id(std::string_view token) const;
+  std::optional<std::string> id_to_token(uint32_t id) const;
+  size_t vocab_size(bool with_added_tokens = true) const;
+
+ private:
+  Encoding encode_sequence(std::string_view text, uint32_t type_id) const;
+  Encoding post_process(Encoding a, std::optional<Encoding> b, bool add_special_tokens) const;
+  void pad_batch(std::vector<Encoding>& encodings) const;
+
+  NormalizerPtr normalizer_;
+  PreTokenizerPtr pre_tokenizer_;
+  ModelPtr model_;
+  PostProcessorPtr post_processor_;
+  DecoderPtr decoder_;
+  AddedVocabulary added_;
+  std::optional<TruncationParams> truncation_;
+  std::optional<PaddingParams> padding_;
+};
+
+}  // namespace kiln::tokenizers

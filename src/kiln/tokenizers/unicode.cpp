@@ -1,0 +1,203 @@
+#include "kiln/tokenizers/unicode.h"
+
+#include <unicode/brkiter.h>
+#include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
+#include <unicode/ustring.h>
+#include <unicode/utext.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "kiln/core/error.h"
+#include "kiln/tokenizers/utf8.h"
+
+namespace kiln::tokenizers::unicode {
+
+bool is_whitespace(char32_t c) {
+  if (c < 0x80) return c == ' ' || (c >= 0x09 && c <= 0x0D);
+  return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_WHITE_SPACE);
+}
+
+bool is_numeric(char32_t c) {
+  if (c < 0x80) return c >= '0' && c <= '9';
+  int8_t t = u_charType(static_cast<UChar32>(c));
+  return t == U_DECIMAL_DIGIT_NUMBER || t == U_LETTER_NUMBER || t == U_OTHER_NUMBER;
+}
+
+bool is_alphanumeric(char32_t c) {
+  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+  return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_ALPHABETIC) || is_numeric(c);
+}
+
+bool is_punctuation(char32_t c) {
+  switch (u_charType(static_cast<UChar32>(c))) {
+    case U_DASH_PUNCTUATION:
+    case U_START_PUNCTUATION:
+    case U_END_PUNCTUATION:
+    case U_CONNECTOR_PUNCTUATION:
+    case U_OTHER_PUNCTUATION:
+    case U_INITIAL_PUNCTUATION:
+    case U_FINAL_PUNCTUATION:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_bert_punctuation(char32_t c) {
+  if (c < 0x80) {
+    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
+           (c >= 123 && c <= 126);
+  }
+  return is_punctuation(c);
+}
+
+bool is_other(char32_t c) {
+  switch (u_charType(static_cast<UChar32>(c))) {
+    case U_CONTROL_CHAR:
+    case U_FORMAT_CHAR:
+    case U_PRIVATE_USE_CHAR:
+    case U_SURROGATE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_mark_nonspacing(char32_t c) {
+  return c >= 0x300 && u_charType(static_cast<UChar32>(c)) == U_NON_SPACING_MARK;
+}
+
+bool is_mark(char32_t c) {
+  if (c < 0x300) return false;
+  int8_t t = u_charType(static_cast<UChar32>(c));
+  return t == U_NON_SPACING_MARK || t == U_COMBINING_SPACING_MARK || t == U_ENCLOSING_MARK;
+}
+
+bool is_chinese_char(char32_t c) {
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+         (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+void lowercase(char32_t c, std::u32string& out) {
+  if (c < 0x80) {
+    out.push_back(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    return;
+  }
+  // U+0130 is the only character whose unconditional full lowercase mapping
+  // (SpecialCasing.txt) differs from the simple one; Rust applies it.
+  if (c == 0x130) {
+    out.push_back(U'i');
+    out.push_back(0x307);
+    return;
+  }
+  out.push_back(static_cast<char32_t>(u_tolower(static_cast<UChar32>(c))));
+}
+
+static const icu::Normalizer2& instance(Form form) {
+  UErrorCode err = U_ZERO_ERROR;
+  const icu::Normalizer2* n = nullptr;
+  switch (form) {
+    case Form::NFC: n = icu::Normalizer2::getNFCInstance(err); break;
+    case Form::NFD: n = icu::Normalizer2::getNFDInstance(err); break;
+    case Form::NFKC: n = icu::Normalizer2::getNFKCInstance(err); break;
+    case Form::NFKD: n = icu::Normalizer2::getNFKDInstance(err); break;
+  }
+  KILN_CHECK(U_SUCCESS(err) && n, "tokenizers: ICU normalizer unavailable: ", u_errorName(err));
+  return *n;
+}
+
+bool is_normalized(std::string_view s, Form form) {
+  bool ascii = std::all_of(s.begin(), s.end(), [](char c) { return (c & 0x80) == 0; });
+  if (ascii) return true;
+  UErrorCode err = U_ZERO_ERROR;
+  icu::UnicodeString u = icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), s.size()));
+  bool yes = instance(form).isNormalized(u, err);
+  return U_SUCCESS(err) && yes;
+}
+
+std::vector<Tagged> normalize(const std::u32string& chars, Form form) {
+  bool compose = form == Form::NFC || form == Form::NFKC;
+  const icu::Normalizer2& decomp = instance(form == Form::NFC || form == Form::NFD ? Form::NFD
+                                                                                    : Form::NFKD);
+  const icu::Normalizer2& nfc = instance(Form::NFC);
+  std::vector<Tagged> out;
+  out.reserve(chars.size());
+  // 1. Full decomposition, character by character.
+  for (uint32_t i = 0; i < chars.size(); ++i) {
+    char32_t c = chars[i];
+    icu::UnicodeString d;
+    if (c >= 0xA0 && decomp.getDecomposition(static_cast<UChar32>(c), d)) {
+      for (int32_t k = 0; k < d.length();) {
+        UChar32 dc = d.char32At(k);
+        out.push_back({static_cast<char32_t>(dc), i});
+        k += U16_LENGTH(dc);
+      }
+    } else {
+      out.push_back({c, i});
+    }
+  }
+  // 2. Canonical ordering: stable sort of each run of non-starters by ccc.
+  auto ccc = [](char32_t c) { return c < 0x300 ? 0 : u_getCombiningClass(static_cast<UChar32>(c)); };
+  for (size_t i = 0; i < out.size();) {
+    if (ccc(out[i].c) == 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < out.size() && ccc(out[j].c) != 0) ++j;
+    std::stable_sort(out.begin() + i, out.begin() + j,
+                     [&](const Tagged& a, const Tagged& b) { return ccc(a.c) < ccc(b.c); });
+    i = j;
+  }
+  if (!compose) return out;
+  // 3. Canonical composition (UAX #15): a character combines with the last
+  // starter when it is not blocked by a mark of the same or higher class.
+  std::vector<Tagged> res;
+  res.reserve(out.size());
+  long starter = -1;
+  int last_ccc = -1;
+  for (const Tagged& t : out) {
+    int cc = ccc(t.c);
+    if (starter >= 0 && (last_ccc < cc || (last_ccc == 0 && res.size() == size_t(starter) + 1))) {
+      UChar32 comp = nfc.composePair(static_cast<UChar32>(res[starter].c), static_cast<UChar32>(t.c));
+      if (comp >= 0) {
+        res[starter].c = static_cast<char32_t>(comp);
+        continue;
+      }
+    }
+    if (cc == 0) {
+      starter = static_cast<long>(res.size());
+      last_ccc = 0;
+    } else {
+      last_ccc = cc;
+    }
+    res.push_back(t);
+  }
+  return res;
+}
+
+std::vector<std::pair<size_t, size_t>> graphemes(std::string_view s) {
+  std::vector<std::pair<size_t, size_t>> out;
+  if (s.empty()) return out;
+  UErrorCode err = U_ZERO_ERROR;
+  std::unique_ptr<icu::BreakIterator> it(
+      icu::BreakIterator::createCharacterInstance(icu::Locale::getRoot(), err));
+  KILN_CHECK(U_SUCCESS(err), "tokenizers: ICU grapheme iterator unavailable: ", u_errorName(err));
+  UText* text = utext_openUTF8(nullptr, s.data(), static_cast<int64_t>(s.size()), &err);
+  KILN_CHECK(U_SUCCESS(err), "tokenizers: ICU utext_openUTF8 failed: ", u_errorName(err));
+  it->setText(text, err);
+  // With UTF-8 UText, break positions are native (byte) indices.
+  int32_t prev = it->first();
+  for (int32_t pos = it->next(); pos != icu::BreakIterator::DONE; pos = it->next()) {
+    out.emplace_back(static_cast<size_t>(prev), static_cast<size_t>(pos));
+    prev = pos;
+  }
+  utext_close(text);
+  return out;
+}
+
+}  // namespace kiln::tokenizers::unicode

@@ -1,0 +1,55 @@
+#pragma once
+// Character properties and normalization forms, with the semantics the Rust
+// tokenizers library relies on (Rust's char methods, unicode_categories,
+// unicode-normalization). Backed by ICU (see CMakeLists.txt for why).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kiln::tokenizers::unicode {
+
+// Rust char::is_whitespace: the White_Space property.
+bool is_whitespace(char32_t c);
+// Rust char::is_alphanumeric: Alphabetic or Numeric (Nd, Nl, No).
+bool is_alphanumeric(char32_t c);
+// Rust char::is_numeric: general category Nd, Nl or No.
+bool is_numeric(char32_t c);
+// General category P* (any punctuation).
+bool is_punctuation(char32_t c);
+// ASCII punctuation or Unicode P* (BERT's and Punctuation's definition).
+bool is_bert_punctuation(char32_t c);
+// General category Cc, Cf, Co or Cs: unicode_categories' is_other, which
+// BERT's clean_text uses. Unassigned code points (Cn, e.g. U+FFFE) are not
+// included: Hugging Face keeps them (checked against the corpus).
+bool is_other(char32_t c);
+// General category Mn.
+bool is_mark_nonspacing(char32_t c);
+// General category M* (Mn, Mc, Me).
+bool is_mark(char32_t c);
+// The CJK blocks BERT surrounds with spaces.
+bool is_chinese_char(char32_t c);
+
+// Full lowercase mapping of one character without context (Rust
+// char::to_lowercase): appends one or more code points to out.
+void lowercase(char32_t c, std::u32string& out);
+
+enum class Form { NFC, NFD, NFKC, NFKD };
+
+// One output character of a normalization and the index of the input
+// character it came from (for offset alignment).
+struct Tagged {
+  char32_t c;
+  uint32_t src;
+};
+
+// True when s is already in the given form (fast pre-check).
+bool is_normalized(std::string_view s, Form form);
+// Normalizes chars, tagging every output character with its source index.
+std::vector<Tagged> normalize(const std::u32string& chars, Form form);
+
+// Byte ranges of the extended grapheme clusters of valid UTF-8 text.
+std::vector<std::pair<size_t, size_t>> graphemes(std::string_view s);
+
+}  // namespace kiln::tokenizers::unicode
