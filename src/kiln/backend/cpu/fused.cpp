@@ -11,6 +11,7 @@
 
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/philox.h"
+#include "kiln/backend/cpu/vecmath.h"
 #include "kiln/core/error.h"
 
 namespace kiln::backend::cpu {
@@ -132,6 +133,58 @@ T cast_to(DType t, T x) {
   return x;
 }
 
+// Transcendental float steps through the vector math library; false when
+// the step is not one of them.
+bool eval_transcendental(const FusedStep& s, const float* a, const float* b, float* r, int64_t len) {
+  constexpr float kInvSqrt2 = 0.70710678118654752440f;
+  float t[kChunk];
+  switch (s.op) {
+    case Op::Exp: vec::exp(a, r, len); return true;
+    case Op::Log: vec::log(a, r, len); return true;
+    case Op::Tanh: vec::tanh(a, r, len); return true;
+    case Op::Erf: vec::erf(a, r, len); return true;
+    case Op::Sigmoid:  // 1 / (1 + e^-x)
+      for (int64_t j = 0; j < len; ++j) t[j] = -a[j];
+      vec::exp(t, t, len);
+      for (int64_t j = 0; j < len; ++j) r[j] = 1.0f / (1.0f + t[j]);
+      return true;
+    case Op::Gelu:
+      if (s.attrs.ints[0] == 1) {  // ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
+        for (int64_t j = 0; j < len; ++j) t[j] = float(kSqrt2OverPi) * (a[j] + 0.044715f * a[j] * a[j] * a[j]);
+        vec::tanh(t, t, len);
+      } else {  // ½x(1 + erf(x/√2))
+        for (int64_t j = 0; j < len; ++j) t[j] = a[j] * kInvSqrt2;
+        vec::erf(t, t, len);
+      }
+      for (int64_t j = 0; j < len; ++j) r[j] = 0.5f * a[j] * (1.0f + t[j]);
+      return true;
+    case Op::GeluGrad: {  // dy · gelu'(x)
+      float u[kChunk];
+      if (s.attrs.ints[0] == 1) {
+        for (int64_t j = 0; j < len; ++j) t[j] = float(kSqrt2OverPi) * (a[j] + 0.044715f * a[j] * a[j] * a[j]);
+        vec::tanh(t, t, len);
+        for (int64_t j = 0; j < len; ++j) {
+          float x = a[j];
+          r[j] = b[j] * (0.5f * (1.0f + t[j]) +
+                         0.5f * x * (1.0f - t[j] * t[j]) * float(kSqrt2OverPi) * (1.0f + 3.0f * 0.044715f * x * x));
+        }
+      } else {  // ½(1 + erf(x/√2)) + x·φ(x)
+        for (int64_t j = 0; j < len; ++j) {
+          t[j] = a[j] * kInvSqrt2;
+          u[j] = -0.5f * a[j] * a[j];
+        }
+        vec::erf(t, t, len);
+        vec::exp(u, u, len);
+        for (int64_t j = 0; j < len; ++j)
+          r[j] = b[j] * (0.5f * (1.0f + t[j]) + a[j] * u[j] * float(kInvSqrt2Pi));
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
 template <typename T>
 void eval_chunk(const Instr& ins, std::span<char* const> inputs, int64_t start, int64_t len,
                 std::vector<T>& regs) {
@@ -143,6 +196,9 @@ void eval_chunk(const Instr& ins, std::span<char* const> inputs, int64_t start, 
     const T* b = s.b >= 0 ? regs.data() + s.b * kChunk : nullptr;
     const T* c = s.c >= 0 ? regs.data() + s.c * kChunk : nullptr;
 #define KILN_EW(expr) for (int64_t j = 0; j < len; ++j) r[j] = (expr)
+    if constexpr (std::is_same_v<T, float>) {
+      if (eval_transcendental(s, a, b, r, len)) continue;
+    }
     switch (s.op) {
       case Op::Data: load(ins.inputs[s.load], inputs[s.load], start, len, r); break;
       case Op::Constant: std::fill(r, r + len, static_cast<T>(s.attrs.floats[0])); break;
