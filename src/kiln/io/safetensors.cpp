@@ -1,0 +1,462 @@
+#include "kiln/io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/buffer.h"
+#include "kiln/core/error.h"
+#include "kiln/io/atomic_file.h"
+#include "kiln/io/json_file.h"
+
+namespace kiln::io {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors is little-endian; a big-endian host needs byte swapping here");
+
+namespace {
+
+using ojson = nlohmann::ordered_json;  // keeps the header's tensor order
+
+constexpr const char* kMetadataKey = "__metadata__";
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// Element sizes of the dtypes a header may declare. Those kiln cannot load
+// (U64, F8_*) still validate, so one such tensor does not make the rest of a
+// checkpoint unreadable; load() names them.
+size_t file_dtype_size(std::string_view dtype) {
+  static const std::pair<std::string_view, size_t> kSizes[] = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},     {"I32", 4},     {"I16", 2}, {"I8", 1},
+      {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1},   {"BOOL", 1},   {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+  for (auto& [name, size] : kSizes)
+    if (name == dtype) return size;
+  return 0;
+}
+
+const char* file_dtype_of(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::i32: return "I32";
+    case DType::i64: return "I64";
+    case DType::b8: return "BOOL";
+  }
+  return "?";
+}
+
+// A value for an error message: never recursive (a hostile header may nest
+// arrays a million deep) and never long.
+std::string brief(const ojson& j) {
+  if (j.is_primitive()) {
+    std::string s = j.dump();
+    return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+  }
+  if (j.is_array() && j.size() <= 4 && std::all_of(j.begin(), j.end(), [](const ojson& e) { return e.is_primitive(); })) {
+    std::string s = "[";
+    for (const auto& e : j) s += (s.size() > 1 ? "," : "") + brief(e);
+    return s + "]";
+  }
+  return j.type_name();
+}
+
+std::string json_type(const ojson& j) {
+  if (j.is_number_unsigned() || j.is_number_integer()) return "integer " + j.dump();
+  if (j.is_number_float()) return "number " + j.dump();
+  if (j.is_string()) return "string " + brief(j);
+  return j.type_name();
+}
+
+std::string offsets_str(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + "," + std::to_string(end) + "]";
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24, exact in f32.
+    float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign ? -magnitude : magnitude;
+  }
+  uint32_t bits = exponent == 31 ? (sign | 0x7f800000u | (mantissa << 13))            // inf / nan (payload kept)
+                                 : (sign | ((exponent + 112) << 23) | (mantissa << 13));  // rebias 15 -> 127
+  return std::bit_cast<float>(bits);
+}
+
+float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+template <typename T>
+T read_le(const unsigned char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// src: n elements of Src (possibly unaligned) -> dst: n elements of Dst.
+template <typename Src, typename Dst, typename Convert>
+void convert(const unsigned char* src, Dst* dst, int64_t n, Convert f) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f(read_le<Src>(src + i * sizeof(Src)));
+}
+
+}  // namespace
+
+struct SafetensorsFile::Mapping {
+  void* addr = nullptr;
+  size_t size = 0;
+  Mapping(void* a, size_t s) : addr(a), size(s) {}
+  ~Mapping() { ::munmap(addr, size); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  const unsigned char* bytes() const { return static_cast<const unsigned char*>(addr); }
+};
+
+SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    throw Error(detail::concat(file, ": cannot open: ", std::strerror(err)));
+  }
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw Error(detail::concat(file, ": cannot stat: ", std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(detail::concat(file, ": not a regular file"));
+  }
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size < 8) {
+    ::close(fd);
+    throw Error(detail::concat(file, ": truncated safetensors file: ", file_size,
+                               " bytes, shorter than the 8-byte header length"));
+  }
+  // Private and writable: pages are copied on first write, never written back.
+  void* addr = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  int map_err = errno;
+  ::close(fd);
+  if (addr == MAP_FAILED) throw Error(detail::concat(file, ": mmap failed: ", std::strerror(map_err)));
+
+  SafetensorsFile f;
+  f.path_ = path;
+  f.mapping_ = std::make_shared<Mapping>(addr, file_size);
+  const unsigned char* base = f.mapping_->bytes();
+
+  const uint64_t header_len = read_le<uint64_t>(base);
+  KILN_CHECK(header_len <= file_size - 8, file, ": header length ", header_len, " is larger than the file (",
+             file_size, " bytes, at most ", file_size - 8, " bytes of header possible): truncated or not safetensors");
+  f.data_start_ = 8 + header_len;
+  const uint64_t data_size = file_size - f.data_start_;
+
+  // Duplicate keys would silently collapse into one; catch them while parsing.
+  // A valid header nests three levels ({tensor: {shape: [...]}}); deeper
+  // containers are parsed but kept out of the DOM, since copying or printing
+  // a million-deep value recurses off the stack.
+  using Event = nlohmann::json::parse_event_t;
+  constexpr int kMaxDepth = 8;
+  std::string duplicate;
+  bool too_deep = false;
+  std::set<std::string> seen;
+  ojson::parser_callback_t on_event = [&](int depth, Event event, ojson& parsed) {
+    if ((event == Event::object_start || event == Event::array_start) && depth >= kMaxDepth) {
+      too_deep = true;
+      return false;
+    }
+    if (depth == 1 && event == Event::key && parsed.is_string() && duplicate.empty() &&
+        !seen.insert(parsed.get_ref<const std::string&>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  const char* header_begin = reinterpret_cast<const char*>(base + 8);
+  ojson header;
+  try {
+    header = ojson::parse(header_begin, header_begin + header_len, on_event);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(detail::concat(file, ": header is not valid JSON (at ",
+                               json_error_position({header_begin, header_len}, e.byte),
+                               " of the header): ", json_error_reason(e.what())));
+  }
+  KILN_CHECK(!too_deep, file, ": header nests deeper than ", kMaxDepth, " levels: not a safetensors header");
+  KILN_CHECK(header.is_object(), file, ": header must be a JSON object, found ", json_type(header));
+  KILN_CHECK(duplicate.empty(), file, ": header lists '", duplicate, "' twice");
+
+  for (const auto& [key, value] : header.items()) {
+    if (key == kMetadataKey) {
+      KILN_CHECK(value.is_object(), file, ": __metadata__ must be an object of strings, found ", json_type(value));
+      for (const auto& [mk, mv] : value.items()) {
+        KILN_CHECK(mv.is_string(), file, ": __metadata__ '", mk, "' must be a string, found ", json_type(mv));
+        f.metadata_[mk] = mv.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = detail::concat(file, ": tensor '", key, "'");
+    KILN_CHECK(value.is_object(), where, ": expected an object with dtype, shape and data_offsets, found ",
+               json_type(value));
+    TensorEntry e;
+    e.name = key;
+
+    auto dtype = value.find("dtype");
+    KILN_CHECK(dtype != value.end(), where, ": missing \"dtype\"");
+    KILN_CHECK(dtype->is_string(), where, ": \"dtype\" must be a string, found ", json_type(*dtype));
+    e.dtype = dtype->get<std::string>();
+    const size_t elem_size = file_dtype_size(e.dtype);
+    KILN_CHECK(elem_size != 0, where, ": unknown dtype '", e.dtype,
+               "' (expected one of F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2)");
+
+    auto shape = value.find("shape");
+    KILN_CHECK(shape != value.end(), where, ": missing \"shape\"");
+    KILN_CHECK(shape->is_array(), where, ": \"shape\" must be an array of integers, found ", json_type(*shape));
+    // numel * elem_size in 128 bits: a crafted shape must not wrap around to
+    // match the byte range.
+    unsigned __int128 nbytes = elem_size;
+    bool overflow = false;
+    for (const auto& d : *shape) {
+      KILN_CHECK(d.is_number_integer() || d.is_number_unsigned(), where,
+                 ": \"shape\" must be an array of integers, found element ", json_type(d));
+      if (d.is_number_unsigned()) {
+        uint64_t u = d.get<uint64_t>();
+        KILN_CHECK(u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where, ": extent ", u,
+                   " in \"shape\" is too large");
+        e.shape.push_back(static_cast<int64_t>(u));
+      } else {
+        int64_t v = d.get<int64_t>();
+        KILN_CHECK(v >= 0, where, ": negative extent ", v, " in \"shape\"");
+        e.shape.push_back(v);
+      }
+      nbytes *= static_cast<uint64_t>(e.shape.back());
+      if (nbytes > std::numeric_limits<uint64_t>::max()) {
+        overflow = true;
+        nbytes = 0;  // stays 0 for the rest; the check below reports it
+      }
+    }
+    KILN_CHECK(!overflow, where, ": shape ", to_string(e.shape), " of ", e.dtype, " overflows a 64-bit byte count");
+
+    auto offsets = value.find("data_offsets");
+    KILN_CHECK(offsets != value.end(), where, ": missing \"data_offsets\"");
+    KILN_CHECK(offsets->is_array() && offsets->size() == 2 && (*offsets)[0].is_number_unsigned() &&
+                   (*offsets)[1].is_number_unsigned(),
+               where, ": \"data_offsets\" must be [begin, end] with non-negative integers, found ", brief(*offsets));
+    e.begin = (*offsets)[0].get<uint64_t>();
+    e.end = (*offsets)[1].get<uint64_t>();
+    KILN_CHECK(e.begin <= e.end, where, ": data_offsets ", offsets_str(e.begin, e.end), " end before they begin");
+    KILN_CHECK(static_cast<uint64_t>(nbytes) == e.end - e.begin, where, ": ", e.dtype, to_string(e.shape), " needs ",
+               static_cast<uint64_t>(nbytes), " bytes, but data_offsets ", offsets_str(e.begin, e.end), " hold ",
+               e.end - e.begin);
+    KILN_CHECK(e.end <= data_size, where, ": data_offsets ", offsets_str(e.begin, e.end),
+               " lie outside the data section (", data_size, " bytes): truncated file?");
+    f.index_.emplace(e.name, f.entries_.size());
+    f.entries_.push_back(std::move(e));
+  }
+
+  // As HF's reader: sorted by offset, the tensors tile the data section
+  // exactly — no overlap, no gap, no trailing bytes.
+  std::vector<const TensorEntry*> by_offset;
+  for (const auto& e : f.entries_) by_offset.push_back(&e);
+  std::stable_sort(by_offset.begin(), by_offset.end(), [](const TensorEntry* a, const TensorEntry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t covered = 0;
+  const TensorEntry* previous = nullptr;
+  for (const TensorEntry* e : by_offset) {
+    KILN_CHECK(e->begin >= covered, file, ": tensor '", e->name, "' data_offsets ", offsets_str(e->begin, e->end),
+               " overlap tensor '", previous ? previous->name : "", "' ",
+               previous ? offsets_str(previous->begin, previous->end) : "");
+    KILN_CHECK(e->begin == covered, file, ": bytes [", covered, ",", e->begin, ") of the data section before tensor '",
+               e->name, "' belong to no tensor");
+    covered = e->end;
+    previous = e;
+  }
+  KILN_CHECK(covered == data_size, file, ": the data section has ", data_size, " bytes but the tensors cover ",
+             covered, ": trailing bytes belong to no tensor");
+  return f;
+}
+
+const TensorEntry* SafetensorsFile::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+Tensor SafetensorsFile::load(const std::string& name, Device device) const {
+  const TensorEntry* e = find(name);
+  KILN_CHECK(e != nullptr, path_.string(), ": no tensor '", name, "' (the file has ", entries_.size(), " tensors)");
+  KILN_CHECK(device.kind == DeviceKind::CPU, path_.string(), ": tensor '", name, "': cannot load onto ", device.str(),
+             " (only cpu devices are supported)");
+  // The mapping is private and writable; const here is only the file object's.
+  auto* src = const_cast<unsigned char*>(mapping_->bytes()) + data_start_ + e->begin;
+  const size_t nbytes = e->end - e->begin;
+  const int64_t n = numel(e->shape);
+
+  DType direct{};
+  bool is_direct = true;
+  if (e->dtype == "F32") direct = DType::f32;
+  else if (e->dtype == "I64") direct = DType::i64;
+  else if (e->dtype == "I32") direct = DType::i32;
+  else if (e->dtype == "BOOL") direct = DType::b8;
+  else is_direct = false;
+
+  if (is_direct) {
+    // Kernels read elements through typed pointers: borrow only aligned bytes
+    // (always so in files written with 8-byte header padding).
+    if (reinterpret_cast<uintptr_t>(src) % dtype_size(direct) == 0) {
+      auto storage = std::make_shared<Storage>(device, src, nbytes, std::shared_ptr<const void>(mapping_));
+      return Tensor::from_storage(std::move(storage), direct, e->shape, name);
+    }
+    return Tensor::from_data(src, direct, e->shape, device, name);
+  }
+
+  auto make = [&](DType dtype, auto fill) {
+    auto storage = std::make_shared<Storage>(device, static_cast<size_t>(n) * dtype_size(dtype));
+    fill(storage->data());
+    return Tensor::from_storage(std::move(storage), dtype, e->shape, name);
+  };
+  auto to_f32 = [&](auto tag, auto f) {
+    using Src = decltype(tag);
+    return make(DType::f32, [&](void* dst) { convert<Src>(src, static_cast<float*>(dst), n, f); });
+  };
+  auto to_i64 = [&](auto tag) {
+    using Src = decltype(tag);
+    return make(DType::i64, [&](void* dst) {
+      convert<Src>(src, static_cast<int64_t*>(dst), n, [](Src v) { return static_cast<int64_t>(v); });
+    });
+  };
+  if (e->dtype == "F16") return to_f32(uint16_t{}, half_to_float);
+  if (e->dtype == "BF16") return to_f32(uint16_t{}, bf16_to_float);
+  if (e->dtype == "F64") return to_f32(double{}, [](double v) { return static_cast<float>(v); });
+  if (e->dtype == "U8") return to_i64(uint8_t{});
+  if (e->dtype == "I8") return to_i64(int8_t{});
+  if (e->dtype == "I16") return to_i64(int16_t{});
+  if (e->dtype == "U16") return to_i64(uint16_t{});
+  if (e->dtype == "U32") return to_i64(uint32_t{});
+  throw Error(detail::concat(path_.string(), ": tensor '", name, "': dtype ", e->dtype,
+                             " is not supported by kiln (F32, F16, BF16, F64, I64, I32, I16, I8, U32, U16, U8, BOOL are)"));
+}
+
+namespace {
+
+void load_all(const SafetensorsFile& f, Device device, std::map<std::string, Tensor>& out) {
+  for (const auto& e : f.entries()) out[e.name] = f.load(e.name, device);
+}
+
+std::map<std::string, Tensor> load_sharded(const std::filesystem::path& index_path, Device device) {
+  const std::string file = index_path.string();
+  nlohmann::json index = read_json_file(index_path);
+  KILN_CHECK(index.is_object(), file, ": expected a JSON object with \"weight_map\", found ", index.type_name());
+  auto wm = index.find("weight_map");
+  KILN_CHECK(wm != index.end() && wm->is_object(), file, ": \"weight_map\" must be an object {tensor: shard file}");
+
+  std::map<std::string, std::vector<std::string>> tensors_of_shard;
+  for (const auto& [tensor, shard] : wm->items()) {
+    KILN_CHECK(shard.is_string(), file, ": weight_map['", tensor, "'] must be a shard file name, found ",
+               shard.type_name());
+    tensors_of_shard[shard.get<std::string>()].push_back(tensor);
+  }
+
+  const auto dir = index_path.parent_path();
+  std::map<std::string, Tensor> out;
+  std::map<std::string, std::string> shard_of;  // tensor -> shard it was loaded from
+  for (const auto& [shard, tensors] : tensors_of_shard) {
+    std::filesystem::path shard_rel(shard);
+    KILN_CHECK(!shard.empty() && shard_rel.is_relative(), file, ": shard '", shard,
+               "' must be a file name relative to the index's directory");
+    const auto shard_path = dir / shard_rel;
+    std::error_code ec;
+    KILN_CHECK(std::filesystem::is_regular_file(shard_path, ec), file, ": shard '", shard, "' (holding '",
+               tensors.front(), "'", tensors.size() > 1 ? detail::concat(" and ", tensors.size() - 1, " more") : "",
+               ") does not exist: ", shard_path.string());
+    SafetensorsFile f = SafetensorsFile::open(shard_path);
+    for (const auto& t : tensors)
+      KILN_CHECK(f.find(t) != nullptr, shard_path.string(), ": tensor '", t, "' is listed in ", file,
+                 " but absent from this shard");
+    // Like transformers, every tensor in a shard is loaded, listed or not.
+    for (const auto& e : f.entries()) {
+      auto [it, inserted] = shard_of.emplace(e.name, shard);
+      KILN_CHECK(inserted, file, ": tensor '", e.name, "' is in two shards: '", it->second, "' and '", shard, "'");
+      out[e.name] = f.load(e.name, device);
+    }
+  }
+  return out;
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::map<std::string, Tensor> load_safetensors(const std::filesystem::path& file_or_dir, Device device) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file_or_dir, ec)) {
+    // transformers prefers the single file when both are present.
+    if (std::filesystem::exists(file_or_dir / kSingleFile, ec))
+      return load_safetensors(file_or_dir / kSingleFile, device);
+    if (std::filesystem::exists(file_or_dir / kIndexFile, ec)) return load_sharded(file_or_dir / kIndexFile, device);
+    throw Error(detail::concat(file_or_dir.string(), ": no ", kSingleFile, " or ", kIndexFile, " in this directory"));
+  }
+  if (ends_with(file_or_dir.filename().string(), ".index.json")) return load_sharded(file_or_dir, device);
+  std::map<std::string, Tensor> out;
+  load_all(SafetensorsFile::open(file_or_dir), device, out);
+  return out;
+}
+
+void save_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  const std::string file = path.string();
+  ojson header = ojson::object();
+  ojson meta = ojson::object();
+  meta["format"] = "pt";
+  for (const auto& [k, v] : metadata) meta[k] = v;
+  header[kMetadataKey] = std::move(meta);
+
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    KILN_CHECK(!name.empty() && name != kMetadataKey, file, ": invalid tensor name '", name, "'");
+    KILN_CHECK(!header.contains(name), file, ": tensor '", name, "' is given twice");
+    KILN_CHECK(t.defined(), file, ": tensor '", name, "' is undefined");
+    uint64_t nbytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype());
+    header[name] = {{"dtype", file_dtype_of(t.dtype())},
+                    {"shape", t.shape()},
+                    {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(detail::concat(file, ": cannot write the header: ", e.what()));
+  }
+  // Pad so the data section starts 8-byte aligned: every tensor loads zero-copy.
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  AtomicFileWriter writer(path);
+  uint64_t header_len = text.size();
+  writer.append({reinterpret_cast<const char*>(&header_len), sizeof header_len});
+  writer.append(text);
+  auto append_values = [&](const auto& values) {
+    writer.append({reinterpret_cast<const char*>(values.data()), values.size() * sizeof(values[0])});
+  };
+  for (const auto& [name, t] : tensors) {
+    switch (t.dtype()) {
+      case DType::f32: append_values(t.to_vector<float>()); break;
+      case DType::i32: append_values(t.to_vector<int32_t>()); break;
+      case DType::i64: append_values(t.to_vector<int64_t>()); break;
+      case DType::b8: append_values(t.to_vector<uint8_t>()); break;
+    }
+  }
+  writer.commit();
+}
+
+}  // namespace kiln::io

@@ -1,0 +1,80 @@
+#pragma once
+// Hugging Face safetensors: memory-mapped reading (zero-copy where kiln has
+// the dtype), sharded checkpoints, and atomic writing.
+//
+// Layout: u64 little-endian header length N, N bytes of JSON header
+//   {"__metadata__": {"format": "pt", ...}, "<name>": {"dtype": "F32", "shape": [...],
+//    "data_offsets": [begin, end]}, ...}
+// then the data section; offsets are relative to its start (byte 8 + N).
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/device.h"
+#include "kiln/core/shape.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::io {
+
+struct TensorEntry {
+  std::string name;
+  std::string dtype;  // as in the file: "F32","F16","BF16","F64","I64","I32","I16","I8","U8","BOOL"
+  Shape shape;
+  uint64_t begin = 0, end = 0;  // byte offsets in the data section
+};
+
+class SafetensorsFile {
+ public:
+  // Maps the file PROT_READ|PROT_WRITE, MAP_PRIVATE: copy-on-write, so a step
+  // may write into a loaded weight's memory without touching the file.
+  // Files replaced with write_file_atomic (a new inode) leave existing
+  // mappings intact; truncating a mapped file in place is not survivable
+  // (SIGBUS), as with any mmap reader.
+  // Validates the whole header; every problem is a kiln::Error naming the file
+  // (and the tensor, and what was expected vs found).
+  static SafetensorsFile open(const std::filesystem::path& path);
+
+  const std::vector<TensorEntry>& entries() const { return entries_; }  // header order
+  const TensorEntry* find(const std::string& name) const;              // null if absent
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::filesystem::path& path() const { return path_; }
+
+  // As a kiln Tensor on `device` (only cpu for now): F32, I64, I32, BOOL
+  // without copying (Storage borrowing the mapping, which stays alive while
+  // any tensor uses it; copied only if the bytes are misaligned for the
+  // type); F16, BF16, F64 converted to f32; U8/I8/I16/U16/U32 converted to
+  // i64. Throws naming file + tensor if absent.
+  Tensor load(const std::string& name, Device device = Device::cpu()) const;
+
+  struct Mapping;  // the mmap'd file; public so the .cpp's helpers can name it
+
+ private:
+  std::filesystem::path path_;
+  std::shared_ptr<Mapping> mapping_;
+  uint64_t data_start_ = 0;  // 8 + N
+  std::vector<TensorEntry> entries_;
+  std::unordered_map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// A model file, or a directory holding model.safetensors or a sharded
+// model.safetensors.index.json ({"metadata":..., "weight_map": {tensor: shard}})
+// (a path to the index file itself works too): every tensor by name. Errors
+// name the file and tensor (missing shard, tensor listed in the index but
+// absent from its shard, same tensor in two shards).
+std::map<std::string, Tensor> load_safetensors(const std::filesystem::path& file_or_dir,
+                                               Device device = Device::cpu());
+
+// Standard layout, header padded with spaces to a multiple of 8 bytes, then
+// the tensors' bytes in the given order, contiguous. f32/i64/i32/bool
+// tensors. `metadata` goes into __metadata__ after {"format": "pt"} (and may
+// override it). Written atomically. Duplicate names are an error.
+void save_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace kiln::io
