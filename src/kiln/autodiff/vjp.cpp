@@ -106,9 +106,9 @@ std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePt
       return out;
     }
     case Op::IndexSelect:  // y = table[ids]
-      return {ir::index_add(in[1], g, in[0]->shape[0]), nullptr};
+      return {ir::index_add(in[1], g, in[0]->shape[0], at.ints[0]), nullptr};
     case Op::IndexAdd:  // y = zeros.index_add(ids, src)
-      return {nullptr, ir::index_select(g, in[0])};
+      return {nullptr, ir::index_select(g, in[0], -1)};
     case Op::Gather:  // y = gather(x, d, index)
       return {ir::scatter_add(zeros_like(in[0]), at.ints[0], in[1], g), nullptr};
     case Op::ScatterAdd:  // y = base.scatter_add(d, index, src)

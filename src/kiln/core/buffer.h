@@ -28,10 +28,12 @@ class Event {
   std::string error_;
 };
 
-// An owned, 64-byte aligned allocation on one device.
+// Device memory: an owned, 64-byte aligned allocation, or borrowed memory
+// kept alive by `keeper` (e.g. a tensor inside a memory-mapped file).
 class Storage {
  public:
   Storage(Device device, size_t nbytes);
+  Storage(Device device, void* borrowed, size_t nbytes, std::shared_ptr<const void> keeper);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -44,6 +46,7 @@ class Storage {
   Device device_;
   size_t nbytes_;
   void* ptr_ = nullptr;
+  std::shared_ptr<const void> keeper_;  // set when borrowed
 };
 
 // A value's memory: storage (shared when a step donates an input's memory to

@@ -112,7 +112,14 @@ Storage::Storage(Device device, size_t nbytes) : device_(device), nbytes_(nbytes
   if (!ptr_) throw std::bad_alloc();
 }
 
-Storage::~Storage() { std::free(ptr_); }
+Storage::Storage(Device device, void* borrowed, size_t nbytes, std::shared_ptr<const void> keeper)
+    : device_(device), nbytes_(nbytes), ptr_(borrowed), keeper_(std::move(keeper)) {
+  KILN_ASSERT(keeper_ != nullptr);
+}
+
+Storage::~Storage() {
+  if (!keeper_) std::free(ptr_);
+}
 
 void Buffer::wait() const {
   if (!ready) return;

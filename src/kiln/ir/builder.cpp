@@ -314,18 +314,18 @@ NodePtr concat(const std::vector<NodePtr>& xs, int64_t dim) {
   return make_node(Op::Concat, xs[0]->dtype, s, xs, Attrs{{d}, {}});
 }
 
-NodePtr index_select(const NodePtr& table, const NodePtr& ids) {
+NodePtr index_select(const NodePtr& table, const NodePtr& ids, int64_t padding_idx) {
   KILN_CHECK(is_integral(ids->dtype), "index_select: ids must be i32/i64, got ", dtype_name(ids->dtype));
   KILN_CHECK(table->rank() >= 1, "index_select: table must have rank >= 1");
   Shape s = ids->shape;
   s.insert(s.end(), table->shape.begin() + 1, table->shape.end());
-  return make_node(Op::IndexSelect, table->dtype, s, {table, ids});
+  return make_node(Op::IndexSelect, table->dtype, s, {table, ids}, Attrs{{padding_idx}, {}});
 }
 
-NodePtr index_add(const NodePtr& ids, const NodePtr& src, int64_t rows) {
+NodePtr index_add(const NodePtr& ids, const NodePtr& src, int64_t rows, int64_t padding_idx) {
   Shape s{rows};
   s.insert(s.end(), src->shape.begin() + ids->rank(), src->shape.end());
-  return make_node(Op::IndexAdd, src->dtype, s, {ids, src});
+  return make_node(Op::IndexAdd, src->dtype, s, {ids, src}, Attrs{{padding_idx}, {}});
 }
 
 NodePtr gather(const NodePtr& x, int64_t dim, const NodePtr& index) {

@@ -61,8 +61,8 @@ NodePtr slice_grad(const NodePtr& dy, const Shape& input_shape, int64_t dim, int
 NodePtr concat(const std::vector<NodePtr>& xs, int64_t dim);
 
 // indexing
-NodePtr index_select(const NodePtr& table, const NodePtr& ids);
-NodePtr index_add(const NodePtr& ids, const NodePtr& src, int64_t rows);
+NodePtr index_select(const NodePtr& table, const NodePtr& ids, int64_t padding_idx = -1);
+NodePtr index_add(const NodePtr& ids, const NodePtr& src, int64_t rows, int64_t padding_idx = -1);
 NodePtr gather(const NodePtr& x, int64_t dim, const NodePtr& index);
 NodePtr scatter_add(const NodePtr& base, int64_t dim, const NodePtr& index, const NodePtr& src);
 

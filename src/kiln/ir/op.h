@@ -18,8 +18,10 @@
 //   Slice         ints = {dim, start, end, step}
 //   SliceGrad     ints = {dim, start, end, step}; places input into zeros of node's shape
 //   Concat        ints[0] = dim
-//   IndexSelect   inputs (table, ids): rows of table (axis 0) at ids
-//   IndexAdd      inputs (ids, src): zeros of node's shape, src rows added at ids
+//   IndexSelect   inputs (table, ids): rows of table (axis 0) at ids; ints[0] = padding_idx
+//                 (-1: none), whose row gets no gradient (nn.Embedding's padding_idx)
+//   IndexAdd      inputs (ids, src): zeros of node's shape, src rows added at ids,
+//                 except id ints[0] (padding_idx, -1: none)
 //   Gather        inputs (x, index); ints[0] = dim (torch.gather)
 //   ScatterAdd    inputs (base, index, src); ints[0] = dim
 //   MatMul        ints = {transpose_a, transpose_b}; batch dims broadcast

@@ -179,7 +179,9 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
       std::lock_guard<std::mutex> lock(mu_);
       for (TensorImpl* t : live_) held.insert(t->node.get());
     }
-    for (size_t p = 0; p < params.size(); ++p) g.donated[p] = !held.count(params[p].get());
+    // The buffer itself must be this node's alone (set_data() shares buffers).
+    for (size_t p = 0; p < params.size(); ++p)
+      g.donated[p] = !held.count(params[p].get()) && params[p]->data.use_count() == 1;
   }
   std::shared_ptr<Executable> exe = lookup_or_compile(g, params);
   const compiler::Program& prog = exe->program;

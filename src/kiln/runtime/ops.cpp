@@ -130,7 +130,10 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   return wrap(ir::concat(nodes, dim));
 }
 Tensor index_select(const Tensor& table, const Tensor& ids) { return wrap(ir::index_select(table.node(), ids.node())); }
-Tensor embedding(const Tensor& ids, const Tensor& table) { return index_select(table, ids); }
+Tensor embedding(const Tensor& ids, const Tensor& table, int64_t padding_idx) {
+  KILN_CHECK(padding_idx < table.dim(0), "embedding: padding_idx ", padding_idx, " out of range for ", table.dim(0), " rows");
+  return wrap(ir::index_select(table.node(), ids.node(), padding_idx));
+}
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) { return wrap(ir::gather(x.node(), dim, index.node())); }
 Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
   return wrap(ir::scatter_add(base.node(), dim, index.node(), src.node()));

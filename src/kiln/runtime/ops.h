@@ -86,7 +86,8 @@ Tensor squeeze(const Tensor& x, int64_t dim);
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
 Tensor index_select(const Tensor& table, const Tensor& ids);  // rows of table (embedding)
-Tensor embedding(const Tensor& ids, const Tensor& table);
+// padding_idx >= 0: that row is read but gets no gradient (torch's nn.Embedding).
+Tensor embedding(const Tensor& ids, const Tensor& table, int64_t padding_idx = -1);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src);
 

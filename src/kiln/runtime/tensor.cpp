@@ -47,6 +47,18 @@ Tensor Tensor::from_data(const void* data, DType dtype, Shape shape, Device devi
   return t;
 }
 
+Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, DType dtype, Shape shape, std::string name) {
+  KILN_CHECK(storage != nullptr, "from_storage: null storage");
+  size_t need = kiln::numel(shape) * dtype_size(dtype);
+  KILN_CHECK(storage->nbytes() >= need, "from_storage: ", storage->nbytes(), " bytes cannot hold ", dtype_name(dtype),
+             kiln::to_string(shape), " (", need, " bytes)");
+  Device device = storage->device();
+  auto buffer = std::make_shared<Buffer>(Buffer{std::move(storage), nullptr});
+  Tensor t(ir::data(std::move(buffer), std::move(shape), dtype, device, name));
+  t.impl_->name = std::move(name);
+  return t;
+}
+
 Tensor Tensor::from_vector(const std::vector<float>& v, Shape shape, Device device, std::string name) {
   KILN_CHECK(static_cast<int64_t>(v.size()) == kiln::numel(shape), "from_vector: ", v.size(),
              " values for shape ", kiln::to_string(shape), " (", kiln::numel(shape), " elements)");
@@ -142,6 +154,23 @@ void Tensor::backward(const Tensor& gradient) const {
     Tensor t(acc);
     owner->grad = t.impl_;
   }
+}
+
+void Tensor::set_data(const Tensor& value) {
+  check(impl_);
+  const ir::NodePtr& v = value.node();
+  if (v->op != ir::Op::Data || value.dtype() != dtype()) {
+    assign(Tensor(ir::cast(value.node(), dtype())));
+    return;
+  }
+  KILN_CHECK(value.shape() == shape(), "set_data: value ", kiln::to_string(value.shape()), " does not match tensor ",
+             kiln::to_string(shape()));
+  auto n = ir::data(v->data, v->shape, v->dtype, v->device, impl_->name);
+  if (impl_->leaf_requires_grad) {
+    n->requires_grad = true;
+    n->grad_owner = std::weak_ptr<void>(impl_);
+  }
+  impl_->node = std::move(n);
 }
 
 Tensor Tensor::detach() const { return Tensor(ir::detach(node())); }

@@ -29,6 +29,9 @@ class Tensor {
   static Tensor from_vector(const std::vector<int64_t>& v, Shape shape, Device device = Device::cpu(),
                             std::string name = {});
   static Tensor scalar(float v, Device device = Device::cpu(), std::string name = {});
+  // Wraps existing device memory without copying (e.g. a memory-mapped
+  // safetensors file). The storage must hold numel(shape) elements of dtype.
+  static Tensor from_storage(std::shared_ptr<Storage> storage, DType dtype, Shape shape, std::string name = {});
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const;
@@ -51,6 +54,9 @@ class Tensor {
   Tensor detach() const;
   // Replaces the value (an optimizer update). A leaf stays a leaf.
   void assign(const Tensor& value);
+  // Makes this tensor share `value`'s computed memory (no copy; PyTorch's
+  // `.data = value`). Falls back to assign() when value is still pending.
+  void set_data(const Tensor& value);
 
   // Reading values: compiles/runs what is pending for this tensor and waits.
   template <typename T>

@@ -1,0 +1,257 @@
+#include "kiln/models/bert.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kiln/core/error.h"
+
+namespace kiln::models {
+
+namespace {
+BertContext make_context(const BertConfig& c, uint64_t seed, Device device) {
+  auto gen = std::make_shared<Generator>(seed);
+  return BertContext{c, gen, nn::Init{gen.get(), c.initializer_range, device}};
+}
+}  // namespace
+
+BertEmbeddings::BertEmbeddings(const BertContext& ctx) {
+  const auto& c = ctx.config;
+  bool roberta = c.model_type == "roberta";
+  // HF zeroes the padding row of the word embeddings (and RoBERTa's position padding row).
+  word_embeddings = register_module("word_embeddings",
+                                    std::make_shared<nn::Embedding>(c.vocab_size, c.hidden_size, ctx.init, c.pad_token_id));
+  position_embeddings = register_module(
+      "position_embeddings", std::make_shared<nn::Embedding>(c.max_position_embeddings, c.hidden_size, ctx.init,
+                                                             roberta ? c.pad_token_id : -1));
+  token_type_embeddings = register_module(
+      "token_type_embeddings", std::make_shared<nn::Embedding>(c.type_vocab_size, c.hidden_size, ctx.init));
+  LayerNorm = register_module("LayerNorm", std::make_shared<nn::LayerNorm>(c.hidden_size, c.layer_norm_eps, ctx.init.device));
+  dropout = register_module("dropout", std::make_shared<nn::Dropout>(c.hidden_dropout_prob, ctx.gen));
+}
+
+Tensor BertEmbeddings::forward(const Tensor& ids, const Tensor& token_types, const Tensor& positions) {
+  Tensor x = word_embeddings->forward(ids) + position_embeddings->forward(positions) +
+             token_type_embeddings->forward(token_types);
+  return dropout->forward(LayerNorm->forward(x));
+}
+
+BertLayer::BertLayer(const BertContext& ctx) : config_(ctx.config) {
+  const auto& c = ctx.config;
+  auto lin = [&](const char* name, int64_t in, int64_t out) {
+    return register_module(name, std::make_shared<nn::Linear>(in, out, ctx.init));
+  };
+  auto norm = [&](const char* name) {
+    return register_module(name, std::make_shared<nn::LayerNorm>(c.hidden_size, c.layer_norm_eps, ctx.init.device));
+  };
+  auto drop = [&](const char* name, double p) { return register_module(name, std::make_shared<nn::Dropout>(p, ctx.gen)); };
+  query_ = lin("attention.self.query", c.hidden_size, c.hidden_size);
+  key_ = lin("attention.self.key", c.hidden_size, c.hidden_size);
+  value_ = lin("attention.self.value", c.hidden_size, c.hidden_size);
+  attn_probs_dropout_ = drop("attention.self.dropout", c.attention_probs_dropout_prob);
+  attn_out_ = lin("attention.output.dense", c.hidden_size, c.hidden_size);
+  attn_norm_ = norm("attention.output.LayerNorm");
+  attn_out_dropout_ = drop("attention.output.dropout", c.hidden_dropout_prob);
+  intermediate_ = lin("intermediate.dense", c.hidden_size, c.intermediate_size);
+  out_ = lin("output.dense", c.intermediate_size, c.hidden_size);
+  out_norm_ = norm("output.LayerNorm");
+  out_dropout_ = drop("output.dropout", c.hidden_dropout_prob);
+}
+
+Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
+  const int64_t B = x.dim(0), T = x.dim(1), H = config_.hidden_size, NH = config_.num_attention_heads,
+                D = config_.head_dim();
+  // [B,T,H] -> [B,NH,T,D]
+  auto heads = [&](const Tensor& t) { return permute(reshape(t, {B, T, NH, D}), {0, 2, 1, 3}); };
+  Tensor q = heads(query_->forward(x)), k = heads(key_->forward(x)), v = heads(value_->forward(x));
+  // scores = q kᵀ / √D + mask -> softmax over keys
+  Tensor scores = matmul(q, k, false, true) * (1.0 / std::sqrt(static_cast<double>(D)));
+  Tensor probs = attn_probs_dropout_->forward(softmax(scores, -1, mask));
+  Tensor context = reshape(permute(matmul(probs, v), {0, 2, 1, 3}), {B, T, H});
+  Tensor attn = attn_norm_->forward(attn_out_dropout_->forward(attn_out_->forward(context)) + x);
+  Tensor inter = nn::activation(config_.hidden_act, intermediate_->forward(attn));
+  return out_norm_->forward(out_dropout_->forward(out_->forward(inter)) + attn);
+}
+
+BertBackbone::BertBackbone(const BertContext& ctx, bool add_pooling_layer) : config_(ctx.config) {
+  embeddings = register_module("embeddings", std::make_shared<BertEmbeddings>(ctx));
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i)
+    layers.push_back(register_module("encoder.layer." + std::to_string(i), std::make_shared<BertLayer>(ctx)));
+  if (add_pooling_layer)
+    pooler = register_module("pooler.dense", std::make_shared<nn::Linear>(config_.hidden_size, config_.hidden_size, ctx.init));
+}
+
+BertBackbone::Out BertBackbone::forward(const ModelInputs& in) {
+  const Tensor& ids = in.input_ids;
+  KILN_CHECK(ids.defined(), "forward: input_ids is required");
+  KILN_CHECK(ids.rank() == 2 && is_integral(ids.dtype()), "forward: input_ids must be an integer tensor [batch, seq], got ",
+             dtype_name(ids.dtype()), to_string(ids.shape()));
+  const int64_t B = ids.dim(0), T = ids.dim(1);
+  Device dev = ids.device();
+  bool roberta = config_.model_type == "roberta";
+  int64_t max_pos = config_.max_position_embeddings - (roberta ? config_.pad_token_id + 1 : 0);
+  KILN_CHECK(T <= max_pos, "forward: sequence length ", T, " exceeds the model's ", max_pos, " positions");
+  auto check_like_ids = [&](const Tensor& t, const char* name) {
+    KILN_CHECK(!t.defined() || t.shape() == ids.shape(), "forward: ", name, " ", to_string(t.shape()),
+               " does not match input_ids ", to_string(ids.shape()));
+  };
+  check_like_ids(in.attention_mask, "attention_mask");
+  check_like_ids(in.token_type_ids, "token_type_ids");
+
+  Tensor positions;
+  if (roberta) {
+    // RoBERTa: positions count non-padding tokens from padding_idx + 1; padding gets padding_idx.
+    Tensor not_pad = cast(ne(ids, full({}, static_cast<double>(config_.pad_token_id), ids.dtype(), dev)), DType::f32);
+    Tensor idx = arange(T, DType::i64, dev);
+    Tensor upper = cast(le(reshape(idx, {T, 1}), reshape(idx, {1, T})), DType::f32);  // [T,T], j >= i
+    Tensor cumsum = matmul(not_pad, upper);                                           // [B,T]
+    positions = cast(cumsum * not_pad, DType::i64) + config_.pad_token_id;
+  } else {
+    positions = broadcast_to(reshape(arange(T, DType::i64, dev), {1, T}), {B, T});
+  }
+  Tensor types = in.token_type_ids.defined() ? in.token_type_ids : zeros({B, T}, DType::i64, dev);
+  Tensor x = embeddings->forward(ids, types, positions);
+
+  Tensor mask;
+  if (in.attention_mask.defined()) {
+    // (1 - mask) · finfo(float32).min, broadcast over heads and queries: [B,1,1,T]
+    Tensor m = cast(in.attention_mask, DType::f32);
+    mask = reshape((1.0 - m) * static_cast<double>(std::numeric_limits<float>::lowest()), {B, 1, 1, T});
+  }
+  for (auto& layer : layers) x = layer->forward(x, mask);
+  Out out{x, {}};
+  if (pooler) out.pooled = tanh(pooler->forward(squeeze(slice(x, 1, 0, 1), 1)));
+  return out;
+}
+
+BertForTask::BertForTask(std::string architecture, const BertConfig& config, uint64_t seed, Device device)
+    : PreTrainedModel(config), architecture_(std::move(architecture)), ctx_(make_context(config, seed, device)) {
+  const std::string& a = architecture_;
+  roberta_ = a.rfind("Roberta", 0) == 0;
+  KILN_CHECK(roberta_ == (config.model_type == "roberta"), "architecture ", a, " does not match model_type '",
+             config.model_type, "'");
+  std::string kind = a.substr(roberta_ ? 7 : 4);  // after "Roberta" / "Bert"
+  if (kind == "Model") head_ = Head::None;
+  else if (kind == "ForSequenceClassification") head_ = Head::SequenceClassification;
+  else if (kind == "ForTokenClassification" && !roberta_) head_ = Head::TokenClassification;
+  else if (kind == "ForQuestionAnswering" && !roberta_) head_ = Head::QuestionAnswering;
+  else if (kind == "ForMaskedLM") head_ = Head::MaskedLM;
+  else throw Error("unsupported architecture '" + a + "'");
+  if (config_.architectures.empty()) config_.architectures = {a};
+  else config_.architectures[0] = a;
+
+  prefix_ = roberta_ ? "roberta" : "bert";
+  bool pooling = !roberta_ && (head_ == Head::None || head_ == Head::SequenceClassification);
+  // BertModel's own parameters have no prefix.
+  auto backbone = std::make_shared<BertBackbone>(ctx_, pooling);
+  backbone_ = head_ == Head::None ? register_module("", backbone) : register_module(prefix_, backbone);
+  const auto& c = config_;
+  const nn::Init& init = ctx_.init;
+  double drop = c.classifier_dropout.value_or(c.hidden_dropout_prob);
+  switch (head_) {
+    case Head::None: break;
+    case Head::SequenceClassification:
+      head_dropout_ = register_module("dropout", std::make_shared<nn::Dropout>(drop, ctx_.gen));
+      if (roberta_) {
+        classifier_dense_ = register_module("classifier.dense", std::make_shared<nn::Linear>(c.hidden_size, c.hidden_size, init));
+        classifier_ = register_module("classifier.out_proj", std::make_shared<nn::Linear>(c.hidden_size, c.num_labels(), init));
+      } else {
+        classifier_ = register_module("classifier", std::make_shared<nn::Linear>(c.hidden_size, c.num_labels(), init));
+      }
+      break;
+    case Head::TokenClassification:
+      head_dropout_ = register_module("dropout", std::make_shared<nn::Dropout>(drop, ctx_.gen));
+      classifier_ = register_module("classifier", std::make_shared<nn::Linear>(c.hidden_size, c.num_labels(), init));
+      break;
+    case Head::QuestionAnswering:
+      classifier_ = register_module("qa_outputs", std::make_shared<nn::Linear>(c.hidden_size, 2, init));
+      break;
+    case Head::MaskedLM:
+      // The decoder's weight is the word embedding matrix (tied, as HF ties and saves it).
+      if (roberta_) {
+        lm_transform_ = register_module("lm_head.dense", std::make_shared<nn::Linear>(c.hidden_size, c.hidden_size, init));
+        lm_norm_ = register_module("lm_head.layer_norm", std::make_shared<nn::LayerNorm>(c.hidden_size, c.layer_norm_eps, init.device));
+        lm_bias_ = register_parameter("lm_head.bias", zeros({c.vocab_size}, DType::f32, init.device));
+      } else {
+        lm_transform_ = register_module("cls.predictions.transform.dense",
+                                        std::make_shared<nn::Linear>(c.hidden_size, c.hidden_size, init));
+        lm_norm_ = register_module("cls.predictions.transform.LayerNorm",
+                                   std::make_shared<nn::LayerNorm>(c.hidden_size, c.layer_norm_eps, init.device));
+        lm_bias_ = register_parameter("cls.predictions.bias", zeros({c.vocab_size}, DType::f32, init.device));
+      }
+      break;
+  }
+  nn::materialize(parameters());
+}
+
+ModelOutputs BertForTask::forward(const ModelInputs& in) {
+  BertBackbone::Out h = backbone_->forward(in);
+  ModelOutputs out;
+  const Tensor& labels = in.labels;
+  switch (head_) {
+    case Head::None:
+      out.last_hidden_state = h.sequence;
+      out.pooler_output = h.pooled;
+      return out;
+    case Head::SequenceClassification: {
+      if (roberta_) {
+        // RobertaClassificationHead: token 0 -> dropout -> dense -> tanh -> dropout -> out_proj
+        Tensor first = squeeze(slice(h.sequence, 1, 0, 1), 1);
+        Tensor z = tanh(classifier_dense_->forward(head_dropout_->forward(first)));
+        out.logits = classifier_->forward(head_dropout_->forward(z));
+      } else {
+        out.logits = classifier_->forward(head_dropout_->forward(h.pooled));
+      }
+      if (!labels.defined()) return out;
+      int64_t C = config_.num_labels();
+      std::string problem = config_.problem_type.value_or(
+          C == 1 ? "regression" : is_integral(labels.dtype()) ? "single_label_classification" : "multi_label_classification");
+      if (problem == "regression") {
+        out.loss = mse_loss(reshape(out.logits, {-1}), reshape(cast(labels, DType::f32), {-1}));
+      } else if (problem == "single_label_classification") {
+        out.loss = cross_entropy(reshape(out.logits, {-1, C}), reshape(labels, {-1}));
+      } else {
+        KILN_CHECK(labels.shape() == out.logits.shape(), "multi-label classification: labels ",
+                   to_string(labels.shape()), " must match logits ", to_string(out.logits.shape()));
+        out.loss = binary_cross_entropy_with_logits(out.logits, cast(labels, DType::f32));
+      }
+      return out;
+    }
+    case Head::TokenClassification: {
+      out.logits = classifier_->forward(head_dropout_->forward(h.sequence));
+      if (labels.defined()) {
+        int64_t C = config_.num_labels();
+        out.loss = cross_entropy(reshape(out.logits, {-1, C}), reshape(labels, {-1}));
+      }
+      return out;
+    }
+    case Head::QuestionAnswering: {
+      Tensor logits = classifier_->forward(h.sequence);  // [B,T,2]
+      out.start_logits = squeeze(slice(logits, 2, 0, 1), 2);
+      out.end_logits = squeeze(slice(logits, 2, 1, 2), 2);
+      if (in.start_positions.defined() && in.end_positions.defined()) {
+        // Positions outside the sequence are clamped to T and ignored (HF).
+        int64_t T = out.start_logits.dim(1);
+        auto clamp = [&](const Tensor& p) {
+          Tensor zero = full({}, 0, p.dtype(), p.device()), top = full({}, static_cast<double>(T), p.dtype(), p.device());
+          return minimum(maximum(reshape(p, {-1}), zero), top);
+        };
+        Tensor s = cross_entropy(out.start_logits, clamp(in.start_positions), T);
+        Tensor e = cross_entropy(out.end_logits, clamp(in.end_positions), T);
+        out.loss = (s + e) * 0.5;
+      }
+      return out;
+    }
+    case Head::MaskedLM: {
+      Tensor z = lm_transform_->forward(h.sequence);
+      z = roberta_ ? gelu(z) : nn::activation(config_.hidden_act, z);
+      z = lm_norm_->forward(z);
+      const Tensor& decoder = backbone_->embeddings->word_embeddings->weight;
+      out.logits = linear(z, decoder, lm_bias_);
+      if (labels.defined()) out.loss = cross_entropy(reshape(out.logits, {-1, config_.vocab_size}), reshape(labels, {-1}));
+      return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::models

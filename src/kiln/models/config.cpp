@@ -1,0 +1,217 @@
+#include "kiln/models/config.h"
+
+#include <fstream>
+
+#include "kiln/core/error.h"
+#include "kiln/nn/module.h"
+
+namespace kiln::models {
+
+using nlohmann::json;
+
+namespace {
+
+const char* type_name(const json& v) { return v.type_name(); }
+
+// Reads j[key] into out when present; wrong types are errors naming the key.
+template <typename T>
+void read(const json& j, const char* key, T& out, const std::string& src) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  if constexpr (std::is_same_v<T, int64_t>) {
+    KILN_CHECK(it->is_number_integer(), src, ": '", key, "' must be an integer, got ", type_name(*it), " ", it->dump());
+    out = it->get<int64_t>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    KILN_CHECK(it->is_number(), src, ": '", key, "' must be a number, got ", type_name(*it), " ", it->dump());
+    out = it->get<double>();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    KILN_CHECK(it->is_string(), src, ": '", key, "' must be a string, got ", type_name(*it), " ", it->dump());
+    out = it->get<std::string>();
+  }
+}
+
+template <typename T>
+void read_opt(const json& j, const char* key, std::optional<T>& out, const std::string& src) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  T v{};
+  read(j, key, v, src);
+  out = v;
+}
+
+const std::vector<std::string> kKnown = {
+    "model_type", "architectures", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
+    "max_position_embeddings", "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id",
+    "bos_token_id", "eos_token_id", "position_embedding_type", "classifier_dropout", "problem_type", "id2label",
+    "label2id", "num_labels"};
+
+}  // namespace
+
+void BertConfig::set_num_labels(int64_t n) {
+  KILN_CHECK(n >= 1, "num_labels must be >= 1, got ", n);
+  id2label.clear();
+  for (int64_t i = 0; i < n; ++i) id2label[i] = "LABEL_" + std::to_string(i);
+}
+
+BertConfig BertConfig::from_json(const json& j, const std::string& src) {
+  KILN_CHECK(j.is_object(), src, ": expected a JSON object, got ", j.type_name());
+  BertConfig c;
+  read(j, "model_type", c.model_type, src);
+  if (c.model_type == "roberta") {  // RobertaConfig's defaults
+    c.pad_token_id = 1;
+    c.bos_token_id = 0;
+    c.eos_token_id = 2;
+    c.max_position_embeddings = 514;
+    c.type_vocab_size = 1;
+    c.layer_norm_eps = 1e-5;
+    c.vocab_size = 50265;
+  }
+  if (auto it = j.find("architectures"); it != j.end() && !it->is_null()) {
+    KILN_CHECK(it->is_array(), src, ": 'architectures' must be a list of strings, got ", it->dump());
+    for (const auto& a : *it) {
+      KILN_CHECK(a.is_string(), src, ": 'architectures' must be a list of strings, got ", it->dump());
+      c.architectures.push_back(a.get<std::string>());
+    }
+  }
+  read(j, "vocab_size", c.vocab_size, src);
+  read(j, "hidden_size", c.hidden_size, src);
+  read(j, "num_hidden_layers", c.num_hidden_layers, src);
+  read(j, "num_attention_heads", c.num_attention_heads, src);
+  read(j, "intermediate_size", c.intermediate_size, src);
+  read(j, "hidden_act", c.hidden_act, src);
+  read(j, "hidden_dropout_prob", c.hidden_dropout_prob, src);
+  read(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, src);
+  read(j, "max_position_embeddings", c.max_position_embeddings, src);
+  read(j, "type_vocab_size", c.type_vocab_size, src);
+  read(j, "initializer_range", c.initializer_range, src);
+  read(j, "layer_norm_eps", c.layer_norm_eps, src);
+  read(j, "pad_token_id", c.pad_token_id, src);
+  read_opt(j, "bos_token_id", c.bos_token_id, src);
+  read_opt(j, "eos_token_id", c.eos_token_id, src);
+  read(j, "position_embedding_type", c.position_embedding_type, src);
+  read_opt(j, "classifier_dropout", c.classifier_dropout, src);
+  read_opt(j, "problem_type", c.problem_type, src);
+  if (auto it = j.find("id2label"); it != j.end() && !it->is_null()) {
+    KILN_CHECK(it->is_object(), src, ": 'id2label' must be an object {\"0\": \"label\", ...}, got ", it->dump());
+    c.id2label.clear();
+    for (const auto& [k, v] : it->items()) {
+      char* end = nullptr;
+      long long id = std::strtoll(k.c_str(), &end, 10);
+      KILN_CHECK(!k.empty() && *end == 0 && id >= 0, src, ": 'id2label' key '", k, "' is not a label id");
+      KILN_CHECK(v.is_string(), src, ": 'id2label' value for ", k, " must be a string, got ", v.dump());
+      c.id2label[id] = v.get<std::string>();
+    }
+  } else if (auto n = j.find("num_labels"); n != j.end() && !n->is_null()) {
+    int64_t num = 2;
+    read(j, "num_labels", num, src);
+    c.set_num_labels(num);
+  }
+  for (const auto& [k, v] : j.items())
+    if (std::find(kKnown.begin(), kKnown.end(), k) == kKnown.end()) c.extra[k] = v;
+  c.validate(src);
+  return c;
+}
+
+void BertConfig::validate(const std::string& src) const {
+  KILN_CHECK(model_type == "bert" || model_type == "roberta", src, ": model_type '", model_type,
+             "' is not supported (supported: bert, roberta)");
+  auto positive = [&](const char* k, int64_t v) { KILN_CHECK(v > 0, src, ": '", k, "' must be positive, got ", v); };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("intermediate_size", intermediate_size);
+  positive("max_position_embeddings", max_position_embeddings);
+  positive("type_vocab_size", type_vocab_size);
+  KILN_CHECK(hidden_size % num_attention_heads == 0, src, ": hidden_size ", hidden_size,
+             " is not a multiple of num_attention_heads ", num_attention_heads);
+  KILN_CHECK(position_embedding_type == "absolute", src, ": position_embedding_type '", position_embedding_type,
+             "' is not supported (only 'absolute')");
+  KILN_CHECK(pad_token_id >= 0 && pad_token_id < vocab_size, src, ": pad_token_id ", pad_token_id,
+             " out of range [0, ", vocab_size, ")");
+  auto prob = [&](const char* k, double v) { KILN_CHECK(v >= 0 && v < 1, src, ": '", k, "' must be in [0, 1), got ", v); };
+  prob("hidden_dropout_prob", hidden_dropout_prob);
+  prob("attention_probs_dropout_prob", attention_probs_dropout_prob);
+  if (classifier_dropout) prob("classifier_dropout", *classifier_dropout);
+  if (problem_type)
+    KILN_CHECK(*problem_type == "regression" || *problem_type == "single_label_classification" ||
+                   *problem_type == "multi_label_classification",
+               src, ": problem_type '", *problem_type,
+               "' is not one of regression, single_label_classification, multi_label_classification");
+  for (int64_t i = 0; i < num_labels(); ++i)
+    KILN_CHECK(id2label.count(i), src, ": 'id2label' must have ids 0..", num_labels() - 1, ", id ", i, " is missing");
+  try {
+    nn::check_activation(hidden_act);
+  } catch (const Error& e) {
+    throw Error(src + ": hidden_act: " + e.what());
+  }
+}
+
+BertConfig BertConfig::from_file(const std::filesystem::path& path) {
+  std::ifstream f(path);
+  KILN_CHECK(f.good(), path.string(), ": cannot open config file");
+  json j;
+  try {
+    j = json::parse(f);
+  } catch (const json::parse_error& e) {
+    throw Error(path.string() + ": malformed JSON: " + e.what());
+  }
+  return from_json(j, path.string());
+}
+
+std::optional<BertConfig> BertConfig::preset(const std::string& name) {
+  BertConfig c;
+  auto size = [&](int64_t layers, int64_t hidden, int64_t heads) {
+    c.num_hidden_layers = layers;
+    c.hidden_size = hidden;
+    c.num_attention_heads = heads;
+    c.intermediate_size = 4 * hidden;
+  };
+  if (name == "bert-tiny") size(2, 128, 2);
+  else if (name == "bert-mini") size(4, 256, 4);
+  else if (name == "bert-small") size(4, 512, 8);
+  else if (name == "bert-base") size(12, 768, 12);
+  else if (name == "roberta-base") {
+    json j = {{"model_type", "roberta"}};
+    c = from_json(j, "preset roberta-base");
+  } else {
+    return std::nullopt;
+  }
+  c.architectures = {c.model_type == "roberta" ? "RobertaForMaskedLM" : "BertForMaskedLM"};
+  return c;
+}
+
+json BertConfig::to_json() const {
+  json j = extra;
+  j["model_type"] = model_type;
+  j["architectures"] = architectures;
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["intermediate_size"] = intermediate_size;
+  j["hidden_act"] = hidden_act;
+  j["hidden_dropout_prob"] = hidden_dropout_prob;
+  j["attention_probs_dropout_prob"] = attention_probs_dropout_prob;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["type_vocab_size"] = type_vocab_size;
+  j["initializer_range"] = initializer_range;
+  j["layer_norm_eps"] = layer_norm_eps;
+  j["pad_token_id"] = pad_token_id;
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  if (eos_token_id) j["eos_token_id"] = *eos_token_id;
+  j["position_embedding_type"] = position_embedding_type;
+  j["classifier_dropout"] = classifier_dropout ? json(*classifier_dropout) : json(nullptr);
+  if (problem_type) j["problem_type"] = *problem_type;
+  json id2 = json::object(), l2id = json::object();
+  for (const auto& [id, label] : id2label) {
+    id2[std::to_string(id)] = label;
+    l2id[label] = id;
+  }
+  j["id2label"] = id2;
+  j["label2id"] = l2id;
+  return j;
+}
+
+}  // namespace kiln::models

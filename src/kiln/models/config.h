@@ -1,0 +1,50 @@
+#pragma once
+// Hugging Face config.json for the BERT family (BERT, RoBERTa): HF's field
+// names and defaults. Unknown fields are kept and written back unchanged.
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::models {
+
+struct BertConfig {
+  std::string model_type = "bert";  // "bert" or "roberta"
+  std::vector<std::string> architectures;
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;
+  int64_t intermediate_size = 3072;
+  std::string hidden_act = "gelu";
+  double hidden_dropout_prob = 0.1;
+  double attention_probs_dropout_prob = 0.1;
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double initializer_range = 0.02;
+  double layer_norm_eps = 1e-12;
+  int64_t pad_token_id = 0;
+  std::optional<int64_t> bos_token_id, eos_token_id;
+  std::string position_embedding_type = "absolute";
+  std::optional<double> classifier_dropout;
+  std::optional<std::string> problem_type;  // regression, single_label_classification, multi_label_classification
+  std::map<int64_t, std::string> id2label = {{0, "LABEL_0"}, {1, "LABEL_1"}};
+  nlohmann::json extra = nlohmann::json::object();  // fields kiln does not interpret
+
+  int64_t num_labels() const { return static_cast<int64_t>(id2label.size()); }
+  void set_num_labels(int64_t n);  // LABEL_0.. LABEL_{n-1}
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+
+  // `source` names the file in errors ("model/config.json: 'hidden_size' must be an integer, got "x"").
+  static BertConfig from_json(const nlohmann::json& j, const std::string& source);
+  static BertConfig from_file(const std::filesystem::path& path);
+  // Presets: "bert-tiny" (2 layers, hidden 128), "bert-mini", "bert-small", "bert-base", "roberta-base".
+  static std::optional<BertConfig> preset(const std::string& name);
+  nlohmann::json to_json() const;
+  void validate(const std::string& source) const;
+};
+
+}  // namespace kiln::models

@@ -1,0 +1,150 @@
+#include "kiln/models/model.h"
+
+#include <cstdio>
+
+#include "kiln/core/error.h"
+#include "kiln/io/json_file.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/models/bert.h"
+
+namespace kiln::models {
+
+namespace fs = std::filesystem;
+
+std::map<std::string, Tensor> ModelOutputs::named() const {
+  std::map<std::string, Tensor> m;
+  auto put = [&](const char* k, const Tensor& t) {
+    if (t.defined()) m.emplace(k, t);
+  };
+  put("loss", loss);
+  put("logits", logits);
+  put("start_logits", start_logits);
+  put("end_logits", end_logits);
+  put("last_hidden_state", last_hidden_state);
+  put("pooler_output", pooler_output);
+  return m;
+}
+
+void PreTrainedModel::save_pretrained(const fs::path& dir) const {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  KILN_CHECK(!ec, dir.string(), ": cannot create directory: ", ec.message());
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, t] : named_parameters()) tensors.emplace_back(name, t);
+  // Weights first, config last: a directory with a config always has its weights.
+  io::save_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  io::write_json_file_atomic(dir / "config.json", config_.to_json());
+}
+
+std::vector<std::string> supported_architectures() {
+  return {"BertModel",
+          "BertForSequenceClassification",
+          "BertForTokenClassification",
+          "BertForQuestionAnswering",
+          "BertForMaskedLM",
+          "RobertaModel",
+          "RobertaForSequenceClassification",
+          "RobertaForMaskedLM"};
+}
+
+std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const BertConfig& config, uint64_t seed,
+                                              Device device) {
+  auto archs = supported_architectures();
+  if (std::find(archs.begin(), archs.end(), architecture) == archs.end()) {
+    std::string list;
+    for (const auto& a : archs) list += (list.empty() ? "" : ", ") + a;
+    throw Error("unsupported architecture '" + architecture + "' (supported: " + list + ")");
+  }
+  return std::make_unique<BertForTask>(architecture, config, seed, device);
+}
+
+namespace {
+
+// HF pre-trained checkpoints use several layouts for the same backbone: with
+// or without the "bert." prefix, and the old LayerNorm gamma/beta names.
+std::string canonical_key(std::string key) {
+  auto replace_suffix = [&](const std::string& from, const std::string& to) {
+    if (key.size() >= from.size() && key.compare(key.size() - from.size(), from.size(), from) == 0)
+      key = key.substr(0, key.size() - from.size()) + to;
+  };
+  replace_suffix("LayerNorm.gamma", "LayerNorm.weight");
+  replace_suffix("LayerNorm.beta", "LayerNorm.bias");
+  return key;
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+
+}  // namespace
+
+std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const LoadOptions& options) {
+  KILN_CHECK(fs::is_directory(dir), dir.string(), ": not a model directory");
+  BertConfig config = BertConfig::from_file(dir / "config.json");
+  std::string arch = options.architecture;
+  if (arch.empty()) {
+    KILN_CHECK(!config.architectures.empty(), (dir / "config.json").string(),
+               ": no 'architectures'; name the architecture to build");
+    arch = config.architectures[0];
+  }
+  if (options.num_labels > 0 && options.num_labels != config.num_labels()) {
+    config.set_num_labels(options.num_labels);
+    config.problem_type.reset();
+  }
+  auto model = create_model(arch, config, options.seed, options.device);
+  std::map<std::string, Tensor> loaded = io::load_safetensors(dir, options.device);
+
+  const std::string prefix = model->base_model_prefix() + ".";
+  auto params = model->state_dict();
+  bool model_has_prefix = std::any_of(params.begin(), params.end(), [&](auto& p) { return starts_with(p.first, prefix); });
+  bool ckpt_has_prefix = std::any_of(loaded.begin(), loaded.end(), [&](auto& p) { return starts_with(p.first, prefix); });
+  std::map<std::string, Tensor> dict;
+  for (auto& [k, t] : loaded) {
+    std::string key = canonical_key(k);
+    if (model_has_prefix && !ckpt_has_prefix && params.count(prefix + key)) key = prefix + key;  // base → head model
+    if (!model_has_prefix && ckpt_has_prefix && starts_with(key, prefix)) key = key.substr(prefix.size());  // head → base
+    dict[key] = t;
+  }
+
+  // Tied duplicates HF may have saved (decoder = word embeddings) are not separate parameters.
+  for (const char* tied : {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "lm_head.decoder.weight",
+                           "lm_head.decoder.bias"})
+    dict.erase(tied);
+
+  nn::LoadReport report = model->load_state_dict(dict, false);
+  std::string file = (dir / "model.safetensors").string();
+  std::string errors;
+  for (const auto& m : report.mismatched) errors += "  tensor " + m + "\n";
+  std::vector<std::string> new_head;
+  for (const auto& m : report.missing) {
+    bool in_backbone = model_has_prefix ? starts_with(m, prefix) : true;
+    if (in_backbone) errors += "  missing tensor '" + m + "' " + to_string(params.at(m).shape()) + "\n";
+    else new_head.push_back(m);
+  }
+  std::vector<std::string> other_heads;
+  for (const auto& u : report.unexpected) {
+    bool in_backbone = model_has_prefix ? starts_with(u, prefix) : !(starts_with(u, "cls.") || starts_with(u, "lm_head.") ||
+                                                                    starts_with(u, "classifier") || starts_with(u, "qa_outputs"));
+    // A checkpoint's pooler is unused by heads that have none (as in HF).
+    bool pooler = u.find("pooler.") != std::string::npos;
+    if (in_backbone && !pooler) errors += "  unexpected tensor '" + u + "' " + to_string(dict.at(u).shape()) + "\n";
+    else other_heads.push_back(u);
+  }
+  if (!errors.empty())
+    throw Error(file + " does not fit " + arch + " (" + (dir / "config.json").string() + "):\n" + errors);
+  if (!new_head.empty()) {
+    std::string names;
+    for (const auto& n : new_head) names += " " + n;
+    std::fprintf(stderr,
+                 "kiln: warning: some weights of %s were not in %s and are newly initialized:%s\n"
+                 "kiln: warning: you should probably train this model on a downstream task before using it\n",
+                 arch.c_str(), file.c_str(), names.c_str());
+  }
+  if (!other_heads.empty()) {
+    std::string names;
+    for (const auto& n : other_heads) names += " " + n;
+    std::fprintf(stderr, "kiln: warning: some weights of %s were not used by %s:%s\n", file.c_str(), arch.c_str(),
+                 names.c_str());
+  }
+  return model;
+}
+
+}  // namespace kiln::models

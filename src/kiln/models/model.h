@@ -1,0 +1,68 @@
+#pragma once
+// The Hugging Face model interface: inputs and outputs by HF's names,
+// from_pretrained / save_pretrained directories that Python's transformers
+// opens, and AutoModel-style dispatch.
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "kiln/models/config.h"
+#include "kiln/nn/module.h"
+
+namespace kiln::models {
+
+struct ModelInputs {
+  Tensor input_ids;       // i64 [B, T]
+  Tensor attention_mask;  // [B, T], 1 = token, 0 = padding (optional)
+  Tensor token_type_ids;  // i64 [B, T] (optional)
+  Tensor labels;          // task-dependent (optional)
+  Tensor start_positions, end_positions;  // question answering (optional)
+};
+
+struct ModelOutputs {
+  Tensor loss;  // [] when labels were given
+  Tensor logits;
+  Tensor start_logits, end_logits;
+  Tensor last_hidden_state, pooler_output;
+  std::map<std::string, Tensor> named() const;  // the defined ones, by HF's names
+};
+
+class PreTrainedModel : public nn::Module {
+ public:
+  explicit PreTrainedModel(BertConfig config) : config_(std::move(config)) {}
+  virtual ModelOutputs forward(const ModelInputs& inputs) = 0;
+  virtual std::string architecture() const = 0;
+  // The backbone's attribute name ("bert", "roberta"); keys under it belong to the base model.
+  virtual std::string base_model_prefix() const = 0;
+  const BertConfig& config() const { return config_; }
+  BertConfig& config() { return config_; }
+  // Writes config.json and model.safetensors (atomically, in HF's layout).
+  void save_pretrained(const std::filesystem::path& dir) const;
+
+ protected:
+  BertConfig config_;
+};
+
+struct LoadOptions {
+  Device device = Device::cpu();
+  uint64_t seed = 42;  // initialises weights the checkpoint lacks (a new head), and dropout
+  // Architecture to build; empty: config.json's first architecture.
+  std::string architecture;
+  int64_t num_labels = 0;  // > 0: override (a new classification head)
+};
+
+// Builds an architecture by HF class name ("BertForSequenceClassification") with fresh weights.
+std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const BertConfig& config,
+                                              uint64_t seed = 42, Device device = Device::cpu());
+// Architectures kiln can build.
+std::vector<std::string> supported_architectures();
+
+// AutoModel.from_pretrained: reads DIR/config.json and the safetensors
+// weights. Mis-shaped tensors and missing backbone tensors are errors that
+// name them; missing head tensors are initialised with a warning (as HF does
+// when fine-tuning from a base model); unexpected tensors of other heads are
+// reported in a warning, unexpected tensors inside the backbone are errors.
+std::unique_ptr<PreTrainedModel> from_pretrained(const std::filesystem::path& dir, const LoadOptions& options = {});
+
+}  // namespace kiln::models

@@ -1,0 +1,113 @@
+#pragma once
+// nn::Module: a tree of parameters with Hugging Face's dotted names
+// ("bert.encoder.layer.0.attention.self.query.weight"), state_dict() and a
+// load_state_dict() that reports every missing, unexpected and mis-shaped key.
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/runtime/ops.h"
+
+namespace kiln::nn {
+
+// What load_state_dict found. Empty lists: an exact match.
+struct LoadReport {
+  std::vector<std::string> missing;     // in the module, not in the dict
+  std::vector<std::string> unexpected;  // in the dict, not in the module
+  std::vector<std::string> mismatched;  // "name: checkpoint [a,b], model [c,d]"
+  bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+  std::string describe() const;  // one line per problem
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Dotted names in registration order (depth first); shared tensors once.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  std::map<std::string, Tensor> state_dict() const;
+  // Copies matching tensors in (shape-checked, cast to the parameter's dtype).
+  // strict: any missing, unexpected or mis-shaped key throws with the report.
+  LoadReport load_state_dict(const std::map<std::string, Tensor>& dict, bool strict = true);
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+ protected:
+  // Registers a trainable parameter; returns it (requires_grad set, named).
+  Tensor register_parameter(const std::string& name, Tensor value);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    children_.emplace_back(name, m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out,
+               std::vector<const TensorImpl*>& seen) const;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// Weight initialisation as Hugging Face's _init_weights: normal(0, std) for
+// weights, zeros for biases, ones/zeros for LayerNorm.
+struct Init {
+  Generator* gen;
+  double std;
+  Device device;
+  Tensor normal(const Shape& shape) const;
+};
+
+// Materialises every parameter (runs their initialisers) and waits: after
+// this, training steps start from data, so they compile once.
+void materialize(const std::vector<Tensor>& tensors);
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, const Init& init, bool bias = true);
+  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }
+  Tensor weight, bias;  // [out, in], [out]
+};
+
+class Embedding : public Module {
+ public:
+  // padding_idx >= 0: that row starts at zero (as HF initialises it).
+  Embedding(int64_t num, int64_t dim, const Init& init, int64_t padding_idx = -1);
+  Tensor forward(const Tensor& ids) const { return embedding(ids, weight, padding_idx); }
+  Tensor weight;  // [num, dim]
+  int64_t padding_idx;  // its row gets no gradient
+};
+
+class LayerNorm : public Module {
+ public:
+  LayerNorm(int64_t dim, double eps, Device device);
+  Tensor forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+  Tensor weight, bias;
+  double eps;
+};
+
+// Dropout drawing from a generator shared by the model (seeded, so runs repeat).
+class Dropout : public Module {
+ public:
+  Dropout(double p, std::shared_ptr<Generator> gen) : p(p), gen_(std::move(gen)) {}
+  Tensor forward(const Tensor& x) const { return dropout(x, p, *gen_, is_training() && p > 0); }
+  double p;
+
+ private:
+  std::shared_ptr<Generator> gen_;
+};
+
+// HF's ACT2FN: "gelu" (erf), "gelu_new" / "gelu_pytorch_tanh" (tanh form),
+// "relu", "tanh", "sigmoid"; anything else is an error naming it.
+Tensor activation(const std::string& name, const Tensor& x);
+void check_activation(const std::string& name);
+
+}  // namespace kiln::nn

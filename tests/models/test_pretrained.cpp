@@ -1,0 +1,223 @@
+// from_pretrained / save_pretrained: round trips, HF checkpoint layouts, and
+// errors that name the offending tensor or field.
+#include <filesystem>
+#include <fstream>
+
+#include "kiln/io/json_file.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/models/model.h"
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("kiln_models_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+};
+
+models::BertConfig tiny_config(const std::string& type = "bert") {
+  models::BertConfig c = models::BertConfig::from_json({{"model_type", type}}, "test");
+  c.vocab_size = 50;
+  c.hidden_size = 16;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 24;
+  c.max_position_embeddings = 32;
+  c.set_num_labels(3);
+  c.extra["my_custom_field"] = {1, 2, 3};
+  return c;
+}
+
+models::ModelInputs tiny_batch() {
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 0, 4, 8, 0, 0}, {2, 5});
+  in.attention_mask = Tensor::from_vector(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, {2, 5});
+  in.labels = Tensor::from_vector(std::vector<int64_t>{2, 0}, {2});
+  return in;
+}
+
+TEST(Pretrained, SaveThenLoadGivesIdenticalTensorsAndLogits) {
+  for (const char* arch : {"BertForSequenceClassification", "RobertaForMaskedLM", "BertForQuestionAnswering"}) {
+    SCOPED_TRACE(arch);
+    TempDir dir;
+    bool roberta = std::string(arch).rfind("Roberta", 0) == 0;
+    auto model = models::create_model(arch, tiny_config(roberta ? "roberta" : "bert"), 7);
+    model->eval();
+    model->save_pretrained(dir.path);
+    EXPECT_TRUE(fs::exists(dir.path / "config.json"));
+    EXPECT_TRUE(fs::exists(dir.path / "model.safetensors"));
+    auto loaded = models::from_pretrained(dir.path);
+    loaded->eval();
+    EXPECT_EQ(loaded->architecture(), arch);
+    auto a = model->state_dict(), b = loaded->state_dict();
+    ASSERT_EQ(a.size(), b.size());
+    for (auto& [name, t] : a) EXPECT_EQ(t.to_vector<float>(), b.at(name).to_vector<float>()) << name;
+    auto in = tiny_batch();
+    in.labels = {};
+    auto la = model->forward(in), lb = loaded->forward(in);
+    Tensor xa = la.logits.defined() ? la.logits : la.start_logits, xb = lb.logits.defined() ? lb.logits : lb.start_logits;
+    EXPECT_EQ(xa.to_vector<float>(), xb.to_vector<float>());
+    // Unknown config fields survive the round trip.
+    EXPECT_EQ(io::read_json_file(dir.path / "config.json")["my_custom_field"], nlohmann::json({1, 2, 3}));
+  }
+}
+
+TEST(Pretrained, TiedDecoderIsSavedOnceAsHuggingFaceDoes) {
+  TempDir dir;
+  auto model = models::create_model("BertForMaskedLM", tiny_config(), 1);
+  model->save_pretrained(dir.path);
+  auto file = io::SafetensorsFile::open(dir.path / "model.safetensors");
+  EXPECT_NE(file.find("bert.embeddings.word_embeddings.weight"), nullptr);
+  EXPECT_NE(file.find("cls.predictions.bias"), nullptr);
+  EXPECT_EQ(file.find("cls.predictions.decoder.weight"), nullptr);
+  EXPECT_EQ(file.metadata().at("format"), "pt");
+}
+
+// Rewrites DIR/model.safetensors through `edit`.
+void edit_weights(const fs::path& dir, const std::function<void(std::map<std::string, Tensor>&)>& edit) {
+  auto tensors = io::load_safetensors(dir / "model.safetensors");
+  edit(tensors);
+  std::vector<std::pair<std::string, Tensor>> list(tensors.begin(), tensors.end());
+  io::save_safetensors(dir / "model.safetensors", list);
+}
+
+std::string load_error(const fs::path& dir) {
+  try {
+    models::from_pretrained(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Pretrained, MissingExtraOrMisShapedTensorsAreNamed) {
+  TempDir dir;
+  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path);
+  const std::string key = "bert.encoder.layer.1.attention.self.key.weight";
+
+  edit_weights(dir.path, [&](auto& t) { t.erase(key); });
+  std::string e = load_error(dir.path);
+  EXPECT_NE(e.find("missing tensor '" + key + "' [16,16]"), std::string::npos) << e;
+
+  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path);
+  edit_weights(dir.path, [&](auto& t) { t[key] = zeros({16, 8}); });
+  e = load_error(dir.path);
+  EXPECT_NE(e.find(key + ": checkpoint [16,8], model [16,16]"), std::string::npos) << e;
+
+  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path);
+  edit_weights(dir.path, [&](auto& t) { t["bert.encoder.layer.0.extra.weight"] = zeros({2}); });
+  e = load_error(dir.path);
+  EXPECT_NE(e.find("unexpected tensor 'bert.encoder.layer.0.extra.weight'"), std::string::npos) << e;
+}
+
+TEST(Pretrained, HeadModelFromBaseCheckpointInitialisesTheNewHead) {
+  TempDir dir;
+  auto base = models::create_model("BertModel", tiny_config(), 5);
+  base->save_pretrained(dir.path);  // keys without the "bert." prefix
+  models::LoadOptions opts;
+  opts.architecture = "BertForSequenceClassification";
+  opts.num_labels = 4;
+  auto model = models::from_pretrained(dir.path, opts);
+  auto sd = model->state_dict();
+  EXPECT_EQ(sd.at("classifier.weight").shape(), (Shape{4, 16}));
+  EXPECT_EQ(sd.at("bert.embeddings.word_embeddings.weight").to_vector<float>(),
+            base->state_dict().at("embeddings.word_embeddings.weight").to_vector<float>());
+}
+
+TEST(Pretrained, LegacyGammaBetaNamesLoad) {
+  TempDir dir;
+  auto model = models::create_model("BertForSequenceClassification", tiny_config(), 3);
+  model->save_pretrained(dir.path);
+  edit_weights(dir.path, [&](auto& t) {
+    auto w = t.at("bert.embeddings.LayerNorm.weight");
+    t.erase("bert.embeddings.LayerNorm.weight");
+    t["bert.embeddings.LayerNorm.gamma"] = w;
+  });
+  EXPECT_NO_THROW(models::from_pretrained(dir.path));
+}
+
+TEST(Pretrained, BadConfigsAreClearErrors) {
+  TempDir dir;
+  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path);
+  auto cfg = io::read_json_file(dir.path / "config.json");
+  cfg["hidden_size"] = "big";
+  io::write_json_file_atomic(dir.path / "config.json", cfg);
+  EXPECT_NE(load_error(dir.path).find("'hidden_size' must be an integer, got string \"big\""), std::string::npos)
+      << load_error(dir.path);
+  cfg["hidden_size"] = 15;  // not a multiple of 2 heads
+  io::write_json_file_atomic(dir.path / "config.json", cfg);
+  EXPECT_NE(load_error(dir.path).find("hidden_size 15 is not a multiple of num_attention_heads 2"), std::string::npos);
+  cfg["hidden_size"] = 16;
+  cfg["architectures"] = {"BertForNextSentencePrediction"};
+  io::write_json_file_atomic(dir.path / "config.json", cfg);
+  EXPECT_NE(load_error(dir.path).find("unsupported architecture 'BertForNextSentencePrediction'"), std::string::npos);
+  cfg["architectures"] = {"BertForSequenceClassification"};
+  cfg["model_type"] = "gpt2";
+  io::write_json_file_atomic(dir.path / "config.json", cfg);
+  EXPECT_NE(load_error(dir.path).find("model_type 'gpt2' is not supported"), std::string::npos);
+  std::ofstream(dir.path / "config.json") << "{\"model_type\": ";
+  EXPECT_NE(load_error(dir.path).find("config.json"), std::string::npos);
+}
+
+TEST(Pretrained, InitialisationFollowsHuggingFace) {
+  models::BertConfig c = tiny_config();
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.intermediate_size = 128;
+  c.vocab_size = 1000;
+  auto model = models::create_model("BertForSequenceClassification", c, 11);
+  auto sd = model->state_dict();
+  auto w = sd.at("bert.embeddings.word_embeddings.weight").to_vector<double>();
+  double s2 = 0;
+  for (size_t i = 64; i < w.size(); ++i) s2 += w[i] * w[i];  // row 0 is the zeroed padding row
+  EXPECT_NEAR(std::sqrt(s2 / (w.size() - 64)), c.initializer_range, 0.002);
+  for (size_t i = 0; i < 64; ++i) EXPECT_EQ(w[i], 0.0);
+  for (double v : sd.at("bert.encoder.layer.0.attention.self.query.bias").to_vector<double>()) EXPECT_EQ(v, 0.0);
+  for (double v : sd.at("bert.encoder.layer.0.output.LayerNorm.weight").to_vector<double>()) EXPECT_EQ(v, 1.0);
+}
+
+TEST(Pretrained, FineTuningATinyBertLowersTheLoss) {
+  models::BertConfig c = tiny_config();
+  c.hidden_dropout_prob = 0.0;
+  c.attention_probs_dropout_prob = 0.0;
+  c.set_num_labels(2);
+  auto model = models::create_model("BertForSequenceClassification", c, 2);
+  model->train();
+  optim::AdamW opt(model->parameters(), {.lr = 3e-3});
+  // Label = whether token 7 occurs in the sequence.
+  std::vector<int64_t> ids, labels;
+  for (int i = 0; i < 16; ++i) {
+    bool has = i % 2 == 0;
+    for (int t = 0; t < 6; ++t) ids.push_back(t == i % 6 && has ? 7 : 10 + (i * 5 + t * 3) % 30);
+    labels.push_back(has);
+  }
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(ids, {16, 6}, Device::cpu(), "input_ids");
+  in.labels = Tensor::from_vector(labels, {16}, Device::cpu(), "labels");
+  float first = 0, last = 0;
+  metrics::reset();
+  for (int step = 0; step < 40; ++step) {
+    opt.zero_grad();
+    Tensor loss = model->forward(in).loss;
+    loss.backward();
+    opt.step();
+    mark_step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  EXPECT_LT(last, 0.5 * first) << first << " -> " << last;
+  EXPECT_EQ(metrics::snapshot().compiles, 1) << metrics::report();
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,75 @@
+#include "flags.h"
+
+#include <algorithm>
+
+#include "kiln/core/error.h"
+
+namespace kiln::cli {
+
+Flags::Flags(std::string command, std::vector<FlagSpec> specs, std::string usage)
+    : command_(std::move(command)), usage_(std::move(usage)), specs_(std::move(specs)) {}
+
+std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (const auto& c : candidates) {
+    std::vector<size_t> prev(c.size() + 1), cur(c.size() + 1);
+    for (size_t j = 0; j <= c.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= word.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= c.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (word[i - 1] == c[j - 1] ? 0 : 1)});
+      std::swap(prev, cur);
+    }
+    if (prev[c.size()] < best_d) {
+      best_d = prev[c.size()];
+      best = c;
+    }
+  }
+  return best_d <= std::max<size_t>(2, word.size() / 3) ? best : "";
+}
+
+void Flags::parse(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      help_ = true;
+      return;
+    }
+    KILN_CHECK(arg.rfind("--", 0) == 0 && arg.size() > 2, command_, ": unexpected argument '", arg, "'\n", usage_);
+    std::string name = arg.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    auto spec = std::find_if(specs_.begin(), specs_.end(), [&](const FlagSpec& s) { return s.name == name; });
+    if (spec == specs_.end()) {
+      std::vector<std::string> names;
+      for (const auto& s : specs_) names.push_back(s.name);
+      std::string near = closest(name, names);
+      throw Error(command_ + ": unknown flag '--" + name + "'" + (near.empty() ? "" : " (did you mean --" + near + "?)") +
+                  "\n" + usage_);
+    }
+    if (spec->takes_value) {
+      if (!inline_value) {
+        KILN_CHECK(i + 1 < args.size(), command_, ": flag --", name, " needs a value\n", usage_);
+        value = args[++i];
+      }
+    } else {
+      KILN_CHECK(!inline_value, command_, ": flag --", name, " takes no value\n", usage_);
+      value = "true";
+    }
+    values_[name] = value;
+  }
+  for (const auto& s : specs_)
+    KILN_CHECK(!s.required || has(s.name), command_, ": missing --", s.name, "\n", usage_);
+}
+
+std::string Flags::get(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,36 @@
+#pragma once
+// Command-line flags of the `kiln` subcommands: "--name value", "--name=value"
+// and switches. An unknown flag is an error that suggests the closest valid
+// name; a missing value or required flag names the flag.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln::cli {
+
+struct FlagSpec {
+  std::string name;  // without "--"
+  bool takes_value = true;
+  bool required = false;
+};
+
+class Flags {
+ public:
+  Flags(std::string command, std::vector<FlagSpec> specs, std::string usage);
+  void parse(const std::vector<std::string>& args);
+  bool help() const { return help_; }
+  const std::string& usage() const { return usage_; }
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string get(const std::string& name, const std::string& fallback = "") const;
+
+ private:
+  std::string command_, usage_;
+  std::vector<FlagSpec> specs_;
+  std::map<std::string, std::string> values_;
+  bool help_ = false;
+};
+
+// The candidate nearest to `word` by edit distance ("" when none is close).
+std::string closest(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace kiln::cli

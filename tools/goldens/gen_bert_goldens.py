@@ -1,0 +1,767 @@
+#!/usr/bin/python3
+"""Generate golden forward/backward values for kiln's BERT / RoBERTa models.
+
+Rerun from the repository root with Debian's PyTorch (python3-torch, CPU):
+
+    /usr/bin/python3 tools/goldens/gen_bert_goldens.py
+
+`transformers` is not needed (and not used): the forward pass of Hugging Face's
+BertModel / BertFor{SequenceClassification,TokenClassification,QuestionAnswering,
+MaskedLM} and RobertaFor{SequenceClassification,MaskedLM} (transformers 4.40
+semantics, eval mode, "eager" attention) is re-implemented below from HF's
+modelling code.  For every case it writes, under tests/data/bert/<case>/:
+
+  config.json         the config as HF's save_pretrained writes it (indent 2,
+                      sorted keys), plus id2label/label2id for heads that use
+                      num_labels.
+  model.safetensors   the float32 weights, HF parameter names, the key set that
+                      save_pretrained(safe_serialization=True) writes (tied decoder
+                      weight/bias dropped, no position_ids buffer).
+  golden.safetensors  inputs (I64 ids/masks/labels, F32 float labels and loss
+                      weights), outputs (logits ..., last_hidden_state, loss []) and
+                      grad.<name> = d loss / d <name> for every tensor in
+                      model.safetensors.
+
+Numerics: weights are drawn in float32 from a per-case seeded torch.Generator
+(weights N(0, 0.2), biases N(0, 0.1), LayerNorm weight 1 + N(0, 0.1), LayerNorm
+bias N(0, 0.1)); those float32 values are written, then cast to float64 and the
+forward and backward are computed in float64; results are stored rounded to
+float32.  The output is byte-identical on rerun (fixed seeds, one thread,
+deterministic algorithms).
+
+Self-checks (the script asserts them before writing anything):
+  * a second, independent implementation built from torch.nn modules
+    (nn.Embedding, nn.LayerNorm, nn.TransformerEncoderLayer with
+    key_padding_mask, nn.Linear, F.cross_entropy / mse_loss /
+    binary_cross_entropy_with_logits) must agree on every output, the loss and
+    every gradient (relative 1e-9);
+  * central finite differences (float64) on 3 random parameter entries per case;
+  * shapes of every tensor, the gradient of padding_idx embedding rows (zero
+    unless the row also feeds a tied decoder), and a read-back of every file.
+"""
+
+import collections
+import hashlib
+import json
+import math
+import os
+import struct
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT_DIR = os.path.join(REPO_ROOT, "tests", "data", "bert")
+
+torch.set_num_threads(1)
+torch.use_deterministic_algorithms(True)
+torch.set_grad_enabled(True)
+
+F64 = torch.float64
+F32_MIN = torch.finfo(torch.float32).min  # HF: (1 - mask) * torch.finfo(dtype).min
+BATCH, SEQ = 3, 7
+ATTN_MASK = [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0]]
+
+# --------------------------------------------------------------------------
+# Configs
+# --------------------------------------------------------------------------
+
+BERT_BASE_CONFIG = {
+    "attention_probs_dropout_prob": 0.1,
+    "classifier_dropout": None,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "hidden_size": 32,
+    "initializer_range": 0.02,
+    "intermediate_size": 37,
+    "layer_norm_eps": 1e-12,
+    "max_position_embeddings": 64,
+    "model_type": "bert",
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "pad_token_id": 0,
+    "position_embedding_type": "absolute",
+    "torch_dtype": "float32",
+    "transformers_version": "4.40.0",
+    "type_vocab_size": 2,
+    "use_cache": True,
+    "vocab_size": 99,
+}
+
+ROBERTA_BASE_CONFIG = dict(BERT_BASE_CONFIG)
+ROBERTA_BASE_CONFIG.update({
+    "model_type": "roberta",
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "pad_token_id": 1,
+    "type_vocab_size": 1,
+    "layer_norm_eps": 1e-05,
+    "max_position_embeddings": 66,
+})
+
+# name, architecture, num_labels (None: head without num_labels), problem_type,
+# hidden_act, seed
+CASES = [
+    ("bert_model", "BertModel", None, None, "gelu", 1001),
+    ("bert_seqcls", "BertForSequenceClassification", 3, "single_label_classification", "gelu", 1002),
+    ("bert_regression", "BertForSequenceClassification", 1, "regression", "gelu", 1003),
+    ("bert_multilabel", "BertForSequenceClassification", 4, "multi_label_classification", "gelu", 1004),
+    ("bert_tokcls", "BertForTokenClassification", 5, None, "gelu", 1005),
+    ("bert_qa", "BertForQuestionAnswering", 2, None, "gelu", 1006),
+    ("bert_mlm", "BertForMaskedLM", None, None, "gelu", 1007),
+    ("roberta_seqcls", "RobertaForSequenceClassification", 2, "single_label_classification", "gelu", 1008),
+    ("roberta_mlm", "RobertaForMaskedLM", None, None, "gelu", 1009),
+    ("bert_seqcls_gelu_new", "BertForSequenceClassification", 3, "single_label_classification", "gelu_new", 1010),
+]
+
+
+def make_config(arch, num_labels, problem_type, hidden_act):
+    cfg = dict(ROBERTA_BASE_CONFIG if arch.startswith("Roberta") else BERT_BASE_CONFIG)
+    cfg["architectures"] = [arch]
+    cfg["hidden_act"] = hidden_act
+    if num_labels is not None:
+        cfg["id2label"] = {str(i): "LABEL_%d" % i for i in range(num_labels)}
+        cfg["label2id"] = {"LABEL_%d" % i: i for i in range(num_labels)}
+    if problem_type is not None:
+        cfg["problem_type"] = problem_type
+    return cfg
+
+
+def config_json(cfg):
+    # PretrainedConfig.to_json_string: json.dumps(d, indent=2, sort_keys=True) + "\n"
+    return json.dumps(cfg, indent=2, sort_keys=True) + "\n"
+
+
+def num_labels_of(cfg):
+    return len(cfg["id2label"]) if "id2label" in cfg else 2
+
+
+# --------------------------------------------------------------------------
+# Parameters (HF state_dict names, registration order; kinds drive the init)
+# --------------------------------------------------------------------------
+
+
+def body_params(prefix, cfg, pooler):
+    H, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    P, TV = cfg["max_position_embeddings"], cfg["type_vocab_size"]
+    out = []
+
+    def lin(name, n_out, n_in):
+        out.append((prefix + name + ".weight", [n_out, n_in], "w"))
+        out.append((prefix + name + ".bias", [n_out], "b"))
+
+    def ln(name):
+        out.append((prefix + name + ".weight", [H], "lnw"))
+        out.append((prefix + name + ".bias", [H], "lnb"))
+
+    out.append((prefix + "embeddings.word_embeddings.weight", [V, H], "w"))
+    out.append((prefix + "embeddings.position_embeddings.weight", [P, H], "w"))
+    out.append((prefix + "embeddings.token_type_embeddings.weight", [TV, H], "w"))
+    ln("embeddings.LayerNorm")
+    for i in range(cfg["num_hidden_layers"]):
+        L = "encoder.layer.%d." % i
+        lin(L + "attention.self.query", H, H)
+        lin(L + "attention.self.key", H, H)
+        lin(L + "attention.self.value", H, H)
+        lin(L + "attention.output.dense", H, H)
+        ln(L + "attention.output.LayerNorm")
+        lin(L + "intermediate.dense", I, H)
+        lin(L + "output.dense", H, I)
+        ln(L + "output.LayerNorm")
+    if pooler:
+        lin("pooler.dense", H, H)
+    return out
+
+
+def model_params(arch, cfg):
+    """The tensors save_pretrained writes, in HF registration order."""
+    H, V = cfg["hidden_size"], cfg["vocab_size"]
+    nl = num_labels_of(cfg)
+    if arch == "BertModel":
+        return body_params("", cfg, pooler=True)
+    if arch == "BertForSequenceClassification":
+        return body_params("bert.", cfg, True) + [
+            ("classifier.weight", [nl, H], "w"), ("classifier.bias", [nl], "b")]
+    if arch == "BertForTokenClassification":  # add_pooling_layer=False
+        return body_params("bert.", cfg, False) + [
+            ("classifier.weight", [nl, H], "w"), ("classifier.bias", [nl], "b")]
+    if arch == "BertForQuestionAnswering":  # add_pooling_layer=False
+        return body_params("bert.", cfg, False) + [
+            ("qa_outputs.weight", [nl, H], "w"), ("qa_outputs.bias", [nl], "b")]
+    if arch == "BertForMaskedLM":  # add_pooling_layer=False
+        # cls.predictions.decoder.weight (tied to bert.embeddings.word_embeddings.weight)
+        # and cls.predictions.decoder.bias (tied to cls.predictions.bias) are in the
+        # state_dict but dropped by save_pretrained (they match _tied_weights_keys).
+        return body_params("bert.", cfg, False) + [
+            ("cls.predictions.bias", [V], "b"),
+            ("cls.predictions.transform.dense.weight", [H, H], "w"),
+            ("cls.predictions.transform.dense.bias", [H], "b"),
+            ("cls.predictions.transform.LayerNorm.weight", [H], "lnw"),
+            ("cls.predictions.transform.LayerNorm.bias", [H], "lnb")]
+    if arch == "RobertaForSequenceClassification":  # add_pooling_layer=False
+        return body_params("roberta.", cfg, False) + [
+            ("classifier.dense.weight", [H, H], "w"), ("classifier.dense.bias", [H], "b"),
+            ("classifier.out_proj.weight", [nl, H], "w"), ("classifier.out_proj.bias", [nl], "b")]
+    if arch == "RobertaForMaskedLM":  # add_pooling_layer=False
+        # lm_head.decoder.weight / lm_head.decoder.bias are tied and dropped on save.
+        return body_params("roberta.", cfg, False) + [
+            ("lm_head.bias", [V], "b"),
+            ("lm_head.dense.weight", [H, H], "w"), ("lm_head.dense.bias", [H], "b"),
+            ("lm_head.layer_norm.weight", [H], "lnw"), ("lm_head.layer_norm.bias", [H], "lnb")]
+    raise ValueError(arch)
+
+
+def body_prefix(arch):
+    if arch == "BertModel":
+        return ""
+    return "roberta." if arch.startswith("Roberta") else "bert."
+
+
+def init_params(specs, gen):
+    params = collections.OrderedDict()
+    for name, shape, kind in specs:
+        r = torch.randn(shape, generator=gen, dtype=torch.float32)
+        if kind == "w":
+            t = r * 0.2
+        elif kind == "b":
+            t = r * 0.1
+        elif kind == "lnw":
+            t = 1.0 + r * 0.1
+        elif kind == "lnb":
+            t = r * 0.1
+        else:
+            raise ValueError(kind)
+        params[name] = t.to(torch.float32).contiguous()
+    return params
+
+
+# --------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------
+
+
+def make_inputs(arch, cfg, gen):
+    V, pad = cfg["vocab_size"], cfg["pad_token_id"]
+    mask = torch.tensor(ATTN_MASK, dtype=torch.int64)
+    roberta = arch.startswith("Roberta")
+    lo = 3 if roberta else 1  # never draw the pad id (nor bos/eos for RoBERTa)
+    ids = torch.randint(lo, V, (BATCH, SEQ), generator=gen, dtype=torch.int64)
+    if roberta:
+        for b in range(BATCH):
+            n = int(mask[b].sum())
+            ids[b, 0] = cfg["bos_token_id"]
+            ids[b, n - 1] = cfg["eos_token_id"]
+    ids = torch.where(mask == 1, ids, torch.full_like(ids, pad))
+    inputs = collections.OrderedDict()
+    inputs["input_ids"] = ids
+    inputs["attention_mask"] = mask.clone()
+    if not roberta:
+        inputs["token_type_ids"] = torch.tensor(
+            [[0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 0, 0], [0, 0, 1, 0, 0, 0, 0]], dtype=torch.int64)
+    valid = mask == 1
+    nl = num_labels_of(cfg)
+    H = cfg["hidden_size"]
+    if arch == "BertModel":
+        inputs["loss_weight_hidden"] = torch.randn(BATCH, SEQ, H, generator=gen, dtype=torch.float32)
+        inputs["loss_weight_pooler"] = torch.randn(BATCH, H, generator=gen, dtype=torch.float32)
+    elif arch.endswith("ForSequenceClassification"):
+        pt = cfg["problem_type"]
+        if pt == "regression":
+            inputs["labels"] = torch.randn(BATCH, generator=gen, dtype=torch.float32)
+        elif pt == "multi_label_classification":
+            lab = (torch.rand(BATCH, nl, generator=gen) < 0.5).to(torch.float32)
+            lab[0, 0], lab[1, :] = 1.0, 0.0  # at least one 1, one all-zero row
+            inputs["labels"] = lab
+        else:
+            inputs["labels"] = torch.randint(0, nl, (BATCH,), generator=gen, dtype=torch.int64)
+    elif arch == "BertForTokenClassification":
+        lab = torch.randint(0, nl, (BATCH, SEQ), generator=gen, dtype=torch.int64)
+        inputs["labels"] = torch.where(valid, lab, torch.full_like(lab, -100))
+    elif arch == "BertForQuestionAnswering":
+        # 12 is clamped to SEQ=7 and then ignored (ignore_index = SEQ); -1 is clamped to 0.
+        inputs["start_positions"] = torch.tensor([2, 1, 12], dtype=torch.int64)
+        inputs["end_positions"] = torch.tensor([4, -1, 2], dtype=torch.int64)
+    elif arch.endswith("ForMaskedLM"):
+        lab = torch.full((BATCH, SEQ), -100, dtype=torch.int64)
+        for b, t in [(0, 1), (0, 4), (1, 2), (1, 3), (2, 1)]:
+            assert valid[b, t]
+            lab[b, t] = int(torch.randint(0, V, (1,), generator=gen))
+        inputs["labels"] = lab
+    else:
+        raise ValueError(arch)
+    return inputs
+
+
+# --------------------------------------------------------------------------
+# Implementation 1: HF's forward, written out (float64)
+# --------------------------------------------------------------------------
+
+
+def gelu_erf(x):  # ACT2FN["gelu"]: nn.functional.gelu (exact erf form)
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def gelu_new(x):  # ACT2FN["gelu_new"]: NewGELUActivation (tanh approximation)
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+ACT = {"gelu": gelu_erf, "gelu_new": gelu_new}
+
+
+def linear(x, p, name):
+    return torch.matmul(x, p[name + ".weight"].t()) + p[name + ".bias"]
+
+
+def layer_norm(x, p, name, eps):
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # biased variance
+    return (x - mean) / torch.sqrt(var + eps) * p[name + ".weight"] + p[name + ".bias"]
+
+
+def roberta_position_ids(ids, padding_idx):
+    # create_position_ids_from_input_ids: cumsum of the non-pad mask, times the mask, + padding_idx
+    m = ids.ne(padding_idx).int()
+    return (torch.cumsum(m, dim=1).type_as(m) * m).long() + padding_idx
+
+
+def encoder_body(p, pre, cfg, roberta, ids, mask, tt):
+    B, T = ids.shape
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    hd = H // nh
+    eps = cfg["layer_norm_eps"]
+    pad = cfg["pad_token_id"]
+    act = ACT[cfg["hidden_act"]]
+    if roberta:
+        pos = roberta_position_ids(ids, pad)
+        pos_pad = pad  # RobertaEmbeddings.position_embeddings has padding_idx=pad_token_id
+    else:
+        pos = torch.arange(T).unsqueeze(0).expand(B, T)
+        pos_pad = None
+    if tt is None:
+        tt = torch.zeros(B, T, dtype=torch.int64)
+    # nn.Embedding(padding_idx=pad): forward reads the row, backward gives it no gradient.
+    we = F.embedding(ids, p[pre + "embeddings.word_embeddings.weight"], padding_idx=pad)
+    te = F.embedding(tt, p[pre + "embeddings.token_type_embeddings.weight"])
+    pe = F.embedding(pos, p[pre + "embeddings.position_embeddings.weight"], padding_idx=pos_pad)
+    x = we + te
+    x = x + pe
+    x = layer_norm(x, p, pre + "embeddings.LayerNorm", eps)
+    ext = (1.0 - mask[:, None, None, :].to(F64)) * F32_MIN  # [B,1,1,T]
+
+    def heads(t):
+        return t.view(B, T, nh, hd).permute(0, 2, 1, 3)
+
+    for i in range(cfg["num_hidden_layers"]):
+        L = pre + "encoder.layer.%d." % i
+        q = heads(linear(x, p, L + "attention.self.query"))
+        k = heads(linear(x, p, L + "attention.self.key"))
+        v = heads(linear(x, p, L + "attention.self.value"))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hd)
+        scores = scores + ext
+        probs = torch.softmax(scores, dim=-1)
+        ctx = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous().view(B, T, H)
+        a = layer_norm(linear(ctx, p, L + "attention.output.dense") + x, p, L + "attention.output.LayerNorm", eps)
+        h = act(linear(a, p, L + "intermediate.dense"))
+        x = layer_norm(linear(h, p, L + "output.dense") + a, p, L + "output.LayerNorm", eps)
+    return x
+
+
+def ce_loss(logits, labels, ignore_index=-100):
+    """CrossEntropyLoss(ignore_index) with mean reduction over non-ignored rows."""
+    lsm = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+    keep = labels != ignore_index
+    picked = lsm[keep].gather(1, labels[keep].unsqueeze(1)).squeeze(1)
+    return -picked.sum() / keep.sum()
+
+
+def mse_loss(a, b):
+    return ((a - b) ** 2).mean()
+
+
+def bce_logits_loss(x, y):
+    return (torch.clamp(x, min=0) - x * y + torch.log1p(torch.exp(-x.abs()))).mean()
+
+
+def forward1(arch, cfg, p, inputs):
+    """Returns (outputs dict, loss).  p: name -> float64 tensor (saved names)."""
+    roberta = arch.startswith("Roberta")
+    pre = body_prefix(arch)
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    x = encoder_body(p, pre, cfg, roberta, ids, mask, inputs.get("token_type_ids"))
+    out = collections.OrderedDict()
+    out["last_hidden_state"] = x
+    eps = cfg["layer_norm_eps"]
+    V = cfg["vocab_size"]
+    nl = num_labels_of(cfg)
+    if arch == "BertModel":
+        pooled = torch.tanh(linear(x[:, 0], p, "pooler.dense"))
+        out["pooler_output"] = pooled
+        loss = (x * inputs["loss_weight_hidden"].to(F64)).sum() + (pooled * inputs["loss_weight_pooler"].to(F64)).sum()
+    elif arch == "BertForSequenceClassification":
+        pooled = torch.tanh(linear(x[:, 0], p, "bert.pooler.dense"))
+        logits = linear(pooled, p, "classifier")
+        out["pooler_output"] = pooled
+        out["logits"] = logits
+        loss = seqcls_loss(cfg, logits, inputs["labels"])
+    elif arch == "RobertaForSequenceClassification":
+        h = torch.tanh(linear(x[:, 0, :], p, "classifier.dense"))
+        logits = linear(h, p, "classifier.out_proj")
+        out["logits"] = logits
+        loss = seqcls_loss(cfg, logits, inputs["labels"])
+    elif arch == "BertForTokenClassification":
+        logits = linear(x, p, "classifier")
+        out["logits"] = logits
+        loss = ce_loss(logits.view(-1, nl), inputs["labels"].view(-1))
+    elif arch == "BertForQuestionAnswering":
+        logits = linear(x, p, "qa_outputs")
+        start_logits, end_logits = logits[..., 0].contiguous(), logits[..., 1].contiguous()
+        out["start_logits"], out["end_logits"] = start_logits, end_logits
+        ignored = start_logits.size(1)
+        sp = inputs["start_positions"].clamp(0, ignored)
+        ep = inputs["end_positions"].clamp(0, ignored)
+        loss = (ce_loss(start_logits, sp, ignored) + ce_loss(end_logits, ep, ignored)) / 2
+    elif arch == "BertForMaskedLM":
+        h = ACT[cfg["hidden_act"]](linear(x, p, "cls.predictions.transform.dense"))
+        h = layer_norm(h, p, "cls.predictions.transform.LayerNorm", eps)
+        # decoder: weight tied to the word embeddings, bias tied to cls.predictions.bias
+        logits = torch.matmul(h, p["bert.embeddings.word_embeddings.weight"].t()) + p["cls.predictions.bias"]
+        out["logits"] = logits
+        loss = ce_loss(logits.view(-1, V), inputs["labels"].view(-1))
+    elif arch == "RobertaForMaskedLM":
+        h = gelu_erf(linear(x, p, "lm_head.dense"))  # RobertaLMHead always uses erf gelu
+        h = layer_norm(h, p, "lm_head.layer_norm", eps)
+        logits = torch.matmul(h, p["roberta.embeddings.word_embeddings.weight"].t()) + p["lm_head.bias"]
+        out["logits"] = logits
+        loss = ce_loss(logits.view(-1, V), inputs["labels"].view(-1))
+    else:
+        raise ValueError(arch)
+    return out, loss
+
+
+def seqcls_loss(cfg, logits, labels):
+    pt = cfg["problem_type"]
+    nl = num_labels_of(cfg)
+    if pt == "regression":
+        return mse_loss(logits.squeeze(), labels.to(F64).squeeze())
+    if pt == "single_label_classification":
+        return ce_loss(logits.view(-1, nl), labels.view(-1))
+    if pt == "multi_label_classification":
+        return bce_logits_loss(logits, labels.to(F64))
+    raise ValueError(pt)
+
+
+# --------------------------------------------------------------------------
+# Implementation 2: torch.nn modules (self-check only)
+# --------------------------------------------------------------------------
+
+
+def forward2(arch, cfg, p64, inputs):
+    """Same model built from torch.nn modules.  Returns (outputs, loss, grads by saved name)."""
+    roberta = arch.startswith("Roberta")
+    pre = body_prefix(arch)
+    H, nh, I = cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
+    eps, pad, V = cfg["layer_norm_eps"], cfg["pad_token_id"], cfg["vocab_size"]
+    leaves = {n: nn.Parameter(t.clone()) for n, t in p64.items()}
+    qkv = {}
+
+    def set_linear(mod, name):
+        mod.weight, mod.bias = leaves[name + ".weight"], leaves[name + ".bias"]
+
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    B, T = ids.shape
+    word = nn.Embedding(V, H, padding_idx=pad, dtype=F64)
+    word.weight = leaves[pre + "embeddings.word_embeddings.weight"]
+    posm = nn.Embedding(cfg["max_position_embeddings"], H, padding_idx=pad if roberta else None, dtype=F64)
+    posm.weight = leaves[pre + "embeddings.position_embeddings.weight"]
+    typ = nn.Embedding(cfg["type_vocab_size"], H, dtype=F64)
+    typ.weight = leaves[pre + "embeddings.token_type_embeddings.weight"]
+    eln = nn.LayerNorm(H, eps=eps, dtype=F64)
+    set_linear(eln, pre + "embeddings.LayerNorm")
+    if roberta:  # positions counted by hand
+        pos = torch.full((B, T), pad, dtype=torch.int64)
+        for b in range(B):
+            c = pad
+            for t in range(T):
+                if int(ids[b, t]) != pad:
+                    c += 1
+                    pos[b, t] = c
+    else:
+        pos = torch.arange(T).repeat(B, 1)
+    tt = inputs.get("token_type_ids", torch.zeros(B, T, dtype=torch.int64))
+    x = eln(word(ids) + posm(pos) + typ(tt))
+    act = F.gelu if cfg["hidden_act"] == "gelu" else (
+        lambda z: F.gelu(z, approximate="tanh"))
+    for i in range(cfg["num_hidden_layers"]):
+        L = pre + "encoder.layer.%d." % i
+        layer = nn.TransformerEncoderLayer(H, nh, dim_feedforward=I, dropout=0.0, activation=act,
+                                           layer_norm_eps=eps, batch_first=True, norm_first=False, dtype=F64)
+        names = [L + "attention.self." + s for s in ("query", "key", "value")]
+        w = nn.Parameter(torch.cat([p64[n + ".weight"] for n in names], 0))
+        bb = nn.Parameter(torch.cat([p64[n + ".bias"] for n in names], 0))
+        qkv[L] = (names, w, bb)
+        layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias = w, bb
+        set_linear(layer.self_attn.out_proj, L + "attention.output.dense")
+        set_linear(layer.norm1, L + "attention.output.LayerNorm")
+        set_linear(layer.linear1, L + "intermediate.dense")
+        set_linear(layer.linear2, L + "output.dense")
+        set_linear(layer.norm2, L + "output.LayerNorm")
+        layer.eval()
+        x = layer(x, src_key_padding_mask=(mask == 0))
+    out = {"last_hidden_state": x}
+    nl = num_labels_of(cfg)
+    if arch in ("BertModel", "BertForSequenceClassification"):
+        pooler = nn.Linear(H, H, dtype=F64)
+        set_linear(pooler, pre + "pooler.dense")
+        out["pooler_output"] = pooled = nn.Tanh()(pooler(x[:, 0]))
+    if arch == "BertModel":
+        loss = (x * inputs["loss_weight_hidden"].to(F64)).sum() + (pooled * inputs["loss_weight_pooler"].to(F64)).sum()
+    elif arch.endswith("ForSequenceClassification"):
+        if roberta:
+            d, o = nn.Linear(H, H, dtype=F64), nn.Linear(H, nl, dtype=F64)
+            set_linear(d, "classifier.dense")
+            set_linear(o, "classifier.out_proj")
+            logits = o(torch.tanh(d(x[:, 0])))
+        else:
+            c = nn.Linear(H, nl, dtype=F64)
+            set_linear(c, "classifier")
+            logits = c(pooled)
+        out["logits"] = logits
+        lab, pt = inputs["labels"], cfg["problem_type"]
+        if pt == "regression":
+            loss = F.mse_loss(logits.view(-1), lab.to(F64))
+        elif pt == "multi_label_classification":
+            loss = F.binary_cross_entropy_with_logits(logits, lab.to(F64))
+        else:
+            loss = F.cross_entropy(logits, lab)
+    elif arch == "BertForTokenClassification":
+        c = nn.Linear(H, nl, dtype=F64)
+        set_linear(c, "classifier")
+        out["logits"] = logits = c(x)
+        loss = F.cross_entropy(logits.reshape(-1, nl), inputs["labels"].reshape(-1))
+    elif arch == "BertForQuestionAnswering":
+        c = nn.Linear(H, 2, dtype=F64)
+        set_linear(c, "qa_outputs")
+        lg = c(x)
+        out["start_logits"], out["end_logits"] = lg[:, :, 0], lg[:, :, 1]
+        ls = F.cross_entropy(lg[:, :, 0], inputs["start_positions"].clamp(0, T), ignore_index=T)
+        le = F.cross_entropy(lg[:, :, 1], inputs["end_positions"].clamp(0, T), ignore_index=T)
+        loss = 0.5 * (ls + le)
+    elif arch.endswith("ForMaskedLM"):
+        hp = "cls.predictions." if not roberta else "lm_head."
+        dn = nn.Linear(H, H, dtype=F64)
+        set_linear(dn, hp + ("transform.dense" if not roberta else "dense"))
+        lnm = nn.LayerNorm(H, eps=eps, dtype=F64)
+        set_linear(lnm, hp + ("transform.LayerNorm" if not roberta else "layer_norm"))
+        dec = nn.Linear(H, V, dtype=F64)
+        dec.weight = word.weight  # the tie
+        dec.bias = leaves[hp + "bias"]
+        a = F.gelu if (roberta or cfg["hidden_act"] == "gelu") else (lambda z: F.gelu(z, approximate="tanh"))
+        out["logits"] = logits = dec(lnm(a(dn(x))))
+        loss = F.cross_entropy(logits.reshape(-1, V), inputs["labels"].reshape(-1))
+    else:
+        raise ValueError(arch)
+    loss.backward()
+    grads = {}
+    for n, t in leaves.items():
+        grads[n] = t.grad if t.grad is not None else torch.zeros_like(t)
+    for L, (names, w, bb) in qkv.items():
+        for j, n in enumerate(names):
+            grads[n + ".weight"] = w.grad[j * H:(j + 1) * H]
+            grads[n + ".bias"] = bb.grad[j * H:(j + 1) * H]
+    return {k: v.detach() for k, v in out.items()}, loss.detach(), grads
+
+
+# --------------------------------------------------------------------------
+# safetensors
+# --------------------------------------------------------------------------
+
+ST_DTYPE = {torch.float32: "F32", torch.int64: "I64"}
+ST_RANK = {"I64": 1, "F32": 0}  # safetensors writes dtypes in descending enum order (I64 before F32)
+NP_DTYPE = {"F32": "<f4", "I64": "<i8"}
+
+
+def safetensors_bytes(tensors):
+    items = sorted(tensors.items(), key=lambda kv: (-ST_RANK[ST_DTYPE[kv[1].dtype]], kv[0]))
+    header = collections.OrderedDict()
+    header["__metadata__"] = {"format": "pt"}
+    blobs, off = [], 0
+    for name, t in items:
+        dt = ST_DTYPE[t.dtype]
+        data = np.ascontiguousarray(t.detach().cpu().numpy().astype(NP_DTYPE[dt])).tobytes()
+        header[name] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+def read_safetensors(buf):
+    (n,) = struct.unpack("<Q", buf[:8])
+    assert n % 8 == 0
+    header = json.loads(buf[8:8 + n].decode("utf-8"))
+    assert header.pop("__metadata__") == {"format": "pt"}
+    data = buf[8 + n:]
+    out, end = {}, 0
+    for name, info in header.items():
+        b, e = info["data_offsets"]
+        assert b == end, "data not contiguous in header order"
+        end = e
+        arr = np.frombuffer(data[b:e], dtype=NP_DTYPE[info["dtype"]]).reshape(info["shape"])
+        out[name] = torch.from_numpy(arr.copy())
+    assert end == len(data)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Checks
+# --------------------------------------------------------------------------
+
+
+def rel_err(a, b):
+    a, b = a.to(F64), b.to(F64)
+    return float((a - b).abs().max()) / max(1e-30, float(b.abs().max()))
+
+
+def expected_output_shapes(arch, cfg):
+    B, T, H, V = BATCH, SEQ, cfg["hidden_size"], cfg["vocab_size"]
+    nl = num_labels_of(cfg)
+    s = {"last_hidden_state": [B, T, H]}
+    if arch in ("BertModel", "BertForSequenceClassification"):
+        s["pooler_output"] = [B, H]
+    if arch.endswith("ForSequenceClassification"):
+        s["logits"] = [B, nl]
+    elif arch == "BertForTokenClassification":
+        s["logits"] = [B, T, nl]
+    elif arch == "BertForQuestionAnswering":
+        s["start_logits"] = s["end_logits"] = [B, T]
+    elif arch.endswith("ForMaskedLM"):
+        s["logits"] = [B, T, V]
+    return s
+
+
+def finite_difference_check(arch, cfg, p64, inputs, grads, gen):
+    names = list(p64.keys())
+    pre = body_prefix(arch)
+    pad = cfg["pad_token_id"]
+    done = 0
+    while done < 3:
+        name = names[int(torch.randint(0, len(names), (1,), generator=gen))]
+        idx = int(torch.randint(0, p64[name].numel(), (1,), generator=gen))
+        row = idx // p64[name].shape[-1] if p64[name].dim() == 2 else None
+        # padding_idx rows get no gradient from the lookup (HF semantics), so their
+        # autograd "gradient" is not the true derivative: skip them here.
+        if name == pre + "embeddings.word_embeddings.weight" and row == pad:
+            continue
+        if arch.startswith("Roberta") and name == pre + "embeddings.position_embeddings.weight" and row == pad:
+            continue
+        h = 1e-6
+        vals = []
+        for sgn in (1.0, -1.0):
+            q = dict(p64)
+            t = p64[name].clone()
+            t.view(-1)[idx] += sgn * h
+            q[name] = t
+            with torch.no_grad():
+                vals.append(float(forward1(arch, cfg, q, inputs)[1]))
+        fd = (vals[0] - vals[1]) / (2 * h)
+        g = float(grads[name].reshape(-1)[idx])
+        assert abs(fd - g) <= 1e-6 * max(1.0, abs(g)), (name, idx, fd, g)
+        done += 1
+
+
+# --------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------
+
+
+def build_case(name, arch, num_labels, problem_type, hidden_act, seed):
+    gen = torch.Generator().manual_seed(seed)
+    cfg = make_config(arch, num_labels, problem_type, hidden_act)
+    specs = model_params(arch, cfg)
+    params = init_params(specs, gen)
+    inputs = make_inputs(arch, cfg, gen)
+
+    p64 = collections.OrderedDict((n, t.to(F64).requires_grad_(True)) for n, t in params.items())
+    outs, loss = forward1(arch, cfg, p64, inputs)
+    loss.backward()
+    grads = {n: (t.grad if t.grad is not None else torch.zeros_like(t)).detach() for n, t in p64.items()}
+    outs = {k: v.detach() for k, v in outs.items()}
+    loss = loss.detach()
+
+    # --- checks ---
+    for n, shape, _ in specs:
+        assert list(params[n].shape) == shape and list(grads[n].shape) == shape, n
+    exp_shapes = expected_output_shapes(arch, cfg)
+    assert sorted(exp_shapes) == sorted(outs), (sorted(exp_shapes), sorted(outs))
+    for k, s in exp_shapes.items():
+        assert list(outs[k].shape) == s, (k, outs[k].shape, s)
+    assert loss.dim() == 0 and math.isfinite(float(loss))
+    plain = {n: t.detach() for n, t in p64.items()}
+    outs2, loss2, grads2 = forward2(arch, cfg, plain, inputs)
+    for k in outs:
+        assert rel_err(outs[k], outs2[k]) < 1e-9, (name, k, rel_err(outs[k], outs2[k]))
+    assert abs(float(loss) - float(loss2)) <= 1e-9 * max(1.0, abs(float(loss))), (name, float(loss), float(loss2))
+    for n in grads:
+        e = float((grads[n] - grads2[n]).abs().max())
+        assert e <= 1e-9 * max(1e-3, float(grads2[n].abs().max())), (name, n, e)
+        assert float(grads[n].abs().max()) > 0, (name, n)  # every tensor influences the loss
+    pre = body_prefix(arch)
+    wname = pre + "embeddings.word_embeddings.weight"
+    pad = cfg["pad_token_id"]
+    if not arch.endswith("ForMaskedLM"):
+        assert float(grads[wname][pad].abs().max()) == 0.0  # padding_idx row: no gradient
+    else:
+        assert float(grads[wname][pad].abs().max()) > 0.0  # only the tied decoder's part
+    if arch.startswith("Roberta"):
+        assert float(grads[pre + "embeddings.position_embeddings.weight"][pad].abs().max()) == 0.0
+    finite_difference_check(arch, cfg, plain, inputs, grads, gen)
+
+    golden = collections.OrderedDict()
+    golden.update(inputs)
+    for k, v in outs.items():
+        golden[k] = v.to(torch.float32)
+    golden["loss"] = loss.to(torch.float32)
+    for n in params:
+        golden["grad." + n] = grads[n].to(torch.float32)
+    files = {
+        "config.json": config_json(cfg).encode("utf-8"),
+        "model.safetensors": safetensors_bytes(params),
+        "golden.safetensors": safetensors_bytes(golden),
+    }
+    # read-back check
+    rb = read_safetensors(files["model.safetensors"])
+    assert sorted(rb) == sorted(params)
+    for n in params:
+        assert torch.equal(rb[n], params[n]), n
+    rb = read_safetensors(files["golden.safetensors"])
+    assert sorted(rb) == sorted(golden)
+    for n in golden:
+        assert rb[n].dtype == golden[n].dtype and torch.equal(rb[n], golden[n]), n
+    assert json.loads(files["config.json"]) == cfg
+    return files, float(loss)
+
+
+def main():
+    os.makedirs(OUT_DIR, exist_ok=True)
+    total = 0
+    for case in CASES:
+        name = case[0]
+        files, loss = build_case(*case)
+        d = os.path.join(OUT_DIR, name)
+        os.makedirs(d, exist_ok=True)
+        sizes = []
+        for fn in ("config.json", "model.safetensors", "golden.safetensors"):
+            with open(os.path.join(d, fn), "wb") as f:
+                f.write(files[fn])
+            sizes.append(len(files[fn]))
+            total += len(files[fn])
+        digest = hashlib.sha256(b"".join(files[k] for k in sorted(files))).hexdigest()[:12]
+        print("%-22s loss=%-12.6g bytes=%s sha256=%s" % (name, loss, sizes, digest))
+    print("total bytes: %d" % total)
+
+
+if __name__ == "__main__":
+    main()
