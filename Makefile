@@ -17,9 +17,9 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The main job (until the trainer lands: the seeds' training loop on a small MLP).
+# The main job: fine-tune a small BERT on the demo data, evaluate, predict.
 run: build
-	@./$(BUILD)/bin/train_mlp
+	@bash scripts/demo.sh $(BUILD)
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

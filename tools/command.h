@@ -34,3 +34,7 @@ struct Registrar {
 
 #define KILN_COMMAND(name, help, fn) \
   static ::kiln::cli::Registrar kiln_command_registrar_##name(#name, help, fn)
+
+// For names that are not identifiers ("demo-data").
+#define KILN_COMMAND_NAMED(id, name, help, fn) \
+  static ::kiln::cli::Registrar kiln_command_registrar_##id(name, help, fn)

@@ -3,6 +3,7 @@
 // optimizer as bert_train_step.py. Prints one JSON line.
 //
 //   bench_bert_step [--layers 12] [--hidden 768] [--heads 12] [--batch 8] [--seq 128] [--steps 10]
+#include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -63,9 +64,9 @@ int main(int argc, char** argv) try {
   getrusage(RUSAGE_SELF, &ru);
   auto m = metrics::snapshot();
   std::printf(
-      "{\"impl\": \"kiln\", \"median_step_s\": %.6f, \"loss\": %.6f, \"peak_rss_mb\": %.1f, \"compiles\": %lld, "
+      "{\"impl\": \"kiln\", \"threads\": %d, \"median_step_s\": %.6f, \"loss\": %.6f, \"peak_rss_mb\": %.1f, \"compiles\": %lld, "
       "\"compile_s\": %.4f, \"trace_and_queue_s\": %.4f, \"arena_mb\": %.1f}\n",
-      times[times.size() / 2], loss_value, ru.ru_maxrss / 1024.0, (long long)m.compiles, m.compile_seconds, trace_s,
+      omp_get_max_threads(), times[times.size() / 2], loss_value, ru.ru_maxrss / 1024.0, (long long)m.compiles, m.compile_seconds, trace_s,
       m.arena_bytes / 1048576.0);
   for (const auto& r : m.compile_reasons) std::fprintf(stderr, "compile: %s\n", r.c_str());
   return 0;

@@ -6,7 +6,7 @@ code (nn.Linear/LayerNorm/Embedding, eager attention). fp32, CPU.
 usage: bert_train_step.py [--layers 12] [--hidden 768] [--heads 12] [--batch 8] [--seq 128] [--steps 10]
 Prints one JSON line: median step seconds, peak RSS.
 """
-import argparse, json, math, resource, statistics, time
+import argparse, json, math, os, resource, statistics, time
 
 import torch
 import torch.nn as nn
@@ -53,9 +53,11 @@ class Bert(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser()
-    for k, v in dict(layers=12, hidden=768, heads=12, batch=8, seq=128, steps=10, vocab=30522).items():
+    for k, v in dict(layers=12, hidden=768, heads=12, batch=8, seq=128, steps=10, vocab=30522,
+                     threads=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))).items():
         ap.add_argument("--" + k, type=int, default=v)
     a = ap.parse_args()
+    torch.set_num_threads(a.threads)  # PyTorch defaults to physical cores; compare at the same count
     torch.manual_seed(0)
     model = Bert(a.vocab, a.hidden, a.layers, a.heads, 4 * a.hidden, 512, 2)
     opt = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)

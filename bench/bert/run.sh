@@ -7,6 +7,8 @@ build=${1:-build}
 shift || true
 [ "${1:-}" = "--" ] && shift
 here=$(cd "$(dirname "$0")" && pwd)
+# Both sides use the same thread count (PyTorch would default to physical cores).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 kiln_json=$("$build/bin/bench_bert_step" "$@")
 echo "kiln:    $kiln_json"
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then

@@ -62,6 +62,7 @@ class BertForTask : public PreTrainedModel {
   std::string architecture() const override { return architecture_; }
   std::string base_model_prefix() const override { return prefix_; }
   BertBackbone& backbone() { return *backbone_; }
+  Generator& dropout_generator() override { return *ctx_.gen; }
 
  private:
   enum class Head { None, SequenceClassification, TokenClassification, QuestionAnswering, MaskedLM };

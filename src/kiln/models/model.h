@@ -35,6 +35,8 @@ class PreTrainedModel : public nn::Module {
   virtual std::string architecture() const = 0;
   // The backbone's attribute name ("bert", "roberta"); keys under it belong to the base model.
   virtual std::string base_model_prefix() const = 0;
+  // The stream dropout draws from (saved in checkpoints so a resumed run repeats the same masks).
+  virtual Generator& dropout_generator() = 0;
   const BertConfig& config() const { return config_; }
   BertConfig& config() { return config_; }
   // Writes config.json and model.safetensors (atomically, in HF's layout).

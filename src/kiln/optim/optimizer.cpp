@@ -112,4 +112,25 @@ void AdamW::step() {
   }
 }
 
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  KILN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got ", max_norm);
+  Tensor total;
+  for (const auto& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor s = sum(g * g);
+    total = total.defined() ? total + s : s;
+  }
+  if (!total.defined()) return {};
+  Tensor norm = sqrt(total);
+  // coef = min(1, max_norm / (norm + 1e-6)), as torch computes it
+  Tensor coef = minimum(max_norm / (norm + 1e-6), ones({}, DType::f32, norm.device()));
+  for (auto p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) p.set_grad(g * coef);
+  }
+  return norm;
+}
+
 }  // namespace kiln::optim

@@ -74,4 +74,9 @@ class AdamW : public Optimizer {
   std::vector<std::vector<Tensor>> m_, v_;
 };
 
+// Scales the gradients of `params` so their global L2 norm is at most
+// max_norm (torch.nn.utils.clip_grad_norm_, inside the traced step); returns
+// the norm before clipping.
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
 }  // namespace kiln::optim

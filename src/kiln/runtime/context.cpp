@@ -1,6 +1,7 @@
 #include "kiln/runtime/context.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -74,6 +75,16 @@ void DeviceContext::clear_cache() {
   std::lock_guard<std::mutex> lock(mu_);
   lru_.clear();
   index_.clear();
+}
+
+void DeviceContext::add_step_closure(std::function<void()> fn) {
+  stream_.enqueue([fn = std::move(fn)] {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kiln: step closure failed: %s\n", e.what());
+    }
+  });
 }
 
 void DeviceContext::mark_step() {
@@ -247,19 +258,25 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
 namespace kiln {
 
 namespace {
-int g_eager = -1;
+std::atomic<int> g_eager{-1};  // read by every Tensor constructor, on any thread
 }
 
 void mark_step(Device device) { runtime::DeviceContext::get(device).mark_step(); }
 
 void wait_device_ops(Device device) { runtime::DeviceContext::get(device).stream().synchronize(); }
 
+void add_step_closure(std::function<void()> fn, Device device) {
+  runtime::DeviceContext::get(device).add_step_closure(std::move(fn));
+}
+
 bool eager_mode() {
-  if (g_eager < 0) {
-    const char* v = std::getenv("KILN_EAGER");
-    g_eager = v && *v && std::string(v) != "0";
+  int v = g_eager.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("KILN_EAGER");
+    v = env && *env && std::string(env) != "0";
+    g_eager.store(v, std::memory_order_relaxed);
   }
-  return g_eager == 1;
+  return v == 1;
 }
 
 void set_eager_mode(bool on) { g_eager = on ? 1 : 0; }

@@ -2,6 +2,7 @@
 // Per-device runtime state: the live tensors (to find what mark_step() must
 // materialise), the compile cache, and the execution stream.
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,10 @@ class DeviceContext {
   void materialize(const std::vector<std::shared_ptr<TensorImpl>>& tensors);
 
   Stream& stream() { return stream_; }
+  // Runs fn on the stream after everything queued so far (PyTorch/XLA's step
+  // closures): it may read the values of tensors materialised by earlier
+  // mark_step() calls without stalling the host. It must not trace new work.
+  void add_step_closure(std::function<void()> fn);
   size_t cache_size() const;
   void clear_cache();
 
@@ -83,6 +88,8 @@ namespace kiln {
 void mark_step(Device device = Device::cpu());
 // Blocks until the device has run everything queued (xm.wait_device_ops).
 void wait_device_ops(Device device = Device::cpu());
+// Runs fn on `device`'s stream once the steps queued so far have run.
+void add_step_closure(std::function<void()> fn, Device device = Device::cpu());
 // KILN_EAGER=1 (or set_eager_mode(true)) runs each op as it is traced.
 bool eager_mode();
 void set_eager_mode(bool on);

@@ -53,6 +53,11 @@ void record_host_wait(double seconds) {
   g_m.host_wait_seconds += seconds;
 }
 
+void record_data_wait(double seconds) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_m.data_wait_seconds += seconds;
+}
+
 std::string report() {
   Snapshot m = snapshot();
   std::ostringstream os;
@@ -70,8 +75,8 @@ std::string report() {
   std::snprintf(line, sizeof line, "  TransferToDevice: %lld bytes\n  TransferToHost:   %lld bytes\n",
                 static_cast<long long>(m.host_to_device_bytes), static_cast<long long>(m.device_to_host_bytes));
   os << line;
-  std::snprintf(line, sizeof line, "  HostWaitTime:     %.3f s\n  LargestArena:     %lld bytes\n",
-                m.host_wait_seconds, static_cast<long long>(m.arena_bytes));
+  std::snprintf(line, sizeof line, "  HostWaitTime:     %.3f s\n  DataWaitTime:     %.3f s\n  LargestArena:     %lld bytes\n",
+                m.host_wait_seconds, m.data_wait_seconds, static_cast<long long>(m.arena_bytes));
   os << line;
   os << "  Compile reasons:\n";
   for (size_t i = 0; i < m.compile_reasons.size(); ++i)
@@ -90,6 +95,7 @@ nlohmann::json to_json() {
                         {"host_to_device_bytes", m.host_to_device_bytes},
                         {"device_to_host_bytes", m.device_to_host_bytes},
                         {"host_wait_seconds", m.host_wait_seconds},
+                        {"data_wait_seconds", m.data_wait_seconds},
                         {"arena_bytes", m.arena_bytes},
                         {"compile_reasons", m.compile_reasons}};
 }

@@ -20,6 +20,7 @@ struct Snapshot {
   int64_t host_to_device_bytes = 0;
   int64_t device_to_host_bytes = 0;
   double host_wait_seconds = 0;  // host blocked reading values
+  double data_wait_seconds = 0;  // training loop blocked waiting for input batches
   int64_t arena_bytes = 0;       // largest arena of a compiled step
   std::vector<std::string> compile_reasons;  // one per compile, oldest first
 };
@@ -35,5 +36,6 @@ void record_cache_hit();
 void record_execution(double seconds, bool failed);
 void record_transfer(int64_t host_to_device, int64_t device_to_host);
 void record_host_wait(double seconds);
+void record_data_wait(double seconds);
 
 }  // namespace kiln::metrics

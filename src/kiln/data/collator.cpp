@@ -1,0 +1,90 @@
+#include "kiln/data/collator.h"
+
+#include <algorithm>
+
+#include "kiln/core/error.h"
+
+namespace kiln::data {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t mix_seed(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t h = splitmix64(seed);
+  h = splitmix64(h ^ a);
+  h = splitmix64(h ^ b);
+  return splitmix64(h ^ c);
+}
+
+Batch collate(const Features& f, const std::vector<int64_t>& rows, const CollatorOptions& o, int64_t epoch) {
+  const auto n = static_cast<int64_t>(f.size());
+  KILN_CHECK(!rows.empty(), "collate: no rows");
+  int64_t longest = 0;
+  for (int64_t r : rows) {
+    KILN_CHECK(r >= 0 && r < n, "collate: row ", r, " out of range (", n, " rows)");
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(f.input_ids[r].size()));
+  }
+  int64_t T = longest;
+  if (o.pad_to_max_length) {
+    KILN_CHECK(longest <= o.max_length, "collate: a row has ", longest, " tokens, more than max_length ",
+               o.max_length, " (tokenize with truncation to the same max_length)");
+    T = o.max_length;
+  } else if (o.pad_to_multiple_of > 0 && T % o.pad_to_multiple_of) {
+    T += o.pad_to_multiple_of - T % o.pad_to_multiple_of;
+  }
+  const auto B = static_cast<int64_t>(rows.size());
+  Batch b;
+  b.batch_size = B;
+  b.seq_len = T;
+  b.indices = rows;
+  b.input_ids.assign(B * T, o.pad_token_id);
+  b.attention_mask.assign(B * T, 0);
+  b.token_type_ids.assign(B * T, 0);
+  bool have_types = f.token_type_ids.size() == f.input_ids.size();
+  for (int64_t i = 0; i < B; ++i) {
+    const auto& ids = f.input_ids[rows[i]];
+    std::copy(ids.begin(), ids.end(), b.input_ids.begin() + i * T);
+    std::fill_n(b.attention_mask.begin() + i * T, ids.size(), 1);
+    if (have_types) {
+      const auto& tt = f.token_type_ids[rows[i]];
+      std::copy(tt.begin(), tt.begin() + std::min(tt.size(), ids.size()), b.token_type_ids.begin() + i * T);
+    }
+  }
+
+  if (o.mlm) {
+    KILN_CHECK(o.vocab_size > 0, "collate: mlm needs vocab_size > 0");
+    // HF's DataCollatorForLanguageModeling, with each decision drawn from a
+    // hash of (seed, epoch, row, position) instead of a global generator:
+    //   masked with p; of those 80% -> [MASK], 10% -> random id, 10% kept.
+    b.labels.assign(B * T, -100);
+    for (int64_t i = 0; i < B; ++i) {
+      const auto row = static_cast<uint64_t>(rows[i]);
+      const auto len = static_cast<int64_t>(f.input_ids[rows[i]].size());
+      for (int64_t t = 0; t < len; ++t) {
+        int64_t& id = b.input_ids[i * T + t];
+        if (id == o.pad_token_id ||
+            std::find(o.special_token_ids.begin(), o.special_token_ids.end(), id) != o.special_token_ids.end())
+          continue;
+        uint64_t h = mix_seed(o.seed, static_cast<uint64_t>(epoch), row, static_cast<uint64_t>(t));
+        if (unit_double(h) >= o.mlm_probability) continue;
+        b.labels[i * T + t] = id;
+        double action = unit_double(splitmix64(h ^ 0x6D61736Bull));
+        if (action < 0.8)
+          id = o.mask_token_id;
+        else if (action < 0.9)
+          id = static_cast<int64_t>(splitmix64(h ^ 0x72616E64ull) % static_cast<uint64_t>(o.vocab_size));
+      }
+    }
+  } else if (!f.labels.empty()) {
+    for (int64_t r : rows) b.labels.push_back(f.labels[r]);
+  } else if (!f.float_labels.empty()) {
+    for (int64_t r : rows) b.float_labels.push_back(f.float_labels[r]);
+  }
+  return b;
+}
+
+}  // namespace kiln::data

@@ -1,0 +1,377 @@
+#include "kiln/data/dataset.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <optional>
+
+#include "kiln/core/error.h"
+#include "kiln/io/atomic_file.h"
+
+namespace kiln::data {
+
+namespace fs = std::filesystem;
+using ordered_json = nlohmann::ordered_json;
+
+namespace {
+
+// 1-based column, in code points, of byte `pos` on the line starting at `line_start`.
+size_t column_of(std::string_view text, size_t line_start, size_t pos) {
+  size_t col = 1;
+  for (size_t i = line_start; i < pos && i < text.size(); ++i)
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) ++col;
+  return col;
+}
+
+// Throws at the first byte that does not start a well-formed UTF-8 sequence
+// (overlong forms, surrogates and code points past U+10FFFF included).
+void check_utf8(std::string_view s, const std::string& where) {
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < s.size();) {
+    auto b = static_cast<unsigned char>(s[i]);
+    if (b == '\n') {
+      ++line;
+      line_start = ++i;
+      continue;
+    }
+    size_t len = 0;
+    uint32_t cp = 0, min = 0;
+    if (b < 0x80) {
+      ++i;
+      continue;
+    } else if ((b & 0xE0) == 0xC0) {
+      len = 2, cp = b & 0x1F, min = 0x80;
+    } else if ((b & 0xF0) == 0xE0) {
+      len = 3, cp = b & 0x0F, min = 0x800;
+    } else if ((b & 0xF8) == 0xF0) {
+      len = 4, cp = b & 0x07, min = 0x10000;
+    }
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) {
+      auto c = static_cast<unsigned char>(s[i + k]);
+      ok = (c & 0xC0) == 0x80;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    ok = ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    if (!ok) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      throw Error(detail::concat(where, ":", line, ":", column_of(s, line_start, i), ": invalid UTF-8 (byte ", hex,
+                                 ")"));
+    }
+    i += len;
+  }
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// A table read from CSV/TSV: the header, then each record with the line it starts on.
+struct Table {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> records;
+  std::vector<size_t> lines;
+};
+
+// RFC 4180 with LF or CRLF line ends. A quote may only open a field or, doubled,
+// stand for itself inside a quoted field.
+Table parse_csv(std::string_view s, const std::string& where) {
+  Table t;
+  size_t i = 0, line = 1, line_start = 0;
+  auto at = [&](size_t pos) { return detail::concat(where, ":", line, ":", column_of(s, line_start, pos)); };
+  auto is_eol = [&](size_t pos) { return s[pos] == '\n' || (s[pos] == '\r' && pos + 1 < s.size() && s[pos + 1] == '\n'); };
+  while (i < s.size()) {
+    size_t record_line = line;
+    std::vector<std::string> fields;
+    bool any_quoted = false;
+    while (true) {
+      std::string field;
+      if (i < s.size() && s[i] == '"') {
+        any_quoted = true;
+        size_t open = i, open_line = line, open_line_start = line_start;
+        ++i;
+        while (true) {
+          if (i >= s.size())
+            throw Error(detail::concat(where, ":", open_line, ":", column_of(s, open_line_start, open),
+                                       ": bad quote: quoted field is never closed"));
+          char c = s[i];
+          if (c == '"') {
+            if (i + 1 < s.size() && s[i + 1] == '"') {
+              field += '"';
+              i += 2;
+              continue;
+            }
+            ++i;
+            break;
+          }
+          if (c == '\n') {
+            ++line;
+            line_start = i + 1;
+          }
+          field += c;
+          ++i;
+        }
+        if (i < s.size() && s[i] != ',' && !is_eol(i))
+          throw Error(detail::concat(at(i), ": bad quote: '", s[i],
+                                     "' after the closing quote of a field (a quote inside a field is written \"\")"));
+      } else {
+        while (i < s.size() && s[i] != ',' && !is_eol(i)) {
+          if (s[i] == '"')
+            throw Error(detail::concat(at(i), ": bad quote: '\"' inside an unquoted field (quote the whole field "
+                                              "and double the quote: \"a \"\"b\"\"\")"));
+          field += s[i++];
+        }
+      }
+      fields.push_back(std::move(field));
+      if (i < s.size() && s[i] == ',') {
+        ++i;
+        continue;
+      }
+      if (i < s.size()) {  // end of line
+        i += s[i] == '\r' ? 2 : 1;
+        ++line;
+        line_start = i;
+      }
+      break;
+    }
+    if (fields.size() == 1 && fields[0].empty() && !any_quoted) continue;  // blank line
+    if (t.header.empty()) {
+      t.header = std::move(fields);
+    } else {
+      t.records.push_back(std::move(fields));
+      t.lines.push_back(record_line);
+    }
+  }
+  return t;
+}
+
+// Tab-separated, one record per line, no quoting.
+Table parse_tsv(std::string_view s) {
+  Table t;
+  size_t line = 0, pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find('\n', pos);
+    if (end == std::string_view::npos) end = s.size();
+    std::string_view l = s.substr(pos, end - pos);
+    pos = end + 1;
+    ++line;
+    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    if (l.empty()) continue;
+    std::vector<std::string> fields;
+    size_t start = 0;
+    while (true) {
+      size_t tab = l.find('\t', start);
+      fields.emplace_back(l.substr(start, tab == std::string_view::npos ? std::string_view::npos : tab - start));
+      if (tab == std::string_view::npos) break;
+      start = tab + 1;
+    }
+    if (t.header.empty()) {
+      t.header = std::move(fields);
+    } else {
+      t.records.push_back(std::move(fields));
+      t.lines.push_back(line);
+    }
+  }
+  return t;
+}
+
+// Which columns hold the text, the pair and the label.
+struct Columns {
+  std::string text, pair, label;  // "" = none
+};
+
+Columns resolve_columns(const std::vector<std::string>& names, const DatasetOptions& o, const std::string& where) {
+  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  auto missing = [&](const char* what, const std::string& n) {
+    return Error(detail::concat(where, ": missing ", what, " column '", n, "' (columns: ", join(names), ")"));
+  };
+  Columns c;
+  if (!o.label_column.empty() && has(o.label_column)) c.label = o.label_column;
+  if (!o.text_column.empty()) {
+    if (!has(o.text_column)) throw missing("text", o.text_column);
+    c.text = o.text_column;
+  } else {
+    for (const char* n : {"sentence", "text", "sentence1"})
+      if (has(n)) {
+        c.text = n;
+        break;
+      }
+    if (c.text.empty())
+      for (const auto& n : names)
+        if (n != c.label) {
+          c.text = n;
+          break;
+        }
+    KILN_CHECK(!c.text.empty(), where, ": no text column (columns: ", join(names), ")");
+  }
+  if (!o.text_pair_column.empty()) {
+    if (!has(o.text_pair_column)) throw missing("text pair", o.text_pair_column);
+    c.pair = o.text_pair_column;
+  } else if (has("sentence2") && c.text != "sentence2") {
+    c.pair = "sentence2";
+  }
+  return c;
+}
+
+// An empty label column means an unlabeled file; a partly empty one is an error.
+void finish_labels(Dataset& ds, const Columns& c, const std::vector<std::string>& row_where) {
+  if (c.label.empty()) return;
+  size_t empty = 0;
+  for (const auto& r : ds.rows) empty += r.label.empty();
+  if (empty == ds.rows.size()) return;
+  for (size_t r = 0; r < ds.rows.size(); ++r)
+    KILN_CHECK(!ds.rows[r].label.empty(), row_where[r], ": empty label in column '", c.label,
+               "' (other rows are labeled)");
+  ds.has_labels = true;
+}
+
+Dataset from_table(Table t, const DatasetOptions& o, const std::string& where) {
+  KILN_CHECK(!t.records.empty(), where, ": empty dataset (no rows)");
+  for (size_t a = 0; a < t.header.size(); ++a)
+    for (size_t b = a + 1; b < t.header.size(); ++b)
+      KILN_CHECK(t.header[a] != t.header[b], where, ": duplicate column '", t.header[a], "' in the header");
+  Columns c = resolve_columns(t.header, o, where);
+  auto index = [&](const std::string& n) -> int {
+    if (n.empty()) return -1;
+    return static_cast<int>(std::find(t.header.begin(), t.header.end(), n) - t.header.begin());
+  };
+  int ti = index(c.text), pi = index(c.pair), li = index(c.label);
+  Dataset ds;
+  ds.source = where;
+  ds.rows.reserve(t.records.size());
+  std::vector<std::string> row_where;
+  for (size_t r = 0; r < t.records.size(); ++r) {
+    auto& f = t.records[r];
+    row_where.push_back(detail::concat(where, ":", t.lines[r]));
+    KILN_CHECK(f.size() == t.header.size(), row_where.back(), ": ragged row: expected ", t.header.size(),
+               " fields (columns: ", join(t.header), "), found ", f.size());
+    Example e;
+    e.text = std::move(f[ti]);
+    if (pi >= 0) e.text_pair = std::move(f[pi]);
+    if (li >= 0) e.label = std::move(f[li]);
+    ds.rows.push_back(std::move(e));
+  }
+  finish_labels(ds, c, row_where);
+  return ds;
+}
+
+std::string number_string(const ordered_json& v) {
+  if (v.is_number_integer()) return v.is_number_unsigned() ? std::to_string(v.get<uint64_t>())
+                                                           : std::to_string(v.get<int64_t>());
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v.get<double>());  // shortest round-trip form
+  return std::string(buf, res.ptr);
+}
+
+// A cell of a JSON record as text: strings as they are, numbers and booleans written out.
+std::string json_cell(const ordered_json& obj, const std::string& key, bool label, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    std::vector<std::string> keys;
+    for (auto k = obj.begin(); k != obj.end(); ++k) keys.push_back(k.key());
+    throw Error(detail::concat(where, ": missing key '", key, "' (keys: ", join(keys), ")"));
+  }
+  const ordered_json& v = *it;
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number()) return number_string(v);
+  if (label && v.is_null()) return "";
+  if (!label && v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  throw Error(detail::concat(where, ": key '", key, "': expected ", label ? "a string or a number" : "a string",
+                             ", found ", v.dump()));
+}
+
+Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o, const std::string& where) {
+  std::vector<ordered_json> objects;
+  std::vector<std::string> row_where;
+  size_t first = s.find_first_not_of(" \t\r\n");
+  if (allow_array && first != std::string_view::npos && s[first] == '[') {
+    // A .json file holding one array of objects.
+    ordered_json arr;
+    try {
+      arr = ordered_json::parse(s);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw Error(detail::concat(where, ": invalid JSON: ", e.what()));
+    }
+    for (size_t k = 0; k < arr.size(); ++k) {
+      row_where.push_back(detail::concat(where, ": item ", k));
+      objects.push_back(std::move(arr[k]));
+    }
+  } else {
+    size_t line = 0, pos = 0;
+    while (pos < s.size()) {
+      size_t end = s.find('\n', pos);
+      if (end == std::string_view::npos) end = s.size();
+      std::string_view l = s.substr(pos, end - pos);
+      pos = end + 1;
+      ++line;
+      if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+      try {
+        objects.push_back(ordered_json::parse(l));
+      } catch (const nlohmann::json::parse_error& e) {
+        throw Error(detail::concat(where, ":", line, ": invalid JSON on line ", line, ": ", e.what()));
+      }
+      row_where.push_back(detail::concat(where, ":", line));
+    }
+  }
+  KILN_CHECK(!objects.empty(), where, ": empty dataset (no rows)");
+  for (size_t r = 0; r < objects.size(); ++r)
+    KILN_CHECK(objects[r].is_object(), row_where[r], ": expected a JSON object, found ", objects[r].dump());
+  std::vector<std::string> names;
+  for (auto k = objects[0].begin(); k != objects[0].end(); ++k) names.push_back(k.key());
+  Columns c = resolve_columns(names, o, row_where[0]);
+  Dataset ds;
+  ds.source = where;
+  ds.rows.reserve(objects.size());
+  for (size_t r = 0; r < objects.size(); ++r) {
+    Example e;
+    e.text = json_cell(objects[r], c.text, false, row_where[r]);
+    if (!c.pair.empty()) e.text_pair = json_cell(objects[r], c.pair, false, row_where[r]);
+    if (!c.label.empty()) e.label = json_cell(objects[r], c.label, true, row_where[r]);
+    ds.rows.push_back(std::move(e));
+  }
+  finish_labels(ds, c, row_where);
+  return ds;
+}
+
+Dataset load_text(std::string_view s, const std::string& where) {
+  Dataset ds;
+  ds.source = where;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find('\n', pos);
+    if (end == std::string_view::npos) end = s.size();
+    std::string_view l = s.substr(pos, end - pos);
+    pos = end + 1;
+    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    if (l.find_first_not_of(" \t\f\v\r") == std::string_view::npos) continue;
+    ds.rows.push_back(Example{std::string(l), "", ""});
+  }
+  KILN_CHECK(!ds.rows.empty(), where, ": empty dataset (no rows)");
+  return ds;
+}
+
+}  // namespace
+
+Dataset load_dataset(const fs::path& path, const DatasetOptions& options) {
+  std::string where = path.string();
+  std::string ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  KILN_CHECK(ext == ".csv" || ext == ".tsv" || ext == ".json" || ext == ".jsonl" || ext == ".txt", where,
+             ": unsupported dataset file extension '", ext, "' (expected .csv, .tsv, .json, .jsonl or .txt)");
+  std::string bytes = io::read_file(path);
+  std::string_view s(bytes);
+  if (s.substr(0, 3) == "\xEF\xBB\xBF") s.remove_prefix(3);
+  check_utf8(s, where);
+  if (ext == ".csv") return from_table(parse_csv(s, where), options, where);
+  if (ext == ".tsv") return from_table(parse_tsv(s), options, where);
+  if (ext == ".txt") return load_text(s, where);
+  return load_json(s, ext == ".json", options, where);
+}
+
+}  // namespace kiln::data

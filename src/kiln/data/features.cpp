@@ -1,0 +1,127 @@
+#include "kiln/data/features.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "kiln/core/error.h"
+
+namespace kiln::data {
+
+namespace {
+std::vector<int64_t> widen(const std::vector<uint32_t>& v) { return {v.begin(), v.end()}; }
+}  // namespace
+
+Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length,
+                          const LabelMap* labels) {
+  tokenizers::Tokenizer t = tok;  // own truncation/padding settings, whatever the caller's are
+  t.set_padding(std::nullopt);
+  if (max_length > 0)
+    t.set_truncation(tokenizers::TruncationParams{static_cast<size_t>(max_length),
+                                                  tokenizers::TruncationStrategy::LongestFirst,
+                                                  tokenizers::Direction::Right});
+  else
+    t.set_truncation(std::nullopt);
+
+  bool pairs = false;
+  for (const auto& r : ds.rows) pairs = pairs || !r.text_pair.empty();
+  std::vector<tokenizers::Encoding> enc;
+  try {
+    if (pairs) {
+      std::vector<std::pair<std::string, std::string>> texts;
+      texts.reserve(ds.rows.size());
+      for (const auto& r : ds.rows) texts.emplace_back(r.text, r.text_pair);
+      enc = t.encode_batch_pairs(texts, true);
+    } else {
+      std::vector<std::string> texts;
+      texts.reserve(ds.rows.size());
+      for (const auto& r : ds.rows) texts.push_back(r.text);
+      enc = t.encode_batch(texts, true);
+    }
+  } catch (const Error& e) {
+    throw Error(detail::concat(ds.source, ": tokenizing: ", e.what()));
+  }
+
+  Features f;
+  f.input_ids.reserve(enc.size());
+  f.token_type_ids.reserve(enc.size());
+  for (const auto& e : enc) {
+    f.input_ids.push_back(widen(e.ids));
+    f.token_type_ids.push_back(widen(e.type_ids));
+  }
+  if (labels && ds.has_labels) {
+    if (labels->is_regression) {
+      f.float_labels.reserve(ds.rows.size());
+      for (size_t r = 0; r < ds.rows.size(); ++r) {
+        double v = 0;
+        KILN_CHECK(parse_number_label(ds.rows[r].label, &v), ds.source, " row ", r + 1, ": label '",
+                   ds.rows[r].label, "' is not a number (the task is regression)");
+        f.float_labels.push_back(static_cast<float>(v));
+      }
+    } else {
+      std::unordered_map<std::string, int64_t> ids;
+      for (size_t k = 0; k < labels->labels.size(); ++k) ids.emplace(labels->labels[k], static_cast<int64_t>(k));
+      f.labels.reserve(ds.rows.size());
+      for (size_t r = 0; r < ds.rows.size(); ++r) {
+        auto it = ids.find(ds.rows[r].label);
+        f.labels.push_back(it != ids.end() ? it->second
+                                           : labels->id(ds.rows[r].label, detail::concat(ds.source, " row ", r + 1)));
+      }
+    }
+  }
+  return f;
+}
+
+Features group_texts(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t block_size,
+                     bool add_special_tokens) {
+  KILN_CHECK(block_size > 0, "group_texts: block_size must be positive, got ", block_size);
+  tokenizers::Tokenizer t = tok;
+  t.set_padding(std::nullopt);
+  t.set_truncation(std::nullopt);
+
+  // The tokenizer's specials around one sequence: those before the first
+  // ordinary token and those after the last.
+  std::vector<int64_t> prefix, suffix;
+  if (add_special_tokens) {
+    tokenizers::Encoding probe = t.encode("a", true);
+    size_t first = probe.size(), last = 0;
+    for (size_t k = 0; k < probe.size(); ++k)
+      if (!probe.special_tokens_mask[k]) {
+        first = std::min(first, k);
+        last = k + 1;
+      }
+    if (first == probe.size()) first = last = probe.size();  // "a" became specials only: treat all as prefix
+    for (size_t k = 0; k < first; ++k) prefix.push_back(probe.ids[k]);
+    for (size_t k = last; k < probe.size(); ++k) suffix.push_back(probe.ids[k]);
+  }
+  int64_t body = block_size - static_cast<int64_t>(prefix.size() + suffix.size());
+  KILN_CHECK(body > 0, "group_texts: block_size ", block_size, " leaves no room beside the ",
+             prefix.size() + suffix.size(), " special tokens");
+
+  std::vector<std::string> texts;
+  texts.reserve(ds.rows.size());
+  for (const auto& r : ds.rows) texts.push_back(r.text);
+  std::vector<tokenizers::Encoding> enc;
+  try {
+    enc = t.encode_batch(texts, false);
+  } catch (const Error& e) {
+    throw Error(detail::concat(ds.source, ": tokenizing: ", e.what()));
+  }
+  std::vector<int64_t> all;
+  for (const auto& e : enc) all.insert(all.end(), e.ids.begin(), e.ids.end());
+  KILN_CHECK(!all.empty(), ds.source, ": group_texts: the dataset has no tokens");
+
+  auto n = static_cast<int64_t>(all.size());
+  int64_t blocks = n >= body ? n / body : 1;
+  Features f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    std::vector<int64_t> ids = prefix;
+    auto from = all.begin() + b * body;
+    ids.insert(ids.end(), from, from + std::min(body, n - b * body));
+    ids.insert(ids.end(), suffix.begin(), suffix.end());
+    f.token_type_ids.emplace_back(ids.size(), 0);
+    f.input_ids.push_back(std::move(ids));
+  }
+  return f;
+}
+
+}  // namespace kiln::data

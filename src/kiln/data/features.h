@@ -1,0 +1,39 @@
+#pragma once
+// Tokenized datasets: the `datasets.map(preprocess_function, batched=True)`
+// step of run_glue (tokenize_dataset) and run_mlm / run_clm (group_texts).
+#include <cstdint>
+#include <vector>
+
+#include "kiln/data/dataset.h"
+#include "kiln/data/labels.h"
+#include "kiln/tokenizers/tokenizer.h"
+
+namespace kiln::data {
+
+// Rows of token ids, unpadded (the collator pads per batch).
+struct Features {
+  std::vector<std::vector<int64_t>> input_ids, token_type_ids;
+  std::vector<int64_t> labels;      // class ids (or empty)
+  std::vector<float> float_labels;  // regression (or empty)
+  size_t size() const { return input_ids.size(); }
+};
+
+// Special tokens added, pairs when any row has a text_pair, truncation to
+// max_length (longest_first for pairs; max_length <= 0: none), no padding.
+// Labels: class ids through `labels`, or float values when
+// labels->is_regression; none when `labels` is null or `ds` is unlabeled.
+// A label `labels` does not know is an error naming the file and row.
+// Encodes on all cores (the tokenizer's batch encode).
+Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length,
+                          const LabelMap* labels);
+
+// Causal / masked LM text (run_clm / run_mlm "group_texts"): every row encoded
+// without special tokens, concatenated, and cut into blocks; with
+// add_special_tokens each block is wrapped in the tokenizer's own single-
+// sequence specials ([CLS] … [SEP] for BERT, <s> … </s> for RoBERTa, none for
+// GPT-2) and the whole block, specials included, is block_size long. The
+// final partial block is dropped, unless the text is shorter than one block.
+Features group_texts(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t block_size,
+                     bool add_special_tokens);
+
+}  // namespace kiln::data

@@ -1,0 +1,69 @@
+#include "kiln/data/labels.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "kiln/core/error.h"
+
+namespace kiln::data {
+
+bool is_integer_label(const std::string& s) {
+  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  if (i >= s.size() || s.size() - i > 18) return false;  // fits int64
+  return std::all_of(s.begin() + static_cast<std::ptrdiff_t>(i), s.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool parse_number_label(const std::string& s, double* out) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(v)) return false;
+  if (out) *out = v;
+  return true;
+}
+
+LabelMap LabelMap::from_dataset(const Dataset& train) {
+  KILN_CHECK(train.has_labels && !train.rows.empty(), train.source,
+             ": no labels (a training set needs a label column)");
+  std::set<std::string> distinct;
+  for (const auto& r : train.rows) distinct.insert(r.label);
+  LabelMap m;
+  bool all_int = true, all_number = true;
+  for (const auto& l : distinct) {
+    all_int = all_int && is_integer_label(l);
+    all_number = all_number && parse_number_label(l, nullptr);
+  }
+  if (!all_int && all_number) {
+    m.is_regression = true;
+    return m;
+  }
+  m.labels.assign(distinct.begin(), distinct.end());  // std::set: byte order
+  if (all_int)
+    std::stable_sort(m.labels.begin(), m.labels.end(), [](const std::string& a, const std::string& b) {
+      return std::stoll(a) < std::stoll(b);
+    });
+  return m;
+}
+
+LabelMap LabelMap::from_labels(std::vector<std::string> labels) {
+  std::set<std::string> seen;
+  for (const auto& l : labels) KILN_CHECK(seen.insert(l).second, "id2label: label '", l, "' appears twice");
+  LabelMap m;
+  m.labels = std::move(labels);
+  return m;
+}
+
+int64_t LabelMap::id(const std::string& label, const std::string& where) const {
+  KILN_CHECK(!is_regression, where, ": regression labels have no class id (label '", label, "')");
+  auto it = std::find(labels.begin(), labels.end(), label);
+  if (it != labels.end()) return it - labels.begin();
+  std::string known;
+  for (const auto& l : labels) known += (known.empty() ? "'" : ", '") + l + "'";
+  throw Error(detail::concat(where, ": label '", label, "' was not seen in training (known labels: ", known, ")"));
+}
+
+}  // namespace kiln::data

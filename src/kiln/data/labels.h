@@ -1,0 +1,33 @@
+#pragma once
+// String labels -> class ids, as run_glue builds label_list from the training
+// set (label2id / id2label are saved into config.json by the Trainer).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/data/dataset.h"
+
+namespace kiln::data {
+
+struct LabelMap {
+  std::vector<std::string> labels;  // id -> label (empty for regression)
+  bool is_regression = false;
+
+  // Sorted lexicographically (byte order, as Python sorts str) unless every
+  // label is an integer ("-1", "2": then numeric order, as run_glue sorts an
+  // int column); regression when every label is a number and at least one is
+  // not an integer ("3.5"). kiln::Error when `train` has no labels.
+  static LabelMap from_dataset(const Dataset& train);
+  // From a model's id2label (ids 0..n-1 in order).
+  static LabelMap from_labels(std::vector<std::string> labels);
+
+  // kiln::Error naming `where`, the label and the known labels when absent.
+  int64_t id(const std::string& label, const std::string& where) const;
+  size_t size() const { return labels.size(); }
+};
+
+// Helpers shared with tokenize_dataset: "-12" / "+3" (integer), "0.5", "1e-3" (number).
+bool is_integer_label(const std::string& s);
+bool parse_number_label(const std::string& s, double* out);
+
+}  // namespace kiln::data

@@ -1,0 +1,139 @@
+#include "kiln/data/loader.h"
+
+#include <numeric>
+
+#include "kiln/core/error.h"
+
+namespace kiln::data {
+
+std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  if (!shuffle) return p;
+  // Fisher-Yates; j uniform in [0, i] by multiply-shift of a 64-bit hash
+  // (bias below n / 2^64).
+  for (int64_t i = n - 1; i > 0; --i) {
+    uint64_t h = mix_seed(seed ^ 0x7368756666ull, static_cast<uint64_t>(epoch), static_cast<uint64_t>(i));
+    auto j = static_cast<int64_t>((static_cast<unsigned __int128>(h) * static_cast<uint64_t>(i + 1)) >> 64);
+    std::swap(p[i], p[j]);
+  }
+  return p;
+}
+
+DataLoader::DataLoader(std::shared_ptr<const Features> features, LoaderOptions options, CollatorOptions collator)
+    : features_(std::move(features)), options_(options), collator_(std::move(collator)) {
+  KILN_CHECK(features_ != nullptr, "DataLoader: no features");
+  KILN_CHECK(options_.batch_size > 0, "DataLoader: batch_size must be positive, got ", options_.batch_size);
+  KILN_CHECK(options_.num_workers >= 0, "DataLoader: num_workers must be >= 0, got ", options_.num_workers);
+  auto n = static_cast<int64_t>(features_->size());
+  batches_per_epoch_ = options_.drop_last ? n / options_.batch_size
+                                          : (n + options_.batch_size - 1) / options_.batch_size;
+  KILN_CHECK(batches_per_epoch_ > 0, "DataLoader: ", n, " rows make no batch of ", options_.batch_size,
+             options_.drop_last ? " with drop_last" : "");
+  if (options_.num_workers > 0) {
+    window_ = 2 * options_.num_workers;
+    for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+  }
+}
+
+DataLoader::~DataLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+std::shared_ptr<const std::vector<int64_t>> DataLoader::permutation(int64_t epoch) const {
+  std::lock_guard<std::mutex> lock(perm_mu_);
+  auto it = perms_.find(epoch);
+  if (it != perms_.end()) return it->second;
+  auto p = std::make_shared<const std::vector<int64_t>>(
+      epoch_permutation(static_cast<int64_t>(features_->size()), options_.seed, epoch, options_.shuffle));
+  perms_[epoch] = p;
+  while (perms_.size() > 3) perms_.erase(perms_.begin()->first < epoch ? perms_.begin() : std::prev(perms_.end()));
+  return p;
+}
+
+Batch DataLoader::make_batch(int64_t g) const {
+  int64_t epoch = g / batches_per_epoch_, pos = g % batches_per_epoch_;
+  auto perm = permutation(epoch);
+  auto begin = pos * options_.batch_size;
+  auto end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(perm->size()));
+  std::vector<int64_t> rows(perm->begin() + begin, perm->begin() + end);
+  return collate(*features_, rows, collator_, epoch);
+}
+
+void DataLoader::worker_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    work_cv_.wait(lock, [&] { return stop_ || next_issue_ < next_take_ + window_; });
+    if (stop_) return;
+    int64_t g = next_issue_++, gen = generation_;
+    lock.unlock();
+    Slot slot;
+    try {
+      slot.batch = make_batch(g);
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+    lock.lock();
+    if (gen == generation_) {
+      ready_.emplace(g, std::move(slot));
+      ready_cv_.notify_all();
+    }
+  }
+}
+
+Batch DataLoader::next() {
+  if (workers_.empty()) {
+    int64_t g;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      g = next_take_;
+    }
+    Batch b = make_batch(g);  // a failure leaves the position unchanged
+    std::lock_guard<std::mutex> lock(mu_);
+    ++next_take_;
+    return b;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  int64_t g = next_take_;
+  ready_cv_.wait(lock, [&] { return ready_.count(g) > 0; });
+  Slot slot = std::move(ready_.at(g));
+  ready_.erase(g);
+  if (slot.error) {
+    // Leave the position where it was; a retry recomputes the batch.
+    next_issue_ = std::min(next_issue_, g);
+    for (auto it = ready_.begin(); it != ready_.end();) it = it->first >= g ? ready_.erase(it) : std::next(it);
+    ++generation_;
+    work_cv_.notify_all();
+    std::rethrow_exception(slot.error);
+  }
+  ++next_take_;
+  work_cv_.notify_all();
+  return std::move(slot.batch);
+}
+
+int64_t DataLoader::epoch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_take_ / batches_per_epoch_;
+}
+
+int64_t DataLoader::position() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_take_ % batches_per_epoch_;
+}
+
+void DataLoader::seek(int64_t epoch, int64_t position) {
+  KILN_CHECK(epoch >= 0 && position >= 0 && position <= batches_per_epoch_, "DataLoader::seek: epoch ", epoch,
+             ", position ", position, " is out of range (", batches_per_epoch_, " batches per epoch)");
+  std::lock_guard<std::mutex> lock(mu_);
+  ++generation_;
+  ready_.clear();
+  next_take_ = next_issue_ = epoch * batches_per_epoch_ + position;
+  work_cv_.notify_all();
+}
+
+}  // namespace kiln::data

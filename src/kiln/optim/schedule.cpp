@@ -1,0 +1,96 @@
+#include "kiln/optim/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "kiln/core/error.h"
+
+namespace kiln::optim {
+namespace {
+
+// HF's SchedulerType values that kiln does not implement: named in the error
+// so that a valid HF name is not reported as a typo.
+const std::vector<std::string> kUnsupportedHfTypes = {"cosine_with_restarts", "inverse_sqrt", "reduce_lr_on_plateau",
+                                                      "cosine_with_min_lr", "warmup_stable_decay"};
+
+// kiln builds with -march=native, where GCC contracts a * b + c into one FMA
+// (a single rounding); Python rounds the product first. A volatile store
+// forces that rounding, so the rates match PyTorch's bit for bit.
+double rounded(double v) {
+  volatile double r = v;
+  return r;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+const std::vector<std::string>& LRSchedule::types() {
+  static const std::vector<std::string> names = {"linear", "cosine", "constant", "constant_with_warmup", "polynomial"};
+  return names;
+}
+
+LRSchedule::LRSchedule(std::string type, double base_lr, int64_t warmup_steps, int64_t total_steps)
+    : type_(std::move(type)), kind_(Kind::Linear), base_lr_(base_lr), warmup_steps_(warmup_steps),
+      total_steps_(total_steps) {
+  const auto& names = types();
+  auto it = std::find(names.begin(), names.end(), type_);
+  if (it == names.end()) {
+    bool hf = std::find(kUnsupportedHfTypes.begin(), kUnsupportedHfTypes.end(), type_) != kUnsupportedHfTypes.end();
+    throw Error("lr_scheduler_type '" + type_ + "' " +
+                (hf ? "is a Hugging Face schedule that kiln does not implement" : "is not a known schedule") +
+                "; expected one of: " + joined(names));
+  }
+  kind_ = static_cast<Kind>(it - names.begin());
+  KILN_CHECK(std::isfinite(base_lr_) && base_lr_ >= 0, "lr schedule '", type_,
+             "': base learning rate must be finite and >= 0, got ", base_lr_);
+  KILN_CHECK(warmup_steps_ >= 0, "lr schedule '", type_, "': warmup_steps must be >= 0, got ", warmup_steps_);
+  KILN_CHECK(total_steps_ >= 0, "lr schedule '", type_, "': total_steps must be >= 0, got ", total_steps_);
+  if (kind_ == Kind::Polynomial) {
+    KILN_CHECK(base_lr_ > kPolynomialLrEnd, "lr schedule 'polynomial': lr_end (", kPolynomialLrEnd,
+               ") must be smaller than the initial learning rate (", base_lr_, ")");
+    KILN_CHECK(total_steps_ != warmup_steps_, "lr schedule 'polynomial': total_steps (", total_steps_,
+               ") must differ from warmup_steps (", warmup_steps_, "): the decay would last 0 steps");
+  }
+}
+
+double LRSchedule::multiplier(int64_t step) const {
+  KILN_CHECK(step >= 0, "lr schedule '", type_, "': step must be >= 0, got ", step);
+  // Python's int -> float conversions and true division, in the same order as
+  // HF's lambdas, so the doubles agree bit for bit.
+  const double s = static_cast<double>(step), w = static_cast<double>(warmup_steps_),
+               t = static_cast<double>(total_steps_);
+  if (kind_ == Kind::Constant) return 1.0;
+  if (step < warmup_steps_) return s / std::max(1.0, w);
+  switch (kind_) {
+    case Kind::Linear:
+      return std::max(0.0, (t - s) / std::max(1.0, t - w));
+    case Kind::Cosine: {
+      constexpr double num_cycles = 0.5;
+      double progress = (s - w) / std::max(1.0, t - w);
+      return std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * num_cycles * 2.0 * progress)));
+    }
+    case Kind::ConstantWithWarmup:
+      return 1.0;
+    case Kind::Polynomial: {
+      if (step > total_steps_) return kPolynomialLrEnd / base_lr_;
+      double lr_range = base_lr_ - kPolynomialLrEnd;
+      double pct_remaining = 1.0 - (s - w) / (t - w);
+      double decay = rounded(lr_range * std::pow(pct_remaining, kPolynomialPower)) + kPolynomialLrEnd;
+      return decay / base_lr_;
+    }
+    case Kind::Constant:
+      break;
+  }
+  KILN_ASSERT(false);
+  return 0.0;
+}
+
+double LRSchedule::lr(int64_t step) const { return base_lr_ * multiplier(step); }
+
+}  // namespace kiln::optim

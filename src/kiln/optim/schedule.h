@@ -1,0 +1,58 @@
+#pragma once
+// Learning-rate schedules: Hugging Face's get_scheduler (transformers 4.40,
+// optimization.py) as torch.optim.lr_scheduler.LambdaLR evaluates it.
+//
+// HF builds each schedule as a multiplier m(step) of the optimizer's base
+// learning rate; LambdaLR then sets lr = base_lr * m(step), where step counts
+// the optimizer steps already taken (0 for the first update). W = warmup
+// steps, T = total steps:
+//   warmup (all but constant)  step < W:  m = step / max(1, W)
+//   linear                     m = max(0, (T - step) / max(1, T - W))
+//   cosine                     m = max(0, 0.5 (1 + cos(pi * 2 * 0.5 * (step - W) / max(1, T - W))))
+//   constant                   m = 1 (no warmup, as HF's get_constant_schedule ignores it)
+//   constant_with_warmup       m = 1 after warmup
+//   polynomial (lr_end 1e-7, power 1)
+//                              step > T:  m = lr_end / base_lr
+//                              otherwise: m = ((base_lr - lr_end) * (1 - (step - W) / (T - W))^power + lr_end) / base_lr
+// The polynomial multiplier is an absolute rate divided by base_lr, which
+// LambdaLR multiplies back; lr() does the same two roundings, so its values
+// are bit-identical to PyTorch's.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::optim {
+
+class LRSchedule {
+ public:
+  // Throws kiln::Error for an unknown type (listing the valid ones), negative
+  // step counts, and polynomial with base_lr <= lr_end (HF's check) or with
+  // total_steps == warmup_steps (HF divides by T - W: ZeroDivisionError).
+  LRSchedule(std::string type, double base_lr, int64_t warmup_steps, int64_t total_steps);
+
+  // The learning rate for optimizer step `step` (0-based): base_lr * multiplier(step).
+  double lr(int64_t step) const;
+  // HF's lr_lambda at `step`.
+  double multiplier(int64_t step) const;
+
+  const std::string& type() const { return type_; }
+  double base_lr() const { return base_lr_; }
+  int64_t warmup_steps() const { return warmup_steps_; }
+  int64_t total_steps() const { return total_steps_; }
+
+  // The schedule names kiln implements, as HF's SchedulerType spells them.
+  static const std::vector<std::string>& types();
+
+  // HF's polynomial defaults (get_polynomial_decay_schedule_with_warmup).
+  static constexpr double kPolynomialLrEnd = 1e-7;
+  static constexpr double kPolynomialPower = 1.0;
+
+ private:
+  enum class Kind { Linear, Cosine, Constant, ConstantWithWarmup, Polynomial };
+  std::string type_;
+  Kind kind_;
+  double base_lr_;
+  int64_t warmup_steps_, total_steps_;
+};
+
+}  // namespace kiln::optim

@@ -1,0 +1,568 @@
+#include "kiln/train/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "kiln/core/error.h"
+#include "kiln/io/json_file.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/runtime/context.h"
+#include "kiln/runtime/metrics.h"
+
+namespace kiln::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// HF's get_decay_parameter_names: no weight decay for biases and LayerNorm weights.
+bool decays(const std::string& name) {
+  bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+  bool norm = name.find("LayerNorm.") != std::string::npos || name.find("layer_norm.") != std::string::npos;
+  return !bias && !norm;
+}
+
+std::string format_duration(double s) {
+  int64_t t = static_cast<int64_t>(s + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(t / 3600), (long long)(t / 60 % 60), (long long)(t % 60));
+  return buf;
+}
+
+// Accuracy and macro-F1 of predictions against labels over C classes.
+std::pair<double, double> accuracy_f1(const std::vector<int64_t>& pred, const std::vector<int64_t>& gold, int64_t C) {
+  int64_t correct = 0;
+  std::vector<int64_t> tp(C, 0), fp(C, 0), fn(C, 0);
+  for (size_t i = 0; i < pred.size(); ++i) {
+    if (pred[i] == gold[i]) {
+      ++correct;
+      ++tp[gold[i]];
+    } else {
+      if (pred[i] >= 0 && pred[i] < C) ++fp[pred[i]];
+      if (gold[i] >= 0 && gold[i] < C) ++fn[gold[i]];
+    }
+  }
+  double f1 = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    double denom = 2.0 * tp[c] + fp[c] + fn[c];
+    f1 += denom > 0 ? 2.0 * tp[c] / denom : 0.0;
+  }
+  return {pred.empty() ? 0.0 : static_cast<double>(correct) / pred.size(), C ? f1 / C : 0.0};
+}
+
+// Test hook: KILN_TEST_SAVE_DELAY_MS slows checkpoint writing so a test can
+// kill the process in the middle of a save.
+void save_delay() {
+  if (const char* v = std::getenv("KILN_TEST_SAVE_DELAY_MS"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(v)));
+}
+
+}  // namespace
+
+json TrainerState::to_json() const {
+  return json{{"best_metric", best_metric ? json(*best_metric) : json(nullptr)},
+              {"best_model_checkpoint", best_model_checkpoint.empty() ? json(nullptr) : json(best_model_checkpoint)},
+              {"epoch", epoch},
+              {"eval_steps", eval_steps},
+              {"global_step", global_step},
+              {"is_hyper_param_search", false},
+              {"is_local_process_zero", true},
+              {"is_world_process_zero", true},
+              {"log_history", log_history},
+              {"logging_steps", logging_steps},
+              {"max_steps", max_steps},
+              {"num_input_tokens_seen", 0},
+              {"num_train_epochs", num_train_epochs},
+              {"save_steps", save_steps},
+              {"total_flos", 0},
+              {"train_batch_size", train_batch_size},
+              {"trial_name", nullptr},
+              {"trial_params", nullptr}};
+}
+
+TrainerState TrainerState::from_json(const json& j, const std::string& src) {
+  TrainerState s;
+  try {
+    s.global_step = j.at("global_step").get<int64_t>();
+    s.epoch = j.at("epoch").get<double>();
+    s.max_steps = j.value("max_steps", 0);
+    s.num_train_epochs = j.value("num_train_epochs", 0);
+    s.logging_steps = j.value("logging_steps", 0);
+    s.eval_steps = j.value("eval_steps", 0);
+    s.save_steps = j.value("save_steps", 0);
+    s.train_batch_size = j.value("train_batch_size", 0);
+    for (const auto& e : j.at("log_history")) s.log_history.push_back(e);
+    if (j.contains("best_metric") && !j["best_metric"].is_null()) s.best_metric = j["best_metric"].get<double>();
+    if (j.contains("best_model_checkpoint") && !j["best_model_checkpoint"].is_null())
+      s.best_model_checkpoint = j["best_model_checkpoint"].get<std::string>();
+  } catch (const json::exception& e) {
+    throw Error(src + ": malformed trainer state: " + e.what());
+  }
+  return s;
+}
+
+Trainer::Trainer(models::PreTrainedModel& model, TrainingArguments args, Task task,
+                 std::shared_ptr<const data::Features> train, std::shared_ptr<const data::Features> eval,
+                 data::CollatorOptions collator)
+    : model_(model),
+      args_(std::move(args)),
+      task_(task),
+      train_(std::move(train)),
+      eval_(std::move(eval)),
+      collator_(std::move(collator)),
+      device_(Device::parse(args_.device)) {
+  args_.validate();
+  progress_tty_ = ::isatty(STDERR_FILENO);
+  build_optimizer();
+}
+
+Trainer::~Trainer() {
+  // Step closures reference this trainer: let them finish.
+  wait_device_ops(device_);
+}
+
+void Trainer::build_optimizer() {
+  optim::ParamGroup decay{{}, args_.weight_decay}, no_decay{{}, 0.0};
+  std::vector<std::string> names_decay, names_no_decay;
+  for (auto& [name, p] : model_.named_parameters()) {
+    if (decays(name)) {
+      decay.params.push_back(p);
+      names_decay.push_back(name);
+    } else {
+      no_decay.params.push_back(p);
+      names_no_decay.push_back(name);
+    }
+  }
+  param_names_ = names_decay;
+  param_names_.insert(param_names_.end(), names_no_decay.begin(), names_no_decay.end());
+  optimizer_ = std::make_unique<optim::AdamW>(
+      std::vector<optim::ParamGroup>{decay, no_decay},
+      optim::AdamWOptions{args_.learning_rate, args_.adam_beta1, args_.adam_beta2, args_.adam_epsilon, args_.weight_decay});
+}
+
+models::ModelInputs Trainer::inputs_of(const data::DeviceBatch& b) const {
+  auto get = [&](const char* k) {
+    auto it = b.tensors.find(k);
+    return it == b.tensors.end() ? Tensor() : it->second;
+  };
+  models::ModelInputs in;
+  in.input_ids = get("input_ids");
+  in.attention_mask = get("attention_mask");
+  in.token_type_ids = get("token_type_ids");
+  in.labels = get("labels");
+  return in;
+}
+
+void Trainer::record_log(json entry, int64_t step) {
+  std::lock_guard<std::mutex> lock(log_mu_);
+  entry["step"] = step;
+  if (progress_tty_) std::fprintf(stderr, "\r\033[K");
+  std::fprintf(stderr, "%s\n", entry.dump().c_str());
+  state_.log_history.push_back(std::move(entry));
+}
+
+fs::path Trainer::checkpoint_dir(int64_t step) const {
+  return fs::path(args_.output_dir) / ("checkpoint-" + std::to_string(step));
+}
+
+fs::path Trainer::find_checkpoint(const std::string& which) const {
+  if (which != "latest") {
+    KILN_CHECK(fs::is_directory(which), "resume_from_checkpoint: '", which, "' is not a checkpoint directory");
+    return which;
+  }
+  int64_t best = -1;
+  fs::path found;
+  if (fs::is_directory(args_.output_dir))
+    for (const auto& e : fs::directory_iterator(args_.output_dir)) {
+      std::string n = e.path().filename().string();
+      if (n.rfind("checkpoint-", 0) != 0 || !e.is_directory()) continue;
+      char* end = nullptr;
+      long long step = std::strtoll(n.c_str() + 11, &end, 10);
+      if (*end == 0 && step > best) {
+        best = step;
+        found = e.path();
+      }
+    }
+  KILN_CHECK(best >= 0, "resume_from_checkpoint latest: no checkpoint-N directory in ", args_.output_dir);
+  return found;
+}
+
+void Trainer::save_model(const fs::path& dir) const {
+  model_.save_pretrained(dir);
+  for (const auto& f : extra_files_) {
+    std::error_code ec;
+    fs::copy_file(f, dir / f.filename(), fs::copy_options::overwrite_existing, ec);
+    KILN_CHECK(!ec, "cannot copy ", f.string(), " into ", dir.string(), ": ", ec.message());
+  }
+}
+
+void Trainer::save_checkpoint() {
+  wait_device_ops(device_);  // values and log_history complete
+  fs::path final_dir = checkpoint_dir(state_.global_step);
+  fs::path tmp = fs::path(args_.output_dir) / ("tmp-checkpoint-" + std::to_string(state_.global_step));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  save_model(tmp);
+  save_delay();
+  // Optimizer state by parameter name.
+  std::vector<std::pair<std::string, Tensor>> opt;
+  size_t k = 0;
+  for (size_t g = 0; g < optimizer_->groups().size(); ++g)
+    for (size_t i = 0; i < optimizer_->groups()[g].params.size(); ++i, ++k) {
+      opt.emplace_back("state." + param_names_[k] + ".exp_avg", optimizer_->exp_avg(g)[i]);
+      opt.emplace_back("state." + param_names_[k] + ".exp_avg_sq", optimizer_->exp_avg_sq(g)[i]);
+    }
+  io::save_safetensors(tmp / "optimizer.safetensors", opt, {{"step", std::to_string(optimizer_->steps_taken())}});
+  save_delay();
+  io::write_json_file_atomic(tmp / "scheduler.json", json{{"type", args_.lr_scheduler_type}, {"last_epoch", state_.global_step}});
+  Generator& gen = model_.dropout_generator();
+  io::write_json_file_atomic(tmp / "rng_state.json",
+                             json{{"dropout_seed", gen.seed()}, {"dropout_offset", gen.offset()},
+                                  {"data_epoch", data_epoch_},
+                                  {"data_position", data_position_}});
+  io::write_json_file_atomic(tmp / "training_args.json", args_.to_json());
+  io::write_json_file_atomic(tmp / "trainer_state.json", state_.to_json());
+  save_delay();
+  // Publish: the directory appears whole or not at all.
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  rotate_checkpoints();
+}
+
+void Trainer::rotate_checkpoints() {
+  if (!args_.save_total_limit || *args_.save_total_limit <= 0) return;
+  std::vector<std::pair<int64_t, fs::path>> cps;
+  for (const auto& e : fs::directory_iterator(args_.output_dir)) {
+    std::string n = e.path().filename().string();
+    if (n.rfind("checkpoint-", 0) == 0 && e.is_directory()) cps.emplace_back(std::atoll(n.c_str() + 11), e.path());
+  }
+  std::sort(cps.begin(), cps.end());
+  // The best checkpoint is never deleted (HF moves it to the end of the list).
+  auto best = std::find_if(cps.begin(), cps.end(), [&](auto& c) {
+    return !state_.best_model_checkpoint.empty() && fs::equivalent(c.second, state_.best_model_checkpoint);
+  });
+  if (best != cps.end()) std::rotate(best, best + 1, cps.end());
+  int64_t limit = *args_.save_total_limit;
+  if (!state_.best_model_checkpoint.empty() && limit == 1 && cps.size() > 1 && best != cps.end()) limit = 2;
+  for (size_t i = 0; i + limit < cps.size(); ++i) fs::remove_all(cps[i].second);
+}
+
+void Trainer::load_checkpoint(const fs::path& dir) {
+  std::fprintf(stderr, "kiln train: resuming from %s\n", dir.string().c_str());
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer_state.json", "rng_state.json"})
+    KILN_CHECK(fs::exists(dir / f), "resume_from_checkpoint: ", (dir / f).string(), " is missing: not a complete checkpoint");
+  auto weights = io::load_safetensors(dir / "model.safetensors", device_);
+  nn::LoadReport report = model_.load_state_dict(weights, false);
+  KILN_CHECK(report.ok(), "resume_from_checkpoint: ", (dir / "model.safetensors").string(),
+             " does not match the model:\n", report.describe());
+  io::SafetensorsFile opt = io::SafetensorsFile::open(dir / "optimizer.safetensors");
+  size_t k = 0;
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < optimizer_->groups().size(); ++g)
+    for (size_t i = 0; i < optimizer_->groups()[g].params.size(); ++i, ++k) {
+      for (auto [suffix, vec] : {std::pair{".exp_avg", &optimizer_->exp_avg(g)}, std::pair{".exp_avg_sq", &optimizer_->exp_avg_sq(g)}}) {
+        std::string key = "state." + param_names_[k] + suffix;
+        KILN_CHECK(opt.find(key), (dir / "optimizer.safetensors").string(), ": tensor '", key, "' is missing");
+        Tensor t = opt.load(key, device_);
+        KILN_CHECK(t.shape() == (*vec)[i].shape(), (dir / "optimizer.safetensors").string(), ": tensor '", key,
+                   "' has shape ", to_string(t.shape()), ", expected ", to_string((*vec)[i].shape()));
+        (*vec)[i].set_data(t);
+      }
+    }
+  auto meta = opt.metadata().find("step");
+  KILN_CHECK(meta != opt.metadata().end(), (dir / "optimizer.safetensors").string(), ": no 'step' in metadata");
+  optimizer_->set_steps_taken(std::atoll(meta->second.c_str()));
+  state_ = TrainerState::from_json(io::read_json_file(dir / "trainer_state.json"), (dir / "trainer_state.json").string());
+  json rng = io::read_json_file(dir / "rng_state.json");
+  try {
+    model_.dropout_generator().set_state(rng.at("dropout_seed").get<uint64_t>(), rng.at("dropout_offset").get<uint64_t>());
+    data_epoch_ = rng.at("data_epoch").get<int64_t>();
+    data_position_ = rng.at("data_position").get<int64_t>();
+    loader_->seek(data_epoch_, data_position_);
+  } catch (const json::exception& e) {
+    throw Error((dir / "rng_state.json").string() + ": malformed: " + e.what());
+  }
+}
+
+std::map<std::string, double> Trainer::train() {
+  KILN_CHECK(train_ && train_->size() > 0, "train: the training set is empty");
+  const fs::path out(args_.output_dir);
+  fs::create_directories(out);
+
+  data::LoaderOptions lo;
+  lo.batch_size = args_.per_device_train_batch_size;
+  lo.shuffle = true;
+  lo.seed = args_.data_seed.value_or(args_.seed);
+  lo.drop_last = args_.dataloader_drop_last;
+  lo.num_workers = static_cast<int>(args_.dataloader_num_workers);
+  loader_ = std::make_unique<data::DataLoader>(train_, lo, collator_);
+
+  const int64_t accum = args_.gradient_accumulation_steps;
+  const int64_t updates_per_epoch = std::max<int64_t>(loader_->batches_per_epoch() / accum, 1);
+  int64_t total = args_.max_steps > 0 ? args_.max_steps
+                                      : static_cast<int64_t>(std::ceil(args_.num_train_epochs * updates_per_epoch));
+  KILN_CHECK(total > 0, "train: no optimizer steps to take (num_train_epochs ", args_.num_train_epochs, ", max_steps ",
+             args_.max_steps, ")");
+  optim::LRSchedule schedule(args_.lr_scheduler_type, args_.learning_rate, args_.num_warmup_steps(total), total);
+  state_.max_steps = total;
+  state_.num_train_epochs = args_.max_steps > 0 ? (total + updates_per_epoch - 1) / updates_per_epoch
+                                                : static_cast<int64_t>(std::ceil(args_.num_train_epochs));
+  state_.logging_steps = args_.steps_from_ratio(args_.logging_steps, total);
+  state_.save_steps = args_.steps_from_ratio(args_.save_steps, total);
+  state_.eval_steps = args_.eval_steps ? *args_.eval_steps : state_.logging_steps;
+  state_.train_batch_size = args_.train_batch_size();
+
+  if (!args_.resume_from_checkpoint.empty()) {
+    TrainerState fresh = state_;
+    load_checkpoint(find_checkpoint(args_.resume_from_checkpoint));
+    // The run's shape comes from the current arguments; the history from the checkpoint.
+    state_.max_steps = fresh.max_steps;
+    state_.num_train_epochs = fresh.num_train_epochs;
+  }
+  data::DeviceLoader device_loader(*loader_, device_);
+  model_.train();
+
+  auto t0 = std::chrono::steady_clock::now();
+  const int64_t start_step = state_.global_step;
+  const int64_t samples_per_step = args_.train_batch_size() * accum;
+  if (!progress_tty_)
+    std::fprintf(stderr, "kiln train: %lld optimizer steps (%lld per epoch), batch %lld, %lld examples\n",
+                 (long long)total, (long long)updates_per_epoch, (long long)samples_per_step, (long long)train_->size());
+  while (state_.global_step < total) {
+    Tensor loss_sum, grad_norm;
+    double epoch_now = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      data::DeviceBatch batch = device_loader.next();
+      Tensor loss = model_.forward(inputs_of(batch)).loss;
+      KILN_CHECK(loss.defined(), "train: the batch has no labels");
+      if (accum > 1) loss = loss * (1.0 / static_cast<double>(accum));
+      loss.backward();
+      loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+      epoch_now = batch.epoch + static_cast<double>(batch.position + 1) / loader_->batches_per_epoch();
+      data_epoch_ = batch.epoch;
+      data_position_ = batch.position + 1;
+      if (micro + 1 < accum) mark_step(device_);
+    }
+    if (args_.max_grad_norm > 0) grad_norm = optim::clip_grad_norm(model_.parameters(), args_.max_grad_norm);
+    double lr = schedule.lr(state_.global_step);
+    optimizer_->set_lr(lr);
+    optimizer_->step();
+    optimizer_->zero_grad();
+    mark_step(device_);
+    ++state_.global_step;
+    state_.epoch = epoch_now;
+
+    // Read this step's loss once it has run, off the host's critical path.
+    const int64_t step = state_.global_step;
+    const double elapsed = seconds_since(t0);
+    add_step_closure(
+        [this, loss_sum, grad_norm, lr, step, total, elapsed, start_step, samples_per_step, epoch_now] {
+          double l = loss_sum.item();
+          double gn = grad_norm.defined() ? grad_norm.item() : 0.0;
+          std::lock_guard<std::mutex> lock(log_mu_);
+          loss_sum_ += l;
+          ++loss_count_;
+          total_loss_ += l;
+          ++total_loss_count_;
+          last_loss_ = l;
+          last_grad_norm_ = gn;
+          if (progress_tty_) {
+            double rate = (step - start_step) * samples_per_step / std::max(elapsed, 1e-9);
+            double eta = (total - step) * elapsed / std::max<int64_t>(step - start_step, 1);
+            std::fprintf(stderr, "\r\033[K%3d%% | step %lld/%lld | epoch %.2f | loss %.4f | lr %.3g | %.1f samples/s | ETA %s",
+                         (int)(100 * step / total), (long long)step, (long long)total, epoch_now, l, lr, rate,
+                         format_duration(eta).c_str());
+            std::fflush(stderr);
+          }
+        },
+        device_);
+
+    bool log_now = (args_.logging_first_step && step == 1) || (state_.logging_steps > 0 && step % state_.logging_steps == 0);
+    if (log_now) {
+      add_step_closure(
+          [this, lr, epoch_now, step] {
+            double avg;
+            double gn;
+            {
+              std::lock_guard<std::mutex> lock(log_mu_);
+              avg = loss_count_ ? loss_sum_ / loss_count_ : 0.0;
+              gn = last_grad_norm_;
+              loss_sum_ = 0;
+              loss_count_ = 0;
+            }
+            record_log(json{{"loss", std::round(avg * 1e4) / 1e4}, {"grad_norm", gn}, {"learning_rate", lr},
+                            {"epoch", std::round(epoch_now * 100) / 100}},
+                       step);
+          },
+          device_);
+    }
+    bool epoch_end = std::abs(epoch_now - std::round(epoch_now)) < 1e-9;
+    bool eval_now = eval_ && ((args_.eval_strategy == "steps" && state_.eval_steps > 0 && step % state_.eval_steps == 0) ||
+                              (args_.eval_strategy == "epoch" && epoch_end));
+    std::map<std::string, double> eval_metrics;
+    if (eval_now) {
+      wait_device_ops(device_);
+      eval_metrics = evaluate("eval");
+      model_.train();
+    }
+    bool save_now = (args_.save_strategy == "steps" && state_.save_steps > 0 && step % state_.save_steps == 0) ||
+                    (args_.save_strategy == "epoch" && epoch_end);
+    if (save_now) {
+      if (args_.metric_for_best_model || args_.load_best_model_at_end) {
+        std::string name = args_.metric_for_best_model.value_or("loss");
+        if (name.rfind("eval_", 0) != 0) name = "eval_" + name;
+        auto it = eval_metrics.find(name);
+        if (it != eval_metrics.end()) {
+          bool greater = args_.greater_is_better.value_or(name.size() < 4 || name.substr(name.size() - 4) != "loss");
+          if (!state_.best_metric || (greater ? it->second > *state_.best_metric : it->second < *state_.best_metric)) {
+            state_.best_metric = it->second;
+            state_.best_model_checkpoint = checkpoint_dir(step).string();
+          }
+        }
+      }
+      save_checkpoint();
+    }
+    if (stop_after_ >= 0 && state_.global_step >= stop_after_) break;
+  }
+  wait_device_ops(device_);
+  metrics::record_data_wait(device_loader.wait_seconds());
+  if (progress_tty_) std::fprintf(stderr, "\n");
+  double runtime = seconds_since(t0);
+  std::map<std::string, double> metrics;
+  {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    metrics["train_loss"] = total_loss_count_ ? total_loss_ / total_loss_count_ : 0.0;
+  }
+  int64_t steps_run = state_.global_step - start_step;
+  metrics["train_runtime"] = runtime;
+  metrics["train_samples_per_second"] = steps_run * samples_per_step / std::max(runtime, 1e-9);
+  metrics["train_steps_per_second"] = steps_run / std::max(runtime, 1e-9);
+  metrics["epoch"] = state_.epoch;
+  metrics["train_samples"] = static_cast<double>(train_->size());
+  json summary = json::object();
+  for (auto& [k, v] : metrics) summary[k] = v;
+  record_log(summary, state_.global_step);
+
+  if (args_.load_best_model_at_end && !state_.best_model_checkpoint.empty()) {
+    std::fprintf(stderr, "kiln train: loading the best model from %s (%s = %g)\n", state_.best_model_checkpoint.c_str(),
+                 args_.metric_for_best_model.value_or("loss").c_str(), state_.best_metric.value_or(0));
+    auto best = io::load_safetensors(fs::path(state_.best_model_checkpoint) / "model.safetensors", device_);
+    model_.load_state_dict(best, true);
+  }
+  save_model(out);
+  io::write_json_file_atomic(out / "training_args.json", args_.to_json());
+  io::write_json_file_atomic(out / "trainer_state.json", state_.to_json());
+  io::write_json_file_atomic(out / "train_results.json", summary);
+  if (args_.metrics_debug) std::fprintf(stderr, "%s", metrics::report().c_str());
+  return metrics;
+}
+
+std::map<std::string, double> Trainer::evaluate(const std::string& prefix) {
+  KILN_CHECK(eval_ && eval_->size() > 0, "evaluate: the evaluation set is empty");
+  model_.eval();
+  data::LoaderOptions lo;
+  lo.batch_size = args_.per_device_eval_batch_size;
+  lo.shuffle = false;
+  data::CollatorOptions co = collator_;
+  data::DataLoader loader(eval_, lo, co);
+  const int64_t batches = loader.batches_per_epoch();
+  std::vector<Tensor> losses, preds;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> gold;
+  auto t0 = std::chrono::steady_clock::now();
+  {
+    NoGradGuard no_grad;
+    data::DeviceLoader dl(loader, device_);
+    for (int64_t b = 0; b < batches; ++b) {
+      data::DeviceBatch batch = dl.next();
+      models::ModelOutputs out = model_.forward(inputs_of(batch));
+      KILN_CHECK(out.loss.defined(), "evaluate: the evaluation set has no labels");
+      losses.push_back(out.loss);
+      sizes.push_back(batch.host.batch_size);
+      const auto& problem = model_.config().problem_type;
+      bool single_label = !problem || *problem == "single_label_classification";
+      if (task_ == Task::TextClassification && single_label && out.logits.defined() && out.logits.dim(-1) > 1) {
+        preds.push_back(argmax(out.logits, -1));
+        gold.insert(gold.end(), batch.host.labels.begin(), batch.host.labels.end());
+      }
+      mark_step(device_);
+    }
+  }
+  double loss_total = 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    loss_total += losses[i].item() * sizes[i];
+    n += sizes[i];
+  }
+  std::map<std::string, double> m;
+  m[prefix + "_loss"] = loss_total / std::max<int64_t>(n, 1);
+  if (task_ == Task::MaskedLM) m["perplexity"] = std::exp(m[prefix + "_loss"]);
+  if (!preds.empty()) {
+    std::vector<int64_t> pred;
+    for (auto& p : preds) {
+      auto v = p.to_vector<int64_t>();
+      pred.insert(pred.end(), v.begin(), v.end());
+    }
+    auto [acc, f1] = accuracy_f1(pred, gold, model_.config().num_labels());
+    m[prefix + "_accuracy"] = acc;
+    m[prefix + "_f1"] = f1;
+  }
+  double runtime = seconds_since(t0);
+  m[prefix + "_runtime"] = runtime;
+  m[prefix + "_samples_per_second"] = n / std::max(runtime, 1e-9);
+  m[prefix + "_samples"] = static_cast<double>(n);
+  json entry = json::object();
+  for (auto& [k, v] : m) entry[k] = v;
+  entry["epoch"] = state_.epoch;
+  record_log(entry, state_.global_step);
+  return m;
+}
+
+Predictions Trainer::predict(const data::Features& features) {
+  model_.eval();
+  auto shared = std::make_shared<const data::Features>(features);
+  data::LoaderOptions lo;
+  lo.batch_size = args_.per_device_eval_batch_size;
+  lo.shuffle = false;
+  data::DataLoader loader(shared, lo, collator_);
+  std::vector<Tensor> outs;
+  {
+    NoGradGuard no_grad;
+    data::DeviceLoader dl(loader, device_);
+    for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+      models::ModelInputs in = inputs_of(dl.next());
+      in.labels = {};
+      Tensor logits = model_.forward(in).logits;
+      outs.push_back(logits.dim(-1) > 1 ? softmax(logits, -1) : logits);
+      mark_step(device_);
+    }
+  }
+  Predictions p;
+  for (auto& t : outs) {
+    auto v = t.to_vector<float>();
+    int64_t C = t.dim(-1), rows = t.numel() / C;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (C == 1) {
+        p.values.push_back(v[r]);
+        continue;
+      }
+      std::vector<float> row(v.begin() + r * C, v.begin() + (r + 1) * C);
+      p.labels.push_back(std::max_element(row.begin(), row.end()) - row.begin());
+      p.probabilities.push_back(std::move(row));
+    }
+  }
+  return p;
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,113 @@
+#pragma once
+// Trainer: Hugging Face's training loop on kiln's compiled device layer.
+// Forward, backward, gradient clipping and the AdamW update of one optimizer
+// step trace into one graph (the learning rate is a graph input, so it
+// compiles once); losses reach the host through step closures, so logging
+// never stalls the pipeline; checkpoints are HF's layout, written atomically,
+// and resume exactly.
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/data/collator.h"
+#include "kiln/data/dataset.h"
+#include "kiln/data/features.h"
+#include "kiln/data/labels.h"
+#include "kiln/data/loader.h"
+#include "kiln/models/model.h"
+#include "kiln/optim/optimizer.h"
+#include "kiln/optim/schedule.h"
+#include "kiln/train/training_args.h"
+
+namespace kiln::train {
+
+enum class Task { TextClassification, MaskedLM };
+
+// trainer_state.json, with HF's field names.
+struct TrainerState {
+  int64_t global_step = 0;
+  double epoch = 0;
+  int64_t max_steps = 0;
+  int64_t num_train_epochs = 0;
+  int64_t logging_steps = 0, eval_steps = 0, save_steps = 0;
+  int64_t train_batch_size = 0;
+  std::vector<nlohmann::json> log_history;
+  std::optional<double> best_metric;
+  std::string best_model_checkpoint;
+  nlohmann::json to_json() const;
+  static TrainerState from_json(const nlohmann::json& j, const std::string& source);
+};
+
+struct Predictions {
+  std::vector<int64_t> labels;                 // argmax per row (classification)
+  std::vector<std::vector<float>> probabilities;  // softmax per row
+  std::vector<float> values;                   // regression outputs
+};
+
+class Trainer {
+ public:
+  Trainer(models::PreTrainedModel& model, TrainingArguments args, Task task,
+          std::shared_ptr<const data::Features> train, std::shared_ptr<const data::Features> eval,
+          data::CollatorOptions collator);
+  ~Trainer();
+
+  // Trains (resuming when args.resume_from_checkpoint is set), evaluates as
+  // eval_strategy says, saves checkpoints and the final model in output_dir.
+  // Returns the train metrics (train_loss, train_runtime, ...).
+  std::map<std::string, double> train();
+  // Metrics on the eval set, prefixed ("eval_loss", "eval_accuracy", "eval_f1").
+  std::map<std::string, double> evaluate(const std::string& prefix = "eval");
+  Predictions predict(const data::Features& features);
+
+  // Files copied into every checkpoint and the final model (tokenizer files).
+  void set_extra_files(std::vector<std::filesystem::path> files) { extra_files_ = std::move(files); }
+  const TrainerState& state() const { return state_; }
+  // Ends train() after this global step, as if the run stopped there (HF's
+  // control.should_training_stop); the schedule still spans the whole run.
+  void stop_after_step(int64_t step) { stop_after_ = step; }
+  const TrainingArguments& args() const { return args_; }
+  // Saves config.json, model.safetensors and the extra files into dir.
+  void save_model(const std::filesystem::path& dir) const;
+
+ private:
+  struct Step;
+  models::ModelInputs inputs_of(const data::DeviceBatch& b) const;
+  void build_optimizer();
+  void save_checkpoint();
+  void load_checkpoint(const std::filesystem::path& dir);
+  void rotate_checkpoints();
+  void record_log(nlohmann::json entry, int64_t step);
+  std::filesystem::path checkpoint_dir(int64_t step) const;
+  std::filesystem::path find_checkpoint(const std::string& which) const;
+
+  models::PreTrainedModel& model_;
+  TrainingArguments args_;
+  Task task_;
+  std::shared_ptr<const data::Features> train_, eval_;
+  data::CollatorOptions collator_;
+  std::unique_ptr<optim::AdamW> optimizer_;
+  std::vector<std::string> param_names_;  // optimizer order
+  std::unique_ptr<data::DataLoader> loader_;
+  TrainerState state_;
+  std::vector<std::filesystem::path> extra_files_;
+  Device device_;
+
+  // Filled by step closures on the stream thread.
+  std::mutex log_mu_;
+  double loss_sum_ = 0;
+  int64_t loss_count_ = 0;
+  double last_loss_ = 0, last_grad_norm_ = 0, total_loss_ = 0;
+  int64_t total_loss_count_ = 0;
+  bool progress_tty_ = false;
+  int64_t stop_after_ = -1;
+  // Where the data stream resumes: the batch after the last one trained on.
+  int64_t data_epoch_ = 0, data_position_ = 0;
+};
+
+}  // namespace kiln::train

@@ -1,0 +1,497 @@
+#include "kiln/train/training_args.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <sstream>
+#include <type_traits>
+#include <variant>
+
+#include "kiln/core/device.h"
+#include "kiln/core/error.h"
+#include "kiln/io/json_file.h"
+#include "kiln/optim/schedule.h"
+
+namespace kiln::train {
+namespace {
+
+using TA = TrainingArguments;
+using json = nlohmann::json;
+
+// One entry per field: the flag/JSON name, a pointer to the member, and for
+// string fields with a fixed set of values, that set (checked like argparse's
+// `choices`, so a typo fails at the flag that has it).
+using Member = std::variant<std::string TA::*, bool TA::*, int64_t TA::*, uint64_t TA::*, double TA::*,
+                            std::optional<int64_t> TA::*, std::optional<uint64_t> TA::*,
+                            std::optional<std::string> TA::*, std::optional<bool> TA::*>;
+struct Field {
+  std::string name;
+  Member member;
+  std::vector<std::string> choices;
+};
+
+const std::vector<std::string> kStrategies = {"no", "steps", "epoch"};
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = {
+      {"output_dir", &TA::output_dir, {}},
+      {"overwrite_output_dir", &TA::overwrite_output_dir, {}},
+      {"do_train", &TA::do_train, {}},
+      {"do_eval", &TA::do_eval, {}},
+      {"do_predict", &TA::do_predict, {}},
+      {"eval_strategy", &TA::eval_strategy, kStrategies},
+      {"eval_steps", &TA::eval_steps, {}},
+      {"per_device_train_batch_size", &TA::per_device_train_batch_size, {}},
+      {"per_device_eval_batch_size", &TA::per_device_eval_batch_size, {}},
+      {"gradient_accumulation_steps", &TA::gradient_accumulation_steps, {}},
+      {"learning_rate", &TA::learning_rate, {}},
+      {"weight_decay", &TA::weight_decay, {}},
+      {"adam_beta1", &TA::adam_beta1, {}},
+      {"adam_beta2", &TA::adam_beta2, {}},
+      {"adam_epsilon", &TA::adam_epsilon, {}},
+      {"max_grad_norm", &TA::max_grad_norm, {}},
+      {"num_train_epochs", &TA::num_train_epochs, {}},
+      {"max_steps", &TA::max_steps, {}},
+      {"lr_scheduler_type", &TA::lr_scheduler_type, optim::LRSchedule::types()},
+      {"warmup_ratio", &TA::warmup_ratio, {}},
+      {"warmup_steps", &TA::warmup_steps, {}},
+      {"logging_steps", &TA::logging_steps, {}},
+      {"logging_first_step", &TA::logging_first_step, {}},
+      {"save_strategy", &TA::save_strategy, kStrategies},
+      {"save_steps", &TA::save_steps, {}},
+      {"save_total_limit", &TA::save_total_limit, {}},
+      {"seed", &TA::seed, {}},
+      {"data_seed", &TA::data_seed, {}},
+      {"dataloader_drop_last", &TA::dataloader_drop_last, {}},
+      {"dataloader_num_workers", &TA::dataloader_num_workers, {}},
+      {"load_best_model_at_end", &TA::load_best_model_at_end, {}},
+      {"metric_for_best_model", &TA::metric_for_best_model, {}},
+      {"greater_is_better", &TA::greater_is_better, {}},
+      {"resume_from_checkpoint", &TA::resume_from_checkpoint, {}},
+      {"label_smoothing_factor", &TA::label_smoothing_factor, {}},
+      {"num_replicas", &TA::num_replicas, {}},
+      {"metrics_debug", &TA::metrics_debug, {}},
+      {"device", &TA::device, {}},
+  };
+  return table;
+}
+
+// The deprecated HF name of eval_strategy (still accepted by transformers 4.40).
+constexpr const char* kEvalStrategyAlias = "evaluation_strategy";
+
+const Field* find_field(const std::string& name) {
+  const std::string& canonical = name == kEvalStrategyAlias ? std::string("eval_strategy") : name;
+  for (const auto& f : fields())
+    if (f.name == canonical) return &f;
+  return nullptr;
+}
+
+bool is_bool_field(const Field& f) {
+  return std::holds_alternative<bool TA::*>(f.member) || std::holds_alternative<std::optional<bool> TA::*>(f.member);
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// HF's string_to_bool words (case-insensitive).
+std::optional<bool> parse_bool_word(std::string v) {
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (v == "true" || v == "1" || v == "yes" || v == "t" || v == "y") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "f" || v == "n") return false;
+  return std::nullopt;
+}
+
+template <typename T>
+std::optional<T> parse_number(const std::string& text) {
+  std::string_view v = text;
+  if (!v.empty() && v.front() == '+') v.remove_prefix(1);
+  if (v.empty()) return std::nullopt;
+  T out{};
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || end != v.data() + v.size()) return std::nullopt;
+  if constexpr (std::is_floating_point_v<T>)
+    if (!std::isfinite(out)) return std::nullopt;
+  return out;
+}
+
+// Sets field f of `a` from a command-line value; `flag` is how errors name it.
+void set_from_text(TA& a, const Field& f, const std::string& value, const std::string& flag) {
+  auto bad = [&](const std::string& expected) {
+    return Error(flag + ": invalid value '" + value + "' (expected " + expected + ")");
+  };
+  std::visit(
+      [&](auto member) {
+        using M = std::remove_reference_t<decltype(a.*member)>;
+        if constexpr (std::is_same_v<M, std::string> || std::is_same_v<M, std::optional<std::string>>) {
+          if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), value) == f.choices.end()) {
+            std::string near = closest_name(value, f.choices);
+            throw Error(flag + ": invalid value '" + value + "' (expected one of: " + joined(f.choices) + ")" +
+                        (near.empty() ? "" : "; did you mean '" + near + "'?"));
+          }
+          a.*member = value;
+        } else if constexpr (std::is_same_v<M, bool> || std::is_same_v<M, std::optional<bool>>) {
+          auto b = parse_bool_word(value);
+          if (!b) throw bad("true, false, 1 or 0");
+          a.*member = *b;
+        } else if constexpr (std::is_same_v<M, int64_t> || std::is_same_v<M, std::optional<int64_t>>) {
+          auto n = parse_number<int64_t>(value);
+          if (!n) throw bad("an integer");
+          a.*member = *n;
+        } else if constexpr (std::is_same_v<M, uint64_t> || std::is_same_v<M, std::optional<uint64_t>>) {
+          auto n = parse_number<uint64_t>(value);
+          if (!n) throw bad("a non-negative integer");
+          a.*member = *n;
+        } else {
+          static_assert(std::is_same_v<M, double>);
+          auto n = parse_number<double>(value);
+          if (!n) throw bad("a number");
+          a.*member = *n;
+        }
+      },
+      f.member);
+}
+
+std::string json_kind(const json& v) {
+  std::string dumped = v.dump();
+  if (dumped.size() > 40) dumped = dumped.substr(0, 37) + "...";
+  return std::string(v.type_name()) + " " + dumped;
+}
+
+// Sets field f of `a` from a JSON value; `where` ("file: key 'name'") prefixes errors.
+void set_from_json(TA& a, const Field& f, const json& v, const std::string& where) {
+  auto bad = [&](const std::string& expected) {
+    return Error(where + ": expected " + expected + ", found " + json_kind(v));
+  };
+  std::visit(
+      [&](auto member) {
+        using M = std::remove_reference_t<decltype(a.*member)>;
+        constexpr bool optional = !std::is_same_v<M, std::string> && !std::is_same_v<M, bool> &&
+                                  !std::is_same_v<M, int64_t> && !std::is_same_v<M, uint64_t> &&
+                                  !std::is_same_v<M, double>;
+        if constexpr (optional) {
+          if (v.is_null()) {
+            a.*member = std::nullopt;
+            return;
+          }
+        }
+        if constexpr (std::is_same_v<M, std::string> || std::is_same_v<M, std::optional<std::string>>) {
+          if (!v.is_string()) throw bad("a string");
+          std::string s = v.get<std::string>();
+          if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), s) == f.choices.end())
+            throw Error(where + ": invalid value \"" + s + "\" (expected one of: " + joined(f.choices) + ")");
+          a.*member = s;
+        } else if constexpr (std::is_same_v<M, bool> || std::is_same_v<M, std::optional<bool>>) {
+          if (!v.is_boolean()) throw bad("true or false");
+          a.*member = v.get<bool>();
+        } else if constexpr (std::is_same_v<M, double>) {
+          if (!v.is_number()) throw bad("a number");
+          a.*member = v.get<double>();
+        } else {
+          // Integers; Python may write a whole float (100.0) for them.
+          constexpr bool is_unsigned = std::is_same_v<M, uint64_t> || std::is_same_v<M, std::optional<uint64_t>>;
+          const char* expected = is_unsigned ? "a non-negative integer" : "an integer";
+          if (v.is_number_unsigned()) {
+            uint64_t n = v.get<uint64_t>();
+            if (!is_unsigned && n > static_cast<uint64_t>(INT64_MAX)) throw bad(expected);
+            a.*member = n;
+          } else if (v.is_number_integer()) {
+            int64_t n = v.get<int64_t>();
+            if (is_unsigned && n < 0) throw bad(expected);
+            a.*member = n;
+          } else if (v.is_number_float()) {
+            double d = v.get<double>();
+            if (!(std::floor(d) == d) || std::abs(d) > 9.0e15 || (is_unsigned && d < 0)) throw bad(expected);
+            a.*member = static_cast<std::conditional_t<is_unsigned, uint64_t, int64_t>>(d);
+          } else {
+            throw bad(expected);
+          }
+        }
+      },
+      f.member);
+}
+
+// validate() with errors naming each field as `dash + name` ("--" after
+// parse, "" otherwise) and prefixed by `where` ("args.json: " or "").
+void check(const TA& a, const std::string& where, const std::string& dash) {
+  auto fail = [&](const std::string& name, const std::string& msg) {
+    return Error(where + dash + name + " " + msg);
+  };
+  auto got = [](auto v) {
+    std::ostringstream os;
+    os << ", got " << v;
+    return os.str();
+  };
+  if (a.output_dir.empty()) throw Error(where + dash + "output_dir is required");
+  for (const auto& f : fields()) {
+    if (f.choices.empty()) continue;
+    const std::string& v = a.*std::get<std::string TA::*>(f.member);
+    if (std::find(f.choices.begin(), f.choices.end(), v) == f.choices.end())
+      throw fail(f.name, "must be one of: " + joined(f.choices) + "; got '" + v + "'");
+  }
+  auto positive_int = [&](const char* name, int64_t v) {
+    if (v < 1) throw fail(name, "must be a positive integer" + got(v));
+  };
+  positive_int("per_device_train_batch_size", a.per_device_train_batch_size);
+  positive_int("per_device_eval_batch_size", a.per_device_eval_batch_size);
+  positive_int("gradient_accumulation_steps", a.gradient_accumulation_steps);
+  positive_int("num_replicas", a.num_replicas);
+  if (a.eval_steps) positive_int("eval_steps", *a.eval_steps);
+
+  auto in_range = [&](const char* name, double v, double lo, double hi, bool hi_open, const std::string& range) {
+    if (!std::isfinite(v) || v < lo || v > hi || (hi_open && v == hi)) throw fail(name, "must be in " + range + got(v));
+  };
+  constexpr double inf = HUGE_VAL;
+  in_range("learning_rate", a.learning_rate, 0, inf, false, "[0, inf)");
+  in_range("weight_decay", a.weight_decay, 0, inf, false, "[0, inf)");
+  in_range("adam_beta1", a.adam_beta1, 0, 1, true, "[0, 1)");
+  in_range("adam_beta2", a.adam_beta2, 0, 1, true, "[0, 1)");
+  in_range("adam_epsilon", a.adam_epsilon, 0, inf, false, "[0, inf)");
+  in_range("max_grad_norm", a.max_grad_norm, 0, inf, false, "[0, inf) (0 turns clipping off)");
+  in_range("num_train_epochs", a.num_train_epochs, 0, inf, false, "[0, inf)");
+  in_range("warmup_ratio", a.warmup_ratio, 0, 1, false, "[0, 1]");
+  in_range("label_smoothing_factor", a.label_smoothing_factor, 0, 1, true, "[0, 1)");
+  if (a.max_steps < -1) throw fail("max_steps", "must be a positive integer, or -1 to train for num_train_epochs" + got(a.max_steps));
+  if (a.max_steps <= 0 && !(a.num_train_epochs > 0))
+    throw fail("num_train_epochs", "must be positive when max_steps is not set" + got(a.num_train_epochs));
+  if (a.warmup_steps < 0) throw fail("warmup_steps", "must be >= 0" + got(a.warmup_steps));
+  if (a.dataloader_num_workers < 0) throw fail("dataloader_num_workers", "must be >= 0" + got(a.dataloader_num_workers));
+  if (a.save_total_limit && *a.save_total_limit < 0)
+    throw fail("save_total_limit", "must be >= 0 (0 keeps every checkpoint, as in HF)" + got(*a.save_total_limit));
+
+  // HF: a ratio of the total steps below 1, a whole number of steps above.
+  auto interval = [&](const char* name, double v, bool required) {
+    if (!std::isfinite(v) || v < 0 || (required && v == 0))
+      throw fail(name, std::string(required ? "must be > 0" : "must be >= 0") +
+                           " (a ratio of the total steps when < 1)" + got(v));
+    if (v > 1 && v != std::floor(v)) throw fail(name, "must be an integer if bigger than 1" + got(v));
+  };
+  interval("logging_steps", a.logging_steps, true);
+  interval("save_steps", a.save_steps, a.save_strategy == "steps");
+  if (a.metric_for_best_model && a.metric_for_best_model->empty())
+    throw fail("metric_for_best_model", "must not be empty");
+  try {
+    (void)Device::parse(a.device);
+  } catch (const Error&) {
+    throw fail("device", "must be cpu, cpu:N, cuda or cuda:N; got '" + a.device + "'");
+  }
+
+  if (a.load_best_model_at_end) {
+    if (a.eval_strategy != a.save_strategy)
+      throw Error(where + dash + "load_best_model_at_end requires the save and eval strategy to match, but found " +
+                  "eval_strategy '" + a.eval_strategy + "' and save_strategy '" + a.save_strategy + "'");
+    if (a.eval_strategy == "no")
+      throw Error(where + dash + "load_best_model_at_end needs evaluations, but eval_strategy is 'no'");
+    if (a.eval_strategy == "steps") {
+      double eval = a.eval_steps ? static_cast<double>(*a.eval_steps) : a.logging_steps, save = a.save_steps;
+      bool eval_ratio = eval < 1, save_ratio = save < 1;
+      if (eval_ratio != save_ratio)
+        throw Error(where + dash + "load_best_model_at_end requires save_steps to be a multiple of eval_steps, " +
+                    "which cannot be guaranteed when mixing a ratio and absolute steps (save_steps " +
+                    json(save).dump() + ", eval_steps " + json(eval).dump() + ")");
+      // Ratios compared in millionths, as HF does, to stay clear of rounding.
+      double scale = eval_ratio ? 1e6 : 1;
+      if (std::llround(save * scale) % std::llround(eval * scale) != 0)
+        throw Error(where + dash + "load_best_model_at_end requires save_steps to be a round multiple of " +
+                    "eval_steps, but found save_steps " + json(save).dump() + " and eval_steps " + json(eval).dump());
+    }
+  }
+}
+
+void finish(TA& a, const std::string& where, const std::string& dash) {
+  a.resolve_defaults();
+  check(a, where, dash);
+}
+
+std::string normalized_flag(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+}  // namespace
+
+std::string closest_name(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const auto& c : candidates) {
+    // Levenshtein distance, one row at a time.
+    std::vector<size_t> prev(c.size() + 1), cur(c.size() + 1);
+    for (size_t j = 0; j <= c.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= word.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= c.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (word[i - 1] == c[j - 1] ? 0 : 1)});
+      std::swap(prev, cur);
+    }
+    if (prev[c.size()] < best_distance) {
+      best_distance = prev[c.size()];
+      best = c;
+    }
+  }
+  return best_distance <= std::max<size_t>(2, word.size() / 3) ? best : "";
+}
+
+const std::vector<std::string>& TrainingArguments::field_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& f : fields()) n.push_back(f.name);
+    return n;
+  }();
+  return names;
+}
+
+TrainingArguments TrainingArguments::parse(const std::vector<std::string>& args,
+                                           std::map<std::string, std::string>* rest,
+                                           const std::vector<std::string>& known_extra_flags,
+                                           const std::vector<std::string>& known_extra_switches) {
+  TrainingArguments a;
+  auto find_extra = [&](const std::vector<std::string>& names, const std::string& name) -> const std::string* {
+    if (!rest) return nullptr;
+    for (const auto& n : names)
+      if (n == name || normalized_flag(n) == normalized_flag(name)) return &n;
+    return nullptr;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    KILN_CHECK(arg.size() > 2 && arg.rfind("--", 0) == 0, "unexpected argument '", arg,
+               "' (flags are written --name value or --name=value)");
+    std::string name = arg.substr(2);
+    std::optional<std::string> value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    const std::string flag = "--" + name;
+    bool has_next = i + 1 < args.size();
+    // A bool takes the next argument only when it is a bool word, so "--do_train --do_eval" works; anything else
+    // that is not a flag is a mistake worth reporting ("--do_train train.csv").
+    auto switch_value = [&]() -> std::string {
+      if (value) return *value;
+      if (!has_next || args[i + 1].rfind("--", 0) == 0) return "true";
+      return args[++i];
+    };
+    auto flag_value = [&]() -> std::string {
+      if (value) return *value;
+      KILN_CHECK(has_next && args[i + 1].rfind("--", 0) != 0, "flag ", flag, " needs a value");
+      return args[++i];
+    };
+
+    if (const Field* f = find_field(normalized_flag(name))) {
+      set_from_text(a, *f, is_bool_field(*f) ? switch_value() : flag_value(), flag);
+    } else if (const std::string* extra = find_extra(known_extra_flags, name)) {
+      (*rest)[*extra] = flag_value();
+    } else if (const std::string* sw = find_extra(known_extra_switches, name)) {
+      std::string v = switch_value();
+      auto b = parse_bool_word(v);
+      KILN_CHECK(b, flag, ": invalid value '", v, "' (expected true, false, 1 or 0, or no value)");
+      (*rest)[*sw] = *b ? "true" : "false";
+    } else {
+      std::vector<std::string> candidates = field_names();
+      if (rest) {
+        candidates.insert(candidates.end(), known_extra_flags.begin(), known_extra_flags.end());
+        candidates.insert(candidates.end(), known_extra_switches.begin(), known_extra_switches.end());
+      }
+      std::string near = closest_name(normalized_flag(name), candidates);
+      throw Error("unknown flag '" + flag + "'" + (near.empty() ? "" : " (did you mean --" + near + "?)"));
+    }
+  }
+  finish(a, "", "--");
+  return a;
+}
+
+TrainingArguments TrainingArguments::from_json(const nlohmann::json& j, const std::string& source) {
+  KILN_CHECK(j.is_object(), source, ": expected a JSON object of TrainingArguments fields, found ", j.type_name());
+  TrainingArguments a;
+  std::vector<std::string> unknown;
+  for (const auto& [key, value] : j.items()) {
+    const Field* f = find_field(key);
+    if (!f) {
+      std::string near = closest_name(key, field_names());
+      unknown.push_back("'" + key + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)"));
+      continue;
+    }
+    // HF writes "evaluation_strategy": null next to eval_strategy; a value overrides eval_strategy (HF).
+    if (key == kEvalStrategyAlias && value.is_null()) continue;
+    set_from_json(a, *f, value, source + ": key '" + key + "'");
+  }
+  if (!unknown.empty())
+    throw Error(source + ": unknown TrainingArguments key" + (unknown.size() > 1 ? "s " : " ") + joined(unknown));
+  finish(a, source + ": ", "");
+  return a;
+}
+
+TrainingArguments TrainingArguments::from_json_file(const std::filesystem::path& path) {
+  return from_json(io::read_json_file(path), path.string());
+}
+
+nlohmann::json TrainingArguments::to_json() const {
+  json j = json::object();
+  for (const auto& f : fields()) {
+    std::visit(
+        [&](auto member) {
+          const auto& v = this->*member;
+          using M = std::remove_cvref_t<decltype(v)>;
+          if constexpr (std::is_same_v<M, std::string> || std::is_same_v<M, bool> || std::is_same_v<M, int64_t> ||
+                        std::is_same_v<M, uint64_t> || std::is_same_v<M, double>) {
+            j[f.name] = v;
+          } else {
+            j[f.name] = v ? json(*v) : json(nullptr);
+          }
+        },
+        f.member);
+  }
+  return j;
+}
+
+void TrainingArguments::resolve_defaults() {
+  if (!do_eval && eval_strategy != "no") do_eval = true;
+  // HF copies logging_steps into eval_steps; a ratio cannot live in the integer eval_steps, so it stays unset and
+  // eval_interval() falls back to logging_steps, which gives the same steps.
+  if (eval_strategy == "steps" && (!eval_steps || *eval_steps == 0)) {
+    eval_steps.reset();
+    if (logging_steps >= 1 && logging_steps == std::floor(logging_steps) && logging_steps < 9.0e18)
+      eval_steps = static_cast<int64_t>(logging_steps);
+  }
+  if (load_best_model_at_end && !metric_for_best_model) metric_for_best_model = "loss";
+  if (!greater_is_better && metric_for_best_model) {
+    const std::string& m = *metric_for_best_model;
+    greater_is_better = !(m.size() >= 4 && m.compare(m.size() - 4, 4, "loss") == 0);
+  }
+}
+
+void TrainingArguments::validate() const { check(*this, "", ""); }
+
+int64_t TrainingArguments::num_warmup_steps(int64_t total_steps) const {
+  if (warmup_steps > 0) return warmup_steps;
+  return static_cast<int64_t>(std::ceil(static_cast<double>(total_steps) * warmup_ratio));
+}
+
+int64_t TrainingArguments::steps_from_ratio(double v, int64_t total_steps) const {
+  if (v < 1) return static_cast<int64_t>(std::ceil(static_cast<double>(total_steps) * v));
+  return static_cast<int64_t>(v);
+}
+
+int64_t TrainingArguments::eval_interval(int64_t total_steps) const {
+  return eval_steps ? *eval_steps : steps_from_ratio(logging_steps, total_steps);
+}
+
+std::string TrainingArguments::help() {
+  static const char* kinds[] = {"STR", "", "INT", "UINT", "FLOAT", "INT", "UINT", "STR", ""};
+  json defaults = TrainingArguments{}.to_json();
+  std::string out;
+  for (const auto& f : fields()) {
+    std::string kind = f.choices.empty() ? kinds[f.member.index()] : "{" + joined(f.choices) + "}";
+    out += "  --" + f.name + (kind.empty() ? "" : " " + kind);
+    if (f.name == "output_dir")
+      out += "  (required)";
+    else if (!defaults[f.name].is_null())
+      out += "  (default: " + defaults[f.name].dump() + ")";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace kiln::train

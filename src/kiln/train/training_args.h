@@ -1,0 +1,96 @@
+#pragma once
+// TrainingArguments: Hugging Face's (transformers 4.40) names, meanings and
+// defaults, set from command-line flags or a JSON object, plus kiln's
+// replica/debugging fields. parse() and from_json() apply HF's __post_init__
+// defaults (resolve_defaults) and then validate(), so a returned value is
+// ready to use; a struct filled in by hand should call both.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::train {
+
+struct TrainingArguments {
+  std::string output_dir;              // required
+  bool overwrite_output_dir = false;
+  bool do_train = false, do_eval = false, do_predict = false;
+  std::string eval_strategy = "no";    // "no" | "steps" | "epoch"; the older name "evaluation_strategy" is accepted too
+  std::optional<int64_t> eval_steps;   // defaults to logging_steps when eval_strategy == "steps" (HF)
+  int64_t per_device_train_batch_size = 8, per_device_eval_batch_size = 8, gradient_accumulation_steps = 1;
+  double learning_rate = 5e-5, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8,
+         max_grad_norm = 1.0, num_train_epochs = 3.0;
+  int64_t max_steps = -1;
+  std::string lr_scheduler_type = "linear";  // linear, cosine, constant, constant_with_warmup, polynomial
+  double warmup_ratio = 0.0;
+  int64_t warmup_steps = 0;
+  double logging_steps = 500;          // HF allows a float < 1 = ratio of total steps
+  bool logging_first_step = false;
+  std::string save_strategy = "steps"; // "no" | "steps" | "epoch"
+  double save_steps = 500;             // float < 1 = ratio
+  std::optional<int64_t> save_total_limit;
+  uint64_t seed = 42;
+  std::optional<uint64_t> data_seed;
+  bool dataloader_drop_last = false;
+  int64_t dataloader_num_workers = 0;
+  bool load_best_model_at_end = false;
+  std::optional<std::string> metric_for_best_model;  // default "loss" when load_best_model_at_end (HF)
+  std::optional<bool> greater_is_better;             // default: false for names ending in "loss", else true (HF)
+  std::string resume_from_checkpoint;                // "" | DIR | "latest"
+  double label_smoothing_factor = 0.0;
+  // kiln additions (also flags): replicas and debugging
+  int64_t num_replicas = 1;
+  bool metrics_debug = false;
+  std::string device = "cpu";
+
+  // "--name value", "--name=value", and for bools "--name" alone or "--name true|false|1|0" (HF's yes/no/t/f/y/n
+  // too). HF's dashed spellings (--per-device-train-batch-size) are accepted. Numbers/strings are validated (an
+  // error names the flag, the bad value and what is expected). Unknown flags are errors that suggest the closest
+  // valid name ("unknown flag '--learning_rat' (did you mean --learning_rate?)"). Flags that are not
+  // TrainingArguments but are named in known_extra_flags (take a value) or known_extra_switches (bool-like: alone
+  // -> "true", or followed by a bool word -> "true"/"false") are returned in `rest` (name without dashes -> value;
+  // a repeated flag keeps its last value, as argparse does) — the caller validates those. With rest == nullptr no
+  // extra flag is accepted.
+  static TrainingArguments parse(const std::vector<std::string>& args, std::map<std::string, std::string>* rest,
+                                 const std::vector<std::string>& known_extra_flags,
+                                 const std::vector<std::string>& known_extra_switches);
+  // A JSON object with the same field names (HF's TrainingArguments JSON); unknown keys are errors that suggest.
+  // null sets an optional field to unset. `source` (a file name) prefixes every error.
+  static TrainingArguments from_json(const nlohmann::json& j, const std::string& source);
+  // read_json_file + from_json: parse errors name the file, line and column.
+  static TrainingArguments from_json_file(const std::filesystem::path& path);
+  nlohmann::json to_json() const;      // every field (training_args.json in checkpoints); unset optionals are null
+  // HF's __post_init__ defaults: do_eval when eval_strategy != "no"; eval_steps = logging_steps when
+  // eval_strategy == "steps" and eval_steps is unset or 0 (and logging_steps is a whole number: a ratio stays in
+  // logging_steps, see eval_interval); metric_for_best_model = "loss" when load_best_model_at_end;
+  // greater_is_better from the metric's name.
+  void resolve_defaults();
+  void validate() const;               // ranges: positive batch sizes, 0<=warmup_ratio<=1, valid strategy names, ...;
+                                       // load_best_model_at_end requires eval_strategy == save_strategy (HF's rule)
+
+  // Derived
+  int64_t train_batch_size() const { return per_device_train_batch_size * num_replicas; }
+  int64_t num_warmup_steps(int64_t total_steps) const;   // warmup_steps if > 0 else ceil(warmup_ratio * total) (HF)
+  int64_t steps_from_ratio(double v, int64_t total_steps) const;  // v < 1 -> ceil(v * total) (HF), else v
+  // Steps between logs / evaluations / saves for a run of total_steps (eval falls back to logging_steps).
+  int64_t logging_interval(int64_t total_steps) const { return steps_from_ratio(logging_steps, total_steps); }
+  int64_t eval_interval(int64_t total_steps) const;
+  int64_t save_interval(int64_t total_steps) const { return steps_from_ratio(save_steps, total_steps); }
+
+  // Every field's flag/JSON name, in declaration order (without the "evaluation_strategy" alias).
+  static const std::vector<std::string>& field_names();
+  // One line per flag: "  --name VALUE  (default: ...)", for --help.
+  static std::string help();
+
+  bool operator==(const TrainingArguments&) const = default;
+};
+
+// The candidate nearest to `word` by edit distance, or "" when none is close
+// (distance > max(2, |word| / 3)). Used to suggest flag and key names.
+std::string closest_name(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace kiln::train

@@ -1,0 +1,193 @@
+// load_dataset: CSV (RFC 4180 edge cases), TSV, JSON Lines, plain text, and
+// every error with the file, line and column or key it names.
+#include <gtest/gtest.h>
+
+#include "dataset/util.h"
+#include "kiln/data/dataset.h"
+
+using namespace kiln::data;
+using kiln::testing::error_of;
+using kiln::testing::TempDir;
+
+TEST(CsvTest, QuotesEscapesCommasNewlinesCrlfBom) {
+  TempDir d;
+  auto p = d.write("t.csv",
+                   "\xEF\xBB\xBFsentence,label\r\n"
+                   "plain text,pos\r\n"
+                   "\"with, comma\",neg\r\n"
+                   "\"she said \"\"hi\"\"\",pos\r\n"
+                   "\"two\r\nlines\",neg\r\n"
+                   "\r\n"
+                   "\"\",pos\n"
+                   "last,neg");  // no final newline
+  Dataset ds = load_dataset(p);
+  ASSERT_EQ(ds.rows.size(), 6u);
+  EXPECT_TRUE(ds.has_labels);
+  EXPECT_EQ(ds.source, p.string());
+  EXPECT_EQ(ds.rows[0].text, "plain text");
+  EXPECT_EQ(ds.rows[0].label, "pos");
+  EXPECT_EQ(ds.rows[1].text, "with, comma");
+  EXPECT_EQ(ds.rows[2].text, "she said \"hi\"");
+  EXPECT_EQ(ds.rows[3].text, "two\r\nlines");  // kept as written inside quotes
+  EXPECT_EQ(ds.rows[4].text, "");              // a quoted empty field is a row, a blank line is not
+  EXPECT_EQ(ds.rows[5].text, "last");
+  EXPECT_EQ(ds.rows[5].label, "neg");
+  EXPECT_TRUE(ds.rows[0].text_pair.empty());
+}
+
+TEST(CsvTest, DefaultColumnsFollowRunGlue) {
+  TempDir d;
+  // sentence1 + sentence2 make a pair; the label column is found wherever it is.
+  Dataset a = load_dataset(d.write("a.csv", "label,idx,sentence1,sentence2\n1,0,a b,c d\n"));
+  EXPECT_EQ(a.rows[0].text, "a b");
+  EXPECT_EQ(a.rows[0].text_pair, "c d");
+  EXPECT_EQ(a.rows[0].label, "1");
+  // "text" wins over the first column; no sentence2, no pair.
+  Dataset b = load_dataset(d.write("b.csv", "id,text,label\n7,hello,x\n"));
+  EXPECT_EQ(b.rows[0].text, "hello");
+  EXPECT_EQ(b.rows[0].text_pair, "");
+  // Otherwise the first non-label column.
+  Dataset c = load_dataset(d.write("c.csv", "label,review\nx,great\n"));
+  EXPECT_EQ(c.rows[0].text, "great");
+  // Explicit columns.
+  Dataset e = load_dataset(d.write("e.csv", "q,a,y\nwho,me,yes\n"),
+                           {.text_column = "q", .text_pair_column = "a", .label_column = "y"});
+  EXPECT_EQ(e.rows[0].text, "who");
+  EXPECT_EQ(e.rows[0].text_pair, "me");
+  EXPECT_EQ(e.rows[0].label, "yes");
+}
+
+TEST(CsvTest, UnlabeledFiles) {
+  TempDir d;
+  Dataset a = load_dataset(d.write("a.csv", "sentence\nhello\n"));
+  EXPECT_FALSE(a.has_labels);
+  EXPECT_EQ(a.rows[0].label, "");
+  // A label column with only empty cells (a prediction file) is unlabeled too.
+  Dataset b = load_dataset(d.write("b.csv", "sentence,label\nhello,\nworld,\n"));
+  EXPECT_FALSE(b.has_labels);
+  // label_column "" ignores a label column.
+  Dataset c = load_dataset(d.write("c.csv", "sentence,label\nhello,x\n"), {.label_column = ""});
+  EXPECT_FALSE(c.has_labels);
+  EXPECT_EQ(c.rows[0].label, "");
+}
+
+TEST(CsvTest, Errors) {
+  TempDir d;
+  auto missing = d.write("m.csv", "sentence,label\na,b\n");
+  EXPECT_EQ(error_of([&] { load_dataset(missing, {.text_column = "review"}); }),
+            missing.string() + ": missing text column 'review' (columns: sentence, label)");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(missing, {.text_pair_column = "hypothesis"}); }),
+              "missing text pair column 'hypothesis' (columns: sentence, label)");
+
+  auto ragged = d.write("r.csv", "sentence,label\na,b\n\"c,d\",e,f\n");
+  EXPECT_EQ(error_of([&] { load_dataset(ragged); }),
+            ragged.string() + ":3: ragged row: expected 2 fields (columns: sentence, label), found 3");
+
+  auto stray = d.write("q.csv", "sentence,label\nsaid \"hi\",b\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(stray); }), stray.string() + ":2:6: bad quote");
+  auto after = d.write("q2.csv", "sentence,label\n\"a\"b,c\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(after); }),
+              after.string() + ":2:4: bad quote: 'b' after the closing quote");
+  auto open = d.write("q3.csv", "sentence,label\nx,y\n\"never closed,z\n");
+  EXPECT_EQ(error_of([&] { load_dataset(open); }),
+            open.string() + ":3:1: bad quote: quoted field is never closed");
+
+  EXPECT_EQ(error_of([&] { load_dataset(d.write("h.csv", "sentence,label\n")); }),
+            (d.path() / "h.csv").string() + ": empty dataset (no rows)");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("z.csv", "")); }), "empty dataset (no rows)");
+
+  auto utf8 = d.write("u.csv", "sentence,label\nok,1\ncaf\xC3\xA9 \xFF,2\n");
+  EXPECT_EQ(error_of([&] { load_dataset(utf8); }), utf8.string() + ":3:6: invalid UTF-8 (byte 0xFF)");
+  // Overlong encodings and lone surrogates are invalid too.
+  EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("o.csv", "s\n\xC0\xAF\n")); }), ":2:1: invalid UTF-8");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("s.csv", "s\n\xED\xA0\x80\n")); }), "invalid UTF-8");
+
+  auto partial = d.write("p.csv", "sentence,label\na,x\nb,\n");
+  EXPECT_EQ(error_of([&] { load_dataset(partial); }),
+            partial.string() + ":3: empty label in column 'label' (other rows are labeled)");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("dup.csv", "a,a\n1,2\n")); }), "duplicate column 'a'");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("x.parquet", "")); }),
+              "unsupported dataset file extension '.parquet'");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(d.path() / "absent.csv"); }), "absent.csv");
+}
+
+TEST(TsvTest, GluePairsFile) {
+  // Committed file: tabs, an unbalanced quote (ordinary text in TSV), a blank line, CRLF.
+  Dataset ds = load_dataset(std::string(KILN_TEST_DATA_DIR) + "/datasets/pairs.tsv");
+  ASSERT_EQ(ds.rows.size(), 3u);
+  EXPECT_EQ(ds.rows[1].text, "He said \"hi");
+  EXPECT_EQ(ds.rows[1].text_pair, "She left.");
+  EXPECT_EQ(ds.rows[2].label, "neutral");
+  EXPECT_TRUE(ds.has_labels);
+}
+
+TEST(TsvTest, RaggedRowNamesLine) {
+  TempDir d;
+  auto p = d.write("r.tsv", "sentence\tlabel\na\t1\nb\n");
+  EXPECT_EQ(error_of([&] { load_dataset(p); }),
+            p.string() + ":3: ragged row: expected 2 fields (columns: sentence, label), found 1");
+}
+
+TEST(JsonlTest, LabelsOfEveryKind) {
+  TempDir d;
+  auto p = d.write("t.jsonl",
+                   "{\"text\": \"good\", \"label\": \"pos\"}\n"
+                   "\n"
+                   "{\"label\": 3, \"text\": \"caf\\u00e9\"}\r\n"
+                   "{\"text\": \"x\", \"label\": 0.25}\n"
+                   "{\"text\": \"y\", \"label\": -2, \"extra\": [1]}\n");
+  Dataset ds = load_dataset(p);
+  ASSERT_EQ(ds.rows.size(), 4u);
+  EXPECT_TRUE(ds.has_labels);
+  EXPECT_EQ(ds.rows[0].label, "pos");
+  EXPECT_EQ(ds.rows[1].text, "caf\xC3\xA9");
+  EXPECT_EQ(ds.rows[1].label, "3");
+  EXPECT_EQ(ds.rows[2].label, "0.25");
+  EXPECT_EQ(ds.rows[3].label, "-2");
+}
+
+TEST(JsonlTest, ColumnsAndArrays) {
+  TempDir d;
+  // Key order of the first object decides the default text column.
+  Dataset a = load_dataset(d.write("a.jsonl", "{\"label\": 1, \"review\": \"r\", \"title\": \"t\"}\n"));
+  EXPECT_EQ(a.rows[0].text, "r");
+  Dataset b = load_dataset(d.write("b.jsonl", "{\"sentence1\": \"p\", \"sentence2\": \"h\"}\n"));
+  EXPECT_EQ(b.rows[0].text_pair, "h");
+  EXPECT_FALSE(b.has_labels);
+  // A .json file holding one array.
+  Dataset c = load_dataset(d.write("c.json", "[{\"text\": \"a\", \"label\": 1},\n {\"text\": \"b\", \"label\": 0}]"));
+  ASSERT_EQ(c.rows.size(), 2u);
+  EXPECT_EQ(c.rows[1].text, "b");
+}
+
+TEST(JsonlTest, Errors) {
+  TempDir d;
+  auto bad = d.write("bad.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\",}\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(bad); }), bad.string() + ":2: invalid JSON on line 2");
+  auto missing = d.write("m.jsonl", "{\"text\": \"a\", \"label\": 1}\n{\"txt\": \"b\", \"label\": 2}\n");
+  EXPECT_EQ(error_of([&] { load_dataset(missing); }), missing.string() + ":2: missing key 'text' (keys: txt, label)");
+  auto col = d.write("c.jsonl", "{\"text\": \"a\"}\n");
+  EXPECT_EQ(error_of([&] { load_dataset(col, {.text_column = "sentence"}); }),
+            col.string() + ":1: missing text column 'sentence' (columns: text)");
+  auto arr = d.write("arr.jsonl", "[1, 2]\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(arr); }), ":1: expected a JSON object");
+  auto obj = d.write("obj.jsonl", "{\"text\": {\"a\": 1}}\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(obj); }), ":1: key 'text': expected a string, found {\"a\":1}");
+  auto lab = d.write("lab.jsonl", "{\"text\": \"a\", \"label\": [1]}\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(lab); }), "key 'label': expected a string or a number");
+  EXPECT_EQ(error_of([&] { load_dataset(d.write("e.jsonl", "\n  \n")); }),
+            (d.path() / "e.jsonl").string() + ": empty dataset (no rows)");
+  auto utf8 = d.write("u.jsonl", "{\"text\": \"\xE2\x82\"}\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(utf8); }), ":1:11: invalid UTF-8 (byte 0xE2)");
+}
+
+TEST(TextTest, OneExamplePerNonBlankLine) {
+  TempDir d;
+  Dataset ds = load_dataset(d.write("t.txt", "first line\r\n\n   \nsecond, \"quoted\" line\nlast"));
+  ASSERT_EQ(ds.rows.size(), 3u);
+  EXPECT_EQ(ds.rows[0].text, "first line");
+  EXPECT_EQ(ds.rows[1].text, "second, \"quoted\" line");
+  EXPECT_EQ(ds.rows[2].text, "last");
+  EXPECT_FALSE(ds.has_labels);
+  EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("e.txt", "\n\n")); }), "empty dataset (no rows)");
+}

@@ -1,0 +1,109 @@
+// LRSchedule against Hugging Face's get_scheduler run through PyTorch's LambdaLR
+// (tests/data/schedule_goldens.json, tools/goldens/gen_schedule_goldens.py),
+// compared bit for bit, plus a few values worked out by hand from HF's formulas.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <numbers>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/error.h"
+#include "kiln/optim/schedule.h"
+
+namespace kiln::optim {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Schedule, MatchesTorchLambdaLRGoldensExactly) {
+  std::ifstream in(std::string(KILN_TEST_DATA_DIR) + "/schedule_goldens.json");
+  ASSERT_TRUE(in) << "missing tests/data/schedule_goldens.json";
+  auto goldens = nlohmann::json::parse(in);
+  ASSERT_GE(goldens["cases"].size(), 10u);
+  std::set<std::string> types_seen;
+  for (const auto& c : goldens["cases"]) {
+    LRSchedule s(c["type"], c["base_lr"], c["warmup_steps"], c["total_steps"]);
+    types_seen.insert(s.type());
+    const auto& lrs = c["lrs"];
+    for (size_t step = 0; step < lrs.size(); ++step)
+      EXPECT_EQ(s.lr(static_cast<int64_t>(step)), lrs[step].get<double>())
+          << c["type"] << " warmup " << c["warmup_steps"] << " total " << c["total_steps"] << " step " << step;
+  }
+  EXPECT_EQ(types_seen.size(), LRSchedule::types().size());
+}
+
+TEST(Schedule, LinearByHand) {
+  LRSchedule s("linear", 1e-3, 10, 110);
+  EXPECT_DOUBLE_EQ(s.multiplier(0), 0.0);  // the first step trains with lr 0, as in HF
+  EXPECT_DOUBLE_EQ(s.multiplier(5), 0.5);
+  EXPECT_DOUBLE_EQ(s.multiplier(9), 0.9);
+  EXPECT_DOUBLE_EQ(s.multiplier(10), 1.0);  // warmup ends
+  EXPECT_DOUBLE_EQ(s.multiplier(60), 0.5);
+  EXPECT_DOUBLE_EQ(s.multiplier(109), 0.01);  // last step
+  EXPECT_DOUBLE_EQ(s.multiplier(110), 0.0);
+  EXPECT_DOUBLE_EQ(s.multiplier(500), 0.0);  // clamped after total
+  EXPECT_DOUBLE_EQ(s.lr(60), 5e-4);
+}
+
+TEST(Schedule, CosineByHand) {
+  LRSchedule s("cosine", 2.0, 4, 104);
+  EXPECT_DOUBLE_EQ(s.lr(2), 1.0);
+  EXPECT_DOUBLE_EQ(s.multiplier(4), 1.0);
+  EXPECT_NEAR(s.multiplier(29), 0.5 * (1 + std::cos(std::numbers::pi * 0.25)), 1e-15);
+  EXPECT_NEAR(s.multiplier(54), 0.5, 1e-15);
+  EXPECT_NEAR(s.multiplier(104), 0.0, 1e-15);
+  // Past the end HF keeps following the cosine (num_cycles 0.5: it rises again).
+  EXPECT_NEAR(s.multiplier(154), 0.5, 1e-15);
+}
+
+TEST(Schedule, ConstantsByHand) {
+  LRSchedule c("constant", 3e-5, 10, 100);  // HF's constant ignores warmup
+  EXPECT_EQ(c.lr(0), 3e-5);
+  EXPECT_EQ(c.lr(1000), 3e-5);
+  LRSchedule w("constant_with_warmup", 3e-5, 4, 100);
+  EXPECT_DOUBLE_EQ(w.multiplier(1), 0.25);
+  EXPECT_EQ(w.multiplier(4), 1.0);
+  EXPECT_EQ(w.multiplier(1000), 1.0);
+}
+
+TEST(Schedule, PolynomialIsAbsoluteRateOverBaseLr) {
+  // lr = (base - lr_end) * (1 - (step - W) / (T - W)) + lr_end, then / base * base.
+  const double base = 1e-3, end = LRSchedule::kPolynomialLrEnd;
+  LRSchedule s("polynomial", base, 2, 12);
+  EXPECT_DOUBLE_EQ(s.multiplier(1), 0.5);
+  EXPECT_DOUBLE_EQ(s.lr(2), base);
+  EXPECT_DOUBLE_EQ(s.lr(7), (base - end) * 0.5 + end);
+  EXPECT_DOUBLE_EQ(s.lr(12), end);  // ends at lr_end, not 0
+  EXPECT_DOUBLE_EQ(s.lr(13), end);
+  EXPECT_DOUBLE_EQ(s.multiplier(100), end / base);
+}
+
+TEST(Schedule, Errors) {
+  std::string e = error_of([] { LRSchedule("cosine_warm", 1e-3, 0, 10); });
+  EXPECT_NE(e.find("'cosine_warm'"), std::string::npos) << e;
+  EXPECT_NE(e.find("linear, cosine, constant, constant_with_warmup, polynomial"), std::string::npos) << e;
+  e = error_of([] { LRSchedule("inverse_sqrt", 1e-3, 0, 10); });
+  EXPECT_NE(e.find("kiln does not implement"), std::string::npos) << e;
+  e = error_of([] { LRSchedule("polynomial", 1e-8, 0, 10); });
+  EXPECT_NE(e.find("lr_end"), std::string::npos) << e;
+  e = error_of([] { LRSchedule("polynomial", 1e-3, 5, 5); });
+  EXPECT_NE(e.find("total_steps (5)"), std::string::npos) << e;
+  EXPECT_THROW(LRSchedule("linear", 1e-3, -1, 10), Error);
+  EXPECT_THROW(LRSchedule("linear", 1e-3, 0, -10), Error);
+  EXPECT_THROW(LRSchedule("linear", 1e-3, 0, 10).lr(-1), Error);
+}
+
+}  // namespace
+}  // namespace kiln::optim

@@ -1,0 +1,448 @@
+// TrainingArguments: HF's defaults, every flag, bool forms, the
+// evaluation_strategy alias, value errors that name the flag, suggestions,
+// extra flags for the caller, and JSON (training_args.json) round trips.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/train/training_args.h"
+
+namespace kiln::train {
+namespace {
+
+using json = nlohmann::json;
+using Args = std::vector<std::string>;
+
+TrainingArguments parse(Args args) { return TrainingArguments::parse(args, nullptr, {}, {}); }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string parse_error(Args args) {
+  return error_of([&] { parse(args); });
+}
+
+#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+// transformers 4.40's defaults, as TrainingArguments(output_dir="out").to_dict() has them.
+const json kHfDefaults = {
+    {"output_dir", "out"},
+    {"overwrite_output_dir", false},
+    {"do_train", false},
+    {"do_eval", false},
+    {"do_predict", false},
+    {"eval_strategy", "no"},
+    {"eval_steps", nullptr},
+    {"per_device_train_batch_size", 8},
+    {"per_device_eval_batch_size", 8},
+    {"gradient_accumulation_steps", 1},
+    {"learning_rate", 5e-5},
+    {"weight_decay", 0.0},
+    {"adam_beta1", 0.9},
+    {"adam_beta2", 0.999},
+    {"adam_epsilon", 1e-8},
+    {"max_grad_norm", 1.0},
+    {"num_train_epochs", 3.0},
+    {"max_steps", -1},
+    {"lr_scheduler_type", "linear"},
+    {"warmup_ratio", 0.0},
+    {"warmup_steps", 0},
+    {"logging_steps", 500},
+    {"logging_first_step", false},
+    {"save_strategy", "steps"},
+    {"save_steps", 500},
+    {"save_total_limit", nullptr},
+    {"seed", 42},
+    {"data_seed", nullptr},
+    {"dataloader_drop_last", false},
+    {"dataloader_num_workers", 0},
+    {"load_best_model_at_end", false},
+    {"metric_for_best_model", nullptr},
+    {"greater_is_better", nullptr},
+    {"resume_from_checkpoint", ""},
+    {"label_smoothing_factor", 0.0},
+    {"num_replicas", 1},
+    {"metrics_debug", false},
+    {"device", "cpu"},
+};
+
+// A non-default value for every field: the flag text and what to_json() then holds.
+struct FlagCase {
+  std::string name, text;
+  json expected;
+};
+const std::vector<FlagCase> kEveryFlag = {
+    {"output_dir", "runs/a b", "runs/a b"},
+    {"overwrite_output_dir", "", true},
+    {"do_train", "", true},
+    {"do_eval", "", true},
+    {"do_predict", "", true},
+    {"eval_strategy", "epoch", "epoch"},
+    {"eval_steps", "250", 250},
+    {"per_device_train_batch_size", "16", 16},
+    {"per_device_eval_batch_size", "32", 32},
+    {"gradient_accumulation_steps", "4", 4},
+    {"learning_rate", "3e-4", 3e-4},
+    {"weight_decay", "0.01", 0.01},
+    {"adam_beta1", "0.8", 0.8},
+    {"adam_beta2", "0.98", 0.98},
+    {"adam_epsilon", "1e-6", 1e-6},
+    {"max_grad_norm", "0.5", 0.5},
+    {"num_train_epochs", "2.5", 2.5},
+    {"max_steps", "1000", 1000},
+    {"lr_scheduler_type", "cosine", "cosine"},
+    {"warmup_ratio", "0.1", 0.1},
+    {"warmup_steps", "50", 50},
+    {"logging_steps", "0.05", 0.05},
+    {"logging_first_step", "", true},
+    {"save_strategy", "epoch", "epoch"},
+    {"save_steps", "0.25", 0.25},
+    {"save_total_limit", "2", 2},
+    {"seed", "18446744073709551615", UINT64_MAX},
+    {"data_seed", "7", 7},
+    {"dataloader_drop_last", "", true},
+    {"dataloader_num_workers", "3", 3},
+    {"load_best_model_at_end", "", true},
+    {"metric_for_best_model", "accuracy", "accuracy"},
+    {"greater_is_better", "false", false},
+    {"resume_from_checkpoint", "latest", "latest"},
+    {"label_smoothing_factor", "0.1", 0.1},
+    {"num_replicas", "2", 2},
+    {"metrics_debug", "", true},
+    {"device", "cpu:1", "cpu:1"},
+};
+
+Args with_flag(const FlagCase& c) {
+  Args args;
+  if (c.name != "output_dir") args = {"--output_dir", "o"};
+  args.push_back("--" + c.name);
+  if (!c.text.empty()) args.push_back(c.text);
+  return args;
+}
+
+TEST(TrainingArgs, DefaultsAreHuggingFaces) {
+  TrainingArguments a = parse({"--output_dir", "out"});
+  EXPECT_EQ(a.to_json(), kHfDefaults);
+  EXPECT_EQ(a.train_batch_size(), 8);
+  TrainingArguments plain;
+  plain.output_dir = "out";
+  EXPECT_EQ(plain, a);  // parse changes nothing it was not asked to
+  EXPECT_EQ(plain.to_json().size(), TrainingArguments::field_names().size());
+}
+
+TEST(TrainingArgs, EveryFlagSetsItsField) {
+  std::vector<std::string> covered;
+  for (const auto& c : kEveryFlag) covered.push_back(c.name);
+  ASSERT_EQ(covered, TrainingArguments::field_names()) << "a field without a flag test";
+  for (const auto& c : kEveryFlag) {
+    Args args = with_flag(c);
+    // load_best_model_at_end needs evaluations at the save points.
+    if (c.name == "load_best_model_at_end")
+      args.insert(args.end(), {"--eval_strategy", "epoch", "--save_strategy", "epoch"});
+    json j = parse(args).to_json();
+    EXPECT_EQ(j[c.name], c.expected) << c.name;
+    EXPECT_NE(j[c.name], kHfDefaults[c.name]) << c.name << ": the test value must differ from the default";
+    // The --name=value form sets the same.
+    if (!c.text.empty()) {
+      Args eq = args;
+      auto it = std::find(eq.begin(), eq.end(), "--" + c.name);
+      *it += "=" + *(it + 1);
+      eq.erase(it + 1);
+      EXPECT_EQ(parse(eq).to_json()[c.name], c.expected) << c.name;
+    }
+  }
+}
+
+TEST(TrainingArgs, AllFlagsRoundTripThroughJson) {
+  Args args;
+  for (const auto& c : kEveryFlag) {
+    args.push_back("--" + c.name);
+    if (!c.text.empty()) args.push_back(c.text);
+  }
+  TrainingArguments a = parse(args);
+  json j = a.to_json();
+  for (const auto& c : kEveryFlag) EXPECT_EQ(j[c.name], c.expected) << c.name;
+  TrainingArguments back = TrainingArguments::from_json(j, "training_args.json");
+  EXPECT_EQ(back, a);
+  EXPECT_EQ(back.to_json(), j);
+  // Through text too, as a checkpoint stores it.
+  EXPECT_EQ(TrainingArguments::from_json(json::parse(j.dump(2)), "training_args.json"), a);
+}
+
+TEST(TrainingArgs, BoolForms) {
+  auto do_train = [](Args extra) {
+    Args args{"--output_dir", "o"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return parse(args).do_train;
+  };
+  EXPECT_TRUE(do_train({"--do_train"}));
+  EXPECT_TRUE(do_train({"--do_train", "true"}));
+  EXPECT_TRUE(do_train({"--do_train", "1"}));
+  EXPECT_TRUE(do_train({"--do_train=True"}));
+  EXPECT_TRUE(do_train({"--do_train", "yes"}));  // HF's string_to_bool words
+  EXPECT_FALSE(do_train({"--do_train", "false"}));
+  EXPECT_FALSE(do_train({"--do_train", "0"}));
+  EXPECT_FALSE(do_train({"--do_train=false"}));
+  EXPECT_FALSE(do_train({"--do_train", "true", "--do_train", "false"}));  // last one wins, as argparse
+  TrainingArguments both = parse({"--do_train", "--do_eval", "--output_dir", "o"});
+  EXPECT_TRUE(both.do_train && both.do_eval);
+  EXPECT_EQ(parse({"--output_dir", "o", "--greater_is_better"}).greater_is_better, true);
+  EXPECT_EQ(parse({"--output_dir", "o", "--greater_is_better", "0"}).greater_is_better, false);
+
+  std::string e = parse_error({"--output_dir", "o", "--do_train", "maybe"});
+  EXPECT_HAS(e, "--do_train");
+  EXPECT_HAS(e, "'maybe'");
+  EXPECT_HAS(e, "true, false, 1 or 0");
+  EXPECT_HAS(parse_error({"--do_train", "train.csv", "--output_dir", "o"}), "'train.csv'");
+}
+
+TEST(TrainingArgs, DashedSpellingsAsHfArgumentParser) {
+  TrainingArguments a = parse({"--output-dir", "o", "--per-device-train-batch-size", "4", "--do-train"});
+  EXPECT_EQ(a.per_device_train_batch_size, 4);
+  EXPECT_TRUE(a.do_train);
+}
+
+TEST(TrainingArgs, EvaluationStrategyAlias) {
+  TrainingArguments a = parse({"--output_dir", "o", "--evaluation_strategy", "steps"});
+  EXPECT_EQ(a.eval_strategy, "steps");
+  EXPECT_TRUE(a.do_eval);  // HF's __post_init__
+  EXPECT_EQ(a.eval_steps, 500);  // = logging_steps
+  EXPECT_EQ(a.to_json().count("evaluation_strategy"), 0u);
+  EXPECT_EQ(parse({"--output_dir", "o", "--evaluation_strategy=epoch"}).eval_strategy, "epoch");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--evaluation_strategy", "often"}), "--evaluation_strategy");
+
+  json j = {{"output_dir", "o"}, {"eval_strategy", "no"}, {"evaluation_strategy", "epoch"}};
+  EXPECT_EQ(TrainingArguments::from_json(j, "a.json").eval_strategy, "epoch");  // HF: the old name overrides
+  j["evaluation_strategy"] = nullptr;  // as HF 4.40 writes it
+  EXPECT_EQ(TrainingArguments::from_json(j, "a.json").eval_strategy, "no");
+}
+
+TEST(TrainingArgs, HfPostInitDefaults) {
+  TrainingArguments a = parse({"--output_dir", "o", "--eval_strategy", "steps", "--logging_steps", "50"});
+  EXPECT_EQ(a.eval_steps, 50);
+  EXPECT_EQ(a.eval_interval(1000), 50);
+  EXPECT_FALSE(a.metric_for_best_model.has_value());
+  a = parse({"--output_dir", "o", "--eval_strategy", "steps", "--eval_steps", "0", "--logging_steps", "20"});
+  EXPECT_EQ(a.eval_steps, 20);  // 0 means "use logging_steps" in HF
+  // A ratio of logging_steps does not fit the integer eval_steps: eval_interval applies it.
+  a = parse({"--output_dir", "o", "--eval_strategy", "steps", "--logging_steps", "0.1"});
+  EXPECT_FALSE(a.eval_steps.has_value());
+  EXPECT_EQ(a.eval_interval(95), 10);
+
+  a = parse({"--output_dir", "o", "--load_best_model_at_end", "--eval_strategy", "steps", "--save_steps", "1000",
+             "--eval_steps", "250"});
+  EXPECT_EQ(a.metric_for_best_model, "loss");
+  EXPECT_EQ(a.greater_is_better, false);
+  EXPECT_EQ(parse({"--output_dir", "o", "--metric_for_best_model", "eval_loss"}).greater_is_better, false);
+  EXPECT_EQ(parse({"--output_dir", "o", "--metric_for_best_model", "accuracy"}).greater_is_better, true);
+  EXPECT_EQ(parse({"--output_dir", "o", "--metric_for_best_model", "f1", "--greater_is_better", "false"})
+                .greater_is_better,
+            false);
+}
+
+TEST(TrainingArgs, BadValuesNameTheFlag) {
+  std::string e = parse_error({"--output_dir", "o", "--per_device_train_batch_size", "-1"});
+  EXPECT_HAS(e, "--per_device_train_batch_size");
+  EXPECT_HAS(e, "positive");
+  EXPECT_HAS(e, "-1");
+  e = parse_error({"--output_dir", "o", "--learning_rate", "abc"});
+  EXPECT_EQ(e, "--learning_rate: invalid value 'abc' (expected a number)");
+  e = parse_error({"--output_dir", "o", "--eval_strategy", "sometimes"});
+  EXPECT_HAS(e, "--eval_strategy");
+  EXPECT_HAS(e, "'sometimes'");
+  EXPECT_HAS(e, "no, steps, epoch");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--save_strategy", "step"}), "did you mean 'steps'?");
+  e = parse_error({"--output_dir", "o", "--lr_scheduler_type", "cosin"});
+  EXPECT_HAS(e, "linear, cosine, constant, constant_with_warmup, polynomial");
+  EXPECT_HAS(e, "did you mean 'cosine'?");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--seed", "-3"}), "--seed: invalid value '-3' (expected a non-negative integer)");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--max_steps", "1.5"}), "--max_steps: invalid value '1.5' (expected an integer)");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_steps", "0.5"}), "--eval_steps");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--num_train_epochs", "nan"}), "--num_train_epochs");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--warmup_ratio", "1.5"}), "--warmup_ratio must be in [0, 1]");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--adam_beta2", "1"}), "--adam_beta2 must be in [0, 1)");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--gradient_accumulation_steps", "0"}), "--gradient_accumulation_steps");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--num_replicas", "0"}), "--num_replicas");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--logging_steps", "2.5"}), "must be an integer if bigger than 1");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--logging_steps", "0"}), "--logging_steps must be > 0");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--max_steps", "-5"}), "--max_steps");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--device", "gpu"}), "--device must be cpu, cpu:N, cuda or cuda:N");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--label_smoothing_factor", "1"}), "--label_smoothing_factor");
+  // Structure of the command line.
+  EXPECT_EQ(parse_error({"--do_train"}), "--output_dir is required");
+  EXPECT_EQ(parse_error({"--output_dir"}), "flag --output_dir needs a value");
+  EXPECT_EQ(parse_error({"--output_dir", "--do_train"}), "flag --output_dir needs a value");
+  EXPECT_HAS(parse_error({"out", "--do_train"}), "unexpected argument 'out'");
+  EXPECT_EQ(parse({"--output_dir", "o", "--max_steps", "-1"}).max_steps, -1);  // negative numbers are values
+}
+
+TEST(TrainingArgs, LoadBestModelRules) {
+  std::string e = parse_error({"--output_dir", "o", "--load_best_model_at_end", "--eval_strategy", "epoch"});
+  EXPECT_HAS(e, "load_best_model_at_end requires the save and eval strategy to match");
+  EXPECT_HAS(e, "'epoch'");
+  EXPECT_HAS(e, "'steps'");
+  e = parse_error({"--output_dir", "o", "--load_best_model_at_end", "--eval_strategy", "steps", "--eval_steps",
+                   "300", "--save_steps", "500"});
+  EXPECT_HAS(e, "round multiple");
+  e = parse_error({"--output_dir", "o", "--load_best_model_at_end", "--eval_strategy", "steps", "--logging_steps",
+                   "0.1", "--save_steps", "500"});
+  EXPECT_HAS(e, "mixing a ratio and absolute steps");
+  // Ratios that are multiples are fine, as in HF.
+  TrainingArguments a = parse({"--output_dir", "o", "--load_best_model_at_end", "--eval_strategy", "steps",
+                               "--logging_steps", "0.1", "--save_steps", "0.2"});
+  EXPECT_TRUE(a.load_best_model_at_end);
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--load_best_model_at_end", "--save_strategy", "no"}),
+             "eval_strategy is 'no'");
+}
+
+TEST(TrainingArgs, UnknownFlagSuggestsClosest) {
+  EXPECT_EQ(parse_error({"--output_dir", "o", "--learning_rat", "1e-4"}),
+            "unknown flag '--learning_rat' (did you mean --learning_rate?)");
+  EXPECT_EQ(parse_error({"--output_dir", "o", "--per_device_batch_size", "4"}),
+            "unknown flag '--per_device_batch_size' (did you mean --per_device_eval_batch_size?)");
+  EXPECT_EQ(parse_error({"--output_dir", "o", "--zzz", "1"}), "unknown flag '--zzz'");
+  // Without `rest`, extra flags are unknown too.
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--model_name_or_path", "m"}), "unknown flag '--model_name_or_path'");
+  std::map<std::string, std::string> rest;
+  std::string e = error_of(
+      [&] { TrainingArguments::parse({"--output_dir", "o", "--model_name_or_pat", "m"}, &rest, {"model_name_or_path"}, {}); });
+  EXPECT_EQ(e, "unknown flag '--model_name_or_pat' (did you mean --model_name_or_path?)");
+}
+
+TEST(TrainingArgs, RestCollectsExtraFlags) {
+  std::map<std::string, std::string> rest;
+  TrainingArguments a = TrainingArguments::parse(
+      {"--model_name_or_path", "bert-tiny/", "--do_train", "--task=text-classification", "--pad_to_max_length",
+       "--output_dir", "o", "--max-seq-length", "128", "--no_special_tokens", "false", "--learning_rate", "1e-4"},
+      &rest, {"model_name_or_path", "task", "max_seq_length", "train_file"}, {"pad_to_max_length", "no_special_tokens"});
+  EXPECT_TRUE(a.do_train);
+  EXPECT_EQ(a.learning_rate, 1e-4);
+  EXPECT_EQ(rest, (std::map<std::string, std::string>{{"model_name_or_path", "bert-tiny/"},
+                                                     {"task", "text-classification"},
+                                                     {"pad_to_max_length", "true"},
+                                                     {"max_seq_length", "128"},
+                                                     {"no_special_tokens", "false"}}));
+  std::string e = error_of([&] {
+    TrainingArguments::parse({"--output_dir", "o", "--pad_to_max_length", "maybe"}, &rest, {}, {"pad_to_max_length"});
+  });
+  EXPECT_HAS(e, "--pad_to_max_length");
+  EXPECT_HAS(e, "'maybe'");
+  e = error_of([&] { TrainingArguments::parse({"--output_dir", "o", "--task"}, &rest, {"task"}, {}); });
+  EXPECT_EQ(e, "flag --task needs a value");
+}
+
+class TempDir {
+ public:
+  TempDir() : path_(std::filesystem::temp_directory_path() / ("kiln_args_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::filesystem::path write(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ / name) << text;
+    return path_ / name;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+TEST(TrainingArgs, JsonErrors) {
+  auto from = [](const json& j) { return error_of([&] { TrainingArguments::from_json(j, "args.json"); }); };
+  EXPECT_HAS(from(json::array()), "args.json: expected a JSON object");
+  EXPECT_EQ(from({{"output_dir", "o"}, {"learning_rat", 1e-4}}),
+            "args.json: unknown TrainingArguments key 'learning_rat' (did you mean 'learning_rate'?)");
+  EXPECT_EQ(from({{"output_dir", "o"}, {"fp16", true}, {"learning_rat", 1e-4}}),
+            "args.json: unknown TrainingArguments keys 'fp16', 'learning_rat' (did you mean 'learning_rate'?)");
+  EXPECT_EQ(from({{"output_dir", "o"}, {"learning_rate", "abc"}}),
+            "args.json: key 'learning_rate': expected a number, found string \"abc\"");
+  EXPECT_HAS(from({{"output_dir", "o"}, {"seed", -1}}), "key 'seed': expected a non-negative integer");
+  EXPECT_HAS(from({{"output_dir", "o"}, {"eval_steps", 0.5}}), "key 'eval_steps': expected an integer");
+  EXPECT_HAS(from({{"output_dir", "o"}, {"do_train", 1}}), "key 'do_train': expected true or false");
+  EXPECT_HAS(from({{"output_dir", "o"}, {"save_strategy", "often"}}), "key 'save_strategy': invalid value \"often\"");
+  EXPECT_HAS(from({{"output_dir", "o"}, {"per_device_train_batch_size", 0}}),
+             "args.json: per_device_train_batch_size must be a positive integer, got 0");
+  EXPECT_EQ(from({{"do_train", true}}), "args.json: output_dir is required");
+  EXPECT_HAS(from({{"output_dir", "o"}, {"learning_rate", nullptr}}), "key 'learning_rate': expected a number");
+
+  // Python writes whole floats for some integer fields; null unsets an optional one.
+  TrainingArguments a = TrainingArguments::from_json(
+      {{"output_dir", "o"}, {"eval_steps", 100.0}, {"save_total_limit", nullptr}, {"data_seed", 3}}, "args.json");
+  EXPECT_EQ(a.eval_steps, 100);
+  EXPECT_FALSE(a.save_total_limit.has_value());
+  EXPECT_EQ(a.data_seed, 3u);
+
+  TempDir dir;
+  auto bad = dir.write("bad.json", "{\n  \"output_dir\": \"o\",\n  \"seed\": 4x\n}\n");
+  std::string e = error_of([&] { TrainingArguments::from_json_file(bad); });
+  EXPECT_HAS(e, "bad.json:3:");
+  EXPECT_HAS(error_of([&] { TrainingArguments::from_json_file(dir.write("x.json", "{}") .parent_path() / "missing.json"); }),
+             "missing.json");
+  auto typo = dir.write("typo.json", R"({"output_dir": "o", "num_train_epoch": 2})");
+  EXPECT_HAS(error_of([&] { TrainingArguments::from_json_file(typo); }),
+             "typo.json: unknown TrainingArguments key 'num_train_epoch' (did you mean 'num_train_epochs'?)");
+  TrainingArguments full = parse({"--output_dir", "o", "--lr_scheduler_type", "polynomial", "--seed", "9"});
+  auto good = dir.write("training_args.json", full.to_json().dump(2));
+  EXPECT_EQ(TrainingArguments::from_json_file(good), full);
+}
+
+TEST(TrainingArgs, ValidateHandBuilt) {
+  TrainingArguments a;
+  EXPECT_EQ(error_of([&] { a.validate(); }), "output_dir is required");
+  a.output_dir = "o";
+  a.validate();
+  a.per_device_eval_batch_size = 0;
+  EXPECT_EQ(error_of([&] { a.validate(); }), "per_device_eval_batch_size must be a positive integer, got 0");
+  a.per_device_eval_batch_size = 8;
+  a.lr_scheduler_type = "inverse_sqrt";
+  EXPECT_HAS(error_of([&] { a.validate(); }), "lr_scheduler_type must be one of");
+}
+
+TEST(TrainingArgs, DerivedSteps) {
+  TrainingArguments a = parse({"--output_dir", "o", "--warmup_ratio", "0.1", "--per_device_train_batch_size", "4",
+                               "--num_replicas", "2"});
+  EXPECT_EQ(a.train_batch_size(), 8);
+  EXPECT_EQ(a.num_warmup_steps(95), 10);  // ceil(9.5)
+  EXPECT_EQ(a.num_warmup_steps(100), 10);
+  a.warmup_steps = 7;  // wins over the ratio
+  EXPECT_EQ(a.num_warmup_steps(100), 7);
+  EXPECT_EQ(a.steps_from_ratio(500, 10), 500);
+  EXPECT_EQ(a.steps_from_ratio(0.05, 1000), 50);
+  EXPECT_EQ(a.steps_from_ratio(0.07, 100), 8);  // math.ceil(100 * 0.07) is 8 in HF too (7.000000000000001)
+  a.save_steps = 0.25;
+  EXPECT_EQ(a.save_interval(10), 3);
+  EXPECT_EQ(a.logging_interval(10), 500);
+}
+
+TEST(TrainingArgs, HelpListsEveryFlag) {
+  std::string help = TrainingArguments::help();
+  for (const auto& name : TrainingArguments::field_names()) {
+    size_t at = help.find("  --" + name);
+    ASSERT_NE(at, std::string::npos) << name;
+    char after = help[at + 4 + name.size()];
+    EXPECT_TRUE(after == ' ' || after == '\n') << name;
+  }
+  EXPECT_HAS(help, "--learning_rate FLOAT  (default: 5e-05)");
+  EXPECT_HAS(help, "--eval_strategy {no, steps, epoch}  (default: \"no\")");
+}
+
+TEST(ClosestName, EditDistance) {
+  EXPECT_EQ(closest_name("learnig_rate", {"learning_rate", "seed"}), "learning_rate");
+  EXPECT_EQ(closest_name("xyz", {"learning_rate", "seed"}), "");
+}
+
+}  // namespace
+}  // namespace kiln::train

@@ -1,0 +1,210 @@
+// kiln train: fine-tune (or train from scratch) with run_glue / run_mlm style
+// flags plus every TrainingArguments field:
+//
+//   kiln train --model_name_or_path DIR | --config_name PRESET_OR_FILE --tokenizer_name DIR
+//              --task text-classification|masked-lm --train_file F [--validation_file F]
+//              [--text_column C] [--text_pair_column C] [--label_column C]
+//              [--max_seq_length 128] [--pad_to_max_length] [--pad_to_multiple_of N] [--mlm_probability 0.15]
+//              --output_dir DIR [TrainingArguments flags...]
+//   kiln train --args_file run.json [flags...]   (the same names as JSON; the command line wins)
+#include <cstdio>
+#include <filesystem>
+
+#include "command.h"
+#include "kiln/core/error.h"
+#include "kiln/io/json_file.h"
+#include "kiln/models/model.h"
+#include "kiln/train/trainer.h"
+#include "train_common.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace kiln;
+
+const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name", "tokenizer_name", "task",
+                                              "train_file", "validation_file", "text_column", "text_pair_column",
+                                              "label_column", "max_seq_length", "pad_to_multiple_of",
+                                              "mlm_probability"};
+const std::vector<std::string> kExtraSwitches = {"pad_to_max_length"};
+
+int64_t int_flag(const std::map<std::string, std::string>& f, const char* name, int64_t fallback) {
+  auto it = f.find(name);
+  if (it == f.end()) return fallback;
+  char* end = nullptr;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);
+  KILN_CHECK(!it->second.empty() && *end == 0, "--", name, " expects an integer, got '", it->second, "'");
+  return v;
+}
+
+// --args_file F.json: the JSON object's fields as flags (HF's parse_json_file),
+// before the command line's own, which win.
+std::vector<std::string> expand_args_file(const std::vector<std::string>& args) {
+  std::vector<std::string> out, rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string path;
+    if (args[i] == "--args_file" && i + 1 < args.size()) path = args[++i];
+    else if (args[i].rfind("--args_file=", 0) == 0) path = args[i].substr(12);
+    else {
+      rest.push_back(args[i]);
+      continue;
+    }
+    nlohmann::json j = io::read_json_file(path);
+    KILN_CHECK(j.is_object(), path, ": expected a JSON object of argument names and values");
+    for (const auto& [k, v] : j.items()) {
+      if (v.is_null()) continue;
+      if (std::find(kExtraSwitches.begin(), kExtraSwitches.end(), k) != kExtraSwitches.end()) {
+        KILN_CHECK(v.is_boolean(), path, ": '", k, "' must be true or false");
+        if (v.get<bool>()) out.push_back("--" + k);
+        continue;
+      }
+      out.push_back("--" + k);
+      out.push_back(v.is_string() ? v.get<std::string>() : v.is_boolean() ? (v.get<bool>() ? "true" : "false") : v.dump());
+    }
+  }
+  out.insert(out.end(), rest.begin(), rest.end());
+  return out;
+}
+
+int run_train(const std::vector<std::string>& raw_args) {
+  std::map<std::string, std::string> f;
+  std::vector<std::string> args = expand_args_file(raw_args);
+  train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, kExtraFlags, kExtraSwitches);
+  ta.do_train = true;
+  const std::string task = f.count("task") ? f["task"] : "text-classification";
+  KILN_CHECK(task == "text-classification" || task == "masked-lm", "train: --task must be text-classification or ",
+             "masked-lm, got '", task, "'");
+  KILN_CHECK(f.count("train_file"), "train: --train_file is required");
+  KILN_CHECK(f.count("model_name_or_path") || f.count("config_name"),
+             "train: pass --model_name_or_path DIR (fine-tune) or --config_name PRESET_OR_FILE with --tokenizer_name DIR (from scratch)");
+
+  // Nothing is overwritten unless asked.
+  fs::path out(ta.output_dir);
+  if (fs::exists(out) && !fs::is_empty(out) && !ta.overwrite_output_dir && ta.resume_from_checkpoint.empty())
+    throw Error("output_dir '" + out.string() + "' already exists and is not empty; pass --overwrite_output_dir, or " +
+                "--resume_from_checkpoint latest to continue");
+
+  fs::path tok_dir = f.count("tokenizer_name") ? f["tokenizer_name"] : f.count("model_name_or_path") ? f["model_name_or_path"] : "";
+  KILN_CHECK(!tok_dir.empty(), "train: --tokenizer_name DIR is required with --config_name");
+  cli::TokenizerBundle tok = cli::load_tokenizer(tok_dir);
+
+  data::DatasetOptions dopt = cli::dataset_options(f);
+  data::Dataset train_ds = data::load_dataset(f["train_file"], dopt);
+  std::optional<data::Dataset> eval_ds;
+  if (f.count("validation_file")) eval_ds = data::load_dataset(f["validation_file"], dopt);
+  const int64_t max_len = int_flag(f, "max_seq_length", 128);
+  KILN_CHECK(max_len > 2, "--max_seq_length must be > 2, got ", max_len);
+
+  const bool mlm = task == "masked-lm";
+  std::string arch;
+  data::LabelMap labels;
+  if (!mlm) {
+    KILN_CHECK(train_ds.has_labels, f["train_file"], ": no label column '", dopt.label_column, "'");
+    labels = data::LabelMap::from_dataset(train_ds);
+  }
+
+  std::unique_ptr<models::PreTrainedModel> model;
+  if (f.count("model_name_or_path")) {
+    models::BertConfig base = models::BertConfig::from_file(fs::path(f["model_name_or_path"]) / "config.json");
+    models::LoadOptions lo;
+    lo.seed = ta.seed;
+    lo.architecture = (base.model_type == "roberta" ? "Roberta" : "Bert") + std::string(mlm ? "ForMaskedLM" : "ForSequenceClassification");
+    if (!mlm) lo.num_labels = labels.is_regression ? 1 : static_cast<int64_t>(labels.labels.size());
+    model = models::from_pretrained(f["model_name_or_path"], lo);
+  } else {
+    std::optional<models::BertConfig> c = models::BertConfig::preset(f["config_name"]);
+    if (!c) c = models::BertConfig::from_file(f["config_name"]);
+    c->vocab_size = static_cast<int64_t>(tok.tokenizer.vocab_size());
+    c->pad_token_id = tok.pad_id;
+    if (!mlm) c->set_num_labels(labels.is_regression ? 1 : static_cast<int64_t>(labels.labels.size()));
+    arch = (c->model_type == "roberta" ? "Roberta" : "Bert") + std::string(mlm ? "ForMaskedLM" : "ForSequenceClassification");
+    model = models::create_model(arch, *c, ta.seed);
+  }
+  if (!mlm && !labels.is_regression) {  // label names into config.json (id2label / label2id)
+    model->config().id2label.clear();
+    for (size_t i = 0; i < labels.labels.size(); ++i) model->config().id2label[static_cast<int64_t>(i)] = labels.labels[i];
+  }
+  if (!mlm && labels.is_regression) model->config().problem_type = "regression";
+
+  auto train_f = std::make_shared<data::Features>(
+      mlm ? data::group_texts(train_ds, tok.tokenizer, max_len, true) : data::tokenize_dataset(train_ds, tok.tokenizer, max_len, &labels));
+  std::shared_ptr<data::Features> eval_f;
+  if (eval_ds)
+    eval_f = std::make_shared<data::Features>(mlm ? data::group_texts(*eval_ds, tok.tokenizer, max_len, true)
+                                                  : data::tokenize_dataset(*eval_ds, tok.tokenizer, max_len, &labels));
+  if (eval_f && ta.eval_strategy == "no") ta.do_eval = true;
+
+  data::CollatorOptions co;
+  co.pad_token_id = tok.pad_id;
+  co.max_length = max_len;
+  co.pad_to_max_length = f.count("pad_to_max_length") > 0;
+  co.pad_to_multiple_of = int_flag(f, "pad_to_multiple_of", 0);
+  co.mlm = mlm;
+  if (mlm) {
+    KILN_CHECK(tok.mask_id >= 0, "masked-lm: the tokenizer in ", tok.dir.string(), " has no [MASK] or <mask> token");
+    co.mask_token_id = tok.mask_id;
+    co.vocab_size = static_cast<int64_t>(tok.tokenizer.vocab_size());
+    co.special_token_ids = tok.special_ids;
+    if (f.count("mlm_probability")) co.mlm_probability = std::stod(f["mlm_probability"]);
+  }
+  co.seed = ta.seed;
+
+  train::Trainer trainer(*model, ta, mlm ? train::Task::MaskedLM : train::Task::TextClassification, train_f, eval_f, co);
+  trainer.set_extra_files(tok.files);
+  auto train_metrics = trainer.train();
+  nlohmann::json all = nlohmann::json::object();
+  for (auto& [k, v] : train_metrics) all[k] = v;
+  if (eval_f) {
+    auto m = trainer.evaluate("eval");
+    nlohmann::json ej = nlohmann::json::object();
+    for (auto& [k, v] : m) ej[k] = all[k] = v;
+    ej["epoch"] = trainer.state().epoch;
+    io::write_json_file_atomic(out / "eval_results.json", ej);
+    for (const char* k : {"eval_accuracy", "eval_f1", "eval_loss", "perplexity"})
+      if (m.count(k)) std::printf("%s = %.4f\n", k, m[k]);
+  }
+  io::write_json_file_atomic(out / "all_results.json", all);
+  std::printf("model saved to %s\n", out.string().c_str());
+  return 0;
+}
+
+int run_eval(const std::vector<std::string>& args) {
+  std::map<std::string, std::string> f;
+  std::vector<std::string> a = args;
+  bool has_out = false;
+  for (const auto& s : args) has_out = has_out || s.rfind("--output_dir", 0) == 0;
+  if (!has_out) {  // evaluation writes nothing but eval_results.json into the model dir
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == "--model_name_or_path") a.insert(a.end(), {"--output_dir", args[i + 1]});
+  }
+  train::TrainingArguments ta = train::TrainingArguments::parse(a, &f, kExtraFlags, kExtraSwitches);
+  KILN_CHECK(f.count("model_name_or_path"), "eval: --model_name_or_path DIR is required");
+  KILN_CHECK(f.count("validation_file"), "eval: --validation_file is required");
+  fs::path dir = f["model_name_or_path"];
+  cli::TokenizerBundle tok = cli::load_tokenizer(f.count("tokenizer_name") ? fs::path(f["tokenizer_name"]) : dir);
+  auto model = models::from_pretrained(dir, {});
+  const bool mlm = model->architecture().find("MaskedLM") != std::string::npos;
+  data::Dataset ds = data::load_dataset(f["validation_file"], cli::dataset_options(f));
+  const int64_t max_len = int_flag(f, "max_seq_length", 128);
+  std::vector<std::string> names;
+  for (auto& [id, l] : model->config().id2label) names.push_back(l);
+  data::LabelMap labels = data::LabelMap::from_labels(names);
+  auto feats = std::make_shared<data::Features>(mlm ? data::group_texts(ds, tok.tokenizer, max_len, true)
+                                                    : data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
+  data::CollatorOptions co;
+  co.pad_token_id = tok.pad_id;
+  co.max_length = max_len;
+  co.mlm = mlm;
+  co.mask_token_id = tok.mask_id;
+  co.vocab_size = static_cast<int64_t>(tok.tokenizer.vocab_size());
+  co.special_token_ids = tok.special_ids;
+  train::Trainer trainer(*model, ta, mlm ? train::Task::MaskedLM : train::Task::TextClassification, nullptr, feats, co);
+  auto m = trainer.evaluate("eval");
+  for (auto& [k, v] : m) std::printf("%s = %.4f\n", k.c_str(), v);
+  return 0;
+}
+
+}  // namespace
+
+KILN_COMMAND(train, "train or fine-tune a model (Hugging Face Trainer flags)", run_train);
+KILN_COMMAND(eval, "evaluate a model on a labelled file", run_eval);

@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""Generate golden learning rates for kiln's LRSchedule (src/kiln/optim/schedule.h).
+
+Rerun from the repository root with Debian's PyTorch (python3-torch, CPU):
+
+    /usr/bin/python3 tools/goldens/gen_schedule_goldens.py
+
+It writes tests/data/schedule_goldens.json.  `transformers` is not needed: the
+lr lambdas below are Hugging Face's get_scheduler lambdas (transformers 4.40,
+optimization.py) restated line for line, and torch.optim.lr_scheduler.LambdaLR
+applies them to an SGD optimizer exactly as HF's Trainer does.  For each case,
+lrs[k] is optimizer.param_groups[0]["lr"] after k calls of scheduler.step(),
+i.e. the rate used by optimizer step k (0-based).  Floats are written with
+Python's repr (shortest round-trip), so the C++ test compares them exactly.
+"""
+
+import json
+import math
+import os
+from functools import partial
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT_PATH = os.path.join(REPO_ROOT, "tests", "data", "schedule_goldens.json")
+
+
+def linear(current_step, *, num_warmup_steps, num_training_steps):
+    if current_step < num_warmup_steps:
+        return float(current_step) / float(max(1, num_warmup_steps))
+    return max(0.0, float(num_training_steps - current_step) / float(max(1, num_training_steps - num_warmup_steps)))
+
+
+def cosine(current_step, *, num_warmup_steps, num_training_steps, num_cycles=0.5):
+    if current_step < num_warmup_steps:
+        return float(current_step) / float(max(1, num_warmup_steps))
+    progress = float(current_step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(num_cycles) * 2.0 * progress)))
+
+
+def constant(_):
+    return 1
+
+
+def constant_with_warmup(current_step, *, num_warmup_steps):
+    if current_step < num_warmup_steps:
+        return float(current_step) / float(max(1.0, num_warmup_steps))
+    return 1.0
+
+
+def polynomial(current_step, *, num_warmup_steps, num_training_steps, lr_end=1e-7, power=1.0, lr_init):
+    if current_step < num_warmup_steps:
+        return float(current_step) / float(max(1, num_warmup_steps))
+    elif current_step > num_training_steps:
+        return lr_end / lr_init  # as LambdaLR multiplies by lr_init
+    else:
+        lr_range = lr_init - lr_end
+        decay_steps = num_training_steps - num_warmup_steps
+        pct_remaining = 1 - (current_step - num_warmup_steps) / decay_steps
+        decay = lr_range * pct_remaining**power + lr_end
+        return decay / lr_init  # as LambdaLR multiplies by lr_init
+
+
+def get_scheduler(name, optimizer, num_warmup_steps, num_training_steps):
+    """HF's get_scheduler for the five types kiln implements."""
+    if name == "constant":
+        return LambdaLR(optimizer, constant)
+    if name == "constant_with_warmup":
+        return LambdaLR(optimizer, partial(constant_with_warmup, num_warmup_steps=num_warmup_steps))
+    kw = dict(num_warmup_steps=num_warmup_steps, num_training_steps=num_training_steps)
+    if name == "linear":
+        return LambdaLR(optimizer, partial(linear, **kw))
+    if name == "cosine":
+        return LambdaLR(optimizer, partial(cosine, **kw))
+    if name == "polynomial":
+        lr_init = optimizer.defaults["lr"]
+        assert lr_init > 1e-7
+        return LambdaLR(optimizer, partial(polynomial, lr_init=lr_init, **kw))
+    raise ValueError(name)
+
+
+# (type, base_lr, warmup_steps, total_steps): warmup boundaries, no warmup,
+# warmup == total, warmup > total, odd totals.
+CASES = [
+    ("linear", 5e-5, 10, 100),
+    ("linear", 5e-5, 0, 7),
+    ("linear", 2e-3, 3, 3),
+    ("linear", 1e-4, 5, 2),
+    ("cosine", 5e-5, 10, 100),
+    ("cosine", 3e-4, 0, 9),
+    ("cosine", 1e-3, 4, 4),
+    ("constant", 5e-5, 10, 20),
+    ("constant_with_warmup", 5e-5, 4, 20),
+    ("constant_with_warmup", 1e-2, 0, 5),
+    ("polynomial", 1e-3, 5, 30),
+    ("polynomial", 5e-5, 0, 10),
+    ("polynomial", 3e-4, 6, 2),
+    ("polynomial", 2e-7, 2, 11),
+]
+EXTRA_STEPS = 4  # evaluate past total_steps too
+
+
+def main():
+    cases = []
+    for name, base_lr, warmup, total in CASES:
+        param = torch.nn.Parameter(torch.zeros(1))
+        opt = torch.optim.SGD([param], lr=base_lr)
+        sched = get_scheduler(name, opt, warmup, total)
+        lrs = []
+        for step in range(max(total, warmup) + EXTRA_STEPS):
+            lr = opt.param_groups[0]["lr"]
+            assert lr == sched.get_last_lr()[0]
+            lrs.append(lr)
+            opt.step()
+            sched.step()
+        cases.append({"type": name, "base_lr": base_lr, "warmup_steps": warmup, "total_steps": total, "lrs": lrs})
+    # Self-checks against hand-derived values.
+    by = {(c["type"], c["warmup_steps"], c["total_steps"]): c["lrs"] for c in cases}
+    lin = by[("linear", 10, 100)]
+    assert lin[0] == 0.0 and abs(lin[5] - 2.5e-5) < 1e-18 and lin[10] == 5e-5 and lin[100] == 0.0
+    cos = by[("cosine", 10, 100)]
+    assert abs(cos[55] - 2.5e-5) < 1e-18 and abs(cos[100]) < 1e-20
+    poly = by[("polynomial", 5, 30)]
+    assert poly[5] == 1e-3 and abs(poly[30] - 1e-7) < 1e-20 and abs(poly[33] - 1e-7) < 1e-20
+    with open(OUT_PATH, "w") as f:
+        json.dump({"generator": "tools/goldens/gen_schedule_goldens.py", "torch": torch.__version__, "cases": cases},
+                  f, indent=1)
+        f.write("\n")
+    print(f"wrote {len(cases)} cases, {sum(len(c['lrs']) for c in cases)} learning rates to {OUT_PATH}")
+
+
+if __name__ == "__main__":
+    main()

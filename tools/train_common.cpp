@@ -1,0 +1,35 @@
+#include "train_common.h"
+
+#include "kiln/core/error.h"
+
+namespace kiln::cli {
+
+namespace fs = std::filesystem;
+
+TokenizerBundle load_tokenizer(const fs::path& dir) {
+  KILN_CHECK(fs::is_directory(dir), "tokenizer: '", dir.string(), "' is not a directory");
+  TokenizerBundle b{tokenizers::Tokenizer::from_pretrained(dir.string()), dir, {}, 0, -1, {}};
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
+                        "merges.txt", "spiece.model"})
+    if (fs::exists(dir / f)) b.files.push_back(dir / f);
+  auto id = [&](std::initializer_list<const char*> names) -> int64_t {
+    for (const char* n : names)
+      if (auto i = b.tokenizer.token_to_id(n)) return *i;
+    return -1;
+  };
+  b.pad_id = std::max<int64_t>(0, id({"[PAD]", "<pad>"}));
+  b.mask_id = id({"[MASK]", "<mask>"});
+  for (const char* n : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<s>", "</s>", "<pad>", "<unk>", "<mask>"})
+    if (auto i = b.tokenizer.token_to_id(n)) b.special_ids.push_back(*i);
+  return b;
+}
+
+data::DatasetOptions dataset_options(const std::map<std::string, std::string>& flags) {
+  data::DatasetOptions o;
+  if (auto it = flags.find("text_column"); it != flags.end()) o.text_column = it->second;
+  if (auto it = flags.find("text_pair_column"); it != flags.end()) o.text_pair_column = it->second;
+  if (auto it = flags.find("label_column"); it != flags.end()) o.label_column = it->second;
+  return o;
+}
+
+}  // namespace kiln::cli
