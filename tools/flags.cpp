@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/core/error.h"
+#include "kiln/train/training_args.h"
 
 namespace kiln::cli {
 
@@ -10,23 +11,7 @@ Flags::Flags(std::string command, std::vector<FlagSpec> specs, std::string usage
     : command_(std::move(command)), usage_(std::move(usage)), specs_(std::move(specs)) {}
 
 std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string best;
-  size_t best_d = std::string::npos;
-  for (const auto& c : candidates) {
-    std::vector<size_t> prev(c.size() + 1), cur(c.size() + 1);
-    for (size_t j = 0; j <= c.size(); ++j) prev[j] = j;
-    for (size_t i = 1; i <= word.size(); ++i) {
-      cur[0] = i;
-      for (size_t j = 1; j <= c.size(); ++j)
-        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (word[i - 1] == c[j - 1] ? 0 : 1)});
-      std::swap(prev, cur);
-    }
-    if (prev[c.size()] < best_d) {
-      best_d = prev[c.size()];
-      best = c;
-    }
-  }
-  return best_d <= std::max<size_t>(2, word.size() / 3) ? best : "";
+  return train::closest_name(word, candidates);
 }
 
 void Flags::parse(const std::vector<std::string>& args) {

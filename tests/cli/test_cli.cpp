@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "kiln/io/json_file.h"
+#include "support/temp_dir.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -17,12 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Workdir {
-  fs::path path = fs::temp_directory_path() / ("kiln_cli_" + std::to_string(::getpid()) + "_" +
-                                               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-  Workdir() { fs::create_directories(path); }
-  ~Workdir() { fs::remove_all(path); }
-};
+using Workdir = testing::TempDir;
 
 // Runs `kiln args...`, output into `log`; returns the exit status.
 int kiln(const std::string& args, const fs::path& log, const std::string& env = "") {
@@ -44,13 +40,13 @@ std::string train_args(const fs::path& data, const fs::path& out) {
 
 TEST(Cli, TrainPredictAndBadInput) {
   Workdir w;
-  fs::path data = w.path / "data", out = w.path / "out";
-  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path / "log0"), 0) << slurp(w.path / "log0");
+  fs::path data = w.path() / "data", out = w.path() / "out";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0) << slurp(w.path() / "log0");
   ASSERT_EQ(kiln(train_args(data, out) + " --max_steps 6 --save_steps 3 --logging_steps 2 --validation_file " +
                      (data / "validation.csv").string(),
-                 w.path / "log1"),
+                 w.path() / "log1"),
             0)
-      << slurp(w.path / "log1");
+      << slurp(w.path() / "log1");
   for (const char* f : {"config.json", "model.safetensors", "vocab.txt", "trainer_state.json", "training_args.json",
                         "train_results.json", "eval_results.json", "all_results.json"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
@@ -64,38 +60,38 @@ TEST(Cli, TrainPredictAndBadInput) {
   EXPECT_EQ(config["label2id"]["positive"], 1);
 
   ASSERT_EQ(kiln("predict --model " + out.string() + " --input " + (data / "test.txt").string() + " --output " +
-                     (w.path / "pred.jsonl").string(),
-                 w.path / "log2"),
+                     (w.path() / "pred.jsonl").string(),
+                 w.path() / "log2"),
             0)
-      << slurp(w.path / "log2");
-  std::string pred = slurp(w.path / "pred.jsonl");
+      << slurp(w.path() / "log2");
+  std::string pred = slurp(w.path() / "pred.jsonl");
   EXPECT_NE(pred.find("\"label\":"), std::string::npos) << pred;
 
   // A non-empty output_dir is never overwritten without --overwrite_output_dir.
-  EXPECT_NE(kiln(train_args(data, out) + " --max_steps 2", w.path / "log3"), 0);
-  EXPECT_NE(slurp(w.path / "log3").find("already exists and is not empty"), std::string::npos) << slurp(w.path / "log3");
+  EXPECT_NE(kiln(train_args(data, out) + " --max_steps 2", w.path() / "log3"), 0);
+  EXPECT_NE(slurp(w.path() / "log3").find("already exists and is not empty"), std::string::npos) << slurp(w.path() / "log3");
   // Unknown flag: named, with a suggestion.
-  EXPECT_NE(kiln(train_args(data, w.path / "o2") + " --learning_rat 1", w.path / "log4"), 0);
-  EXPECT_NE(slurp(w.path / "log4").find("did you mean --learning_rate"), std::string::npos) << slurp(w.path / "log4");
+  EXPECT_NE(kiln(train_args(data, w.path() / "o2") + " --learning_rat 1", w.path() / "log4"), 0);
+  EXPECT_NE(slurp(w.path() / "log4").find("did you mean --learning_rate"), std::string::npos) << slurp(w.path() / "log4");
   // Missing column.
-  std::ofstream(w.path / "bad.csv") << "text,category\nhello,a\n";
+  std::ofstream(w.path() / "bad.csv") << "text,category\nhello,a\n";
   EXPECT_NE(kiln("train --config_name " + (data / "model_config.json").string() + " --tokenizer_name " + data.string() +
-                     " --train_file " + (w.path / "bad.csv").string() + " --output_dir " + (w.path / "o3").string(),
-                 w.path / "log5"),
+                     " --train_file " + (w.path() / "bad.csv").string() + " --output_dir " + (w.path() / "o3").string(),
+                 w.path() / "log5"),
             0);
-  EXPECT_NE(slurp(w.path / "log5").find("label"), std::string::npos) << slurp(w.path / "log5");
+  EXPECT_NE(slurp(w.path() / "log5").find("label"), std::string::npos) << slurp(w.path() / "log5");
 }
 
 TEST(Cli, KilledDuringASaveLeavesTheLastCheckpointResumable) {
   Workdir w;
-  fs::path data = w.path / "data", out = w.path / "out";
-  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path / "log0"), 0);
+  fs::path data = w.path() / "data", out = w.path() / "out";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
   std::string args = train_args(data, out) + " --max_steps 8 --save_steps 4";
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ::setenv("KILN_TEST_SAVE_DELAY_MS", "400", 1);
-    std::string cmd = std::string(KILN_BIN " ") + args + " > " + (w.path / "log1").string() + " 2>&1";
+    std::string cmd = std::string(KILN_BIN " ") + args + " > " + (w.path() / "log1").string() + " 2>&1";
     ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), (char*)nullptr);
     ::_exit(127);
   }
@@ -108,13 +104,13 @@ TEST(Cli, KilledDuringASaveLeavesTheLastCheckpointResumable) {
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(saving) << "the run never reached its second save: " << slurp(w.path / "log1");
+  ASSERT_TRUE(saving) << "the run never reached its second save: " << slurp(w.path() / "log1");
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_FALSE(fs::exists(out / "checkpoint-8"));  // never published half-written
   EXPECT_EQ(io::read_json_file(out / "checkpoint-4" / "trainer_state.json")["global_step"], 4);
   // Resuming continues from checkpoint-4 and finishes.
-  ASSERT_EQ(kiln(args + " --resume_from_checkpoint latest", w.path / "log2"), 0) << slurp(w.path / "log2");
-  EXPECT_NE(slurp(w.path / "log2").find("resuming from"), std::string::npos);
+  ASSERT_EQ(kiln(args + " --resume_from_checkpoint latest", w.path() / "log2"), 0) << slurp(w.path() / "log2");
+  EXPECT_NE(slurp(w.path() / "log2").find("resuming from"), std::string::npos);
   EXPECT_EQ(io::read_json_file(out / "trainer_state.json")["global_step"], 8);
 }
 

@@ -1,4 +1,5 @@
 #pragma once
+#include "support/temp_dir.h"
 // Scratch files for the data tests: each test writes its inputs into a fresh
 // directory under the system temp dir, removed at the end of the test.
 #include <gtest/gtest.h>
@@ -13,32 +14,7 @@
 
 namespace kiln::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("kiln_dataset_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path write(const std::string& name, const std::string& bytes) const {
-    auto p = path_ / name;
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p;
-  }
-
- private:
-  std::filesystem::path path_;
-};
+using kiln::testing::TempDir;
 
 // The message of the kiln::Error fn throws ("" and a test failure if none).
 template <typename Fn>

@@ -1,4 +1,5 @@
 #pragma once
+#include "support/temp_dir.h"
 // Helpers for the io tests: a temporary directory removed at the end of the
 // test, raw safetensors files built byte by byte, and error-message matching.
 #include <gtest/gtest.h>
@@ -18,37 +19,7 @@
 
 namespace kiln::io::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = "kiln_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
-                       (info ? std::string(info->name()) : std::string("x"));
-    path_ = std::filesystem::temp_directory_path() / name;
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-  // Names of everything in the directory, sorted.
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  std::filesystem::path path_;
-};
+using kiln::testing::TempDir;
 
 // u64 little-endian length + header (as given, unpadded) + data.
 inline std::string raw_safetensors(const std::string& header, const std::string& data) {

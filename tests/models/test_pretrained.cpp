@@ -6,6 +6,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/model.h"
+#include "support/temp_dir.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -13,18 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("kiln_models_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-};
+using testing::TempDir;
 
 models::BertConfig tiny_config(const std::string& type = "bert") {
   models::BertConfig c = models::BertConfig::from_json({{"model_type", type}}, "test");
@@ -54,10 +44,10 @@ TEST(Pretrained, SaveThenLoadGivesIdenticalTensorsAndLogits) {
     bool roberta = std::string(arch).rfind("Roberta", 0) == 0;
     auto model = models::create_model(arch, tiny_config(roberta ? "roberta" : "bert"), 7);
     model->eval();
-    model->save_pretrained(dir.path);
-    EXPECT_TRUE(fs::exists(dir.path / "config.json"));
-    EXPECT_TRUE(fs::exists(dir.path / "model.safetensors"));
-    auto loaded = models::from_pretrained(dir.path);
+    model->save_pretrained(dir.path());
+    EXPECT_TRUE(fs::exists(dir.path() / "config.json"));
+    EXPECT_TRUE(fs::exists(dir.path() / "model.safetensors"));
+    auto loaded = models::from_pretrained(dir.path());
     loaded->eval();
     EXPECT_EQ(loaded->architecture(), arch);
     auto a = model->state_dict(), b = loaded->state_dict();
@@ -69,15 +59,15 @@ TEST(Pretrained, SaveThenLoadGivesIdenticalTensorsAndLogits) {
     Tensor xa = la.logits.defined() ? la.logits : la.start_logits, xb = lb.logits.defined() ? lb.logits : lb.start_logits;
     EXPECT_EQ(xa.to_vector<float>(), xb.to_vector<float>());
     // Unknown config fields survive the round trip.
-    EXPECT_EQ(io::read_json_file(dir.path / "config.json")["my_custom_field"], nlohmann::json({1, 2, 3}));
+    EXPECT_EQ(io::read_json_file(dir.path() / "config.json")["my_custom_field"], nlohmann::json({1, 2, 3}));
   }
 }
 
 TEST(Pretrained, TiedDecoderIsSavedOnceAsHuggingFaceDoes) {
   TempDir dir;
   auto model = models::create_model("BertForMaskedLM", tiny_config(), 1);
-  model->save_pretrained(dir.path);
-  auto file = io::SafetensorsFile::open(dir.path / "model.safetensors");
+  model->save_pretrained(dir.path());
+  auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
   EXPECT_NE(file.find("bert.embeddings.word_embeddings.weight"), nullptr);
   EXPECT_NE(file.find("cls.predictions.bias"), nullptr);
   EXPECT_EQ(file.find("cls.predictions.decoder.weight"), nullptr);
@@ -103,32 +93,32 @@ std::string load_error(const fs::path& dir) {
 
 TEST(Pretrained, MissingExtraOrMisShapedTensorsAreNamed) {
   TempDir dir;
-  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path);
+  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path());
   const std::string key = "bert.encoder.layer.1.attention.self.key.weight";
 
-  edit_weights(dir.path, [&](auto& t) { t.erase(key); });
-  std::string e = load_error(dir.path);
+  edit_weights(dir.path(), [&](auto& t) { t.erase(key); });
+  std::string e = load_error(dir.path());
   EXPECT_NE(e.find("missing tensor '" + key + "' [16,16]"), std::string::npos) << e;
 
-  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path);
-  edit_weights(dir.path, [&](auto& t) { t[key] = zeros({16, 8}); });
-  e = load_error(dir.path);
+  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path());
+  edit_weights(dir.path(), [&](auto& t) { t[key] = zeros({16, 8}); });
+  e = load_error(dir.path());
   EXPECT_NE(e.find(key + ": checkpoint [16,8], model [16,16]"), std::string::npos) << e;
 
-  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path);
-  edit_weights(dir.path, [&](auto& t) { t["bert.encoder.layer.0.extra.weight"] = zeros({2}); });
-  e = load_error(dir.path);
+  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path());
+  edit_weights(dir.path(), [&](auto& t) { t["bert.encoder.layer.0.extra.weight"] = zeros({2}); });
+  e = load_error(dir.path());
   EXPECT_NE(e.find("unexpected tensor 'bert.encoder.layer.0.extra.weight'"), std::string::npos) << e;
 }
 
 TEST(Pretrained, HeadModelFromBaseCheckpointInitialisesTheNewHead) {
   TempDir dir;
   auto base = models::create_model("BertModel", tiny_config(), 5);
-  base->save_pretrained(dir.path);  // keys without the "bert." prefix
+  base->save_pretrained(dir.path());  // keys without the "bert." prefix
   models::LoadOptions opts;
   opts.architecture = "BertForSequenceClassification";
   opts.num_labels = 4;
-  auto model = models::from_pretrained(dir.path, opts);
+  auto model = models::from_pretrained(dir.path(), opts);
   auto sd = model->state_dict();
   EXPECT_EQ(sd.at("classifier.weight").shape(), (Shape{4, 16}));
   EXPECT_EQ(sd.at("bert.embeddings.word_embeddings.weight").to_vector<float>(),
@@ -138,36 +128,36 @@ TEST(Pretrained, HeadModelFromBaseCheckpointInitialisesTheNewHead) {
 TEST(Pretrained, LegacyGammaBetaNamesLoad) {
   TempDir dir;
   auto model = models::create_model("BertForSequenceClassification", tiny_config(), 3);
-  model->save_pretrained(dir.path);
-  edit_weights(dir.path, [&](auto& t) {
+  model->save_pretrained(dir.path());
+  edit_weights(dir.path(), [&](auto& t) {
     auto w = t.at("bert.embeddings.LayerNorm.weight");
     t.erase("bert.embeddings.LayerNorm.weight");
     t["bert.embeddings.LayerNorm.gamma"] = w;
   });
-  EXPECT_NO_THROW(models::from_pretrained(dir.path));
+  EXPECT_NO_THROW(models::from_pretrained(dir.path()));
 }
 
 TEST(Pretrained, BadConfigsAreClearErrors) {
   TempDir dir;
-  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path);
-  auto cfg = io::read_json_file(dir.path / "config.json");
+  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path());
+  auto cfg = io::read_json_file(dir.path() / "config.json");
   cfg["hidden_size"] = "big";
-  io::write_json_file_atomic(dir.path / "config.json", cfg);
-  EXPECT_NE(load_error(dir.path).find("'hidden_size' must be an integer, got string \"big\""), std::string::npos)
-      << load_error(dir.path);
+  io::write_json_file_atomic(dir.path() / "config.json", cfg);
+  EXPECT_NE(load_error(dir.path()).find("'hidden_size' must be an integer, got string \"big\""), std::string::npos)
+      << load_error(dir.path());
   cfg["hidden_size"] = 15;  // not a multiple of 2 heads
-  io::write_json_file_atomic(dir.path / "config.json", cfg);
-  EXPECT_NE(load_error(dir.path).find("hidden_size 15 is not a multiple of num_attention_heads 2"), std::string::npos);
+  io::write_json_file_atomic(dir.path() / "config.json", cfg);
+  EXPECT_NE(load_error(dir.path()).find("hidden_size 15 is not a multiple of num_attention_heads 2"), std::string::npos);
   cfg["hidden_size"] = 16;
   cfg["architectures"] = {"BertForNextSentencePrediction"};
-  io::write_json_file_atomic(dir.path / "config.json", cfg);
-  EXPECT_NE(load_error(dir.path).find("unsupported architecture 'BertForNextSentencePrediction'"), std::string::npos);
+  io::write_json_file_atomic(dir.path() / "config.json", cfg);
+  EXPECT_NE(load_error(dir.path()).find("unsupported architecture 'BertForNextSentencePrediction'"), std::string::npos);
   cfg["architectures"] = {"BertForSequenceClassification"};
   cfg["model_type"] = "gpt2";
-  io::write_json_file_atomic(dir.path / "config.json", cfg);
-  EXPECT_NE(load_error(dir.path).find("model_type 'gpt2' is not supported"), std::string::npos);
-  std::ofstream(dir.path / "config.json") << "{\"model_type\": ";
-  EXPECT_NE(load_error(dir.path).find("config.json"), std::string::npos);
+  io::write_json_file_atomic(dir.path() / "config.json", cfg);
+  EXPECT_NE(load_error(dir.path()).find("model_type 'gpt2' is not supported"), std::string::npos);
+  std::ofstream(dir.path() / "config.json") << "{\"model_type\": ";
+  EXPECT_NE(load_error(dir.path()).find("config.json"), std::string::npos);
 }
 
 TEST(Pretrained, InitialisationFollowsHuggingFace) {

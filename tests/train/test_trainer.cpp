@@ -4,6 +4,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
+#include "support/temp_dir.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -11,15 +12,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("kiln_trainer_" + std::to_string(::getpid()) + "_" + std::to_string(++n()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-  static int& n() {
-    static int c = 0;
-    return c;
-  }
-};
+using testing::TempDir;
 
 models::BertConfig tiny() {
   models::BertConfig c = models::BertConfig::from_json({{"model_type", "bert"}}, "test");
@@ -80,18 +73,18 @@ TEST(Trainer, TwentyStepsEqualTenPlusResumePlusTenBitwise) {
   TempDir a, b;
   auto straight = models::create_model("BertForSequenceClassification", tiny(), 1);
   {
-    train::Trainer t(*straight, args_for(a.path), train::Task::TextClassification, feats, nullptr, collator());
+    train::Trainer t(*straight, args_for(a.path()), train::Task::TextClassification, feats, nullptr, collator());
     t.train();
   }
   {
     auto first = models::create_model("BertForSequenceClassification", tiny(), 1);
-    train::Trainer t(*first, args_for(b.path), train::Task::TextClassification, feats, nullptr, collator());
+    train::Trainer t(*first, args_for(b.path()), train::Task::TextClassification, feats, nullptr, collator());
     t.stop_after_step(10);
     t.train();
   }
-  ASSERT_TRUE(fs::exists(b.path / "checkpoint-10" / "optimizer.safetensors"));
+  ASSERT_TRUE(fs::exists(b.path() / "checkpoint-10" / "optimizer.safetensors"));
   auto resumed = models::create_model("BertForSequenceClassification", tiny(), 99);  // different init: all comes from the checkpoint
-  auto args = args_for(b.path);
+  auto args = args_for(b.path());
   args.resume_from_checkpoint = "latest";
   {
     train::Trainer t(*resumed, args, train::Task::TextClassification, feats, nullptr, collator());
@@ -101,8 +94,8 @@ TEST(Trainer, TwentyStepsEqualTenPlusResumePlusTenBitwise) {
   auto pa = params_of(*straight), pb = params_of(*resumed);
   for (auto& [name, v] : pa) EXPECT_EQ(v, pb.at(name)) << name;  // bitwise
   // The loss history of the resumed run continues the straight run's.
-  auto la = io::read_json_file(a.path / "trainer_state.json")["log_history"];
-  auto lb = io::read_json_file(b.path / "trainer_state.json")["log_history"];
+  auto la = io::read_json_file(a.path() / "trainer_state.json")["log_history"];
+  auto lb = io::read_json_file(b.path() / "trainer_state.json")["log_history"];
   ASSERT_GE(la.size(), 4u);
   ASSERT_GE(lb.size(), 4u);
   EXPECT_EQ(la[3]["loss"], lb[3]["loss"]);
@@ -111,16 +104,16 @@ TEST(Trainer, TwentyStepsEqualTenPlusResumePlusTenBitwise) {
 TEST(Trainer, SaveTotalLimitRotatesCheckpoints) {
   TempDir d;
   auto m = models::create_model("BertForSequenceClassification", tiny(), 1);
-  auto args = args_for(d.path);
+  auto args = args_for(d.path());
   args.save_steps = 4;
   args.save_total_limit = 2;
   train::Trainer t(*m, args, train::Task::TextClassification, features(16), nullptr, collator());
   t.train();
-  EXPECT_FALSE(fs::exists(d.path / "checkpoint-4"));
-  EXPECT_FALSE(fs::exists(d.path / "checkpoint-12"));
-  EXPECT_TRUE(fs::exists(d.path / "checkpoint-16"));
-  EXPECT_TRUE(fs::exists(d.path / "checkpoint-20"));
-  auto state = io::read_json_file(d.path / "trainer_state.json");
+  EXPECT_FALSE(fs::exists(d.path() / "checkpoint-4"));
+  EXPECT_FALSE(fs::exists(d.path() / "checkpoint-12"));
+  EXPECT_TRUE(fs::exists(d.path() / "checkpoint-16"));
+  EXPECT_TRUE(fs::exists(d.path() / "checkpoint-20"));
+  auto state = io::read_json_file(d.path() / "trainer_state.json");
   EXPECT_EQ(state["global_step"], 20);
   EXPECT_EQ(state["max_steps"], 20);
   EXPECT_EQ(state["log_history"][0]["step"], 5);
@@ -130,7 +123,7 @@ TEST(Trainer, SaveTotalLimitRotatesCheckpoints) {
 TEST(Trainer, EvaluateReportsAccuracyAndF1) {
   TempDir d;
   auto m = models::create_model("BertForSequenceClassification", tiny(), 1);
-  auto args = args_for(d.path);
+  auto args = args_for(d.path());
   train::Trainer t(*m, args, train::Task::TextClassification, nullptr, features(10), collator());
   auto metrics = t.evaluate();
   EXPECT_TRUE(metrics.count("eval_loss"));
