@@ -82,6 +82,38 @@ TEST(Cli, TrainPredictAndBadInput) {
   EXPECT_NE(slurp(w.path() / "log5").find("label"), std::string::npos) << slurp(w.path() / "log5");
 }
 
+TEST(Cli, MaskedLmTrainsAndReportsPerplexity) {
+  Workdir w;
+  fs::path data = w.path() / "data", out = w.path() / "mlm";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  ASSERT_EQ(kiln("train --task masked-lm --config_name " + (data / "model_config.json").string() + " --tokenizer_name " +
+                     data.string() + " --train_file " + (data / "train.csv").string() + " --validation_file " +
+                     (data / "validation.csv").string() + " --max_seq_length 32 --output_dir " + out.string() +
+                     " --max_steps 40 --logging_steps 10 --per_device_train_batch_size 16 --learning_rate 1e-3",
+                 w.path() / "log1"),
+            0)
+      << slurp(w.path() / "log1");
+  EXPECT_EQ(io::read_json_file(out / "config.json")["architectures"][0], "BertForMaskedLM");
+  auto eval = io::read_json_file(out / "eval_results.json");
+  ASSERT_TRUE(eval.contains("perplexity"));
+  EXPECT_NEAR(eval["perplexity"].get<double>(), std::exp(eval["eval_loss"].get<double>()), 1e-6);
+  auto log = io::read_json_file(out / "trainer_state.json")["log_history"];
+  EXPECT_LT(log[3]["loss"].get<double>(), log[0]["loss"].get<double>());  // it learns
+}
+
+TEST(Cli, CorruptCheckpointIsAClearErrorOnResume) {
+  Workdir w;
+  fs::path data = w.path() / "data", out = w.path() / "out";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  std::string args = train_args(data, out) + " --max_steps 4 --save_steps 2";
+  ASSERT_EQ(kiln(args, w.path() / "log1"), 0) << slurp(w.path() / "log1");
+  fs::resize_file(out / "checkpoint-4" / "optimizer.safetensors", 100);  // truncated
+  EXPECT_NE(kiln(args + " --max_steps 6 --resume_from_checkpoint latest", w.path() / "log2"), 0);
+  std::string log = slurp(w.path() / "log2");
+  EXPECT_NE(log.find("checkpoint-4/optimizer.safetensors"), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(out / "checkpoint-4"));  // nothing deleted
+}
+
 TEST(Cli, KilledDuringASaveLeavesTheLastCheckpointResumable) {
   Workdir w;
   fs::path data = w.path() / "data", out = w.path() / "out";
