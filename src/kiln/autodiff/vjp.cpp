@@ -119,8 +119,17 @@ std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePt
       NodePtr da, db;
       if (a->requires_grad)
         da = ta ? ir::matmul(b, g, tb, true) : ir::matmul(g, b, false, !tb);
-      if (b->requires_grad)
-        db = tb ? ir::matmul(g, a, true, ta) : ir::matmul(a, g, !ta, false);
+      if (b->requires_grad) {
+        if (b->rank() == 2 && a->rank() > 2 && !ta) {
+          // A shared weight: fold a's batch dims into rows, one GEMM
+          // (Σ_batch aᵀg = a_flatᵀ g_flat) instead of a batched product + sum.
+          NodePtr a2 = ir::reshape(a, {-1, a->shape.back()});
+          NodePtr g2 = ir::reshape(g, {-1, g->shape.back()});
+          db = tb ? ir::matmul(g2, a2, true, false) : ir::matmul(a2, g2, true, false);
+        } else {
+          db = tb ? ir::matmul(g, a, true, ta) : ir::matmul(a, g, !ta, false);
+        }
+      }
       return {da ? ir::sum_to(da, a->shape) : nullptr, db ? ir::sum_to(db, b->shape) : nullptr};
     }
     case Op::Softmax: {  // y = softmax(x + mask)

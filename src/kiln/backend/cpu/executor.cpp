@@ -1,5 +1,12 @@
 #include "kiln/backend/cpu/executor.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "kiln/core/error.h"
@@ -7,6 +14,58 @@
 namespace kiln::backend::cpu {
 
 using compiler::SlotKind;
+
+namespace {
+
+// KILN_PROFILE=1: time every instruction, grouped by kernel, and print the
+// table when the process exits.
+struct Profile {
+  struct Entry {
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  std::mutex mu;
+  std::map<std::string, Entry> entries;
+  ~Profile() {
+    if (entries.empty()) return;
+    std::vector<std::pair<std::string, Entry>> rows(entries.begin(), entries.end());
+    std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+    double total = 0;
+    for (auto& r : rows) total += r.second.seconds;
+    std::fprintf(stderr, "kiln profile (KILN_PROFILE=1): %.3f s in kernels\n", total);
+    std::fprintf(stderr, "  %9s %6s %9s  %s\n", "seconds", "%", "calls", "kernel");
+    for (size_t i = 0; i < rows.size() && i < 40; ++i)
+      std::fprintf(stderr, "  %9.3f %5.1f%% %9lld  %s\n", rows[i].second.seconds, 100 * rows[i].second.seconds / total,
+                   static_cast<long long>(rows[i].second.calls), rows[i].first.c_str());
+  }
+};
+
+bool profiling() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_PROFILE");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+Profile& profile() {
+  static Profile p;
+  return p;
+}
+
+std::string label(const compiler::Instr& ins) {
+  std::string s;
+  if (ins.fused) {
+    s = "fused[";
+    for (size_t k = 0; k < ins.program.size(); ++k) s += (k ? " " : "") + std::string(ir::op_name(ins.program[k].op));
+    s += "]";
+  } else {
+    s = ir::op_name(ins.op);
+  }
+  return s + " " + to_string(ins.output.view.shape);
+}
+
+}  // namespace
 
 void execute(const compiler::Program& program, std::span<void* const> params,
              std::span<void* const> outputs, void* arena) {
@@ -24,8 +83,16 @@ void execute(const compiler::Program& program, std::span<void* const> params,
     in.clear();
     for (const auto& op : ins.inputs) in.push_back(base[op.slot]);
     char* out = base[ins.output.slot];
+    auto t0 = profiling() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     if (ins.fused) run_fused(ins, in, out);
     else run_kernel(ins, in, out);
+    if (profiling()) {
+      double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::lock_guard<std::mutex> lock(profile().mu);
+      auto& e = profile().entries[label(ins)];
+      e.seconds += dt;
+      ++e.calls;
+    }
   }
 }
 
