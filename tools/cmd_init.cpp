@@ -13,7 +13,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: kiln init --config FILE_OR_PRESET --output_dir DIR [--architecture ARCH] [--num_labels N] [--seed S]\n"
-    "presets: bert-tiny, bert-mini, bert-small, bert-base, roberta-base";
+    "presets: bert-tiny, bert-mini, bert-small, bert-base, roberta-base, gpt2, gpt2-tiny";
 
 int64_t parse_int(const std::string& flag, const std::string& v) {
   char* end = nullptr;
@@ -31,13 +31,12 @@ int run_init(const std::vector<std::string>& args) {
     std::printf("%s\n", kUsage);
     return 0;
   }
-  using kiln::models::BertConfig;
   std::string source = flags.get("config");
-  std::optional<BertConfig> config = BertConfig::preset(source);
+  std::unique_ptr<kiln::models::PretrainedConfig> config = kiln::models::preset_config(source);
   if (!config) {
     KILN_CHECK(std::filesystem::is_regular_file(source), "init: --config '", source,
-               "' is neither a preset (bert-tiny, bert-mini, bert-small, bert-base, roberta-base) nor a file");
-    config = BertConfig::from_file(source);
+               "' is neither a preset (bert-tiny, bert-mini, bert-small, bert-base, roberta-base, gpt2, gpt2-tiny) nor a file");
+    config = kiln::models::load_config(source);
   }
   if (flags.has("num_labels")) config->set_num_labels(parse_int("num_labels", flags.get("num_labels")));
   std::string arch = flags.get("architecture", config->architectures.empty() ? "" : config->architectures[0]);

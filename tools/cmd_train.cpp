@@ -13,6 +13,7 @@
 #include "command.h"
 #include "kiln/core/error.h"
 #include "kiln/io/json_file.h"
+#include "kiln/models/gpt2.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
 #include "train_common.h"
@@ -72,8 +73,8 @@ int run_train(const std::vector<std::string>& raw_args) {
   train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, kExtraFlags, kExtraSwitches);
   ta.do_train = true;
   const std::string task = f.count("task") ? f["task"] : "text-classification";
-  KILN_CHECK(task == "text-classification" || task == "masked-lm", "train: --task must be text-classification or ",
-             "masked-lm, got '", task, "'");
+  KILN_CHECK(task == "text-classification" || task == "masked-lm" || task == "causal-lm",
+             "train: --task must be text-classification, masked-lm or causal-lm, got '", task, "'");
   KILN_CHECK(f.count("train_file"), "train: --train_file is required");
   KILN_CHECK(f.count("model_name_or_path") || f.count("config_name"),
              "train: pass --model_name_or_path DIR (fine-tune) or --config_name PRESET_OR_FILE with --tokenizer_name DIR (from scratch)");
@@ -95,43 +96,57 @@ int run_train(const std::vector<std::string>& raw_args) {
   const int64_t max_len = int_flag(f, "max_seq_length", 128);
   KILN_CHECK(max_len > 2, "--max_seq_length must be > 2, got ", max_len);
 
-  const bool mlm = task == "masked-lm";
-  std::string arch;
+  const bool mlm = task == "masked-lm", clm = task == "causal-lm", lm = mlm || clm;
   data::LabelMap labels;
-  if (!mlm) {
+  if (!lm) {
     KILN_CHECK(train_ds.has_labels, f["train_file"], ": no label column '", dopt.label_column, "'");
     labels = data::LabelMap::from_dataset(train_ds);
   }
 
+  // The architecture follows the task: <Type>ForSequenceClassification, <Type>ForMaskedLM, GPT2LMHeadModel.
+  auto arch_for = [&](const models::PretrainedConfig& c) {
+    if (clm) {
+      KILN_CHECK(c.model_type == "gpt2", "causal-lm: needs a gpt2 model, got model_type '", c.model_type, "'");
+      return std::string("GPT2LMHeadModel");
+    }
+    return c.class_prefix() + (mlm ? "ForMaskedLM" : "ForSequenceClassification");
+  };
+  const int64_t num_labels = labels.is_regression ? 1 : static_cast<int64_t>(labels.labels.size());
   std::unique_ptr<models::PreTrainedModel> model;
   if (f.count("model_name_or_path")) {
-    models::BertConfig base = models::BertConfig::from_file(fs::path(f["model_name_or_path"]) / "config.json");
+    auto base = models::load_config(fs::path(f["model_name_or_path"]) / "config.json");
     models::LoadOptions lo;
     lo.seed = ta.seed;
-    lo.architecture = (base.model_type == "roberta" ? "Roberta" : "Bert") + std::string(mlm ? "ForMaskedLM" : "ForSequenceClassification");
-    if (!mlm) lo.num_labels = labels.is_regression ? 1 : static_cast<int64_t>(labels.labels.size());
+    lo.architecture = arch_for(*base);
+    if (!lm) lo.num_labels = num_labels;
     model = models::from_pretrained(f["model_name_or_path"], lo);
   } else {
-    std::optional<models::BertConfig> c = models::BertConfig::preset(f["config_name"]);
-    if (!c) c = models::BertConfig::from_file(f["config_name"]);
-    c->vocab_size = static_cast<int64_t>(tok.tokenizer.vocab_size());
-    c->pad_token_id = tok.pad_id;
-    if (!mlm) c->set_num_labels(labels.is_regression ? 1 : static_cast<int64_t>(labels.labels.size()));
-    arch = (c->model_type == "roberta" ? "Roberta" : "Bert") + std::string(mlm ? "ForMaskedLM" : "ForSequenceClassification");
-    model = models::create_model(arch, *c, ta.seed);
+    std::unique_ptr<models::PretrainedConfig> c = models::preset_config(f["config_name"]);
+    if (!c) c = models::load_config(f["config_name"]);
+    const int64_t vocab = static_cast<int64_t>(tok.tokenizer.vocab_size());
+    if (auto* b = dynamic_cast<models::BertConfig*>(c.get())) {
+      b->vocab_size = vocab;
+      b->pad_token_id = tok.pad_id;
+    } else if (auto* g = dynamic_cast<models::GPT2Config*>(c.get())) {
+      g->vocab_size = vocab;
+    }
+    if (!lm) c->set_num_labels(num_labels);
+    model = models::create_model(arch_for(*c), *c, ta.seed);
   }
-  if (!mlm && !labels.is_regression) {  // label names into config.json (id2label / label2id)
+  if (!lm && !labels.is_regression) {  // label names into config.json (id2label / label2id)
     model->config().id2label.clear();
     for (size_t i = 0; i < labels.labels.size(); ++i) model->config().id2label[static_cast<int64_t>(i)] = labels.labels[i];
   }
-  if (!mlm && labels.is_regression) model->config().problem_type = "regression";
+  if (!lm && labels.is_regression) model->config().problem_type = "regression";
 
-  auto train_f = std::make_shared<data::Features>(
-      mlm ? data::group_texts(train_ds, tok.tokenizer, max_len, true) : data::tokenize_dataset(train_ds, tok.tokenizer, max_len, &labels));
+  // Language modelling: text concatenated into blocks (run_mlm / run_clm's group_texts).
+  auto features = [&](const data::Dataset& ds) {
+    return std::make_shared<data::Features>(lm ? data::group_texts(ds, tok.tokenizer, max_len, mlm)
+                                               : data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
+  };
+  auto train_f = features(train_ds);
   std::shared_ptr<data::Features> eval_f;
-  if (eval_ds)
-    eval_f = std::make_shared<data::Features>(mlm ? data::group_texts(*eval_ds, tok.tokenizer, max_len, true)
-                                                  : data::tokenize_dataset(*eval_ds, tok.tokenizer, max_len, &labels));
+  if (eval_ds) eval_f = features(*eval_ds);
   if (eval_f && ta.eval_strategy == "no") ta.do_eval = true;
 
   data::CollatorOptions co;
@@ -140,6 +155,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   co.pad_to_max_length = f.count("pad_to_max_length") > 0;
   co.pad_to_multiple_of = int_flag(f, "pad_to_multiple_of", 0);
   co.mlm = mlm;
+  co.causal_lm = clm;
   if (mlm) {
     KILN_CHECK(tok.mask_id >= 0, "masked-lm: the tokenizer in ", tok.dir.string(), " has no [MASK] or <mask> token");
     co.mask_token_id = tok.mask_id;
@@ -149,7 +165,8 @@ int run_train(const std::vector<std::string>& raw_args) {
   }
   co.seed = ta.seed;
 
-  train::Trainer trainer(*model, ta, mlm ? train::Task::MaskedLM : train::Task::TextClassification, train_f, eval_f, co);
+  train::Task t = mlm ? train::Task::MaskedLM : clm ? train::Task::CausalLM : train::Task::TextClassification;
+  train::Trainer trainer(*model, ta, t, train_f, eval_f, co);
   trainer.set_extra_files(tok.files);
   auto train_metrics = trainer.train();
   nlohmann::json all = nlohmann::json::object();

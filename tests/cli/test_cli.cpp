@@ -101,6 +101,29 @@ TEST(Cli, MaskedLmTrainsAndReportsPerplexity) {
   EXPECT_LT(log[3]["loss"].get<double>(), log[0]["loss"].get<double>());  // it learns
 }
 
+TEST(Cli, CausalLmTrainsAGpt2) {
+  Workdir w;
+  fs::path data = w.path() / "data", out = w.path() / "clm";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  ASSERT_EQ(kiln("train --task causal-lm --config_name gpt2-tiny --tokenizer_name " + data.string() + " --train_file " +
+                     (data / "train.csv").string() + " --validation_file " + (data / "validation.csv").string() +
+                     " --max_seq_length 32 --output_dir " + out.string() +
+                     " --max_steps 40 --logging_steps 10 --per_device_train_batch_size 16 --learning_rate 1e-3",
+                 w.path() / "log1"),
+            0)
+      << slurp(w.path() / "log1");
+  EXPECT_EQ(io::read_json_file(out / "config.json")["architectures"][0], "GPT2LMHeadModel");
+  auto log = io::read_json_file(out / "trainer_state.json")["log_history"];
+  EXPECT_LT(log[3]["loss"].get<double>(), log[0]["loss"].get<double>());
+  EXPECT_TRUE(io::read_json_file(out / "eval_results.json").contains("perplexity"));
+  // A BERT checkpoint cannot do causal LM: a clear error.
+  EXPECT_NE(kiln("train --task causal-lm --config_name bert-tiny --tokenizer_name " + data.string() + " --train_file " +
+                     (data / "train.csv").string() + " --output_dir " + (w.path() / "x").string(),
+                 w.path() / "log2"),
+            0);
+  EXPECT_NE(slurp(w.path() / "log2").find("causal-lm: needs a gpt2 model"), std::string::npos) << slurp(w.path() / "log2");
+}
+
 TEST(Cli, CorruptCheckpointIsAClearErrorOnResume) {
   Workdir w;
   fs::path data = w.path() / "data", out = w.path() / "out";

@@ -5,6 +5,7 @@
 
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/models/gpt2.h"
 #include "kiln/models/model.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
@@ -153,11 +154,34 @@ TEST(Pretrained, BadConfigsAreClearErrors) {
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
   EXPECT_NE(load_error(dir.path()).find("unsupported architecture 'BertForNextSentencePrediction'"), std::string::npos);
   cfg["architectures"] = {"BertForSequenceClassification"};
-  cfg["model_type"] = "gpt2";
+  cfg["model_type"] = "t5";
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
-  EXPECT_NE(load_error(dir.path()).find("model_type 'gpt2' is not supported"), std::string::npos);
+  EXPECT_NE(load_error(dir.path()).find("model_type 't5' is not supported (supported: bert, roberta, gpt2)"),
+            std::string::npos) << load_error(dir.path());
   std::ofstream(dir.path() / "config.json") << "{\"model_type\": ";
   EXPECT_NE(load_error(dir.path()).find("config.json"), std::string::npos);
+}
+
+TEST(Pretrained, Gpt2RoundTripAndTiedLmHead) {
+  TempDir dir;
+  auto c = models::preset_config("gpt2-tiny");
+  auto* g = dynamic_cast<models::GPT2Config*>(c.get());
+  ASSERT_NE(g, nullptr);
+  g->vocab_size = 60;
+  g->n_positions = 16;
+  auto model = models::create_model("GPT2LMHeadModel", *c, 4);
+  model->eval();
+  model->save_pretrained(dir.path());
+  auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
+  EXPECT_NE(file.find("transformer.wte.weight"), nullptr);
+  EXPECT_EQ(file.find("lm_head.weight"), nullptr);  // tied, saved once
+  EXPECT_EQ(file.find("transformer.h.0.attn.c_attn.weight")->shape, (Shape{128, 384}));  // Conv1D [in, out]
+  auto loaded = models::from_pretrained(dir.path());
+  loaded->eval();
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 1}, {2, 3});
+  EXPECT_EQ(model->forward(in).logits.to_vector<float>(), loaded->forward(in).logits.to_vector<float>());
+  EXPECT_EQ(io::read_json_file(dir.path() / "config.json")["model_type"], "gpt2");
 }
 
 TEST(Pretrained, InitialisationFollowsHuggingFace) {

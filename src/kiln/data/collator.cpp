@@ -79,6 +79,13 @@ Batch collate(const Features& f, const std::vector<int64_t>& rows, const Collato
           id = static_cast<int64_t>(splitmix64(h ^ 0x72616E64ull) % static_cast<uint64_t>(o.vocab_size));
       }
     }
+  } else if (o.causal_lm) {
+    // DataCollatorForLanguageModeling(mlm=False): labels are the ids, padding ignored.
+    b.labels.assign(B * T, -100);
+    for (int64_t i = 0; i < B; ++i) {
+      const auto& ids = f.input_ids[rows[i]];
+      std::copy(ids.begin(), ids.end(), b.labels.begin() + i * T);
+    }
   } else if (!f.labels.empty()) {
     for (int64_t r : rows) b.labels.push_back(f.labels[r]);
   } else if (!f.float_labels.empty()) {

@@ -25,6 +25,7 @@ struct CollatorOptions {
   bool pad_to_max_length = false;
   int64_t pad_to_multiple_of = 0;   // else pad to the longest row rounded up to this (0 = exact longest)
   bool mlm = false;                 // masked-LM: labels = original ids at masked positions, -100 elsewhere
+  bool causal_lm = false;           // causal LM: labels = input_ids (the model shifts them), -100 on padding
   double mlm_probability = 0.15;    // of non-special, non-padding tokens; 80% -> mask_token_id, 10% random id, 10% kept
   int64_t mask_token_id = 103;
   int64_t vocab_size = 30522;

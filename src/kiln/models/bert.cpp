@@ -124,7 +124,7 @@ BertBackbone::Out BertBackbone::forward(const ModelInputs& in) {
 }
 
 BertForTask::BertForTask(std::string architecture, const BertConfig& config, uint64_t seed, Device device)
-    : PreTrainedModel(config), architecture_(std::move(architecture)), ctx_(make_context(config, seed, device)) {
+    : PreTrainedModel(config.clone()), architecture_(std::move(architecture)), ctx_(make_context(config, seed, device)) {
   const std::string& a = architecture_;
   roberta_ = a.rfind("Roberta", 0) == 0;
   KILN_CHECK(roberta_ == (config.model_type == "roberta"), "architecture ", a, " does not match model_type '",
@@ -136,15 +136,16 @@ BertForTask::BertForTask(std::string architecture, const BertConfig& config, uin
   else if (kind == "ForQuestionAnswering" && !roberta_) head_ = Head::QuestionAnswering;
   else if (kind == "ForMaskedLM") head_ = Head::MaskedLM;
   else throw Error("unsupported architecture '" + a + "'");
-  if (config_.architectures.empty()) config_.architectures = {a};
-  else config_.architectures[0] = a;
+  auto& archs = config_ref().architectures;
+  if (archs.empty()) archs = {a};
+  else archs[0] = a;
 
   prefix_ = roberta_ ? "roberta" : "bert";
   bool pooling = !roberta_ && (head_ == Head::None || head_ == Head::SequenceClassification);
   // BertModel's own parameters have no prefix.
   auto backbone = std::make_shared<BertBackbone>(ctx_, pooling);
   backbone_ = head_ == Head::None ? register_module("", backbone) : register_module(prefix_, backbone);
-  const auto& c = config_;
+  const BertConfig& c = bert_config();
   const nn::Init& init = ctx_.init;
   double drop = c.classifier_dropout.value_or(c.hidden_dropout_prob);
   switch (head_) {
@@ -202,8 +203,8 @@ ModelOutputs BertForTask::forward(const ModelInputs& in) {
         out.logits = classifier_->forward(head_dropout_->forward(h.pooled));
       }
       if (!labels.defined()) return out;
-      int64_t C = config_.num_labels();
-      std::string problem = config_.problem_type.value_or(
+      int64_t C = bert_config().num_labels();
+      std::string problem = bert_config().problem_type.value_or(
           C == 1 ? "regression" : is_integral(labels.dtype()) ? "single_label_classification" : "multi_label_classification");
       if (problem == "regression") {
         out.loss = mse_loss(reshape(out.logits, {-1}), reshape(cast(labels, DType::f32), {-1}));
@@ -219,7 +220,7 @@ ModelOutputs BertForTask::forward(const ModelInputs& in) {
     case Head::TokenClassification: {
       out.logits = classifier_->forward(head_dropout_->forward(h.sequence));
       if (labels.defined()) {
-        int64_t C = config_.num_labels();
+        int64_t C = bert_config().num_labels();
         out.loss = cross_entropy(reshape(out.logits, {-1, C}), reshape(labels, {-1}));
       }
       return out;
@@ -243,11 +244,11 @@ ModelOutputs BertForTask::forward(const ModelInputs& in) {
     }
     case Head::MaskedLM: {
       Tensor z = lm_transform_->forward(h.sequence);
-      z = roberta_ ? gelu(z) : nn::activation(config_.hidden_act, z);
+      z = roberta_ ? gelu(z) : nn::activation(bert_config().hidden_act, z);
       z = lm_norm_->forward(z);
       const Tensor& decoder = backbone_->embeddings->word_embeddings->weight;
       out.logits = linear(z, decoder, lm_bias_);
-      if (labels.defined()) out.loss = cross_entropy(reshape(out.logits, {-1, config_.vocab_size}), reshape(labels, {-1}));
+      if (labels.defined()) out.loss = cross_entropy(reshape(out.logits, {-1, bert_config().vocab_size}), reshape(labels, {-1}));
       return out;
     }
   }

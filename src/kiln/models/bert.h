@@ -63,6 +63,7 @@ class BertForTask : public PreTrainedModel {
   std::string base_model_prefix() const override { return prefix_; }
   BertBackbone& backbone() { return *backbone_; }
   Generator& dropout_generator() override { return *ctx_.gen; }
+  const BertConfig& bert_config() const { return static_cast<const BertConfig&>(config()); }
 
  private:
   enum class Head { None, SequenceClassification, TokenClassification, QuestionAnswering, MaskedLM };

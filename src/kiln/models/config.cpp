@@ -1,4 +1,5 @@
 #include "kiln/models/config.h"
+#include "kiln/models/config_json.h"
 
 #include <fstream>
 
@@ -9,46 +10,86 @@ namespace kiln::models {
 
 using nlohmann::json;
 
+using config_json::read;
+using config_json::read_opt;
+
 namespace {
+const std::vector<std::string> kBertKeys = {
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+    "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
+    "initializer_range", "layer_norm_eps", "pad_token_id", "bos_token_id", "eos_token_id", "position_embedding_type",
+    "classifier_dropout"};
+const std::vector<std::string> kCommonKeys = {"model_type", "architectures", "id2label", "label2id", "num_labels",
+                                              "problem_type"};
+}  // namespace
 
-const char* type_name(const json& v) { return v.type_name(); }
+namespace config_json {
 
-// Reads j[key] into out when present; wrong types are errors naming the key.
-template <typename T>
-void read(const json& j, const char* key, T& out, const std::string& src) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if constexpr (std::is_same_v<T, int64_t>) {
-    KILN_CHECK(it->is_number_integer(), src, ": '", key, "' must be an integer, got ", type_name(*it), " ", it->dump());
-    out = it->get<int64_t>();
-  } else if constexpr (std::is_same_v<T, double>) {
-    KILN_CHECK(it->is_number(), src, ": '", key, "' must be a number, got ", type_name(*it), " ", it->dump());
-    out = it->get<double>();
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    KILN_CHECK(it->is_string(), src, ": '", key, "' must be a string, got ", type_name(*it), " ", it->dump());
-    out = it->get<std::string>();
+void read_common(const json& j, PretrainedConfig& c, const std::string& src) {
+  KILN_CHECK(j.is_object(), src, ": expected a JSON object, got ", j.type_name());
+  read(j, "model_type", c.model_type, src);
+  if (auto it = j.find("architectures"); it != j.end() && !it->is_null()) {
+    KILN_CHECK(it->is_array(), src, ": 'architectures' must be a list of strings, got ", it->dump());
+    c.architectures.clear();
+    for (const auto& a : *it) {
+      KILN_CHECK(a.is_string(), src, ": 'architectures' must be a list of strings, got ", it->dump());
+      c.architectures.push_back(a.get<std::string>());
+    }
+  }
+  read_opt(j, "problem_type", c.problem_type, src);
+  if (auto it = j.find("id2label"); it != j.end() && !it->is_null()) {
+    KILN_CHECK(it->is_object(), src, ": 'id2label' must be an object {\"0\": \"label\", ...}, got ", it->dump());
+    c.id2label.clear();
+    for (const auto& [k, v] : it->items()) {
+      char* end = nullptr;
+      long long id = std::strtoll(k.c_str(), &end, 10);
+      KILN_CHECK(!k.empty() && *end == 0 && id >= 0, src, ": 'id2label' key '", k, "' is not a label id");
+      KILN_CHECK(v.is_string(), src, ": 'id2label' value for ", k, " must be a string, got ", v.dump());
+      c.id2label[id] = v.get<std::string>();
+    }
+  } else if (auto n = j.find("num_labels"); n != j.end() && !n->is_null()) {
+    int64_t num = 2;
+    read(j, "num_labels", num, src);
+    c.set_num_labels(num);
   }
 }
 
-template <typename T>
-void read_opt(const json& j, const char* key, std::optional<T>& out, const std::string& src) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  T v{};
-  read(j, key, v, src);
-  out = v;
+void keep_unknown(const json& j, PretrainedConfig& c, const std::vector<std::string>& known) {
+  for (const auto& [k, v] : j.items())
+    if (std::find(known.begin(), known.end(), k) == known.end() &&
+        std::find(kCommonKeys.begin(), kCommonKeys.end(), k) == kCommonKeys.end())
+      c.extra[k] = v;
 }
 
-const std::vector<std::string> kKnown = {
-    "model_type", "architectures", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-    "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
-    "max_position_embeddings", "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id",
-    "bos_token_id", "eos_token_id", "position_embedding_type", "classifier_dropout", "problem_type", "id2label",
-    "label2id", "num_labels"};
+json write_common(const PretrainedConfig& c) {
+  json j = c.extra;
+  j["model_type"] = c.model_type;
+  j["architectures"] = c.architectures;
+  if (c.problem_type) j["problem_type"] = *c.problem_type;
+  json id2 = json::object(), l2id = json::object();
+  for (const auto& [id, label] : c.id2label) {
+    id2[std::to_string(id)] = label;
+    l2id[label] = id;
+  }
+  j["id2label"] = id2;
+  j["label2id"] = l2id;
+  return j;
+}
 
-}  // namespace
+void validate_common(const PretrainedConfig& c, const std::string& src) {
+  if (c.problem_type)
+    KILN_CHECK(*c.problem_type == "regression" || *c.problem_type == "single_label_classification" ||
+                   *c.problem_type == "multi_label_classification",
+               src, ": problem_type '", *c.problem_type,
+               "' is not one of regression, single_label_classification, multi_label_classification");
+  for (int64_t i = 0; i < c.num_labels(); ++i)
+    KILN_CHECK(c.id2label.count(i), src, ": 'id2label' must have ids 0..", c.num_labels() - 1, ", id ", i, " is missing");
+}
 
-void BertConfig::set_num_labels(int64_t n) {
+}  // namespace config_json
+
+
+void PretrainedConfig::set_num_labels(int64_t n) {
   KILN_CHECK(n >= 1, "num_labels must be >= 1, got ", n);
   id2label.clear();
   for (int64_t i = 0; i < n; ++i) id2label[i] = "LABEL_" + std::to_string(i);
@@ -67,13 +108,7 @@ BertConfig BertConfig::from_json(const json& j, const std::string& src) {
     c.layer_norm_eps = 1e-5;
     c.vocab_size = 50265;
   }
-  if (auto it = j.find("architectures"); it != j.end() && !it->is_null()) {
-    KILN_CHECK(it->is_array(), src, ": 'architectures' must be a list of strings, got ", it->dump());
-    for (const auto& a : *it) {
-      KILN_CHECK(a.is_string(), src, ": 'architectures' must be a list of strings, got ", it->dump());
-      c.architectures.push_back(a.get<std::string>());
-    }
-  }
+  config_json::read_common(j, c, src);
   read(j, "vocab_size", c.vocab_size, src);
   read(j, "hidden_size", c.hidden_size, src);
   read(j, "num_hidden_layers", c.num_hidden_layers, src);
@@ -91,31 +126,14 @@ BertConfig BertConfig::from_json(const json& j, const std::string& src) {
   read_opt(j, "eos_token_id", c.eos_token_id, src);
   read(j, "position_embedding_type", c.position_embedding_type, src);
   read_opt(j, "classifier_dropout", c.classifier_dropout, src);
-  read_opt(j, "problem_type", c.problem_type, src);
-  if (auto it = j.find("id2label"); it != j.end() && !it->is_null()) {
-    KILN_CHECK(it->is_object(), src, ": 'id2label' must be an object {\"0\": \"label\", ...}, got ", it->dump());
-    c.id2label.clear();
-    for (const auto& [k, v] : it->items()) {
-      char* end = nullptr;
-      long long id = std::strtoll(k.c_str(), &end, 10);
-      KILN_CHECK(!k.empty() && *end == 0 && id >= 0, src, ": 'id2label' key '", k, "' is not a label id");
-      KILN_CHECK(v.is_string(), src, ": 'id2label' value for ", k, " must be a string, got ", v.dump());
-      c.id2label[id] = v.get<std::string>();
-    }
-  } else if (auto n = j.find("num_labels"); n != j.end() && !n->is_null()) {
-    int64_t num = 2;
-    read(j, "num_labels", num, src);
-    c.set_num_labels(num);
-  }
-  for (const auto& [k, v] : j.items())
-    if (std::find(kKnown.begin(), kKnown.end(), k) == kKnown.end()) c.extra[k] = v;
+  config_json::keep_unknown(j, c, kBertKeys);
   c.validate(src);
   return c;
 }
 
 void BertConfig::validate(const std::string& src) const {
   KILN_CHECK(model_type == "bert" || model_type == "roberta", src, ": model_type '", model_type,
-             "' is not supported (supported: bert, roberta)");
+             "' is not a BERT-family type (bert, roberta)");
   auto positive = [&](const char* k, int64_t v) { KILN_CHECK(v > 0, src, ": '", k, "' must be positive, got ", v); };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
@@ -134,13 +152,7 @@ void BertConfig::validate(const std::string& src) const {
   prob("hidden_dropout_prob", hidden_dropout_prob);
   prob("attention_probs_dropout_prob", attention_probs_dropout_prob);
   if (classifier_dropout) prob("classifier_dropout", *classifier_dropout);
-  if (problem_type)
-    KILN_CHECK(*problem_type == "regression" || *problem_type == "single_label_classification" ||
-                   *problem_type == "multi_label_classification",
-               src, ": problem_type '", *problem_type,
-               "' is not one of regression, single_label_classification, multi_label_classification");
-  for (int64_t i = 0; i < num_labels(); ++i)
-    KILN_CHECK(id2label.count(i), src, ": 'id2label' must have ids 0..", num_labels() - 1, ", id ", i, " is missing");
+  config_json::validate_common(*this, src);
   try {
     nn::check_activation(hidden_act);
   } catch (const Error& e) {
@@ -183,9 +195,7 @@ std::optional<BertConfig> BertConfig::preset(const std::string& name) {
 }
 
 json BertConfig::to_json() const {
-  json j = extra;
-  j["model_type"] = model_type;
-  j["architectures"] = architectures;
+  json j = config_json::write_common(*this);
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["num_hidden_layers"] = num_hidden_layers;
@@ -203,14 +213,6 @@ json BertConfig::to_json() const {
   if (eos_token_id) j["eos_token_id"] = *eos_token_id;
   j["position_embedding_type"] = position_embedding_type;
   j["classifier_dropout"] = classifier_dropout ? json(*classifier_dropout) : json(nullptr);
-  if (problem_type) j["problem_type"] = *problem_type;
-  json id2 = json::object(), l2id = json::object();
-  for (const auto& [id, label] : id2label) {
-    id2[std::to_string(id)] = label;
-    l2id[label] = id;
-  }
-  j["id2label"] = id2;
-  j["label2id"] = l2id;
   return j;
 }
 

@@ -3,6 +3,7 @@
 // names and defaults. Unknown fields are kept and written back unchanged.
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,9 +12,34 @@
 
 namespace kiln::models {
 
-struct BertConfig {
-  std::string model_type = "bert";  // "bert" or "roberta"
+// What every Hugging Face config has (PretrainedConfig): the model type, the
+// architectures, labels for classification heads, and the fields kiln does
+// not interpret (kept and written back). Token ids live in each model's
+// config: BERT's pad_token_id is an id, GPT-2's may be absent.
+struct PretrainedConfig {
+  virtual ~PretrainedConfig() = default;
+  std::string model_type;
   std::vector<std::string> architectures;
+  std::map<int64_t, std::string> id2label = {{0, "LABEL_0"}, {1, "LABEL_1"}};
+  std::optional<std::string> problem_type;  // regression, single_label_classification, multi_label_classification
+  nlohmann::json extra = nlohmann::json::object();
+
+  int64_t num_labels() const { return static_cast<int64_t>(id2label.size()); }
+  void set_num_labels(int64_t n);  // LABEL_0.. LABEL_{n-1}
+  virtual nlohmann::json to_json() const = 0;
+  virtual std::unique_ptr<PretrainedConfig> clone() const = 0;
+  // The HF class-name prefix of this model type: "Bert", "Roberta", "GPT2".
+  virtual std::string class_prefix() const = 0;
+};
+
+// AutoConfig: reads config.json and builds the config of its model_type
+// (bert, roberta, gpt2); errors name the file and key.
+std::unique_ptr<PretrainedConfig> load_config(const std::filesystem::path& path);
+// Presets by name ("bert-tiny", "bert-base", "roberta-base", "gpt2", "gpt2-tiny"...), or null.
+std::unique_ptr<PretrainedConfig> preset_config(const std::string& name);
+
+struct BertConfig : PretrainedConfig {
+  BertConfig() { model_type = "bert"; }
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
   int64_t num_hidden_layers = 12;
@@ -30,12 +56,7 @@ struct BertConfig {
   std::optional<int64_t> bos_token_id, eos_token_id;
   std::string position_embedding_type = "absolute";
   std::optional<double> classifier_dropout;
-  std::optional<std::string> problem_type;  // regression, single_label_classification, multi_label_classification
-  std::map<int64_t, std::string> id2label = {{0, "LABEL_0"}, {1, "LABEL_1"}};
-  nlohmann::json extra = nlohmann::json::object();  // fields kiln does not interpret
 
-  int64_t num_labels() const { return static_cast<int64_t>(id2label.size()); }
-  void set_num_labels(int64_t n);  // LABEL_0.. LABEL_{n-1}
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
 
   // `source` names the file in errors ("model/config.json: 'hidden_size' must be an integer, got "x"").
@@ -43,7 +64,9 @@ struct BertConfig {
   static BertConfig from_file(const std::filesystem::path& path);
   // Presets: "bert-tiny" (2 layers, hidden 128), "bert-mini", "bert-small", "bert-base", "roberta-base".
   static std::optional<BertConfig> preset(const std::string& name);
-  nlohmann::json to_json() const;
+  nlohmann::json to_json() const override;
+  std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<BertConfig>(*this); }
+  std::string class_prefix() const override { return model_type == "roberta" ? "Roberta" : "Bert"; }
   void validate(const std::string& source) const;
 };
 

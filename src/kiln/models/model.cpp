@@ -6,6 +6,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/bert.h"
+#include "kiln/models/gpt2.h"
 
 namespace kiln::models {
 
@@ -33,7 +34,7 @@ void PreTrainedModel::save_pretrained(const fs::path& dir) const {
   for (auto& [name, t] : named_parameters()) tensors.emplace_back(name, t);
   // Weights first, config last: a directory with a config always has its weights.
   io::save_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
-  io::write_json_file_atomic(dir / "config.json", config_.to_json());
+  io::write_json_file_atomic(dir / "config.json", config().to_json());
 }
 
 std::vector<std::string> supported_architectures() {
@@ -44,18 +45,53 @@ std::vector<std::string> supported_architectures() {
           "BertForMaskedLM",
           "RobertaModel",
           "RobertaForSequenceClassification",
-          "RobertaForMaskedLM"};
+          "RobertaForMaskedLM",
+          "GPT2Model",
+          "GPT2LMHeadModel",
+          "GPT2ForSequenceClassification"};
 }
 
-std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const BertConfig& config, uint64_t seed,
-                                              Device device) {
+std::unique_ptr<PretrainedConfig> load_config(const fs::path& path) {
+  nlohmann::json j = io::read_json_file(path);
+  KILN_CHECK(j.is_object(), path.string(), ": expected a JSON object");
+  std::string type = j.value("model_type", std::string());
+  if (type == "bert" || type == "roberta") return std::make_unique<BertConfig>(BertConfig::from_json(j, path.string()));
+  if (type == "gpt2") return std::make_unique<GPT2Config>(GPT2Config::from_json(j, path.string()));
+  throw Error(path.string() + ": model_type '" + type + "' is not supported (supported: bert, roberta, gpt2)");
+}
+
+std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
+  if (auto b = BertConfig::preset(name)) return std::make_unique<BertConfig>(*b);
+  if (name == "gpt2" || name == "gpt2-tiny") {
+    auto c = std::make_unique<GPT2Config>();
+    if (name == "gpt2-tiny") {
+      c->n_layer = 2;
+      c->n_embd = 128;
+      c->n_head = 2;
+      c->n_positions = 256;
+    }
+    c->architectures = {"GPT2LMHeadModel"};
+    return c;
+  }
+  return nullptr;
+}
+
+std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const PretrainedConfig& config,
+                                              uint64_t seed, Device device) {
   auto archs = supported_architectures();
   if (std::find(archs.begin(), archs.end(), architecture) == archs.end()) {
     std::string list;
     for (const auto& a : archs) list += (list.empty() ? "" : ", ") + a;
     throw Error("unsupported architecture '" + architecture + "' (supported: " + list + ")");
   }
-  return std::make_unique<BertForTask>(architecture, config, seed, device);
+  if (architecture.rfind("GPT2", 0) == 0) {
+    auto* c = dynamic_cast<const GPT2Config*>(&config);
+    KILN_CHECK(c, "architecture ", architecture, " needs a gpt2 config, got model_type '", config.model_type, "'");
+    return std::make_unique<GPT2ForTask>(architecture, *c, seed, device);
+  }
+  auto* c = dynamic_cast<const BertConfig*>(&config);
+  KILN_CHECK(c, "architecture ", architecture, " needs a bert/roberta config, got model_type '", config.model_type, "'");
+  return std::make_unique<BertForTask>(architecture, *c, seed, device);
 }
 
 namespace {
@@ -78,18 +114,18 @@ bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p,
 
 std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const LoadOptions& options) {
   KILN_CHECK(fs::is_directory(dir), dir.string(), ": not a model directory");
-  BertConfig config = BertConfig::from_file(dir / "config.json");
+  std::unique_ptr<PretrainedConfig> config = load_config(dir / "config.json");
   std::string arch = options.architecture;
   if (arch.empty()) {
-    KILN_CHECK(!config.architectures.empty(), (dir / "config.json").string(),
+    KILN_CHECK(!config->architectures.empty(), (dir / "config.json").string(),
                ": no 'architectures'; name the architecture to build");
-    arch = config.architectures[0];
+    arch = config->architectures[0];
   }
-  if (options.num_labels > 0 && options.num_labels != config.num_labels()) {
-    config.set_num_labels(options.num_labels);
-    config.problem_type.reset();
+  if (options.num_labels > 0 && options.num_labels != config->num_labels()) {
+    config->set_num_labels(options.num_labels);
+    config->problem_type.reset();
   }
-  auto model = create_model(arch, config, options.seed, options.device);
+  auto model = create_model(arch, *config, options.seed, options.device);
   std::map<std::string, Tensor> loaded = io::load_safetensors(dir, options.device);
 
   const std::string prefix = model->base_model_prefix() + ".";
@@ -106,7 +142,7 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
 
   // Tied duplicates HF may have saved (decoder = word embeddings) are not separate parameters.
   for (const char* tied : {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "lm_head.decoder.weight",
-                           "lm_head.decoder.bias"})
+                           "lm_head.decoder.bias", "lm_head.weight"})
     dict.erase(tied);
 
   nn::LoadReport report = model->load_state_dict(dict, false);
@@ -122,7 +158,10 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
   std::vector<std::string> other_heads;
   for (const auto& u : report.unexpected) {
     bool in_backbone = model_has_prefix ? starts_with(u, prefix) : !(starts_with(u, "cls.") || starts_with(u, "lm_head.") ||
-                                                                    starts_with(u, "classifier") || starts_with(u, "qa_outputs"));
+                                                                    starts_with(u, "classifier") || starts_with(u, "qa_outputs") ||
+                                                                    starts_with(u, "score."));
+    // Causal-mask buffers older GPT-2 checkpoints saved are not parameters.
+    if (u.ends_with(".attn.bias") || u.ends_with(".attn.masked_bias")) continue;
     // A checkpoint's pooler is unused by heads that have none (as in HF).
     bool pooler = u.find("pooler.") != std::string::npos;
     if (in_backbone && !pooler) errors += "  unexpected tensor '" + u + "' " + to_string(dict.at(u).shape()) + "\n";

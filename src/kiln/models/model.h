@@ -30,20 +30,23 @@ struct ModelOutputs {
 
 class PreTrainedModel : public nn::Module {
  public:
-  explicit PreTrainedModel(BertConfig config) : config_(std::move(config)) {}
+  explicit PreTrainedModel(std::unique_ptr<PretrainedConfig> config) : config_(std::move(config)) {}
   virtual ModelOutputs forward(const ModelInputs& inputs) = 0;
   virtual std::string architecture() const = 0;
   // The backbone's attribute name ("bert", "roberta"); keys under it belong to the base model.
   virtual std::string base_model_prefix() const = 0;
   // The stream dropout draws from (saved in checkpoints so a resumed run repeats the same masks).
   virtual Generator& dropout_generator() = 0;
-  const BertConfig& config() const { return config_; }
-  BertConfig& config() { return config_; }
+  const PretrainedConfig& config() const { return *config_; }
+  PretrainedConfig& config() { return *config_; }
   // Writes config.json and model.safetensors (atomically, in HF's layout).
   void save_pretrained(const std::filesystem::path& dir) const;
 
  protected:
-  BertConfig config_;
+  PretrainedConfig& config_ref() { return *config_; }
+
+ private:
+  std::unique_ptr<PretrainedConfig> config_;
 };
 
 struct LoadOptions {
@@ -55,7 +58,7 @@ struct LoadOptions {
 };
 
 // Builds an architecture by HF class name ("BertForSequenceClassification") with fresh weights.
-std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const BertConfig& config,
+std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const PretrainedConfig& config,
                                               uint64_t seed = 42, Device device = Device::cpu());
 // Architectures kiln can build.
 std::vector<std::string> supported_architectures();

@@ -104,6 +104,11 @@ Linear::Linear(int64_t in, int64_t out, const Init& init, bool with_bias) {
   if (with_bias) bias = register_parameter("bias", zeros({out}, DType::f32, init.device));
 }
 
+Conv1D::Conv1D(int64_t in, int64_t out, const Init& init) {
+  weight = register_parameter("weight", init.normal({in, out}));
+  bias = register_parameter("bias", zeros({out}, DType::f32, init.device));
+}
+
 Embedding::Embedding(int64_t num, int64_t dim, const Init& init, int64_t padding_idx_) : padding_idx(padding_idx_) {
   Tensor w = init.normal({num, dim});
   if (padding_idx >= 0) {

@@ -77,6 +77,14 @@ class Linear : public Module {
   Tensor weight, bias;  // [out, in], [out]
 };
 
+// GPT-2's Conv1D: a linear layer whose weight is stored [in, out]: y = x·W + b.
+class Conv1D : public Module {
+ public:
+  Conv1D(int64_t in, int64_t out, const Init& init);
+  Tensor forward(const Tensor& x) const { return matmul(x, weight) + bias; }
+  Tensor weight, bias;  // [in, out], [out]
+};
+
 class Embedding : public Module {
  public:
   // padding_idx >= 0: that row starts at zero (as HF initialises it).

@@ -27,7 +27,7 @@
 
 namespace kiln::train {
 
-enum class Task { TextClassification, MaskedLM };
+enum class Task { TextClassification, MaskedLM, CausalLM };
 
 // trainer_state.json, with HF's field names.
 struct TrainerState {

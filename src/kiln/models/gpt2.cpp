@@ -1,0 +1,226 @@
+#include "kiln/models/gpt2.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kiln/core/error.h"
+#include "kiln/models/config_json.h"
+#include "kiln/nn/module.h"
+
+namespace kiln::models {
+
+using config_json::read;
+using config_json::read_opt;
+using nlohmann::json;
+
+namespace {
+const std::vector<std::string> kGPT2Keys = {
+    "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function", "resid_pdrop",
+    "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "initializer_range", "scale_attn_weights",
+    "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "bos_token_id", "eos_token_id", "pad_token_id"};
+constexpr double kMin = std::numeric_limits<float>::lowest();
+}  // namespace
+
+GPT2Config GPT2Config::from_json(const json& j, const std::string& src) {
+  GPT2Config c;
+  config_json::read_common(j, c, src);
+  read(j, "vocab_size", c.vocab_size, src);
+  read(j, "n_positions", c.n_positions, src);
+  read(j, "n_embd", c.n_embd, src);
+  read(j, "n_layer", c.n_layer, src);
+  read(j, "n_head", c.n_head, src);
+  read_opt(j, "n_inner", c.n_inner, src);
+  read(j, "activation_function", c.activation_function, src);
+  read(j, "resid_pdrop", c.resid_pdrop, src);
+  read(j, "embd_pdrop", c.embd_pdrop, src);
+  read(j, "attn_pdrop", c.attn_pdrop, src);
+  read(j, "layer_norm_epsilon", c.layer_norm_epsilon, src);
+  read(j, "initializer_range", c.initializer_range, src);
+  read(j, "scale_attn_weights", c.scale_attn_weights, src);
+  read(j, "scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx, src);
+  read(j, "reorder_and_upcast_attn", c.reorder_and_upcast_attn, src);
+  if (j.contains("bos_token_id")) c.bos_token_id.reset(), read_opt(j, "bos_token_id", c.bos_token_id, src);
+  if (j.contains("eos_token_id")) c.eos_token_id.reset(), read_opt(j, "eos_token_id", c.eos_token_id, src);
+  read_opt(j, "pad_token_id", c.pad_token_id, src);
+  config_json::keep_unknown(j, c, kGPT2Keys);
+  c.validate(src);
+  return c;
+}
+
+void GPT2Config::validate(const std::string& src) const {
+  KILN_CHECK(model_type == "gpt2", src, ": model_type '", model_type, "' is not gpt2");
+  auto positive = [&](const char* k, int64_t v) { KILN_CHECK(v > 0, src, ": '", k, "' must be positive, got ", v); };
+  positive("vocab_size", vocab_size);
+  positive("n_positions", n_positions);
+  positive("n_embd", n_embd);
+  positive("n_layer", n_layer);
+  positive("n_head", n_head);
+  positive("n_inner", inner());
+  KILN_CHECK(n_embd % n_head == 0, src, ": n_embd ", n_embd, " is not a multiple of n_head ", n_head);
+  for (auto [k, v] : {std::pair{"resid_pdrop", resid_pdrop}, {"embd_pdrop", embd_pdrop}, {"attn_pdrop", attn_pdrop}})
+    KILN_CHECK(v >= 0 && v < 1, src, ": '", k, "' must be in [0, 1), got ", v);
+  KILN_CHECK(!reorder_and_upcast_attn, src, ": reorder_and_upcast_attn is not supported");
+  if (pad_token_id) KILN_CHECK(*pad_token_id >= 0 && *pad_token_id < vocab_size, src, ": pad_token_id ", *pad_token_id,
+                               " out of range [0, ", vocab_size, ")");
+  config_json::validate_common(*this, src);
+  try {
+    nn::check_activation(activation_function);
+  } catch (const Error& e) {
+    throw Error(src + ": activation_function: " + e.what());
+  }
+}
+
+json GPT2Config::to_json() const {
+  json j = config_json::write_common(*this);
+  j["vocab_size"] = vocab_size;
+  j["n_positions"] = n_positions;
+  j["n_ctx"] = n_positions;
+  j["n_embd"] = n_embd;
+  j["n_layer"] = n_layer;
+  j["n_head"] = n_head;
+  j["n_inner"] = n_inner ? json(*n_inner) : json(nullptr);
+  j["activation_function"] = activation_function;
+  j["resid_pdrop"] = resid_pdrop;
+  j["embd_pdrop"] = embd_pdrop;
+  j["attn_pdrop"] = attn_pdrop;
+  j["layer_norm_epsilon"] = layer_norm_epsilon;
+  j["initializer_range"] = initializer_range;
+  j["scale_attn_weights"] = scale_attn_weights;
+  j["scale_attn_by_inverse_layer_idx"] = scale_attn_by_inverse_layer_idx;
+  j["reorder_and_upcast_attn"] = reorder_and_upcast_attn;
+  j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);
+  j["eos_token_id"] = eos_token_id ? json(*eos_token_id) : json(nullptr);
+  if (pad_token_id) j["pad_token_id"] = *pad_token_id;
+  return j;
+}
+
+GPT2Block::GPT2Block(const GPT2Config& c, int64_t layer, const nn::Init& init, const std::shared_ptr<Generator>& gen)
+    : c_(c), layer_(layer) {
+  // HF scales the init of the residual projections by 1/sqrt(2·n_layer).
+  nn::Init proj = init;
+  proj.std = init.std / std::sqrt(2.0 * static_cast<double>(c.n_layer));
+  ln_1_ = register_module("ln_1", std::make_shared<nn::LayerNorm>(c.n_embd, c.layer_norm_epsilon, init.device));
+  c_attn_ = register_module("attn.c_attn", std::make_shared<nn::Conv1D>(c.n_embd, 3 * c.n_embd, init));
+  attn_proj_ = register_module("attn.c_proj", std::make_shared<nn::Conv1D>(c.n_embd, c.n_embd, proj));
+  attn_dropout_ = register_module("attn.attn_dropout", std::make_shared<nn::Dropout>(c.attn_pdrop, gen));
+  resid_dropout_ = register_module("attn.resid_dropout", std::make_shared<nn::Dropout>(c.resid_pdrop, gen));
+  ln_2_ = register_module("ln_2", std::make_shared<nn::LayerNorm>(c.n_embd, c.layer_norm_epsilon, init.device));
+  c_fc_ = register_module("mlp.c_fc", std::make_shared<nn::Conv1D>(c.n_embd, c.inner(), init));
+  mlp_proj_ = register_module("mlp.c_proj", std::make_shared<nn::Conv1D>(c.inner(), c.n_embd, proj));
+  mlp_dropout_ = register_module("mlp.dropout", std::make_shared<nn::Dropout>(c.resid_pdrop, gen));
+}
+
+Tensor GPT2Block::forward(const Tensor& x, const Tensor& causal, const Tensor& mask) {
+  const int64_t B = x.dim(0), T = x.dim(1), C = c_.n_embd, NH = c_.n_head, D = C / NH;
+  Tensor qkv = c_attn_->forward(ln_1_->forward(x));  // [B,T,3C]
+  auto heads = [&](int64_t i) { return permute(reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, T, NH, D}), {0, 2, 1, 3}); };
+  Tensor q = heads(0), k = heads(1), v = heads(2);
+  double scale = 1.0;
+  if (c_.scale_attn_weights) scale /= std::sqrt(static_cast<double>(D));
+  if (c_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(layer_ + 1);
+  Tensor scores = matmul(q, k, false, true) * scale;  // [B,NH,T,T]
+  // Future keys get finfo(float32).min, as HF's torch.where does; padding adds the attention mask.
+  scores = where(causal, scores, full({}, kMin, DType::f32, x.device()));
+  Tensor probs = attn_dropout_->forward(softmax(scores, -1, mask));
+  Tensor ctx = reshape(permute(matmul(probs, v), {0, 2, 1, 3}), {B, T, C});
+  Tensor h = x + resid_dropout_->forward(attn_proj_->forward(ctx));
+  Tensor m = mlp_proj_->forward(nn::activation(c_.activation_function, c_fc_->forward(ln_2_->forward(h))));
+  return h + mlp_dropout_->forward(m);
+}
+
+GPT2ForTask::GPT2ForTask(std::string architecture, const GPT2Config& config, uint64_t seed, Device device)
+    : PreTrainedModel(config.clone()), architecture_(std::move(architecture)), gen_(std::make_shared<Generator>(seed)) {
+  if (architecture_ == "GPT2Model") head_ = Head::None;
+  else if (architecture_ == "GPT2LMHeadModel") head_ = Head::LM;
+  else if (architecture_ == "GPT2ForSequenceClassification") head_ = Head::SequenceClassification;
+  else throw Error("unsupported architecture '" + architecture_ + "'");
+  auto& cfg = static_cast<GPT2Config&>(config_ref());
+  if (cfg.architectures.empty()) cfg.architectures = {architecture_};
+  else cfg.architectures[0] = architecture_;
+  const GPT2Config& c = cfg;
+  nn::Init init{gen_.get(), c.initializer_range, device};
+  std::string p = head_ == Head::None ? "" : "transformer.";
+  wte_ = register_module(p + "wte", std::make_shared<nn::Embedding>(c.vocab_size, c.n_embd, init));
+  wpe_ = register_module(p + "wpe", std::make_shared<nn::Embedding>(c.n_positions, c.n_embd, init));
+  drop_ = register_module(p + "drop", std::make_shared<nn::Dropout>(c.embd_pdrop, gen_));
+  for (int64_t i = 0; i < c.n_layer; ++i)
+    h_.push_back(register_module(p + "h." + std::to_string(i), std::make_shared<GPT2Block>(c, i, init, gen_)));
+  ln_f_ = register_module(p + "ln_f", std::make_shared<nn::LayerNorm>(c.n_embd, c.layer_norm_epsilon, device));
+  if (head_ == Head::SequenceClassification)
+    score_ = register_module("score", std::make_shared<nn::Linear>(c.n_embd, c.num_labels(), init, false));
+  nn::materialize(parameters());
+}
+
+Tensor GPT2ForTask::transformer(const ModelInputs& in) {
+  const GPT2Config& c = gpt2_config();
+  const Tensor& ids = in.input_ids;
+  KILN_CHECK(ids.defined() && ids.rank() == 2 && is_integral(ids.dtype()),
+             "forward: input_ids must be an integer tensor [batch, seq]");
+  const int64_t B = ids.dim(0), T = ids.dim(1);
+  KILN_CHECK(T <= c.n_positions, "forward: sequence length ", T, " exceeds n_positions ", c.n_positions);
+  KILN_CHECK(!in.attention_mask.defined() || in.attention_mask.shape() == ids.shape(), "forward: attention_mask ",
+             to_string(in.attention_mask.shape()), " does not match input_ids ", to_string(ids.shape()));
+  Device dev = ids.device();
+  Tensor pos = broadcast_to(reshape(arange(T, DType::i64, dev), {1, T}), {B, T});
+  Tensor x = drop_->forward(wte_->forward(ids) + wpe_->forward(pos));
+  Tensor idx = arange(T, DType::i64, dev);
+  Tensor causal = reshape(le(reshape(idx, {1, T}), reshape(idx, {T, 1})), {1, 1, T, T});  // key <= query
+  Tensor mask;
+  if (in.attention_mask.defined())
+    mask = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
+  for (auto& block : h_) x = block->forward(x, causal, mask);
+  return ln_f_->forward(x);
+}
+
+ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {
+  const GPT2Config& c = gpt2_config();
+  Tensor h = transformer(in);
+  ModelOutputs out;
+  const int64_t B = h.dim(0), T = h.dim(1);
+  switch (head_) {
+    case Head::None:
+      out.last_hidden_state = h;
+      return out;
+    case Head::LM: {
+      out.logits = linear(h, wte_->weight);  // lm_head tied to wte
+      if (in.labels.defined()) {
+        // Predict token t+1 from position t: logits[:, :-1] against labels[:, 1:].
+        KILN_CHECK(in.labels.shape() == in.input_ids.shape(), "causal LM: labels ", to_string(in.labels.shape()),
+                   " must match input_ids ", to_string(in.input_ids.shape()));
+        Tensor logits = reshape(slice(out.logits, 1, 0, T - 1), {-1, c.vocab_size});
+        Tensor labels = reshape(slice(in.labels, 1, 1, T), {-1});
+        out.loss = cross_entropy(logits, labels);
+      }
+      return out;
+    }
+    case Head::SequenceClassification: {
+      Tensor logits = score_->forward(h);  // [B,T,C]
+      // The last non-padding token: one before the first pad (HF), or the last token when there is none.
+      Tensor last;
+      if (c.pad_token_id) {
+        Tensor is_pad = cast(eq(in.input_ids, full({}, static_cast<double>(*c.pad_token_id), in.input_ids.dtype(), h.device())),
+                             DType::i64);
+        Tensor first_pad = argmax(is_pad, -1);  // 0 when there is no pad
+        Tensor before = first_pad - 1.0;
+        last = where(lt(before, zeros({}, DType::i64, h.device())), before + static_cast<double>(T), before);
+      } else {
+        KILN_CHECK(B == 1, "GPT2ForSequenceClassification: batches larger than 1 need pad_token_id in the config");
+        last = full({B}, static_cast<double>(T - 1), DType::i64, h.device());
+      }
+      int64_t C = c.num_labels();
+      Tensor index = broadcast_to(reshape(cast(last, DType::i64), {B, 1, 1}), {B, 1, C});
+      out.logits = squeeze(gather(logits, 1, index), 1);
+      if (in.labels.defined()) {
+        std::string problem = c.problem_type.value_or(
+            C == 1 ? "regression" : is_integral(in.labels.dtype()) ? "single_label_classification" : "multi_label_classification");
+        if (problem == "regression") out.loss = mse_loss(reshape(out.logits, {-1}), reshape(cast(in.labels, DType::f32), {-1}));
+        else if (problem == "single_label_classification") out.loss = cross_entropy(out.logits, reshape(in.labels, {-1}));
+        else out.loss = binary_cross_entropy_with_logits(out.logits, cast(in.labels, DType::f32));
+      }
+      return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,79 @@
+#pragma once
+// GPT-2 as Hugging Face defines it (modeling_gpt2.py): Conv1D weights stored
+// [in, out], pre-LayerNorm blocks, causal self-attention, tanh-form GELU,
+// lm_head tied to wte (saved once, as HF saves it). B batch, T sequence,
+// C = n_embd, NH heads, D = C / NH.
+#include <memory>
+#include <optional>
+
+#include "kiln/models/model.h"
+
+namespace kiln::models {
+
+struct GPT2Config : PretrainedConfig {
+  GPT2Config() {
+    model_type = "gpt2";
+    id2label = {{0, "LABEL_0"}, {1, "LABEL_1"}};
+  }
+  int64_t vocab_size = 50257;
+  int64_t n_positions = 1024;
+  int64_t n_embd = 768;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  std::optional<int64_t> n_inner;  // default 4 * n_embd
+  std::string activation_function = "gelu_new";
+  double resid_pdrop = 0.1, embd_pdrop = 0.1, attn_pdrop = 0.1;
+  double layer_norm_epsilon = 1e-5;
+  double initializer_range = 0.02;
+  bool scale_attn_weights = true;
+  bool scale_attn_by_inverse_layer_idx = false;
+  bool reorder_and_upcast_attn = false;
+  std::optional<int64_t> bos_token_id = 50256, eos_token_id = 50256, pad_token_id;
+
+  int64_t inner() const { return n_inner.value_or(4 * n_embd); }
+  static GPT2Config from_json(const nlohmann::json& j, const std::string& source);
+  nlohmann::json to_json() const override;
+  std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<GPT2Config>(*this); }
+  std::string class_prefix() const override { return "GPT2"; }
+  void validate(const std::string& source) const;
+};
+
+class GPT2Block : public nn::Module {
+ public:
+  GPT2Block(const GPT2Config& c, int64_t layer, const nn::Init& init, const std::shared_ptr<Generator>& gen);
+  // x [B,T,C]; causal [T,T] bool (key <= query); mask [B,1,1,T] additive or undefined
+  Tensor forward(const Tensor& x, const Tensor& causal, const Tensor& mask);
+
+ private:
+  GPT2Config c_;
+  int64_t layer_;
+  std::shared_ptr<nn::LayerNorm> ln_1_, ln_2_;
+  std::shared_ptr<nn::Conv1D> c_attn_, attn_proj_, c_fc_, mlp_proj_;
+  std::shared_ptr<nn::Dropout> attn_dropout_, resid_dropout_, mlp_dropout_;
+};
+
+// GPT2Model, GPT2LMHeadModel, GPT2ForSequenceClassification.
+class GPT2ForTask : public PreTrainedModel {
+ public:
+  GPT2ForTask(std::string architecture, const GPT2Config& config, uint64_t seed, Device device);
+  ModelOutputs forward(const ModelInputs& inputs) override;
+  std::string architecture() const override { return architecture_; }
+  std::string base_model_prefix() const override { return "transformer"; }
+  Generator& dropout_generator() override { return *gen_; }
+  const GPT2Config& gpt2_config() const { return static_cast<const GPT2Config&>(config()); }
+
+ private:
+  enum class Head { None, LM, SequenceClassification };
+  // The transformer: [B,T] ids -> [B,T,C] after ln_f.
+  Tensor transformer(const ModelInputs& in);
+  std::string architecture_;
+  Head head_;
+  std::shared_ptr<Generator> gen_;
+  std::shared_ptr<nn::Embedding> wte_, wpe_;
+  std::shared_ptr<nn::Dropout> drop_;
+  std::vector<std::shared_ptr<GPT2Block>> h_;
+  std::shared_ptr<nn::LayerNorm> ln_f_;
+  std::shared_ptr<nn::Linear> score_;
+};
+
+}  // namespace kiln::models
