@@ -116,6 +116,14 @@ TEST(Cli, CausalLmTrainsAGpt2) {
   auto log = io::read_json_file(out / "trainer_state.json")["log_history"];
   EXPECT_LT(log[3]["loss"].get<double>(), log[0]["loss"].get<double>());
   EXPECT_TRUE(io::read_json_file(out / "eval_results.json").contains("perplexity"));
+  // Generation from the trained model: the cache and the full recomputation agree.
+  ASSERT_EQ(kiln("generate --model " + out.string() + " --prompt 'the battery is' --max_new_tokens 6", w.path() / "g1"), 0)
+      << slurp(w.path() / "g1");
+  ASSERT_EQ(kiln("generate --model " + out.string() + " --prompt 'the battery is' --max_new_tokens 6 --no_cache",
+                 w.path() / "g2"),
+            0);
+  EXPECT_EQ(slurp(w.path() / "g1"), slurp(w.path() / "g2"));
+  EXPECT_EQ(slurp(w.path() / "g1").rfind("the battery is", 0), 0u) << slurp(w.path() / "g1");
   // A BERT checkpoint cannot do causal LM: a clear error.
   EXPECT_NE(kiln("train --task causal-lm --config_name bert-tiny --tokenizer_name " + data.string() + " --train_file " +
                      (data / "train.csv").string() + " --output_dir " + (w.path() / "x").string(),

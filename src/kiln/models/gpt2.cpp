@@ -128,6 +128,24 @@ Tensor GPT2Block::forward(const Tensor& x, const Tensor& causal, const Tensor& m
   return h + mlp_dropout_->forward(m);
 }
 
+Tensor GPT2Block::decode(const Tensor& x, const Tensor& at, const Tensor& mask, Tensor& k_cache, Tensor& v_cache) {
+  const int64_t B = x.dim(0), C = c_.n_embd, NH = c_.n_head, D = C / NH, L = k_cache.dim(2);
+  Tensor qkv = c_attn_->forward(ln_1_->forward(x));  // [B,1,3C]
+  auto heads = [&](int64_t i) { return permute(reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, 1, NH, D}), {0, 2, 1, 3}); };
+  // Write this token's key and value into its slot: cache = at ? new : cache
+  Tensor k = where(at, broadcast_to(heads(1), {B, NH, L, D}), k_cache);
+  Tensor v = where(at, broadcast_to(heads(2), {B, NH, L, D}), v_cache);
+  k_cache.assign(k);
+  v_cache.assign(v);
+  double scale = 1.0;
+  if (c_.scale_attn_weights) scale /= std::sqrt(static_cast<double>(D));
+  if (c_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(layer_ + 1);
+  Tensor probs = softmax(matmul(heads(0), k, false, true) * scale, -1, mask);  // [B,NH,1,L]
+  Tensor ctx = reshape(permute(matmul(probs, v), {0, 2, 1, 3}), {B, 1, C});
+  Tensor h = x + attn_proj_->forward(ctx);
+  return h + mlp_proj_->forward(nn::activation(c_.activation_function, c_fc_->forward(ln_2_->forward(h))));
+}
+
 GPT2ForTask::GPT2ForTask(std::string architecture, const GPT2Config& config, uint64_t seed, Device device)
     : PreTrainedModel(config.clone()), architecture_(std::move(architecture)), gen_(std::make_shared<Generator>(seed)) {
   if (architecture_ == "GPT2Model") head_ = Head::None;
@@ -170,6 +188,19 @@ Tensor GPT2ForTask::transformer(const ModelInputs& in) {
     mask = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
   for (auto& block : h_) x = block->forward(x, causal, mask);
   return ln_f_->forward(x);
+}
+
+Tensor GPT2ForTask::decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
+                                std::vector<Tensor>& v_cache) {
+  KILN_CHECK(k_cache.size() == h_.size() && v_cache.size() == h_.size(), "decode_step: one cache per layer expected");
+  const int64_t L = k_cache[0].dim(2);
+  Device dev = token.device();
+  Tensor slots = arange(L, DType::i64, dev);
+  Tensor at = reshape(eq(slots, pos), {1, 1, L, 1});
+  Tensor mask = reshape(where(le(slots, pos), zeros({}, DType::f32, dev), full({}, kMin, DType::f32, dev)), {1, 1, 1, L});
+  Tensor x = wte_->forward(token) + wpe_->forward(reshape(pos, {1, 1}));
+  for (size_t i = 0; i < h_.size(); ++i) x = h_[i]->decode(x, at, mask, k_cache[i], v_cache[i]);
+  return linear(ln_f_->forward(x), wte_->weight);
 }
 
 ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {

@@ -43,6 +43,10 @@ class GPT2Block : public nn::Module {
   GPT2Block(const GPT2Config& c, int64_t layer, const nn::Init& init, const std::shared_ptr<Generator>& gen);
   // x [B,T,C]; causal [T,T] bool (key <= query); mask [B,1,1,T] additive or undefined
   Tensor forward(const Tensor& x, const Tensor& causal, const Tensor& mask);
+  // One decode step against a key/value cache of fixed capacity L: x [B,1,C];
+  // at [1,1,L,1] bool marks the slot of this token; mask [1,1,1,L] additive
+  // hides slots after it. k_cache / v_cache [B,NH,L,D] are updated in place.
+  Tensor decode(const Tensor& x, const Tensor& at, const Tensor& mask, Tensor& k_cache, Tensor& v_cache);
 
  private:
   GPT2Config c_;
@@ -61,6 +65,10 @@ class GPT2ForTask : public PreTrainedModel {
   std::string base_model_prefix() const override { return "transformer"; }
   Generator& dropout_generator() override { return *gen_; }
   const GPT2Config& gpt2_config() const { return static_cast<const GPT2Config&>(config()); }
+  bool has_lm_head() const { return head_ == Head::LM; }
+  // Logits [B,1,V] of one token per row at position `pos` (i64 scalar, a graph
+  // input), reading and updating the per-layer caches [B,NH,L,D].
+  Tensor decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache, std::vector<Tensor>& v_cache);
 
  private:
   enum class Head { None, LM, SequenceClassification };

@@ -90,11 +90,28 @@ void argmax_kernel(const Instr& ins, const T* x, int64_t* y) {
 // GEMM: oneDNN's sgemm (row-major), chosen by bench/gemm: at BERT-base shapes
 // it led OpenBLAS 0.3.21 by ~7% per layer and BLIS by ~3%, and by 16-25% on
 // the small batched attention products, run from our own OpenMP loop.
-void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
+// Matrix-vector shapes (M == 1 or N == 1, as in one-token decode steps) run
+// on our own loop: oneDNN's sgemm crashed on some of them (M == 1 inside an
+// OpenMP batch loop), and a dot-product loop is as fast there.
+void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
+                int64_t ldb, float* c, int64_t ldc) {
+  auto A = [&](int64_t m, int64_t k) { return ta ? a[k * lda + m] : a[m * lda + k]; };
+  auto B = [&](int64_t k, int64_t n) { return tb ? b[n * ldb + k] : b[k * ldb + n]; };
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(A(m, k)) * B(k, n);
+      c[m * ldc + n] = static_cast<float>(acc);
+    }
+}
+
+bool sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
            int64_t ldb, float* c, int64_t ldc) {
-  dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-  KILN_CHECK(st == dnnl_success, "matmul: oneDNN sgemm failed (status ", static_cast<int>(st), ") for M=", M,
-             " N=", N, " K=", K);
+  if (M == 1 || N == 1) {
+    small_gemm(ta, tb, M, N, K, a, lda, b, ldb, c, ldc);
+    return true;
+  }
+  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc) == dnnl_success;
 }
 
 // GEMM operand: a stored matrix (rows, cols) with strides, seen as row-major
@@ -154,7 +171,8 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   bool a_stacked = !la.trans && la.ld == K;
   for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * M * K;
   if (nb == 1 || (b_shared && a_stacked)) {
-    sgemm(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N);
+    KILN_CHECK(sgemm(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N),
+               "matmul: oneDNN sgemm failed for M=", M * nb, " N=", N, " K=", K);
     return;
   }
   // Batched (attention): our OpenMP loop over the batch, one single-threaded
@@ -163,8 +181,7 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   bool ok = true;
 #pragma omp parallel for schedule(dynamic) if (nb >= omp_get_max_threads()) reduction(&& : ok)
   for (int64_t i = 0; i < nb; ++i)
-    ok = ok && dnnl_sgemm(la.trans ? 'T' : 'N', lb.trans ? 'T' : 'N', M, N, K, 1.0f, a + ao[i], la.ld, b + bo[i],
-                          lb.ld, 0.0f, c + i * M * N, N) == dnnl_success;
+    ok = ok && sgemm(la.trans, lb.trans, M, N, K, a + ao[i], la.ld, b + bo[i], lb.ld, c + i * M * N, N);
   KILN_CHECK(ok, "matmul: oneDNN sgemm failed for a batch of ", nb, " [", M, "x", K, "]·[", K, "x", N, "]");
 }
 

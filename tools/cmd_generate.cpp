@@ -1,0 +1,67 @@
+// kiln generate --model DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]
+//               [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache]
+// Continues each prompt with a causal LM (GPT-2) and prints the text.
+#include <cstdio>
+#include <fstream>
+
+#include "command.h"
+#include "flags.h"
+#include "kiln/core/error.h"
+#include "kiln/models/generation.h"
+#include "train_common.h"
+
+namespace {
+
+using namespace kiln;
+constexpr const char* kUsage =
+    "usage: kiln generate --model DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]\n"
+    "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache]";
+
+int run_generate(const std::vector<std::string>& args) {
+  cli::Flags flags("generate",
+                   {{"model", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
+                    {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}},
+                   kUsage);
+  flags.parse(args);
+  if (flags.help()) {
+    std::printf("%s\n", kUsage);
+    return 0;
+  }
+  std::vector<std::string> prompts;
+  if (flags.has("prompt")) prompts.push_back(flags.get("prompt"));
+  if (flags.has("prompts_file")) {
+    std::ifstream f(flags.get("prompts_file"));
+    KILN_CHECK(f.good(), "generate: cannot read --prompts_file ", flags.get("prompts_file"));
+    for (std::string line; std::getline(f, line);)
+      if (!line.empty()) prompts.push_back(line);
+  }
+  KILN_CHECK(!prompts.empty(), "generate: give --prompt TEXT or --prompts_file FILE\n", kUsage);
+  auto model = models::from_pretrained(flags.get("model"), {});
+  auto* gpt2 = dynamic_cast<models::GPT2ForTask*>(model.get());
+  KILN_CHECK(gpt2 && gpt2->has_lm_head(), "generate: ", model->architecture(), " is not a causal language model");
+  cli::TokenizerBundle tok = cli::load_tokenizer(flags.get("model"));
+  models::GenerationConfig g;
+  auto number = [&](const char* k, double fallback) { return flags.has(k) ? std::stod(flags.get(k)) : fallback; };
+  g.max_new_tokens = static_cast<int64_t>(number("max_new_tokens", 20));
+  g.do_sample = flags.has("do_sample");
+  g.temperature = number("temperature", 1.0);
+  g.top_k = static_cast<int64_t>(number("top_k", 0));
+  g.top_p = number("top_p", 1.0);
+  g.seed = static_cast<uint64_t>(number("seed", 0));
+  g.use_cache = !flags.has("no_cache");
+  std::vector<std::vector<int64_t>> ids;
+  for (const auto& p : prompts) {
+    auto e = tok.tokenizer.encode(p, false);
+    ids.emplace_back(e.ids.begin(), e.ids.end());
+  }
+  auto out = models::generate(*gpt2, ids, g);
+  for (const auto& seq : out) {
+    std::vector<uint32_t> u(seq.begin(), seq.end());
+    std::printf("%s\n", tok.tokenizer.decode(u, true).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+KILN_COMMAND(generate, "continue prompts with a causal language model (GPT-2)", run_generate);
