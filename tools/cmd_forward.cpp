@@ -68,16 +68,19 @@ int run_forward(const std::vector<std::string>& args) {
   json inputs = kiln::io::read_json_file(inputs_path);
   KILN_CHECK(inputs.is_object(), inputs_path, ": expected an object with input_ids, attention_mask, ...");
   static const std::vector<std::string> known = {"input_ids", "attention_mask", "token_type_ids", "labels",
-                                                 "start_positions", "end_positions"};
+                                                 "start_positions", "end_positions", "decoder_input_ids",
+                                                 "decoder_attention_mask"};
   for (const auto& [k, v] : inputs.items())
     KILN_CHECK(std::find(known.begin(), known.end(), k) != known.end(), inputs_path, ": unknown key '", k,
-               "' (expected input_ids, attention_mask, token_type_ids, labels, start_positions, end_positions)");
+               "' (expected input_ids, attention_mask, token_type_ids, labels, start_positions, end_positions, ",
+               "decoder_input_ids, decoder_attention_mask)");
   KILN_CHECK(inputs.contains("input_ids"), inputs_path, ": 'input_ids' is required");
   auto field = [&](const char* k) {
     return inputs.contains(k) ? to_tensor(inputs[k], inputs_path + ": '" + k + "'") : kiln::Tensor();
   };
   kiln::models::ModelInputs in{field("input_ids"), field("attention_mask"), field("token_type_ids"), field("labels"),
-                               field("start_positions"), field("end_positions")};
+                               field("start_positions"), field("end_positions"), field("decoder_input_ids"),
+                               field("decoder_attention_mask")};
   KILN_CHECK(kiln::is_integral(in.input_ids.dtype()) && in.input_ids.rank() == 2, inputs_path,
              ": 'input_ids' must be a list of lists of token ids");
 

@@ -15,6 +15,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/model.h"
+#include "kiln/models/t5.h"
 #include "kiln/train/trainer.h"
 #include "train_common.h"
 
@@ -26,7 +27,8 @@ using namespace kiln;
 const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name", "tokenizer_name", "task",
                                               "train_file", "validation_file", "text_column", "text_pair_column",
                                               "label_column", "max_seq_length", "pad_to_multiple_of",
-                                              "mlm_probability"};
+                                              "mlm_probability", "source_column", "target_column", "source_prefix",
+                                              "max_source_length", "max_target_length"};
 const std::vector<std::string> kExtraSwitches = {"pad_to_max_length"};
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const char* name, int64_t fallback) {
@@ -73,8 +75,14 @@ int run_train(const std::vector<std::string>& raw_args) {
   train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, kExtraFlags, kExtraSwitches);
   ta.do_train = true;
   const std::string task = f.count("task") ? f["task"] : "text-classification";
-  KILN_CHECK(task == "text-classification" || task == "masked-lm" || task == "causal-lm",
-             "train: --task must be text-classification, masked-lm or causal-lm, got '", task, "'");
+  KILN_CHECK(task == "text-classification" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
+             "train: --task must be text-classification, masked-lm, causal-lm or seq2seq, got '", task, "'");
+  const bool s2s = task == "seq2seq";
+  if (s2s) {  // --source_column / --target_column are the text pair of each row
+    f["text_column"] = f.count("source_column") ? f["source_column"] : "source";
+    f["text_pair_column"] = f.count("target_column") ? f["target_column"] : "target";
+    f["label_column"] = "";
+  }
   KILN_CHECK(f.count("train_file"), "train: --train_file is required");
   KILN_CHECK(f.count("model_name_or_path") || f.count("config_name"),
              "train: pass --model_name_or_path DIR (fine-tune) or --config_name PRESET_OR_FILE with --tokenizer_name DIR (from scratch)");
@@ -96,7 +104,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   const int64_t max_len = int_flag(f, "max_seq_length", 128);
   KILN_CHECK(max_len > 2, "--max_seq_length must be > 2, got ", max_len);
 
-  const bool mlm = task == "masked-lm", clm = task == "causal-lm", lm = mlm || clm;
+  const bool mlm = task == "masked-lm", clm = task == "causal-lm", lm = mlm || clm || s2s;
   data::LabelMap labels;
   if (!lm) {
     KILN_CHECK(train_ds.has_labels, f["train_file"], ": no label column '", dopt.label_column, "'");
@@ -108,6 +116,10 @@ int run_train(const std::vector<std::string>& raw_args) {
     if (clm) {
       KILN_CHECK(c.model_type == "gpt2", "causal-lm: needs a gpt2 model, got model_type '", c.model_type, "'");
       return std::string("GPT2LMHeadModel");
+    }
+    if (s2s) {
+      KILN_CHECK(c.model_type == "t5", "seq2seq: needs a t5 model, got model_type '", c.model_type, "'");
+      return std::string("T5ForConditionalGeneration");
     }
     return c.class_prefix() + (mlm ? "ForMaskedLM" : "ForSequenceClassification");
   };
@@ -129,6 +141,9 @@ int run_train(const std::vector<std::string>& raw_args) {
       b->pad_token_id = tok.pad_id;
     } else if (auto* g = dynamic_cast<models::GPT2Config*>(c.get())) {
       g->vocab_size = vocab;
+    } else if (auto* t5 = dynamic_cast<models::T5Config*>(c.get())) {
+      t5->vocab_size = vocab;
+      t5->pad_token_id = tok.pad_id;
     }
     if (!lm) c->set_num_labels(num_labels);
     model = models::create_model(arch_for(*c), *c, ta.seed);
@@ -141,6 +156,10 @@ int run_train(const std::vector<std::string>& raw_args) {
 
   // Language modelling: text concatenated into blocks (run_mlm / run_clm's group_texts).
   auto features = [&](const data::Dataset& ds) {
+    if (s2s)
+      return std::make_shared<data::Features>(data::tokenize_seq2seq(
+          ds, tok.tokenizer, int_flag(f, "max_source_length", max_len), int_flag(f, "max_target_length", max_len),
+          f.count("source_prefix") ? f["source_prefix"] : ""));
     return std::make_shared<data::Features>(lm ? data::group_texts(ds, tok.tokenizer, max_len, mlm)
                                                : data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
   };
@@ -165,7 +184,9 @@ int run_train(const std::vector<std::string>& raw_args) {
   }
   co.seed = ta.seed;
 
-  train::Task t = mlm ? train::Task::MaskedLM : clm ? train::Task::CausalLM : train::Task::TextClassification;
+  co.max_target_length = int_flag(f, "max_target_length", 0);
+  train::Task t = mlm ? train::Task::MaskedLM : clm ? train::Task::CausalLM : s2s ? train::Task::Seq2Seq
+                                                                                  : train::Task::TextClassification;
   train::Trainer trainer(*model, ta, t, train_f, eval_f, co);
   trainer.set_extra_files(tok.files);
   auto train_metrics = trainer.train();

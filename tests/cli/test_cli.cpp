@@ -132,6 +132,25 @@ TEST(Cli, CausalLmTrainsAGpt2) {
   EXPECT_NE(slurp(w.path() / "log2").find("causal-lm: needs a gpt2 model"), std::string::npos) << slurp(w.path() / "log2");
 }
 
+TEST(Cli, Seq2SeqTrainsAT5) {
+  Workdir w;
+  fs::path data = w.path() / "data", out = w.path() / "s2s";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  // The sentence is the source, its label word the target.
+  ASSERT_EQ(kiln("train --task seq2seq --config_name t5-tiny --tokenizer_name " + data.string() + " --train_file " +
+                     (data / "train.csv").string() + " --validation_file " + (data / "validation.csv").string() +
+                     " --source_column sentence --target_column label --source_prefix 'sentiment: '" +
+                     " --max_source_length 32 --max_target_length 4 --output_dir " + out.string() +
+                     " --max_steps 40 --logging_steps 10 --per_device_train_batch_size 16 --learning_rate 3e-3",
+                 w.path() / "log1"),
+            0)
+      << slurp(w.path() / "log1");
+  EXPECT_EQ(io::read_json_file(out / "config.json")["architectures"][0], "T5ForConditionalGeneration");
+  auto log = io::read_json_file(out / "trainer_state.json")["log_history"];
+  EXPECT_LT(log[3]["loss"].get<double>(), log[0]["loss"].get<double>());
+  EXPECT_TRUE(io::read_json_file(out / "eval_results.json").contains("perplexity"));
+}
+
 TEST(Cli, CorruptCheckpointIsAClearErrorOnResume) {
   Workdir w;
   fs::path data = w.path() / "data", out = w.path() / "out";

@@ -7,6 +7,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/model.h"
+#include "kiln/models/t5.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
 
@@ -154,9 +155,9 @@ TEST(Pretrained, BadConfigsAreClearErrors) {
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
   EXPECT_NE(load_error(dir.path()).find("unsupported architecture 'BertForNextSentencePrediction'"), std::string::npos);
   cfg["architectures"] = {"BertForSequenceClassification"};
-  cfg["model_type"] = "t5";
+  cfg["model_type"] = "llama";
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
-  EXPECT_NE(load_error(dir.path()).find("model_type 't5' is not supported (supported: bert, roberta, gpt2)"),
+  EXPECT_NE(load_error(dir.path()).find("model_type 'llama' is not supported (supported: bert, roberta, gpt2, t5)"),
             std::string::npos) << load_error(dir.path());
   std::ofstream(dir.path() / "config.json") << "{\"model_type\": ";
   EXPECT_NE(load_error(dir.path()).find("config.json"), std::string::npos);
@@ -182,6 +183,53 @@ TEST(Pretrained, Gpt2RoundTripAndTiedLmHead) {
   in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 1}, {2, 3});
   EXPECT_EQ(model->forward(in).logits.to_vector<float>(), loaded->forward(in).logits.to_vector<float>());
   EXPECT_EQ(io::read_json_file(dir.path() / "config.json")["model_type"], "gpt2");
+}
+
+TEST(Pretrained, T5RelativePositionBucketsAsHuggingFace) {
+  using models::t5_relative_position_bucket;
+  // bidirectional, 32 buckets, max distance 128: 16 per direction, 8 exact
+  EXPECT_EQ(t5_relative_position_bucket(0, true, 32, 128), 0);
+  EXPECT_EQ(t5_relative_position_bucket(-1, true, 32, 128), 1);
+  EXPECT_EQ(t5_relative_position_bucket(1, true, 32, 128), 17);
+  EXPECT_EQ(t5_relative_position_bucket(7, true, 32, 128), 23);
+  EXPECT_EQ(t5_relative_position_bucket(8, true, 32, 128), 24);
+  EXPECT_EQ(t5_relative_position_bucket(-200, true, 32, 128), 15);  // capped
+  // causal: future keys share bucket 0, the past uses all 32 (16 exact)
+  EXPECT_EQ(t5_relative_position_bucket(3, false, 32, 128), 0);
+  EXPECT_EQ(t5_relative_position_bucket(-3, false, 32, 128), 3);
+  EXPECT_EQ(t5_relative_position_bucket(-20, false, 32, 128), 17);
+}
+
+TEST(Pretrained, T5RoundTrip) {
+  TempDir dir;
+  models::T5Config c;
+  c.vocab_size = 50;
+  c.d_model = 16;
+  c.d_kv = 4;
+  c.d_ff = 24;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.relative_attention_num_buckets = 8;
+  c.feed_forward_proj = "gated-gelu";
+  c.tie_word_embeddings = false;
+  auto model = models::create_model("T5ForConditionalGeneration", c, 3);
+  model->eval();
+  model->save_pretrained(dir.path());
+  auto loaded = models::from_pretrained(dir.path());
+  loaded->eval();
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 1, 3, 1, 0, 0}, {2, 4});
+  in.attention_mask = Tensor::from_vector(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 0, 0}, {2, 4});
+  in.labels = Tensor::from_vector(std::vector<int64_t>{8, 9, 1, 4, 1, -100}, {2, 3});
+  auto a = model->forward(in), b = loaded->forward(in);
+  EXPECT_EQ(a.logits.to_vector<float>(), b.logits.to_vector<float>());
+  EXPECT_EQ(a.logits.shape(), (Shape{2, 3, 50}));
+  EXPECT_FLOAT_EQ(a.loss.item(), b.loss.item());
+  auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
+  EXPECT_NE(file.find("lm_head.weight"), nullptr);
+  EXPECT_NE(file.find("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"), nullptr);
+  EXPECT_EQ(file.find("encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight"), nullptr);
+  EXPECT_NE(file.find("decoder.block.1.layer.2.DenseReluDense.wi_1.weight"), nullptr);
 }
 
 TEST(Pretrained, InitialisationFollowsHuggingFace) {

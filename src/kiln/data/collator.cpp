@@ -79,6 +79,17 @@ Batch collate(const Features& f, const std::vector<int64_t>& rows, const Collato
           id = static_cast<int64_t>(splitmix64(h ^ 0x72616E64ull) % static_cast<uint64_t>(o.vocab_size));
       }
     }
+  } else if (!f.target_ids.empty()) {
+    // Seq2seq targets: [B, longest target], padding -100 (ignored by the loss).
+    size_t Tt = 0;
+    for (int64_t r : rows) Tt = std::max(Tt, f.target_ids[r].size());
+    if (o.pad_to_max_length && o.max_target_length > 0) Tt = std::max(Tt, static_cast<size_t>(o.max_target_length));
+    b.labels.assign(B * Tt, -100);
+    for (int64_t i = 0; i < B; ++i) {
+      const auto& t = f.target_ids[rows[i]];
+      std::copy(t.begin(), t.end(), b.labels.begin() + i * static_cast<int64_t>(Tt));
+    }
+    b.target_len = static_cast<int64_t>(Tt);
   } else if (o.causal_lm) {
     // DataCollatorForLanguageModeling(mlm=False): labels are the ids, padding ignored.
     b.labels.assign(B * T, -100);

@@ -17,6 +17,7 @@ struct Batch {
   std::vector<int64_t> labels;      // [B] classification, [B,T] MLM (-100 = ignored), or empty
   std::vector<float> float_labels;  // [B] regression, or empty
   std::vector<int64_t> indices;     // dataset row of each example (global sample index)
+  int64_t target_len = 0;           // seq2seq: labels are [B, target_len]
 };
 
 struct CollatorOptions {
@@ -25,6 +26,7 @@ struct CollatorOptions {
   bool pad_to_max_length = false;
   int64_t pad_to_multiple_of = 0;   // else pad to the longest row rounded up to this (0 = exact longest)
   bool mlm = false;                 // masked-LM: labels = original ids at masked positions, -100 elsewhere
+  int64_t max_target_length = 0;   // seq2seq: with pad_to_max_length, labels are [B, max_target_length]
   bool causal_lm = false;           // causal LM: labels = input_ids (the model shifts them), -100 on padding
   double mlm_probability = 0.15;    // of non-special, non-padding tokens; 80% -> mask_token_id, 10% random id, 10% kept
   int64_t mask_token_id = 103;

@@ -13,7 +13,9 @@ std::map<std::string, Tensor> to_device(const Batch& b, Device device) {
   t.emplace("attention_mask", Tensor::from_vector(b.attention_mask, bt, device, "attention_mask"));
   t.emplace("token_type_ids", Tensor::from_vector(b.token_type_ids, bt, device, "token_type_ids"));
   if (!b.labels.empty()) {
-    Shape ls = static_cast<int64_t>(b.labels.size()) == b.batch_size ? Shape{b.batch_size} : bt;
+    Shape ls = b.target_len > 0                                          ? Shape{b.batch_size, b.target_len}
+               : static_cast<int64_t>(b.labels.size()) == b.batch_size ? Shape{b.batch_size}
+                                                                       : bt;
     t.emplace("labels", Tensor::from_vector(b.labels, ls, device, "labels"));
   } else if (!b.float_labels.empty()) {
     t.emplace("labels", Tensor::from_vector(b.float_labels, Shape{b.batch_size}, device, "labels"));

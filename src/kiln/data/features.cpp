@@ -124,4 +124,36 @@ Features group_texts(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_
   return f;
 }
 
+Features tokenize_seq2seq(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_source_length,
+                          int64_t max_target_length, const std::string& source_prefix) {
+  auto encode = [&](const std::vector<std::string>& texts, int64_t max_length, const char* what) {
+    tokenizers::Tokenizer t = tok;
+    t.set_padding(std::nullopt);
+    if (max_length > 0)
+      t.set_truncation(tokenizers::TruncationParams{static_cast<size_t>(max_length),
+                                                    tokenizers::TruncationStrategy::LongestFirst,
+                                                    tokenizers::Direction::Right});
+    else
+      t.set_truncation(std::nullopt);
+    try {
+      return t.encode_batch(texts, true);
+    } catch (const Error& e) {
+      throw Error(detail::concat(ds.source, ": tokenizing the ", what, ": ", e.what()));
+    }
+  };
+  std::vector<std::string> sources, targets;
+  for (size_t r = 0; r < ds.rows.size(); ++r) {
+    KILN_CHECK(!ds.rows[r].text_pair.empty(), ds.source, ": row ", r + 1, " has no target text");
+    sources.push_back(source_prefix + ds.rows[r].text);
+    targets.push_back(ds.rows[r].text_pair);
+  }
+  Features f;
+  for (const auto& e : encode(sources, max_source_length, "sources")) {
+    f.input_ids.push_back(widen(e.ids));
+    f.token_type_ids.push_back(std::vector<int64_t>(e.ids.size(), 0));
+  }
+  for (const auto& e : encode(targets, max_target_length, "targets")) f.target_ids.push_back(widen(e.ids));
+  return f;
+}
+
 }  // namespace kiln::data

@@ -15,6 +15,7 @@ struct Features {
   std::vector<std::vector<int64_t>> input_ids, token_type_ids;
   std::vector<int64_t> labels;      // class ids (or empty)
   std::vector<float> float_labels;  // regression (or empty)
+  std::vector<std::vector<int64_t>> target_ids;  // seq2seq targets (or empty)
   size_t size() const { return input_ids.size(); }
 };
 
@@ -35,5 +36,12 @@ Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, i
 // final partial block is dropped, unless the text is shorter than one block.
 Features group_texts(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t block_size,
                      bool add_special_tokens);
+
+// Sequence-to-sequence (run_summarization / run_translation): each row's text
+// (with `source_prefix` in front, e.g. "summarize: ") becomes input_ids, its
+// text_pair the target ids; both with the tokenizer's specials (T5: </s>),
+// truncated to their maximum lengths.
+Features tokenize_seq2seq(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_source_length,
+                          int64_t max_target_length, const std::string& source_prefix);
 
 }  // namespace kiln::data

@@ -7,6 +7,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/models/bert.h"
 #include "kiln/models/gpt2.h"
+#include "kiln/models/t5.h"
 
 namespace kiln::models {
 
@@ -23,6 +24,7 @@ std::map<std::string, Tensor> ModelOutputs::named() const {
   put("end_logits", end_logits);
   put("last_hidden_state", last_hidden_state);
   put("pooler_output", pooler_output);
+  put("encoder_last_hidden_state", encoder_last_hidden_state);
   return m;
 }
 
@@ -48,7 +50,9 @@ std::vector<std::string> supported_architectures() {
           "RobertaForMaskedLM",
           "GPT2Model",
           "GPT2LMHeadModel",
-          "GPT2ForSequenceClassification"};
+          "GPT2ForSequenceClassification",
+          "T5ForConditionalGeneration",
+          "T5EncoderModel"};
 }
 
 std::unique_ptr<PretrainedConfig> load_config(const fs::path& path) {
@@ -57,7 +61,8 @@ std::unique_ptr<PretrainedConfig> load_config(const fs::path& path) {
   std::string type = j.value("model_type", std::string());
   if (type == "bert" || type == "roberta") return std::make_unique<BertConfig>(BertConfig::from_json(j, path.string()));
   if (type == "gpt2") return std::make_unique<GPT2Config>(GPT2Config::from_json(j, path.string()));
-  throw Error(path.string() + ": model_type '" + type + "' is not supported (supported: bert, roberta, gpt2)");
+  if (type == "t5") return std::make_unique<T5Config>(T5Config::from_json(j, path.string()));
+  throw Error(path.string() + ": model_type '" + type + "' is not supported (supported: bert, roberta, gpt2, t5)");
 }
 
 std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
@@ -73,12 +78,29 @@ std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
     c->architectures = {"GPT2LMHeadModel"};
     return c;
   }
+  if (name == "t5-small" || name == "t5-tiny" || name == "t5-v1_1-tiny") {
+    auto c = std::make_unique<T5Config>();  // defaults are t5-small's
+    if (name != "t5-small") {
+      c->d_model = 64;
+      c->d_kv = 16;
+      c->d_ff = 128;
+      c->num_layers = 2;
+      c->num_heads = 4;
+    }
+    if (name == "t5-v1_1-tiny") {
+      c->feed_forward_proj = "gated-gelu";
+      c->tie_word_embeddings = false;
+    }
+    c->architectures = {"T5ForConditionalGeneration"};
+    return c;
+  }
   return nullptr;
 }
 
 std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const PretrainedConfig& config,
                                               uint64_t seed, Device device) {
   auto archs = supported_architectures();
+  archs.push_back("T5WithLMHeadModel");  // the old name of T5ForConditionalGeneration
   if (std::find(archs.begin(), archs.end(), architecture) == archs.end()) {
     std::string list;
     for (const auto& a : archs) list += (list.empty() ? "" : ", ") + a;
@@ -88,6 +110,11 @@ std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, c
     auto* c = dynamic_cast<const GPT2Config*>(&config);
     KILN_CHECK(c, "architecture ", architecture, " needs a gpt2 config, got model_type '", config.model_type, "'");
     return std::make_unique<GPT2ForTask>(architecture, *c, seed, device);
+  }
+  if (architecture.rfind("T5", 0) == 0) {
+    auto* c = dynamic_cast<const T5Config*>(&config);
+    KILN_CHECK(c, "architecture ", architecture, " needs a t5 config, got model_type '", config.model_type, "'");
+    return std::make_unique<T5ForTask>(architecture, *c, seed, device);
   }
   auto* c = dynamic_cast<const BertConfig*>(&config);
   KILN_CHECK(c, "architecture ", architecture, " needs a bert/roberta config, got model_type '", config.model_type, "'");
@@ -142,7 +169,7 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
 
   // Tied duplicates HF may have saved (decoder = word embeddings) are not separate parameters.
   for (const char* tied : {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "lm_head.decoder.weight",
-                           "lm_head.decoder.bias", "lm_head.weight"})
+                           "lm_head.decoder.bias", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"})
     dict.erase(tied);
 
   nn::LoadReport report = model->load_state_dict(dict, false);
@@ -159,7 +186,9 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
   for (const auto& u : report.unexpected) {
     bool in_backbone = model_has_prefix ? starts_with(u, prefix) : !(starts_with(u, "cls.") || starts_with(u, "lm_head.") ||
                                                                     starts_with(u, "classifier") || starts_with(u, "qa_outputs") ||
-                                                                    starts_with(u, "score."));
+                                                                    starts_with(u, "score.") ||
+                                                                    (model->architecture() == "T5EncoderModel" &&
+                                                                     starts_with(u, "decoder.")));
     // Causal-mask buffers older GPT-2 checkpoints saved are not parameters.
     if (u.ends_with(".attn.bias") || u.ends_with(".attn.masked_bias")) continue;
     // A checkpoint's pooler is unused by heads that have none (as in HF).

@@ -18,6 +18,7 @@ struct ModelInputs {
   Tensor token_type_ids;  // i64 [B, T] (optional)
   Tensor labels;          // task-dependent (optional)
   Tensor start_positions, end_positions;  // question answering (optional)
+  Tensor decoder_input_ids, decoder_attention_mask;  // encoder-decoder (optional: derived from labels)
 };
 
 struct ModelOutputs {
@@ -25,6 +26,7 @@ struct ModelOutputs {
   Tensor logits;
   Tensor start_logits, end_logits;
   Tensor last_hidden_state, pooler_output;
+  Tensor encoder_last_hidden_state;
   std::map<std::string, Tensor> named() const;  // the defined ones, by HF's names
 };
 

@@ -507,7 +507,7 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix) {
   }
   std::map<std::string, double> m;
   m[prefix + "_loss"] = loss_total / std::max<int64_t>(n, 1);
-  if (task_ == Task::MaskedLM || task_ == Task::CausalLM) m["perplexity"] = std::exp(m[prefix + "_loss"]);
+  if (task_ != Task::TextClassification) m["perplexity"] = std::exp(m[prefix + "_loss"]);
   if (!preds.empty()) {
     std::vector<int64_t> pred;
     for (auto& p : preds) {

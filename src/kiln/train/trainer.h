@@ -27,7 +27,7 @@
 
 namespace kiln::train {
 
-enum class Task { TextClassification, MaskedLM, CausalLM };
+enum class Task { TextClassification, MaskedLM, CausalLM, Seq2Seq };
 
 // trainer_state.json, with HF's field names.
 struct TrainerState {

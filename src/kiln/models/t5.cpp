@@ -1,0 +1,335 @@
+#include "kiln/models/t5.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kiln/core/error.h"
+#include "kiln/models/config_json.h"
+#include "kiln/nn/module.h"
+
+namespace kiln::models {
+
+using config_json::read;
+using config_json::read_opt;
+using nlohmann::json;
+
+namespace {
+
+constexpr double kMin = std::numeric_limits<float>::lowest();
+
+const std::vector<std::string> kT5Keys = {
+    "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
+    "relative_attention_num_buckets", "relative_attention_max_distance", "dropout_rate", "layer_norm_epsilon",
+    "initializer_factor", "feed_forward_proj", "tie_word_embeddings", "pad_token_id", "eos_token_id",
+    "decoder_start_token_id"};
+
+nn::Init scaled(const nn::Init& base, double std) { return nn::Init{base.gen, std, base.device}; }
+
+// T5LayerNorm: x · rsqrt(mean(x²) + eps) · w — no mean subtraction, no bias.
+class RMSNorm : public nn::Module {
+ public:
+  RMSNorm(int64_t dim, double eps, Device d) : eps_(eps) { weight = register_parameter("weight", ones({dim}, DType::f32, d)); }
+  Tensor forward(const Tensor& x) const { return x * rsqrt(mean(x * x, {-1}, true) + eps_) * weight; }
+  Tensor weight;
+
+ private:
+  double eps_;
+};
+
+class Attention : public nn::Module {
+ public:
+  Attention(const T5Config& c, bool relative_bias, const nn::Init& init) : NH_(c.num_heads), D_(c.d_kv) {
+    double f = c.initializer_factor, C = static_cast<double>(c.d_model), inner = static_cast<double>(c.num_heads * c.d_kv);
+    q = register_module("q", std::make_shared<nn::Linear>(c.d_model, c.num_heads * c.d_kv, scaled(init, f / std::sqrt(C * c.d_kv)), false));
+    k = register_module("k", std::make_shared<nn::Linear>(c.d_model, c.num_heads * c.d_kv, scaled(init, f / std::sqrt(C)), false));
+    v = register_module("v", std::make_shared<nn::Linear>(c.d_model, c.num_heads * c.d_kv, scaled(init, f / std::sqrt(C)), false));
+    o = register_module("o", std::make_shared<nn::Linear>(c.num_heads * c.d_kv, c.d_model, scaled(init, f / std::sqrt(inner)), false));
+    if (relative_bias)
+      rel = register_module("relative_attention_bias",
+                            std::make_shared<nn::Embedding>(c.relative_attention_num_buckets, c.num_heads, scaled(init, f / std::sqrt(C))));
+  }
+  // x [B,Tq,C], kv [B,Tk,C], bias [.,NH,Tq,Tk] (position bias + masks) -> [B,Tq,C]
+  Tensor forward(const Tensor& x, const Tensor& kv, const Tensor& bias, nn::Dropout& dropout) const {
+    const int64_t B = x.dim(0), Tq = x.dim(1), Tk = kv.dim(1);
+    auto heads = [&](const Tensor& t, int64_t T) { return permute(reshape(t, {B, T, NH_, D_}), {0, 2, 1, 3}); };
+    Tensor scores = matmul(heads(q->forward(x), Tq), heads(k->forward(kv), Tk), false, true);  // no 1/sqrt(D)
+    Tensor probs = dropout.forward(softmax(scores, -1, bias));
+    Tensor ctx = reshape(permute(matmul(probs, heads(v->forward(kv), Tk)), {0, 2, 1, 3}), {B, Tq, NH_ * D_});
+    return o->forward(ctx);
+  }
+  std::shared_ptr<nn::Linear> q, k, v, o;
+  std::shared_ptr<nn::Embedding> rel;
+
+ private:
+  int64_t NH_, D_;
+};
+
+class FeedForward : public nn::Module {
+ public:
+  FeedForward(const T5Config& c, const nn::Init& init, const std::shared_ptr<Generator>& gen) : c_(c) {
+    double f = c.initializer_factor;
+    nn::Init in = scaled(init, f / std::sqrt(static_cast<double>(c.d_model)));
+    if (c.gated()) {
+      wi_0 = register_module("wi_0", std::make_shared<nn::Linear>(c.d_model, c.d_ff, in, false));
+      wi_1 = register_module("wi_1", std::make_shared<nn::Linear>(c.d_model, c.d_ff, in, false));
+    } else {
+      wi = register_module("wi", std::make_shared<nn::Linear>(c.d_model, c.d_ff, in, false));
+    }
+    wo = register_module("wo", std::make_shared<nn::Linear>(c.d_ff, c.d_model, scaled(init, f / std::sqrt(static_cast<double>(c.d_ff))), false));
+    dropout = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout_rate, gen));
+  }
+  Tensor forward(const Tensor& x) const {
+    Tensor h = c_.gated() ? nn::activation(c_.act(), wi_0->forward(x)) * wi_1->forward(x) : nn::activation(c_.act(), wi->forward(x));
+    return wo->forward(dropout->forward(h));
+  }
+  std::shared_ptr<nn::Linear> wi, wi_0, wi_1, wo;
+  std::shared_ptr<nn::Dropout> dropout;
+
+ private:
+  T5Config c_;
+};
+
+class Block : public nn::Module {
+ public:
+  Block(const T5Config& c, bool decoder, bool first, const nn::Init& init, const std::shared_ptr<Generator>& gen) {
+    auto norm = [&](const std::string& name) {
+      return register_module(name, std::make_shared<RMSNorm>(c.d_model, c.layer_norm_epsilon, init.device));
+    };
+    auto drop = [&](const std::string& name) { return register_module(name, std::make_shared<nn::Dropout>(c.dropout_rate, gen)); };
+    self_attn = register_module("layer.0.SelfAttention", std::make_shared<Attention>(c, first, init));
+    self_norm = norm("layer.0.layer_norm");
+    self_drop = drop("layer.0.dropout");
+    std::string ff = "layer.1";
+    if (decoder) {
+      cross_attn = register_module("layer.1.EncDecAttention", std::make_shared<Attention>(c, false, init));
+      cross_norm = norm("layer.1.layer_norm");
+      cross_drop = drop("layer.1.dropout");
+      attn_drop = drop("layer.1.EncDecAttention.dropout");
+      ff = "layer.2";
+    }
+    self_probs_drop = drop("layer.0.SelfAttention.dropout");
+    ffn = register_module(ff + ".DenseReluDense", std::make_shared<FeedForward>(c, init, gen));
+    ff_norm = norm(ff + ".layer_norm");
+    ff_drop = drop(ff + ".dropout");
+  }
+  // x = x + dropout(sublayer(layer_norm(x))), for each sublayer
+  Tensor forward(Tensor x, const Tensor& self_bias, const Tensor& enc, const Tensor& cross_bias) const {
+    x = x + self_drop->forward(self_attn->forward(self_norm->forward(x), self_norm->forward(x), self_bias, *self_probs_drop));
+    if (cross_attn) x = x + cross_drop->forward(cross_attn->forward(cross_norm->forward(x), enc, cross_bias, *attn_drop));
+    return x + ff_drop->forward(ffn->forward(ff_norm->forward(x)));
+  }
+  std::shared_ptr<Attention> self_attn, cross_attn;
+  std::shared_ptr<RMSNorm> self_norm, cross_norm, ff_norm;
+  std::shared_ptr<nn::Dropout> self_drop, cross_drop, ff_drop, self_probs_drop, attn_drop;
+  std::shared_ptr<FeedForward> ffn;
+};
+
+// Additive padding mask [B,1,1,T] from a 0/1 mask, or undefined.
+Tensor padding_bias(const Tensor& mask) {
+  if (!mask.defined()) return {};
+  return reshape((1.0 - cast(mask, DType::f32)) * kMin, {mask.dim(0), 1, 1, mask.dim(1)});
+}
+
+}  // namespace
+
+std::string T5Config::act() const {
+  std::string a = gated() ? feed_forward_proj.substr(6) : feed_forward_proj;
+  return a == "gelu" && gated() ? "gelu_new" : a;  // HF maps "gated-gelu" to gelu_new
+}
+
+T5Config T5Config::from_json(const json& j, const std::string& src) {
+  T5Config c;
+  config_json::read_common(j, c, src);
+  read(j, "vocab_size", c.vocab_size, src);
+  read(j, "d_model", c.d_model, src);
+  read(j, "d_kv", c.d_kv, src);
+  read(j, "d_ff", c.d_ff, src);
+  read(j, "num_layers", c.num_layers, src);
+  read_opt(j, "num_decoder_layers", c.num_decoder_layers, src);
+  read(j, "num_heads", c.num_heads, src);
+  read(j, "relative_attention_num_buckets", c.relative_attention_num_buckets, src);
+  read(j, "relative_attention_max_distance", c.relative_attention_max_distance, src);
+  read(j, "dropout_rate", c.dropout_rate, src);
+  read(j, "layer_norm_epsilon", c.layer_norm_epsilon, src);
+  read(j, "initializer_factor", c.initializer_factor, src);
+  read(j, "feed_forward_proj", c.feed_forward_proj, src);
+  read(j, "tie_word_embeddings", c.tie_word_embeddings, src);
+  read(j, "pad_token_id", c.pad_token_id, src);
+  read(j, "eos_token_id", c.eos_token_id, src);
+  read(j, "decoder_start_token_id", c.decoder_start_token_id, src);
+  config_json::keep_unknown(j, c, kT5Keys);
+  c.validate(src);
+  return c;
+}
+
+void T5Config::validate(const std::string& src) const {
+  KILN_CHECK(model_type == "t5", src, ": model_type '", model_type, "' is not t5");
+  for (auto [k, v] : {std::pair{"vocab_size", vocab_size}, {"d_model", d_model}, {"d_kv", d_kv}, {"d_ff", d_ff},
+                      {"num_layers", num_layers}, {"num_heads", num_heads},
+                      {"relative_attention_num_buckets", relative_attention_num_buckets}})
+    KILN_CHECK(v > 0, src, ": '", k, "' must be positive, got ", v);
+  KILN_CHECK(decoder_layers() > 0, src, ": 'num_decoder_layers' must be positive");
+  KILN_CHECK(dropout_rate >= 0 && dropout_rate < 1, src, ": 'dropout_rate' must be in [0, 1), got ", dropout_rate);
+  const std::string a = gated() ? feed_forward_proj.substr(6) : feed_forward_proj;
+  KILN_CHECK(a == "relu" || a == "gelu" || a == "gelu_new", src, ": feed_forward_proj '", feed_forward_proj,
+             "' is not supported (relu, gelu, gated-relu, gated-gelu)");
+  config_json::validate_common(*this, src);
+}
+
+json T5Config::to_json() const {
+  json j = config_json::write_common(*this);
+  j["vocab_size"] = vocab_size;
+  j["d_model"] = d_model;
+  j["d_kv"] = d_kv;
+  j["d_ff"] = d_ff;
+  j["num_layers"] = num_layers;
+  j["num_decoder_layers"] = decoder_layers();
+  j["num_heads"] = num_heads;
+  j["relative_attention_num_buckets"] = relative_attention_num_buckets;
+  j["relative_attention_max_distance"] = relative_attention_max_distance;
+  j["dropout_rate"] = dropout_rate;
+  j["layer_norm_epsilon"] = layer_norm_epsilon;
+  j["initializer_factor"] = initializer_factor;
+  j["feed_forward_proj"] = feed_forward_proj;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["pad_token_id"] = pad_token_id;
+  j["eos_token_id"] = eos_token_id;
+  j["decoder_start_token_id"] = decoder_start_token_id;
+  j["is_encoder_decoder"] = true;
+  return j;
+}
+
+int64_t t5_relative_position_bucket(int64_t relative_position, bool bidirectional, int64_t num_buckets,
+                                    int64_t max_distance) {
+  int64_t bucket = 0;
+  int64_t n = num_buckets;
+  int64_t rp = relative_position;
+  if (bidirectional) {
+    n /= 2;
+    if (rp > 0) bucket += n;
+    rp = std::abs(rp);
+  } else {
+    rp = -std::min<int64_t>(rp, 0);
+  }
+  // half the buckets are exact offsets, the rest grow logarithmically up to max_distance
+  int64_t max_exact = n / 2;
+  if (rp < max_exact) return bucket + rp;
+  double large = static_cast<double>(max_exact) +
+                 std::log(static_cast<float>(rp) / static_cast<float>(max_exact)) /
+                     std::log(static_cast<double>(max_distance) / max_exact) * (n - max_exact);
+  int64_t v = std::min<int64_t>(static_cast<int64_t>(large), n - 1);
+  return bucket + v;
+}
+
+class T5Stack : public nn::Module {
+ public:
+  T5Stack(const T5Config& c, bool decoder, std::shared_ptr<nn::Embedding> embed, const nn::Init& init,
+          const std::shared_ptr<Generator>& gen)
+      : c_(c), decoder_(decoder), embed_(std::move(embed)) {
+    int64_t n = decoder ? c.decoder_layers() : c.num_layers;
+    for (int64_t i = 0; i < n; ++i)
+      blocks_.push_back(register_module("block." + std::to_string(i), std::make_shared<Block>(c, decoder, i == 0, init, gen)));
+    final_norm_ = register_module("final_layer_norm", std::make_shared<RMSNorm>(c.d_model, c.layer_norm_epsilon, init.device));
+    dropout_ = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout_rate, gen));
+  }
+
+  // ids [B,T] -> [B,T,C]
+  Tensor forward(const Tensor& ids, const Tensor& mask, const Tensor& enc, const Tensor& enc_mask) {
+    const int64_t B = ids.dim(0), T = ids.dim(1);
+    Device dev = ids.device();
+    // Relative position buckets of (key - query), from the first block's table: [1,NH,T,T]
+    std::vector<int64_t> buckets(static_cast<size_t>(T * T));
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j)
+        buckets[i * T + j] = t5_relative_position_bucket(j - i, !decoder_, c_.relative_attention_num_buckets,
+                                                         c_.relative_attention_max_distance);
+    Tensor b = Tensor::from_vector(buckets, {T, T}, dev, decoder_ ? "decoder_position_buckets" : "position_buckets");
+    Tensor bias = unsqueeze(permute(blocks_[0]->self_attn->rel->forward(b), {2, 0, 1}), 0);
+    Tensor self_bias;
+    if (decoder_) {
+      // (1 - causal·mask) · min, as HF builds the decoder's extended mask
+      Tensor idx = arange(T, DType::i64, dev);
+      Tensor causal = cast(le(reshape(idx, {1, T}), reshape(idx, {T, 1})), DType::f32);  // key <= query
+      Tensor m = mask.defined() ? reshape(causal, {1, 1, T, T}) * reshape(cast(mask, DType::f32), {B, 1, 1, T})
+                                : reshape(causal, {1, 1, T, T});
+      self_bias = bias + (1.0 - m) * kMin;
+    } else {
+      self_bias = mask.defined() ? bias + padding_bias(mask) : bias;
+    }
+    Tensor cross_bias;
+    if (decoder_) {
+      cross_bias = padding_bias(enc_mask);
+      if (!cross_bias.defined()) cross_bias = zeros({1, 1, 1, enc.dim(1)}, DType::f32, dev);
+    }
+    Tensor x = dropout_->forward(embed_->forward(ids));
+    for (auto& blk : blocks_) x = blk->forward(x, self_bias, enc, cross_bias);
+    return dropout_->forward(final_norm_->forward(x));
+  }
+
+ private:
+  T5Config c_;
+  bool decoder_;
+  std::shared_ptr<nn::Embedding> embed_;  // the shared table (tied, not a parameter of the stack)
+  std::vector<std::shared_ptr<Block>> blocks_;
+  std::shared_ptr<RMSNorm> final_norm_;
+  std::shared_ptr<nn::Dropout> dropout_;
+};
+
+T5ForTask::T5ForTask(std::string architecture, const T5Config& config, uint64_t seed, Device device)
+    : PreTrainedModel(config.clone()), architecture_(std::move(architecture)), gen_(std::make_shared<Generator>(seed)) {
+  if (architecture_ == "T5ForConditionalGeneration" || architecture_ == "T5WithLMHeadModel") encoder_only_ = false;
+  else if (architecture_ == "T5EncoderModel") encoder_only_ = true;
+  else throw Error("unsupported architecture '" + architecture_ + "'");
+  if (architecture_ == "T5WithLMHeadModel") architecture_ = "T5ForConditionalGeneration";  // the old name
+  auto& archs = config_ref().architectures;
+  if (archs.empty()) archs = {architecture_};
+  else archs[0] = architecture_;
+  const T5Config& c = t5_config();
+  nn::Init init{gen_.get(), c.initializer_factor, device};
+  shared_ = register_module("shared", std::make_shared<nn::Embedding>(c.vocab_size, c.d_model, init));
+  encoder_ = register_module("encoder", std::make_shared<T5Stack>(c, false, shared_, init, gen_));
+  if (!encoder_only_) {
+    decoder_ = register_module("decoder", std::make_shared<T5Stack>(c, true, shared_, init, gen_));
+    if (!c.tie_word_embeddings)
+      lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(c.d_model, c.vocab_size, init, false));
+  }
+  nn::materialize(parameters());
+}
+
+T5ForTask::~T5ForTask() = default;
+
+ModelOutputs T5ForTask::forward(const ModelInputs& in) {
+  const T5Config& c = t5_config();
+  const Tensor& ids = in.input_ids;
+  KILN_CHECK(ids.defined() && ids.rank() == 2 && is_integral(ids.dtype()),
+             "forward: input_ids must be an integer tensor [batch, seq]");
+  KILN_CHECK(!in.attention_mask.defined() || in.attention_mask.shape() == ids.shape(), "forward: attention_mask ",
+             to_string(in.attention_mask.shape()), " does not match input_ids ", to_string(ids.shape()));
+  ModelOutputs out;
+  Tensor enc = encoder_->forward(ids, in.attention_mask, {}, {});
+  if (encoder_only_) {
+    out.last_hidden_state = enc;
+    return out;
+  }
+  out.encoder_last_hidden_state = enc;
+  Tensor dec_ids = in.decoder_input_ids;
+  if (!dec_ids.defined()) {
+    KILN_CHECK(in.labels.defined(), "forward: T5 needs decoder_input_ids or labels");
+    // Shift labels right: [start, labels[:-1]], with -100 replaced by the pad id.
+    const Tensor& y = in.labels;
+    const int64_t B = y.dim(0), T = y.dim(1);
+    Tensor pad = full({}, static_cast<double>(c.pad_token_id), y.dtype(), y.device());
+    Tensor clean = where(eq(y, full({}, -100, y.dtype(), y.device())), pad, y);
+    Tensor start = full({B, 1}, static_cast<double>(c.decoder_start_token_id), y.dtype(), y.device());
+    dec_ids = T > 1 ? concat({start, slice(clean, 1, 0, T - 1)}, 1) : start;
+  }
+  Tensor h = decoder_->forward(dec_ids, in.decoder_attention_mask, enc, in.attention_mask);
+  // Tied embeddings: the decoder output is rescaled by d_model^-0.5 before the shared projection.
+  out.logits = c.tie_word_embeddings ? linear(h * (1.0 / std::sqrt(static_cast<double>(c.d_model))), shared_->weight)
+                                     : lm_head_->forward(h);
+  if (in.labels.defined())
+    out.loss = cross_entropy(reshape(out.logits, {-1, c.vocab_size}), reshape(in.labels, {-1}));
+  return out;
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,64 @@
+#pragma once
+// T5 as Hugging Face defines it (modeling_t5.py): RMS layer norm without
+// bias, no 1/sqrt(d) attention scaling, relative position buckets computed in
+// each stack's first layer and shared by its layers (bidirectional in the
+// encoder, causal in the decoder), ReLU or gated-GELU feed-forward, decoder
+// inputs made by shifting labels right. B batch, S source, T target length,
+// C = d_model, NH heads, D = d_kv.
+#include <memory>
+#include <optional>
+
+#include "kiln/models/model.h"
+
+namespace kiln::models {
+
+struct T5Config : PretrainedConfig {
+  T5Config() { model_type = "t5"; }
+  int64_t vocab_size = 32128;
+  int64_t d_model = 512, d_kv = 64, d_ff = 2048;
+  int64_t num_layers = 6;
+  std::optional<int64_t> num_decoder_layers;  // default num_layers
+  int64_t num_heads = 8;
+  int64_t relative_attention_num_buckets = 32, relative_attention_max_distance = 128;
+  double dropout_rate = 0.1, layer_norm_epsilon = 1e-6, initializer_factor = 1.0;
+  std::string feed_forward_proj = "relu";  // "relu", "gated-gelu", "gated-relu", "gelu"
+  bool tie_word_embeddings = true;
+  int64_t pad_token_id = 0, eos_token_id = 1, decoder_start_token_id = 0;
+
+  int64_t decoder_layers() const { return num_decoder_layers.value_or(num_layers); }
+  bool gated() const { return feed_forward_proj.rfind("gated-", 0) == 0; }
+  std::string act() const;  // the activation inside the feed-forward
+  static T5Config from_json(const nlohmann::json& j, const std::string& source);
+  nlohmann::json to_json() const override;
+  std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<T5Config>(*this); }
+  std::string class_prefix() const override { return "T5"; }
+  void validate(const std::string& source) const;
+};
+
+// HF's _relative_position_bucket for one (query, key) offset.
+int64_t t5_relative_position_bucket(int64_t relative_position, bool bidirectional, int64_t num_buckets,
+                                    int64_t max_distance);
+
+class T5Stack;
+
+// T5ForConditionalGeneration and T5EncoderModel.
+class T5ForTask : public PreTrainedModel {
+ public:
+  T5ForTask(std::string architecture, const T5Config& config, uint64_t seed, Device device);
+  ~T5ForTask() override;
+  ModelOutputs forward(const ModelInputs& inputs) override;
+  std::string architecture() const override { return architecture_; }
+  std::string base_model_prefix() const override { return "transformer"; }
+  Generator& dropout_generator() override { return *gen_; }
+  const T5Config& t5_config() const { return static_cast<const T5Config&>(config()); }
+
+ private:
+  std::string architecture_;
+  bool encoder_only_;
+  std::shared_ptr<Generator> gen_;
+  std::shared_ptr<nn::Embedding> shared_;
+  std::shared_ptr<T5Stack> encoder_, decoder_;
+  std::shared_ptr<nn::Linear> lm_head_;
+};
+
+}  // namespace kiln::models
