@@ -48,7 +48,10 @@ TEST(Generation, SamplingIsSeededAndStopsAtEos) {
   EXPECT_NE(a, c);
   // Stop at the first EOS.
   g.do_sample = false;
-  auto greedy = models::generate(gpt2, {{1, 2, 3}}, models::GenerationConfig{.max_new_tokens = 12, .eos_token_id = -1});
+  models::GenerationConfig plain;
+  plain.max_new_tokens = 12;
+  plain.eos_token_id = -1;
+  auto greedy = models::generate(gpt2, {{1, 2, 3}}, plain);
   g.eos_token_id = greedy[0][5];
   auto stopped = models::generate(gpt2, {{1, 2, 3}}, g);
   EXPECT_EQ(stopped[0].back(), greedy[0][5]);
@@ -58,7 +61,9 @@ TEST(Generation, SamplingIsSeededAndStopsAtEos) {
 TEST(Generation, TooLongIsAClearError) {
   auto model = tiny_gpt2();
   auto& gpt2 = dynamic_cast<models::GPT2ForTask&>(*model);
-  EXPECT_THROW(models::generate(gpt2, {{1, 2, 3}}, models::GenerationConfig{.max_new_tokens = 40}), Error);
+  models::GenerationConfig g;
+  g.max_new_tokens = 40;  // 3 + 40 > n_positions 32
+  EXPECT_THROW(models::generate(gpt2, {{1, 2, 3}}, g), Error);
 }
 
 }  // namespace

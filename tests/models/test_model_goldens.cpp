@@ -25,9 +25,14 @@ TEST_P(ModelGolden, LogitsLossAndGradientsMatch) {
   model->eval();  // goldens have no dropout
   auto golden = io::load_safetensors(dir / "golden.safetensors");
   auto get = [&](const char* k) { return golden.count(k) ? golden.at(k) : Tensor(); };
-  models::ModelInputs in{get("input_ids"), get("attention_mask"), get("token_type_ids"), get("labels"),
-                         get("start_positions"), get("end_positions")};
-  // decoder_input_ids in a golden are what shifting the labels gives: let the model derive them.
+  models::ModelInputs in;
+  in.input_ids = get("input_ids");
+  in.attention_mask = get("attention_mask");
+  in.token_type_ids = get("token_type_ids");
+  in.labels = get("labels");
+  in.start_positions = get("start_positions");
+  in.end_positions = get("end_positions");
+  // decoder_input_ids in a golden are what shifting the labels gives: the model derives them.
   models::ModelOutputs out = model->forward(in);
   Tensor loss = out.loss;
   if (!loss.defined()) {  // BertModel: a fixed weighting of both outputs

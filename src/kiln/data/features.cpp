@@ -9,11 +9,11 @@ namespace kiln::data {
 
 namespace {
 std::vector<int64_t> widen(const std::vector<uint32_t>& v) { return {v.begin(), v.end()}; }
-}  // namespace
 
-Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length,
-                          const LabelMap* labels) {
-  tokenizers::Tokenizer t = tok;  // own truncation/padding settings, whatever the caller's are
+// A copy of tok with its own settings, whatever the caller's are: no padding,
+// longest-first truncation to max_length (none when max_length <= 0).
+tokenizers::Tokenizer truncating(const tokenizers::Tokenizer& tok, int64_t max_length) {
+  tokenizers::Tokenizer t = tok;
   t.set_padding(std::nullopt);
   if (max_length > 0)
     t.set_truncation(tokenizers::TruncationParams{static_cast<size_t>(max_length),
@@ -21,6 +21,13 @@ Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, i
                                                   tokenizers::Direction::Right});
   else
     t.set_truncation(std::nullopt);
+  return t;
+}
+}  // namespace
+
+Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length,
+                          const LabelMap* labels) {
+  tokenizers::Tokenizer t = truncating(tok, max_length);
 
   bool pairs = false;
   for (const auto& r : ds.rows) pairs = pairs || !r.text_pair.empty();
@@ -127,16 +134,8 @@ Features group_texts(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_
 Features tokenize_seq2seq(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_source_length,
                           int64_t max_target_length, const std::string& source_prefix) {
   auto encode = [&](const std::vector<std::string>& texts, int64_t max_length, const char* what) {
-    tokenizers::Tokenizer t = tok;
-    t.set_padding(std::nullopt);
-    if (max_length > 0)
-      t.set_truncation(tokenizers::TruncationParams{static_cast<size_t>(max_length),
-                                                    tokenizers::TruncationStrategy::LongestFirst,
-                                                    tokenizers::Direction::Right});
-    else
-      t.set_truncation(std::nullopt);
     try {
-      return t.encode_batch(texts, true);
+      return truncating(tok, max_length).encode_batch(texts, true);
     } catch (const Error& e) {
       throw Error(detail::concat(ds.source, ": tokenizing the ", what, ": ", e.what()));
     }

@@ -96,12 +96,40 @@ void argmax_kernel(const Instr& ins, const T* x, int64_t* y) {
 void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
                 int64_t ldb, float* c, int64_t ldc) {
   auto A = [&](int64_t m, int64_t k) { return ta ? a[k * lda + m] : a[m * lda + k]; };
+  if (M == 1) {  // c[n] = Σ_k a[k] · B(k, n)
+    std::vector<float> av(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) av[k] = A(0, k);
+    if (tb) {  // B(k, n) = b[n·ldb + k]: a dot product per output
+#pragma omp parallel for if (N * K > 65536)
+      for (int64_t n = 0; n < N; ++n) {
+        const float* bn = b + n * ldb;
+        float acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t k = 0; k < K; ++k) acc += av[k] * bn[k];
+        c[n] = acc;
+      }
+    } else {  // B(k, n) = b[k·ldb + n]: rows of B scaled and summed, threads own column ranges
+#pragma omp parallel if (N * K > 65536)
+      {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        int64_t n0 = N * t / nt, n1 = N * (t + 1) / nt;
+        std::fill(c + n0, c + n1, 0.0f);
+        for (int64_t k = 0; k < K; ++k) {
+          const float* bk = b + k * ldb;
+          const float ak = av[k];
+#pragma omp simd
+          for (int64_t n = n0; n < n1; ++n) c[n] += ak * bk[n];
+        }
+      }
+    }
+    return;
+  }
   auto B = [&](int64_t k, int64_t n) { return tb ? b[n * ldb + k] : b[k * ldb + n]; };
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
-      double acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(A(m, k)) * B(k, n);
-      c[m * ldc + n] = static_cast<float>(acc);
+      float acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += A(m, k) * B(k, n);
+      c[m * ldc + n] = acc;
     }
 }
 
