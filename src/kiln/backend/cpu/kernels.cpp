@@ -263,11 +263,12 @@ void softmax_grad_kernel(const Instr& ins, std::span<char* const> in, char* out,
   for (int64_t r = 0; r < rows.count(); ++r) {
     int64_t b = rows.base(r);
     double s = 0;
-    for (int64_t k = 0; k < L; ++k) s += log_form ? dy[b + k * st] : dy[b + k * st] * y[b + k * st];
-    float fs = static_cast<float>(s);
+    for (int64_t k = 0; k < L; ++k) s += log_form ? dy[b + k * st] : static_cast<double>(dy[b + k * st]) * y[b + k * st];
+    // dy - s cancels when the row is nearly one-hot: subtract in double.
     for (int64_t k = 0; k < L; ++k) {
       int64_t i = b + k * st;
-      dx[i] = log_form ? dy[i] - std::exp(y[i]) * fs : y[i] * (dy[i] - fs);
+      double diff = static_cast<double>(dy[i]) - s;
+      dx[i] = static_cast<float>(log_form ? dy[i] - std::exp(static_cast<double>(y[i])) * s : y[i] * diff);
     }
   }
 }
