@@ -73,6 +73,7 @@ TEST(Lazy, MarkStepReturnsBeforeExecution) {
   Tensor a = Tensor::from_vector(std::vector<float>(1000, 1.5f), {10, 100});
   Tensor b = sum(a * a);
   auto& stream = runtime::DeviceContext::get(Device::cpu()).stream();
+  wait_device_ops();  // nothing left from earlier tests in this process
   stream.pause();
   mark_step();
   // mark_step() queued the step and returned while the stream is held.

@@ -211,14 +211,23 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
   for (size_t p = 0; p < params.size(); ++p)
     param_names.push_back(params[p]->name.empty() ? "#" + std::to_string(p) : params[p]->name);
 
-  stream_.enqueue([exe, in_buffers, out_storage, event, param_names] {
+  // The task lets go of its inputs before signalling: a host thread woken by
+  // the event must see them unshared, or donation (which checks that a buffer
+  // has no other holder) would depend on thread timing, and so would the graph
+  // hash that records it.
+  stream_.enqueue([exe, in_buffers, out_storage, event, param_names]() mutable {
+    auto finish = [&](std::string error) {
+      in_buffers.clear();
+      out_storage.clear();
+      event->signal(std::move(error));
+    };
     for (size_t p = 0; p < in_buffers.size(); ++p) {
-      const auto& ready = in_buffers[p]->ready;
+      const auto ready = in_buffers[p]->ready;
       if (!ready) continue;
       ready->wait();
       if (!ready->error().empty()) {
         metrics::record_execution(0, true);  // before signalling: readers may look at metrics
-        event->signal("input '" + param_names[p] + "' comes from a failed step (" + ready->error() + ")");
+        finish("input '" + param_names[p] + "' comes from a failed step (" + ready->error() + ")");
         return;
       }
     }
@@ -233,7 +242,7 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
       error = e.what();
     }
     metrics::record_execution(seconds_since(t0), !error.empty());
-    event->signal(std::move(error));
+    finish(std::move(error));
   });
 
   for (const auto& t : tensors) {
