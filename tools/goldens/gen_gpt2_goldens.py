@@ -45,7 +45,6 @@ Self-checks (the script asserts them before writing anything):
 """
 
 import collections
-import hashlib
 import json
 import math
 import os
@@ -59,7 +58,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_io import NP_DTYPE, ST_DTYPE, read_safetensors, rel_err, safetensors_bytes  # noqa: E402
+from golden_io import NP_DTYPE, ST_DTYPE, case_files, read_safetensors, rel_err, safetensors_bytes, write_cases  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT_DIR = os.path.join(REPO_ROOT, "tests", "data", "gpt2")
@@ -586,49 +585,14 @@ def build_case(name, arch, num_labels, batch, seq, use_mask, seed):
     semantic_checks(arch, cfg, plain, inputs, outs, loss)
     finite_difference_check(arch, cfg, plain, inputs, grads, gen)
 
-    golden = collections.OrderedDict()
-    golden.update(inputs)
-    for k, v in outs.items():
-        golden[k] = v.to(torch.float32)
-    golden["loss"] = loss.to(torch.float32)
-    for n in params:
-        golden["grad." + n] = grads[n].to(torch.float32)
-    files = {
-        "config.json": config_json(cfg).encode("utf-8"),
-        "model.safetensors": safetensors_bytes(params),
-        "golden.safetensors": safetensors_bytes(golden),
-    }
-    # read-back check
+    files = case_files(config_json(cfg), cfg, params, inputs, outs, loss, grads)
     rb = read_safetensors(files["model.safetensors"])
-    assert sorted(rb) == sorted(params)
     assert "lm_head.weight" not in rb and not any(k.endswith(".attn.bias") or "masked_bias" in k for k in rb)
-    for n in params:
-        assert torch.equal(rb[n], params[n]), n
-    rb = read_safetensors(files["golden.safetensors"])
-    assert sorted(rb) == sorted(golden)
-    for n in golden:
-        assert rb[n].dtype == golden[n].dtype and torch.equal(rb[n], golden[n]), n
-    assert json.loads(files["config.json"]) == cfg
     return files, float(loss)
 
 
 def main():
-    os.makedirs(OUT_DIR, exist_ok=True)
-    total = 0
-    for case in CASES:
-        name = case[0]
-        files, loss = build_case(*case)
-        d = os.path.join(OUT_DIR, name)
-        os.makedirs(d, exist_ok=True)
-        sizes = []
-        for fn in ("config.json", "model.safetensors", "golden.safetensors"):
-            with open(os.path.join(d, fn), "wb") as f:
-                f.write(files[fn])
-            sizes.append(len(files[fn]))
-            total += len(files[fn])
-        digest = hashlib.sha256(b"".join(files[k] for k in sorted(files))).hexdigest()[:12]
-        print("%-16s loss=%-12.6g bytes=%s sha256=%s" % (name, loss, sizes, digest))
-    print("total bytes: %d" % total)
+    write_cases(OUT_DIR, CASES, build_case, 16)
 
 
 if __name__ == "__main__":

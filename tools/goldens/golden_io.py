@@ -2,7 +2,9 @@
 (the standard layout, tensors ordered as the reference Rust writer orders them)
 and the relative error of two tensors."""
 import collections
+import hashlib
 import json
+import os
 import struct
 
 import numpy as np
@@ -56,3 +58,52 @@ def read_safetensors(buf):
 def rel_err(a, b):
     a, b = a.to(F64), b.to(F64)
     return float((a - b).abs().max()) / max(1e-30, float(b.abs().max()))
+
+
+def case_files(config_text, cfg, params, inputs, outs, loss, grads):
+    """The three files of a case (config.json, model.safetensors and
+    golden.safetensors = inputs, outputs, loss and grad.<param>), each read back
+    and checked against what was written."""
+    golden = collections.OrderedDict()
+    golden.update(inputs)
+    for k, v in outs.items():
+        golden[k] = v.to(torch.float32)
+    golden["loss"] = loss.to(torch.float32)
+    for n in params:
+        golden["grad." + n] = grads[n].to(torch.float32)
+    files = {
+        "config.json": config_text.encode("utf-8"),
+        "model.safetensors": safetensors_bytes(params),
+        "golden.safetensors": safetensors_bytes(golden),
+    }
+    rb = read_safetensors(files["model.safetensors"])
+    assert sorted(rb) == sorted(params)
+    for n in params:
+        assert torch.equal(rb[n], params[n]), n
+    rb = read_safetensors(files["golden.safetensors"])
+    assert sorted(rb) == sorted(golden)
+    for n in golden:
+        assert rb[n].dtype == golden[n].dtype and torch.equal(rb[n], golden[n]), n
+    assert json.loads(files["config.json"]) == cfg
+    return files
+
+
+def write_cases(out_dir, cases, build_case, name_width):
+    """Builds every case and writes out_dir/<name>/{config.json, model.safetensors,
+    golden.safetensors}, printing sizes and a digest per case."""
+    os.makedirs(out_dir, exist_ok=True)
+    total = 0
+    for case in cases:
+        name = case[0]
+        files, loss = build_case(*case)
+        d = os.path.join(out_dir, name)
+        os.makedirs(d, exist_ok=True)
+        sizes = []
+        for fn in ("config.json", "model.safetensors", "golden.safetensors"):
+            with open(os.path.join(d, fn), "wb") as f:
+                f.write(files[fn])
+            sizes.append(len(files[fn]))
+            total += len(files[fn])
+        digest = hashlib.sha256(b"".join(files[k] for k in sorted(files))).hexdigest()[:12]
+        print("%-*s loss=%-12.6g bytes=%s sha256=%s" % (name_width, name, loss, sizes, digest))
+    print("total bytes: %d" % total)
