@@ -202,19 +202,7 @@ ModelOutputs BertForTask::forward(const ModelInputs& in) {
       } else {
         out.logits = classifier_->forward(head_dropout_->forward(h.pooled));
       }
-      if (!labels.defined()) return out;
-      int64_t C = bert_config().num_labels();
-      std::string problem = bert_config().problem_type.value_or(
-          C == 1 ? "regression" : is_integral(labels.dtype()) ? "single_label_classification" : "multi_label_classification");
-      if (problem == "regression") {
-        out.loss = mse_loss(reshape(out.logits, {-1}), reshape(cast(labels, DType::f32), {-1}));
-      } else if (problem == "single_label_classification") {
-        out.loss = cross_entropy(reshape(out.logits, {-1, C}), reshape(labels, {-1}));
-      } else {
-        KILN_CHECK(labels.shape() == out.logits.shape(), "multi-label classification: labels ",
-                   to_string(labels.shape()), " must match logits ", to_string(out.logits.shape()));
-        out.loss = binary_cross_entropy_with_logits(out.logits, cast(labels, DType::f32));
-      }
+      if (labels.defined()) out.loss = sequence_classification_loss(config(), out.logits, labels);
       return out;
     }
     case Head::TokenClassification: {

@@ -241,13 +241,7 @@ ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {
       int64_t C = c.num_labels();
       Tensor index = broadcast_to(reshape(cast(last, DType::i64), {B, 1, 1}), {B, 1, C});
       out.logits = squeeze(gather(logits, 1, index), 1);
-      if (in.labels.defined()) {
-        std::string problem = c.problem_type.value_or(
-            C == 1 ? "regression" : is_integral(in.labels.dtype()) ? "single_label_classification" : "multi_label_classification");
-        if (problem == "regression") out.loss = mse_loss(reshape(out.logits, {-1}), reshape(cast(in.labels, DType::f32), {-1}));
-        else if (problem == "single_label_classification") out.loss = cross_entropy(out.logits, reshape(in.labels, {-1}));
-        else out.loss = binary_cross_entropy_with_logits(out.logits, cast(in.labels, DType::f32));
-      }
+      if (in.labels.defined()) out.loss = sequence_classification_loss(c, out.logits, in.labels);
       return out;
     }
   }

@@ -39,6 +39,17 @@ void PreTrainedModel::save_pretrained(const fs::path& dir) const {
   io::write_json_file_atomic(dir / "config.json", config().to_json());
 }
 
+Tensor sequence_classification_loss(const PretrainedConfig& config, const Tensor& logits, const Tensor& labels) {
+  const int64_t C = config.num_labels();
+  std::string problem = config.problem_type.value_or(
+      C == 1 ? "regression" : is_integral(labels.dtype()) ? "single_label_classification" : "multi_label_classification");
+  if (problem == "regression") return mse_loss(reshape(logits, {-1}), reshape(cast(labels, DType::f32), {-1}));
+  if (problem == "single_label_classification") return cross_entropy(reshape(logits, {-1, C}), reshape(labels, {-1}));
+  KILN_CHECK(labels.shape() == logits.shape(), "multi-label classification: labels ", to_string(labels.shape()),
+             " must match logits ", to_string(logits.shape()));
+  return binary_cross_entropy_with_logits(logits, cast(labels, DType::f32));
+}
+
 std::vector<std::string> supported_architectures() {
   return {"BertModel",
           "BertForSequenceClassification",

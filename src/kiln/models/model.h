@@ -59,6 +59,12 @@ struct LoadOptions {
   int64_t num_labels = 0;  // > 0: override (a new classification head)
 };
 
+// The loss of a sequence-classification head, as HF picks it from
+// problem_type (or, when unset, from num_labels and the labels' dtype):
+// regression MSE, single-label cross-entropy, multi-label BCE with logits.
+// logits [B, num_labels].
+Tensor sequence_classification_loss(const PretrainedConfig& config, const Tensor& logits, const Tensor& labels);
+
 // Builds an architecture by HF class name ("BertForSequenceClassification") with fresh weights.
 std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const PretrainedConfig& config,
                                               uint64_t seed = 42, Device device = Device::cpu());
