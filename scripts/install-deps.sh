@@ -18,6 +18,8 @@ PACKAGES=(
   libicu-dev               # Unicode normalization, categories, graphemes for tokenizers
   libgtest-dev             # unit tests
   libgmock-dev             # unit tests
+  libopenmpi-dev           # MPI: data-parallel replicas across processes and hosts
+  openmpi-bin              # mpirun, to launch them
 )
 
 missing=()

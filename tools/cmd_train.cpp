@@ -12,6 +12,7 @@
 
 #include "command.h"
 #include "kiln/core/error.h"
+#include "kiln/dist/replica.h"
 #include "kiln/io/json_file.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/model.h"
@@ -89,7 +90,9 @@ int run_train(const std::vector<std::string>& raw_args) {
 
   // Nothing is overwritten unless asked.
   fs::path out(ta.output_dir);
-  if (fs::exists(out) && !fs::is_empty(out) && !ta.overwrite_output_dir && ta.resume_from_checkpoint.empty())
+  // (Only the first process of an mpirun looks: the others may start after it has begun writing.)
+  if (this_replica().process_rank == 0 && fs::exists(out) && !fs::is_empty(out) && !ta.overwrite_output_dir &&
+      ta.resume_from_checkpoint.empty())
     throw Error("output_dir '" + out.string() + "' already exists and is not empty; pass --overwrite_output_dir, or " +
                 "--resume_from_checkpoint latest to continue");
 
@@ -124,11 +127,14 @@ int run_train(const std::vector<std::string>& raw_args) {
     return c.class_prefix() + (mlm ? "ForMaskedLM" : "ForSequenceClassification");
   };
   const int64_t num_labels = labels.is_regression ? 1 : static_cast<int64_t>(labels.labels.size());
+  // One model per replica, on the replica's device.
+  auto make_model = [&](Device device) {
   std::unique_ptr<models::PreTrainedModel> model;
   if (f.count("model_name_or_path")) {
     auto base = models::load_config(fs::path(f["model_name_or_path"]) / "config.json");
     models::LoadOptions lo;
     lo.seed = ta.seed;
+    lo.device = device;
     lo.architecture = arch_for(*base);
     if (!lm) lo.num_labels = num_labels;
     model = models::from_pretrained(f["model_name_or_path"], lo);
@@ -146,13 +152,15 @@ int run_train(const std::vector<std::string>& raw_args) {
       t5->pad_token_id = tok.pad_id;
     }
     if (!lm) c->set_num_labels(num_labels);
-    model = models::create_model(arch_for(*c), *c, ta.seed);
+    model = models::create_model(arch_for(*c), *c, ta.seed, device);
   }
   if (!lm && !labels.is_regression) {  // label names into config.json (id2label / label2id)
     model->config().id2label.clear();
     for (size_t i = 0; i < labels.labels.size(); ++i) model->config().id2label[static_cast<int64_t>(i)] = labels.labels[i];
   }
   if (!lm && labels.is_regression) model->config().problem_type = "regression";
+  return model;
+  };
 
   // Language modelling: text concatenated into blocks (run_mlm / run_clm's group_texts).
   auto features = [&](const data::Dataset& ds) {
@@ -187,9 +195,14 @@ int run_train(const std::vector<std::string>& raw_args) {
   co.max_target_length = int_flag(f, "max_target_length", 0);
   train::Task t = mlm ? train::Task::MaskedLM : clm ? train::Task::CausalLM : s2s ? train::Task::Seq2Seq
                                                                                   : train::Task::TextClassification;
+  // --num_replicas N: N replicas in this process (and as many in every
+  // process mpirun started); the data and tokenizer above are shared.
+  spawn([&](int) {
+  auto model = make_model(this_replica().device);
   train::Trainer trainer(*model, ta, t, train_f, eval_f, co);
   trainer.set_extra_files(tok.files);
   auto train_metrics = trainer.train();
+  if (!this_replica().is_master()) return;
   nlohmann::json all = nlohmann::json::object();
   for (auto& [k, v] : train_metrics) all[k] = v;
   if (eval_f) {
@@ -203,6 +216,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   }
   io::write_json_file_atomic(out / "all_results.json", all);
   std::printf("model saved to %s\n", out.string().c_str());
+  }, static_cast<int>(ta.num_replicas));
   return 0;
 }
 

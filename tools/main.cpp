@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "command.h"
+#include "kiln/dist/mpi.h"
 
 namespace kiln::cli {
 std::map<std::string, Command>& commands() {
@@ -31,9 +32,12 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> args(argv + 2, argv + argc);
   try {
+    kiln::dist::mpi::init();  // only under mpirun
     return it->second.run(args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln %s: error: %s\n", argv[1], e.what());
+    // Under mpirun the other processes would wait for this one forever.
+    if (kiln::dist::mpi::initialized() && kiln::dist::mpi::size() > 1) kiln::dist::mpi::abort(1);
     return 1;
   }
 }

@@ -12,6 +12,20 @@
 
 namespace kiln::testing {
 
+// The message of the exception f throws; "" when it throws nothing.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+#define EXPECT_CONTAINS(text, part)                                                      \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)                             \
+      << "\"" << std::string(text) << "\" does not contain \"" << (part) << "\""
+
 inline ::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& want,
                                             double rtol, double atol) {
   if (got.size() != want.size())

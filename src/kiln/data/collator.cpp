@@ -20,11 +20,14 @@ uint64_t mix_seed(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
   return splitmix64(h ^ c);
 }
 
-Batch collate(const Features& f, const std::vector<int64_t>& rows, const CollatorOptions& o, int64_t epoch) {
+Batch collate(const Features& f, const std::vector<int64_t>& rows, const CollatorOptions& o, int64_t epoch,
+              const std::vector<int64_t>* pad_like) {
   const auto n = static_cast<int64_t>(f.size());
   KILN_CHECK(!rows.empty(), "collate: no rows");
+  if (!pad_like) pad_like = &rows;
+  for (int64_t r : rows) KILN_CHECK(r >= 0 && r < n, "collate: row ", r, " out of range (", n, " rows)");
   int64_t longest = 0;
-  for (int64_t r : rows) {
+  for (int64_t r : *pad_like) {
     KILN_CHECK(r >= 0 && r < n, "collate: row ", r, " out of range (", n, " rows)");
     longest = std::max<int64_t>(longest, static_cast<int64_t>(f.input_ids[r].size()));
   }
@@ -82,7 +85,7 @@ Batch collate(const Features& f, const std::vector<int64_t>& rows, const Collato
   } else if (!f.target_ids.empty()) {
     // Seq2seq targets: [B, longest target], padding -100 (ignored by the loss).
     size_t Tt = 0;
-    for (int64_t r : rows) Tt = std::max(Tt, f.target_ids[r].size());
+    for (int64_t r : *pad_like) Tt = std::max(Tt, f.target_ids[r].size());
     if (o.pad_to_max_length && o.max_target_length > 0) Tt = std::max(Tt, static_cast<size_t>(o.max_target_length));
     b.labels.assign(B * Tt, -100);
     for (int64_t i = 0; i < B; ++i) {

@@ -18,6 +18,10 @@ struct Batch {
   std::vector<float> float_labels;  // [B] regression, or empty
   std::vector<int64_t> indices;     // dataset row of each example (global sample index)
   int64_t target_len = 0;           // seq2seq: labels are [B, target_len]
+  // A replica's share of a global batch (LoaderOptions::num_shards): where it
+  // starts in the batch, and 0 for a placeholder row that must not count.
+  int64_t first_sample = 0;
+  double weight = 1;
 };
 
 struct CollatorOptions {
@@ -38,7 +42,11 @@ struct CollatorOptions {
 
 // rows: indices into f. A row longer than max_length with pad_to_max_length is
 // an error (tokenize with the same max_length).
-Batch collate(const Features& f, const std::vector<int64_t>& rows, const CollatorOptions& o, int64_t epoch);
+// pad_like: rows whose lengths set the padding instead of `rows` (a replica's
+// share of a global batch pads like the whole batch, so every split of the
+// batch has the same shapes).
+Batch collate(const Features& f, const std::vector<int64_t>& rows, const CollatorOptions& o, int64_t epoch,
+              const std::vector<int64_t>* pad_like = nullptr);
 
 // Counter-based randomness shared by the collator and the loader.
 uint64_t splitmix64(uint64_t x);

@@ -25,6 +25,8 @@ DataLoader::DataLoader(std::shared_ptr<const Features> features, LoaderOptions o
   KILN_CHECK(features_ != nullptr, "DataLoader: no features");
   KILN_CHECK(options_.batch_size > 0, "DataLoader: batch_size must be positive, got ", options_.batch_size);
   KILN_CHECK(options_.num_workers >= 0, "DataLoader: num_workers must be >= 0, got ", options_.num_workers);
+  KILN_CHECK(options_.num_shards >= 1 && options_.shard >= 0 && options_.shard < options_.num_shards,
+             "DataLoader: shard ", options_.shard, " of ", options_.num_shards, " is out of range");
   auto n = static_cast<int64_t>(features_->size());
   batches_per_epoch_ = options_.drop_last ? n / options_.batch_size
                                           : (n + options_.batch_size - 1) / options_.batch_size;
@@ -62,7 +64,19 @@ Batch DataLoader::make_batch(int64_t g) const {
   auto begin = pos * options_.batch_size;
   auto end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(perm->size()));
   std::vector<int64_t> rows(perm->begin() + begin, perm->begin() + end);
-  return collate(*features_, rows, collator_, epoch);
+  if (options_.num_shards == 1) return collate(*features_, rows, collator_, epoch);
+  const auto B = static_cast<int64_t>(rows.size()), S = static_cast<int64_t>(options_.num_shards);
+  const int64_t lo = options_.batch_size * options_.shard / S, hi = options_.batch_size * (options_.shard + 1) / S;
+  std::vector<int64_t> mine(rows.begin() + std::min(lo, B), rows.begin() + std::min(hi, B));
+  if (mine.empty()) {
+    Batch b = collate(*features_, {rows.back()}, collator_, epoch, &rows);
+    b.weight = 0;
+    b.first_sample = B;
+    return b;
+  }
+  Batch b = collate(*features_, mine, collator_, epoch, &rows);
+  b.first_sample = std::min(lo, B);
+  return b;
 }
 
 void DataLoader::worker_loop() {

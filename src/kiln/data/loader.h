@@ -33,6 +33,12 @@ struct LoaderOptions {
   uint64_t seed = 42;
   bool drop_last = false;  // drop a final partial batch
   int num_workers = 0;     // threads collating ahead; 0 = on the caller's thread
+  // Data parallelism: batch_size is the global batch; this loader yields
+  // rows [shard * batch_size / num_shards, (shard + 1) * ...) of each, padded
+  // like the whole batch. A shard left empty by a short last batch gets the
+  // batch's last row with weight 0 (Batch::weight), so every replica still
+  // runs the step.
+  int shard = 0, num_shards = 1;
 };
 
 // The order of rows in `epoch`: identity without shuffle, else a Fisher-Yates

@@ -15,6 +15,7 @@ bool differentiable(Op op) {
     case Op::Data: case Op::Constant: case Op::Iota: case Op::RandUniform: case Op::RandNormal:
     case Op::Not: case Op::Detach: case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le:
     case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::ArgMax:
+    case Op::AllReduce:  // applied to gradients, after backward
       return false;
     default:
       return true;
@@ -77,8 +78,8 @@ NodePtr iota(int64_t n, double start, double step, DType dtype, Device device) {
 }
 
 static NodePtr rand_node(Op op, const NodePtr& key, Shape shape) {
-  KILN_CHECK(key->dtype == DType::i64 && key->shape == Shape{2}, op_name(op),
-             ": key must be i64 [2] (seed, offset), got ", dtype_name(key->dtype), " ",
+  KILN_CHECK(key->dtype == DType::i64 && (key->shape == Shape{2} || key->shape == Shape{3}), op_name(op),
+             ": key must be i64 [2] (seed, offset) or [3] (seed, offset, first element), got ", dtype_name(key->dtype), " ",
              to_string(key->shape));
   return make_node(op, DType::f32, std::move(shape), {key});
 }
@@ -425,6 +426,18 @@ NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const N
                            int64_t ignore_index, double label_smoothing) {
   return make_node(Op::CrossEntropyGrad, DType::f32, logits->shape, {logits, labels, dloss},
                    Attrs{{ignore_index}, {label_smoothing}});
+}
+
+NodePtr all_reduce(const std::vector<NodePtr>& inputs, int64_t group, int64_t replica, double scale) {
+  KILN_CHECK(!inputs.empty(), "all_reduce: no tensors to reduce");
+  int64_t total = 0;
+  Device device = inputs[0]->device;
+  for (const auto& x : inputs) {
+    KILN_CHECK(x->dtype == DType::f32, "all_reduce: tensors must be f32, got ", dtype_name(x->dtype));
+    KILN_CHECK(x->device == device, "all_reduce: tensors on ", device.str(), " and ", x->device.str());
+    total += x->numel();
+  }
+  return make_node(Op::AllReduce, DType::f32, {total}, inputs, Attrs{{group, replica}, {scale}});
 }
 
 }  // namespace kiln::ir

@@ -81,5 +81,8 @@ NodePtr cross_entropy(const NodePtr& logits, const NodePtr& labels, int64_t igno
                       double label_smoothing);
 NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const NodePtr& dloss,
                            int64_t ignore_index, double label_smoothing);
+// The flattened concatenation of `inputs` (f32), summed over the replicas of
+// `group` (and across MPI processes), times scale.
+NodePtr all_reduce(const std::vector<NodePtr>& inputs, int64_t group, int64_t replica, double scale);
 
 }  // namespace kiln::ir

@@ -33,6 +33,9 @@
 //   NormalizeGrad inputs (x, dy); floats[0] = eps
 //   CrossEntropy  inputs (logits [N,C], labels [N]); ints[0] = ignore_index, floats[0] = smoothing; scalar mean
 //   CrossEntropyGrad inputs (logits, labels, dloss []); same attrs
+//   AllReduce     inputs: f32 tensors; result f32 [total elements]: their flattened
+//                 concatenation summed over all replicas, times floats[0];
+//                 ints = {replica group, replica index} (see dist/collectives.h)
 #include <cstdint>
 
 namespace kiln::ir {
@@ -57,6 +60,8 @@ enum class Op : uint8_t {
   // composites
   Softmax, SoftmaxGrad, LogSoftmax, LogSoftmaxGrad, Normalize, NormalizeGrad,
   CrossEntropy, CrossEntropyGrad,
+  // collectives
+  AllReduce,
   kCount
 };
 

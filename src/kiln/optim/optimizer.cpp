@@ -1,5 +1,6 @@
 #include "kiln/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kiln/core/error.h"
@@ -131,6 +132,49 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     if (g.defined()) p.set_grad(g * coef);
   }
   return norm;
+}
+
+std::vector<Tensor> all_reduce_gradients(const std::vector<Tensor>& params, double scale, double bucket_mb,
+                                         const std::vector<Tensor>& extra) {
+  struct Item {
+    Tensor param;  // undefined for extras
+    Tensor value;
+  };
+  std::vector<Item> items;
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    Tensor g = it->grad();
+    if (g.defined()) items.push_back({*it, g});
+  }
+  for (const auto& e : extra) items.push_back({Tensor(), e});
+  std::vector<Tensor> reduced_extra;
+  const double bucket_elems = std::max(1.0, bucket_mb * 1e6 / sizeof(float));
+  size_t begin = 0;
+  while (begin < items.size()) {
+    // A bucket: consecutive gradients up to the size limit (at least one);
+    // the extras always join the last one.
+    size_t end = begin;
+    double elems = 0;
+    while (end < items.size() && (end == begin || elems + items[end].value.numel() <= bucket_elems ||
+                                  !items[end].param.defined()))
+      elems += items[end++].value.numel();
+    std::vector<Tensor> values;
+    for (size_t k = begin; k < end; ++k) values.push_back(items[k].value);
+    Tensor flat = all_reduce(values, scale);
+    int64_t off = 0;
+    for (size_t k = begin; k < end; ++k) {
+      const Tensor& v = items[k].value;
+      Tensor piece = reshape(slice(flat, 0, off, off + v.numel()), v.shape());
+      off += v.numel();
+      if (items[k].param.defined()) {
+        Tensor p = items[k].param;
+        p.set_grad(piece);
+      } else {
+        reduced_extra.push_back(piece);
+      }
+    }
+    begin = end;
+  }
+  return reduced_extra;
 }
 
 }  // namespace kiln::optim

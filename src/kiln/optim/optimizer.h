@@ -79,4 +79,13 @@ class AdamW : public Optimizer {
 // the norm before clipping.
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
+// Data parallelism (the all-reduce of xm.optimizer_step): replaces each
+// parameter's gradient by its sum over every replica times `scale`, inside the
+// step graph. Gradients go in buckets of about bucket_mb megabytes, in
+// reverse parameter order (the order backward produces them), one AllReduce
+// node per bucket. `extra` values (a loss, say) ride in the last bucket and
+// come back reduced the same way. Parameters without a gradient are skipped.
+std::vector<Tensor> all_reduce_gradients(const std::vector<Tensor>& params, double scale, double bucket_mb = 25.0,
+                                         const std::vector<Tensor>& extra = {});
+
 }  // namespace kiln::optim

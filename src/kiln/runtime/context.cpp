@@ -7,9 +7,13 @@
 #include <cstdlib>
 #include <map>
 
+#include <omp.h>
+
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/core/error.h"
+#include "kiln/dist/collectives.h"
+#include "kiln/dist/threads.h"
 #include "kiln/ir/builder.h"
 #include "kiln/runtime/metrics.h"
 #include "kiln/runtime/tensor_impl.h"
@@ -215,7 +219,8 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
   // the event must see them unshared, or donation (which checks that a buffer
   // has no other holder) would depend on thread timing, and so would the graph
   // hash that records it.
-  stream_.enqueue([exe, in_buffers, out_storage, event, param_names]() mutable {
+  const Device device = device_;
+  stream_.enqueue([exe, in_buffers, out_storage, event, param_names, device]() mutable {
     auto finish = [&](std::string error) {
       in_buffers.clear();
       out_storage.clear();
@@ -237,9 +242,15 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
     auto t0 = std::chrono::steady_clock::now();
     std::string error;
     try {
+      // A replica's kernels use its share of the cores.
+      const int threads = dist::threads_for(device);
+      if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
       backend::cpu::execute(exe->program, ins, outs, exe->arena ? exe->arena->data() : nullptr);
     } catch (const std::exception& e) {
       error = e.what();
+      // The other replicas would wait for this one in their next all-reduce.
+      int64_t group = dist::group_of(device);
+      if (group >= 0) dist::abort_group(group, "a step on " + device.str() + " failed: " + error);
     }
     metrics::record_execution(seconds_since(t0), !error.empty());
     finish(std::move(error));

@@ -1,5 +1,7 @@
 #include "kiln/runtime/metrics.h"
 
+#include "kiln/dist/collectives.h"
+
 #include <cstdio>
 #include <mutex>
 #include <sstream>
@@ -14,12 +16,18 @@ constexpr size_t kMaxReasons = 1000;
 
 Snapshot snapshot() {
   std::lock_guard<std::mutex> lock(g_mu);
-  return g_m;
+  Snapshot m = g_m;
+  dist::Stats d = dist::stats();
+  m.all_reduces = d.all_reduces;
+  m.all_reduce_bytes = d.bytes;
+  m.all_reduce_seconds = d.seconds;
+  return m;
 }
 
 void reset() {
   std::lock_guard<std::mutex> lock(g_mu);
   g_m = Snapshot{};
+  dist::reset_stats();
 }
 
 void record_compile(double seconds, std::string reason, int64_t arena_bytes) {
@@ -78,6 +86,10 @@ std::string report() {
   std::snprintf(line, sizeof line, "  HostWaitTime:     %.3f s\n  DataWaitTime:     %.3f s\n  LargestArena:     %lld bytes\n",
                 m.host_wait_seconds, m.data_wait_seconds, static_cast<long long>(m.arena_bytes));
   os << line;
+  std::snprintf(line, sizeof line, "  AllReduce:        %lld collectives, %lld bytes, %.3f s\n",
+                static_cast<long long>(m.all_reduces), static_cast<long long>(m.all_reduce_bytes),
+                m.all_reduce_seconds);
+  os << line;
   os << "  Compile reasons:\n";
   for (size_t i = 0; i < m.compile_reasons.size(); ++i)
     os << "    #" << i + 1 << ": " << m.compile_reasons[i] << "\n";
@@ -97,6 +109,9 @@ nlohmann::json to_json() {
                         {"host_wait_seconds", m.host_wait_seconds},
                         {"data_wait_seconds", m.data_wait_seconds},
                         {"arena_bytes", m.arena_bytes},
+                        {"all_reduces", m.all_reduces},
+                        {"all_reduce_bytes", m.all_reduce_bytes},
+                        {"all_reduce_seconds", m.all_reduce_seconds},
                         {"compile_reasons", m.compile_reasons}};
 }
 

@@ -22,6 +22,9 @@ struct Snapshot {
   double host_wait_seconds = 0;  // host blocked reading values
   double data_wait_seconds = 0;  // training loop blocked waiting for input batches
   int64_t arena_bytes = 0;       // largest arena of a compiled step
+  int64_t all_reduces = 0;       // collectives between replicas (dist::stats())
+  int64_t all_reduce_bytes = 0;
+  double all_reduce_seconds = 0;
   std::vector<std::string> compile_reasons;  // one per compile, oldest first
 };
 

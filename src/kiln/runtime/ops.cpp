@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kiln/core/error.h"
+#include "kiln/dist/replica.h"
 #include "kiln/ir/builder.h"
 
 namespace kiln {
@@ -180,16 +181,18 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y) {
   return mean(maximum(x, z) - x * y + log(1.0 + exp(-abs(x))));
 }
 
-Tensor Generator::next_key(Device device) {
-  std::vector<int64_t> key{static_cast<int64_t>(seed_), static_cast<int64_t>(offset_++)};
-  return Tensor::from_vector(key, {2}, device, "rng_key");
+Tensor Generator::next_key(Device device, const Shape& shape) {
+  int64_t first = 0;
+  if (sample_base_ != 0 && !shape.empty() && shape[0] > 0) first = sample_base_ * (numel(shape) / shape[0]);
+  std::vector<int64_t> key{static_cast<int64_t>(seed_), static_cast<int64_t>(offset_++), first};
+  return Tensor::from_vector(key, {3}, device, "rng_key");
 }
 
 Tensor rand(const Shape& shape, Generator& gen, Device device) {
-  return wrap(ir::rand_uniform(gen.next_key(device).node(), shape));
+  return wrap(ir::rand_uniform(gen.next_key(device, shape).node(), shape));
 }
 Tensor randn(const Shape& shape, Generator& gen, Device device) {
-  return wrap(ir::rand_normal(gen.next_key(device).node(), shape));
+  return wrap(ir::rand_normal(gen.next_key(device, shape).node(), shape));
 }
 Tensor bernoulli(const Shape& shape, double p, Generator& gen, Device device) {
   return lt(rand(shape, gen, device), full({}, p, DType::f32, device));
@@ -199,6 +202,17 @@ Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
   if (!training || p == 0.0) return x;
   Tensor keep = ge(rand(x.shape(), gen, x.device()), full({}, p, DType::f32, x.device()));
   return where(keep, x * (1.0 / (1.0 - p)), zeros({}, DType::f32, x.device()));
+}
+
+Tensor all_reduce(const std::vector<Tensor>& tensors, double scale) {
+  const ReplicaInfo& me = this_replica();
+  std::vector<ir::NodePtr> nodes;
+  for (const auto& t : tensors) {
+    KILN_CHECK(t.device() == me.device, "all_reduce: a tensor is on ", t.device().str(), " but this thread is replica ",
+               me.local_index, " on ", me.device.str());
+    nodes.push_back(t.node());
+  }
+  return wrap(ir::all_reduce(nodes, me.group, me.local_index, scale));
 }
 
 }  // namespace kiln

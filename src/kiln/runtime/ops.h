@@ -109,18 +109,27 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 // Random numbers: a counter-based (Philox) stream. Each draw takes a new
 // offset; the (seed, offset) key is a graph input, so drawing never
 // recompiles, and element i of a draw is the same on any number of threads.
+//
+// Data parallelism: a replica holding samples [s, s + b) of a global batch
+// sets sample_base = s; draws whose dim 0 is the batch (dropout masks) then
+// number their elements as the whole batch would, so every split of the
+// batch into replicas (or accumulation steps) draws the same masks.
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
   void set_state(uint64_t seed, uint64_t offset) { seed_ = seed, offset_ = offset; }
-  // The key tensor i64[2] {seed, offset} for the next draw.
-  Tensor next_key(Device device);
+  int64_t sample_base() const { return sample_base_; }
+  void set_sample_base(int64_t s) { sample_base_ = s; }
+  // The key tensor i64[3] {seed, offset, first element index} for the next
+  // draw of `shape` (elements are numbered from sample_base rows of it).
+  Tensor next_key(Device device, const Shape& shape = {});
 
  private:
   uint64_t seed_;
   uint64_t offset_ = 0;
+  int64_t sample_base_ = 0;
 };
 
 Tensor rand(const Shape& shape, Generator& gen, Device device = Device::cpu());   // U[0,1)
@@ -129,5 +138,11 @@ Tensor bernoulli(const Shape& shape, double p, Generator& gen, Device device = D
 // Zeroes each element with probability p and scales the rest by 1/(1-p);
 // identity when !training or p == 0.
 Tensor dropout(const Tensor& x, double p, Generator& gen, bool training = true);
+
+// Data-parallel replicas (dist/replica.h): the flattened concatenation of the
+// f32 `tensors` summed over every replica of every process, times scale, as
+// one f32 [total] tensor computed inside the step (an AllReduce node). Call it
+// from a replica's thread with tensors on that replica's device.
+Tensor all_reduce(const std::vector<Tensor>& tensors, double scale = 1.0);
 
 }  // namespace kiln

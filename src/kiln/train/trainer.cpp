@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "kiln/core/error.h"
+#include "kiln/dist/collectives.h"
+#include "kiln/dist/replica.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/runtime/context.h"
@@ -121,9 +123,13 @@ Trainer::Trainer(models::PreTrainedModel& model, TrainingArguments args, Task ta
       train_(std::move(train)),
       eval_(std::move(eval)),
       collator_(std::move(collator)),
-      device_(Device::parse(args_.device)) {
+      replica_(this_replica()),
+      device_(replica_.local_count > 1 ? replica_.device : Device::parse(args_.device)) {
   args_.validate();
-  progress_tty_ = ::isatty(STDERR_FILENO);
+  KILN_CHECK(args_.num_replicas == replica_.local_count, "Trainer: num_replicas is ", args_.num_replicas, " but ",
+             replica_.local_count, " replica(s) run in this process: construct one Trainer per replica inside "
+             "kiln::spawn(fn, num_replicas)");
+  progress_tty_ = ::isatty(STDERR_FILENO) && replica_.is_master();
   build_optimizer();
 }
 
@@ -151,6 +157,23 @@ void Trainer::build_optimizer() {
       optim::AdamWOptions{args_.learning_rate, args_.adam_beta1, args_.adam_beta2, args_.adam_epsilon, args_.weight_decay});
 }
 
+double Trainer::loss_items(const data::Batch& b) const {
+  if (b.weight == 0) return 0;
+  auto count = [](auto begin, auto end) { return static_cast<double>(std::count_if(begin, end, [](int64_t y) { return y != -100; })); };
+  switch (task_) {
+    case Task::TextClassification: return static_cast<double>(b.batch_size);
+    case Task::MaskedLM:
+    case Task::Seq2Seq: return count(b.labels.begin(), b.labels.end());
+    case Task::CausalLM: {  // the model predicts token t+1 from t: the first label of a row is never a target
+      double n = 0;
+      for (int64_t i = 0; i < b.batch_size; ++i)
+        n += count(b.labels.begin() + i * b.seq_len + 1, b.labels.begin() + (i + 1) * b.seq_len);
+      return n;
+    }
+  }
+  return static_cast<double>(b.batch_size);
+}
+
 models::ModelInputs Trainer::inputs_of(const data::DeviceBatch& b) const {
   auto get = [&](const char* k) {
     auto it = b.tensors.find(k);
@@ -167,6 +190,7 @@ models::ModelInputs Trainer::inputs_of(const data::DeviceBatch& b) const {
 void Trainer::record_log(json entry, int64_t step) {
   std::lock_guard<std::mutex> lock(log_mu_);
   entry["step"] = step;
+  if (!replica_.is_master()) return;  // one replica speaks for all
   if (progress_tty_) std::fprintf(stderr, "\r\033[K");
   std::fprintf(stderr, "%s\n", entry.dump().c_str());
   state_.log_history.push_back(std::move(entry));
@@ -230,7 +254,9 @@ void Trainer::save_checkpoint() {
   io::write_json_file_atomic(tmp / "rng_state.json",
                              json{{"dropout_seed", gen.seed()}, {"dropout_offset", gen.offset()},
                                   {"data_epoch", data_epoch_},
-                                  {"data_position", data_position_}});
+                                  {"data_position", data_position_},
+                                  {"data_batch_size", loader_->options().batch_size},
+                                  {"data_batches_per_epoch", loader_->batches_per_epoch()}});
   io::write_json_file_atomic(tmp / "training_args.json", args_.to_json());
   io::write_json_file_atomic(tmp / "trainer_state.json", state_.to_json());
   save_delay();
@@ -259,7 +285,7 @@ void Trainer::rotate_checkpoints() {
 }
 
 void Trainer::load_checkpoint(const fs::path& dir) {
-  std::fprintf(stderr, "kiln train: resuming from %s\n", dir.string().c_str());
+  if (replica_.is_master()) std::fprintf(stderr, "kiln train: resuming from %s\n", dir.string().c_str());
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer_state.json", "rng_state.json"})
     KILN_CHECK(fs::exists(dir / f), "resume_from_checkpoint: ", (dir / f).string(), " is missing: not a complete checkpoint");
   auto weights = io::load_safetensors(dir / "model.safetensors", device_);
@@ -289,6 +315,20 @@ void Trainer::load_checkpoint(const fs::path& dir) {
     model_.dropout_generator().set_state(rng.at("dropout_seed").get<uint64_t>(), rng.at("dropout_offset").get<uint64_t>());
     data_epoch_ = rng.at("data_epoch").get<int64_t>();
     data_position_ = rng.at("data_position").get<int64_t>();
+    // Written with another global micro-batch (replicas x per-device batch):
+    // the same place in the epoch, counted in rows.
+    const int64_t saved_batch = rng.value("data_batch_size", loader_->options().batch_size);
+    if (saved_batch != loader_->options().batch_size) {
+      const int64_t saved_per_epoch = rng.at("data_batches_per_epoch").get<int64_t>();
+      const int64_t rows = data_position_ * saved_batch, now = loader_->options().batch_size;
+      if (data_position_ == saved_per_epoch) data_position_ = loader_->batches_per_epoch();
+      else {
+        KILN_CHECK(rows % now == 0, (dir / "rng_state.json").string(), ": the run stopped ", rows,
+                   " rows into epoch ", data_epoch_, ", not a whole number of global batches of ", now,
+                   " (replicas x per_device_train_batch_size); resume with a global batch that divides it");
+        data_position_ = rows / now;
+      }
+    }
     loader_->seek(data_epoch_, data_position_);
   } catch (const json::exception& e) {
     throw Error((dir / "rng_state.json").string() + ": malformed: " + e.what());
@@ -300,12 +340,16 @@ std::map<std::string, double> Trainer::train() {
   const fs::path out(args_.output_dir);
   fs::create_directories(out);
 
+  // Every replica walks the same global batches and takes its share of each.
+  const int world = replica_.world_size();
   data::LoaderOptions lo;
-  lo.batch_size = args_.per_device_train_batch_size;
+  lo.batch_size = args_.per_device_train_batch_size * world;
   lo.shuffle = true;
   lo.seed = args_.data_seed.value_or(args_.seed);
   lo.drop_last = args_.dataloader_drop_last;
   lo.num_workers = static_cast<int>(args_.dataloader_num_workers);
+  lo.shard = replica_.global_rank();
+  lo.num_shards = world;
   loader_ = std::make_unique<data::DataLoader>(train_, lo, collator_);
 
   const int64_t accum = args_.gradient_accumulation_steps;
@@ -321,7 +365,7 @@ std::map<std::string, double> Trainer::train() {
   state_.logging_steps = args_.steps_from_ratio(args_.logging_steps, total);
   state_.save_steps = args_.steps_from_ratio(args_.save_steps, total);
   state_.eval_steps = args_.eval_steps ? *args_.eval_steps : state_.logging_steps;
-  state_.train_batch_size = args_.train_batch_size();
+  state_.train_batch_size = args_.per_device_train_batch_size * world;
 
   if (!args_.resume_from_checkpoint.empty()) {
     TrainerState fresh = state_;
@@ -335,25 +379,50 @@ std::map<std::string, double> Trainer::train() {
 
   auto t0 = std::chrono::steady_clock::now();
   const int64_t start_step = state_.global_step;
-  const int64_t samples_per_step = args_.train_batch_size() * accum;
-  if (!progress_tty_)
+  const int64_t samples_per_step = args_.per_device_train_batch_size * world * accum;
+  Generator& gen = model_.dropout_generator();
+  if (!progress_tty_ && replica_.is_master())
     std::fprintf(stderr, "kiln train: %lld optimizer steps (%lld per epoch), batch %lld, %lld examples\n",
                  (long long)total, (long long)updates_per_epoch, (long long)samples_per_step, (long long)train_->size());
   while (state_.global_step < total) {
+    if (world > 1) dist::throw_if_aborted();
+    // The step's batches first: each loss is weighted by its share of what the
+    // whole step counts (rows, or label tokens for language modelling) over
+    // every micro-batch of every replica, so the gradient is the mean over the
+    // global batch however it is split (HF's num_items_in_batch).
+    std::vector<data::DeviceBatch> batches;
+    double local_items = 0;
+    std::vector<double> items;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      batches.push_back(device_loader.next());
+      items.push_back(loss_items(batches.back().host));
+      local_items += items.back();
+    }
+    const double step_items = world > 1 ? dist::all_reduce_host(local_items) : local_items;
     Tensor loss_sum, grad_norm;
     double epoch_now = 0;
+    // Dropout masks are keyed by the sample's place in the global batch, with
+    // the same draws for every micro-batch of the step.
+    const uint64_t step_offset = gen.offset();
     for (int64_t micro = 0; micro < accum; ++micro) {
-      data::DeviceBatch batch = device_loader.next();
+      const data::DeviceBatch& batch = batches[micro];
+      gen.set_state(gen.seed(), step_offset);
+      gen.set_sample_base(micro * lo.batch_size + batch.host.first_sample);
       Tensor loss = model_.forward(inputs_of(batch)).loss;
       KILN_CHECK(loss.defined(), "train: the batch has no labels");
-      if (accum > 1) loss = loss * (1.0 / static_cast<double>(accum));
+      const double w = step_items > 0 ? items[micro] / step_items : 0.0;
+      loss = loss * Tensor::scalar(static_cast<float>(w), device_, "loss_weight");
       loss.backward();
-      loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+      if (items[micro] > 0)  // a micro-batch with nothing to count has a NaN mean loss
+        loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
       epoch_now = batch.epoch + static_cast<double>(batch.position + 1) / loader_->batches_per_epoch();
       data_epoch_ = batch.epoch;
       data_position_ = batch.position + 1;
       if (micro + 1 < accum) mark_step(device_);
     }
+    gen.set_sample_base(0);
+    if (!loss_sum.defined()) loss_sum = zeros({}, DType::f32, device_);
+    if (world > 1) loss_sum = optim::all_reduce_gradients(model_.parameters(), 1.0, 25.0, {loss_sum})[0];
     if (args_.max_grad_norm > 0) grad_norm = optim::clip_grad_norm(model_.parameters(), args_.max_grad_norm);
     double lr = schedule.lr(state_.global_step);
     optimizer_->set_lr(lr);
@@ -366,7 +435,7 @@ std::map<std::string, double> Trainer::train() {
     // Read this step's loss once it has run, off the host's critical path.
     const int64_t step = state_.global_step;
     const double elapsed = seconds_since(t0);
-    add_step_closure(
+    if (replica_.is_master()) add_step_closure(
         [this, loss_sum, grad_norm, lr, step, total, elapsed, start_step, samples_per_step, epoch_now] {
           double l = loss_sum.item();
           double gn = grad_norm.defined() ? grad_norm.item() : 0.0;
@@ -389,7 +458,7 @@ std::map<std::string, double> Trainer::train() {
         device_);
 
     bool log_now = (args_.logging_first_step && step == 1) || (state_.logging_steps > 0 && step % state_.logging_steps == 0);
-    if (log_now) {
+    if (log_now && replica_.is_master()) {
       add_step_closure(
           [this, lr, epoch_now, step] {
             double avg;
@@ -411,7 +480,7 @@ std::map<std::string, double> Trainer::train() {
     bool eval_now = eval_ && ((args_.eval_strategy == "steps" && state_.eval_steps > 0 && step % state_.eval_steps == 0) ||
                               (args_.eval_strategy == "epoch" && epoch_end));
     std::map<std::string, double> eval_metrics;
-    if (eval_now) {
+    if (eval_now && replica_.is_master()) {  // the master evaluates the (identical) model for all
       wait_device_ops(device_);
       eval_metrics = evaluate("eval");
       model_.train();
@@ -431,7 +500,8 @@ std::map<std::string, double> Trainer::train() {
           }
         }
       }
-      save_checkpoint();
+      if (replica_.is_master()) save_checkpoint();
+      if (world > 1) rendezvous("checkpoint-" + std::to_string(step));
     }
     if (stop_after_ >= 0 && state_.global_step >= stop_after_) break;
   }
@@ -460,11 +530,14 @@ std::map<std::string, double> Trainer::train() {
     auto best = io::load_safetensors(fs::path(state_.best_model_checkpoint) / "model.safetensors", device_);
     model_.load_state_dict(best, true);
   }
-  save_model(out);
-  io::write_json_file_atomic(out / "training_args.json", args_.to_json());
-  io::write_json_file_atomic(out / "trainer_state.json", state_.to_json());
-  io::write_json_file_atomic(out / "train_results.json", summary);
-  if (args_.metrics_debug) std::fprintf(stderr, "%s", metrics::report().c_str());
+  if (replica_.is_master()) {
+    save_model(out);
+    io::write_json_file_atomic(out / "training_args.json", args_.to_json());
+    io::write_json_file_atomic(out / "trainer_state.json", state_.to_json());
+    io::write_json_file_atomic(out / "train_results.json", summary);
+    if (args_.metrics_debug) std::fprintf(stderr, "%s", metrics::report().c_str());
+  }
+  if (world > 1) rendezvous("train-end");
   return metrics;
 }
 

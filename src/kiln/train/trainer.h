@@ -20,6 +20,7 @@
 #include "kiln/data/features.h"
 #include "kiln/data/labels.h"
 #include "kiln/data/loader.h"
+#include "kiln/dist/replica.h"
 #include "kiln/models/model.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/optim/schedule.h"
@@ -78,6 +79,8 @@ class Trainer {
  private:
   struct Step;
   models::ModelInputs inputs_of(const data::DeviceBatch& b) const;
+  // What the loss of batch b averages over: rows, or label tokens.
+  double loss_items(const data::Batch& b) const;
   void build_optimizer();
   void save_checkpoint();
   void load_checkpoint(const std::filesystem::path& dir);
@@ -96,6 +99,7 @@ class Trainer {
   std::unique_ptr<data::DataLoader> loader_;
   TrainerState state_;
   std::vector<std::filesystem::path> extra_files_;
+  ReplicaInfo replica_;  // this trainer's replica (data shard, who logs and writes)
   Device device_;
 
   // Filled by step closures on the stream thread.

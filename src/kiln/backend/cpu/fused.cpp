@@ -207,8 +207,9 @@ void eval_chunk(const Instr& ins, std::span<char* const> inputs, int64_t start, 
         const Operand& key_op = ins.inputs[s.load];
         const int64_t* key = reinterpret_cast<const int64_t*>(inputs[s.load]) + key_op.view.offset;
         uint64_t seed = static_cast<uint64_t>(key[0]), offset = static_cast<uint64_t>(key[1]);
-        if (s.op == Op::RandUniform) KILN_EW(Philox::uniform(seed, offset, start + j));
-        else KILN_EW(Philox::normal(seed, offset, start + j));
+        const int64_t first = start + (numel(key_op.view.shape) > 2 ? key[2] : 0);
+        if (s.op == Op::RandUniform) KILN_EW(Philox::uniform(seed, offset, first + j));
+        else KILN_EW(Philox::normal(seed, offset, first + j));
         break;
       }
       case Op::Neg: KILN_EW(-a[j]); break;

@@ -13,6 +13,7 @@
 
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/core/error.h"
+#include "kiln/dist/collectives.h"
 
 namespace kiln::backend::cpu {
 
@@ -530,6 +531,16 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out) {
     case Op::NormalizeGrad: return normalize_grad_kernel(ins, in, out);
     case Op::CrossEntropy: return cross_entropy_kernel(ins, in, out, false);
     case Op::CrossEntropyGrad: return cross_entropy_kernel(ins, in, out, true);
+    case Op::AllReduce: {
+      std::vector<const float*> ptrs;
+      std::vector<int64_t> sizes;
+      for (size_t k = 0; k < ins.inputs.size(); ++k) {
+        ptrs.push_back(in_ptr<float>(ins, in, k));
+        sizes.push_back(numel(ins.inputs[k].view.shape));
+      }
+      return dist::all_reduce(ins.attrs.ints[0], static_cast<int>(ins.attrs.ints[1]), ptrs, sizes,
+                              out_ptr<float>(ins, out), ins.attrs.floats[0]);
+    }
     default:
       throw Error(std::string("cpu backend: no kernel for op ") + ir::op_name(ins.op));
   }

@@ -1,0 +1,29 @@
+#pragma once
+// MPI across processes and hosts (OpenMPI). kiln initialises MPI only when
+// the process was started by mpirun (its environment says so), with
+// MPI_THREAD_MULTIPLE: a replica's stream thread runs the all-reduces of its
+// compiled steps while the host thread may meet the others in a rendezvous.
+// The two use separate communicators, so their calls never pair up wrongly.
+#include <cstdint>
+
+namespace kiln::dist::mpi {
+
+// True when this process runs under mpirun with more than one process.
+bool launched();
+// MPI_Init_thread once (no-op when !launched()); MPI_Finalize runs at exit.
+void init();
+bool initialized();
+int rank();  // 0 without MPI
+int size();  // 1 without MPI
+
+// In-place sums over all processes (device and host communicators).
+void all_reduce_device(float* data, int64_t n);
+void all_reduce_host(double* data, int64_t n);
+// Equal when every process passed the same value (for rendezvous tags):
+// returns the minimum and maximum over the processes.
+void min_max_host(uint64_t value, uint64_t* min, uint64_t* max);
+void barrier_host();
+// Ends every process (after an error in one of them, so none hangs).
+[[noreturn]] void abort(int code);
+
+}  // namespace kiln::dist::mpi

@@ -1,0 +1,401 @@
+// Replica groups: spawn(), rendezvous(), and the collectives' shared-memory
+// half. A Group is the replicas of one spawn() in this process; they meet at
+// barriers that an abort (a failed replica) breaks with an error.
+#include "kiln/dist/replica.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/dist/collectives.h"
+#include "kiln/dist/mpi.h"
+#include "kiln/dist/threads.h"
+
+namespace kiln::dist {
+
+namespace {
+
+// A barrier for n threads that an abort breaks: waiters (and later comers)
+// throw an error carrying the reason.
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) {}
+
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (aborted_) throw Error(why_);
+    uint64_t gen = generation_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != gen || aborted_; });
+    if (generation_ == gen) throw Error(why_);
+  }
+
+  void abort(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    why_ = why;
+    cv_.notify_all();
+  }
+
+ private:
+  const int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  bool aborted_ = false;
+  std::string why_;
+};
+
+// The replicas of one spawn(). Their stream threads meet in all-reduces and
+// their host threads in rendezvous and host sums, at separate barriers: a
+// replica's host may be at a rendezvous while its stream is in a step.
+class Group {
+ public:
+  Group(int64_t id, int n)
+      : id(id), n(n), device(n), host(n), posts(n), values(n), tags(n), tag_names(n) {}
+
+  void abort(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) return;
+      aborted_ = true;
+      why_ = why;
+    }
+    device.abort(why);
+    host.abort(why);
+  }
+  bool aborted() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return aborted_;
+  }
+  std::string why() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return why_;
+  }
+
+  const int64_t id;
+  const int n;
+  Barrier device, host;
+  struct Post {
+    std::span<const float* const> inputs;
+    std::span<const int64_t> sizes;
+    float* out = nullptr;
+  };
+  std::vector<Post> posts;         // all_reduce: what each replica contributes
+  std::vector<double> values;      // all_reduce_host
+  double shared_value = 0;
+  std::vector<uint64_t> tags;      // rendezvous
+  std::vector<std::string> tag_names;
+  std::string rendezvous_error;
+
+ private:
+  mutable std::mutex mu_;
+  bool aborted_ = false;
+  std::string why_;
+};
+
+std::mutex g_registry_mu;
+std::map<int64_t, std::shared_ptr<Group>> g_groups;
+std::map<Device, std::pair<int64_t, int>> g_devices;  // device -> (group, threads)
+int64_t g_next_group = 1;
+
+std::shared_ptr<Group> find_group(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  auto it = g_groups.find(id);
+  return it == g_groups.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Group> new_group(int n, int threads_each) {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  for (int i = 0; i < n; ++i)
+    KILN_CHECK(!g_devices.count(Device::cpu(i)), "spawn: device cpu:", i,
+               " already runs a replica of another spawn() in this process");
+  auto g = std::make_shared<Group>(g_next_group++, n);
+  g_groups[g->id] = g;
+  for (int i = 0; i < n; ++i) g_devices[Device::cpu(i)] = {g->id, threads_each};
+  return g;
+}
+
+void drop_group(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  g_groups.erase(id);
+  std::erase_if(g_devices, [&](const auto& kv) { return kv.second.first == id; });
+}
+
+// The lone replica of a process outside spawn(): group 0, one member.
+const ReplicaInfo& lone_replica() {
+  static const ReplicaInfo info = [] {
+    mpi::init();
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    g_groups[0] = std::make_shared<Group>(0, 1);
+    ReplicaInfo r;
+    r.process_rank = mpi::rank();
+    r.process_count = mpi::size();
+    r.group = 0;
+    return r;
+  }();
+  return info;
+}
+
+thread_local const ReplicaInfo* t_replica = nullptr;
+
+std::shared_ptr<Group> my_group() {
+  const ReplicaInfo& r = this_replica();
+  auto g = find_group(r.group);
+  KILN_ASSERT(g);
+  return g;
+}
+
+int64_t sum_of(std::span<const int64_t> v) {
+  int64_t t = 0;
+  for (int64_t x : v) t += x;
+  return t;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::atomic<int64_t> g_count{0}, g_bytes{0};
+std::atomic<double> g_seconds{0};
+
+}  // namespace
+
+int default_threads() {
+  static const int n = [] {
+    if (std::getenv("OMP_NUM_THREADS")) return std::max(1, omp_get_max_threads());
+    int procs = omp_get_num_procs();
+    // Processes of one mpirun on this host share its cores.
+    if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
+      return std::max(1, procs / std::max(1, std::atoi(local)));
+    return std::max(1, procs);
+  }();
+  return n;
+}
+
+int threads_for(Device device) {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  auto it = g_devices.find(device);
+  return it == g_devices.end() ? default_threads() : it->second.second;
+}
+
+int64_t group_of(Device device) {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  auto it = g_devices.find(device);
+  return it == g_devices.end() ? -1 : it->second.first;
+}
+
+void abort_group(int64_t group, const std::string& why) {
+  if (auto g = find_group(group)) g->abort(why);
+}
+
+void throw_if_aborted() {
+  auto g = my_group();
+  if (g->aborted()) throw Error(g->why());
+}
+
+Stats stats() { return Stats{g_count.load(), g_bytes.load(), g_seconds.load()}; }
+void reset_stats() {
+  g_count = 0;
+  g_bytes = 0;
+  g_seconds = 0;
+}
+
+void all_reduce(int64_t group, int replica, std::span<const float* const> inputs, std::span<const int64_t> sizes,
+                float* out, double scale) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto g = find_group(group);
+  KILN_CHECK(g, "all-reduce: replica group ", group, " no longer exists (its spawn() has returned)");
+  KILN_ASSERT(replica >= 0 && replica < g->n && inputs.size() == sizes.size());
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  const int n = g->n;
+  const bool across = mpi::size() > 1;
+  const float fscale = static_cast<float>(scale);
+
+  g->posts[replica] = Group::Post{inputs, sizes, out};
+  g->device.wait();  // every replica's inputs and output are posted
+  for (int r = 0; r < n; ++r)
+    KILN_CHECK(g->posts[r].sizes.size() == sizes.size() &&
+                   std::equal(sizes.begin(), sizes.end(), g->posts[r].sizes.begin()),
+               "all-reduce: replica ", r, " contributes ", g->posts[r].sizes.size(), " tensors of ",
+               sum_of(g->posts[r].sizes), " elements, replica ", replica, " ", sizes.size(), " of ", total,
+               " (the replicas traced different steps)");
+  // This replica sums elements [lo, hi) over the replicas, in replica order.
+  const int64_t lo = total * replica / n, hi = total * (replica + 1) / n;
+  int64_t seg_start = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const int64_t a = std::max(lo, seg_start), b = std::min(hi, seg_start + sizes[k]);
+    if (a < b) {
+      const int64_t len = b - a, off = a - seg_start;
+      float* dst = out + a;
+      std::memcpy(dst, g->posts[0].inputs[k] + off, len * sizeof(float));
+      for (int r = 1; r < n; ++r) {
+        const float* src = g->posts[r].inputs[k] + off;
+        for (int64_t j = 0; j < len; ++j) dst[j] += src[j];
+      }
+      if (!across) {
+        if (fscale != 1.0f)
+          for (int64_t j = 0; j < len; ++j) dst[j] *= fscale;
+        for (int r = 0; r < n; ++r)
+          if (r != replica) std::memcpy(g->posts[r].out + a, dst, len * sizeof(float));
+      }
+    }
+    seg_start += sizes[k];
+  }
+  if (across) {
+    // Each replica's own output holds its slice of the process sum; gather
+    // them in replica 0's output, which goes to MPI.
+    if (replica != 0 && lo < hi) std::memcpy(g->posts[0].out + lo, out + lo, (hi - lo) * sizeof(float));
+    g->device.wait();
+    if (replica == 0) {
+      try {
+        mpi::all_reduce_device(out, total);
+      } catch (const std::exception& e) {
+        g->abort(e.what());
+        throw;
+      }
+      if (fscale != 1.0f)
+        for (int64_t j = 0; j < total; ++j) out[j] *= fscale;
+    }
+    g->device.wait();
+    if (replica != 0) std::memcpy(out, g->posts[0].out, total * sizeof(float));
+  }
+  g->device.wait();  // nobody's inputs or outputs are touched after this
+  if (replica == 0) {
+    ++g_count;
+    g_bytes += total * static_cast<int64_t>(sizeof(float));
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double cur = g_seconds.load();
+    while (!g_seconds.compare_exchange_weak(cur, cur + dt)) {
+    }
+  }
+}
+
+double all_reduce_host(double value) {
+  const ReplicaInfo& me = this_replica();
+  auto g = my_group();
+  g->values[me.local_index] = value;
+  g->host.wait();
+  double sum = 0;
+  for (double v : g->values) sum += v;
+  if (me.process_count > 1) {
+    g->host.wait();  // everyone has read values
+    if (me.local_index == 0) {
+      try {
+        mpi::all_reduce_host(&sum, 1);
+      } catch (const std::exception& e) {
+        g->abort(e.what());
+        throw;
+      }
+      g->shared_value = sum;
+    }
+    g->host.wait();
+    sum = g->shared_value;
+  }
+  g->host.wait();  // values and shared_value may be reused after this
+  return sum;
+}
+
+}  // namespace kiln::dist
+
+namespace kiln {
+
+const ReplicaInfo& this_replica() { return dist::t_replica ? *dist::t_replica : dist::lone_replica(); }
+
+void spawn(const std::function<void(int)>& fn, int n) {
+  KILN_CHECK(n >= 1, "spawn: the number of replicas must be at least 1, got ", n);
+  dist::mpi::init();
+  const int threads_each = n == 1 ? dist::default_threads() : std::max(1, dist::default_threads() / n);
+  auto g = dist::new_group(n, threads_each);
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<int> origin{-1};
+  auto body = [&](int i) {
+    ReplicaInfo info;
+    info.local_index = i;
+    info.local_count = n;
+    info.process_rank = dist::mpi::rank();
+    info.process_count = dist::mpi::size();
+    info.device = Device::cpu(i);
+    info.group = g->id;
+    dist::t_replica = &info;
+    omp_set_num_threads(threads_each);
+    try {
+      fn(i);
+    } catch (const std::exception& e) {
+      errors[i] = std::current_exception();
+      int expected = -1;
+      origin.compare_exchange_strong(expected, i);
+      g->abort("replica " + std::to_string(info.global_rank()) + " failed: " + e.what());
+    } catch (...) {
+      errors[i] = std::current_exception();
+      int expected = -1;
+      origin.compare_exchange_strong(expected, i);
+      g->abort("replica " + std::to_string(info.global_rank()) + " failed");
+    }
+    dist::t_replica = nullptr;
+  };
+  if (n == 1) {
+    body(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) threads.emplace_back(body, i);
+    for (auto& t : threads) t.join();
+  }
+  dist::drop_group(g->id);
+  if (origin >= 0) std::rethrow_exception(errors[origin]);
+}
+
+void rendezvous(const std::string& tag) {
+  const ReplicaInfo& me = this_replica();
+  auto g = dist::my_group();
+  const uint64_t h = dist::fnv1a(tag);
+  g->tags[me.local_index] = h;
+  g->tag_names[me.local_index] = tag;
+  g->host.wait();
+  for (int r = 0; r < g->n; ++r)
+    KILN_CHECK(g->tags[r] == h, "rendezvous: replica ", me.process_rank * g->n + r, " reached '", g->tag_names[r],
+               "' while replica ", me.global_rank(), " reached '", tag, "'");
+  if (me.process_count > 1) {
+    g->host.wait();
+    if (me.local_index == 0) {
+      g->rendezvous_error.clear();
+      try {
+        uint64_t lo = 0, hi = 0;
+        dist::mpi::min_max_host(h, &lo, &hi);
+        if (lo != hi)
+          g->rendezvous_error = "rendezvous: MPI processes reached different rendezvous (process " +
+                                std::to_string(me.process_rank) + " is at '" + tag + "')";
+      } catch (const std::exception& e) {
+        g->abort(e.what());
+        throw;
+      }
+    }
+    g->host.wait();
+    KILN_CHECK(g->rendezvous_error.empty(), g->rendezvous_error);
+  }
+  g->host.wait();
+}
+
+}  // namespace kiln

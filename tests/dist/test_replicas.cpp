@@ -1,0 +1,218 @@
+// Replicas in one process: spawn(), rendezvous(), the all-reduce inside a
+// compiled step, host sums, and the pieces that make a split batch behave
+// like the whole one (dropout keyed by global sample, loader shards).
+#include <atomic>
+#include <mutex>
+#include <set>
+
+#include "kiln/data/loader.h"
+#include "kiln/dist/collectives.h"
+#include "kiln/dist/replica.h"
+#include "kiln/runtime/context.h"
+#include "kiln/runtime/metrics.h"
+#include "kiln/runtime/ops.h"
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_of;
+
+TEST(Spawn, EachReplicaHasItsOwnDeviceAndRank) {
+  std::mutex mu;
+  std::set<std::string> devices;
+  std::set<int> ranks;
+  spawn(
+      [&](int i) {
+        const ReplicaInfo& r = this_replica();
+        EXPECT_EQ(r.local_index, i);
+        EXPECT_EQ(r.local_count, 3);
+        EXPECT_EQ(r.world_size(), 3);
+        EXPECT_EQ(r.is_master(), i == 0);
+        std::lock_guard<std::mutex> lock(mu);
+        devices.insert(r.device.str());
+        ranks.insert(r.global_rank());
+      },
+      3);
+  EXPECT_EQ(devices, (std::set<std::string>{"cpu:0", "cpu:1", "cpu:2"}));
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
+  // Outside spawn(): the lone replica.
+  EXPECT_EQ(this_replica().world_size(), 1);
+  EXPECT_TRUE(this_replica().is_master());
+}
+
+TEST(Spawn, RendezvousWaitsForEveryReplica) {
+  std::atomic<int> before{0};
+  std::atomic<bool> all_arrived_first{true};
+  spawn(
+      [&](int) {
+        ++before;
+        rendezvous("ready");
+        if (before.load() != 4) all_arrived_first = false;
+      },
+      4);
+  EXPECT_TRUE(all_arrived_first);
+}
+
+TEST(Spawn, DifferentRendezvousTagsAreAnErrorNotAHang) {
+  std::string err = error_of([] { spawn([](int i) { rendezvous(i == 0 ? "save" : "eval"); }, 2); });
+  EXPECT_CONTAINS(err, "rendezvous");
+  EXPECT_CONTAINS(err, "'save'");
+  EXPECT_CONTAINS(err, "'eval'");
+}
+
+TEST(Spawn, AFailingReplicaStopsTheOthersAndItsErrorIsRethrown) {
+  std::string err = error_of([] {
+    spawn(
+        [](int i) {
+          if (i == 1) throw Error("replica one broke");
+          rendezvous("never complete");  // would wait forever without the abort
+        },
+        3);
+  });
+  EXPECT_CONTAINS(err, "replica one broke");
+  EXPECT_CONTAINS(error_of([] { spawn([](int) {}, 0); }), "at least 1");
+}
+
+TEST(AllReduce, SumsConcatenatedTensorsOverReplicasInsideTheStep) {
+  const int n = 3;
+  std::vector<std::vector<float>> got(n);
+  spawn(
+      [&](int i) {
+        Device d = this_replica().device;
+        float k = static_cast<float>(i + 1);
+        Tensor a = Tensor::from_vector(std::vector<float>{k, 2 * k, 3 * k, 4 * k}, {2, 2}, d);
+        Tensor b = Tensor::from_vector(std::vector<float>{10 * k}, {}, d);
+        Tensor c = Tensor::from_vector(std::vector<float>{k, -k, 0.5f * k}, {3}, d);
+        Tensor r = all_reduce({a, b * 2.0, c}, 0.5);  // an expression is reduced like a value
+        EXPECT_EQ(r.shape(), (Shape{8}));
+        mark_step(d);
+        got[i] = r.to_vector<float>();
+      },
+      n);
+  // sum over replicas of k = 6, times 0.5 = 3
+  std::vector<float> want{3, 6, 9, 12, 60, 3, -3, 1.5};
+  for (int i = 0; i < n; ++i) EXPECT_EQ(got[i], want) << "replica " << i;
+}
+
+TEST(AllReduce, ManyBucketsAndUnevenSizesGiveBitIdenticalResultsEverywhere) {
+  const int n = 2;
+  std::vector<std::vector<float>> got(n);
+  metrics::reset();
+  spawn(
+      [&](int i) {
+        Device d = this_replica().device;
+        std::vector<float> v(1001);
+        for (size_t j = 0; j < v.size(); ++j) v[j] = 0.1f * static_cast<float>(j % 17) + static_cast<float>(i) / 3.0f;
+        Tensor x = Tensor::from_vector(v, {1001}, d);
+        Tensor total;
+        for (int k = 0; k < 5; ++k) {
+          Tensor r = all_reduce({x * static_cast<double>(k + 1)});
+          total = total.defined() ? total + r : r;
+        }
+        mark_step(d);
+        got[i] = total.to_vector<float>();
+      },
+      n);
+  EXPECT_EQ(got[0], got[1]);
+  EXPECT_NEAR(got[0][5], 15 * (0.5f + 0.5f + 1.0f / 3.0f), 1e-4);
+  metrics::Snapshot m = metrics::snapshot();
+  EXPECT_EQ(m.all_reduces, 5);  // once per collective, not per replica
+  EXPECT_EQ(m.all_reduce_bytes, 5 * 1001 * 4);
+}
+
+TEST(AllReduce, AFailedStepOnOneReplicaFailsTheOthersInsteadOfHanging) {
+  std::vector<std::string> errors(2);
+  std::string err = error_of([&] {
+    spawn(
+        [&](int i) {
+          Device d = this_replica().device;
+          Tensor table = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2}, d);
+          // Replica 1 looks up an id out of range: its step fails before the all-reduce.
+          Tensor ids = Tensor::from_vector(std::vector<int64_t>{i == 1 ? 9 : 0}, {1}, d);
+          Tensor r = all_reduce({embedding(ids, table)});
+          mark_step(d);
+          r.to_vector<float>();  // throws on both replicas
+        },
+        2);
+  });
+  EXPECT_FALSE(err.empty());
+}
+
+TEST(AllReduce, OutsideSpawnItIsTheValueTimesScale) {
+  Tensor x = Tensor::from_vector(std::vector<float>{1, 2}, {2});
+  EXPECT_EQ(all_reduce({x}, 3.0).to_vector<float>(), (std::vector<float>{3, 6}));
+  EXPECT_CONTAINS(error_of([] {
+                    spawn([](int) { all_reduce({Tensor::from_vector(std::vector<float>{1}, {1}, Device::cpu(5))}); }, 2);
+                  }),
+                  "cpu:5");
+}
+
+TEST(AllReduceHost, SumsOverReplicas) {
+  std::vector<double> got(4);
+  spawn([&](int i) { got[i] = dist::all_reduce_host(i + 0.5); }, 4);
+  for (double g : got) EXPECT_DOUBLE_EQ(g, 0.5 + 1.5 + 2.5 + 3.5);
+}
+
+TEST(Dropout, MasksAreKeyedByGlobalSampleSoASplitBatchDrawsTheSame) {
+  Generator whole(11);
+  Tensor x = ones({6, 3, 4});
+  std::vector<float> full = dropout(x, 0.5, whole).to_vector<float>();
+  // Rows [2, 6) of the same draw, from a generator positioned at sample 2.
+  Generator part(11);
+  part.set_sample_base(2);
+  std::vector<float> tail = dropout(ones({4, 3, 4}), 0.5, part).to_vector<float>();
+  EXPECT_EQ(tail, std::vector<float>(full.begin() + 2 * 12, full.end()));
+  // Without a base the draw differs (the test can fail).
+  Generator plain(11);
+  EXPECT_NE(dropout(ones({4, 3, 4}), 0.5, plain).to_vector<float>(), tail);
+}
+
+std::shared_ptr<data::Features> rows(int n) {
+  auto f = std::make_shared<data::Features>();
+  for (int i = 0; i < n; ++i) {
+    f->input_ids.push_back(std::vector<int64_t>(static_cast<size_t>(2 + i % 7), 5 + i));
+    f->labels.push_back(i % 3);
+  }
+  return f;
+}
+
+TEST(LoaderShards, ShardsPartitionEachGlobalBatchAndPadLikeIt) {
+  auto f = rows(10);
+  data::LoaderOptions whole;
+  whole.batch_size = 8;
+  whole.seed = 3;
+  data::CollatorOptions co;
+  data::DataLoader all(f, whole, co);
+  std::vector<std::unique_ptr<data::DataLoader>> shards;
+  for (int s = 0; s < 3; ++s) {
+    data::LoaderOptions o = whole;
+    o.shard = s;
+    o.num_shards = 3;
+    shards.push_back(std::make_unique<data::DataLoader>(f, o, co));
+  }
+  for (int b = 0; b < 4; ++b) {  // crosses an epoch; the second batch of each epoch has 2 rows
+    data::Batch g = all.next();
+    std::vector<int64_t> joined;
+    double weight = 0;
+    for (int s = 0; s < 3; ++s) {
+      data::Batch p = shards[s]->next();
+      EXPECT_EQ(p.seq_len, g.seq_len) << "batch " << b << " shard " << s;
+      if (p.weight == 0) {
+        EXPECT_EQ(p.batch_size, 1);  // a placeholder row that counts for nothing
+        continue;
+      }
+      EXPECT_EQ(p.first_sample, static_cast<int64_t>(joined.size()));
+      joined.insert(joined.end(), p.indices.begin(), p.indices.end());
+      weight += p.batch_size;
+    }
+    EXPECT_EQ(joined, g.indices) << "batch " << b;
+  }
+  data::LoaderOptions bad = whole;
+  bad.shard = 3;
+  bad.num_shards = 3;
+  EXPECT_CONTAINS(error_of([&] { data::DataLoader l(f, bad, co); }), "shard 3 of 3");
+}
+
+}  // namespace
+}  // namespace kiln
