@@ -20,6 +20,7 @@ PACKAGES=(
   libgmock-dev             # unit tests
   libopenmpi-dev           # MPI: data-parallel replicas across processes and hosts
   openmpi-bin              # mpirun, to launch them
+  time                     # GNU time: peak memory per process in bench/replicas
 )
 
 missing=()

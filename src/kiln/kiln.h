@@ -2,6 +2,7 @@
 // The public C++ API in one include.
 #include "kiln/core/device.h"
 #include "kiln/core/error.h"
+#include "kiln/dist/replica.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/metrics.h"

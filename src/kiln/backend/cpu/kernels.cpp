@@ -57,6 +57,34 @@ void reduce_kernel(const Instr& ins, const T* x, T* y) {
   Split p = split(s, ins.attrs.ints.front(), ins.attrs.ints.back());
   bool is_max = ins.op == Op::ReduceMax;
   // x (outer, axis, inner) -> y (outer, inner)
+  if (!is_max && p.inner >= 16 && p.axis >= 128) {
+    // Sums down the rows of a wide matrix (bias gradients: [B*T, C] -> [C]):
+    // each block of kRows rows is summed row by row into a vector of partial
+    // sums (contiguous, vectorised), then the blocks are added in block order
+    // — the same order on any number of threads.
+    constexpr int64_t kRows = 64;
+    const int64_t blocks = (p.axis + kRows - 1) / kRows;
+    std::vector<double> partial(static_cast<size_t>(blocks * p.inner));
+    for (int64_t o = 0; o < p.outer; ++o) {
+      const T* xo = x + o * p.axis * p.inner;
+#pragma omp parallel for if (p.axis * p.inner > 32768)
+      for (int64_t b = 0; b < blocks; ++b) {
+        double* acc = partial.data() + b * p.inner;
+        std::fill(acc, acc + p.inner, 0.0);
+        for (int64_t a = b * kRows; a < std::min(p.axis, (b + 1) * kRows); ++a) {
+          const T* row = xo + a * p.inner;
+          for (int64_t i = 0; i < p.inner; ++i) acc[i] += static_cast<double>(row[i]);
+        }
+      }
+#pragma omp parallel for if (blocks * p.inner > 32768)
+      for (int64_t i = 0; i < p.inner; ++i) {
+        double acc = 0;
+        for (int64_t b = 0; b < blocks; ++b) acc += partial[b * p.inner + i];
+        y[o * p.inner + i] = static_cast<T>(acc);
+      }
+    }
+    return;
+  }
 #pragma omp parallel for collapse(2) if (p.outer * p.inner * p.axis > 32768)
   for (int64_t o = 0; o < p.outer; ++o)
     for (int64_t i = 0; i < p.inner; ++i) {
