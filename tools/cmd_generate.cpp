@@ -1,6 +1,7 @@
 // kiln generate --model DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]
-//               [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache]
-// Continues each prompt with a causal LM (GPT-2) and prints the text.
+//               [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--batch_size N]
+// Continues each prompt with a causal LM (GPT-2) or, with an encoder-decoder
+// (T5), takes each prompt as the encoder input; prints one line per prompt.
 #include <cstdio>
 #include <fstream>
 
@@ -15,12 +16,13 @@ namespace {
 using namespace kiln;
 constexpr const char* kUsage =
     "usage: kiln generate --model DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]\n"
-    "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache]";
+    "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--batch_size N]\n"
+    "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --batch_size, 8).";
 
 int run_generate(const std::vector<std::string>& args) {
   cli::Flags flags("generate",
                    {{"model", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
-                    {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}},
+                    {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"batch_size"}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -38,7 +40,9 @@ int run_generate(const std::vector<std::string>& args) {
   KILN_CHECK(!prompts.empty(), "generate: give --prompt TEXT or --prompts_file FILE\n", kUsage);
   auto model = models::from_pretrained(flags.get("model"), {});
   auto* gpt2 = dynamic_cast<models::GPT2ForTask*>(model.get());
-  KILN_CHECK(gpt2 && gpt2->has_lm_head(), "generate: ", model->architecture(), " is not a causal language model");
+  auto* t5 = dynamic_cast<models::T5ForTask*>(model.get());
+  KILN_CHECK((gpt2 && gpt2->has_lm_head()) || (t5 && t5->can_generate()), "generate: ", model->architecture(),
+             " cannot generate text; it needs a language-model head (GPT2LMHeadModel or T5ForConditionalGeneration)");
   cli::TokenizerBundle tok = cli::load_tokenizer(flags.get("model"));
   models::GenerationConfig g;
   auto number = [&](const char* k, double fallback) { return flags.has(k) ? std::stod(flags.get(k)) : fallback; };
@@ -49,12 +53,26 @@ int run_generate(const std::vector<std::string>& args) {
   g.top_p = number("top_p", 1.0);
   g.seed = static_cast<uint64_t>(number("seed", 0));
   g.use_cache = !flags.has("no_cache");
+  const double batch_size = number("batch_size", 8);
+  KILN_CHECK(batch_size >= 1, "generate: --batch_size must be >= 1, got ", flags.get("batch_size"));
+  const auto batch = static_cast<size_t>(batch_size);
+  // A causal LM continues the raw text; T5's encoder input ends with </s>, as HF's tokenizer(text) gives it.
   std::vector<std::vector<int64_t>> ids;
   for (const auto& p : prompts) {
-    auto e = tok.tokenizer.encode(p, false);
+    auto e = tok.tokenizer.encode(p, /*add_special_tokens=*/t5 != nullptr);
     ids.emplace_back(e.ids.begin(), e.ids.end());
   }
-  auto out = models::generate(*gpt2, ids, g);
+  std::vector<std::vector<int64_t>> out;
+  if (gpt2) {
+    out = models::generate(*gpt2, ids, g);
+  } else {
+    const uint64_t seed = g.seed;
+    for (size_t i = 0; i < ids.size(); i += batch) {
+      g.seed = seed + i / batch;  // each batch its own sampling stream
+      std::vector<std::vector<int64_t>> chunk(ids.begin() + i, ids.begin() + std::min(ids.size(), i + batch));
+      for (auto& seq : models::generate(*t5, chunk, g)) out.push_back(std::move(seq));
+    }
+  }
   for (const auto& seq : out) {
     std::vector<uint32_t> u(seq.begin(), seq.end());
     std::printf("%s\n", tok.tokenizer.decode(u, true).c_str());
@@ -64,4 +82,4 @@ int run_generate(const std::vector<std::string>& args) {
 
 }  // namespace
 
-KILN_COMMAND(generate, "continue prompts with a causal language model (GPT-2)", run_generate);
+KILN_COMMAND(generate, "generate text with GPT-2 (continue prompts) or T5 (prompt = encoder input)", run_generate);

@@ -150,6 +150,13 @@ int run_train(const std::vector<std::string>& raw_args) {
     } else if (auto* t5 = dynamic_cast<models::T5Config*>(c.get())) {
       t5->vocab_size = vocab;
       t5->pad_token_id = tok.pad_id;
+      t5->decoder_start_token_id = tok.pad_id;
+      // Targets end with the tokenizer's end token; generation stops there.
+      for (const char* end : {"</s>", "[SEP]"})
+        if (auto id = tok.tokenizer.token_to_id(end)) {
+          t5->eos_token_id = *id;
+          break;
+        }
     }
     if (!lm) c->set_num_labels(num_labels);
     model = models::create_model(arch_for(*c), *c, ta.seed, device);

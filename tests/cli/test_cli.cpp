@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,8 @@
 
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/models/generation.h"
+#include "kiln/tokenizers/tokenizer.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
 
@@ -150,6 +153,74 @@ TEST(Cli, Seq2SeqTrainsAT5) {
   auto log = io::read_json_file(out / "trainer_state.json")["log_history"];
   EXPECT_LT(log[3]["loss"].get<double>(), log[0]["loss"].get<double>());
   EXPECT_TRUE(io::read_json_file(out / "eval_results.json").contains("perplexity"));
+  // The config ends targets where the tokenizer does ([SEP] in the demo vocabulary).
+  EXPECT_EQ(io::read_json_file(out / "config.json")["eos_token_id"], 3);
+  // Generation from the trained model: the cache and the full recomputation agree.
+  std::ofstream(w.path() / "prompts.txt") << "sentiment: the battery is great\nsentiment: it broke after a day\n";
+  std::string gen = "generate --model " + out.string() + " --prompts_file " + (w.path() / "prompts.txt").string() +
+                    " --max_new_tokens 6";
+  ASSERT_EQ(kiln(gen, w.path() / "g1"), 0) << slurp(w.path() / "g1");
+  ASSERT_EQ(kiln(gen + " --no_cache", w.path() / "g2"), 0) << slurp(w.path() / "g2");
+  EXPECT_EQ(slurp(w.path() / "g1"), slurp(w.path() / "g2"));
+  std::string g1 = slurp(w.path() / "g1");
+  EXPECT_EQ(std::count(g1.begin(), g1.end(), '\n'), 2) << g1;
+}
+
+// kiln generate with a T5 (both variants) and the t5-small tokenizer: the
+// prompt is the encoder input with </s> appended, each line is what
+// models::generate gives, decoded without special tokens.
+TEST(Cli, GenerateWithAT5) {
+  Workdir w;
+  const fs::path tokenizer = fs::path(KILN_SHARED_DIR) / "tokenizers" / "t5-small";
+  const std::vector<std::string> prompts{"translate English to German: The house is wonderful.", "hello",
+                                         "summarize: the battery lasts all day and the screen is bright"};
+  {
+    std::ofstream f(w.path() / "prompts.txt");
+    for (const auto& p : prompts) f << p << "\n";
+  }
+  for (const char* preset : {"t5-tiny", "t5-v1_1-tiny"}) {
+    SCOPED_TRACE(preset);
+    fs::path m = w.path() / preset;
+    ASSERT_EQ(kiln("init --config " + std::string(preset) + " --output_dir " + m.string(), w.path() / "log0"), 0)
+        << slurp(w.path() / "log0");
+    for (const char* f : {"spiece.model", "tokenizer.json"}) fs::copy_file(tokenizer / f, m / f);
+    std::string gen = "generate --model " + m.string() + " --max_new_tokens 7";
+    std::string file = " --prompts_file " + (w.path() / "prompts.txt").string();
+    ASSERT_EQ(kiln(gen + file, w.path() / "g1"), 0) << slurp(w.path() / "g1");
+    ASSERT_EQ(kiln(gen + file + " --no_cache", w.path() / "g2"), 0) << slurp(w.path() / "g2");
+    ASSERT_EQ(kiln(gen + file + " --batch_size 1", w.path() / "g3"), 0) << slurp(w.path() / "g3");
+    ASSERT_EQ(kiln(gen + " --prompt hello", w.path() / "g4"), 0) << slurp(w.path() / "g4");
+    EXPECT_EQ(slurp(w.path() / "g2"), slurp(w.path() / "g1"));
+    EXPECT_EQ(slurp(w.path() / "g3"), slurp(w.path() / "g1"));
+
+    // The same through the library.
+    auto model = models::from_pretrained(m);
+    auto tok = tokenizers::Tokenizer::from_pretrained(m.string());
+    std::vector<std::vector<int64_t>> ids;
+    for (const auto& p : prompts) {
+      auto e = tok.encode(p);
+      ASSERT_EQ(e.ids.back(), 1u) << "no </s> at the end of '" << p << "'";
+      ids.emplace_back(e.ids.begin(), e.ids.end());
+    }
+    models::GenerationConfig g;
+    g.max_new_tokens = 7;
+    std::vector<std::string> lines;
+    for (const auto& seq : models::generate(*model, ids, g)) {
+      EXPECT_FALSE(seq.empty());
+      lines.push_back(tok.decode(std::vector<uint32_t>(seq.begin(), seq.end()), true) + "\n");
+    }
+    EXPECT_EQ(slurp(w.path() / "g1"), lines[0] + lines[1] + lines[2]);
+    EXPECT_EQ(slurp(w.path() / "g4"), lines[1]);
+  }
+  // Models without a decoder / language-model head: a clear error.
+  fs::path enc = w.path() / "enc", bert = w.path() / "bert";
+  ASSERT_EQ(kiln("init --config t5-tiny --architecture T5EncoderModel --output_dir " + enc.string(), w.path() / "log1"), 0);
+  for (const char* f : {"spiece.model", "tokenizer.json"}) fs::copy_file(tokenizer / f, enc / f);
+  EXPECT_NE(kiln("generate --model " + enc.string() + " --prompt hello", w.path() / "e1"), 0);
+  EXPECT_NE(slurp(w.path() / "e1").find("T5EncoderModel cannot generate text"), std::string::npos) << slurp(w.path() / "e1");
+  ASSERT_EQ(kiln("init --config bert-tiny --output_dir " + bert.string(), w.path() / "log2"), 0);
+  EXPECT_NE(kiln("generate --model " + bert.string() + " --prompt hello", w.path() / "e2"), 0);
+  EXPECT_NE(slurp(w.path() / "e2").find("cannot generate text"), std::string::npos) << slurp(w.path() / "e2");
 }
 
 TEST(Cli, CorruptCheckpointIsAClearErrorOnResume) {

@@ -1,6 +1,11 @@
 // Generation: the key/value cache gives exactly the tokens of recomputing the
-// whole sequence each step, and decoding compiles once per cache bucket.
+// whole sequence each step, and decoding compiles once per cache bucket. GPT-2
+// and T5 (both variants: relu with tied embeddings, gated-gelu with lm_head).
+#include <algorithm>
+#include <set>
+
 #include "kiln/models/generation.h"
+#include "kiln/runtime/context.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -64,6 +69,208 @@ TEST(Generation, TooLongIsAClearError) {
   models::GenerationConfig g;
   g.max_new_tokens = 40;  // 3 + 40 > n_positions 32
   EXPECT_THROW(models::generate(gpt2, {{1, 2, 3}}, g), Error);
+}
+
+// ---- T5 ----
+
+using Prompts = std::vector<std::vector<int64_t>>;
+
+std::unique_ptr<models::PreTrainedModel> tiny_t5(const std::string& name) {
+  return models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/t5/" + name);
+}
+
+// Prompts of different lengths (ids < 99, the test models' vocabulary), each
+// ending with </s> (1) as the tokenizer makes them.
+const Prompts kPrompts{{5, 17, 42, 8, 61, 23, 9, 1}, {3, 1}, {70, 2, 33, 11, 1}};
+
+// Greedy decoding the slow way: the whole model (encoder included) through
+// forward() for decoder inputs grown one token at a time; argmax of the last row.
+std::vector<int64_t> forward_argmax(models::T5ForTask& model, const std::vector<int64_t>& prompt, int64_t n) {
+  model.eval();
+  NoGradGuard no_grad;
+  const int64_t V = model.t5_config().vocab_size;
+  std::vector<int64_t> dec{model.t5_config().decoder_start_token_id};
+  for (int64_t t = 0; t < n; ++t) {
+    models::ModelInputs in;
+    in.input_ids = Tensor::from_vector(prompt, {1, static_cast<int64_t>(prompt.size())});
+    in.decoder_input_ids = Tensor::from_vector(dec, {1, t + 1});
+    auto logits = model.forward(in).logits.to_vector<float>();
+    EXPECT_EQ(logits.size(), static_cast<size_t>((t + 1) * V));
+    dec.push_back(std::max_element(logits.end() - V, logits.end()) - (logits.end() - V));
+  }
+  return std::vector<int64_t>(dec.begin() + 1, dec.end());
+}
+
+class T5Generation : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    model_ = tiny_t5(GetParam());
+    t5_ = &dynamic_cast<models::T5ForTask&>(*model_);
+  }
+  std::unique_ptr<models::PreTrainedModel> model_;
+  models::T5ForTask* t5_ = nullptr;
+};
+
+TEST_P(T5Generation, CachedEqualsUncachedEqualsForwardArgmax) {
+  models::GenerationConfig g;
+  g.max_new_tokens = 26;  // past relative_attention_max_distance (20): every decoder bucket in use
+  g.eos_token_id = -1;    // never stop early
+  g.bucket = 16;          // capacity 32: slots past the end stay masked
+  g.use_cache = false;
+  auto uncached = models::generate(*t5_, kPrompts, g);
+  g.use_cache = true;
+  auto cached = models::generate(*t5_, kPrompts, g);
+  ASSERT_EQ(cached.size(), kPrompts.size());
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    auto reference = forward_argmax(*t5_, kPrompts[i], g.max_new_tokens);
+    EXPECT_EQ(cached[i], reference) << "prompt " << i;
+    EXPECT_EQ(uncached[i], reference) << "prompt " << i;
+  }
+  // Not one token repeated: the test would be weak if it were.
+  EXPECT_GT(std::set<int64_t>(cached[0].begin(), cached[0].end()).size(), 1u);
+}
+
+TEST_P(T5Generation, DecodeStepLogitsAreRowsOfTheFullDecoder) {
+  // Teacher forcing: decode_step at position t gives row t of decode() over the whole decoder input.
+  t5_->eval();
+  NoGradGuard no_grad;
+  const int64_t B = 2, S = 6, T = 24, V = t5_->t5_config().vocab_size;
+  std::vector<int64_t> src{4, 8, 15, 16, 23, 1, 42, 1, 0, 0, 0, 0}, mask{1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+  std::vector<int64_t> dec(B * T);
+  for (int64_t i = 0; i < B * T; ++i) dec[i] = (i * 37 + 11) % V;
+  Tensor ids = Tensor::from_vector(src, {B, S}), am = Tensor::from_vector(mask, {B, S});
+  Tensor enc = t5_->encode(ids, am);
+  auto full = t5_->decode(Tensor::from_vector(dec, {B, T}), {}, enc, am).to_vector<float>();  // [B,T,V]
+  models::T5DecoderCache cache = t5_->start_decoding(enc, am, 32);
+  mark_step();
+  for (int64_t t = 0; t < T; ++t) {
+    Tensor token = Tensor::from_vector(std::vector<int64_t>{dec[t], dec[T + t]}, {B, 1});
+    Tensor logits = t5_->decode_step(token, Tensor::from_vector(std::vector<int64_t>{t}, {}), cache);
+    mark_step();
+    auto step = logits.to_vector<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t v = 0; v < V; ++v)
+        ASSERT_NEAR(step[b * V + v], full[(b * T + t) * V + v], 2e-5) << "row " << b << " position " << t << " id " << v;
+  }
+}
+
+TEST_P(T5Generation, BatchedPromptsGiveWhatEachGivesAlone) {
+  models::GenerationConfig g;
+  g.max_new_tokens = 12;
+  g.eos_token_id = -1;
+  auto batched = models::generate(*t5_, kPrompts, g);
+  for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(models::generate(*t5_, {kPrompts[i]}, g)[0], batched[i]) << i;
+}
+
+TEST_P(T5Generation, CachedDecodeCompilesOncePerBucket) {
+  runtime::DeviceContext::get(Device::cpu()).clear_cache();
+  metrics::reset();
+  models::GenerationConfig g;
+  g.eos_token_id = -1;
+  g.bucket = 8;
+  g.max_new_tokens = 10;  // capacity 16
+  auto ten = models::generate(*t5_, kPrompts, g);
+  ASSERT_EQ(ten[0].size(), 10u);
+  // The encoder with the cross-attention keys/values, and one decode step for all 10 tokens.
+  EXPECT_EQ(metrics::snapshot().compiles, 2) << metrics::report();
+  g.max_new_tokens = 14;  // capacity 16 again: nothing new
+  auto fourteen = models::generate(*t5_, kPrompts, g);
+  EXPECT_EQ(metrics::snapshot().compiles, 2) << metrics::report();
+  EXPECT_EQ(std::vector<int64_t>(fourteen[1].begin(), fourteen[1].begin() + 10), ten[1]);
+  g.max_new_tokens = 20;  // capacity 24: the decode step once more
+  models::generate(*t5_, kPrompts, g);
+  EXPECT_EQ(metrics::snapshot().compiles, 3) << metrics::report();
+}
+
+TEST_P(T5Generation, EosStopsEachSequence) {
+  models::GenerationConfig g;
+  g.max_new_tokens = 16;
+  g.eos_token_id = -1;
+  auto free_run = models::generate(*t5_, kPrompts, g);
+  // EOS := the 4th token of row 0 (the first time it appears there).
+  const int64_t eos = free_run[0][3];
+  auto until_eos = [&](const std::vector<int64_t>& seq) {
+    auto it = std::find(seq.begin(), seq.end(), eos);
+    return std::vector<int64_t>(seq.begin(), it == seq.end() ? seq.end() : it + 1);
+  };
+  ASSERT_LE(until_eos(free_run[0]).size(), 4u);
+  g.eos_token_id = eos;
+  for (bool cache : {true, false}) {
+    g.use_cache = cache;
+    auto stopped = models::generate(*t5_, kPrompts, g);
+    ASSERT_EQ(stopped.size(), kPrompts.size());
+    EXPECT_EQ(stopped[0].back(), eos);
+    // Every row is its free run cut at its own first EOS; rows finished early do not disturb the others.
+    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(stopped[i], until_eos(free_run[i])) << "row " << i;
+  }
+  // The config's eos_token_id (1) is the default.
+  models::GenerationConfig d;
+  d.max_new_tokens = 16;
+  for (const auto& seq : models::generate(*t5_, kPrompts, d)) {
+    auto first = std::find(seq.begin(), seq.end(), int64_t{1});
+    EXPECT_TRUE(first == seq.end() || first + 1 == seq.end());
+  }
+}
+
+TEST_P(T5Generation, SamplingIsSeeded) {
+  models::GenerationConfig g;
+  g.max_new_tokens = 12;
+  g.eos_token_id = -1;
+  g.do_sample = true;
+  g.temperature = 1.5;
+  g.seed = 5;
+  auto a = models::generate(*t5_, kPrompts, g);
+  EXPECT_EQ(models::generate(*t5_, kPrompts, g), a);
+  g.seed = 6;
+  EXPECT_NE(models::generate(*t5_, kPrompts, g), a);
+  // top_k = 1 leaves only the argmax: greedy.
+  g.top_k = 1;
+  models::GenerationConfig greedy;
+  greedy.max_new_tokens = 12;
+  greedy.eos_token_id = -1;
+  EXPECT_EQ(models::generate(*t5_, kPrompts, g), models::generate(*t5_, kPrompts, greedy));
+}
+
+INSTANTIATE_TEST_SUITE_P(T5, T5Generation, ::testing::Values("t5_relu_tied", "t5_gated_untied"));
+
+TEST(Generation, BadT5InputIsAClearError) {
+  auto model = tiny_t5("t5_relu_tied");
+  auto& t5 = dynamic_cast<models::T5ForTask&>(*model);
+  models::GenerationConfig g;
+  auto message = [&](const Prompts& p, const models::GenerationConfig& cfg) -> std::string {
+    try {
+      models::generate(t5, p, cfg);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message({{3, 1}, {}}, g).find("prompt 1 is empty"), std::string::npos) << message({{3, 1}, {}}, g);
+  EXPECT_NE(message({{3, 99}}, g).find("id 99, outside the vocabulary [0, 99)"), std::string::npos);
+  models::GenerationConfig neg = g;
+  neg.max_new_tokens = -1;
+  EXPECT_NE(message({{3}}, neg).find("max_new_tokens"), std::string::npos);
+  models::GenerationConfig hot = g;
+  hot.do_sample = true;
+  hot.top_p = 0;
+  EXPECT_NE(message({{3}}, hot).find("top_p"), std::string::npos);
+  EXPECT_TRUE(models::generate(t5, {}, g).empty());
+
+  // Models that cannot generate, through the generic entry.
+  auto encoder = tiny_t5("t5_encoder");
+  try {
+    models::generate(*encoder, {{3, 1}}, g);
+    ADD_FAILURE() << "T5EncoderModel generated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("T5EncoderModel cannot generate"), std::string::npos) << e.what();
+  }
+  auto bert = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/bert/bert_seqcls");
+  EXPECT_THROW(models::generate(*bert, {{3, 1}}, g), Error);
+  // The generic entry reaches both kinds of model.
+  auto gpt2 = tiny_gpt2();
+  g.max_new_tokens = 3;
+  EXPECT_EQ(models::generate(*gpt2, {{1, 2}}, g), models::generate(dynamic_cast<models::GPT2ForTask&>(*gpt2), {{1, 2}}, g));
+  EXPECT_EQ(models::generate(*model, {{3, 1}}, g), models::generate(t5, {{3, 1}}, g));
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Parity with Hugging Face's definitions: logits, loss and the gradient of
 // every parameter of tiny random models (padded batches) against goldens from
-// tools/goldens/gen_bert_goldens.py and gen_gpt2_goldens.py (PyTorch, float64).
+// tools/goldens/gen_{bert,gpt2,t5}_goldens.py (PyTorch, float64).
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "kiln/io/safetensors.h"
@@ -50,7 +52,14 @@ TEST_P(ModelGolden, LogitsLossAndGradientsMatch) {
     auto it = golden.find("grad." + name);
     ASSERT_NE(it, golden.end()) << "no golden gradient for " << name;
     ASSERT_TRUE(p.grad().defined()) << name;
-    EXPECT_TRUE(close(p.grad(), it->second, 1e-4, 1e-5)) << "grad of " << name;
+    // float32 gradients carry rounding of the order of 1e-6 of the tensor's
+    // largest entry: a small entry summed from large cancelling terms is only
+    // that accurate in absolute terms. The absolute tolerance follows the scale
+    // (t5_encoder's sum-weighted loss gives gradients up to 150; PyTorch's own
+    // float32 run of the same reference misses a flat 1e-5 on 18 entries there).
+    double scale = 0;
+    for (double v : it->second.to_vector<double>()) scale = std::max(scale, std::abs(v));
+    EXPECT_TRUE(close(p.grad(), it->second, 1e-4, std::max(1e-5, 4e-6 * scale))) << "grad of " << name;
     ++checked;
   }
   EXPECT_GT(checked, 20);
@@ -60,10 +69,8 @@ INSTANTIATE_TEST_SUITE_P(Bert, ModelGolden,
                          ::testing::Values("bert/bert_model", "bert/bert_seqcls", "bert/bert_regression",
                                            "bert/bert_multilabel", "bert/bert_tokcls", "bert/bert_qa", "bert/bert_mlm",
                                            "bert/roberta_seqcls", "bert/roberta_mlm", "bert/bert_seqcls_gelu_new"));
-// t5/t5_encoder (T5EncoderModel, 12 tokens) is not listed yet: its outputs
-// match, but the gradients of shared.weight and block 0's q/k differ by up to
-// ~1.5 % on a few elements (4e-5 absolute); under investigation.
-INSTANTIATE_TEST_SUITE_P(T5, ModelGolden, ::testing::Values("t5/t5_relu_tied", "t5/t5_gated_untied"));
+// t5_encoder: T5EncoderModel, 12 source tokens (the logarithmic buckets), a padded row.
+INSTANTIATE_TEST_SUITE_P(T5, ModelGolden, ::testing::Values("t5/t5_relu_tied", "t5/t5_gated_untied", "t5/t5_encoder"));
 INSTANTIATE_TEST_SUITE_P(GPT2, ModelGolden,
                          ::testing::Values("gpt2/gpt2_lm", "gpt2/gpt2_lm_nomask", "gpt2/gpt2_seqcls", "gpt2/gpt2_model"));
 

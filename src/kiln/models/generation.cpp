@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "kiln/core/error.h"
 #include "kiln/runtime/context.h"
@@ -15,7 +17,6 @@ namespace {
 // Picks the next token from one row of logits on the host.
 int64_t choose(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng) {
   if (!g.do_sample) return std::max_element(logits.begin(), logits.end()) - logits.begin();
-  KILN_CHECK(g.temperature > 0, "generate: temperature must be > 0, got ", g.temperature);
   const int64_t V = static_cast<int64_t>(logits.size());
   std::vector<int64_t> order(V);
   std::iota(order.begin(), order.end(), 0);
@@ -39,13 +40,36 @@ int64_t choose(std::vector<float> logits, const GenerationConfig& g, std::mt1993
   return order[keep - 1];
 }
 
+void check_config(const GenerationConfig& g) {
+  KILN_CHECK(g.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", g.max_new_tokens);
+  KILN_CHECK(g.bucket > 0, "generate: bucket must be > 0, got ", g.bucket);
+  if (!g.do_sample) return;
+  KILN_CHECK(g.temperature > 0, "generate: temperature must be > 0, got ", g.temperature);
+  KILN_CHECK(g.top_k >= 0, "generate: top_k must be >= 0 (0 = off), got ", g.top_k);
+  KILN_CHECK(g.top_p > 0 && g.top_p <= 1, "generate: top_p must be in (0, 1], got ", g.top_p);
+}
+
+// Every prompt non-empty and made of ids the embedding has.
+void check_prompts(const std::vector<std::vector<int64_t>>& prompts, int64_t vocab_size) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    KILN_CHECK(!prompts[i].empty(), "generate: prompt ", i, " is empty");
+    for (size_t j = 0; j < prompts[i].size(); ++j)
+      KILN_CHECK(prompts[i][j] >= 0 && prompts[i][j] < vocab_size, "generate: prompt ", i, " token ", j, " is id ",
+                 prompts[i][j], ", outside the vocabulary [0, ", vocab_size, ")");
+  }
+}
+
+// Cache capacity: n positions rounded up to the bucket.
+int64_t capacity(int64_t n, int64_t bucket) { return std::max<int64_t>(1, (n + bucket - 1) / bucket) * bucket; }
+
 }  // namespace
 
 std::vector<std::vector<int64_t>> generate(GPT2ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& g) {
   KILN_CHECK(model.has_lm_head(), "generate: ", model.architecture(), " has no language-model head");
-  KILN_CHECK(g.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
+  check_config(g);
   const GPT2Config& c = model.gpt2_config();
+  check_prompts(prompts, c.vocab_size);
   std::optional<int64_t> eos = g.eos_token_id ? g.eos_token_id : c.eos_token_id;
   Device dev = model.parameters().front().device();
   model.eval();
@@ -53,7 +77,6 @@ std::vector<std::vector<int64_t>> generate(GPT2ForTask& model, const std::vector
   std::mt19937_64 rng(g.seed);
   std::vector<std::vector<int64_t>> out;
   for (const auto& prompt : prompts) {
-    KILN_CHECK(!prompt.empty(), "generate: empty prompt");
     int64_t need = static_cast<int64_t>(prompt.size()) + g.max_new_tokens;
     KILN_CHECK(need <= c.n_positions, "generate: prompt (", prompt.size(), " tokens) + max_new_tokens (",
                g.max_new_tokens, ") exceeds n_positions ", c.n_positions);
@@ -73,7 +96,7 @@ std::vector<std::vector<int64_t>> generate(GPT2ForTask& model, const std::vector
       out.push_back(std::move(seq));
       continue;
     }
-    const int64_t L = std::min(c.n_positions, (need + g.bucket - 1) / g.bucket * g.bucket);
+    const int64_t L = std::min(c.n_positions, capacity(need, g.bucket));
     const int64_t NH = c.n_head, D = c.n_embd / c.n_head;
     std::vector<Tensor> kc, vc;
     std::vector<float> zeros_kv(static_cast<size_t>(NH * L * D), 0.0f);
@@ -97,6 +120,94 @@ std::vector<std::vector<int64_t>> generate(GPT2ForTask& model, const std::vector
     out.push_back(std::move(seq));
   }
   return out;
+}
+
+std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
+                                           const GenerationConfig& g) {
+  KILN_CHECK(model.can_generate(), "generate: ", model.architecture(),
+             " is an encoder without a decoder; generation needs T5ForConditionalGeneration");
+  check_config(g);
+  const T5Config& c = model.t5_config();
+  check_prompts(prompts, c.vocab_size);
+  const int64_t B = static_cast<int64_t>(prompts.size()), V = c.vocab_size;
+  std::vector<std::vector<int64_t>> out(prompts.size());
+  if (B == 0 || g.max_new_tokens == 0) return out;
+  const int64_t eos = g.eos_token_id.value_or(c.eos_token_id);
+  int64_t S = 0;
+  for (const auto& p : prompts) S = std::max(S, static_cast<int64_t>(p.size()));
+  // The prompts padded on the right: ids [B,S] and their mask.
+  std::vector<int64_t> ids(static_cast<size_t>(B * S), c.pad_token_id), mask(static_cast<size_t>(B * S), 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (size_t j = 0; j < prompts[b].size(); ++j) {
+      ids[b * S + j] = prompts[b][j];
+      mask[b * S + j] = 1;
+    }
+  Device dev = model.parameters().front().device();
+  model.eval();
+  NoGradGuard no_grad;
+  Tensor input_ids = Tensor::from_vector(ids, {B, S}, dev, "input_ids");
+  Tensor attention_mask = Tensor::from_vector(mask, {B, S}, dev, "attention_mask");
+
+  // One decoder position t for every row, fed [B] ids -> logits [B*V] on the host.
+  std::function<std::vector<float>(const std::vector<int64_t>&, int64_t)> step;
+  T5DecoderCache cache;
+  Tensor enc;
+  std::vector<std::vector<int64_t>> fed_so_far(prompts.size());
+  if (g.use_cache) {
+    cache = model.start_decoding(model.encode(input_ids, attention_mask), attention_mask,
+                                 capacity(g.max_new_tokens, g.bucket));
+    mark_step(dev);  // the encoder and the cross-attention keys/values, once
+    step = [&](const std::vector<int64_t>& fed, int64_t t) {
+      Tensor token = Tensor::from_vector(fed, {B, 1}, dev, "decoder_token");
+      Tensor pos = Tensor::from_vector(std::vector<int64_t>{t}, {}, dev, "decoder_position");
+      Tensor logits = model.decode_step(token, pos, cache);
+      mark_step(dev);
+      return logits.to_vector<float>();
+    };
+  } else {
+    // Reference path: the whole decoder input through the decoder every step.
+    enc = model.encode(input_ids, attention_mask);
+    mark_step(dev);
+    step = [&](const std::vector<int64_t>& fed, int64_t t) {
+      std::vector<int64_t> dec;
+      for (int64_t b = 0; b < B; ++b) {
+        fed_so_far[b].push_back(fed[b]);
+        dec.insert(dec.end(), fed_so_far[b].begin(), fed_so_far[b].end());
+      }
+      Tensor logits = model.decode(Tensor::from_vector(dec, {B, t + 1}, dev, "decoder_input_ids"), {}, enc, attention_mask);
+      return slice(logits, 1, t, t + 1).to_vector<float>();
+    };
+  }
+  std::mt19937_64 rng(g.seed);
+  std::vector<int64_t> fed(prompts.size(), c.decoder_start_token_id);
+  std::vector<bool> done(prompts.size(), false);
+  for (int64_t t = 0; t < g.max_new_tokens; ++t) {
+    std::vector<float> logits = step(fed, t);
+    KILN_CHECK(static_cast<int64_t>(logits.size()) == B * V, "generate: logits have ", logits.size(),
+               " values, expected ", B * V);
+    bool all_done = true;
+    for (int64_t b = 0; b < B; ++b) {
+      if (done[b]) {
+        fed[b] = c.pad_token_id;
+        continue;
+      }
+      int64_t next = choose(std::vector<float>(logits.begin() + b * V, logits.begin() + (b + 1) * V), g, rng);
+      out[b].push_back(next);
+      fed[b] = next;
+      done[b] = next == eos;
+      all_done = all_done && done[b];
+    }
+    if (all_done) break;
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> generate(PreTrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
+                                           const GenerationConfig& g) {
+  if (auto* gpt2 = dynamic_cast<GPT2ForTask*>(&model); gpt2 && gpt2->has_lm_head()) return generate(*gpt2, prompts, g);
+  if (auto* t5 = dynamic_cast<T5ForTask*>(&model); t5 && t5->can_generate()) return generate(*t5, prompts, g);
+  throw Error("generate: " + model.architecture() +
+              " cannot generate text; generation needs GPT2LMHeadModel or T5ForConditionalGeneration");
 }
 
 }  // namespace kiln::models

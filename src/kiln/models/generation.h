@@ -1,14 +1,15 @@
 #pragma once
-// Text generation for causal LMs (GPT-2): greedy or sampling (temperature,
-// top-k, top-p), stopping at EOS. With the key/value cache each new token is
-// one decode step whose graph depends only on the cache capacity (prompt +
-// new tokens rounded up to a bucket), so it compiles once per bucket, not once
-// per token.
+// Text generation: greedy or sampling (temperature, top-k, top-p), stopping
+// at EOS, for causal LMs (GPT-2) and encoder-decoders (T5). With the
+// key/value cache each new token is one decode step whose graph depends only
+// on the cache capacity (rounded up to a bucket), so it compiles once per
+// bucket, not once per token.
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "kiln/models/gpt2.h"
+#include "kiln/models/t5.h"
 
 namespace kiln::models {
 
@@ -19,13 +20,34 @@ struct GenerationConfig {
   int64_t top_k = 0;    // 0 = off
   double top_p = 1.0;   // 1 = off
   uint64_t seed = 0;
-  std::optional<int64_t> eos_token_id;  // default: the config's
+  std::optional<int64_t> eos_token_id;  // default: the config's; an id outside the vocabulary (-1) never stops
   bool use_cache = true;
   int64_t bucket = 64;  // cache capacity granularity
 };
 
-// Continues each prompt (token ids); returns prompt + generated ids per prompt.
+// GPT-2 (GPT2LMHeadModel): continues each prompt (token ids) on its own;
+// returns prompt + generated ids per prompt, ending at the first EOS.
+// The cache holds prompt + max_new_tokens rounded up to `bucket` positions.
 std::vector<std::vector<int64_t>> generate(GPT2ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
+                                           const GenerationConfig& config);
+
+// T5 (T5ForConditionalGeneration): the prompts (encoder input ids, with the
+// </s> the tokenizer appends) are padded into one batch and encoded once; the
+// decoder starts from decoder_start_token_id and every row advances one token
+// per step; a row that produced EOS is fed pad_token_id from then on (as HF
+// does) and generation ends when every row has finished or after
+// max_new_tokens. Returns per prompt the generated decoder ids: HF's
+// generate() output without its first column (decoder_start) and without the
+// pads after EOS, so row i ends at its first EOS (included) or after
+// max_new_tokens ids. The cache holds max_new_tokens rounded up to `bucket`
+// decoder positions; the cross-attention keys/values are computed once.
+// Greedy results do not depend on how prompts are batched.
+std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
+                                           const GenerationConfig& config);
+
+// Either of the above by the model's type; a model without a language-model
+// head (BERT, GPT2Model, T5EncoderModel, ...) is an error naming it.
+std::vector<std::vector<int64_t>> generate(PreTrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& config);
 
 }  // namespace kiln::models

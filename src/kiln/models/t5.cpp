@@ -48,19 +48,22 @@ class Attention : public nn::Module {
       rel = register_module("relative_attention_bias",
                             std::make_shared<nn::Embedding>(c.relative_attention_num_buckets, c.num_heads, scaled(init, f / std::sqrt(C))));
   }
-  // x [B,Tq,C], kv [B,Tk,C], bias [.,NH,Tq,Tk] (position bias + masks) -> [B,Tq,C]
-  Tensor forward(const Tensor& x, const Tensor& kv, const Tensor& bias, nn::Dropout& dropout) const {
-    const int64_t B = x.dim(0), Tq = x.dim(1), Tk = kv.dim(1);
-    auto heads = [&](const Tensor& t, int64_t T) { return permute(reshape(t, {B, T, NH_, D_}), {0, 2, 1, 3}); };
-    Tensor scores = matmul(heads(q->forward(x), Tq), heads(k->forward(kv), Tk), false, true);  // no 1/sqrt(D)
+  // x [B,T,C] -> queries [B,NH,T,D]
+  Tensor queries(const Tensor& x) const { return heads(q->forward(x)); }
+  // kv [B,T,C] -> keys and values [B,NH,T,D]
+  std::pair<Tensor, Tensor> keys_values(const Tensor& kv) const { return {heads(k->forward(kv)), heads(v->forward(kv))}; }
+  // qh [B,NH,Tq,D], kh / vh [B,NH,Tk,D], bias [.,NH,Tq,Tk] (position bias + masks) -> [B,Tq,C]
+  Tensor attend(const Tensor& qh, const Tensor& kh, const Tensor& vh, const Tensor& bias, nn::Dropout& dropout) const {
+    const int64_t B = qh.dim(0), Tq = qh.dim(2);
+    Tensor scores = matmul(qh, kh, false, true);  // no 1/sqrt(D)
     Tensor probs = dropout.forward(softmax(scores, -1, bias));
-    Tensor ctx = reshape(permute(matmul(probs, heads(v->forward(kv), Tk)), {0, 2, 1, 3}), {B, Tq, NH_ * D_});
-    return o->forward(ctx);
+    return o->forward(reshape(permute(matmul(probs, vh), {0, 2, 1, 3}), {B, Tq, NH_ * D_}));
   }
   std::shared_ptr<nn::Linear> q, k, v, o;
   std::shared_ptr<nn::Embedding> rel;
 
  private:
+  Tensor heads(const Tensor& t) const { return permute(reshape(t, {t.dim(0), t.dim(1), NH_, D_}), {0, 2, 1, 3}); }
   int64_t NH_, D_;
 };
 
@@ -112,11 +115,34 @@ class Block : public nn::Module {
     ff_norm = norm(ff + ".layer_norm");
     ff_drop = drop(ff + ".dropout");
   }
-  // x = x + dropout(sublayer(layer_norm(x))), for each sublayer
+  // x = x + dropout(sublayer(layer_norm(x))), for each sublayer. x [B,T,C], enc [B,S,C]
   Tensor forward(Tensor x, const Tensor& self_bias, const Tensor& enc, const Tensor& cross_bias) const {
-    x = x + self_drop->forward(self_attn->forward(self_norm->forward(x), self_norm->forward(x), self_bias, *self_probs_drop));
-    if (cross_attn) x = x + cross_drop->forward(cross_attn->forward(cross_norm->forward(x), enc, cross_bias, *attn_drop));
+    Tensor h = self_norm->forward(x);
+    auto [k, v] = self_attn->keys_values(h);
+    x = x + self_drop->forward(self_attn->attend(self_attn->queries(h), k, v, self_bias, *self_probs_drop));
+    if (cross_attn) {
+      auto [ck, cv] = cross_attn->keys_values(enc);
+      x = cross(x, ck, cv, cross_bias);
+    }
     return x + ff_drop->forward(ffn->forward(ff_norm->forward(x)));
+  }
+  // The same for one decoder position t against caches of capacity L: x [B,1,C];
+  // at [1,1,L,1] marks slot t, where this position's key and value are written
+  // (k_cache / v_cache [B,NH,L,D], updated in place); self_bias [1,NH,1,L] hides
+  // the slots after t; cross_k / cross_v [B,NH,S,D] from the encoder output.
+  Tensor decode(Tensor x, const Tensor& self_bias, const Tensor& at, Tensor& k_cache, Tensor& v_cache,
+                const Tensor& cross_k, const Tensor& cross_v, const Tensor& cross_bias) const {
+    Tensor h = self_norm->forward(x);
+    auto [k, v] = self_attn->keys_values(h);  // [B,NH,1,D]
+    k_cache.assign(where(at, broadcast_to(k, k_cache.shape()), k_cache));
+    v_cache.assign(where(at, broadcast_to(v, v_cache.shape()), v_cache));
+    x = x + self_drop->forward(self_attn->attend(self_attn->queries(h), k_cache, v_cache, self_bias, *self_probs_drop));
+    x = cross(x, cross_k, cross_v, cross_bias);
+    return x + ff_drop->forward(ffn->forward(ff_norm->forward(x)));
+  }
+  Tensor cross(const Tensor& x, const Tensor& ck, const Tensor& cv, const Tensor& cross_bias) const {
+    Tensor q = cross_attn->queries(cross_norm->forward(x));
+    return x + cross_drop->forward(cross_attn->attend(q, ck, cv, cross_bias, *attn_drop));
   }
   std::shared_ptr<Attention> self_attn, cross_attn;
   std::shared_ptr<RMSNorm> self_norm, cross_norm, ff_norm;
@@ -233,18 +259,11 @@ class T5Stack : public nn::Module {
     dropout_ = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout_rate, gen));
   }
 
-  // ids [B,T] -> [B,T,C]
+  // ids [B,T] -> [B,T,C]; the decoder also takes enc [B,S,C] and its mask.
   Tensor forward(const Tensor& ids, const Tensor& mask, const Tensor& enc, const Tensor& enc_mask) {
     const int64_t B = ids.dim(0), T = ids.dim(1);
     Device dev = ids.device();
-    // Relative position buckets of (key - query), from the first block's table: [1,NH,T,T]
-    std::vector<int64_t> buckets(static_cast<size_t>(T * T));
-    for (int64_t i = 0; i < T; ++i)
-      for (int64_t j = 0; j < T; ++j)
-        buckets[i * T + j] = t5_relative_position_bucket(j - i, !decoder_, c_.relative_attention_num_buckets,
-                                                         c_.relative_attention_max_distance);
-    Tensor b = Tensor::from_vector(buckets, {T, T}, dev, decoder_ ? "decoder_position_buckets" : "position_buckets");
-    Tensor bias = unsqueeze(permute(blocks_[0]->self_attn->rel->forward(b), {2, 0, 1}), 0);
+    Tensor bias = position_bias(relative_buckets(T, dev));  // [1,NH,T,T]
     Tensor self_bias;
     if (decoder_) {
       // (1 - causal·mask) · min, as HF builds the decoder's extended mask
@@ -256,14 +275,68 @@ class T5Stack : public nn::Module {
     } else {
       self_bias = mask.defined() ? bias + padding_bias(mask) : bias;
     }
-    Tensor cross_bias;
-    if (decoder_) {
-      cross_bias = padding_bias(enc_mask);
-      if (!cross_bias.defined()) cross_bias = zeros({1, 1, 1, enc.dim(1)}, DType::f32, dev);
-    }
+    Tensor cross = decoder_ ? cross_bias(enc, enc_mask) : Tensor();
     Tensor x = dropout_->forward(embed_->forward(ids));
-    for (auto& blk : blocks_) x = blk->forward(x, self_bias, enc, cross_bias);
+    for (auto& blk : blocks_) x = blk->forward(x, self_bias, enc, cross);
     return dropout_->forward(final_norm_->forward(x));
+  }
+
+  // Decoder only: the cross-attention keys/values of every layer from enc
+  // [B,S,C], empty self-attention caches of capacity L, the position buckets.
+  T5DecoderCache start_decoding(const Tensor& enc, const Tensor& enc_mask, int64_t L) const {
+    const int64_t B = enc.dim(0), NH = c_.num_heads, D = c_.d_kv;
+    Device dev = enc.device();
+    T5DecoderCache cache;
+    cache.buckets = relative_buckets(L, dev);
+    cache.cross_bias = cross_bias(enc, enc_mask);
+    const std::vector<float> zeros_kv(static_cast<size_t>(B * NH * L * D), 0.0f);
+    for (const auto& blk : blocks_) {
+      cache.self_k.push_back(Tensor::from_vector(zeros_kv, {B, NH, L, D}, dev, "k_cache"));
+      cache.self_v.push_back(Tensor::from_vector(zeros_kv, {B, NH, L, D}, dev, "v_cache"));
+      auto [k, v] = blk->cross_attn->keys_values(enc);
+      cache.cross_k.push_back(k);
+      cache.cross_v.push_back(v);
+    }
+    return cache;
+  }
+
+  // Decoder only: token [B,1] at position pos (i64 scalar) -> [B,1,C], what
+  // forward() gives at row pos of a decoder input whose first pos tokens are
+  // the ones already in the cache.
+  Tensor decode_step(const Tensor& token, const Tensor& pos, T5DecoderCache& cache) {
+    const int64_t L = cache.capacity();
+    Device dev = token.device();
+    Tensor slots = arange(L, DType::i64, dev);
+    Tensor at = reshape(eq(slots, pos), {1, 1, L, 1});
+    // Row pos of the bias forward() builds for L positions, and of its causal mask.
+    Tensor bias = position_bias(index_select(cache.buckets, reshape(pos, {1})));  // [1,NH,1,L]
+    Tensor causal = reshape(cast(le(slots, pos), DType::f32), {1, 1, 1, L});      // key <= query
+    Tensor self_bias = bias + (1.0 - causal) * kMin;
+    Tensor x = dropout_->forward(embed_->forward(token));
+    for (size_t i = 0; i < blocks_.size(); ++i)
+      x = blocks_[i]->decode(x, self_bias, at, cache.self_k[i], cache.self_v[i], cache.cross_k[i], cache.cross_v[i],
+                             cache.cross_bias);
+    return dropout_->forward(final_norm_->forward(x));
+  }
+
+ private:
+  // Relative position buckets of (key - query) for T positions: [T,T] i64
+  Tensor relative_buckets(int64_t T, Device dev) const {
+    std::vector<int64_t> buckets(static_cast<size_t>(T * T));
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j)
+        buckets[i * T + j] = t5_relative_position_bucket(j - i, !decoder_, c_.relative_attention_num_buckets,
+                                                         c_.relative_attention_max_distance);
+    return Tensor::from_vector(buckets, {T, T}, dev, decoder_ ? "decoder_position_buckets" : "position_buckets");
+  }
+  // buckets [Tq,Tk] -> bias [1,NH,Tq,Tk], from the first block's table
+  Tensor position_bias(const Tensor& buckets) const {
+    return unsqueeze(permute(blocks_[0]->self_attn->rel->forward(buckets), {2, 0, 1}), 0);
+  }
+  // The encoder's padding as an additive mask [B,1,1,S] (zeros without a mask).
+  static Tensor cross_bias(const Tensor& enc, const Tensor& enc_mask) {
+    Tensor b = padding_bias(enc_mask);
+    return b.defined() ? b : zeros({1, 1, 1, enc.dim(1)}, DType::f32, enc.device());
   }
 
  private:
@@ -298,15 +371,49 @@ T5ForTask::T5ForTask(std::string architecture, const T5Config& config, uint64_t 
 
 T5ForTask::~T5ForTask() = default;
 
-ModelOutputs T5ForTask::forward(const ModelInputs& in) {
-  const T5Config& c = t5_config();
-  const Tensor& ids = in.input_ids;
+Tensor T5ForTask::encode(const Tensor& ids, const Tensor& attention_mask) {
   KILN_CHECK(ids.defined() && ids.rank() == 2 && is_integral(ids.dtype()),
              "forward: input_ids must be an integer tensor [batch, seq]");
-  KILN_CHECK(!in.attention_mask.defined() || in.attention_mask.shape() == ids.shape(), "forward: attention_mask ",
-             to_string(in.attention_mask.shape()), " does not match input_ids ", to_string(ids.shape()));
+  KILN_CHECK(!attention_mask.defined() || attention_mask.shape() == ids.shape(), "forward: attention_mask ",
+             to_string(attention_mask.shape()), " does not match input_ids ", to_string(ids.shape()));
+  return encoder_->forward(ids, attention_mask, {}, {});
+}
+
+Tensor T5ForTask::decode(const Tensor& decoder_input_ids, const Tensor& decoder_attention_mask,
+                         const Tensor& encoder_hidden, const Tensor& attention_mask) {
+  KILN_CHECK(!encoder_only_, architecture_, " has no decoder");
+  return lm_logits(decoder_->forward(decoder_input_ids, decoder_attention_mask, encoder_hidden, attention_mask));
+}
+
+T5DecoderCache T5ForTask::start_decoding(const Tensor& encoder_hidden, const Tensor& attention_mask, int64_t capacity) {
+  KILN_CHECK(!encoder_only_, architecture_, " has no decoder");
+  KILN_CHECK(capacity > 0, "start_decoding: capacity must be positive, got ", capacity);
+  KILN_CHECK(encoder_hidden.rank() == 3 && encoder_hidden.dim(2) == t5_config().d_model,
+             "start_decoding: encoder output must be [batch, seq, ", t5_config().d_model, "], got ",
+             to_string(encoder_hidden.shape()));
+  return decoder_->start_decoding(encoder_hidden, attention_mask, capacity);
+}
+
+Tensor T5ForTask::decode_step(const Tensor& token, const Tensor& pos, T5DecoderCache& cache) {
+  KILN_CHECK(!encoder_only_, architecture_, " has no decoder");
+  KILN_CHECK(cache.self_k.size() == static_cast<size_t>(t5_config().decoder_layers()),
+             "decode_step: the cache has ", cache.self_k.size(), " layers, the decoder ", t5_config().decoder_layers());
+  KILN_CHECK(token.rank() == 2 && token.dim(1) == 1 && token.dim(0) == cache.self_k[0].dim(0), "decode_step: token ",
+             to_string(token.shape()), " must be [", cache.self_k[0].dim(0), ", 1]");
+  return lm_logits(decoder_->decode_step(token, pos, cache));
+}
+
+Tensor T5ForTask::lm_logits(const Tensor& h) const {
+  const T5Config& c = t5_config();
+  // Tied embeddings: the decoder output is rescaled by d_model^-0.5 before the shared projection.
+  return c.tie_word_embeddings ? linear(h * (1.0 / std::sqrt(static_cast<double>(c.d_model))), shared_->weight)
+                               : lm_head_->forward(h);
+}
+
+ModelOutputs T5ForTask::forward(const ModelInputs& in) {
+  const T5Config& c = t5_config();
   ModelOutputs out;
-  Tensor enc = encoder_->forward(ids, in.attention_mask, {}, {});
+  Tensor enc = encode(in.input_ids, in.attention_mask);
   if (encoder_only_) {
     out.last_hidden_state = enc;
     return out;
@@ -323,10 +430,7 @@ ModelOutputs T5ForTask::forward(const ModelInputs& in) {
     Tensor start = full({B, 1}, static_cast<double>(c.decoder_start_token_id), y.dtype(), y.device());
     dec_ids = T > 1 ? concat({start, slice(clean, 1, 0, T - 1)}, 1) : start;
   }
-  Tensor h = decoder_->forward(dec_ids, in.decoder_attention_mask, enc, in.attention_mask);
-  // Tied embeddings: the decoder output is rescaled by d_model^-0.5 before the shared projection.
-  out.logits = c.tie_word_embeddings ? linear(h * (1.0 / std::sqrt(static_cast<double>(c.d_model))), shared_->weight)
-                                     : lm_head_->forward(h);
+  out.logits = decode(dec_ids, in.decoder_attention_mask, enc, in.attention_mask);
   if (in.labels.defined())
     out.loss = cross_entropy(reshape(out.logits, {-1, c.vocab_size}), reshape(in.labels, {-1}));
   return out;

@@ -7,6 +7,7 @@
 // C = d_model, NH heads, D = d_kv.
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "kiln/models/model.h"
 
@@ -41,6 +42,18 @@ int64_t t5_relative_position_bucket(int64_t relative_position, bool bidirectiona
 
 class T5Stack;
 
+// The decoder's state while generating (T5ForTask::start_decoding). L is the
+// capacity: decoder position t writes its self-attention key and value into
+// slot t and attends to slots 0..t; the cross-attention keys and values are
+// projected from the encoder output once. S source length.
+struct T5DecoderCache {
+  std::vector<Tensor> self_k, self_v;    // per decoder layer [B,NH,L,D], updated in place
+  std::vector<Tensor> cross_k, cross_v;  // per decoder layer [B,NH,S,D]
+  Tensor cross_bias;                     // [B or 1,1,1,S] additive encoder padding mask
+  Tensor buckets;                        // [L,L] i64: the decoder's relative position buckets for L positions
+  int64_t capacity() const { return self_k.empty() ? 0 : self_k[0].dim(2); }
+};
+
 // T5ForConditionalGeneration and T5EncoderModel.
 class T5ForTask : public PreTrainedModel {
  public:
@@ -51,8 +64,24 @@ class T5ForTask : public PreTrainedModel {
   std::string base_model_prefix() const override { return "transformer"; }
   Generator& dropout_generator() override { return *gen_; }
   const T5Config& t5_config() const { return static_cast<const T5Config&>(config()); }
+  bool can_generate() const { return !encoder_only_; }
+
+  // The pieces forward() is made of, for generation. encode: ids [B,S] and
+  // their 0/1 mask (or undefined) -> encoder output [B,S,C].
+  Tensor encode(const Tensor& input_ids, const Tensor& attention_mask);
+  // The decoder and the LM head: decoder ids [B,T] -> logits [B,T,V].
+  Tensor decode(const Tensor& decoder_input_ids, const Tensor& decoder_attention_mask, const Tensor& encoder_hidden,
+                const Tensor& attention_mask);
+  // Cross-attention keys/values from the encoder output, empty self-attention
+  // caches of `capacity` decoder positions.
+  T5DecoderCache start_decoding(const Tensor& encoder_hidden, const Tensor& attention_mask, int64_t capacity);
+  // Logits [B,1,V] of decoder position `pos` (i64 scalar, a graph input) fed
+  // `token` [B,1], given the positions before it in the cache: row pos of what
+  // decode() gives for the whole decoder input. Writes slot pos of the cache.
+  Tensor decode_step(const Tensor& token, const Tensor& pos, T5DecoderCache& cache);
 
  private:
+  Tensor lm_logits(const Tensor& decoder_hidden) const;
   std::string architecture_;
   bool encoder_only_;
   std::shared_ptr<Generator> gen_;
