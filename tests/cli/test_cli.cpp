@@ -348,3 +348,29 @@ TEST(Cli, AFailingMpiProcessEndsTheRun) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
+  Workdir w;
+  ASSERT_EQ(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 2 --warmup 1 --json", w.path() / "log"), 0)
+      << slurp(w.path() / "log");
+  std::string log = slurp(w.path() / "log");
+  auto json_line = log.substr(log.find("{\"model\""));
+  auto j = nlohmann::json::parse(json_line.substr(0, json_line.find('\n')));
+  EXPECT_EQ(j["model"], "BertForSequenceClassification");
+  EXPECT_GT(j["median_step_s"].get<double>(), 0);
+  EXPECT_GT(j["gemm_peak_gflops"].get<double>(), 0);
+  EXPECT_GT(j["flop_parameters"].get<int64_t>(), 0);
+  EXPECT_LT(j["flop_parameters"].get<int64_t>(), j["parameters"].get<int64_t>());  // tables are lookups
+  EXPECT_EQ(j["compiles"].get<int64_t>(), 1);
+  EXPECT_GT(j["peak_rss_mb"].get<double>(), 0);
+  EXPECT_NE(kiln("bench --model bert-tiny --task seq2seq", w.path() / "log2"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "log2"), "seq2seq needs a t5 model");
+  EXPECT_NE(kiln("bench --model no-such-preset", w.path() / "log3"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "log3"), "neither a model directory nor a preset");
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,232 @@
+// kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]
+//            [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--json]
+// Times training steps (forward, backward, gradient clipping, AdamW; fp32) of a
+// model on synthetic tokens and prints the median step time, tokens/s, model
+// FLOP/s (6 x parameters x tokens per second) and its fraction of the best
+// single-GEMM FLOP/s measured at the model's own GEMM shapes, the compile
+// time and the peak resident memory.
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "command.h"
+#include "flags.h"
+#include "kiln/core/error.h"
+#include "kiln/kiln.h"
+#include "kiln/models/bert.h"
+#include "kiln/models/gpt2.h"
+#include "kiln/models/model.h"
+#include "kiln/models/t5.h"
+
+namespace {
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "usage: kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]\n"
+    "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--json]";
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t vocab_of(const models::PretrainedConfig& c) {
+  if (auto* b = dynamic_cast<const models::BertConfig*>(&c)) return b->vocab_size;
+  if (auto* g = dynamic_cast<const models::GPT2Config*>(&c)) return g->vocab_size;
+  if (auto* t = dynamic_cast<const models::T5Config*>(&c)) return t->vocab_size;
+  throw Error("bench: unsupported model_type '" + c.model_type + "'");
+}
+
+std::string architecture_for(const std::string& task, const models::PretrainedConfig& c) {
+  if (task == "causal-lm") {
+    KILN_CHECK(c.model_type == "gpt2", "bench: --task causal-lm needs a gpt2 model, got '", c.model_type, "'");
+    return "GPT2LMHeadModel";
+  }
+  if (task == "seq2seq") {
+    KILN_CHECK(c.model_type == "t5", "bench: --task seq2seq needs a t5 model, got '", c.model_type, "'");
+    return "T5ForConditionalGeneration";
+  }
+  KILN_CHECK(c.model_type != "t5", "bench: a t5 model trains with --task seq2seq");
+  return c.class_prefix() + (task == "masked-lm" ? "ForMaskedLM" : "ForSequenceClassification");
+}
+
+// Best GFLOP/s of one [M, K] x [K, N] product over a few runs.
+double gemm_gflops(int64_t M, int64_t K, int64_t N) {
+  Generator g(3);
+  Tensor a = randn({M, K}, g), b = randn({K, N}, g);
+  mark_step();
+  wait_device_ops();
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    Tensor c = matmul(a, b);
+    mark_step();
+    wait_device_ops();
+    double dt = seconds_since(t0);
+    if (rep > 0) best = std::max(best, 2.0 * M * K * N / dt / 1e9);  // rep 0 compiles
+  }
+  return best;
+}
+
+int run_bench(const std::vector<std::string>& args) {
+  cli::Flags flags("bench",
+                   {{"model", true, true}, {"task"}, {"batch"}, {"seq"}, {"target_len"}, {"steps"}, {"warmup"},
+                    {"json", false}},
+                   kUsage);
+  flags.parse(args);
+  if (flags.help()) {
+    std::printf("%s\n", kUsage);
+    return 0;
+  }
+  auto integer = [&](const char* k, int64_t fallback) {
+    if (!flags.has(k)) return fallback;
+    const std::string v = flags.get(k);
+    char* end = nullptr;
+    long long n = std::strtoll(v.c_str(), &end, 10);
+    KILN_CHECK(!v.empty() && *end == 0 && n > 0, "bench: --", k, " expects a positive integer, got '", v, "'");
+    return static_cast<int64_t>(n);
+  };
+  const std::string task = flags.has("task") ? flags.get("task") : "text-classification";
+  KILN_CHECK(task == "text-classification" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
+             "bench: --task must be text-classification, masked-lm, causal-lm or seq2seq, got '", task, "'");
+  const int64_t B = integer("batch", 8), T = integer("seq", 128), Tt = integer("target_len", T);
+  const int64_t steps = integer("steps", 10), warmup = integer("warmup", 2);
+
+  // The model: a directory (from_pretrained) or a preset with fresh weights.
+  const std::string source = flags.get("model");
+  std::unique_ptr<models::PreTrainedModel> model;
+  if (fs::is_directory(source)) {
+    auto config = models::load_config(fs::path(source) / "config.json");
+    models::LoadOptions lo;
+    lo.architecture = architecture_for(task, *config);
+    if (task == "text-classification") lo.num_labels = 2;
+    model = models::from_pretrained(source, lo);
+  } else {
+    auto config = models::preset_config(source);
+    KILN_CHECK(config, "bench: --model '", source, "' is neither a model directory nor a preset (bert-tiny, bert-mini, "
+               "bert-small, bert-base, roberta-base, gpt2, gpt2-tiny, t5-small, t5-tiny, t5-v1_1-tiny)");
+    if (task == "text-classification") config->set_num_labels(2);
+    model = models::create_model(architecture_for(task, *config), *config, 0);
+  }
+  const int64_t V = vocab_of(model->config());
+
+  // Synthetic batch: fixed ids, labels as the task wants them.
+  std::vector<int64_t> ids(B * T);
+  for (int64_t i = 0; i < B * T; ++i) ids[i] = 5 + (i * 7919) % (V - 5);
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(ids, {B, T}, Device::cpu(), "input_ids");
+  in.attention_mask = Tensor::from_vector(std::vector<int64_t>(B * T, 1), {B, T}, Device::cpu(), "attention_mask");
+  if (task == "text-classification") {
+    std::vector<int64_t> y(B);
+    for (int64_t i = 0; i < B; ++i) y[i] = i % 2;
+    in.labels = Tensor::from_vector(y, {B}, Device::cpu(), "labels");
+  } else if (task == "masked-lm") {
+    std::vector<int64_t> y(B * T, -100);
+    for (int64_t i = 0; i < B * T; i += 7) y[i] = ids[i];  // ~15 % of the positions
+    for (int64_t i = 3; i < B * T; i += 13) y[i] = ids[i];
+    in.labels = Tensor::from_vector(y, {B, T}, Device::cpu(), "labels");
+  } else if (task == "causal-lm") {
+    in.labels = in.input_ids;
+  } else {
+    std::vector<int64_t> y(B * Tt);
+    for (int64_t i = 0; i < B * Tt; ++i) y[i] = 5 + (i * 104729) % (V - 5);
+    in.labels = Tensor::from_vector(y, {B, Tt}, Device::cpu(), "labels");
+  }
+
+  // FLOPs count the parameters that take part in matrix products: not the
+  // embedding tables (a lookup), but the vocabulary projection of a language
+  // model head (tied or not) once.
+  auto is_table = [](const std::string& name) {
+    for (const char* t : {"embeddings", "wte", "wpe", "shared", "relative_attention_bias"})
+      if (name.find(t) != std::string::npos) return true;
+    return false;
+  };
+  int64_t num_params = 0, flop_params = 0;
+  bool has_head = false;
+  for (const auto& [name, p] : model->named_parameters()) {
+    num_params += p.numel();
+    if (!is_table(name)) flop_params += p.numel();
+    has_head = has_head || (p.shape().size() == 2 && p.shape()[0] == V && !is_table(name));
+  }
+  if (task != "text-classification" && !has_head)  // tied: the table is also the head
+    for (const auto& [name, p] : model->named_parameters())
+      if (p.shape().size() == 2 && p.shape()[0] == V) {
+        flop_params += p.numel();
+        break;
+      }
+  model->train();
+  optim::AdamW opt(model->parameters(), {.lr = 5e-5, .weight_decay = 0.01});
+  metrics::reset();
+  std::vector<double> times;
+  double loss = 0;
+  for (int64_t s = 0; s < warmup + steps; ++s) {
+    auto t0 = std::chrono::steady_clock::now();
+    Tensor l = model->forward(in).loss;
+    l.backward();
+    optim::clip_grad_norm(model->parameters(), 1.0);
+    opt.step();
+    opt.zero_grad();
+    mark_step();
+    loss = l.item();
+    if (s >= warmup) times.push_back(seconds_since(t0));
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  metrics::Snapshot m = metrics::snapshot();
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double peak_rss_mb = ru.ru_maxrss / 1024.0;
+
+  // The GEMM peak at the model's own shapes: its distinct linear-layer weights
+  // (and the vocabulary projection of language-model heads) with M = B x T.
+  std::set<std::pair<int64_t, int64_t>> shapes;
+  for (const auto& [name, p] : model->named_parameters()) {
+    if (p.shape().size() == 2 && !is_table(name)) shapes.insert({p.shape()[0], p.shape()[1]});
+  }
+  if (task != "text-classification")
+    for (const auto& [name, p] : model->named_parameters())
+      if (p.shape().size() == 2 && p.shape()[0] == V) shapes.insert({p.shape()[1], V});
+  double peak_gflops = 0;
+  std::string peak_shape;
+  for (auto [k, n] : shapes) {
+    double g = gemm_gflops(B * T, k, n);
+    if (g > peak_gflops) {
+      peak_gflops = g;
+      peak_shape = "[" + std::to_string(B * T) + "x" + std::to_string(k) + "] x [" + std::to_string(k) + "x" +
+                   std::to_string(n) + "]";
+    }
+  }
+
+  const double tokens = static_cast<double>(B * T);
+  const double model_gflops = 6.0 * flop_params * tokens / median / 1e9;
+  std::printf("kiln bench: %s, %s, batch %lld x %lld, %lld parameters (%lld in matrix products), %d threads\n",
+              model->architecture().c_str(), task.c_str(), (long long)B, (long long)T, (long long)num_params,
+              (long long)flop_params, omp_get_max_threads());
+  std::printf("  median step      %.4f s (%lld steps after %lld warm-up; loss %.4f)\n", median, (long long)steps,
+              (long long)warmup, loss);
+  std::printf("  tokens/s         %.1f\n", tokens / median);
+  std::printf("  model FLOP/s     %.1f GFLOP/s (6 x parameters in matrix products x tokens/s)\n", model_gflops);
+  std::printf("  GEMM peak        %.1f GFLOP/s at %s -> model FLOP/s is %.0f %% of it\n", peak_gflops,
+              peak_shape.c_str(), 100.0 * model_gflops / std::max(peak_gflops, 1e-9));
+  std::printf("  compile          %.3f s (%lld compiles)\n", m.compile_seconds, (long long)m.compiles);
+  std::printf("  peak memory      %.0f MB resident\n", peak_rss_mb);
+  if (flags.has("json"))
+    std::printf(
+        "{\"model\": \"%s\", \"task\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"flop_parameters\": %lld, \"median_step_s\": %.6f, "
+        "\"tokens_per_s\": %.2f, \"model_gflops\": %.2f, \"gemm_peak_gflops\": %.2f, \"fraction_of_gemm_peak\": %.4f, "
+        "\"compile_s\": %.4f, \"compiles\": %lld, \"peak_rss_mb\": %.1f}\n",
+        model->architecture().c_str(), task.c_str(), (long long)B, (long long)T, (long long)num_params, (long long)flop_params, median,
+        tokens / median, model_gflops, peak_gflops, model_gflops / std::max(peak_gflops, 1e-9), m.compile_seconds,
+        (long long)m.compiles, peak_rss_mb);
+  return 0;
+}
+
+}  // namespace
+
+KILN_COMMAND(bench, "time training steps: step time, tokens/s, model FLOP/s vs the GEMM peak, memory", run_bench);
