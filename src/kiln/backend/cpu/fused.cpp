@@ -208,8 +208,8 @@ void eval_chunk(const Instr& ins, std::span<char* const> inputs, int64_t start, 
         const int64_t* key = reinterpret_cast<const int64_t*>(inputs[s.load]) + key_op.view.offset;
         uint64_t seed = static_cast<uint64_t>(key[0]), offset = static_cast<uint64_t>(key[1]);
         const int64_t first = start + (numel(key_op.view.shape) > 2 ? key[2] : 0);
-        if (s.op == Op::RandUniform) KILN_EW(Philox::uniform(seed, offset, first + j));
-        else KILN_EW(Philox::normal(seed, offset, first + j));
+        if (s.op == Op::RandUniform) Philox::uniform_range(seed, offset, static_cast<uint64_t>(first), len, r);
+        else Philox::normal_range(seed, offset, static_cast<uint64_t>(first), len, r);
         break;
       }
       case Op::Neg: KILN_EW(-a[j]); break;

@@ -6,6 +6,10 @@
 #include <cmath>
 #include <cstdint>
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 namespace kiln::backend::cpu {
 
 struct Philox {
@@ -31,19 +35,105 @@ struct Philox {
     }
     for (int i = 0; i < 4; ++i) out[i] = c[i];
   }
-  // U[0, 1) with 24 bits.
+  // Element i of a stream uses word i % 4 of block i / 4 (uniform) or the
+  // pair (i % 2) of block i / 2 (normal), so a block's 10 rounds serve 4 (2)
+  // elements.
+  static inline float to_uniform(uint32_t w) { return static_cast<float>(w >> 8) * (1.0f / 16777216.0f); }
+  static inline float to_normal(uint32_t a, uint32_t b) {
+    double u1 = (static_cast<double>(a) + 1.0) / 4294967296.0;  // (0, 1]
+    double u2 = static_cast<double>(b) / 4294967296.0;
+    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+  }
+  // U[0, 1) with 24 bits, element `index`.
   static inline float uniform(uint64_t seed, uint64_t offset, uint64_t index) {
     uint32_t w[4];
-    generate(seed, offset, index, w);
-    return static_cast<float>(w[0] >> 8) * (1.0f / 16777216.0f);
+    generate(seed, offset, index >> 2, w);
+    return to_uniform(w[index & 3]);
   }
-  // N(0, 1) by Box-Muller on two words.
+  // N(0, 1) by Box-Muller on two words, element `index`.
   static inline float normal(uint64_t seed, uint64_t offset, uint64_t index) {
     uint32_t w[4];
-    generate(seed, offset, index, w);
-    double u1 = (static_cast<double>(w[0]) + 1.0) / 4294967296.0;  // (0, 1]
-    double u2 = static_cast<double>(w[1]) / 4294967296.0;
-    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+    generate(seed, offset, index >> 1, w);
+    return to_normal(w[2 * (index & 1)], w[2 * (index & 1) + 1]);
+  }
+  // kLanes consecutive blocks at once; out[k][l] = word k of block block0 + l.
+  static constexpr int kLanes = 8;
+  static inline void generate_lanes(uint64_t seed, uint64_t offset, uint64_t block0, uint32_t out[4][kLanes]) {
+#ifdef __AVX2__
+    // Eight blocks in the lanes of AVX2 registers; the 32x32->64-bit products
+    // of even and odd lanes come from two vpmuludq each.
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i base_lo = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(block0)));
+    __m256i c0 = _mm256_add_epi32(base_lo, lane);
+    // Carry into the high word where the low word wrapped.
+    const __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(base_lo, _mm256_set1_epi32(INT32_MIN)),
+                                               _mm256_xor_si256(c0, _mm256_set1_epi32(INT32_MIN)));
+    __m256i c1 = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(block0 >> 32))), wrapped);
+    __m256i c2 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(offset)));
+    __m256i c3 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(offset >> 32)));
+    const __m256i m0 = _mm256_set1_epi64x(0xD2511F53u), m1 = _mm256_set1_epi64x(0xCD9E8D57u);
+    const __m256i low = _mm256_set1_epi64x(0xFFFFFFFFll), high = _mm256_set1_epi64x(static_cast<long long>(0xFFFFFFFF00000000ull));
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    auto mul = [&](__m256i x, __m256i m, __m256i& hi, __m256i& lo) {
+      __m256i even = _mm256_mul_epu32(x, m), odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), m);
+      lo = _mm256_or_si256(_mm256_and_si256(even, low), _mm256_slli_epi64(odd, 32));
+      hi = _mm256_or_si256(_mm256_srli_epi64(even, 32), _mm256_and_si256(odd, high));
+    };
+    for (int r = 0; r < 10; ++r) {
+      __m256i hi0, lo0, hi1, lo1;
+      mul(c0, m0, hi0, lo0);
+      mul(c2, m1, hi1, lo1);
+      const __m256i vk0 = _mm256_set1_epi32(static_cast<int>(k0)), vk1 = _mm256_set1_epi32(static_cast<int>(k1));
+      c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), vk0);
+      c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), vk1);
+      c1 = lo1;
+      c3 = lo0;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[0]), c0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[1]), c1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[2]), c2);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[3]), c3);
+#else
+    for (int l = 0; l < kLanes; ++l) {
+      uint32_t w[4];
+      generate(seed, offset, block0 + static_cast<uint64_t>(l), w);
+      for (int k = 0; k < 4; ++k) out[k][l] = w[k];
+    }
+#endif
+  }
+  // Elements [first, first + n) of a stream into out: whole groups of blocks
+  // in lockstep, the ragged ends one block at a time (the same values).
+  template <typename T>
+  static void uniform_range(uint64_t seed, uint64_t offset, uint64_t first, int64_t n, T* out) {
+    uint32_t w[4];
+    int64_t j = 0;
+    while (j < n && ((first + static_cast<uint64_t>(j)) & 3) != 0) {  // to a block boundary
+      const uint64_t i = first + static_cast<uint64_t>(j);
+      generate(seed, offset, i >> 2, w);
+      out[j++] = static_cast<T>(to_uniform(w[i & 3]));
+    }
+    uint32_t lanes[4][kLanes];
+    for (; j + 4 * kLanes <= n; j += 4 * kLanes) {
+      generate_lanes(seed, offset, (first + static_cast<uint64_t>(j)) >> 2, lanes);
+      for (int l = 0; l < kLanes; ++l)
+        for (int k = 0; k < 4; ++k) out[j + 4 * l + k] = static_cast<T>(to_uniform(lanes[k][l]));
+    }
+    for (; j < n;) {
+      const uint64_t i = first + static_cast<uint64_t>(j);
+      generate(seed, offset, i >> 2, w);
+      for (uint64_t k = i & 3; k < 4 && j < n; ++k, ++j) out[j] = static_cast<T>(to_uniform(w[k]));
+    }
+  }
+  template <typename T>
+  static void normal_range(uint64_t seed, uint64_t offset, uint64_t first, int64_t n, T* out) {
+    uint32_t w[4];
+    for (int64_t j = 0; j < n;) {
+      const uint64_t i = first + static_cast<uint64_t>(j);
+      generate(seed, offset, i >> 1, w);
+      for (uint64_t k = i & 1; k < 2 && j < n; ++k, ++j) out[j] = static_cast<T>(to_normal(w[2 * k], w[2 * k + 1]));
+    }
   }
 };
 
