@@ -35,8 +35,37 @@ Encoding Tokenizer::encode_sequence(std::string_view text, uint32_t type_id) con
   const Model& m = model();
   PreTokenizedString pre = added_.extract_and_normalize(normalizer_.get(), std::string(text));
   if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pre);
-  for (Split& s : pre.splits()) {
-    if (!s.tokens) s.tokens = m.tokenize(s.normalized.get());
+  std::vector<Split>& splits = pre.splits();
+  if (!truncation_) {
+    for (Split& s : splits) {
+      if (!s.tokens) s.tokens = m.tokenize(s.normalized.get());
+    }
+  } else {
+    // tokenizers 0.23 stops early under truncation: it tokenizes the splits
+    // from the kept end (the start for Right, the end for Left) and, as soon
+    // as a split the model tokenized brings the count of tokens so far
+    // (added tokens included) to max_length, drops every split beyond it.
+    // Whole splits are kept, so a sequence can stay longer than max_length;
+    // dropped splits make no overflowing pieces and do not count as words.
+    // This also decides LongestFirst between two long sequences.
+    const size_t limit = truncation_->max_length;
+    const bool right = truncation_->direction == Direction::Right;
+    size_t count = 0;
+    for (size_t k = 0; k < splits.size(); ++k) {
+      size_t i = right ? k : splits.size() - 1 - k;
+      Split& s = splits[i];
+      bool by_model = !s.tokens;
+      if (by_model) s.tokens = m.tokenize(s.normalized.get());
+      count += s.tokens->size();
+      if (by_model && count >= limit) {
+        if (right) {
+          splits.erase(splits.begin() + static_cast<long>(i) + 1, splits.end());
+        } else {
+          splits.erase(splits.begin(), splits.begin() + static_cast<long>(i));
+        }
+        break;
+      }
+    }
   }
   // Byte offsets -> character offsets in the original text.
   const std::string& original = pre.original();
@@ -80,38 +109,29 @@ static void truncate_pair(Encoding& a, std::optional<Encoding>& b, const Truncat
         a.truncate(p.max_length, p.direction);
         return;
       }
-      // Matches tokenizers 0.23 (probed with tools/goldens/tokenizers): the
-      // shorter sequence is kept when the longer can absorb the cut;
-      // otherwise both get half, the first the smaller half. When both
-      // exceed max_length the halves go to the first and second in order.
-      size_t half = p.max_length / 2, rest = half + p.max_length % 2;
-      size_t n1 = a.size(), n2 = b->size();
-      size_t shorter = std::min(n1, n2);
-      if (shorter > p.max_length) {
-        n1 = half;
-        n2 = rest;
-      } else {
-        size_t longer = std::max(shorter, p.max_length - shorter);
-        if (shorter + longer > p.max_length) {
-          shorter = half;
-          longer = rest;
-        }
-        if (a.size() > b->size()) {
-          n1 = longer;
-          n2 = shorter;
-        } else {
-          n1 = shorter;
-          n2 = longer;
-        }
+      // The shorter sequence keeps its length when the longer one can take
+      // the whole cut (the longer then gets the rest of the budget).
+      // Otherwise the budget is halved: the shorter gets max_length / 2, the
+      // longer the other half (one more when max_length is odd); with equal
+      // lengths the first counts as the shorter.
+      bool first_longer = a.size() > b->size();
+      size_t shorter = std::min(a.size(), b->size());
+      size_t longer = shorter > p.max_length ? shorter
+                                             : std::max(shorter, p.max_length - shorter);
+      if (shorter + longer > p.max_length) {
+        shorter = p.max_length / 2;
+        longer = shorter + p.max_length % 2;
       }
-      a.truncate(n1, p.direction);
-      b->truncate(n2, p.direction);
+      a.truncate(first_longer ? longer : shorter, p.direction);
+      b->truncate(first_longer ? shorter : longer, p.direction);
       return;
     }
     case TruncationStrategy::OnlyFirst:
     case TruncationStrategy::OnlySecond: {
-      Encoding* target = p.strategy == TruncationStrategy::OnlyFirst ? &a : (b ? &*b : nullptr);
-      KILN_CHECK(target && target->size() > to_remove,
+      KILN_CHECK(p.strategy == TruncationStrategy::OnlyFirst || b,
+                 "Truncation error: Second sequence not provided (strategy OnlySecond)");
+      Encoding* target = p.strategy == TruncationStrategy::OnlyFirst ? &a : &*b;
+      KILN_CHECK(target->size() > to_remove,
                  "Truncation error: Sequence to truncate too short to respect the provided "
                  "max_length");
       target->truncate(target->size() - to_remove, p.direction);
