@@ -31,12 +31,13 @@ static void check_utf8(std::string_view text) {
   }
 }
 
-Encoding Tokenizer::encode_sequence(std::string_view text, uint32_t type_id) const {
+Encoding Tokenizer::encode_sequence(std::string_view text, uint32_t type_id,
+                                    bool stop_early) const {
   const Model& m = model();
   PreTokenizedString pre = added_.extract_and_normalize(normalizer_.get(), std::string(text));
   if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pre);
   std::vector<Split>& splits = pre.splits();
-  if (!truncation_) {
+  if (!truncation_ || !stop_early) {
     for (Split& s : splits) {
       if (!s.tokens) s.tokens = m.tokenize(s.normalized.get());
     }
@@ -47,7 +48,8 @@ Encoding Tokenizer::encode_sequence(std::string_view text, uint32_t type_id) con
     // (added tokens included) to max_length, drops every split beyond it.
     // Whole splits are kept, so a sequence can stay longer than max_length;
     // dropped splits make no overflowing pieces and do not count as words.
-    // This also decides LongestFirst between two long sequences.
+    // This also decides LongestFirst between two long sequences. (Under
+    // OnlySecond the first text of a pair is not stopped early.)
     const size_t limit = truncation_->max_length;
     const bool right = truncation_->direction == Direction::Right;
     size_t count = 0;
@@ -98,15 +100,20 @@ Encoding Tokenizer::encode_sequence(std::string_view text, uint32_t type_id) con
   return e;
 }
 
-// tokenizers' truncate_encodings (without overflowing tokens).
+// tokenizers' truncate_encodings.
 static void truncate_pair(Encoding& a, std::optional<Encoding>& b, const TruncationParams& p) {
+  if (p.max_length == 0) {  // whatever the strategy, everything overflows
+    a.truncate(0, p.stride, p.direction);
+    if (b) b->truncate(0, p.stride, p.direction);
+    return;
+  }
   size_t total = a.size() + (b ? b->size() : 0);
   if (total <= p.max_length) return;
   size_t to_remove = total - p.max_length;
   switch (p.strategy) {
     case TruncationStrategy::LongestFirst: {
       if (!b) {
-        a.truncate(p.max_length, p.direction);
+        a.truncate(p.max_length, p.stride, p.direction);
         return;
       }
       // The shorter sequence keeps its length when the longer one can take
@@ -122,8 +129,8 @@ static void truncate_pair(Encoding& a, std::optional<Encoding>& b, const Truncat
         shorter = p.max_length / 2;
         longer = shorter + p.max_length % 2;
       }
-      a.truncate(first_longer ? longer : shorter, p.direction);
-      b->truncate(first_longer ? shorter : longer, p.direction);
+      a.truncate(first_longer ? longer : shorter, p.stride, p.direction);
+      b->truncate(first_longer ? shorter : longer, p.stride, p.direction);
       return;
     }
     case TruncationStrategy::OnlyFirst:
@@ -134,7 +141,7 @@ static void truncate_pair(Encoding& a, std::optional<Encoding>& b, const Truncat
       KILN_CHECK(target->size() > to_remove,
                  "Truncation error: Sequence to truncate too short to respect the provided "
                  "max_length");
-      target->truncate(target->size() - to_remove, p.direction);
+      target->truncate(target->size() - to_remove, p.stride, p.direction);
       return;
     }
   }
@@ -155,48 +162,46 @@ Encoding Tokenizer::post_process(Encoding a, std::optional<Encoding> b, bool add
   Encoding out;
   if (post_processor_) {
     out = merge_encodings(post_processor_->process(std::move(parts), add));
+  } else if (parts.size() == 1) {
+    out = std::move(parts[0]);
   } else {
-    for (size_t i = 0; i < parts.size(); ++i) {
-      if (parts.size() > 1) parts[i].set_sequence_id(static_cast<uint32_t>(i));
-      out.append(parts[i]);
-    }
+    for (size_t i = 0; i < parts.size(); ++i) parts[i].set_sequence_id(static_cast<uint32_t>(i));
+    out = merge_encodings(std::move(parts));
   }
-  if (padding_ && padding_->length) {
-    size_t target = *padding_->length;
-    if (padding_->pad_to_multiple_of && *padding_->pad_to_multiple_of > 0 &&
-        target % *padding_->pad_to_multiple_of) {
-      target += *padding_->pad_to_multiple_of - target % *padding_->pad_to_multiple_of;
-    }
-    out.pad(target, padding_->pad_id, padding_->pad_type_id, padding_->pad_token,
-            padding_->direction);
-  } else if (padding_ && padding_->pad_to_multiple_of && *padding_->pad_to_multiple_of > 0) {
-    size_t m = *padding_->pad_to_multiple_of, target = out.size();
-    if (target % m) target += m - target % m;
-    out.pad(target, padding_->pad_id, padding_->pad_type_id, padding_->pad_token,
-            padding_->direction);
+  if (padding_) {
+    // As tokenizers' pad_encodings on this one encoding: batch-longest pads
+    // to its own length, which only lengthens its overflowing pieces.
+    out.pad(padded_length(padding_->length.value_or(out.size())), padding_->pad_id,
+            padding_->pad_type_id, padding_->pad_token, padding_->direction);
   }
   return out;
 }
 
+size_t Tokenizer::padded_length(size_t length) const {
+  if (padding_ && padding_->pad_to_multiple_of && *padding_->pad_to_multiple_of > 0) {
+    size_t m = *padding_->pad_to_multiple_of;
+    if (length % m) length += m - length % m;
+  }
+  return length;
+}
+
 Encoding Tokenizer::encode(std::string_view text, bool add) const {
   check_utf8(text);
-  return post_process(encode_sequence(text, 0), std::nullopt, add);
+  return post_process(encode_sequence(text, 0, true), std::nullopt, add);
 }
 
 Encoding Tokenizer::encode_pair(std::string_view text, std::string_view pair, bool add) const {
   check_utf8(text);
   check_utf8(pair);
-  return post_process(encode_sequence(text, 0), encode_sequence(pair, 1), add);
+  bool stop_first = !truncation_ || truncation_->strategy != TruncationStrategy::OnlySecond;
+  return post_process(encode_sequence(text, 0, stop_first), encode_sequence(pair, 1, true), add);
 }
 
 void Tokenizer::pad_batch(std::vector<Encoding>& encodings) const {
   if (!padding_ || padding_->length) return;  // fixed length: done per encoding
   size_t target = 0;
   for (const auto& e : encodings) target = std::max(target, e.size());
-  if (padding_->pad_to_multiple_of && *padding_->pad_to_multiple_of > 0 &&
-      target % *padding_->pad_to_multiple_of) {
-    target += *padding_->pad_to_multiple_of - target % *padding_->pad_to_multiple_of;
-  }
+  target = padded_length(target);
   for (auto& e : encodings) {
     e.pad(target, padding_->pad_id, padding_->pad_type_id, padding_->pad_token,
           padding_->direction);

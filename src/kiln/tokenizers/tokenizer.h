@@ -28,6 +28,9 @@ struct TruncationParams {
   size_t max_length = 512;
   TruncationStrategy strategy = TruncationStrategy::LongestFirst;
   Direction direction = Direction::Right;
+  // What is cut off becomes Encoding::overflowing: windows of the kept
+  // length, each repeating the last `stride` tokens of the previous one.
+  size_t stride = 0;
 };
 
 struct PaddingParams {
@@ -82,9 +85,12 @@ class Tokenizer {
   size_t vocab_size(bool with_added_tokens = true) const;
 
  private:
-  Encoding encode_sequence(std::string_view text, uint32_t type_id) const;
+  // stop_early: under truncation, stop tokenizing past max_length tokens.
+  Encoding encode_sequence(std::string_view text, uint32_t type_id, bool stop_early) const;
   Encoding post_process(Encoding a, std::optional<Encoding> b, bool add_special_tokens) const;
   void pad_batch(std::vector<Encoding>& encodings) const;
+  // length rounded up to padding's pad_to_multiple_of.
+  size_t padded_length(size_t length) const;
 
   NormalizerPtr normalizer_;
   PreTokenizerPtr pre_tokenizer_;

@@ -493,6 +493,7 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
     else if (s == "OnlySecond") p.strategy = TruncationStrategy::OnlySecond;
     else throw Error(detail::concat(w, ".strategy: unknown value '", s, "'"));
     p.direction = direction(*tr, w);
+    p.stride = get_uint(*tr, "stride", 0, w);
     t.set_truncation(p);
   }
   if (const json* pd = field(j, "padding")) {
