@@ -172,6 +172,12 @@ TEST(Overflow, StrideNotBelowTheCutLengthIsAnError) {
   } catch (const kiln::Error& e) {
     EXPECT_NE(std::string(e.what()).find("stride 4"), std::string::npos) << e.what();
   }
+  // Above max_length less the special tokens of a single text, tokenizers
+  // refuses the setting, whatever is encoded.
+  p.max_length = 6;
+  p.stride = 5;
+  tok.set_truncation(p);
+  EXPECT_THROW(tok.encode(words(2), false), kiln::Error);
   // A pair under LongestFirst: 9 tokens for two texts, windows of 4 and 5.
   p.max_length = 12;
   p.stride = 4;

@@ -150,6 +150,11 @@ static void truncate_pair(Encoding& a, std::optional<Encoding>& b, const Truncat
 Encoding Tokenizer::post_process(Encoding a, std::optional<Encoding> b, bool add) const {
   if (truncation_) {
     TruncationParams p = *truncation_;
+    // tokenizers refuses such a stride when truncation is set.
+    size_t single_added = post_processor_ ? post_processor_->added_tokens(false) : 0;
+    KILN_CHECK(p.max_length < single_added || p.stride <= p.max_length - single_added,
+               "Truncation error: stride ", p.stride, " is larger than max_length ", p.max_length,
+               " less the ", single_added, " special tokens of a single text");
     size_t added = add && post_processor_ ? post_processor_->added_tokens(b.has_value()) : 0;
     KILN_CHECK(p.max_length >= added, "Truncation error: max_length ", p.max_length,
                " is smaller than the ", added, " special tokens added");
