@@ -202,6 +202,33 @@ Encoding Tokenizer::encode_pair(std::string_view text, std::string_view pair, bo
   return post_process(encode_sequence(text, 0, stop_first), encode_sequence(pair, 1, true), add);
 }
 
+Encoding Tokenizer::encode_word_sequence(const std::vector<std::string>& words, uint32_t type_id,
+                                         bool stop_early) const {
+  Encoding out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    try {
+      check_utf8(words[i]);
+    } catch (const Error& e) {
+      throw Error(detail::concat("word ", i, ": ", e.what()));
+    }
+    Encoding e = encode_sequence(words[i], type_id, stop_early);
+    e.word_ids.assign(e.size(), static_cast<uint32_t>(i));
+    out.append(e);
+  }
+  return out;
+}
+
+Encoding Tokenizer::encode_words(const std::vector<std::string>& words, bool add) const {
+  return post_process(encode_word_sequence(words, 0, true), std::nullopt, add);
+}
+
+Encoding Tokenizer::encode_words_pair(const std::vector<std::string>& words,
+                                      const std::vector<std::string>& pair, bool add) const {
+  bool stop_first = !truncation_ || truncation_->strategy != TruncationStrategy::OnlySecond;
+  return post_process(encode_word_sequence(words, 0, stop_first),
+                      encode_word_sequence(pair, 1, true), add);
+}
+
 void Tokenizer::pad_batch(std::vector<Encoding>& encodings) const {
   if (!padding_ || padding_->length) return;  // fixed length: done per encoding
   size_t target = 0;
@@ -249,6 +276,20 @@ std::vector<Encoding> Tokenizer::encode_batch_pairs(
   parallel_for(pairs.size(), [&](size_t i) {
     try {
       out[i] = encode_pair(pairs[i].first, pairs[i].second, add);
+    } catch (const Error& e) {
+      throw Error(detail::concat("batch item ", i, ": ", e.what()));
+    }
+  });
+  pad_batch(out);
+  return out;
+}
+
+std::vector<Encoding> Tokenizer::encode_batch_words(
+    const std::vector<std::vector<std::string>>& batch, bool add) const {
+  std::vector<Encoding> out(batch.size());
+  parallel_for(batch.size(), [&](size_t i) {
+    try {
+      out[i] = encode_words(batch[i], add);
     } catch (const Error& e) {
       throw Error(detail::concat("batch item ", i, ": ", e.what()));
     }
