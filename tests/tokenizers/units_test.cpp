@@ -2,9 +2,16 @@
 #include <gtest/gtest.h>
 
 #include "kiln/core/error.h"
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
 #include "kiln/tokenizers/bpe.h"
+#include "kiln/tokenizers/decoders.h"
 #include "kiln/tokenizers/normalized_string.h"
 #include "kiln/tokenizers/normalizers.h"
+#include "kiln/tokenizers/pre_tokenizers.h"
 #include "kiln/tokenizers/tokenizer.h"
 #include "kiln/tokenizers/unigram.h"
 #include "kiln/tokenizers/utf8.h"
@@ -20,6 +27,8 @@ Vocab vocab_of(const std::vector<std::string>& tokens) {
   for (uint32_t i = 0; i < tokens.size(); ++i) v.set(tokens[i], i);
   return v;
 }
+
+std::vector<std::string> values_of(const std::vector<std::string>& ts) { return ts; }
 
 std::vector<std::string> values(const std::vector<Token>& ts) {
   std::vector<std::string> out;
@@ -203,6 +212,145 @@ TEST(Batch, SameAsOneByOne) {
   for (int i = 0; i < 200; ++i) texts.push_back(repeat(i % 3 ? "a" : "b", i % 17));
   auto enc = tok.encode_batch(texts);
   for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(enc[i].ids, tok.encode(texts[i]).ids);
+}
+
+std::string gpt2_vocab_json_or_empty() {
+  std::ifstream in(std::string(KILN_SHARED_DIR) + "/tokenizers/gpt2/tokenizer.json");
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A byte-level BPE (tokenizer.json text) with the given model.dropout.
+std::string with_dropout(const std::string& tokenizer_json, const char* dropout) {
+  nlohmann::json j = nlohmann::json::parse(tokenizer_json);
+  j["model"]["dropout"] = nlohmann::json::parse(dropout);
+  j["post_processor"] = nullptr;
+  return j.dump();
+}
+
+std::string small_byte_level_bpe() {
+  nlohmann::json all;
+  std::ifstream in(std::string(KILN_TEST_DATA_DIR) + "/tokenizers/components.json");
+  in >> all;
+  for (const auto& spec : all) {
+    if (spec["name"] == "roberta_byte_level") return spec["tokenizer"].dump();
+  }
+  throw kiln::Error("components.json: no roberta_byte_level");
+}
+
+std::vector<std::string> words_of(const Tokenizer& tok, const std::string& text) {
+  return values_of(tok.encode(text, false).tokens);
+}
+
+TEST(BpeDropout, ZeroAndTinyRatesAreExactlyPlainBpe) {
+  std::string gpt2 = gpt2_vocab_json_or_empty();
+  std::string base = gpt2.empty() ? small_byte_level_bpe() : gpt2;
+  Tokenizer plain = Tokenizer::from_json_string(with_dropout(base, "null"), "plain");
+  // 0 takes the plain path; a tiny rate runs the dropout queue without ever
+  // skipping, which must merge exactly as the plain algorithm does.
+  Tokenizer zero = Tokenizer::from_json_string(with_dropout(base, "0.0"), "zero");
+  Tokenizer tiny = Tokenizer::from_json_string(with_dropout(base, "1e-30"), "tiny");
+  std::ifstream in(std::string(KILN_TEST_DATA_DIR) + "/tokenizers/corpus.txt");
+  size_t lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) {
+    auto expected = words_of(plain, line);
+    EXPECT_EQ(words_of(zero, line), expected) << line;
+    EXPECT_EQ(words_of(tiny, line), expected) << line;
+  }
+  EXPECT_GT(lines, 50u);
+}
+
+TEST(BpeDropout, OneLeavesCharactersAndHalfSkipsSomeMerges) {
+  std::string base = small_byte_level_bpe();
+  Tokenizer plain = Tokenizer::from_json_string(with_dropout(base, "null"), "plain");
+  Tokenizer one = Tokenizer::from_json_string(with_dropout(base, "1.0"), "one");
+  EXPECT_EQ(words_of(plain, "hello world"), (std::vector<std::string>{"\xC4\xA0hello", "\xC4\xA0world"}));
+  EXPECT_EQ(words_of(one, "hello world"),
+            (std::vector<std::string>{"\xC4\xA0", "h", "e", "l", "l", "o", "\xC4\xA0", "w", "o", "r", "l", "d"}));
+  Tokenizer half = Tokenizer::from_json_string(with_dropout(base, "0.5"), "half");
+  std::set<std::vector<std::string>> seen;
+  for (int i = 0; i < 400; ++i) {
+    auto t = words_of(half, "hello");
+    std::string joined;
+    for (const auto& s : t) joined += s;
+    EXPECT_EQ(joined, "\xC4\xA0hello");  // always a segmentation of the word
+    for (const auto& s : t) EXPECT_TRUE(half.token_to_id(s).has_value()) << s;
+    seen.insert(t);
+  }
+  EXPECT_TRUE(seen.count(words_of(plain, "hello")));   // sometimes every merge
+  EXPECT_TRUE(seen.count(words_of(one, "hello")));     // sometimes none
+  EXPECT_GT(seen.size(), 5u);                          // and many in between
+}
+
+TEST(BpeDropout, DeterministicPerSeed) {
+  Tokenizer half = Tokenizer::from_json_string(with_dropout(small_byte_level_bpe(), "0.5"), "half");
+  const auto& bpe = dynamic_cast<const Bpe&>(half.model());
+  auto run = [&](uint64_t seed) {
+    bpe.seed_dropout(seed);
+    std::vector<std::vector<std::string>> out;
+    for (int i = 0; i < 50; ++i) out.push_back(words_of(half, "hello world hello"));
+    return out;
+  };
+  EXPECT_EQ(run(7), run(7));
+  EXPECT_NE(run(7), run(8));
+}
+
+TEST(BpeDropout, RateOutsideZeroOneIsAnError) {
+  for (const char* bad : {"1.5", "-0.1", "\"half\""}) {
+    try {
+      Tokenizer::from_json_string(with_dropout(small_byte_level_bpe(), bad), "dropout.json");
+      FAIL() << "dropout " << bad;
+    } catch (const kiln::Error& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find("dropout.json: model.dropout"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(ByteLevelNormalizer, BytesBecomeCharactersAlignedToTheirCharacter) {
+  NormalizedString n("a \xE6\x88\x91", 0);  // a, space, 我 (3 bytes)
+  ByteLevelNormalizer().normalize(n);
+  EXPECT_EQ(n.get(), "a\xC4\xA0\xC3\xA6\xC4\xAA\xC4\xB3");  // a Ġ æ Ī ĳ
+  EXPECT_EQ(n.original_range(1, 3), (std::pair<size_t, size_t>{1, 2}));  // Ġ: the space
+  EXPECT_EQ(n.original_range(3, 5), (std::pair<size_t, size_t>{2, 5}));  // æ: all of 我
+  EXPECT_EQ(n.original_range(7, 9), (std::pair<size_t, size_t>{2, 5}));
+}
+
+std::vector<std::string> script_pieces(const std::string& text) {
+  PreTokenizedString p(text);
+  UnicodeScriptsPreTokenizer().pre_tokenize(p);
+  std::vector<std::string> out;
+  for (const auto& s : p.splits()) out.push_back(s.normalized.get());
+  return out;
+}
+
+TEST(UnicodeScripts, SplitsWhereTheScriptChanges) {
+  using V = std::vector<std::string>;
+  // Hiragana, Katakana and Han are one script; 。 is Common.
+  EXPECT_EQ(script_pieces("\xE3\x81\xA9\xE3\x81\x93\xE3\x81\xA7\xE7\x94\x9F\xE3\x82\x8C\xE3\x80\x82Yes"),
+            (V{"\xE3\x81\xA9\xE3\x81\x93\xE3\x81\xA7\xE7\x94\x9F\xE3\x82\x8C", "\xE3\x80\x82", "Yes"}));
+  // Spaces have no script: they stay with the text before them...
+  EXPECT_EQ(script_pieces("Apples are \xE3\x82\x8A\xE3\x82\x93\xE3\x81\x94 \xE6\x9E\x97"),
+            (V{"Apples are ", "\xE3\x82\x8A\xE3\x82\x93\xE3\x81\x94 \xE6\x9E\x97"}));
+  // ... and are dropped when nothing comes before them.
+  EXPECT_EQ(script_pieces("  ab 12"), (V{"ab ", "12"}));
+  EXPECT_EQ(script_pieces("   "), V{});
+}
+
+TEST(CtcDecoder, CollapsesRepeatsDropsPadsAndSpacesWords) {
+  CtcDecoder ctc("<pad>", "|", true);
+  auto split = [](const std::string& s) {
+    std::vector<std::string> out;
+    std::istringstream in(s);
+    for (std::string t; in >> t;) out.push_back(t);
+    return out;
+  };
+  EXPECT_EQ(ctc.decode(split("<pad> <pad> h e e l l <pad> l o o o <pad> | | w o r <pad> l d d")),
+            "hello world");
+  EXPECT_EQ(CtcDecoder("<pad>", "|", false).decode(split("a a | b")), "a|b");
+  EXPECT_EQ(ctc.decode({}), "");
 }
 
 TEST(Utf8, LossyReplacesMaximalSubparts) {

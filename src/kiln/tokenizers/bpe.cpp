@@ -1,6 +1,7 @@
 #include "kiln/tokenizers/bpe.h"
 
 #include <cstdio>
+#include <queue>
 
 #include "kiln/core/error.h"
 #include "kiln/tokenizers/utf8.h"
@@ -12,6 +13,8 @@ static uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t(a) << 32) | 
 Bpe::Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
          BpeOptions options)
     : vocab_(std::move(vocab)), opt_(std::move(options)), cache_(new Shard[kShards]) {
+  KILN_CHECK(!opt_.dropout || (*opt_.dropout >= 0.0f && *opt_.dropout <= 1.0f),
+             "BPE: dropout must be between 0 and 1 (inclusive), found ", *opt_.dropout);
   size_t prefix_len = opt_.continuing_subword_prefix ? opt_.continuing_subword_prefix->size() : 0;
   merges_.reserve(merges.size() * 2);
   for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -33,7 +36,12 @@ std::optional<std::string> Bpe::id_to_token(uint32_t id) const {
   return std::nullopt;
 }
 
-void Bpe::merge_word(std::string_view w, std::vector<Symbol>& symbols) const {
+void Bpe::seed_dropout(uint64_t seed) const {
+  dropout_seed_ = seed;
+  dropout_words_ = 0;
+}
+
+void Bpe::split_word(std::string_view w, std::vector<Symbol>& symbols) const {
   symbols.clear();
   std::optional<Symbol> unk;
   std::string s;
@@ -89,7 +97,10 @@ void Bpe::merge_word(std::string_view w, std::vector<Symbol>& symbols) const {
     // Without an unk token, an unknown character is dropped (as tokenizers does).
   }
   if (unk) symbols.push_back(*unk);
+}
 
+void Bpe::merge_word(std::string_view w, std::vector<Symbol>& symbols) const {
+  split_word(w, symbols);
   // Merge the lowest-ranked pair, leftmost first, until none applies.
   while (symbols.size() > 1) {
     uint32_t best_rank = UINT32_MAX, best_id = 0;
@@ -109,9 +120,88 @@ void Bpe::merge_word(std::string_view w, std::vector<Symbol>& symbols) const {
   }
 }
 
+static uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void Bpe::merge_with_dropout(std::vector<Symbol>& symbols, float dropout, uint64_t draw) const {
+  uint64_t state = dropout_seed_.load() ^ (draw * 0xD1B54A32D192ED03ull);
+  splitmix64(state);
+  // A uniform float in [0, 1) with 24 random bits, like rand's gen::<f32>().
+  auto skip = [&] { return float(splitmix64(state) >> 40) * 0x1p-24f < dropout; };
+
+  // Queue entries: a merge of the symbol at pos with the one after it. The
+  // queue pops the lowest rank, then the leftmost position.
+  struct Entry {
+    uint32_t rank;
+    size_t pos;
+    uint32_t merged;
+  };
+  auto later = [](const Entry& a, const Entry& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
+  std::priority_queue<Entry, std::vector<Entry>, decltype(later)> queue(later);
+  const size_t n = symbols.size();
+  std::vector<size_t> prev(n), next(n);  // n: none
+  std::vector<bool> gone(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    prev[i] = i == 0 ? n : i - 1;
+    next[i] = i + 1;
+  }
+  auto push = [&](size_t left, size_t right) {
+    auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
+    if (it != merges_.end()) queue.push({it->second.first, left, it->second.second});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(i, i + 1);
+  std::vector<Entry> skipped;
+  while (!queue.empty()) {
+    Entry top = queue.top();
+    queue.pop();
+    if (skip()) {
+      skipped.push_back(top);
+      continue;
+    }
+    for (const Entry& e : skipped) queue.push(e);
+    skipped.clear();
+    // Stale entries: the symbol was merged into its left neighbour, it is
+    // now last, or its pair has changed since the entry was queued.
+    if (gone[top.pos] || next[top.pos] >= n) continue;
+    size_t right = next[top.pos];
+    auto it = merges_.find(pair_key(symbols[top.pos].id, symbols[right].id));
+    if (it == merges_.end() || it->second.second != top.merged) continue;
+    symbols[top.pos].id = top.merged;
+    symbols[top.pos].end = symbols[right].end;
+    gone[right] = true;
+    next[top.pos] = next[right];
+    if (next[right] < n) prev[next[right]] = top.pos;
+    if (prev[top.pos] < n) push(prev[top.pos], top.pos);
+    if (next[top.pos] < n) push(top.pos, next[top.pos]);
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!gone[i]) symbols[kept++] = symbols[i];
+  }
+  symbols.resize(kept);
+}
+
 std::vector<Token> Bpe::tokenize(std::string_view word) const {
   std::vector<Token> out;
   if (word.empty()) return out;
+  if (opt_.dropout && *opt_.dropout > 0.0f) {
+    // As tokenizers: no cache and no ignore_merges shortcut under dropout.
+    std::vector<Symbol> symbols;
+    split_word(word, symbols);
+    merge_with_dropout(symbols, *opt_.dropout, dropout_words_.fetch_add(1));
+    out.reserve(symbols.size());
+    for (const Symbol& s : symbols) {
+      const std::string* t = vocab_.token(s.id);
+      out.push_back(Token{s.id, t ? *t : std::string(), {s.start, s.end}});
+    }
+    return out;
+  }
   if (opt_.ignore_merges) {
     if (auto id = vocab_.id(word)) {
       out.push_back(Token{*id, std::string(word), {0, word.size()}});

@@ -2,6 +2,16 @@
 // Byte-pair encoding: a word starts as characters (or bytes via <0xXX>
 // fallback tokens) and the lowest-ranked mergeable adjacent pair is merged
 // until none is left (leftmost first on equal rank).
+//
+// BPE dropout (tokenizer.json model.dropout, as tokenizers): each merge
+// taken from the queue is skipped with probability dropout; skipped merges
+// come back once another merge is made, and the word is done when every
+// remaining merge has been skipped in a row. 0 is plain BPE, 1 leaves the
+// word as characters (or bytes). The draws come from one deterministic
+// stream per model (tokenizers uses an unseeded thread RNG), restarted by
+// seed_dropout(); in batch encoding the order texts draw in follows the
+// threads' scheduling.
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -18,6 +28,7 @@ struct BpeOptions {
   bool fuse_unk = false;
   bool byte_fallback = false;
   bool ignore_merges = false;
+  std::optional<float> dropout;  // in [0, 1]
 };
 
 class Bpe : public Model {
@@ -30,13 +41,20 @@ class Bpe : public Model {
   std::optional<uint32_t> token_to_id(std::string_view t) const override { return vocab_.id(t); }
   std::optional<std::string> id_to_token(uint32_t id) const override;
   size_t vocab_size() const override { return vocab_.size(); }
+  const BpeOptions& options() const { return opt_; }
+  // Restarts the dropout draws from seed (0 at construction).
+  void seed_dropout(uint64_t seed) const;
 
  private:
   struct Symbol {
     uint32_t id;
     size_t start, end;  // bytes in the word
   };
+  // The word as characters / unk / byte-fallback tokens, before merging.
+  void split_word(std::string_view word, std::vector<Symbol>& symbols) const;
   void merge_word(std::string_view word, std::vector<Symbol>& symbols) const;
+  // tokenizers' merge queue with dropout; draws from the stream at `draw`.
+  void merge_with_dropout(std::vector<Symbol>& symbols, float dropout, uint64_t draw) const;
 
   Vocab vocab_;
   BpeOptions opt_;
@@ -51,6 +69,7 @@ class Bpe : public Model {
   };
   static constexpr size_t kShards = 64;
   mutable std::unique_ptr<Shard[]> cache_;
+  mutable std::atomic<uint64_t> dropout_seed_{0}, dropout_words_{0};
 };
 
 }  // namespace kiln::tokenizers

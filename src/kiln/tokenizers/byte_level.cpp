@@ -1,5 +1,6 @@
 #include "kiln/tokenizers/byte_level.h"
 
+#include "kiln/tokenizers/normalized_string.h"
 #include "kiln/tokenizers/utf8.h"
 
 namespace kiln::tokenizers::byte_level {
@@ -39,6 +40,21 @@ std::optional<unsigned char> char_to_byte(char32_t c) {
     }
   }
   return std::nullopt;
+}
+
+void to_byte_chars(NormalizedString& n) {
+  const std::string& t = n.get();
+  if (t.empty()) return;
+  std::vector<NormalizedString::Change> changes;
+  changes.reserve(t.size());
+  for (size_t i = 0; i < t.size();) {
+    size_t len = utf8::seq_len(static_cast<unsigned char>(t[i]));
+    for (size_t k = 0; k < len && i + k < t.size(); ++k) {
+      changes.emplace_back(byte_to_char(static_cast<unsigned char>(t[i + k])), k > 0 ? 1 : 0);
+    }
+    i += len;
+  }
+  n.transform(changes, 0);
 }
 
 }  // namespace kiln::tokenizers::byte_level

@@ -7,7 +7,16 @@
 #include <string>
 #include <string_view>
 
+namespace kiln::tokenizers {
+class NormalizedString;
+}
+
 namespace kiln::tokenizers::byte_level {
+
+// Replaces every byte of n by its character (a multi-byte character becomes
+// several, all aligned to it): the ByteLevel normalizer, and the last step
+// of the ByteLevel pre-tokenizer.
+void to_byte_chars(NormalizedString& n);
 
 // The character byte b stands for.
 char32_t byte_to_char(unsigned char b);

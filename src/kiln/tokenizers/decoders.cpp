@@ -11,8 +11,22 @@ std::string Decoder::decode(std::vector<std::string> tokens) const {
   return out;
 }
 
+// Rust's str::replace: an empty `from` matches before every character and
+// at the end.
 static void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  if (from.empty()) return;
+  if (from.empty()) {
+    if (to.empty()) return;
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+      size_t n = utf8::seq_len(static_cast<unsigned char>(s[i]));
+      out.append(to);
+      out.append(s, i, n);
+      i += n;
+    }
+    out.append(to);
+    s = std::move(out);
+    return;
+  }
   std::string out;
   size_t pos = 0;
   for (size_t hit = s.find(from); hit != std::string::npos; hit = s.find(from, pos)) {
@@ -158,6 +172,21 @@ std::vector<std::string> ReplaceDecoder::decode_chain(std::vector<std::string> t
 std::vector<std::string> SequenceDecoder::decode_chain(std::vector<std::string> tokens) const {
   for (const auto& p : parts_) tokens = p->decode_chain(std::move(tokens));
   return tokens;
+}
+
+std::vector<std::string> CtcDecoder::decode_chain(std::vector<std::string> tokens) const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0 && tokens[i] == tokens[i - 1]) continue;
+    std::string t = tokens[i];
+    replace_all(t, pad_, "");
+    if (cleanup_) {
+      cleanup(t);
+      replace_all(t, delimiter_, " ");
+    }
+    if (!t.empty()) out.push_back(std::move(t));
+  }
+  return out;
 }
 
 }  // namespace kiln::tokenizers

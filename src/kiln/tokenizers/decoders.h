@@ -92,6 +92,21 @@ class ReplaceDecoder : public Decoder {
   std::string pattern_, content_;
 };
 
+// Connectionist temporal classification output: repeated tokens collapse
+// into one, pad_token is removed from every token and, with cleanup, BERT's
+// clean-up of spaces before punctuation is applied and the word delimiter
+// becomes a space; tokens left empty are dropped.
+class CtcDecoder : public Decoder {
+ public:
+  CtcDecoder(std::string pad_token, std::string word_delimiter_token, bool cleanup)
+      : pad_(std::move(pad_token)), delimiter_(std::move(word_delimiter_token)), cleanup_(cleanup) {}
+  std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override;
+
+ private:
+  std::string pad_, delimiter_;
+  bool cleanup_;
+};
+
 class SequenceDecoder : public Decoder {
  public:
   explicit SequenceDecoder(std::vector<DecoderPtr> parts) : parts_(std::move(parts)) {}

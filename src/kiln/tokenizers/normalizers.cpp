@@ -1,5 +1,6 @@
 #include "kiln/tokenizers/normalizers.h"
 
+#include "kiln/tokenizers/byte_level.h"
 #include "kiln/tokenizers/unicode.h"
 #include "kiln/tokenizers/utf8.h"
 
@@ -124,5 +125,7 @@ void PrecompiledNormalizer::normalize(NormalizedString& s) const {
   }
   if (modified) s.transform(changes, 0);
 }
+
+void ByteLevelNormalizer::normalize(NormalizedString& s) const { byte_level::to_byte_chars(s); }
 
 }  // namespace kiln::tokenizers

@@ -89,6 +89,12 @@ class PrecompiledNormalizer : public Normalizer {
   PrecompiledCharsmap map_;
 };
 
+// Every byte becomes its GPT-2 byte-level character (byte_level.h).
+class ByteLevelNormalizer : public Normalizer {
+ public:
+  void normalize(NormalizedString& s) const override;
+};
+
 class SequenceNormalizer : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<NormalizerPtr> parts) : parts_(std::move(parts)) {}

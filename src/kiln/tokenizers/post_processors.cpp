@@ -9,9 +9,10 @@
 namespace kiln::tokenizers {
 
 Encoding merge_encodings(std::vector<Encoding> encodings) {
-  if (encodings.size() == 1) return std::move(encodings[0]);
-  Encoding out;
-  for (const Encoding& e : encodings) out.append(e);
+  if (encodings.empty()) return {};
+  // An empty encoding merged with e is e, pieces and all.
+  Encoding out = std::move(encodings[0]);
+  for (size_t i = 1; i < encodings.size(); ++i) out.merge_with(encodings[i]);
   return out;
 }
 
@@ -19,9 +20,9 @@ static void push_special(Encoding& e, const SpecialToken& t, uint32_t type_id) {
   e.push(t.second, type_id, t.first, {0, 0}, true, std::nullopt, std::nullopt);
 }
 
-// wrap: [open] seq [close] with every type id = type_id.
-static Encoding wrap(const Encoding& seq, const SpecialToken* open, const SpecialToken& close,
-                     uint32_t type_id, uint32_t sequence) {
+// [open] seq [close] with every type id = type_id.
+static Encoding wrap_one(const Encoding& seq, const SpecialToken* open, const SpecialToken& close,
+                         uint32_t type_id, uint32_t sequence) {
   Encoding out;
   if (open) push_special(out, *open, type_id);
   Encoding body = seq;
@@ -30,6 +31,23 @@ static Encoding wrap(const Encoding& seq, const SpecialToken* open, const Specia
   out.append(body);
   push_special(out, close, type_id);
   return out;
+}
+
+// wrap_one on seq and on each of its overflowing pieces (whose own pieces
+// are dropped, as tokenizers' Bert/Roberta processors do).
+static Encoding wrap(const Encoding& seq, const SpecialToken* open, const SpecialToken& close,
+                     uint32_t type_id, uint32_t sequence) {
+  Encoding out = wrap_one(seq, open, close, type_id, sequence);
+  for (const Encoding& piece : seq.overflowing) {
+    out.overflowing.push_back(wrap_one(piece, open, close, type_id, sequence));
+  }
+  return out;
+}
+
+// Byte-level offset trimming of an encoding and its overflowing pieces.
+static void trim_with_pieces(Encoding& e, bool add_prefix_space) {
+  trim_byte_level_offsets(e, add_prefix_space);
+  for (Encoding& piece : e.overflowing) trim_byte_level_offsets(piece, add_prefix_space);
 }
 
 std::vector<Encoding> BertProcessing::process(std::vector<Encoding> e, bool add) const {
@@ -60,7 +78,7 @@ void trim_byte_level_offsets(Encoding& e, bool add_prefix_space) {
 
 std::vector<Encoding> RobertaProcessing::process(std::vector<Encoding> e, bool add) const {
   if (trim_) {
-    for (auto& enc : e) trim_byte_level_offsets(enc, prefix_);
+    for (auto& enc : e) trim_with_pieces(enc, prefix_);
   }
   for (auto& enc : e) enc.set_type_ids(0);
   if (!add) return e;
@@ -72,7 +90,7 @@ std::vector<Encoding> RobertaProcessing::process(std::vector<Encoding> e, bool a
 
 std::vector<Encoding> ByteLevelProcessing::process(std::vector<Encoding> e, bool) const {
   if (trim_) {
-    for (auto& enc : e) trim_byte_level_offsets(enc, prefix_);
+    for (auto& enc : e) trim_with_pieces(enc, prefix_);
   }
   for (size_t i = 0; i < e.size(); ++i) e[i].set_sequence_id(static_cast<uint32_t>(i));
   return e;
@@ -113,6 +131,8 @@ std::vector<Encoding> TemplateProcessing::process(std::vector<Encoding> e, bool 
     if (p.is_sequence) {
       size_t i = p.id == "A" ? 0 : 1;
       KILN_CHECK(i < e.size(), "TemplateProcessing: template needs sequence B for a single input");
+      // As tokenizers: only the encoding itself takes the template's type
+      // id; its overflowing pieces keep the one they were encoded with.
       Encoding enc = e[i];
       enc.set_type_ids(p.type_id);
       enc.set_sequence_id(static_cast<uint32_t>(i));

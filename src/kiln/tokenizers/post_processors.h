@@ -23,7 +23,8 @@ class PostProcessor {
 
 using PostProcessorPtr = std::shared_ptr<const PostProcessor>;
 
-// Concatenates the pieces a post-processor returns.
+// Concatenates the pieces a post-processor returns (Encoding::merge_with
+// from an empty encoding, which combines their overflowing pieces).
 Encoding merge_encodings(std::vector<Encoding> encodings);
 
 using SpecialToken = std::pair<std::string, uint32_t>;  // (token, id)

@@ -48,21 +48,7 @@ void ByteLevelPreTokenizer::pre_tokenize(PreTokenizedString& s) const {
     one.push_back(std::move(n));
     return one;
   });
-  std::vector<NormalizedString::Change> changes;
-  s.normalize([&](NormalizedString& n) {
-    const std::string& t = n.get();
-    changes.clear();
-    changes.reserve(t.size());
-    for (size_t i = 0; i < t.size();) {
-      size_t len = utf8::seq_len(static_cast<unsigned char>(t[i]));
-      for (size_t k = 0; k < len && i + k < t.size(); ++k) {
-        changes.emplace_back(byte_level::byte_to_char(static_cast<unsigned char>(t[i + k])),
-                             k > 0 ? 1 : 0);
-      }
-      i += len;
-    }
-    n.transform(changes, 0);
-  });
+  s.normalize(byte_level::to_byte_chars);
 }
 
 MetaspacePreTokenizer::MetaspacePreTokenizer(char32_t replacement, PrependScheme scheme,
@@ -99,6 +85,31 @@ void PunctuationPreTokenizer::pre_tokenize(PreTokenizedString& s) const {
 void DigitsPreTokenizer::pre_tokenize(PreTokenizedString& s) const {
   static const Pattern digits = Pattern::of_predicate(unicode::is_numeric);
   split_all(s, digits, individual_ ? SplitBehavior::Isolated : SplitBehavior::Contiguous);
+}
+
+void UnicodeScriptsPreTokenizer::pre_tokenize(PreTokenizedString& s) const {
+  s.split_normalized([](NormalizedString&& n) {
+    // As tokenizers: a piece starts at every character whose script differs
+    // from the last one seen, the first character with a script included;
+    // scriptless characters before it are dropped.
+    const std::string& t = n.get();
+    std::vector<size_t> cuts;
+    int last = unicode::kAnyScript;
+    for (size_t i = 0; i < t.size();) {
+      size_t len;
+      char32_t c = utf8::decode(t, i, &len);
+      int script = unicode::tokenizers_script(c);
+      if (script != unicode::kAnyScript) {
+        if (script != last) cuts.push_back(i);
+        last = script;
+      }
+      i += len;
+    }
+    cuts.push_back(t.size());
+    std::vector<NormalizedString> out;
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) out.push_back(n.slice(cuts[k], cuts[k + 1]));
+    return out;
+  });
 }
 
 void CharDelimiterSplit::pre_tokenize(PreTokenizedString& s) const {

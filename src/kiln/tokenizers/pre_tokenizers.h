@@ -106,6 +106,14 @@ class CharDelimiterSplit : public PreTokenizer {
   char32_t delimiter_;
 };
 
+// Splits where the script changes (unicode::tokenizers_script); characters
+// without a script (spaces, unassigned) never split and stay with the text
+// before them, or are dropped when nothing with a script comes before them.
+class UnicodeScriptsPreTokenizer : public PreTokenizer {
+ public:
+  void pre_tokenize(PreTokenizedString& s) const override;
+};
+
 class SequencePreTokenizer : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<PreTokenizerPtr> parts) : parts_(std::move(parts)) {}

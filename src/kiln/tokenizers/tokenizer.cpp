@@ -31,12 +31,43 @@ static void check_utf8(std::string_view text) {
   }
 }
 
-Encoding Tokenizer::encode_sequence(std::string_view text, uint32_t type_id) const {
+Encoding Tokenizer::encode_sequence(std::string_view text, uint32_t type_id,
+                                    bool stop_early) const {
   const Model& m = model();
   PreTokenizedString pre = added_.extract_and_normalize(normalizer_.get(), std::string(text));
   if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pre);
-  for (Split& s : pre.splits()) {
-    if (!s.tokens) s.tokens = m.tokenize(s.normalized.get());
+  std::vector<Split>& splits = pre.splits();
+  if (!truncation_ || !stop_early) {
+    for (Split& s : splits) {
+      if (!s.tokens) s.tokens = m.tokenize(s.normalized.get());
+    }
+  } else {
+    // tokenizers 0.23 stops early under truncation: it tokenizes the splits
+    // from the kept end (the start for Right, the end for Left) and, as soon
+    // as a split the model tokenized brings the count of tokens so far
+    // (added tokens included) to max_length, drops every split beyond it.
+    // Whole splits are kept, so a sequence can stay longer than max_length;
+    // dropped splits make no overflowing pieces and do not count as words.
+    // This also decides LongestFirst between two long sequences. (Under
+    // OnlySecond the first text of a pair is not stopped early.)
+    const size_t limit = truncation_->max_length;
+    const bool right = truncation_->direction == Direction::Right;
+    size_t count = 0;
+    for (size_t k = 0; k < splits.size(); ++k) {
+      size_t i = right ? k : splits.size() - 1 - k;
+      Split& s = splits[i];
+      bool by_model = !s.tokens;
+      if (by_model) s.tokens = m.tokenize(s.normalized.get());
+      count += s.tokens->size();
+      if (by_model && count >= limit) {
+        if (right) {
+          splits.erase(splits.begin() + static_cast<long>(i) + 1, splits.end());
+        } else {
+          splits.erase(splits.begin(), splits.begin() + static_cast<long>(i));
+        }
+        break;
+      }
+    }
   }
   // Byte offsets -> character offsets in the original text.
   const std::string& original = pre.original();
@@ -69,52 +100,48 @@ Encoding Tokenizer::encode_sequence(std::string_view text, uint32_t type_id) con
   return e;
 }
 
-// tokenizers' truncate_encodings (without overflowing tokens).
+// tokenizers' truncate_encodings.
 static void truncate_pair(Encoding& a, std::optional<Encoding>& b, const TruncationParams& p) {
+  if (p.max_length == 0) {  // whatever the strategy, everything overflows
+    a.truncate(0, p.stride, p.direction);
+    if (b) b->truncate(0, p.stride, p.direction);
+    return;
+  }
   size_t total = a.size() + (b ? b->size() : 0);
   if (total <= p.max_length) return;
   size_t to_remove = total - p.max_length;
   switch (p.strategy) {
     case TruncationStrategy::LongestFirst: {
       if (!b) {
-        a.truncate(p.max_length, p.direction);
+        a.truncate(p.max_length, p.stride, p.direction);
         return;
       }
-      // Matches tokenizers 0.23 (probed with tools/goldens/tokenizers): the
-      // shorter sequence is kept when the longer can absorb the cut;
-      // otherwise both get half, the first the smaller half. When both
-      // exceed max_length the halves go to the first and second in order.
-      size_t half = p.max_length / 2, rest = half + p.max_length % 2;
-      size_t n1 = a.size(), n2 = b->size();
-      size_t shorter = std::min(n1, n2);
-      if (shorter > p.max_length) {
-        n1 = half;
-        n2 = rest;
-      } else {
-        size_t longer = std::max(shorter, p.max_length - shorter);
-        if (shorter + longer > p.max_length) {
-          shorter = half;
-          longer = rest;
-        }
-        if (a.size() > b->size()) {
-          n1 = longer;
-          n2 = shorter;
-        } else {
-          n1 = shorter;
-          n2 = longer;
-        }
+      // The shorter sequence keeps its length when the longer one can take
+      // the whole cut (the longer then gets the rest of the budget).
+      // Otherwise the budget is halved: the shorter gets max_length / 2, the
+      // longer the other half (one more when max_length is odd); with equal
+      // lengths the first counts as the shorter.
+      bool first_longer = a.size() > b->size();
+      size_t shorter = std::min(a.size(), b->size());
+      size_t longer = shorter > p.max_length ? shorter
+                                             : std::max(shorter, p.max_length - shorter);
+      if (shorter + longer > p.max_length) {
+        shorter = p.max_length / 2;
+        longer = shorter + p.max_length % 2;
       }
-      a.truncate(n1, p.direction);
-      b->truncate(n2, p.direction);
+      a.truncate(first_longer ? longer : shorter, p.stride, p.direction);
+      b->truncate(first_longer ? shorter : longer, p.stride, p.direction);
       return;
     }
     case TruncationStrategy::OnlyFirst:
     case TruncationStrategy::OnlySecond: {
-      Encoding* target = p.strategy == TruncationStrategy::OnlyFirst ? &a : (b ? &*b : nullptr);
-      KILN_CHECK(target && target->size() > to_remove,
+      KILN_CHECK(p.strategy == TruncationStrategy::OnlyFirst || b,
+                 "Truncation error: Second sequence not provided (strategy OnlySecond)");
+      Encoding* target = p.strategy == TruncationStrategy::OnlyFirst ? &a : &*b;
+      KILN_CHECK(target->size() > to_remove,
                  "Truncation error: Sequence to truncate too short to respect the provided "
                  "max_length");
-      target->truncate(target->size() - to_remove, p.direction);
+      target->truncate(target->size() - to_remove, p.stride, p.direction);
       return;
     }
   }
@@ -123,6 +150,11 @@ static void truncate_pair(Encoding& a, std::optional<Encoding>& b, const Truncat
 Encoding Tokenizer::post_process(Encoding a, std::optional<Encoding> b, bool add) const {
   if (truncation_) {
     TruncationParams p = *truncation_;
+    // tokenizers refuses such a stride when truncation is set.
+    size_t single_added = post_processor_ ? post_processor_->added_tokens(false) : 0;
+    KILN_CHECK(p.max_length < single_added || p.stride <= p.max_length - single_added,
+               "Truncation error: stride ", p.stride, " is larger than max_length ", p.max_length,
+               " less the ", single_added, " special tokens of a single text");
     size_t added = add && post_processor_ ? post_processor_->added_tokens(b.has_value()) : 0;
     KILN_CHECK(p.max_length >= added, "Truncation error: max_length ", p.max_length,
                " is smaller than the ", added, " special tokens added");
@@ -135,48 +167,73 @@ Encoding Tokenizer::post_process(Encoding a, std::optional<Encoding> b, bool add
   Encoding out;
   if (post_processor_) {
     out = merge_encodings(post_processor_->process(std::move(parts), add));
+  } else if (parts.size() == 1) {
+    out = std::move(parts[0]);
   } else {
-    for (size_t i = 0; i < parts.size(); ++i) {
-      if (parts.size() > 1) parts[i].set_sequence_id(static_cast<uint32_t>(i));
-      out.append(parts[i]);
-    }
+    for (size_t i = 0; i < parts.size(); ++i) parts[i].set_sequence_id(static_cast<uint32_t>(i));
+    out = merge_encodings(std::move(parts));
   }
-  if (padding_ && padding_->length) {
-    size_t target = *padding_->length;
-    if (padding_->pad_to_multiple_of && *padding_->pad_to_multiple_of > 0 &&
-        target % *padding_->pad_to_multiple_of) {
-      target += *padding_->pad_to_multiple_of - target % *padding_->pad_to_multiple_of;
-    }
-    out.pad(target, padding_->pad_id, padding_->pad_type_id, padding_->pad_token,
-            padding_->direction);
-  } else if (padding_ && padding_->pad_to_multiple_of && *padding_->pad_to_multiple_of > 0) {
-    size_t m = *padding_->pad_to_multiple_of, target = out.size();
-    if (target % m) target += m - target % m;
-    out.pad(target, padding_->pad_id, padding_->pad_type_id, padding_->pad_token,
-            padding_->direction);
+  if (padding_) {
+    // As tokenizers' pad_encodings on this one encoding: batch-longest pads
+    // to its own length, which only lengthens its overflowing pieces.
+    out.pad(padded_length(padding_->length.value_or(out.size())), padding_->pad_id,
+            padding_->pad_type_id, padding_->pad_token, padding_->direction);
   }
   return out;
 }
 
+size_t Tokenizer::padded_length(size_t length) const {
+  if (padding_ && padding_->pad_to_multiple_of && *padding_->pad_to_multiple_of > 0) {
+    size_t m = *padding_->pad_to_multiple_of;
+    if (length % m) length += m - length % m;
+  }
+  return length;
+}
+
 Encoding Tokenizer::encode(std::string_view text, bool add) const {
   check_utf8(text);
-  return post_process(encode_sequence(text, 0), std::nullopt, add);
+  return post_process(encode_sequence(text, 0, true), std::nullopt, add);
 }
 
 Encoding Tokenizer::encode_pair(std::string_view text, std::string_view pair, bool add) const {
   check_utf8(text);
   check_utf8(pair);
-  return post_process(encode_sequence(text, 0), encode_sequence(pair, 1), add);
+  bool stop_first = !truncation_ || truncation_->strategy != TruncationStrategy::OnlySecond;
+  return post_process(encode_sequence(text, 0, stop_first), encode_sequence(pair, 1, true), add);
+}
+
+Encoding Tokenizer::encode_word_sequence(const std::vector<std::string>& words, uint32_t type_id,
+                                         bool stop_early) const {
+  Encoding out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    try {
+      check_utf8(words[i]);
+    } catch (const Error& e) {
+      throw Error(detail::concat("word ", i, ": ", e.what()));
+    }
+    Encoding e = encode_sequence(words[i], type_id, stop_early);
+    e.word_ids.assign(e.size(), static_cast<uint32_t>(i));
+    out.append(e);
+  }
+  return out;
+}
+
+Encoding Tokenizer::encode_words(const std::vector<std::string>& words, bool add) const {
+  return post_process(encode_word_sequence(words, 0, true), std::nullopt, add);
+}
+
+Encoding Tokenizer::encode_words_pair(const std::vector<std::string>& words,
+                                      const std::vector<std::string>& pair, bool add) const {
+  bool stop_first = !truncation_ || truncation_->strategy != TruncationStrategy::OnlySecond;
+  return post_process(encode_word_sequence(words, 0, stop_first),
+                      encode_word_sequence(pair, 1, true), add);
 }
 
 void Tokenizer::pad_batch(std::vector<Encoding>& encodings) const {
   if (!padding_ || padding_->length) return;  // fixed length: done per encoding
   size_t target = 0;
   for (const auto& e : encodings) target = std::max(target, e.size());
-  if (padding_->pad_to_multiple_of && *padding_->pad_to_multiple_of > 0 &&
-      target % *padding_->pad_to_multiple_of) {
-    target += *padding_->pad_to_multiple_of - target % *padding_->pad_to_multiple_of;
-  }
+  target = padded_length(target);
   for (auto& e : encodings) {
     e.pad(target, padding_->pad_id, padding_->pad_type_id, padding_->pad_token,
           padding_->direction);
@@ -219,6 +276,20 @@ std::vector<Encoding> Tokenizer::encode_batch_pairs(
   parallel_for(pairs.size(), [&](size_t i) {
     try {
       out[i] = encode_pair(pairs[i].first, pairs[i].second, add);
+    } catch (const Error& e) {
+      throw Error(detail::concat("batch item ", i, ": ", e.what()));
+    }
+  });
+  pad_batch(out);
+  return out;
+}
+
+std::vector<Encoding> Tokenizer::encode_batch_words(
+    const std::vector<std::vector<std::string>>& batch, bool add) const {
+  std::vector<Encoding> out(batch.size());
+  parallel_for(batch.size(), [&](size_t i) {
+    try {
+      out[i] = encode_words(batch[i], add);
     } catch (const Error& e) {
       throw Error(detail::concat("batch item ", i, ": ", e.what()));
     }

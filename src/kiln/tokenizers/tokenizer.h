@@ -28,6 +28,9 @@ struct TruncationParams {
   size_t max_length = 512;
   TruncationStrategy strategy = TruncationStrategy::LongestFirst;
   Direction direction = Direction::Right;
+  // What is cut off becomes Encoding::overflowing: windows of the kept
+  // length, each repeating the last `stride` tokens of the previous one.
+  size_t stride = 0;
 };
 
 struct PaddingParams {
@@ -73,6 +76,19 @@ class Tokenizer {
       const std::vector<std::pair<std::string, std::string>>& pairs,
       bool add_special_tokens = true) const;
 
+  // Pre-split input (tokenizers' is_pretokenized): every word goes through
+  // the whole pipeline (added tokens, normalizer, pre-tokenizer, model) on
+  // its own; the tokens of words[i] have word id i and offsets relative to
+  // words[i]. Under truncation each word is stopped early on its own (an
+  // assumption: HF's Node binding cannot encode pre-split input to check).
+  Encoding encode_words(const std::vector<std::string>& words,
+                        bool add_special_tokens = true) const;
+  Encoding encode_words_pair(const std::vector<std::string>& words,
+                             const std::vector<std::string>& pair,
+                             bool add_special_tokens = true) const;
+  std::vector<Encoding> encode_batch_words(const std::vector<std::vector<std::string>>& batch,
+                                           bool add_special_tokens = true) const;
+
   std::string decode(const std::vector<uint32_t>& ids, bool skip_special_tokens = true) const;
   std::vector<std::string> decode_batch(const std::vector<std::vector<uint32_t>>& ids,
                                         bool skip_special_tokens = true) const;
@@ -82,9 +98,14 @@ class Tokenizer {
   size_t vocab_size(bool with_added_tokens = true) const;
 
  private:
-  Encoding encode_sequence(std::string_view text, uint32_t type_id) const;
+  // stop_early: under truncation, stop tokenizing past max_length tokens.
+  Encoding encode_sequence(std::string_view text, uint32_t type_id, bool stop_early) const;
+  Encoding encode_word_sequence(const std::vector<std::string>& words, uint32_t type_id,
+                                bool stop_early) const;
   Encoding post_process(Encoding a, std::optional<Encoding> b, bool add_special_tokens) const;
   void pad_batch(std::vector<Encoding>& encodings) const;
+  // length rounded up to padding's pad_to_multiple_of.
+  size_t padded_length(size_t length) const;
 
   NormalizerPtr normalizer_;
   PreTokenizerPtr pre_tokenizer_;

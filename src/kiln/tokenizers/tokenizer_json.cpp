@@ -191,13 +191,14 @@ NormalizerPtr normalizer_from_json(const json& j, const std::string& where) {
     if (blob.empty()) return std::make_shared<SequenceNormalizer>(std::vector<NormalizerPtr>{});
     return std::make_shared<PrecompiledNormalizer>(PrecompiledCharsmap(blob, where));
   }
+  if (type == "ByteLevel") return std::make_shared<ByteLevelNormalizer>();
   if (type == "Sequence") {
     return std::make_shared<SequenceNormalizer>(
         list_of<NormalizerPtr>(j, "normalizers", where, normalizer_from_json));
   }
   throw Error(detail::concat(where, ": unknown normalizer type '", type,
                              "' (supported: BertNormalizer, NFC, NFD, NFKC, NFKD, Lowercase, "
-                             "Strip, StripAccents, Replace, Prepend, Precompiled, Sequence)"));
+                             "Strip, StripAccents, Replace, Prepend, Precompiled, ByteLevel, Sequence)"));
 }
 
 PreTokenizerPtr pre_tokenizer_from_json(const json& j, const std::string& where) {
@@ -231,6 +232,7 @@ PreTokenizerPtr pre_tokenizer_from_json(const json& j, const std::string& where)
     return std::make_shared<CharDelimiterSplit>(
         single_char(require_string(j, "delimiter", where), where + ".delimiter"));
   }
+  if (type == "UnicodeScripts") return std::make_shared<UnicodeScriptsPreTokenizer>();
   if (type == "Sequence") {
     return std::make_shared<SequencePreTokenizer>(
         list_of<PreTokenizerPtr>(j, "pretokenizers", where, pre_tokenizer_from_json));
@@ -238,7 +240,7 @@ PreTokenizerPtr pre_tokenizer_from_json(const json& j, const std::string& where)
   throw Error(detail::concat(where, ": unknown pre-tokenizer type '", type,
                              "' (supported: BertPreTokenizer, ByteLevel, Whitespace, "
                              "WhitespaceSplit, Metaspace, Split, Punctuation, Digits, "
-                             "CharDelimiterSplit, Sequence)"));
+                             "CharDelimiterSplit, UnicodeScripts, Sequence)"));
 }
 
 static Vocab vocab_object(const json& j, const std::string& where) {
@@ -295,6 +297,12 @@ ModelPtr model_from_json(const json& j, const std::string& where) {
     o.fuse_unk = get_bool(j, "fuse_unk", false, where);
     o.byte_fallback = get_bool(j, "byte_fallback", false, where);
     o.ignore_merges = get_bool(j, "ignore_merges", false, where);
+    if (const json* d = field(j, "dropout")) {
+      KILN_CHECK(d->is_number(), where, ".dropout: expected a number, found ", type_name(*d));
+      double p = d->get<double>();
+      KILN_CHECK(p >= 0.0 && p <= 1.0, where, ".dropout: must be between 0 and 1 (inclusive), found ", p);
+      o.dropout = static_cast<float>(p);
+    }
     const json& m = require(j, "merges", where);
     KILN_CHECK(m.is_array(), where, ".merges: expected an array, found ", type_name(m));
     std::vector<std::pair<std::string, std::string>> merges;
@@ -439,12 +447,17 @@ DecoderPtr decoder_from_json(const json& j, const std::string& where) {
     KILN_CHECK(s, where, ".pattern: only {\"String\": ...} patterns are supported in decoders");
     return std::make_shared<ReplaceDecoder>(*s, require_string(j, "content", where));
   }
+  if (type == "CTC") {
+    return std::make_shared<CtcDecoder>(get_string(j, "pad_token", "<pad>", where),
+                                        get_string(j, "word_delimiter_token", "|", where),
+                                        get_bool(j, "cleanup", true, where));
+  }
   if (type == "Sequence") {
     return std::make_shared<SequenceDecoder>(list_of<DecoderPtr>(j, "decoders", where, decoder_from_json));
   }
   throw Error(detail::concat(where, ": unknown decoder type '", type,
                              "' (supported: WordPiece, ByteLevel, Metaspace, BPEDecoder, "
-                             "ByteFallback, Fuse, Strip, Replace, Sequence)"));
+                             "ByteFallback, Fuse, Strip, Replace, CTC, Sequence)"));
 }
 
 static Direction direction(const json& j, const std::string& where) {
@@ -493,6 +506,7 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
     else if (s == "OnlySecond") p.strategy = TruncationStrategy::OnlySecond;
     else throw Error(detail::concat(w, ".strategy: unknown value '", s, "'"));
     p.direction = direction(*tr, w);
+    p.stride = get_uint(*tr, "stride", 0, w);
     t.set_truncation(p);
   }
   if (const json* pd = field(j, "padding")) {

@@ -3,6 +3,7 @@
 #include <unicode/brkiter.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
+#include <unicode/uscript.h>
 #include <unicode/ustring.h>
 #include <unicode/utext.h>
 
@@ -17,6 +18,31 @@ namespace kiln::tokenizers::unicode {
 bool is_whitespace(char32_t c) {
   if (c < 0x80) return c == ' ' || (c >= 0x09 && c <= 0x0D);
   return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_WHITE_SPACE);
+}
+
+int tokenizers_script(char32_t c) {
+  if (c == 0x30FC) return USCRIPT_HAN;
+  if (c == ' ') return kAnyScript;
+  UVersionInfo age;
+  u_charAge(static_cast<UChar32>(c), age);
+  // Unassigned code points have age 0.0.
+  if ((age[0] == 0 && age[1] == 0) || age[0] > 9) return kAnyScript;
+  UErrorCode status = U_ZERO_ERROR;
+  UScriptCode script = uscript_getScript(static_cast<UChar32>(c), &status);
+  if (U_FAILURE(status) || script == USCRIPT_UNKNOWN) return kAnyScript;
+  if (script == USCRIPT_HIRAGANA || script == USCRIPT_KATAKANA) return USCRIPT_HAN;
+  // Code points of Unicode 9.0 whose Script value changed later (checked
+  // exhaustively against tokenizers, tests/tokenizers/components_test.cpp).
+  switch (c) {
+    case 0x0589:  // ARMENIAN FULL STOP, now Armenian
+    case 0x061C:  // ARABIC LETTER MARK, now Arabic
+      return USCRIPT_COMMON;
+    case 0x0953:  // DEVANAGARI GRAVE ACCENT, now Inherited
+    case 0x0954:  // DEVANAGARI ACUTE ACCENT, now Inherited
+      return USCRIPT_DEVANAGARI;
+    default:
+      return script;
+  }
 }
 
 bool is_numeric(char32_t c) {

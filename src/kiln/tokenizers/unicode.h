@@ -31,6 +31,16 @@ bool is_mark(char32_t c);
 // The CJK blocks BERT surrounds with spaces.
 bool is_chinese_char(char32_t c);
 
+// The script tokenizers' UnicodeScripts pre-tokenizer gives c (its
+// fixed_script), as an ICU UScriptCode, or kAnyScript for characters that
+// join whatever script is around them: ' ', and code points unassigned in
+// Unicode 9.0 (the version of tokenizers' script table; ICU's newer data
+// is cut back with the Age property, and the four code points whose script
+// changed since are given their 9.0 value). Hiragana, Katakana and U+30FC
+// count as Han.
+constexpr int kAnyScript = -1;
+int tokenizers_script(char32_t c);
+
 // Full lowercase mapping of one character without context (Rust
 // char::to_lowercase): appends one or more code points to out.
 void lowercase(char32_t c, std::u32string& out);
