@@ -135,12 +135,12 @@ Worst worst_relative(const Params& a, const Params& b) {
 
 TEST(DataParallel, OneReplicaTwoReplicasAndAccumulationAgree) {
   TempDir d1, d2, d3, d4;
-  Result one = train(d1.path(), {1, 8, 1});
+  Result one = train(d1.path(), {.replicas = 1, .per_device = 8});
   metrics::reset();
-  Result two = train(d2.path(), {2, 4, 1});
+  Result two = train(d2.path(), {.replicas = 2, .per_device = 4});
   metrics::Snapshot m = metrics::snapshot();
-  Result one_fixed = train(d3.path(), {1, 8, 1, true});
-  Result accum = train(d4.path(), {1, 4, 2, true});
+  Result one_fixed = train(d3.path(), {.replicas = 1, .per_device = 8, .fixed_padding = true});
+  Result accum = train(d4.path(), {.replicas = 1, .per_device = 4, .accum = 2, .fixed_padding = true});
   ASSERT_EQ(one.losses.size(), 10u);
   EXPECT_TRUE(two.replicas_identical) << "replicas drifted apart";
   {
@@ -170,13 +170,13 @@ TEST(DataParallel, OneReplicaTwoReplicasAndAccumulationAgree) {
 
 TEST(DataParallel, CheckpointsResumeOnAnotherReplicaCount) {
   TempDir straight_dir;
-  Result straight = train(straight_dir.path(), {1, 8, 1});
+  Result straight = train(straight_dir.path(), {.replicas = 1, .per_device = 8});
   for (auto [first, second] : {std::pair{2, 1}, std::pair{1, 2}}) {
     TempDir dir;
-    Split a{first, 8 / first, 1, false, 5, ""};
+    Split a{.replicas = first, .per_device = 8 / first, .stop_after = 5};
     train(dir.path(), a);
     ASSERT_TRUE(fs::exists(dir.path() / "checkpoint-5"));
-    Split b{second, 8 / second, 1, false, -1, (dir.path() / "checkpoint-5").string()};
+    Split b{.replicas = second, .per_device = 8 / second, .resume = (dir.path() / "checkpoint-5").string()};
     Result resumed = train(dir.path(), b);
     SCOPED_TRACE(std::to_string(first) + " replica(s) then " + std::to_string(second));
     // The resumed run's log holds steps 1..10 (history from the checkpoint).
