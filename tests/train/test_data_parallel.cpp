@@ -56,6 +56,15 @@ struct Split {
   std::string resume;
 };
 
+Split split(int replicas, int per_device, int accum = 1, bool fixed_padding = false) {
+  Split s;
+  s.replicas = replicas;
+  s.per_device = per_device;
+  s.accum = accum;
+  s.fixed_padding = fixed_padding;
+  return s;
+}
+
 struct Result {
   Params params;
   std::vector<double> losses;  // logged every step
@@ -135,12 +144,12 @@ Worst worst_relative(const Params& a, const Params& b) {
 
 TEST(DataParallel, OneReplicaTwoReplicasAndAccumulationAgree) {
   TempDir d1, d2, d3, d4;
-  Result one = train(d1.path(), {.replicas = 1, .per_device = 8});
+  Result one = train(d1.path(), split(1, 8));
   metrics::reset();
-  Result two = train(d2.path(), {.replicas = 2, .per_device = 4});
+  Result two = train(d2.path(), split(2, 4));
   metrics::Snapshot m = metrics::snapshot();
-  Result one_fixed = train(d3.path(), {.replicas = 1, .per_device = 8, .fixed_padding = true});
-  Result accum = train(d4.path(), {.replicas = 1, .per_device = 4, .accum = 2, .fixed_padding = true});
+  Result one_fixed = train(d3.path(), split(1, 8, 1, true));
+  Result accum = train(d4.path(), split(1, 4, 2, true));
   ASSERT_EQ(one.losses.size(), 10u);
   EXPECT_TRUE(two.replicas_identical) << "replicas drifted apart";
   {
@@ -170,13 +179,15 @@ TEST(DataParallel, OneReplicaTwoReplicasAndAccumulationAgree) {
 
 TEST(DataParallel, CheckpointsResumeOnAnotherReplicaCount) {
   TempDir straight_dir;
-  Result straight = train(straight_dir.path(), {.replicas = 1, .per_device = 8});
+  Result straight = train(straight_dir.path(), split(1, 8));
   for (auto [first, second] : {std::pair{2, 1}, std::pair{1, 2}}) {
     TempDir dir;
-    Split a{.replicas = first, .per_device = 8 / first, .stop_after = 5};
+    Split a = split(first, 8 / first);
+    a.stop_after = 5;
     train(dir.path(), a);
     ASSERT_TRUE(fs::exists(dir.path() / "checkpoint-5"));
-    Split b{.replicas = second, .per_device = 8 / second, .resume = (dir.path() / "checkpoint-5").string()};
+    Split b = split(second, 8 / second);
+    b.resume = (dir.path() / "checkpoint-5").string();
     Result resumed = train(dir.path(), b);
     SCOPED_TRACE(std::to_string(first) + " replica(s) then " + std::to_string(second));
     // The resumed run's log holds steps 1..10 (history from the checkpoint).
