@@ -6,6 +6,7 @@
 #include <set>
 
 #include "kiln/data/loader.h"
+#include "kiln/optim/optimizer.h"
 #include "kiln/dist/collectives.h"
 #include "kiln/dist/replica.h"
 #include "kiln/runtime/context.h"
@@ -146,6 +147,44 @@ TEST(AllReduce, OutsideSpawnItIsTheValueTimesScale) {
                     spawn([](int) { all_reduce({Tensor::from_vector(std::vector<float>{1}, {1}, Device::cpu(5))}); }, 2);
                   }),
                   "cpu:5");
+}
+
+TEST(BroadcastFrom, EachSegmentComesFromItsRoot) {
+  const int n = 3;
+  std::vector<std::vector<float>> got(n);
+  spawn(
+      [&](int i) {
+        Device d = this_replica().device;
+        float k = static_cast<float>(10 * (i + 1));
+        Tensor a = Tensor::from_vector(std::vector<float>{k, k + 1}, {2}, d);
+        Tensor b = Tensor::from_vector(std::vector<float>{k + 2, k + 3, k + 4, k + 5}, {2, 2}, d);
+        Tensor c = Tensor::from_vector(std::vector<float>{k + 6}, {}, d);
+        Tensor r = broadcast_from({a, b, c}, {2, 0, 1});
+        mark_step(d);
+        got[i] = r.to_vector<float>();
+      },
+      n);
+  std::vector<float> want{30, 31, 12, 13, 14, 15, 26};
+  for (int i = 0; i < n; ++i) EXPECT_EQ(got[i], want) << "replica " << i;
+  EXPECT_CONTAINS(error_of([] {
+                    spawn([](int) { broadcast_from({ones({2}, DType::f32, this_replica().device)}, {5}); }, 2);
+                  }),
+                  "root 5");
+}
+
+TEST(ShardOwners, BalancedAndTheSameEverywhere) {
+  std::vector<Tensor> params;
+  for (int64_t n : {100, 7, 50, 50, 3, 60, 40}) params.push_back(zeros({n}));
+  auto owners = optim::shard_owners(params, 2);
+  EXPECT_EQ(owners, optim::shard_owners(params, 2));
+  int64_t load[2] = {0, 0};
+  for (size_t k = 0; k < params.size(); ++k) load[owners[k]] += params[k].numel();
+  EXPECT_EQ(load[0] + load[1], 310);
+  EXPECT_LE(std::abs(load[0] - load[1]), 10);
+  EXPECT_EQ(optim::shard_owners(params, 1), std::vector<int64_t>(params.size(), 0));
+  // More replicas than parameters: some own nothing.
+  auto many = optim::shard_owners({zeros({4})}, 3);
+  EXPECT_EQ(many, std::vector<int64_t>{0});
 }
 
 TEST(AllReduceHost, SumsOverReplicas) {

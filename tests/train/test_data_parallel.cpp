@@ -67,6 +67,7 @@ Split split(int replicas, int per_device, int accum = 1, bool fixed_padding = fa
 
 struct Result {
   Params params;
+  std::vector<int64_t> state_numel;  // optimizer state each replica holds
   std::vector<double> losses;  // logged every step
   bool replicas_identical = true;
 };
@@ -107,6 +108,8 @@ Result train(const fs::path& out, const Split& run) {
         t.train();
         std::lock_guard<std::mutex> lock(mu);
         per_replica[i] = params_of(*model);
+        if (result.state_numel.empty()) result.state_numel.assign(run.replicas, 0);
+        result.state_numel[i] = t.optimizer_state_numel();
         if (i == 0)
           for (const auto& e : t.state().log_history)
             if (e.contains("loss")) result.losses.push_back(e["loss"].get<double>());
@@ -170,6 +173,12 @@ TEST(DataParallel, OneReplicaTwoReplicasAndAccumulationAgree) {
   // Gradients were all-reduced inside the steps: 10 steps, at least one bucket each.
   EXPECT_GE(m.all_reduces, 10);
   EXPECT_GT(m.all_reduce_bytes, 0);
+  // The optimizer state is sharded (ZeRO-1): each replica holds a share, the
+  // shares add up to one full copy, and the biggest is at most ~60 %.
+  const int64_t full = one.state_numel[0];
+  ASSERT_EQ(two.state_numel.size(), 2u);
+  EXPECT_EQ(two.state_numel[0] + two.state_numel[1], full);
+  for (int64_t share : two.state_numel) EXPECT_LT(share, full * 0.6);
   // Only the master wrote: one model, one set of checkpoints.
   EXPECT_TRUE(fs::exists(d2.path() / "model.safetensors"));
   EXPECT_TRUE(fs::exists(d2.path() / "checkpoint-5" / "optimizer.safetensors"));

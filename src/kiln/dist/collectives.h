@@ -20,6 +20,12 @@ namespace kiln::dist {
 void all_reduce(int64_t group, int replica, std::span<const float* const> inputs, std::span<const int64_t> sizes,
                 float* out, double scale);
 
+// The other half of sharded optimizer state (ZeRO-1): segment k of the result
+// is replica roots[k]'s input k (a global rank), sent to every replica. Each
+// replica passes its own inputs (what non-roots pass is not read).
+void broadcast(int64_t group, int replica, std::span<const float* const> inputs, std::span<const int64_t> sizes,
+               std::span<const int64_t> roots, float* out);
+
 // Sum of `value` over every replica of every process (host side; the calling
 // thread must be a replica of spawn(), or the lone replica of a process).
 double all_reduce_host(double value);

@@ -69,6 +69,14 @@ void all_reduce_device(float* data, int64_t n) {
   }
 }
 
+void broadcast_device(float* data, int64_t n, int root) {
+  KILN_ASSERT(g_initialized);
+  for (int64_t at = 0; at < n; at += (int64_t{1} << 30)) {
+    int count = static_cast<int>(std::min<int64_t>(n - at, int64_t{1} << 30));
+    check(MPI_Bcast(data + at, count, MPI_FLOAT, root, g_device), "MPI_Bcast");
+  }
+}
+
 void all_reduce_host(double* data, int64_t n) {
   KILN_ASSERT(g_initialized);
   check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, g_host), "MPI_Allreduce");

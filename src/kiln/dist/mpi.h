@@ -19,6 +19,8 @@ int size();  // 1 without MPI
 // In-place sums over all processes (device and host communicators).
 void all_reduce_device(float* data, int64_t n);
 void all_reduce_host(double* data, int64_t n);
+// Process `root`'s data to every process (device communicator).
+void broadcast_device(float* data, int64_t n, int root);
 // Equal when every process passed the same value (for rendezvous tags):
 // returns the minimum and maximum over the processes.
 void min_max_host(uint64_t value, uint64_t* min, uint64_t* max);

@@ -293,6 +293,60 @@ void all_reduce(int64_t group, int replica, std::span<const float* const> inputs
   }
 }
 
+void broadcast(int64_t group, int replica, std::span<const float* const> inputs, std::span<const int64_t> sizes,
+               std::span<const int64_t> roots, float* out) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto g = find_group(group);
+  KILN_CHECK(g, "broadcast: replica group ", group, " no longer exists (its spawn() has returned)");
+  KILN_ASSERT(replica >= 0 && replica < g->n && inputs.size() == sizes.size() && roots.size() == sizes.size());
+  const int n = g->n, process = mpi::rank();
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  g->posts[replica] = Group::Post{inputs, sizes, out};
+  g->device.wait();
+  for (int r = 0; r < n; ++r)
+    KILN_CHECK(g->posts[r].sizes.size() == sizes.size() &&
+                   std::equal(sizes.begin(), sizes.end(), g->posts[r].sizes.begin()),
+               "broadcast: replica ", r, " sends different tensors than replica ", replica,
+               " (the replicas traced different steps)");
+  if (mpi::size() == 1) {
+    int64_t at = 0;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      KILN_ASSERT(roots[k] >= 0 && roots[k] < n);
+      std::memcpy(out + at, g->posts[roots[k]].inputs[k], sizes[k] * sizeof(float));
+      at += sizes[k];
+    }
+  } else {
+    // The first replica of each process takes part in one MPI_Bcast per
+    // segment, from the process that holds the root; the others copy its result.
+    if (replica == 0) {
+      int64_t at = 0;
+      try {
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          const int root_process = static_cast<int>(roots[k] / n), root_local = static_cast<int>(roots[k] % n);
+          if (root_process == process) std::memcpy(out + at, g->posts[root_local].inputs[k], sizes[k] * sizeof(float));
+          mpi::broadcast_device(out + at, sizes[k], root_process);
+          at += sizes[k];
+        }
+      } catch (const std::exception& e) {
+        g->abort(e.what());
+        throw;
+      }
+    }
+    g->device.wait();
+    if (replica != 0) std::memcpy(out, g->posts[0].out, total * sizeof(float));
+  }
+  g->device.wait();  // the roots' inputs are no longer read
+  if (replica == 0) {
+    ++g_count;
+    g_bytes += total * static_cast<int64_t>(sizeof(float));
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double cur = g_seconds.load();
+    while (!g_seconds.compare_exchange_weak(cur, cur + dt)) {
+    }
+  }
+}
+
 double all_reduce_host(double value) {
   const ReplicaInfo& me = this_replica();
   auto g = my_group();

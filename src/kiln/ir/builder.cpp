@@ -16,6 +16,7 @@ bool differentiable(Op op) {
     case Op::Not: case Op::Detach: case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le:
     case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::ArgMax:
     case Op::AllReduce:  // applied to gradients, after backward
+    case Op::BroadcastFrom:
       return false;
     default:
       return true;
@@ -438,6 +439,20 @@ NodePtr all_reduce(const std::vector<NodePtr>& inputs, int64_t group, int64_t re
     total += x->numel();
   }
   return make_node(Op::AllReduce, DType::f32, {total}, inputs, Attrs{{group, replica}, {scale}});
+}
+
+NodePtr broadcast_from(const std::vector<NodePtr>& inputs, int64_t group, int64_t replica,
+                       const std::vector<int64_t>& roots) {
+  KILN_CHECK(!inputs.empty() && roots.size() == inputs.size(), "broadcast_from: ", inputs.size(), " tensors and ",
+             roots.size(), " roots");
+  int64_t total = 0;
+  for (const auto& x : inputs) {
+    KILN_CHECK(x->dtype == DType::f32, "broadcast_from: tensors must be f32, got ", dtype_name(x->dtype));
+    total += x->numel();
+  }
+  Attrs a{{group, replica}, {}};
+  a.ints.insert(a.ints.end(), roots.begin(), roots.end());
+  return make_node(Op::BroadcastFrom, DType::f32, {total}, inputs, a);
 }
 
 }  // namespace kiln::ir

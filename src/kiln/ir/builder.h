@@ -84,5 +84,8 @@ NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const N
 // The flattened concatenation of `inputs` (f32), summed over the replicas of
 // `group` (and across MPI processes), times scale.
 NodePtr all_reduce(const std::vector<NodePtr>& inputs, int64_t group, int64_t replica, double scale);
+// The flattened concatenation of input k as replica roots[k] (a global rank) holds it.
+NodePtr broadcast_from(const std::vector<NodePtr>& inputs, int64_t group, int64_t replica,
+                       const std::vector<int64_t>& roots);
 
 }  // namespace kiln::ir

@@ -36,6 +36,8 @@
 //   AllReduce     inputs: f32 tensors; result f32 [total elements]: their flattened
 //                 concatenation summed over all replicas, times floats[0];
 //                 ints = {replica group, replica index} (see dist/collectives.h)
+//   BroadcastFrom inputs: f32 tensors; result f32 [total]: segment k is input k of
+//                 the replica whose global rank is ints[2 + k]; ints[0..1] as AllReduce
 #include <cstdint>
 
 namespace kiln::ir {
@@ -61,7 +63,7 @@ enum class Op : uint8_t {
   Softmax, SoftmaxGrad, LogSoftmax, LogSoftmaxGrad, Normalize, NormalizeGrad,
   CrossEntropy, CrossEntropyGrad,
   // collectives
-  AllReduce,
+  AllReduce, BroadcastFrom,
   kCount
 };
 

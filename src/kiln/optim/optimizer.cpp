@@ -177,4 +177,44 @@ std::vector<Tensor> all_reduce_gradients(const std::vector<Tensor>& params, doub
   return reduced_extra;
 }
 
+std::vector<int64_t> shard_owners(const std::vector<Tensor>& params, int world) {
+  KILN_CHECK(world >= 1, "shard_owners: world size must be at least 1, got ", world);
+  std::vector<size_t> order(params.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+  std::vector<int64_t> load(static_cast<size_t>(world), 0), owner(params.size(), 0);
+  for (size_t k : order) {
+    auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[k] = least;
+    load[least] += params[k].numel();
+  }
+  return owner;
+}
+
+std::vector<Tensor> gather_from_owners(const std::vector<Tensor>& values, const std::vector<int64_t>& owners,
+                                       double bucket_mb) {
+  KILN_CHECK(values.size() == owners.size(), "gather_from_owners: ", values.size(), " tensors, ", owners.size(),
+             " owners");
+  std::vector<Tensor> out(values.size());
+  const double bucket_elems = std::max(1.0, bucket_mb * 1e6 / sizeof(float));
+  size_t begin = 0;
+  while (begin < values.size()) {
+    size_t end = begin;
+    double elems = 0;
+    while (end < values.size() && (end == begin || elems + values[end].numel() <= bucket_elems))
+      elems += values[end++].numel();
+    std::vector<Tensor> part(values.begin() + begin, values.begin() + end);
+    std::vector<int64_t> roots(owners.begin() + begin, owners.begin() + end);
+    Tensor flat = broadcast_from(part, roots);
+    int64_t off = 0;
+    for (size_t k = begin; k < end; ++k) {
+      out[k] = reshape(slice(flat, 0, off, off + values[k].numel()), values[k].shape());
+      off += values[k].numel();
+    }
+    begin = end;
+  }
+  return out;
+}
+
 }  // namespace kiln::optim

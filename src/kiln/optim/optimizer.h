@@ -65,6 +65,8 @@ class AdamW : public Optimizer {
   // Optimizer state, for checkpoints: exp_avg and exp_avg_sq per parameter.
   std::vector<Tensor>& exp_avg(size_t group) { return m_[group]; }
   std::vector<Tensor>& exp_avg_sq(size_t group) { return v_[group]; }
+  const std::vector<Tensor>& exp_avg(size_t group) const { return m_[group]; }
+  const std::vector<Tensor>& exp_avg_sq(size_t group) const { return v_[group]; }
   void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
@@ -87,5 +89,15 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // come back reduced the same way. Parameters without a gradient are skipped.
 std::vector<Tensor> all_reduce_gradients(const std::vector<Tensor>& params, double scale, double bucket_mb = 25.0,
                                          const std::vector<Tensor>& extra = {});
+
+// Sharded optimizer state (ZeRO-1): each parameter is updated, and its
+// optimizer state kept, by one replica, its owner (a global rank): the
+// largest parameters first, each to the least loaded replica (ties: the
+// lowest rank). The same assignment on every replica.
+std::vector<int64_t> shard_owners(const std::vector<Tensor>& params, int world);
+// values[k] as replica owners[k] holds it, for every k (non-owners pass a
+// tensor of the same shape, which is not read), in buckets of ~bucket_mb.
+std::vector<Tensor> gather_from_owners(const std::vector<Tensor>& values, const std::vector<int64_t>& owners,
+                                       double bucket_mb = 25.0);
 
 }  // namespace kiln::optim

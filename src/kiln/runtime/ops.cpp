@@ -215,4 +215,18 @@ Tensor all_reduce(const std::vector<Tensor>& tensors, double scale) {
   return wrap(ir::all_reduce(nodes, me.group, me.local_index, scale));
 }
 
+Tensor broadcast_from(const std::vector<Tensor>& tensors, const std::vector<int64_t>& roots) {
+  const ReplicaInfo& me = this_replica();
+  std::vector<ir::NodePtr> nodes;
+  for (const auto& t : tensors) {
+    KILN_CHECK(t.device() == me.device, "broadcast_from: a tensor is on ", t.device().str(),
+               " but this thread is replica ", me.local_index, " on ", me.device.str());
+    nodes.push_back(t.node());
+  }
+  for (int64_t r : roots)
+    KILN_CHECK(r >= 0 && r < me.world_size(), "broadcast_from: root ", r, " is not a replica (world size ",
+               me.world_size(), ")");
+  return wrap(ir::broadcast_from(nodes, me.group, me.local_index, roots));
+}
+
 }  // namespace kiln

@@ -144,5 +144,8 @@ Tensor dropout(const Tensor& x, double p, Generator& gen, bool training = true);
 // one f32 [total] tensor computed inside the step (an AllReduce node). Call it
 // from a replica's thread with tensors on that replica's device.
 Tensor all_reduce(const std::vector<Tensor>& tensors, double scale = 1.0);
+// The flattened concatenation of tensors[k] as the replica of global rank
+// roots[k] holds it (every replica passes its own tensors of the same shapes).
+Tensor broadcast_from(const std::vector<Tensor>& tensors, const std::vector<int64_t>& roots);
 
 }  // namespace kiln

@@ -139,22 +139,79 @@ Trainer::~Trainer() {
 }
 
 void Trainer::build_optimizer() {
-  optim::ParamGroup decay{{}, args_.weight_decay}, no_decay{{}, 0.0};
-  std::vector<std::string> names_decay, names_no_decay;
+  // HF's grouping: decayed parameters first, then the others.
+  std::vector<std::pair<std::string, Tensor>> no_decay;
+  params_.clear();
+  param_names_.clear();
   for (auto& [name, p] : model_.named_parameters()) {
     if (decays(name)) {
-      decay.params.push_back(p);
-      names_decay.push_back(name);
+      params_.push_back(p);
+      param_names_.push_back(name);
     } else {
-      no_decay.params.push_back(p);
-      names_no_decay.push_back(name);
+      no_decay.emplace_back(name, p);
     }
   }
-  param_names_ = names_decay;
-  param_names_.insert(param_names_.end(), names_no_decay.begin(), names_no_decay.end());
+  const size_t decayed = params_.size();
+  for (auto& [name, p] : no_decay) {
+    params_.push_back(p);
+    param_names_.push_back(name);
+  }
+  // With several replicas each parameter's optimizer state lives on one of
+  // them (ZeRO-1): the owner updates it and sends the result to the others.
+  const int world = replica_.world_size();
+  owners_ = world > 1 ? optim::shard_owners(params_, world) : std::vector<int64_t>(params_.size(), 0);
+  optim::ParamGroup groups[2] = {{{}, args_.weight_decay}, {{}, 0.0}};
+  std::vector<size_t> index[2];
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (owners_[k] == replica_.global_rank()) {
+      const int g = k < decayed ? 0 : 1;
+      groups[g].params.push_back(params_[k]);
+      index[g].push_back(k);
+    }
+  std::vector<optim::ParamGroup> used;
+  opt_index_.clear();
+  for (int g = 0; g < 2; ++g)
+    if (!groups[g].params.empty()) {
+      used.push_back(groups[g]);
+      opt_index_.push_back(index[g]);
+    }
   optimizer_ = std::make_unique<optim::AdamW>(
-      std::vector<optim::ParamGroup>{decay, no_decay},
-      optim::AdamWOptions{args_.learning_rate, args_.adam_beta1, args_.adam_beta2, args_.adam_epsilon, args_.weight_decay});
+      used, optim::AdamWOptions{args_.learning_rate, args_.adam_beta1, args_.adam_beta2, args_.adam_epsilon,
+                                args_.weight_decay});
+}
+
+int64_t Trainer::optimizer_state_numel() const {
+  int64_t n = 0;
+  for (size_t g = 0; g < opt_index_.size(); ++g)
+    for (size_t i = 0; i < opt_index_[g].size(); ++i)
+      n += optimizer_->exp_avg(g)[i].numel() + optimizer_->exp_avg_sq(g)[i].numel();
+  return n;
+}
+
+std::vector<std::pair<std::string, Tensor>> Trainer::optimizer_state() {
+  std::vector<Tensor> m(params_.size()), v(params_.size());
+  for (size_t g = 0; g < opt_index_.size(); ++g)
+    for (size_t i = 0; i < opt_index_[g].size(); ++i) {
+      m[opt_index_[g][i]] = optimizer_->exp_avg(g)[i];
+      v[opt_index_[g][i]] = optimizer_->exp_avg_sq(g)[i];
+    }
+  if (replica_.world_size() > 1) {
+    // Every replica takes part; the owners' state arrives everywhere.
+    for (size_t k = 0; k < params_.size(); ++k)
+      if (!m[k].defined()) {
+        m[k] = zeros(params_[k].shape(), DType::f32, device_);
+        v[k] = zeros(params_[k].shape(), DType::f32, device_);
+      }
+    m = optim::gather_from_owners(m, owners_);
+    v = optim::gather_from_owners(v, owners_);
+    mark_step(device_);
+  }
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    out.emplace_back("state." + param_names_[k] + ".exp_avg", m[k]);
+    out.emplace_back("state." + param_names_[k] + ".exp_avg_sq", v[k]);
+  }
+  return out;
 }
 
 double Trainer::loss_items(const data::Batch& b) const {
@@ -231,7 +288,7 @@ void Trainer::save_model(const fs::path& dir) const {
   }
 }
 
-void Trainer::save_checkpoint() {
+void Trainer::save_checkpoint(const std::vector<std::pair<std::string, Tensor>>& opt) {
   wait_device_ops(device_);  // values and log_history complete
   fs::path final_dir = checkpoint_dir(state_.global_step);
   fs::path tmp = fs::path(args_.output_dir) / ("tmp-checkpoint-" + std::to_string(state_.global_step));
@@ -240,13 +297,6 @@ void Trainer::save_checkpoint() {
   save_model(tmp);
   save_delay();
   // Optimizer state by parameter name.
-  std::vector<std::pair<std::string, Tensor>> opt;
-  size_t k = 0;
-  for (size_t g = 0; g < optimizer_->groups().size(); ++g)
-    for (size_t i = 0; i < optimizer_->groups()[g].params.size(); ++i, ++k) {
-      opt.emplace_back("state." + param_names_[k] + ".exp_avg", optimizer_->exp_avg(g)[i]);
-      opt.emplace_back("state." + param_names_[k] + ".exp_avg_sq", optimizer_->exp_avg_sq(g)[i]);
-    }
   io::save_safetensors(tmp / "optimizer.safetensors", opt, {{"step", std::to_string(optimizer_->steps_taken())}});
   save_delay();
   io::write_json_file_atomic(tmp / "scheduler.json", json{{"type", args_.lr_scheduler_type}, {"last_epoch", state_.global_step}});
@@ -293,10 +343,10 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   KILN_CHECK(report.ok(), "resume_from_checkpoint: ", (dir / "model.safetensors").string(),
              " does not match the model:\n", report.describe());
   io::SafetensorsFile opt = io::SafetensorsFile::open(dir / "optimizer.safetensors");
-  size_t k = 0;
   NoGradGuard no_grad;
-  for (size_t g = 0; g < optimizer_->groups().size(); ++g)
-    for (size_t i = 0; i < optimizer_->groups()[g].params.size(); ++i, ++k) {
+  for (size_t g = 0; g < opt_index_.size(); ++g)
+    for (size_t i = 0; i < opt_index_[g].size(); ++i) {
+      const size_t k = opt_index_[g][i];
       for (auto [suffix, vec] : {std::pair{".exp_avg", &optimizer_->exp_avg(g)}, std::pair{".exp_avg_sq", &optimizer_->exp_avg_sq(g)}}) {
         std::string key = "state." + param_names_[k] + suffix;
         KILN_CHECK(opt.find(key), (dir / "optimizer.safetensors").string(), ": tensor '", key, "' is missing");
@@ -427,7 +477,14 @@ std::map<std::string, double> Trainer::train() {
     double lr = schedule.lr(state_.global_step);
     optimizer_->set_lr(lr);
     optimizer_->step();
-    optimizer_->zero_grad();
+    if (world > 1) {
+      // Each replica updated the parameters it owns; now everyone takes them.
+      for (auto& p : params_) p.zero_grad();
+      std::vector<Tensor> fresh = optim::gather_from_owners(params_, owners_);
+      for (size_t k = 0; k < params_.size(); ++k) params_[k].assign(fresh[k]);
+    } else {
+      optimizer_->zero_grad();
+    }
     mark_step(device_);
     ++state_.global_step;
     state_.epoch = epoch_now;
@@ -500,7 +557,8 @@ std::map<std::string, double> Trainer::train() {
           }
         }
       }
-      if (replica_.is_master()) save_checkpoint();
+      auto opt_state = optimizer_state();
+      if (replica_.is_master()) save_checkpoint(opt_state);
       if (world > 1) rendezvous("checkpoint-" + std::to_string(step));
     }
     if (stop_after_ >= 0 && state_.global_step >= stop_after_) break;

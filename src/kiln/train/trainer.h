@@ -73,6 +73,9 @@ class Trainer {
   // control.should_training_stop); the schedule still spans the whole run.
   void stop_after_step(int64_t step) { stop_after_ = step; }
   const TrainingArguments& args() const { return args_; }
+  // Elements of optimizer state (exp_avg + exp_avg_sq) this replica holds:
+  // its share of the parameters when several replicas train (ZeRO-1).
+  int64_t optimizer_state_numel() const;
   // Saves config.json, model.safetensors and the extra files into dir.
   void save_model(const std::filesystem::path& dir) const;
 
@@ -82,7 +85,10 @@ class Trainer {
   // What the loss of batch b averages over: rows, or label tokens.
   double loss_items(const data::Batch& b) const;
   void build_optimizer();
-  void save_checkpoint();
+  // exp_avg / exp_avg_sq of every parameter by name (gathered from their
+  // owners when the state is sharded: every replica must call it).
+  std::vector<std::pair<std::string, Tensor>> optimizer_state();
+  void save_checkpoint(const std::vector<std::pair<std::string, Tensor>>& optimizer_state);
   void load_checkpoint(const std::filesystem::path& dir);
   void rotate_checkpoints();
   void record_log(nlohmann::json entry, int64_t step);
@@ -95,7 +101,10 @@ class Trainer {
   std::shared_ptr<const data::Features> train_, eval_;
   data::CollatorOptions collator_;
   std::unique_ptr<optim::AdamW> optimizer_;
-  std::vector<std::string> param_names_;  // optimizer order
+  std::vector<Tensor> params_;            // HF's order: decayed parameters, then the others
+  std::vector<std::string> param_names_;  // their names
+  std::vector<int64_t> owners_;           // the replica (global rank) that updates each
+  std::vector<std::vector<size_t>> opt_index_;  // optimizer group, position -> index into params_
   std::unique_ptr<data::DataLoader> loader_;
   TrainerState state_;
   std::vector<std::filesystem::path> extra_files_;

@@ -569,6 +569,17 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out) {
       return dist::all_reduce(ins.attrs.ints[0], static_cast<int>(ins.attrs.ints[1]), ptrs, sizes,
                               out_ptr<float>(ins, out), ins.attrs.floats[0]);
     }
+    case Op::BroadcastFrom: {
+      std::vector<const float*> ptrs;
+      std::vector<int64_t> sizes;
+      for (size_t k = 0; k < ins.inputs.size(); ++k) {
+        ptrs.push_back(in_ptr<float>(ins, in, k));
+        sizes.push_back(numel(ins.inputs[k].view.shape));
+      }
+      std::vector<int64_t> roots(ins.attrs.ints.begin() + 2, ins.attrs.ints.end());
+      return dist::broadcast(ins.attrs.ints[0], static_cast<int>(ins.attrs.ints[1]), ptrs, sizes, roots,
+                             out_ptr<float>(ins, out));
+    }
     default:
       throw Error(std::string("cpu backend: no kernel for op ") + ir::op_name(ins.op));
   }
