@@ -140,6 +140,39 @@ TEST(AllReduce, AFailedStepOnOneReplicaFailsTheOthersInsteadOfHanging) {
   EXPECT_FALSE(err.empty());
 }
 
+TEST(AllReduce, ReplicasWhoseGraphsDifferStillMeetInTraceOrder) {
+  // Each replica consumes the two results in a different order (as replicas
+  // that update different parameters do): the collectives still run in the
+  // order they were traced, on both.
+  std::vector<std::vector<float>> got(2);
+  spawn(
+      [&](int i) {
+        Device d = this_replica().device;
+        Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3}, d);
+        Tensor y = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5}, {5}, d);
+        Tensor first, second;
+        {
+          Tensor a = all_reduce({x * static_cast<double>(i + 1)});
+          Tensor b = all_reduce({y});
+          if (i == 0) {
+            first = a + 1.0;
+            second = b + 1.0;
+          } else {
+            second = b + 1.0;
+            first = a + 1.0;
+          }
+        }
+        mark_step(d);
+        got[i] = first.to_vector<float>();
+        auto s = second.to_vector<float>();
+        got[i].insert(got[i].end(), s.begin(), s.end());
+      },
+      2);
+  std::vector<float> want{4, 7, 10, 3, 5, 7, 9, 11};
+  EXPECT_EQ(got[0], want);
+  EXPECT_EQ(got[1], want);
+}
+
 TEST(AllReduce, OutsideSpawnItIsTheValueTimesScale) {
   Tensor x = Tensor::from_vector(std::vector<float>{1, 2}, {2});
   EXPECT_EQ(all_reduce({x}, 3.0).to_vector<float>(), (std::vector<float>{3, 6}));

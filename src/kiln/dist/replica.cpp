@@ -180,6 +180,16 @@ uint64_t fnv1a(const std::string& s) {
 std::atomic<int64_t> g_count{0}, g_bytes{0};
 std::atomic<double> g_seconds{0};
 
+// Counts one collective of `total` floats that began at t0.
+void record(std::chrono::steady_clock::time_point t0, int64_t total) {
+  ++g_count;
+  g_bytes += total * static_cast<int64_t>(sizeof(float));
+  double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double cur = g_seconds.load();
+  while (!g_seconds.compare_exchange_weak(cur, cur + dt)) {
+  }
+}
+
 }  // namespace
 
 int default_threads() {
@@ -283,14 +293,7 @@ void all_reduce(int64_t group, int replica, std::span<const float* const> inputs
     if (replica != 0) std::memcpy(out, g->posts[0].out, total * sizeof(float));
   }
   g->device.wait();  // nobody's inputs or outputs are touched after this
-  if (replica == 0) {
-    ++g_count;
-    g_bytes += total * static_cast<int64_t>(sizeof(float));
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double cur = g_seconds.load();
-    while (!g_seconds.compare_exchange_weak(cur, cur + dt)) {
-    }
-  }
+  if (replica == 0) record(t0, total);
 }
 
 void broadcast(int64_t group, int replica, std::span<const float* const> inputs, std::span<const int64_t> sizes,
@@ -337,14 +340,7 @@ void broadcast(int64_t group, int replica, std::span<const float* const> inputs,
     if (replica != 0) std::memcpy(out, g->posts[0].out, total * sizeof(float));
   }
   g->device.wait();  // the roots' inputs are no longer read
-  if (replica == 0) {
-    ++g_count;
-    g_bytes += total * static_cast<int64_t>(sizeof(float));
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double cur = g_seconds.load();
-    while (!g_seconds.compare_exchange_weak(cur, cur + dt)) {
-    }
-  }
+  if (replica == 0) record(t0, total);
 }
 
 double all_reduce_host(double value) {

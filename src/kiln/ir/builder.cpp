@@ -1,6 +1,7 @@
 #include "kiln/ir/builder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 
 #include "kiln/core/error.h"
@@ -9,6 +10,11 @@ namespace kiln::ir {
 
 namespace {
 thread_local bool g_grad_enabled = true;
+
+uint64_t next_collective_seq() {
+  static std::atomic<uint64_t> seq{0};
+  return ++seq;
+}
 
 bool differentiable(Op op) {
   switch (op) {
@@ -438,7 +444,9 @@ NodePtr all_reduce(const std::vector<NodePtr>& inputs, int64_t group, int64_t re
     KILN_CHECK(x->device == device, "all_reduce: tensors on ", device.str(), " and ", x->device.str());
     total += x->numel();
   }
-  return make_node(Op::AllReduce, DType::f32, {total}, inputs, Attrs{{group, replica}, {scale}});
+  auto n = make_node(Op::AllReduce, DType::f32, {total}, inputs, Attrs{{group, replica}, {scale}});
+  n->seq = next_collective_seq();
+  return n;
 }
 
 NodePtr broadcast_from(const std::vector<NodePtr>& inputs, int64_t group, int64_t replica,
@@ -452,7 +460,9 @@ NodePtr broadcast_from(const std::vector<NodePtr>& inputs, int64_t group, int64_
   }
   Attrs a{{group, replica}, {}};
   a.ints.insert(a.ints.end(), roots.begin(), roots.end());
-  return make_node(Op::BroadcastFrom, DType::f32, {total}, inputs, a);
+  auto n = make_node(Op::BroadcastFrom, DType::f32, {total}, inputs, a);
+  n->seq = next_collective_seq();
+  return n;
 }
 
 }  // namespace kiln::ir

@@ -2,7 +2,9 @@
 
 #include <cstring>
 #include <sstream>
+#include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kiln/core/error.h"
 
@@ -108,6 +110,24 @@ Graph flatten(const std::vector<NodePtr>& outputs, std::vector<NodePtr>* params)
       stack.pop_back();
     }
   };
+  // Collectives first, in the order they were traced: replicas whose graphs
+  // differ elsewhere (each updates its own parameters) still meet in the same
+  // all-reduce at the same time. Each is placed right after its inputs.
+  std::vector<const NodePtr*> collectives;
+  {
+    std::unordered_set<const Node*> seen;
+    std::vector<const NodePtr*> todo;
+    for (const auto& o : outputs) todo.push_back(&o);
+    while (!todo.empty()) {
+      const NodePtr* p = todo.back();
+      todo.pop_back();
+      if (!seen.insert(p->get()).second) continue;
+      if ((*p)->op == Op::AllReduce || (*p)->op == Op::BroadcastFrom) collectives.push_back(p);
+      for (const auto& in : (*p)->inputs) todo.push_back(&in);
+    }
+  }
+  std::sort(collectives.begin(), collectives.end(), [](const NodePtr* a, const NodePtr* b) { return (*a)->seq < (*b)->seq; });
+  for (const NodePtr* c : collectives) visit(*c);
   for (const auto& o : outputs) visit(o);
   for (const auto& o : outputs) g.outputs.push_back(index.at(o.get()));
   g.donated.assign(g.num_params, false);

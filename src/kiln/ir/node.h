@@ -46,6 +46,10 @@ struct Node {
   // from, through which backward() still differentiates.
   NodePtr grad_source;
 
+  // Collectives: their trace order (see flatten(): every replica runs its
+  // collectives in this order, whatever else its graph holds).
+  uint64_t seq = 0;
+
   int64_t numel() const { return kiln::numel(shape); }
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
 };
