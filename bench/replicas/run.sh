@@ -3,7 +3,8 @@
 # classification, global batch 8 x 128 tokens, AdamW, fp32) on 1 replica, 2
 # replicas in one process, and 2 MPI processes of 1 replica each. Prints
 # samples/s, peak resident memory (the sum over processes) and the all-reduce
-# metrics of each, in one run.
+# metrics of each, in one run; the in-process pair also with sharded optimizer
+# state (ZeRO-1).
 #   bench/replicas/run.sh [BUILD_DIR] [--preset bert-base] [--steps 6]
 set -euo pipefail
 build=${1:-build}
@@ -51,5 +52,7 @@ export -f timed
 echo "kiln $preset fine-tune, global batch 8 x 128, $steps steps (compile included), $(nproc) cores"
 run one-replica timed "$work/one-replica" $kiln $(args one-replica 8)
 run two-replicas-in-process timed "$work/two-replicas-in-process" $kiln $(args two-replicas-in-process 4) --num_replicas 2
+run two-replicas-zero1 timed "$work/two-replicas-zero1" $kiln $(args two-replicas-zero1 4) --num_replicas 2 \
+  --shard_optimizer_state
 run two-mpi-processes mpirun -np 2 --oversubscribe --bind-to none $root \
   bash -c "timed $work/two-mpi-processes $kiln $(args two-mpi-processes 4)"

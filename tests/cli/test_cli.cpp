@@ -309,7 +309,7 @@ TEST(Cli, OneReplicaTwoReplicasAndTwoMpiProcessesTrainTheSameModel) {
   ASSERT_EQ(kiln(args(w.path() / "two", 4) + " --num_replicas 2", w.path() / "log2"), 0) << slurp(w.path() / "log2");
   // Two processes on this 2-core machine; root needs OpenMPI's explicit consent.
   std::string mpirun = std::string("mpirun -np 2 --oversubscribe --bind-to none") +
-                       (geteuid() == 0 ? " --allow-run-as-root" : "") + " " KILN_BIN " " + args(w.path() / "mpi", 4) +
+                       (geteuid() == 0 ? " --allow-run-as-root" : "") + " " KILN_BIN " " + args(w.path() / "mpi", 4) + " --shard_optimizer_state" +
                        " > " + (w.path() / "log3").string() + " 2>&1";
   int rc = std::system(mpirun.c_str());
   ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << slurp(w.path() / "log3");

@@ -52,6 +52,7 @@ struct Split {
   // micro-batch: accumulation splits a step into micro-batches that would
   // otherwise pad differently, and dropout masks follow the padded layout.
   bool fixed_padding = false;
+  bool shard = false;  // ZeRO-1
   int64_t stop_after = -1;
   std::string resume;
 };
@@ -97,6 +98,7 @@ Result train(const fs::path& out, const Split& run) {
         a.max_grad_norm = 1.0;
         a.seed = 7;
         a.num_replicas = run.replicas;
+        a.shard_optimizer_state = run.shard;
         a.per_device_train_batch_size = run.per_device;
         a.gradient_accumulation_steps = run.accum;
         a.resume_from_checkpoint = run.resume;
@@ -149,16 +151,21 @@ TEST(DataParallel, OneReplicaTwoReplicasAndAccumulationAgree) {
   TempDir d1, d2, d3, d4;
   Result one = train(d1.path(), split(1, 8));
   metrics::reset();
-  Result two = train(d2.path(), split(2, 4));
+  Split sharded = split(2, 4);
+  sharded.shard = true;
+  Result two = train(d2.path(), sharded);
   metrics::Snapshot m = metrics::snapshot();
+  TempDir d5;
+  Result two_unsharded = train(d5.path(), split(2, 4));
   Result one_fixed = train(d3.path(), split(1, 8, 1, true));
   Result accum = train(d4.path(), split(1, 4, 2, true));
   ASSERT_EQ(one.losses.size(), 10u);
   EXPECT_TRUE(two.replicas_identical) << "replicas drifted apart";
-  {
-    Worst w = worst_relative(two.params, one.params);
+  for (const Result* r : {&two, &two_unsharded}) {
+    Worst w = worst_relative(r->params, one.params);
     EXPECT_LT(w.value, 1e-5) << w.name;
   }
+  EXPECT_TRUE(two_unsharded.replicas_identical);
   {
     Worst w = worst_relative(accum.params, one_fixed.params);
     EXPECT_LT(w.value, 1e-5) << w.name;
@@ -179,6 +186,7 @@ TEST(DataParallel, OneReplicaTwoReplicasAndAccumulationAgree) {
   ASSERT_EQ(two.state_numel.size(), 2u);
   EXPECT_EQ(two.state_numel[0] + two.state_numel[1], full);
   for (int64_t share : two.state_numel) EXPECT_LT(share, full * 0.6);
+  EXPECT_EQ(two_unsharded.state_numel[0], full);
   // Only the master wrote: one model, one set of checkpoints.
   EXPECT_TRUE(fs::exists(d2.path() / "model.safetensors"));
   EXPECT_TRUE(fs::exists(d2.path() / "checkpoint-5" / "optimizer.safetensors"));
@@ -193,9 +201,11 @@ TEST(DataParallel, CheckpointsResumeOnAnotherReplicaCount) {
     TempDir dir;
     Split a = split(first, 8 / first);
     a.stop_after = 5;
+    a.shard = true;  // the checkpoint gathers the sharded state
     train(dir.path(), a);
     ASSERT_TRUE(fs::exists(dir.path() / "checkpoint-5"));
     Split b = split(second, 8 / second);
+    b.shard = true;
     b.resume = (dir.path() / "checkpoint-5").string();
     Result resumed = train(dir.path(), b);
     SCOPED_TRACE(std::to_string(first) + " replica(s) then " + std::to_string(second));

@@ -76,6 +76,7 @@ const json kHfDefaults = {
     {"resume_from_checkpoint", ""},
     {"label_smoothing_factor", 0.0},
     {"num_replicas", 1},
+    {"shard_optimizer_state", false},
     {"metrics_debug", false},
     {"device", "cpu"},
 };
@@ -122,6 +123,7 @@ const std::vector<FlagCase> kEveryFlag = {
     {"resume_from_checkpoint", "latest", "latest"},
     {"label_smoothing_factor", "0.1", 0.1},
     {"num_replicas", "2", 2},
+    {"shard_optimizer_state", "", true},
     {"metrics_debug", "", true},
     {"device", "cpu:1", "cpu:1"},
 };

@@ -159,11 +159,11 @@ void Trainer::build_optimizer() {
   // With several replicas each parameter's optimizer state lives on one of
   // them (ZeRO-1): the owner updates it and sends the result to the others.
   const int world = replica_.world_size();
-  owners_ = world > 1 ? optim::shard_owners(params_, world) : std::vector<int64_t>(params_.size(), 0);
+  owners_ = sharded() ? optim::shard_owners(params_, world) : std::vector<int64_t>(params_.size(), 0);
   optim::ParamGroup groups[2] = {{{}, args_.weight_decay}, {{}, 0.0}};
   std::vector<size_t> index[2];
   for (size_t k = 0; k < params_.size(); ++k)
-    if (owners_[k] == replica_.global_rank()) {
+    if (!sharded() || owners_[k] == replica_.global_rank()) {
       const int g = k < decayed ? 0 : 1;
       groups[g].params.push_back(params_[k]);
       index[g].push_back(k);
@@ -195,7 +195,7 @@ std::vector<std::pair<std::string, Tensor>> Trainer::optimizer_state() {
       m[opt_index_[g][i]] = optimizer_->exp_avg(g)[i];
       v[opt_index_[g][i]] = optimizer_->exp_avg_sq(g)[i];
     }
-  if (replica_.world_size() > 1) {
+  if (sharded()) {
     // Every replica takes part; the owners' state arrives everywhere.
     for (size_t k = 0; k < params_.size(); ++k)
       if (!m[k].defined()) {
@@ -477,7 +477,7 @@ std::map<std::string, double> Trainer::train() {
     double lr = schedule.lr(state_.global_step);
     optimizer_->set_lr(lr);
     optimizer_->step();
-    if (world > 1) {
+    if (sharded()) {
       // Each replica updated the parameters it owns; now everyone takes them.
       for (auto& p : params_) p.zero_grad();
       std::vector<Tensor> fresh = optim::gather_from_owners(params_, owners_);

@@ -84,6 +84,7 @@ class Trainer {
   models::ModelInputs inputs_of(const data::DeviceBatch& b) const;
   // What the loss of batch b averages over: rows, or label tokens.
   double loss_items(const data::Batch& b) const;
+  bool sharded() const { return replica_.world_size() > 1 && args_.shard_optimizer_state; }
   void build_optimizer();
   // exp_avg / exp_avg_sq of every parameter by name (gathered from their
   // owners when the state is sharded: every replica must call it).

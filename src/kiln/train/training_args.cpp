@@ -71,6 +71,7 @@ const std::vector<Field>& fields() {
       {"resume_from_checkpoint", &TA::resume_from_checkpoint, {}},
       {"label_smoothing_factor", &TA::label_smoothing_factor, {}},
       {"num_replicas", &TA::num_replicas, {}},
+      {"shard_optimizer_state", &TA::shard_optimizer_state, {}},
       {"metrics_debug", &TA::metrics_debug, {}},
       {"device", &TA::device, {}},
   };

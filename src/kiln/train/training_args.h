@@ -44,6 +44,9 @@ struct TrainingArguments {
   double label_smoothing_factor = 0.0;
   // kiln additions (also flags): replicas and debugging
   int64_t num_replicas = 1;
+  // With several replicas: each keeps the AdamW state of its share of the
+  // parameters and updates only those (ZeRO-1).
+  bool shard_optimizer_state = false;
   bool metrics_debug = false;
   std::string device = "cpu";
 
