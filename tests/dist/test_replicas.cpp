@@ -173,6 +173,27 @@ TEST(AllReduce, ReplicasWhoseGraphsDifferStillMeetInTraceOrder) {
   EXPECT_EQ(got[1], want);
 }
 
+TEST(AllReduce, TheStepComputesWhileItRuns) {
+  // y does not depend on the all-reduce: it is computed while the reduction
+  // is in flight, and the result is only awaited where it is read.
+  metrics::reset();
+  std::vector<std::vector<float>> got(2);
+  spawn(
+      [&](int i) {
+        Device d = this_replica().device;
+        Tensor x = Tensor::from_vector(std::vector<float>{1, 2}, {2}, d);
+        Tensor r = all_reduce({x * static_cast<double>(i + 1)});
+        Tensor y = exp(Tensor::from_vector(std::vector<float>{0, 0}, {2}, d) * 2.0);
+        Tensor z = r + y;
+        mark_step(d);
+        got[i] = z.to_vector<float>();
+      },
+      2);
+  EXPECT_EQ(got[0], (std::vector<float>{4, 7}));
+  EXPECT_EQ(got[1], got[0]);
+  EXPECT_GE(metrics::snapshot().overlapped_kernels, 2);  // y's kernel on each replica
+}
+
 TEST(AllReduce, OutsideSpawnItIsTheValueTimesScale) {
   Tensor x = Tensor::from_vector(std::vector<float>{1, 2}, {2});
   EXPECT_EQ(all_reduce({x}, 3.0).to_vector<float>(), (std::vector<float>{3, 6}));

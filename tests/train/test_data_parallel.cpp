@@ -53,6 +53,7 @@ struct Split {
   // otherwise pad differently, and dropout masks follow the padded layout.
   bool fixed_padding = false;
   bool shard = false;  // ZeRO-1
+  double bucket_mb = 25;
   int64_t stop_after = -1;
   std::string resume;
 };
@@ -99,6 +100,7 @@ Result train(const fs::path& out, const Split& run) {
         a.seed = 7;
         a.num_replicas = run.replicas;
         a.shard_optimizer_state = run.shard;
+        a.ddp_bucket_cap_mb = run.bucket_mb;
         a.per_device_train_batch_size = run.per_device;
         a.gradient_accumulation_steps = run.accum;
         a.resume_from_checkpoint = run.resume;
@@ -156,7 +158,11 @@ TEST(DataParallel, OneReplicaTwoReplicasAndAccumulationAgree) {
   Result two = train(d2.path(), sharded);
   metrics::Snapshot m = metrics::snapshot();
   TempDir d5;
-  Result two_unsharded = train(d5.path(), split(2, 4));
+  Split small_buckets = split(2, 4);
+  small_buckets.bucket_mb = 0.005;  // ~1250 floats: several buckets for this model
+  metrics::reset();
+  Result two_unsharded = train(d5.path(), small_buckets);
+  metrics::Snapshot mu = metrics::snapshot();
   Result one_fixed = train(d3.path(), split(1, 8, 1, true));
   Result accum = train(d4.path(), split(1, 4, 2, true));
   ASSERT_EQ(one.losses.size(), 10u);
@@ -180,6 +186,9 @@ TEST(DataParallel, OneReplicaTwoReplicasAndAccumulationAgree) {
   // Gradients were all-reduced inside the steps: 10 steps, at least one bucket each.
   EXPECT_GE(m.all_reduces, 10);
   EXPECT_GT(m.all_reduce_bytes, 0);
+  // Each bucket is reduced while the backward pass of earlier layers computes.
+  EXPECT_GE(mu.all_reduces, 10 * 5);  // several buckets a step
+  EXPECT_GT(mu.overlapped_kernels, 10 * 10);
   // The optimizer state is sharded (ZeRO-1): each replica holds a share, the
   // shares add up to one full copy, and the biggest is at most ~60 %.
   const int64_t full = one.state_numel[0];

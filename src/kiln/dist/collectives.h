@@ -5,6 +5,8 @@
 // MPI_Allreduce). Summation order is fixed (replica 0, 1, ... then MPI's), so
 // every replica ends with bit-identical values.
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <span>
 #include <string>
 
@@ -12,19 +14,20 @@
 
 namespace kiln::dist {
 
-// The device layer's all-reduce kernel: replica `replica` of in-process group
-// `group` contributes the concatenation of `inputs` (segment k has sizes[k]
-// floats) and receives, in `out`, the elementwise sum over all replicas of all
-// processes, times `scale`. Every replica must call it with the same sizes.
-// Throws kiln::Error when the group was aborted.
-void all_reduce(int64_t group, int replica, std::span<const float* const> inputs, std::span<const int64_t> sizes,
-                float* out, double scale);
-
-// The other half of sharded optimizer state (ZeRO-1): segment k of the result
-// is replica roots[k]'s input k (a global rank), sent to every replica. Each
-// replica passes its own inputs (what non-roots pass is not read).
-void broadcast(int64_t group, int replica, std::span<const float* const> inputs, std::span<const int64_t> sizes,
-               std::span<const int64_t> roots, float* out);
+// The device layer's collectives. Each replica's collectives go, in order,
+// to a thread of its own (submit) and work in place on a buffer that holds
+// the replica's concatenated inputs, so the step goes on computing meanwhile:
+// - all_reduce_in_place: the elementwise sum over every replica of every
+//   process, times scale, summed in a fixed order (replica 0, 1, ... then
+//   MPI's), so every replica ends with bit-identical values;
+// - broadcast_in_place: segment k becomes replica roots[k]'s (a global rank)
+//   segment k (sharded optimizer state, ZeRO-1).
+// Every replica must pass the same sizes. They throw kiln::Error when the
+// group was aborted.
+std::shared_future<void> submit(int64_t group, int replica, std::function<void()> task);
+void all_reduce_in_place(int64_t group, int replica, float* buf, int64_t total, double scale);
+void broadcast_in_place(int64_t group, int replica, float* buf, std::span<const int64_t> sizes,
+                        std::span<const int64_t> roots);
 
 // Sum of `value` over every replica of every process (host side; the calling
 // thread must be a replica of spawn(), or the lone replica of a process).
@@ -45,7 +48,9 @@ struct Stats {
   int64_t all_reduces = 0;
   int64_t bytes = 0;
   double seconds = 0;
+  int64_t overlapped = 0;  // kernels the steps ran while a collective was in flight
 };
+void record_overlap(int64_t kernels);
 Stats stats();
 void reset_stats();
 

@@ -11,7 +11,9 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -65,13 +67,59 @@ class Barrier {
   std::string why_;
 };
 
+// One replica's collectives, run in the order they were submitted on a
+// thread of their own, so a step's computation goes on while they run.
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  std::shared_future<void> submit(std::function<void()> task) {
+    std::packaged_task<void()> job(std::move(task));
+    std::shared_future<void> done = job.get_future().share();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(job));
+    }
+    cv_.notify_all();
+    return done;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      std::packaged_task<void()> job = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      job();  // an exception lands in the future
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 // The replicas of one spawn(). Their stream threads meet in all-reduces and
 // their host threads in rendezvous and host sums, at separate barriers: a
 // replica's host may be at a rendezvous while its stream is in a step.
 class Group {
  public:
   Group(int64_t id, int n)
-      : id(id), n(n), device(n), host(n), posts(n), values(n), tags(n), tag_names(n) {}
+      : id(id), n(n), device(n), host(n), posts(n), values(n), tags(n), tag_names(n) {
+    for (int r = 0; r < n; ++r) workers.push_back(std::make_unique<Worker>());
+  }
 
   void abort(const std::string& why) {
     {
@@ -106,6 +154,7 @@ class Group {
   std::vector<uint64_t> tags;      // rendezvous
   std::vector<std::string> tag_names;
   std::string rendezvous_error;
+  std::vector<std::unique_ptr<Worker>> workers;  // one per replica
 
  private:
   mutable std::mutex mu_;
@@ -165,19 +214,13 @@ std::shared_ptr<Group> my_group() {
   return g;
 }
 
-int64_t sum_of(std::span<const int64_t> v) {
-  int64_t t = 0;
-  for (int64_t x : v) t += x;
-  return t;
-}
-
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
 }
 
-std::atomic<int64_t> g_count{0}, g_bytes{0};
+std::atomic<int64_t> g_count{0}, g_bytes{0}, g_overlapped{0};
 std::atomic<double> g_seconds{0};
 
 // Counts one collective of `total` floats that began at t0.
@@ -225,87 +268,76 @@ void throw_if_aborted() {
   if (g->aborted()) throw Error(g->why());
 }
 
-Stats stats() { return Stats{g_count.load(), g_bytes.load(), g_seconds.load()}; }
+Stats stats() { return Stats{g_count.load(), g_bytes.load(), g_seconds.load(), g_overlapped.load()}; }
+void record_overlap(int64_t kernels) { g_overlapped += kernels; }
 void reset_stats() {
+  g_overlapped = 0;
   g_count = 0;
   g_bytes = 0;
   g_seconds = 0;
 }
 
-void all_reduce(int64_t group, int replica, std::span<const float* const> inputs, std::span<const int64_t> sizes,
-                float* out, double scale) {
+std::shared_future<void> submit(int64_t group, int replica, std::function<void()> task) {
+  auto g = find_group(group);
+  KILN_CHECK(g, "collective: replica group ", group, " no longer exists (its spawn() has returned)");
+  KILN_ASSERT(replica >= 0 && replica < g->n);
+  return g->workers[replica]->submit(std::move(task));
+}
+
+void all_reduce_in_place(int64_t group, int replica, float* buf, int64_t total, double scale) {
   auto t0 = std::chrono::steady_clock::now();
   auto g = find_group(group);
   KILN_CHECK(g, "all-reduce: replica group ", group, " no longer exists (its spawn() has returned)");
-  KILN_ASSERT(replica >= 0 && replica < g->n && inputs.size() == sizes.size());
-  int64_t total = 0;
-  for (int64_t s : sizes) total += s;
   const int n = g->n;
   const bool across = mpi::size() > 1;
   const float fscale = static_cast<float>(scale);
-
-  g->posts[replica] = Group::Post{inputs, sizes, out};
-  g->device.wait();  // every replica's inputs and output are posted
+  const int64_t size_of[1] = {total};
+  g->posts[replica] = Group::Post{{}, std::span<const int64_t>(size_of, 1), buf};
+  g->device.wait();
   for (int r = 0; r < n; ++r)
-    KILN_CHECK(g->posts[r].sizes.size() == sizes.size() &&
-                   std::equal(sizes.begin(), sizes.end(), g->posts[r].sizes.begin()),
-               "all-reduce: replica ", r, " contributes ", g->posts[r].sizes.size(), " tensors of ",
-               sum_of(g->posts[r].sizes), " elements, replica ", replica, " ", sizes.size(), " of ", total,
-               " (the replicas traced different steps)");
-  // This replica sums elements [lo, hi) over the replicas, in replica order.
-  const int64_t lo = total * replica / n, hi = total * (replica + 1) / n;
-  int64_t seg_start = 0;
-  for (size_t k = 0; k < sizes.size(); ++k) {
-    const int64_t a = std::max(lo, seg_start), b = std::min(hi, seg_start + sizes[k]);
-    if (a < b) {
-      const int64_t len = b - a, off = a - seg_start;
-      float* dst = out + a;
-      std::memcpy(dst, g->posts[0].inputs[k] + off, len * sizeof(float));
-      for (int r = 1; r < n; ++r) {
-        const float* src = g->posts[r].inputs[k] + off;
-        for (int64_t j = 0; j < len; ++j) dst[j] += src[j];
-      }
-      if (!across) {
-        if (fscale != 1.0f)
-          for (int64_t j = 0; j < len; ++j) dst[j] *= fscale;
-        for (int r = 0; r < n; ++r)
-          if (r != replica) std::memcpy(g->posts[r].out + a, dst, len * sizeof(float));
-      }
-    }
-    seg_start += sizes[k];
+    KILN_CHECK(g->posts[r].sizes[0] == total, "all-reduce: replica ", r, " contributes ", g->posts[r].sizes[0],
+               " elements, replica ", replica, " ", total, " (the replicas traced different steps)");
+  // This replica sums elements [lo, hi) of every buffer, in replica order,
+  // and is the only one to touch them until the next barrier.
+  const int64_t lo = total * replica / n, hi = total * (replica + 1) / n, len = hi - lo;
+  std::vector<float> acc(g->posts[0].out + lo, g->posts[0].out + hi);
+  for (int r = 1; r < n; ++r) {
+    const float* src = g->posts[r].out + lo;
+    for (int64_t j = 0; j < len; ++j) acc[j] += src[j];
   }
-  if (across) {
-    // Each replica's own output holds its slice of the process sum; gather
-    // them in replica 0's output, which goes to MPI.
-    if (replica != 0 && lo < hi) std::memcpy(g->posts[0].out + lo, out + lo, (hi - lo) * sizeof(float));
+  if (!across) {
+    if (fscale != 1.0f)
+      for (float& v : acc) v *= fscale;
+    for (int r = 0; r < n; ++r) std::copy(acc.begin(), acc.end(), g->posts[r].out + lo);
+  } else {
+    std::copy(acc.begin(), acc.end(), g->posts[0].out + lo);
     g->device.wait();
     if (replica == 0) {
       try {
-        mpi::all_reduce_device(out, total);
+        mpi::all_reduce_device(buf, total);
       } catch (const std::exception& e) {
         g->abort(e.what());
         throw;
       }
       if (fscale != 1.0f)
-        for (int64_t j = 0; j < total; ++j) out[j] *= fscale;
+        for (int64_t j = 0; j < total; ++j) buf[j] *= fscale;
     }
     g->device.wait();
-    if (replica != 0) std::memcpy(out, g->posts[0].out, total * sizeof(float));
+    if (replica != 0) std::memcpy(buf, g->posts[0].out, total * sizeof(float));
   }
-  g->device.wait();  // nobody's inputs or outputs are touched after this
+  g->device.wait();
   if (replica == 0) record(t0, total);
 }
 
-void broadcast(int64_t group, int replica, std::span<const float* const> inputs, std::span<const int64_t> sizes,
-               std::span<const int64_t> roots, float* out) {
+void broadcast_in_place(int64_t group, int replica, float* buf, std::span<const int64_t> sizes,
+                        std::span<const int64_t> roots) {
   auto t0 = std::chrono::steady_clock::now();
   auto g = find_group(group);
   KILN_CHECK(g, "broadcast: replica group ", group, " no longer exists (its spawn() has returned)");
-  KILN_ASSERT(replica >= 0 && replica < g->n && inputs.size() == sizes.size() && roots.size() == sizes.size());
   const int n = g->n, process = mpi::rank();
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  g->posts[replica] = Group::Post{inputs, sizes, out};
+  g->posts[replica] = Group::Post{{}, sizes, buf};
   g->device.wait();
   for (int r = 0; r < n; ++r)
     KILN_CHECK(g->posts[r].sizes.size() == sizes.size() &&
@@ -313,22 +345,23 @@ void broadcast(int64_t group, int replica, std::span<const float* const> inputs,
                "broadcast: replica ", r, " sends different tensors than replica ", replica,
                " (the replicas traced different steps)");
   if (mpi::size() == 1) {
+    // A root's own segment is never written, so copies cannot collide.
     int64_t at = 0;
     for (size_t k = 0; k < sizes.size(); ++k) {
-      KILN_ASSERT(roots[k] >= 0 && roots[k] < n);
-      std::memcpy(out + at, g->posts[roots[k]].inputs[k], sizes[k] * sizeof(float));
+      if (roots[k] != replica) std::memcpy(buf + at, g->posts[roots[k]].out + at, sizes[k] * sizeof(float));
       at += sizes[k];
     }
+    g->device.wait();
   } else {
-    // The first replica of each process takes part in one MPI_Bcast per
-    // segment, from the process that holds the root; the others copy its result.
+    g->device.wait();  // every replica's buffer holds its own values
     if (replica == 0) {
       int64_t at = 0;
       try {
         for (size_t k = 0; k < sizes.size(); ++k) {
           const int root_process = static_cast<int>(roots[k] / n), root_local = static_cast<int>(roots[k] % n);
-          if (root_process == process) std::memcpy(out + at, g->posts[root_local].inputs[k], sizes[k] * sizeof(float));
-          mpi::broadcast_device(out + at, sizes[k], root_process);
+          if (root_process == process && root_local != 0)
+            std::memcpy(buf + at, g->posts[root_local].out + at, sizes[k] * sizeof(float));
+          mpi::broadcast_device(buf + at, sizes[k], root_process);
           at += sizes[k];
         }
       } catch (const std::exception& e) {
@@ -337,9 +370,9 @@ void broadcast(int64_t group, int replica, std::span<const float* const> inputs,
       }
     }
     g->device.wait();
-    if (replica != 0) std::memcpy(out, g->posts[0].out, total * sizeof(float));
+    if (replica != 0) std::memcpy(buf, g->posts[0].out, total * sizeof(float));
+    g->device.wait();
   }
-  g->device.wait();  // the roots' inputs are no longer read
   if (replica == 0) record(t0, total);
 }
 

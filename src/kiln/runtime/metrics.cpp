@@ -21,6 +21,7 @@ Snapshot snapshot() {
   m.all_reduces = d.all_reduces;
   m.all_reduce_bytes = d.bytes;
   m.all_reduce_seconds = d.seconds;
+  m.overlapped_kernels = d.overlapped;
   return m;
 }
 
@@ -86,9 +87,9 @@ std::string report() {
   std::snprintf(line, sizeof line, "  HostWaitTime:     %.3f s\n  DataWaitTime:     %.3f s\n  LargestArena:     %lld bytes\n",
                 m.host_wait_seconds, m.data_wait_seconds, static_cast<long long>(m.arena_bytes));
   os << line;
-  std::snprintf(line, sizeof line, "  AllReduce:        %lld collectives, %lld bytes, %.3f s\n",
+  std::snprintf(line, sizeof line, "  AllReduce:        %lld collectives, %lld bytes, %.3f s, %lld kernels overlapped\n",
                 static_cast<long long>(m.all_reduces), static_cast<long long>(m.all_reduce_bytes),
-                m.all_reduce_seconds);
+                m.all_reduce_seconds, static_cast<long long>(m.overlapped_kernels));
   os << line;
   os << "  Compile reasons:\n";
   for (size_t i = 0; i < m.compile_reasons.size(); ++i)
@@ -112,6 +113,7 @@ nlohmann::json to_json() {
                         {"all_reduces", m.all_reduces},
                         {"all_reduce_bytes", m.all_reduce_bytes},
                         {"all_reduce_seconds", m.all_reduce_seconds},
+                        {"overlapped_kernels", m.overlapped_kernels},
                         {"compile_reasons", m.compile_reasons}};
 }
 

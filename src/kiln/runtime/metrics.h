@@ -25,6 +25,7 @@ struct Snapshot {
   int64_t all_reduces = 0;       // collectives between replicas (dist::stats())
   int64_t all_reduce_bytes = 0;
   double all_reduce_seconds = 0;
+  int64_t overlapped_kernels = 0;  // kernels run while a collective was in flight
   std::vector<std::string> compile_reasons;  // one per compile, oldest first
 };
 

@@ -472,7 +472,8 @@ std::map<std::string, double> Trainer::train() {
     }
     gen.set_sample_base(0);
     if (!loss_sum.defined()) loss_sum = zeros({}, DType::f32, device_);
-    if (world > 1) loss_sum = optim::all_reduce_gradients(model_.parameters(), 1.0, 25.0, {loss_sum})[0];
+    if (world > 1)
+      loss_sum = optim::all_reduce_gradients(model_.parameters(), 1.0, args_.ddp_bucket_cap_mb, {loss_sum})[0];
     if (args_.max_grad_norm > 0) grad_norm = optim::clip_grad_norm(model_.parameters(), args_.max_grad_norm);
     double lr = schedule.lr(state_.global_step);
     optimizer_->set_lr(lr);
@@ -480,7 +481,7 @@ std::map<std::string, double> Trainer::train() {
     if (sharded()) {
       // Each replica updated the parameters it owns; now everyone takes them.
       for (auto& p : params_) p.zero_grad();
-      std::vector<Tensor> fresh = optim::gather_from_owners(params_, owners_);
+      std::vector<Tensor> fresh = optim::gather_from_owners(params_, owners_, args_.ddp_bucket_cap_mb);
       for (size_t k = 0; k < params_.size(); ++k) params_[k].assign(fresh[k]);
     } else {
       optimizer_->zero_grad();

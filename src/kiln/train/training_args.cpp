@@ -70,6 +70,7 @@ const std::vector<Field>& fields() {
       {"greater_is_better", &TA::greater_is_better, {}},
       {"resume_from_checkpoint", &TA::resume_from_checkpoint, {}},
       {"label_smoothing_factor", &TA::label_smoothing_factor, {}},
+      {"ddp_bucket_cap_mb", &TA::ddp_bucket_cap_mb, {}},
       {"num_replicas", &TA::num_replicas, {}},
       {"shard_optimizer_state", &TA::shard_optimizer_state, {}},
       {"metrics_debug", &TA::metrics_debug, {}},
@@ -255,6 +256,8 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
   in_range("num_train_epochs", a.num_train_epochs, 0, inf, false, "[0, inf)");
   in_range("warmup_ratio", a.warmup_ratio, 0, 1, false, "[0, 1]");
   in_range("label_smoothing_factor", a.label_smoothing_factor, 0, 1, true, "[0, 1)");
+  if (!(a.ddp_bucket_cap_mb > 0) || !std::isfinite(a.ddp_bucket_cap_mb))
+    throw fail("ddp_bucket_cap_mb", "must be a positive number of megabytes" + got(a.ddp_bucket_cap_mb));
   if (a.max_steps < -1) throw fail("max_steps", "must be a positive integer, or -1 to train for num_train_epochs" + got(a.max_steps));
   if (a.max_steps <= 0 && !(a.num_train_epochs > 0))
     throw fail("num_train_epochs", "must be positive when max_steps is not set" + got(a.num_train_epochs));

@@ -42,6 +42,7 @@ struct TrainingArguments {
   std::optional<bool> greater_is_better;             // default: false for names ending in "loss", else true (HF)
   std::string resume_from_checkpoint;                // "" | DIR | "latest"
   double label_smoothing_factor = 0.0;
+  double ddp_bucket_cap_mb = 25;  // gradient all-reduce buckets (HF: None means DDP's 25)
   // kiln additions (also flags): replicas and debugging
   int64_t num_replicas = 1;
   // With several replicas: each keeps the AdamW state of its share of the

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/dist/collectives.h"
 
 namespace kiln::backend::cpu {
 
@@ -78,14 +79,41 @@ void execute(const compiler::Program& program, std::span<void* const> params,
       case SlotKind::Temp: base[s] = static_cast<char*>(arena) + slot.offset; break;
     }
   }
+  // Collectives in flight: their output slot and completion. An instruction
+  // that reads such a slot waits for it first, so a bucket's all-reduce runs
+  // while the rest of the backward pass computes. Whatever happens, nothing
+  // leaves while a collective may still write into the arena.
+  std::vector<std::pair<int32_t, std::shared_future<void>>> pending;
+  struct Drain {
+    std::vector<std::pair<int32_t, std::shared_future<void>>>& pending;
+    ~Drain() {
+      for (auto& p : pending) p.second.wait();
+    }
+  } drain{pending};
+  auto await_slot = [&](int32_t slot) {
+    for (size_t k = 0; k < pending.size(); ++k)
+      if (pending[k].first == slot) {
+        auto done = pending[k].second;
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
+        done.get();  // rethrows the collective's error
+        return;
+      }
+  };
+  int64_t overlapped = 0;
   std::vector<char*> in;
   for (const auto& ins : program.instrs) {
     in.clear();
-    for (const auto& op : ins.inputs) in.push_back(base[op.slot]);
+    for (const auto& op : ins.inputs) {
+      if (!pending.empty()) await_slot(op.slot);
+      in.push_back(base[op.slot]);
+    }
     char* out = base[ins.output.slot];
     auto t0 = profiling() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     if (ins.fused) run_fused(ins, in, out);
+    else if (ins.op == ir::Op::AllReduce || ins.op == ir::Op::BroadcastFrom)
+      pending.emplace_back(ins.output.slot, start_collective(ins, in, out));
     else run_kernel(ins, in, out);
+    if (!pending.empty() && pending.back().first != ins.output.slot) ++overlapped;
     if (profiling()) {
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::lock_guard<std::mutex> lock(profile().mu);
@@ -94,6 +122,8 @@ void execute(const compiler::Program& program, std::span<void* const> params,
       ++e.calls;
     }
   }
+  while (!pending.empty()) await_slot(pending.front().first);
+  if (overlapped) dist::record_overlap(overlapped);
 }
 
 }  // namespace kiln::backend::cpu

@@ -3,6 +3,7 @@
 // (the fused elementwise interpreter or a kernel in kernels.cpp). Kernels
 // throw kiln::Error for data-dependent failures (an id out of range); the
 // caller marks the step failed.
+#include <future>
 #include <span>
 
 #include "kiln/compiler/program.h"
@@ -15,5 +16,9 @@ void execute(const compiler::Program& program, std::span<void* const> params,
 // Kernel entry points used by execute().
 void run_fused(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
 void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
+// Collectives (AllReduce, BroadcastFrom): copies the inputs into the output
+// and starts the collective on the replica's collective thread; the output is
+// ready when the future is.
+std::shared_future<void> start_collective(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
 
 }  // namespace kiln::backend::cpu

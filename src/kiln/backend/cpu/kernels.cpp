@@ -559,30 +559,33 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out) {
     case Op::NormalizeGrad: return normalize_grad_kernel(ins, in, out);
     case Op::CrossEntropy: return cross_entropy_kernel(ins, in, out, false);
     case Op::CrossEntropyGrad: return cross_entropy_kernel(ins, in, out, true);
-    case Op::AllReduce: {
-      std::vector<const float*> ptrs;
-      std::vector<int64_t> sizes;
-      for (size_t k = 0; k < ins.inputs.size(); ++k) {
-        ptrs.push_back(in_ptr<float>(ins, in, k));
-        sizes.push_back(numel(ins.inputs[k].view.shape));
-      }
-      return dist::all_reduce(ins.attrs.ints[0], static_cast<int>(ins.attrs.ints[1]), ptrs, sizes,
-                              out_ptr<float>(ins, out), ins.attrs.floats[0]);
-    }
-    case Op::BroadcastFrom: {
-      std::vector<const float*> ptrs;
-      std::vector<int64_t> sizes;
-      for (size_t k = 0; k < ins.inputs.size(); ++k) {
-        ptrs.push_back(in_ptr<float>(ins, in, k));
-        sizes.push_back(numel(ins.inputs[k].view.shape));
-      }
-      std::vector<int64_t> roots(ins.attrs.ints.begin() + 2, ins.attrs.ints.end());
-      return dist::broadcast(ins.attrs.ints[0], static_cast<int>(ins.attrs.ints[1]), ptrs, sizes, roots,
-                             out_ptr<float>(ins, out));
-    }
     default:
       throw Error(std::string("cpu backend: no kernel for op ") + ir::op_name(ins.op));
   }
+}
+
+std::shared_future<void> start_collective(const Instr& ins, std::span<char* const> in, char* out) {
+  // The replica's inputs, concatenated into the output buffer now (so their
+  // memory may be reused at once); the collective then works on that buffer
+  // on the replica's collective thread.
+  float* buf = out_ptr<float>(ins, out);
+  std::vector<int64_t> sizes;
+  int64_t at = 0;
+  for (size_t k = 0; k < ins.inputs.size(); ++k) {
+    const int64_t n = numel(ins.inputs[k].view.shape);
+    std::memcpy(buf + at, in_ptr<float>(ins, in, k), n * sizeof(float));
+    sizes.push_back(n);
+    at += n;
+  }
+  const int64_t group = ins.attrs.ints[0];
+  const int replica = static_cast<int>(ins.attrs.ints[1]);
+  if (ins.op == Op::AllReduce) {
+    const double scale = ins.attrs.floats[0];
+    return dist::submit(group, replica, [=] { dist::all_reduce_in_place(group, replica, buf, at, scale); });
+  }
+  KILN_ASSERT(ins.op == Op::BroadcastFrom);
+  std::vector<int64_t> roots(ins.attrs.ints.begin() + 2, ins.attrs.ints.end());
+  return dist::submit(group, replica, [=] { dist::broadcast_in_place(group, replica, buf, sizes, roots); });
 }
 
 }  // namespace kiln::backend::cpu
