@@ -308,7 +308,10 @@ TEST(Cli, OneReplicaTwoReplicasAndTwoMpiProcessesTrainTheSameModel) {
   ASSERT_EQ(kiln(args(w.path() / "one", 8), w.path() / "log1"), 0) << slurp(w.path() / "log1");
   ASSERT_EQ(kiln(args(w.path() / "two", 4) + " --num_replicas 2", w.path() / "log2"), 0) << slurp(w.path() / "log2");
   // Two processes on this 2-core machine; root needs OpenMPI's explicit consent.
-  std::string mpirun = std::string("mpirun -np 2 --oversubscribe --bind-to none") +
+  // OpenMPI keeps some allocations until exit (in components it has already
+  // unloaded, so no suppression can name them): in sanitizer builds the MPI
+  // processes skip the leak check, not the memory-error checks.
+  std::string mpirun = std::string("timeout 600 mpirun -np 2 --oversubscribe --bind-to none -x ASAN_OPTIONS=detect_leaks=0") +
                        (geteuid() == 0 ? " --allow-run-as-root" : "") + " " KILN_BIN " " + args(w.path() / "mpi", 4) + " --shard_optimizer_state" +
                        " > " + (w.path() / "log3").string() + " 2>&1";
   int rc = std::system(mpirun.c_str());
@@ -334,7 +337,7 @@ TEST(Cli, AFailingMpiProcessEndsTheRun) {
   Workdir w;
   fs::path data = w.path() / "data";
   ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
-  std::string mpirun = std::string("timeout 120 mpirun -np 2 --oversubscribe --bind-to none") +
+  std::string mpirun = std::string("timeout 120 mpirun -np 2 --oversubscribe --bind-to none -x ASAN_OPTIONS=detect_leaks=0") +
                        (geteuid() == 0 ? " --allow-run-as-root" : "") + " " KILN_BIN " train --config_name " +
                        (data / "model_config.json").string() + " --tokenizer_name " + data.string() +
                        " --train_file " + (data / "no-such-file.csv").string() + " --output_dir " +

@@ -30,7 +30,10 @@ void check(int rc, const char* what) {
 void finalize() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (g_device != MPI_COMM_NULL) MPI_Comm_free(&g_device);
+  if (g_host != MPI_COMM_NULL) MPI_Comm_free(&g_host);
+  MPI_Finalize();
 }
 }  // namespace
 
