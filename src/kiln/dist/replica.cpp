@@ -143,8 +143,8 @@ class Group {
   const int64_t id;
   const int n;
   Barrier device, host;
+  // A collective's buffer (the replica's inputs, then its result).
   struct Post {
-    std::span<const float* const> inputs;
     std::span<const int64_t> sizes;
     float* out = nullptr;
   };
@@ -292,7 +292,7 @@ void all_reduce_in_place(int64_t group, int replica, float* buf, int64_t total, 
   const bool across = mpi::size() > 1;
   const float fscale = static_cast<float>(scale);
   const int64_t size_of[1] = {total};
-  g->posts[replica] = Group::Post{{}, std::span<const int64_t>(size_of, 1), buf};
+  g->posts[replica] = Group::Post{std::span<const int64_t>(size_of, 1), buf};
   g->device.wait();
   for (int r = 0; r < n; ++r)
     KILN_CHECK(g->posts[r].sizes[0] == total, "all-reduce: replica ", r, " contributes ", g->posts[r].sizes[0],
@@ -337,7 +337,7 @@ void broadcast_in_place(int64_t group, int replica, float* buf, std::span<const 
   const int n = g->n, process = mpi::rank();
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  g->posts[replica] = Group::Post{{}, sizes, buf};
+  g->posts[replica] = Group::Post{sizes, buf};
   g->device.wait();
   for (int r = 0; r < n; ++r)
     KILN_CHECK(g->posts[r].sizes.size() == sizes.size() &&
@@ -353,7 +353,6 @@ void broadcast_in_place(int64_t group, int replica, float* buf, std::span<const 
     }
     g->device.wait();
   } else {
-    g->device.wait();  // every replica's buffer holds its own values
     if (replica == 0) {
       int64_t at = 0;
       try {

@@ -392,8 +392,9 @@ std::map<std::string, double> Trainer::train() {
 
   // Every replica walks the same global batches and takes its share of each.
   const int world = replica_.world_size();
+  const int64_t global_batch = args_.per_device_train_batch_size * world;
   data::LoaderOptions lo;
-  lo.batch_size = args_.per_device_train_batch_size * world;
+  lo.batch_size = global_batch;
   lo.shuffle = true;
   lo.seed = args_.data_seed.value_or(args_.seed);
   lo.drop_last = args_.dataloader_drop_last;
@@ -415,7 +416,7 @@ std::map<std::string, double> Trainer::train() {
   state_.logging_steps = args_.steps_from_ratio(args_.logging_steps, total);
   state_.save_steps = args_.steps_from_ratio(args_.save_steps, total);
   state_.eval_steps = args_.eval_steps ? *args_.eval_steps : state_.logging_steps;
-  state_.train_batch_size = args_.per_device_train_batch_size * world;
+  state_.train_batch_size = global_batch;
 
   if (!args_.resume_from_checkpoint.empty()) {
     TrainerState fresh = state_;
@@ -429,7 +430,7 @@ std::map<std::string, double> Trainer::train() {
 
   auto t0 = std::chrono::steady_clock::now();
   const int64_t start_step = state_.global_step;
-  const int64_t samples_per_step = args_.per_device_train_batch_size * world * accum;
+  const int64_t samples_per_step = global_batch * accum;
   Generator& gen = model_.dropout_generator();
   if (!progress_tty_ && replica_.is_master())
     std::fprintf(stderr, "kiln train: %lld optimizer steps (%lld per epoch), batch %lld, %lld examples\n",
@@ -457,7 +458,7 @@ std::map<std::string, double> Trainer::train() {
     for (int64_t micro = 0; micro < accum; ++micro) {
       const data::DeviceBatch& batch = batches[micro];
       gen.set_state(gen.seed(), step_offset);
-      gen.set_sample_base(micro * lo.batch_size + batch.host.first_sample);
+      gen.set_sample_base(micro * global_batch + batch.host.first_sample);
       Tensor loss = model_.forward(inputs_of(batch)).loss;
       KILN_CHECK(loss.defined(), "train: the batch has no labels");
       const double w = step_items > 0 ? items[micro] / step_items : 0.0;
