@@ -10,6 +10,7 @@
 #include "kiln/runtime/metrics.h"
 #include "kiln/train/trainer.h"
 #include "support/temp_dir.h"
+#include "tiny_bert.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -19,17 +20,7 @@ namespace fs = std::filesystem;
 using testing::TempDir;
 using Params = std::map<std::string, std::vector<float>>;
 
-models::BertConfig tiny() {
-  models::BertConfig c = models::BertConfig::from_json({{"model_type", "bert"}}, "test");
-  c.vocab_size = 40;
-  c.hidden_size = 16;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
-  c.max_position_embeddings = 16;
-  c.set_num_labels(2);
-  return c;  // dropout 0.1 on: the masks must not depend on the split either
-}
+models::BertConfig tiny() { return testing::tiny_bert(2); }
 
 // 30 rows of different lengths: global batches of 8 end each epoch with 6.
 std::shared_ptr<data::Features> features() {

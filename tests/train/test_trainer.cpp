@@ -5,6 +5,7 @@
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
 #include "support/temp_dir.h"
+#include "tiny_bert.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -14,17 +15,7 @@ namespace fs = std::filesystem;
 
 using testing::TempDir;
 
-models::BertConfig tiny() {
-  models::BertConfig c = models::BertConfig::from_json({{"model_type", "bert"}}, "test");
-  c.vocab_size = 40;
-  c.hidden_size = 16;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
-  c.max_position_embeddings = 16;
-  c.set_num_labels(2);
-  return c;  // dropout 0.1 stays on: resuming must repeat the same masks
-}
+models::BertConfig tiny() { return testing::tiny_bert(1); }
 
 std::shared_ptr<data::Features> features(int n) {
   auto f = std::make_shared<data::Features>();
