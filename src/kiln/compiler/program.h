@@ -53,13 +53,22 @@ struct FusedStep {
   ir::Attrs attrs;
 };
 
+// A further result of a fused instruction: register `reg` stored to `out`,
+// which has the main output's shape (multi-output fusion: AdamW's parameter,
+// first and second moment in one pass).
+struct ExtraOutput {
+  int32_t reg = -1;
+  Operand out;
+};
+
 struct Instr {
   bool fused = false;
   ir::Op op = ir::Op::Data;  // kernel op (fused: Data)
   std::vector<Operand> inputs;
-  Operand output;
+  Operand output;                  // fused: the last register
   ir::Attrs attrs;
   std::vector<FusedStep> program;  // fused only
+  std::vector<ExtraOutput> extra_outputs;  // fused only
 };
 
 struct Program {

@@ -19,7 +19,13 @@ using compiler::SlotKind;
 namespace {
 
 // KILN_PROFILE=1: time every instruction, grouped by kernel, and print the
-// table when the process exits.
+// table (the 40 costliest rows; KILN_PROFILE=all: every row) when the process
+// exits.
+bool full_profile() {
+  const char* v = std::getenv("KILN_PROFILE");
+  return v && std::string(v) == "all";
+}
+
 struct Profile {
   struct Entry {
     double seconds = 0;
@@ -35,7 +41,7 @@ struct Profile {
     for (auto& r : rows) total += r.second.seconds;
     std::fprintf(stderr, "kiln profile (KILN_PROFILE=1): %.3f s in kernels\n", total);
     std::fprintf(stderr, "  %9s %6s %9s  %s\n", "seconds", "%", "calls", "kernel");
-    for (size_t i = 0; i < rows.size() && i < 40; ++i)
+    for (size_t i = 0; i < rows.size() && (i < 40 || full_profile()); ++i)
       std::fprintf(stderr, "  %9.3f %5.1f%% %9lld  %s\n", rows[i].second.seconds, 100 * rows[i].second.seconds / total,
                    static_cast<long long>(rows[i].second.calls), rows[i].first.c_str());
   }
