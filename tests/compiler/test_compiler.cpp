@@ -1,4 +1,7 @@
 // Compiler passes: CSE, fusion, view folding and the memory planner.
+#include <algorithm>
+#include <cmath>
+
 #include "kiln/compiler/compile.h"
 #include "support/test_util.h"
 
@@ -31,6 +34,49 @@ TEST(Compiler, ElementwiseChainsFuseIntoOneLoop) {
   ASSERT_EQ(p.instrs.size(), 1u) << p.dump();
   EXPECT_TRUE(p.instrs[0].fused);
   EXPECT_EQ(p.arena_bytes, 0u);
+}
+
+// AdamW's update: the new moments are results and also feed the new
+// parameter; the gradient feeds both moments. One pass computes all three,
+// each written over the value it replaces.
+TEST(Compiler, ResultsThatFeedOneGroupAreStoredByItInOnePass) {
+  auto t = [](float v) { return Tensor::from_vector(std::vector<float>(6, v), {2, 3}); };
+  Tensor p = t(1.0f), m = t(0.5f), v = t(0.25f), g = t(2.0f);
+  Tensor m2 = m * 0.9 + g * 0.1;
+  Tensor v2 = v * 0.999 + g * g * 0.001;
+  Tensor p2 = p * 0.99 - m2 * 0.01 / (sqrt(v2) + 1e-8);
+  std::vector<ir::NodePtr> params;
+  ir::Graph graph = ir::flatten({m2.node(), v2.node(), p2.node()}, &params);
+  graph.donated.assign(graph.num_params, true);
+  compiler::Program prog = compiler::compile(graph);
+  ASSERT_EQ(prog.instrs.size(), 1u) << prog.dump();
+  EXPECT_TRUE(prog.instrs[0].fused);
+  EXPECT_EQ(prog.instrs[0].extra_outputs.size(), 2u) << prog.dump();
+  // Each result takes the memory of a parameter of its size.
+  std::vector<int32_t> donors = prog.output_donor;
+  std::sort(donors.begin(), donors.end());
+  EXPECT_TRUE(std::adjacent_find(donors.begin(), donors.end()) == donors.end()) << prog.dump();
+  EXPECT_GE(donors.front(), 0) << prog.dump();
+  // Executed: the values of the three separate formulas.
+  float em = 0.5f * 0.9f + 2.0f * 0.1f, ev = 0.25f * 0.999f + 4.0f * 0.001f;
+  float ep = 0.99f - em * 0.01f / (std::sqrt(ev) + 1e-8f);
+  for (float x : m2.to_vector<float>()) EXPECT_FLOAT_EQ(x, em);
+  for (float x : v2.to_vector<float>()) EXPECT_FLOAT_EQ(x, ev);
+  for (float x : p2.to_vector<float>()) EXPECT_FLOAT_EQ(x, ep);
+}
+
+// A value read by two different groups (or by a kernel) is computed once,
+// into memory, not folded into either.
+TEST(Compiler, AValueReadOutsideOneGroupStaysItsOwnResult) {
+  Tensor x = Tensor::from_vector(std::vector<float>(16, 0.5f), {4, 4});
+  Tensor e = exp(x);
+  Tensor a = matmul(e, e);  // a kernel reads e
+  Tensor b = e * 2.0;       // and an elementwise group
+  std::vector<ir::NodePtr> params;
+  compiler::Program prog = compiler::compile(ir::flatten({a.node(), b.node()}, &params));
+  ASSERT_EQ(prog.instrs.size(), 3u) << prog.dump();
+  for (const auto& ins : prog.instrs) EXPECT_TRUE(ins.extra_outputs.empty()) << prog.dump();
+  for (float y : b.to_vector<float>()) EXPECT_FLOAT_EQ(y, 2.0f * std::exp(0.5f));
 }
 
 TEST(Compiler, TransposesAreFoldedIntoGemm) {

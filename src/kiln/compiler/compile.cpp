@@ -111,13 +111,18 @@ class Lowering {
       inline_gen_[i] = std::all_of(users_[i].begin(), users_[i].end(),
                                    [&](int32_t u) { return cls_[u] == Cls::Elementwise; });
     }
-    // Fusion: an elementwise node joins its consumer's group when that is its
-    // only consumer, is elementwise, and the node is not a result.
+    // Fusion: an elementwise node joins its consumers' group when they are all
+    // elementwise and in one group (then nothing outside the group reads it,
+    // so groups cannot form a cycle). A node that is also a result is stored
+    // by the group as a further output: AdamW's new moments join the
+    // parameter update, and the clipped gradient both, in one pass.
     for (size_t k = n_; k-- > 0;) {
       if (cls_[k] != Cls::Elementwise) continue;
       const auto& u = users_[k];
-      bool root = !outputs_of_[k].empty() || u.size() != 1 || cls_[u[0]] != Cls::Elementwise;
-      group_[k] = root ? static_cast<int32_t>(k) : group_[u[0]];
+      bool joins = !u.empty() && std::all_of(u.begin(), u.end(), [&](int32_t x) {
+        return cls_[x] == Cls::Elementwise && group_[x] == group_[u[0]];
+      });
+      group_[k] = joins ? group_[u[0]] : static_cast<int32_t>(k);
     }
   }
 
@@ -288,6 +293,11 @@ class Lowering {
     int32_t slot = result_slot(root);
     ins.output = whole(slot, root);
     loc_[root] = ins.output;
+    for (int32_t m : members)
+      if (m != root && !outputs_of_[m].empty()) {
+        ins.extra_outputs.push_back(ExtraOutput{reg.at(m), whole(result_slot(m), m)});
+        loc_[m] = ins.extra_outputs.back().out;
+      }
     push(std::move(ins));
   }
 
@@ -310,9 +320,13 @@ class Lowering {
     for (size_t k = 0; k < prog_.instrs.size(); ++k) {
       const Instr& ins = prog_.instrs[k];
       for (const auto& op : ins.inputs) prog_.slots[op.slot].last = static_cast<int32_t>(k);
-      Slot& out = prog_.slots[ins.output.slot];
-      if (out.first < 0) out.first = static_cast<int32_t>(k);
-      out.last = std::max(out.last, static_cast<int32_t>(k));
+      auto written = [&](const Operand& o) {
+        Slot& out = prog_.slots[o.slot];
+        if (out.first < 0) out.first = static_cast<int32_t>(k);
+        out.last = std::max(out.last, static_cast<int32_t>(k));
+      };
+      written(ins.output);
+      for (const auto& e : ins.extra_outputs) written(e.out);
     }
     // Greedy best-fit: largest first, each at the lowest offset free of every
     // placed temporary whose lifetime overlaps.
@@ -359,26 +373,33 @@ class Lowering {
       }
     std::vector<bool> taken(g_.num_params, false);
     for (size_t o = 0; o < g_.outputs.size(); ++o) {
-      int32_t out_slot = -1, writer = -1;
+      int32_t writer = -1;
+      const Operand* written = nullptr;
       for (size_t k = 0; k < prog_.instrs.size() && writer < 0; ++k) {
-        const Slot& s = prog_.slots[prog_.instrs[k].output.slot];
-        if (s.kind == SlotKind::Output && s.index == static_cast<int32_t>(o)) {
-          writer = static_cast<int32_t>(k);
-          out_slot = prog_.instrs[k].output.slot;
-        }
+        auto is_o = [&](const Operand& w) {
+          const Slot& s = prog_.slots[w.slot];
+          return s.kind == SlotKind::Output && s.index == static_cast<int32_t>(o);
+        };
+        const Instr& ins = prog_.instrs[k];
+        if (is_o(ins.output)) written = &ins.output;
+        for (const auto& e : ins.extra_outputs)
+          if (!written && is_o(e.out)) written = &e.out;
+        if (written) writer = static_cast<int32_t>(k);
       }
       if (writer < 0) continue;
       const Instr& ins = prog_.instrs[writer];
       for (int32_t p = 0; p < g_.num_params; ++p) {
-        if (!g_.donated[p] || taken[p] || param_bytes[p] != prog_.slots[out_slot].nbytes) continue;
+        if (!g_.donated[p] || taken[p] || param_bytes[p] != prog_.slots[written->slot].nbytes) continue;
         if (param_last[p] > writer) continue;
+        // A fused instruction loads every chunk of its inputs before it stores
+        // that chunk of any output, so reading p element for element is safe.
         bool reads_elementwise = true, reads = false;
         for (const auto& in : ins.inputs) {
           const Slot& s = prog_.slots[in.slot];
           if (s.kind != SlotKind::Param || s.index != p) continue;
           reads = true;
-          reads_elementwise = reads_elementwise && ins.fused && in.view == ins.output.view &&
-                              dtype_size(in.dtype) == dtype_size(ins.output.dtype);
+          reads_elementwise = reads_elementwise && ins.fused && in.view == written->view &&
+                              dtype_size(in.dtype) == dtype_size(written->dtype);
         }
         if (reads && !reads_elementwise) continue;
         taken[p] = true;
@@ -423,7 +444,9 @@ std::string Program::dump() const {
     }
     os << "(";
     for (size_t i = 0; i < ins.inputs.size(); ++i) os << (i ? ", " : "") << operand(ins.inputs[i]);
-    os << ")\n";
+    os << ")";
+    for (const auto& e : ins.extra_outputs) os << ", " << operand(e.out) << " = r" << e.reg;
+    os << "\n";
   }
   os << "arena " << arena_bytes << " bytes (unplanned " << temp_bytes_total << ")\n";
   return os.str();

@@ -69,6 +69,7 @@ std::string label(const compiler::Instr& ins) {
   } else {
     s = ir::op_name(ins.op);
   }
+  if (!ins.extra_outputs.empty()) s += " +" + std::to_string(ins.extra_outputs.size()) + " outputs";
   return s + " " + to_string(ins.output.view.shape);
 }
 
@@ -106,16 +107,18 @@ void execute(const compiler::Program& program, std::span<void* const> params,
       }
   };
   int64_t overlapped = 0;
-  std::vector<char*> in;
+  std::vector<char*> in, extra;
   for (const auto& ins : program.instrs) {
     in.clear();
+    extra.clear();
+    for (const auto& e : ins.extra_outputs) extra.push_back(base[e.out.slot]);
     for (const auto& op : ins.inputs) {
       if (!pending.empty()) await_slot(op.slot);
       in.push_back(base[op.slot]);
     }
     char* out = base[ins.output.slot];
     auto t0 = profiling() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    if (ins.fused) run_fused(ins, in, out);
+    if (ins.fused) run_fused(ins, in, out, extra);
     else if (ins.op == ir::Op::AllReduce || ins.op == ir::Op::BroadcastFrom)
       pending.emplace_back(ins.output.slot, start_collective(ins, in, out));
     else run_kernel(ins, in, out);

@@ -14,7 +14,9 @@ void execute(const compiler::Program& program, std::span<void* const> params,
              std::span<void* const> outputs, void* arena);
 
 // Kernel entry points used by execute().
-void run_fused(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
+// `extra`: the base of each of ins.extra_outputs' slots.
+void run_fused(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
+               std::span<char* const> extra = {});
 void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
 // Collectives (AllReduce, BroadcastFrom): copies the inputs into the output
 // and starts the collective on the replica's collective thread; the output is

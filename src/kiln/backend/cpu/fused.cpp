@@ -185,16 +185,52 @@ bool eval_transcendental(const FusedStep& s, const float* a, const float* b, flo
   }
 }
 
-template <typename T>
-void eval_chunk(const Instr& ins, std::span<char* const> inputs, int64_t start, int64_t len,
-                std::vector<T>& regs) {
+// Where each step's value lives: a chunk-long array reused once the values
+// it held are dead, so a long program (AdamW's update: ~30 steps) keeps its
+// working set in L1 instead of one array per step. A step never writes the
+// array of one of its own operands. Stored registers live to the end.
+struct RegisterMap {
+  std::vector<int32_t> of;  // step -> array
+  int32_t arrays = 0;
+};
+
+RegisterMap map_registers(const Instr& ins) {
   const auto& prog = ins.program;
+  const int32_t n = static_cast<int32_t>(prog.size());
+  std::vector<int32_t> last(n, -1);
+  for (int32_t k = 0; k < n; ++k)
+    for (int32_t x : {prog[k].a, prog[k].b, prog[k].c})
+      if (x >= 0) last[x] = k;
+  last[n - 1] = n;
+  for (const auto& e : ins.extra_outputs) last[e.reg] = n;
+  RegisterMap map;
+  map.of.assign(n, -1);
+  std::vector<int32_t> free_arrays;
+  for (int32_t k = 0; k < n; ++k) {
+    if (free_arrays.empty()) free_arrays.push_back(map.arrays++);
+    map.of[k] = free_arrays.back();
+    free_arrays.pop_back();
+    for (int32_t x : {prog[k].a, prog[k].b, prog[k].c})
+      if (x >= 0 && last[x] == k) {
+        free_arrays.push_back(map.of[x]);
+        last[x] = -1;  // an operand used twice by this step is freed once
+      }
+    if (last[k] < 0) free_arrays.push_back(map.of[k]);  // never read
+  }
+  return map;
+}
+
+template <typename T>
+void eval_chunk(const Instr& ins, const RegisterMap& map, std::span<char* const> inputs, int64_t start,
+                int64_t len, std::vector<T>& regs) {
+  const auto& prog = ins.program;
+  auto at = [&](int32_t step) { return regs.data() + static_cast<int64_t>(map.of[step]) * kChunk; };
   for (size_t k = 0; k < prog.size(); ++k) {
     const FusedStep& s = prog[k];
-    T* r = regs.data() + k * kChunk;
-    const T* a = s.a >= 0 ? regs.data() + s.a * kChunk : nullptr;
-    const T* b = s.b >= 0 ? regs.data() + s.b * kChunk : nullptr;
-    const T* c = s.c >= 0 ? regs.data() + s.c * kChunk : nullptr;
+    T* r = at(static_cast<int32_t>(k));
+    const T* a = s.a >= 0 ? at(s.a) : nullptr;
+    const T* b = s.b >= 0 ? at(s.b) : nullptr;
+    const T* c = s.c >= 0 ? at(s.c) : nullptr;
 #define KILN_EW(expr) for (int64_t j = 0; j < len; ++j) r[j] = (expr)
     if constexpr (std::is_same_v<T, float>) {
       if (eval_transcendental(s, a, b, r, len)) continue;
@@ -256,30 +292,40 @@ void eval_chunk(const Instr& ins, std::span<char* const> inputs, int64_t start, 
   }
 }
 
+// Every chunk is loaded (all inputs) before any output of it is stored, so an
+// output may take the memory of an input it reads element for element.
 template <typename T>
-void run_program(const Instr& ins, std::span<char* const> inputs, char* output) {
+void run_program(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra) {
   int64_t n = numel(ins.output.view.shape);
   int64_t chunks = (n + kChunk - 1) / kChunk;
-  size_t nregs = ins.program.size();
+  const RegisterMap map = map_registers(ins);
+  auto at = [&](std::vector<T>& regs, int32_t step) {
+    return regs.data() + static_cast<int64_t>(map.of[step]) * kChunk;
+  };
 #pragma omp parallel if (n > 32768)
   {
-    std::vector<T> regs(nregs * kChunk);
+    std::vector<T> regs(static_cast<size_t>(map.arrays) * kChunk);
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
       int64_t start = c * kChunk, len = std::min(kChunk, n - start);
-      eval_chunk<T>(ins, inputs, start, len, regs);
-      store(ins.output, output, start, len, regs.data() + (nregs - 1) * kChunk);
+      eval_chunk<T>(ins, map, inputs, start, len, regs);
+      store(ins.output, output, start, len, at(regs, static_cast<int32_t>(ins.program.size()) - 1));
+      for (size_t e = 0; e < ins.extra_outputs.size(); ++e)
+        store(ins.extra_outputs[e].out, extra[e], start, len, at(regs, ins.extra_outputs[e].reg));
     }
   }
 }
 
 }  // namespace
 
-void run_fused(const Instr& ins, std::span<char* const> inputs, char* output) {
-  bool wide = ins.output.dtype == DType::i64 || ins.output.dtype == DType::i32;
-  for (const auto& s : ins.program) wide = wide || s.dtype == DType::i64 || s.dtype == DType::i32;
-  if (wide) run_program<double>(ins, inputs, output);
-  else run_program<float>(ins, inputs, output);
+void run_fused(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra) {
+  KILN_ASSERT(extra.size() == ins.extra_outputs.size());
+  auto is_int = [](DType t) { return t == DType::i64 || t == DType::i32; };
+  bool wide = is_int(ins.output.dtype);
+  for (const auto& e : ins.extra_outputs) wide = wide || is_int(e.out.dtype);
+  for (const auto& s : ins.program) wide = wide || is_int(s.dtype);
+  if (wide) run_program<double>(ins, inputs, output, extra);
+  else run_program<float>(ins, inputs, output, extra);
 }
 
 }  // namespace kiln::backend::cpu
