@@ -79,6 +79,33 @@ TEST(Compiler, AValueReadOutsideOneGroupStaysItsOwnResult) {
   for (float y : b.to_vector<float>()) EXPECT_FLOAT_EQ(y, 2.0f * std::exp(0.5f));
 }
 
+// GPT-2 cuts q, k and v from one projection: their gradients, zero-padded
+// and added, become one concatenation.
+TEST(Compiler, GradientsOfAdjacentSlicesBecomeOneConcatenation) {
+  std::vector<float> xv(2 * 12);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = 0.1f * static_cast<float>(i);
+  Tensor x = Tensor::from_vector(xv, {2, 12}).requires_grad_();
+  Tensor q = slice(x, 1, 0, 4), k = slice(x, 1, 4, 8), v = slice(x, 1, 8, 12);
+  Tensor loss = sum(exp(v) * 3.0) + sum(k * k) + sum(q * 2.0);  // v's gradient is added first
+  loss.backward();
+  std::vector<ir::NodePtr> params;
+  ir::Graph s = compiler::simplify(ir::flatten({x.grad().node()}, &params));
+  int slice_grads = 0, concats = 0;
+  for (const auto& n : s.nodes) {
+    slice_grads += n.op == ir::Op::SliceGrad;
+    concats += n.op == ir::Op::Concat;
+  }
+  EXPECT_EQ(slice_grads, 0) << s.dump();
+  EXPECT_EQ(concats, 1) << s.dump();
+  std::vector<float> g = x.grad().to_vector<float>();
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < 12; ++c) {
+      float xi = xv[r * 12 + c];
+      float want = c < 4 ? 2.0f : c < 8 ? 2.0f * xi : 3.0f * std::exp(xi);
+      EXPECT_FLOAT_EQ(g[r * 12 + c], want) << r << "," << c;
+    }
+}
+
 TEST(Compiler, TransposesAreFoldedIntoGemm) {
   Tensor a = Tensor::from_vector(std::vector<float>(12, 1.0f), {3, 4});
   Tensor b = Tensor::from_vector(std::vector<float>(20, 1.0f), {5, 4});

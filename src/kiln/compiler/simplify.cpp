@@ -1,4 +1,5 @@
 // CSE, identity removal and dead-code elimination on a flattened graph.
+#include <algorithm>
 #include <unordered_map>
 
 #include "kiln/compiler/compile.h"
@@ -41,6 +42,35 @@ Graph eliminate_dead(const Graph& g) {
   for (int32_t o : g.outputs) out.outputs.push_back(remap[o]);
   return out;
 }
+// The gradients of adjacent slices of one value (GPT-2's q, k and v, cut from
+// one projection) arrive as zero-padded slices added together: that sum is
+// the slice gradient of their concatenation — one copy instead of padding
+// each slice to the whole width and adding. n: Add(SliceGrad, SliceGrad).
+void merge_adjacent_slice_grads(Graph& out, GraphNode& n) {
+  const GraphNode& l = out.nodes[n.inputs[0]];
+  const GraphNode& r = out.nodes[n.inputs[1]];
+  const int64_t dim = l.attrs.ints[0];
+  if (r.attrs.ints[0] != dim || l.attrs.ints[3] != 1 || r.attrs.ints[3] != 1) return;
+  auto extent = [&](const GraphNode& sg) { return out.nodes[sg.inputs[0]].shape[dim]; };
+  const int64_t ls = l.attrs.ints[1], le = ls + extent(l), rs = r.attrs.ints[1], re = rs + extent(r);
+  if (le != rs && re != ls) return;
+  const GraphNode& lo = le == rs ? l : r;
+  const GraphNode& hi = le == rs ? r : l;
+  // Concatenations of concatenations along the same dim are one.
+  std::vector<int32_t> parts;
+  for (int32_t part : {lo.inputs[0], hi.inputs[0]}) {
+    const GraphNode& p = out.nodes[part];
+    if (p.op == Op::Concat && p.attrs.ints[0] == dim) parts.insert(parts.end(), p.inputs.begin(), p.inputs.end());
+    else parts.push_back(part);
+  }
+  Shape cs = out.nodes[lo.inputs[0]].shape;
+  cs[dim] += extent(hi);
+  const int64_t start = std::min(ls, rs), end = std::max(le, re);
+  out.nodes.push_back(GraphNode{Op::Concat, n.dtype, cs, parts, ir::Attrs{{dim}, {}}});
+  n = GraphNode{Op::SliceGrad, n.dtype, n.shape, {static_cast<int32_t>(out.nodes.size() - 1)},
+                ir::Attrs{{dim, start, end, 1}, {}}};
+}
+
 }  // namespace
 
 Graph simplify(const Graph& g) {
@@ -56,6 +86,12 @@ Graph simplify(const Graph& g) {
     if (n.op == Op::Reshape && input(0).op == Op::Reshape) n.inputs[0] = input(0).inputs[0];
     if (n.op == Op::Detach || (n.op == Op::Cast && input(0).dtype == n.dtype) ||
         ((n.op == Op::Reshape || n.op == Op::Broadcast) && input(0).shape == n.shape)) {
+      remap[i] = n.inputs[0];
+      continue;
+    }
+    if (n.op == Op::Add && input(0).op == Op::SliceGrad && input(1).op == Op::SliceGrad)
+      merge_adjacent_slice_grads(out, n);
+    if (n.op == Op::SliceGrad && input(0).shape == n.shape) {  // the whole range: no zeros around it
       remap[i] = n.inputs[0];
       continue;
     }
