@@ -215,11 +215,15 @@ ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {
     case Head::LM: {
       out.logits = linear(h, wte_->weight);  // lm_head tied to wte
       if (in.labels.defined()) {
-        // Predict token t+1 from position t: logits[:, :-1] against labels[:, 1:].
+        // Predict token t+1 from position t: the labels shift left and the last
+        // position gets the ignored label (as transformers' ForCausalLMLoss
+        // does), so the logits are read in place instead of copying
+        // logits[:, :-1] (B·T·vocab floats) for the loss.
         KILN_CHECK(in.labels.shape() == in.input_ids.shape(), "causal LM: labels ", to_string(in.labels.shape()),
                    " must match input_ids ", to_string(in.input_ids.shape()));
-        Tensor logits = reshape(slice(out.logits, 1, 0, T - 1), {-1, c.vocab_size});
-        Tensor labels = reshape(slice(in.labels, 1, 1, T), {-1});
+        Tensor logits = reshape(out.logits, {-1, c.vocab_size});
+        Tensor ignored = full({B, 1}, -100.0, in.labels.dtype(), in.labels.device());
+        Tensor labels = reshape(T > 1 ? concat({slice(in.labels, 1, 1, T), ignored}, 1) : ignored, {-1});
         out.loss = cross_entropy(logits, labels);
       }
       return out;
