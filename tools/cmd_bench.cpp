@@ -1,5 +1,5 @@
 // kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]
-//            [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--json]
+//            [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--gradient_checkpointing] [--json]
 // Times training steps (forward, backward, gradient clipping, AdamW; fp32) of a
 // model on synthetic tokens and prints the median step time, tokens/s, model
 // FLOP/s (6 x parameters x tokens per second) and its fraction of the best
@@ -30,7 +30,8 @@ namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
     "usage: kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]\n"
-    "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--json]";
+    "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--gradient_checkpointing]\n"
+    "                  [--json]";
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -77,7 +78,7 @@ double gemm_gflops(int64_t M, int64_t K, int64_t N) {
 int run_bench(const std::vector<std::string>& args) {
   cli::Flags flags("bench",
                    {{"model", true, true}, {"task"}, {"batch"}, {"seq"}, {"target_len"}, {"steps"}, {"warmup"},
-                    {"json", false}},
+                    {"gradient_checkpointing", false}, {"json", false}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -161,6 +162,7 @@ int run_bench(const std::vector<std::string>& args) {
         break;
       }
   model->train();
+  if (flags.has("gradient_checkpointing")) model->set_gradient_checkpointing(true);
   optim::AdamW opt(model->parameters(), {.lr = 5e-5, .weight_decay = 0.01});
   metrics::reset();
   std::vector<double> times;
@@ -214,7 +216,8 @@ int run_bench(const std::vector<std::string>& args) {
   std::printf("  model FLOP/s     %.1f GFLOP/s (6 x parameters in matrix products x tokens/s)\n", model_gflops);
   std::printf("  GEMM peak        %.1f GFLOP/s at %s -> model FLOP/s is %.0f %% of it\n", peak_gflops,
               peak_shape.c_str(), 100.0 * model_gflops / std::max(peak_gflops, 1e-9));
-  std::printf("  compile          %.3f s (%lld compiles)\n", m.compile_seconds, (long long)m.compiles);
+  std::printf("  compile          %.3f s (%lld compiles); step arena %.0f MB\n", m.compile_seconds, (long long)m.compiles,
+              static_cast<double>(m.arena_bytes) / 1e6);
   std::printf("  peak memory      %.0f MB resident\n", peak_rss_mb);
   if (flags.has("json"))
     std::printf(

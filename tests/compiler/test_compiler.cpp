@@ -65,6 +65,26 @@ TEST(Compiler, ResultsThatFeedOneGroupAreStoredByItInOnePass) {
   for (float x : p2.to_vector<float>()) EXPECT_FLOAT_EQ(x, ep);
 }
 
+// An output takes the memory of the parameter its writer reads element for
+// element before any other free buffer of its size: here the matrix product,
+// written last, would otherwise take x's memory and leave x's update none.
+TEST(Compiler, AnUpdateTakesItsOwnParametersMemory) {
+  Tensor x = Tensor::from_vector(std::vector<float>(16, 1.0f), {4, 4});
+  Tensor y = Tensor::from_vector(std::vector<float>(16, 2.0f), {4, 4});
+  Tensor product = matmul(y, y);
+  Tensor x_new = x * 2.0;
+  std::vector<ir::NodePtr> params;
+  ir::Graph graph = ir::flatten({product.node(), x_new.node()}, &params);
+  graph.donated.assign(graph.num_params, true);
+  compiler::Program prog = compiler::compile(graph);
+  int32_t x_index = -1;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i] == x.node()) x_index = static_cast<int32_t>(i);
+  ASSERT_GE(x_index, 0);
+  EXPECT_EQ(prog.output_donor[1], x_index) << prog.dump();
+  EXPECT_EQ(prog.output_donor[0], -1) << prog.dump();  // y is read by the product, not element for element
+}
+
 // A value read by two different groups (or by a kernel) is computed once,
 // into memory, not folded into either.
 TEST(Compiler, AValueReadOutsideOneGroupStaysItsOwnResult) {

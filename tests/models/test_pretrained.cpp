@@ -8,6 +8,7 @@
 #include "kiln/models/gpt2.h"
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
+#include "models/tiny_t5.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
 
@@ -202,25 +203,14 @@ TEST(Pretrained, T5RelativePositionBucketsAsHuggingFace) {
 
 TEST(Pretrained, T5RoundTrip) {
   TempDir dir;
-  models::T5Config c;
-  c.vocab_size = 50;
-  c.d_model = 16;
-  c.d_kv = 4;
-  c.d_ff = 24;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.relative_attention_num_buckets = 8;
-  c.feed_forward_proj = "gated-gelu";
+  models::T5Config c = kiln::testing::tiny_t5();
   c.tie_word_embeddings = false;
   auto model = models::create_model("T5ForConditionalGeneration", c, 3);
   model->eval();
   model->save_pretrained(dir.path());
   auto loaded = models::from_pretrained(dir.path());
   loaded->eval();
-  models::ModelInputs in;
-  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 1, 3, 1, 0, 0}, {2, 4});
-  in.attention_mask = Tensor::from_vector(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 0, 0}, {2, 4});
-  in.labels = Tensor::from_vector(std::vector<int64_t>{8, 9, 1, 4, 1, -100}, {2, 3});
+  models::ModelInputs in = kiln::testing::tiny_t5_batch();
   auto a = model->forward(in), b = loaded->forward(in);
   EXPECT_EQ(a.logits.to_vector<float>(), b.logits.to_vector<float>());
   EXPECT_EQ(a.logits.shape(), (Shape{2, 3, 50}));

@@ -96,6 +96,8 @@ std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePt
       return {ir::slice_grad(g, in[0]->shape, at.ints[0], at.ints[1], at.ints[2], at.ints[3])};
     case Op::SliceGrad:
       return {ir::slice(g, at.ints[0], at.ints[1], at.ints[2], at.ints[3])};
+    case Op::Barrier:
+      return {g, nullptr};
     case Op::Concat: {
       std::vector<NodePtr> out;
       int64_t d = at.ints[0], off = 0;

@@ -225,6 +225,8 @@ class Lowering {
         v = b;
         break;
       }
+      case Op::Barrier:  // the same memory; the order is the graph's
+        break;
       case Op::Slice: {
         int64_t d = n.attrs.ints[0], start = n.attrs.ints[1], step = n.attrs.ints[3];
         v.offset += start * v.strides[d];
@@ -371,42 +373,47 @@ class Lowering {
         param_last[s.index] = std::max(param_last[s.index], s.last);
         param_bytes[s.index] = s.nbytes;
       }
-    std::vector<bool> taken(g_.num_params, false);
-    for (size_t o = 0; o < g_.outputs.size(); ++o) {
-      int32_t writer = -1;
-      const Operand* written = nullptr;
-      for (size_t k = 0; k < prog_.instrs.size() && writer < 0; ++k) {
-        auto is_o = [&](const Operand& w) {
-          const Slot& s = prog_.slots[w.slot];
-          return s.kind == SlotKind::Output && s.index == static_cast<int32_t>(o);
-        };
-        const Instr& ins = prog_.instrs[k];
-        if (is_o(ins.output)) written = &ins.output;
-        for (const auto& e : ins.extra_outputs)
-          if (!written && is_o(e.out)) written = &e.out;
-        if (written) writer = static_cast<int32_t>(k);
-      }
-      if (writer < 0) continue;
-      const Instr& ins = prog_.instrs[writer];
-      for (int32_t p = 0; p < g_.num_params; ++p) {
-        if (!g_.donated[p] || taken[p] || param_bytes[p] != prog_.slots[written->slot].nbytes) continue;
-        if (param_last[p] > writer) continue;
-        // A fused instruction loads every chunk of its inputs before it stores
-        // that chunk of any output, so reading p element for element is safe.
-        bool reads_elementwise = true, reads = false;
-        for (const auto& in : ins.inputs) {
-          const Slot& s = prog_.slots[in.slot];
-          if (s.kind != SlotKind::Param || s.index != p) continue;
-          reads = true;
-          reads_elementwise = reads_elementwise && ins.fused && in.view == written->view &&
-                              dtype_size(in.dtype) == dtype_size(written->dtype);
+    // Who writes each output.
+    std::vector<int32_t> writer(g_.outputs.size(), -1);
+    std::vector<const Operand*> written(g_.outputs.size(), nullptr);
+    for (size_t k = 0; k < prog_.instrs.size(); ++k) {
+      auto note = [&](const Operand& w) {
+        const Slot& s = prog_.slots[w.slot];
+        if (s.kind == SlotKind::Output && writer[s.index] < 0) {
+          writer[s.index] = static_cast<int32_t>(k);
+          written[s.index] = &w;
         }
-        if (reads && !reads_elementwise) continue;
-        taken[p] = true;
-        prog_.output_donor[o] = p;
-        break;
-      }
+      };
+      note(prog_.instrs[k].output);
+      for (const auto& e : prog_.instrs[k].extra_outputs) note(e.out);
     }
+    // First each output takes a parameter its writer reads (a parameter's
+    // update takes the parameter's memory), then any free one of its size.
+    std::vector<bool> taken(g_.num_params, false);
+    for (bool own_only : {true, false})
+      for (size_t o = 0; o < g_.outputs.size(); ++o) {
+        if (writer[o] < 0 || prog_.output_donor[o] >= 0) continue;
+        const Instr& ins = prog_.instrs[writer[o]];
+        const Operand& out = *written[o];
+        for (int32_t p = 0; p < g_.num_params; ++p) {
+          if (!g_.donated[p] || taken[p] || param_bytes[p] != prog_.slots[out.slot].nbytes) continue;
+          if (param_last[p] > writer[o]) continue;
+          // A fused instruction loads every chunk of its inputs before it stores
+          // that chunk of any output, so reading p element for element is safe.
+          bool reads_elementwise = true, reads = false;
+          for (const auto& in : ins.inputs) {
+            const Slot& s = prog_.slots[in.slot];
+            if (s.kind != SlotKind::Param || s.index != p) continue;
+            reads = true;
+            reads_elementwise = reads_elementwise && ins.fused && in.view == out.view &&
+                                dtype_size(in.dtype) == dtype_size(out.dtype);
+          }
+          if ((reads && !reads_elementwise) || (own_only && !reads)) continue;
+          taken[p] = true;
+          prog_.output_donor[o] = p;
+          break;
+        }
+      }
   }
 };
 

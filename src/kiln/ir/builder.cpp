@@ -322,6 +322,12 @@ NodePtr concat(const std::vector<NodePtr>& xs, int64_t dim) {
   return make_node(Op::Concat, xs[0]->dtype, s, xs, Attrs{{d}, {}});
 }
 
+NodePtr barrier(const NodePtr& x, const NodePtr& after) {
+  auto n = make_node(Op::Barrier, x->dtype, x->shape, {x, after});
+  n->requires_grad = GradMode::enabled() && x->requires_grad;
+  return n;
+}
+
 NodePtr index_select(const NodePtr& table, const NodePtr& ids, int64_t padding_idx) {
   KILN_CHECK(is_integral(ids->dtype), "index_select: ids must be i32/i64, got ", dtype_name(ids->dtype));
   KILN_CHECK(table->rank() >= 1, "index_select: table must have rank >= 1");

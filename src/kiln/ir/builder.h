@@ -15,14 +15,19 @@ class GradMode {
  public:
   static bool enabled();
   static void set(bool enabled);
-  struct Disable {
-    Disable() : prev_(enabled()) { set(false); }
-    ~Disable() { set(prev_); }
-    Disable(const Disable&) = delete;
-    Disable& operator=(const Disable&) = delete;
+  // Scoped: grad mode `On` until the end of the scope.
+  template <bool On>
+  struct Set {
+    Set() : prev_(enabled()) { set(On); }
+    ~Set() { set(prev_); }
+    Set(const Set&) = delete;
+    Set& operator=(const Set&) = delete;
+
    private:
     bool prev_;
   };
+  using Disable = Set<false>;
+  using Enable = Set<true>;
 };
 
 NodePtr make_node(Op op, DType dtype, Shape shape, std::vector<NodePtr> inputs, Attrs attrs = {});
@@ -59,6 +64,8 @@ NodePtr slice(const NodePtr& x, int64_t dim, int64_t start, int64_t end, int64_t
 NodePtr slice_grad(const NodePtr& dy, const Shape& input_shape, int64_t dim, int64_t start,
                    int64_t end, int64_t step);
 NodePtr concat(const std::vector<NodePtr>& xs, int64_t dim);
+// x's value, ordered after `after` (see Op::Barrier).
+NodePtr barrier(const NodePtr& x, const NodePtr& after);
 
 // indexing
 NodePtr index_select(const NodePtr& table, const NodePtr& ids, int64_t padding_idx = -1);

@@ -128,7 +128,12 @@ Graph flatten(const std::vector<NodePtr>& outputs, std::vector<NodePtr>* params)
   }
   std::sort(collectives.begin(), collectives.end(), [](const NodePtr* a, const NodePtr* b) { return (*a)->seq < (*b)->seq; });
   for (const NodePtr* c : collectives) visit(*c);
-  for (const auto& o : outputs) visit(o);
+  // Outputs newest first: a training step's results are the parameters (and
+  // optimizer state) in model order, and the last layer's gradient is the
+  // first the backward pass has. Visiting the first layer's first would
+  // place the whole chain of input gradients before any weight gradient,
+  // keeping every layer's intermediate gradients alive to the end.
+  for (auto o = outputs.rbegin(); o != outputs.rend(); ++o) visit(*o);
   for (const auto& o : outputs) g.outputs.push_back(index.at(o.get()));
   g.donated.assign(g.num_params, false);
   return g;

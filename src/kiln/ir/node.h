@@ -4,6 +4,7 @@
 // user's tensor holds the node of its value (see runtime/tensor.h). Data
 // nodes are leaves holding a device Buffer: the values from earlier steps
 // and from the host. Nothing here computes.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,15 @@ struct Attrs {
 struct Node;
 using NodePtr = std::shared_ptr<Node>;
 
+// Gradient checkpointing: the output of a segment whose activations the
+// backward pass does not keep. backward() rebuilds the segment with `fn` on
+// its inputs (seen through Barrier nodes) when the output's gradient exists,
+// and differentiates the rebuilt copy.
+struct Recompute {
+  std::vector<NodePtr> inputs;
+  std::function<NodePtr(const std::vector<NodePtr>&)> fn;
+};
+
 struct Node {
   Op op;
   DType dtype;
@@ -45,6 +55,9 @@ struct Node {
   // A differentiable value that a step computed: the expression it came
   // from, through which backward() still differentiates.
   NodePtr grad_source;
+
+  // Set on a checkpointed segment's output (see Recompute).
+  std::shared_ptr<const Recompute> recompute;
 
   // Collectives: their trace order (see flatten(): every replica runs its
   // collectives in this order, whatever else its graph holds).

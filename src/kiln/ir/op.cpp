@@ -35,6 +35,7 @@ constexpr OpInfo kOps[] = {
     {"reshape", OpKind::Movement},   {"permute", OpKind::Movement},
     {"broadcast", OpKind::Movement}, {"slice", OpKind::Movement},
     {"slice_grad", OpKind::Other},   {"concat", OpKind::Other},
+    {"barrier", OpKind::Movement},
     {"index_select", OpKind::Other}, {"index_add", OpKind::Other},
     {"gather", OpKind::Other},       {"scatter_add", OpKind::Other},
     {"matmul", OpKind::Other},

@@ -18,6 +18,9 @@
 //   Slice         ints = {dim, start, end, step}
 //   SliceGrad     ints = {dim, start, end, step}; places input into zeros of node's shape
 //   Concat        ints[0] = dim
+//   Barrier       inputs (x, after): x's value, not computed before `after` (gradient
+//                 checkpointing: a recomputed segment starts once its output's gradient
+//                 exists, and is never merged with the original by CSE)
 //   IndexSelect   inputs (table, ids): rows of table (axis 0) at ids; ints[0] = padding_idx
 //                 (-1: none), whose row gets no gradient (nn.Embedding's padding_idx)
 //   IndexAdd      inputs (ids, src): zeros of node's shape, src rows added at ids,
@@ -54,7 +57,7 @@ enum class Op : uint8_t {
   // reductions
   Sum, ReduceMax, ArgMax,
   // movement
-  Reshape, Permute, Broadcast, Slice, SliceGrad, Concat,
+  Reshape, Permute, Broadcast, Slice, SliceGrad, Concat, Barrier,
   // indexing
   IndexSelect, IndexAdd, Gather, ScatterAdd,
   // contraction

@@ -72,7 +72,7 @@ Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
   return out_norm_->forward(out_dropout_->forward(out_->forward(inter)) + attn);
 }
 
-BertBackbone::BertBackbone(const BertContext& ctx, bool add_pooling_layer) : config_(ctx.config) {
+BertBackbone::BertBackbone(const BertContext& ctx, bool add_pooling_layer) : config_(ctx.config), gen_(ctx.gen) {
   embeddings = register_module("embeddings", std::make_shared<BertEmbeddings>(ctx));
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i)
     layers.push_back(register_module("encoder.layer." + std::to_string(i), std::make_shared<BertLayer>(ctx)));
@@ -117,7 +117,8 @@ BertBackbone::Out BertBackbone::forward(const ModelInputs& in) {
     Tensor m = cast(in.attention_mask, DType::f32);
     mask = reshape((1.0 - m) * static_cast<double>(std::numeric_limits<float>::lowest()), {B, 1, 1, T});
   }
-  for (auto& layer : layers) x = layer->forward(x, mask);
+  for (auto& layer : layers)
+    x = run_layer(gradient_checkpointing, *this, *gen_, [layer, mask](const Tensor& h) { return layer->forward(h, mask); }, x);
   Out out{x, {}};
   if (pooler) out.pooled = tanh(pooler->forward(squeeze(slice(x, 1, 0, 1), 1)));
   return out;

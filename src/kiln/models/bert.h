@@ -49,9 +49,11 @@ class BertBackbone : public nn::Module {
   std::shared_ptr<BertEmbeddings> embeddings;
   std::vector<std::shared_ptr<BertLayer>> layers;
   std::shared_ptr<nn::Linear> pooler;
+  bool gradient_checkpointing = false;
 
  private:
   BertConfig config_;
+  std::shared_ptr<Generator> gen_;
 };
 
 // One class for every head: the architecture name picks the head.
@@ -63,6 +65,7 @@ class BertForTask : public PreTrainedModel {
   std::string base_model_prefix() const override { return prefix_; }
   BertBackbone& backbone() { return *backbone_; }
   Generator& dropout_generator() override { return *ctx_.gen; }
+  void set_gradient_checkpointing(bool on) override { backbone_->gradient_checkpointing = on; }
   const BertConfig& bert_config() const { return static_cast<const BertConfig&>(config()); }
 
  private:

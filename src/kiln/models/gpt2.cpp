@@ -186,7 +186,9 @@ Tensor GPT2ForTask::transformer(const ModelInputs& in) {
   Tensor mask;
   if (in.attention_mask.defined())
     mask = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
-  for (auto& block : h_) x = block->forward(x, causal, mask);
+  for (auto& block : h_)
+    x = run_layer(gradient_checkpointing_, *this, *gen_,
+                  [block, causal, mask](const Tensor& h) { return block->forward(h, causal, mask); }, x);
   return ln_f_->forward(x);
 }
 

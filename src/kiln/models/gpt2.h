@@ -64,6 +64,7 @@ class GPT2ForTask : public PreTrainedModel {
   std::string architecture() const override { return architecture_; }
   std::string base_model_prefix() const override { return "transformer"; }
   Generator& dropout_generator() override { return *gen_; }
+  void set_gradient_checkpointing(bool on) override { gradient_checkpointing_ = on; }
   const GPT2Config& gpt2_config() const { return static_cast<const GPT2Config&>(config()); }
   bool has_lm_head() const { return head_ == Head::LM; }
   // Logits [B,1,V] of one token per row at position `pos` (i64 scalar, a graph
@@ -80,6 +81,7 @@ class GPT2ForTask : public PreTrainedModel {
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Dropout> drop_;
   std::vector<std::shared_ptr<GPT2Block>> h_;
+  bool gradient_checkpointing_ = false;
   std::shared_ptr<nn::LayerNorm> ln_f_;
   std::shared_ptr<nn::Linear> score_;
 };

@@ -226,4 +226,10 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
   return model;
 }
 
+Tensor run_layer(bool on, const nn::Module& owner, Generator& gen, std::function<Tensor(const Tensor&)> layer,
+                 const Tensor& x) {
+  if (!on || !owner.is_training()) return layer(x);
+  return checkpoint([layer = std::move(layer)](const std::vector<Tensor>& in) { return layer(in[0]); }, {x}, &gen);
+}
+
 }  // namespace kiln::models

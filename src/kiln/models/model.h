@@ -3,6 +3,7 @@
 // from_pretrained / save_pretrained directories that Python's transformers
 // opens, and AutoModel-style dispatch.
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +40,10 @@ class PreTrainedModel : public nn::Module {
   virtual std::string base_model_prefix() const = 0;
   // The stream dropout draws from (saved in checkpoints so a resumed run repeats the same masks).
   virtual Generator& dropout_generator() = 0;
+  // HF's gradient_checkpointing_enable() / _disable(): while training, each
+  // transformer layer keeps only its input for the backward pass, which
+  // recomputes the layer — less activation memory for one more forward.
+  virtual void set_gradient_checkpointing(bool on) = 0;
   const PretrainedConfig& config() const { return *config_; }
   PretrainedConfig& config() { return *config_; }
   // Writes config.json and model.safetensors (atomically, in HF's layout).
@@ -64,6 +69,13 @@ struct LoadOptions {
 // regression MSE, single-label cross-entropy, multi-label BCE with logits.
 // logits [B, num_labels].
 Tensor sequence_classification_loss(const PretrainedConfig& config, const Tensor& logits, const Tensor& labels);
+
+// One transformer layer: layer(x), or, when `on` and `owner` trains, under
+// gradient checkpointing (see kiln::checkpoint; dropout replays `gen`).
+// `layer` holds what it reads by value: the recomputation runs in backward(),
+// after the model's forward() has returned.
+Tensor run_layer(bool on, const nn::Module& owner, Generator& gen, std::function<Tensor(const Tensor&)> layer,
+                 const Tensor& x);
 
 // Builds an architecture by HF class name ("BertForSequenceClassification") with fresh weights.
 std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const PretrainedConfig& config,

@@ -249,9 +249,11 @@ int64_t t5_relative_position_bucket(int64_t relative_position, bool bidirectiona
 
 class T5Stack : public nn::Module {
  public:
+  bool gradient_checkpointing = false;  // HF: T5Stack.gradient_checkpointing
+
   T5Stack(const T5Config& c, bool decoder, std::shared_ptr<nn::Embedding> embed, const nn::Init& init,
           const std::shared_ptr<Generator>& gen)
-      : c_(c), decoder_(decoder), embed_(std::move(embed)) {
+      : c_(c), decoder_(decoder), embed_(std::move(embed)), gen_(gen) {
     int64_t n = decoder ? c.decoder_layers() : c.num_layers;
     for (int64_t i = 0; i < n; ++i)
       blocks_.push_back(register_module("block." + std::to_string(i), std::make_shared<Block>(c, decoder, i == 0, init, gen)));
@@ -277,7 +279,9 @@ class T5Stack : public nn::Module {
     }
     Tensor cross = decoder_ ? cross_bias(enc, enc_mask) : Tensor();
     Tensor x = dropout_->forward(embed_->forward(ids));
-    for (auto& blk : blocks_) x = blk->forward(x, self_bias, enc, cross);
+    for (auto& blk : blocks_)
+      x = run_layer(gradient_checkpointing, *this, *gen_,
+                    [blk, self_bias, enc, cross](const Tensor& h) { return blk->forward(h, self_bias, enc, cross); }, x);
     return dropout_->forward(final_norm_->forward(x));
   }
 
@@ -344,9 +348,15 @@ class T5Stack : public nn::Module {
   bool decoder_;
   std::shared_ptr<nn::Embedding> embed_;  // the shared table (tied, not a parameter of the stack)
   std::vector<std::shared_ptr<Block>> blocks_;
+  std::shared_ptr<Generator> gen_;
   std::shared_ptr<RMSNorm> final_norm_;
   std::shared_ptr<nn::Dropout> dropout_;
 };
+
+void T5ForTask::set_gradient_checkpointing(bool on) {
+  encoder_->gradient_checkpointing = on;
+  if (decoder_) decoder_->gradient_checkpointing = on;
+}
 
 T5ForTask::T5ForTask(std::string architecture, const T5Config& config, uint64_t seed, Device device)
     : PreTrainedModel(config.clone()), architecture_(std::move(architecture)), gen_(std::make_shared<Generator>(seed)) {

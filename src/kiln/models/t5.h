@@ -63,6 +63,7 @@ class T5ForTask : public PreTrainedModel {
   std::string architecture() const override { return architecture_; }
   std::string base_model_prefix() const override { return "transformer"; }
   Generator& dropout_generator() override { return *gen_; }
+  void set_gradient_checkpointing(bool on) override;
   const T5Config& t5_config() const { return static_cast<const T5Config&>(config()); }
   bool can_generate() const { return !encoder_only_; }
 

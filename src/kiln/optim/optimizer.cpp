@@ -117,7 +117,12 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
   KILN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got ", max_norm);
   Tensor total;
-  for (const auto& p : params) {
+  // Last parameter first: the compiler visits the sum's operands in order, and
+  // the last layers' gradients are the first the backward pass has (see
+  // ir::flatten), so each layer's weight gradients are computed, and its
+  // intermediate gradients freed, as the backward pass reaches it.
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    const Tensor& p = *it;
     Tensor g = p.grad();
     if (!g.defined()) continue;
     Tensor s = sum(g * g);

@@ -204,6 +204,49 @@ Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
   return where(keep, x * (1.0 / (1.0 - p)), zeros({}, DType::f32, x.device()));
 }
 
+namespace {
+thread_local bool recomputing = false;
+
+struct GeneratorState {
+  uint64_t seed, offset;
+  int64_t sample_base;
+  static GeneratorState of(const Generator& g) { return {g.seed(), g.offset(), g.sample_base()}; }
+  void restore(Generator& g) const {
+    g.set_state(seed, offset);
+    g.set_sample_base(sample_base);
+  }
+};
+}  // namespace
+
+Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs,
+                  Generator* gen) {
+  const GeneratorState before = gen ? GeneratorState::of(*gen) : GeneratorState{};
+  Tensor y = fn(inputs);
+  if (recomputing || !ir::GradMode::enabled() || !y.requires_grad()) return y;
+  for (const auto& x : inputs)
+    if (x.node() == y.node()) return y;  // fn handed an input through: nothing to recompute
+  auto rc = std::make_shared<ir::Recompute>();
+  for (const auto& x : inputs) rc->inputs.push_back(x.node());
+  rc->fn = [fn, gen, before](const std::vector<ir::NodePtr>& xs) {
+    struct Scope {
+      Generator* gen;
+      GeneratorState now;
+      bool prev = recomputing;
+      ~Scope() {
+        if (gen) now.restore(*gen);
+        recomputing = prev;
+      }
+    } scope{gen, gen ? GeneratorState::of(*gen) : GeneratorState{}};
+    recomputing = true;
+    if (gen) before.restore(*gen);
+    std::vector<Tensor> ts;
+    for (const auto& x : xs) ts.emplace_back(x);
+    return fn(ts).node();
+  };
+  y.node()->recompute = std::move(rc);
+  return y;
+}
+
 Tensor all_reduce(const std::vector<Tensor>& tensors, double scale) {
   const ReplicaInfo& me = this_replica();
   std::vector<ir::NodePtr> nodes;

@@ -4,6 +4,7 @@
 // or a value is read. Shape errors name the op and both shapes.
 #include <cstdint>
 #include <string>
+#include <functional>
 #include <vector>
 
 #include "kiln/runtime/tensor.h"
@@ -138,6 +139,16 @@ Tensor bernoulli(const Shape& shape, double p, Generator& gen, Device device = D
 // Zeroes each element with probability p and scales the rest by 1/(1-p);
 // identity when !training or p == 0.
 Tensor dropout(const Tensor& x, double p, Generator& gen, bool training = true);
+
+// Gradient checkpointing (torch.utils.checkpoint): fn(inputs), but backward()
+// keeps only the inputs and recomputes fn's activations when the gradient
+// reaches its output — less memory for one more forward of fn. fn must depend
+// only on `inputs` and on weights (anything else it reads stays alive). Its
+// dropout draws from `gen`, whose state is replayed so the recomputation
+// draws the same masks. Under no_grad, or nested in a recomputation, it is
+// plain fn(inputs).
+Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs,
+                  Generator* gen = nullptr);
 
 // Data-parallel replicas (dist/replica.h): the flattened concatenation of the
 // f32 `tensors` summed over every replica of every process, times scale, as

@@ -130,6 +130,7 @@ Trainer::Trainer(models::PreTrainedModel& model, TrainingArguments args, Task ta
              replica_.local_count, " replica(s) run in this process: construct one Trainer per replica inside "
              "kiln::spawn(fn, num_replicas)");
   progress_tty_ = ::isatty(STDERR_FILENO) && replica_.is_master();
+  if (args_.gradient_checkpointing) model_.set_gradient_checkpointing(true);  // as HF's Trainer does
   build_optimizer();
 }
 

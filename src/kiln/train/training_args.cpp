@@ -70,6 +70,7 @@ const std::vector<Field>& fields() {
       {"greater_is_better", &TA::greater_is_better, {}},
       {"resume_from_checkpoint", &TA::resume_from_checkpoint, {}},
       {"label_smoothing_factor", &TA::label_smoothing_factor, {}},
+      {"gradient_checkpointing", &TA::gradient_checkpointing, {}},
       {"ddp_bucket_cap_mb", &TA::ddp_bucket_cap_mb, {}},
       {"num_replicas", &TA::num_replicas, {}},
       {"shard_optimizer_state", &TA::shard_optimizer_state, {}},

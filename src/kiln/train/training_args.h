@@ -42,6 +42,9 @@ struct TrainingArguments {
   std::optional<bool> greater_is_better;             // default: false for names ending in "loss", else true (HF)
   std::string resume_from_checkpoint;                // "" | DIR | "latest"
   double label_smoothing_factor = 0.0;
+  // Recompute each transformer layer in the backward pass instead of keeping
+  // its activations (model.gradient_checkpointing_enable()).
+  bool gradient_checkpointing = false;
   double ddp_bucket_cap_mb = 25;  // gradient all-reduce buckets (HF: None means DDP's 25)
   // kiln additions (also flags): replicas and debugging
   int64_t num_replicas = 1;
