@@ -114,7 +114,10 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
   }
   if (!words.empty()) {
     plan->descs = std::make_unique<DeviceBlock>(device, words.size() * 8);
-    KILN_CUDA_CHECK(cudaMemcpy(plan->descs->ptr, words.data(), words.size() * 8, cudaMemcpyHostToDevice));
+    // Complete before any step's kernels can read it (they run on another stream).
+    KILN_CUDA_CHECK(cudaMemcpyAsync(plan->descs->ptr, words.data(), words.size() * 8, cudaMemcpyHostToDevice,
+                                    ds.copy_stream));
+    KILN_CUDA_CHECK(cudaStreamSynchronize(ds.copy_stream));
   }
   const size_t slot_bytes = std::max<size_t>(program.slots.size(), 1) * sizeof(void*);
   plan->slots = std::make_unique<DeviceBlock>(device, slot_bytes);
@@ -157,7 +160,6 @@ void gemm(DeviceState& ds, const GemmPlan& g, const float* a, const float* b, fl
 // later): the inputs are copied to host memory, the collective runs there,
 // and the result is copied into the output.
 void collective(DeviceState& ds, const Instr& ins, const std::vector<char*>& in, char* out) {
-  KILN_CUDA_CHECK(cudaStreamSynchronize(ds.stream));
   std::vector<int64_t> sizes;
   int64_t total = 0;
   for (const auto& op : ins.inputs) {
@@ -167,10 +169,11 @@ void collective(DeviceState& ds, const Instr& ins, const std::vector<char*>& in,
   std::vector<float> host(static_cast<size_t>(total));
   int64_t at = 0;
   for (size_t k = 0; k < ins.inputs.size(); ++k) {
-    KILN_CUDA_CHECK(cudaMemcpy(host.data() + at, reinterpret_cast<float*>(in[k]) + ins.inputs[k].view.offset,
-                               sizes[k] * sizeof(float), cudaMemcpyDeviceToHost));
+    KILN_CUDA_CHECK(cudaMemcpyAsync(host.data() + at, reinterpret_cast<float*>(in[k]) + ins.inputs[k].view.offset,
+                                    sizes[k] * sizeof(float), cudaMemcpyDeviceToHost, ds.stream));
     at += sizes[k];
   }
+  KILN_CUDA_CHECK(cudaStreamSynchronize(ds.stream));  // the inputs' kernels and the copies are done
   const int64_t group = ins.attrs.ints[0];
   const int replica = static_cast<int>(ins.attrs.ints[1]);
   float* buf = host.data();
@@ -181,8 +184,11 @@ void collective(DeviceState& ds, const Instr& ins, const std::vector<char*>& in,
     std::vector<int64_t> roots(ins.attrs.ints.begin() + 2, ins.attrs.ints.end());
     dist::submit(group, replica, [&] { dist::broadcast_in_place(group, replica, buf, sizes, roots); }).get();
   }
-  KILN_CUDA_CHECK(cudaMemcpy(reinterpret_cast<float*>(out) + ins.output.view.offset, buf, total * sizeof(float),
-                             cudaMemcpyHostToDevice));
+  // Ordered before the kernels that read the result; `host` may go once the call returns (pageable memory is
+  // staged), but wait anyway: the result must not depend on that.
+  KILN_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<float*>(out) + ins.output.view.offset, buf, total * sizeof(float),
+                                  cudaMemcpyHostToDevice, ds.stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(ds.stream));
 }
 
 std::string report_message(const Instr& ins, const ErrorReport& r) {
