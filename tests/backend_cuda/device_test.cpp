@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -361,7 +362,9 @@ ModelFactory pretrained(const std::string& dir) {
   return [dir](Device d) {
     models::LoadOptions lo;
     lo.device = d;
-    return models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/" + dir, lo);
+    // KILN_TEST_DATA_DIR in the environment: a binary built elsewhere (bench/gpu_bundle.sh).
+    const char* data = std::getenv("KILN_TEST_DATA_DIR");
+    return models::from_pretrained(std::string(data ? data : KILN_TEST_DATA_DIR) + "/" + dir, lo);
   };
 }
 
