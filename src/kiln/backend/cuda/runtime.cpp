@@ -42,9 +42,12 @@ struct Enumeration {
   std::string reason;
 };
 
+// Leaked, like the device states: storages released during static
+// destruction (the runtime's compile cache) still look devices up.
 const Enumeration& enumeration() {
-  static const Enumeration e = [] {
-    Enumeration r;
+  static const Enumeration& e = *[] {
+    auto* r_ptr = new Enumeration;
+    Enumeration& r = *r_ptr;
     int n = 0;
     cudaError_t status = cudaGetDeviceCount(&n);
     if (status != cudaSuccess) {
@@ -55,7 +58,7 @@ const Enumeration& enumeration() {
       r.reason = "cudaGetDeviceCount found none";
     }
     r.count = n;
-    return r;
+    return r_ptr;
   }();
   return e;
 }
@@ -110,8 +113,8 @@ void check_device(Device device) {
 
 DeviceState& device_state(int index) {
   check_device(Device::cuda(index));
-  static std::mutex mu;
-  static std::array<DeviceState*, 64> states{};  // leaked on purpose (see common.h)
+  static std::mutex& mu = *new std::mutex;        // leaked on purpose (see common.h)
+  static std::array<DeviceState*, 64> states{};  // trivially destructible
   KILN_CHECK(index < static_cast<int>(states.size()), "cuda: device index ", index, " beyond 64");
   std::lock_guard<std::mutex> lock(mu);
   if (!states[index]) states[index] = new DeviceState(index);
