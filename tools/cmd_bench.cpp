@@ -1,5 +1,6 @@
 // kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]
-//            [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--gradient_checkpointing] [--json]
+//            [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--device cpu|cuda:N]
+//            [--gradient_checkpointing] [--json]
 // Times training steps (forward, backward, gradient clipping, AdamW; fp32) of a
 // model on synthetic tokens and prints the median step time, tokens/s, model
 // FLOP/s (6 x parameters x tokens per second) and its fraction of the best
@@ -22,6 +23,9 @@
 #include "kiln/models/gpt2.h"
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
+#ifdef KILN_HAVE_CUDA
+#include "kiln/backend/cuda/cuda.h"
+#endif
 
 namespace {
 
@@ -30,8 +34,8 @@ namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
     "usage: kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]\n"
-    "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--gradient_checkpointing]\n"
-    "                  [--json]";
+    "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--device cpu|cuda:N]\n"
+    "                  [--gradient_checkpointing] [--json]";
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -58,17 +62,17 @@ std::string architecture_for(const std::string& task, const models::PretrainedCo
 }
 
 // Best GFLOP/s of one [M, K] x [K, N] product over a few runs.
-double gemm_gflops(int64_t M, int64_t K, int64_t N) {
+double gemm_gflops(int64_t M, int64_t K, int64_t N, Device device) {
   Generator g(3);
-  Tensor a = randn({M, K}, g), b = randn({K, N}, g);
-  mark_step();
-  wait_device_ops();
+  Tensor a = randn({M, K}, g, device), b = randn({K, N}, g, device);
+  mark_step(device);
+  wait_device_ops(device);
   double best = 0;
   for (int rep = 0; rep < 4; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
     Tensor c = matmul(a, b);
-    mark_step();
-    wait_device_ops();
+    mark_step(device);
+    wait_device_ops(device);
     double dt = seconds_since(t0);
     if (rep > 0) best = std::max(best, 2.0 * M * K * N / dt / 1e9);  // rep 0 compiles
   }
@@ -78,7 +82,7 @@ double gemm_gflops(int64_t M, int64_t K, int64_t N) {
 int run_bench(const std::vector<std::string>& args) {
   cli::Flags flags("bench",
                    {{"model", true, true}, {"task"}, {"batch"}, {"seq"}, {"target_len"}, {"steps"}, {"warmup"},
-                    {"gradient_checkpointing", false}, {"json", false}},
+                    {"device"}, {"gradient_checkpointing", false}, {"json", false}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -98,6 +102,7 @@ int run_bench(const std::vector<std::string>& args) {
              "bench: --task must be text-classification, masked-lm, causal-lm or seq2seq, got '", task, "'");
   const int64_t B = integer("batch", 8), T = integer("seq", 128), Tt = integer("target_len", T);
   const int64_t steps = integer("steps", 10), warmup = integer("warmup", 2);
+  const Device device = Device::parse(flags.has("device") ? flags.get("device") : "cpu");
 
   // The model: a directory (from_pretrained) or a preset with fresh weights.
   const std::string source = flags.get("model");
@@ -107,13 +112,14 @@ int run_bench(const std::vector<std::string>& args) {
     models::LoadOptions lo;
     lo.architecture = architecture_for(task, *config);
     if (task == "text-classification") lo.num_labels = 2;
+    lo.device = device;
     model = models::from_pretrained(source, lo);
   } else {
     auto config = models::preset_config(source);
     KILN_CHECK(config, "bench: --model '", source, "' is neither a model directory nor a preset (bert-tiny, bert-mini, "
                "bert-small, bert-base, roberta-base, gpt2, gpt2-tiny, t5-small, t5-tiny, t5-v1_1-tiny)");
     if (task == "text-classification") config->set_num_labels(2);
-    model = models::create_model(architecture_for(task, *config), *config, 0);
+    model = models::create_model(architecture_for(task, *config), *config, 0, device);
   }
   const int64_t V = vocab_of(model->config());
 
@@ -121,23 +127,23 @@ int run_bench(const std::vector<std::string>& args) {
   std::vector<int64_t> ids(B * T);
   for (int64_t i = 0; i < B * T; ++i) ids[i] = 5 + (i * 7919) % (V - 5);
   models::ModelInputs in;
-  in.input_ids = Tensor::from_vector(ids, {B, T}, Device::cpu(), "input_ids");
-  in.attention_mask = Tensor::from_vector(std::vector<int64_t>(B * T, 1), {B, T}, Device::cpu(), "attention_mask");
+  in.input_ids = Tensor::from_vector(ids, {B, T}, device, "input_ids");
+  in.attention_mask = Tensor::from_vector(std::vector<int64_t>(B * T, 1), {B, T}, device, "attention_mask");
   if (task == "text-classification") {
     std::vector<int64_t> y(B);
     for (int64_t i = 0; i < B; ++i) y[i] = i % 2;
-    in.labels = Tensor::from_vector(y, {B}, Device::cpu(), "labels");
+    in.labels = Tensor::from_vector(y, {B}, device, "labels");
   } else if (task == "masked-lm") {
     std::vector<int64_t> y(B * T, -100);
     for (int64_t i = 0; i < B * T; i += 7) y[i] = ids[i];  // ~15 % of the positions
     for (int64_t i = 3; i < B * T; i += 13) y[i] = ids[i];
-    in.labels = Tensor::from_vector(y, {B, T}, Device::cpu(), "labels");
+    in.labels = Tensor::from_vector(y, {B, T}, device, "labels");
   } else if (task == "causal-lm") {
     in.labels = in.input_ids;
   } else {
     std::vector<int64_t> y(B * Tt);
     for (int64_t i = 0; i < B * Tt; ++i) y[i] = 5 + (i * 104729) % (V - 5);
-    in.labels = Tensor::from_vector(y, {B, Tt}, Device::cpu(), "labels");
+    in.labels = Tensor::from_vector(y, {B, Tt}, device, "labels");
   }
 
   // FLOPs count the parameters that take part in matrix products: not the
@@ -174,7 +180,7 @@ int run_bench(const std::vector<std::string>& args) {
     optim::clip_grad_norm(model->parameters(), 1.0);
     opt.step();
     opt.zero_grad();
-    mark_step();
+    mark_step(device);
     loss = l.item();
     if (s >= warmup) times.push_back(seconds_since(t0));
   }
@@ -197,7 +203,7 @@ int run_bench(const std::vector<std::string>& args) {
   double peak_gflops = 0;
   std::string peak_shape;
   for (auto [k, n] : shapes) {
-    double g = gemm_gflops(B * T, k, n);
+    double g = gemm_gflops(B * T, k, n, device);
     if (g > peak_gflops) {
       peak_gflops = g;
       peak_shape = "[" + std::to_string(B * T) + "x" + std::to_string(k) + "] x [" + std::to_string(k) + "x" +
@@ -219,6 +225,14 @@ int run_bench(const std::vector<std::string>& args) {
   std::printf("  compile          %.3f s (%lld compiles); step arena %.0f MB\n", m.compile_seconds, (long long)m.compiles,
               static_cast<double>(m.arena_bytes) / 1e6);
   std::printf("  peak memory      %.0f MB resident\n", peak_rss_mb);
+  if (device.kind == DeviceKind::CUDA) {
+#ifdef KILN_HAVE_CUDA
+    const auto mem = backend::cuda::memory_stats(device);
+    std::printf("  device           %s: %s\n", device.str().c_str(), backend::cuda::device_description(device).c_str());
+    std::printf("  device memory    %.0f MB peak in use, %.0f MB reserved\n", mem.peak_in_use / 1048576.0,
+                mem.reserved / 1048576.0);
+#endif
+  }
   if (flags.has("json"))
     std::printf(
         "{\"model\": \"%s\", \"task\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"flop_parameters\": %lld, \"median_step_s\": %.6f, "

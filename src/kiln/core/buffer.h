@@ -28,8 +28,22 @@ class Event {
   std::string error_;
 };
 
-// Device memory: an owned, 64-byte aligned allocation, or borrowed memory
-// kept alive by `keeper` (e.g. a tensor inside a memory-mapped file).
+// Memory of a device kind other than the host's, provided by its backend
+// (backend/cuda registers these for DeviceKind::CUDA), so that core needs no
+// device headers. Each throws kiln::Error on failure, except release.
+struct DeviceMemoryHooks {
+  void* (*allocate)(Device device, size_t nbytes);
+  void (*release)(Device device, void* ptr, size_t nbytes) noexcept;
+  // Synchronous copies between host memory and the device's memory.
+  void (*to_device)(Device device, void* dst, const void* src, size_t nbytes);
+  void (*to_host)(Device device, void* dst, const void* src, size_t nbytes);
+};
+// Installs the hooks of a device kind (a static pointer; called once).
+void register_device_memory(DeviceKind kind, const DeviceMemoryHooks* hooks);
+
+// Device memory: an owned allocation (CPU: 64-byte aligned host memory;
+// other kinds: from their backend), or borrowed memory kept alive by
+// `keeper` (e.g. a tensor inside a memory-mapped file).
 class Storage {
  public:
   Storage(Device device, size_t nbytes);
@@ -38,9 +52,15 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
+  // Host memory for CPU devices; device memory (not host-readable) otherwise.
   void* data() const { return ptr_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool on_host() const { return device_.kind == DeviceKind::CPU; }
+  // Copies nbytes between host memory and this storage at byte `offset`,
+  // whatever the device (a memcpy for CPU devices).
+  void copy_from_host(const void* src, size_t nbytes, size_t offset = 0);
+  void copy_to_host(void* dst, size_t nbytes, size_t offset = 0) const;
 
  private:
   Device device_;

@@ -105,8 +105,28 @@ bool Event::ready() const {
   return done_;
 }
 
+namespace {
+const DeviceMemoryHooks* g_cuda_memory = nullptr;
+
+const DeviceMemoryHooks& device_memory(Device device) {
+  KILN_ASSERT(device.kind == DeviceKind::CUDA);
+  KILN_CHECK(g_cuda_memory != nullptr, "device ", device.str(),
+             " is not available: this build has no CUDA backend (configure with -DKILN_CUDA=ON on a machine "
+             "with the CUDA toolkit)");
+  return *g_cuda_memory;
+}
+}  // namespace
+
+void register_device_memory(DeviceKind kind, const DeviceMemoryHooks* hooks) {
+  KILN_ASSERT(kind == DeviceKind::CUDA);
+  g_cuda_memory = hooks;
+}
+
 Storage::Storage(Device device, size_t nbytes) : device_(device), nbytes_(nbytes) {
-  KILN_CHECK(device.kind == DeviceKind::CPU, "device ", device.str(), " is not available in this build");
+  if (device.kind != DeviceKind::CPU) {
+    ptr_ = device_memory(device).allocate(device, nbytes);
+    return;
+  }
   size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
   ptr_ = std::aligned_alloc(64, rounded);
   if (!ptr_) throw std::bad_alloc();
@@ -118,7 +138,27 @@ Storage::Storage(Device device, void* borrowed, size_t nbytes, std::shared_ptr<c
 }
 
 Storage::~Storage() {
-  if (!keeper_) std::free(ptr_);
+  if (keeper_) return;
+  if (device_.kind == DeviceKind::CPU) std::free(ptr_);
+  else g_cuda_memory->release(device_, ptr_, nbytes_);
+}
+
+void Storage::copy_from_host(const void* src, size_t nbytes, size_t offset) {
+  KILN_CHECK(offset + nbytes <= nbytes_, "copy to ", device_.str(), ": ", nbytes, " bytes at offset ", offset,
+             " overrun a storage of ", nbytes_, " bytes");
+  if (nbytes == 0) return;
+  char* dst = static_cast<char*>(ptr_) + offset;
+  if (on_host()) std::memcpy(dst, src, nbytes);
+  else device_memory(device_).to_device(device_, dst, src, nbytes);
+}
+
+void Storage::copy_to_host(void* dst, size_t nbytes, size_t offset) const {
+  KILN_CHECK(offset + nbytes <= nbytes_, "copy from ", device_.str(), ": ", nbytes, " bytes at offset ", offset,
+             " overrun a storage of ", nbytes_, " bytes");
+  if (nbytes == 0) return;
+  const char* src = static_cast<const char*>(ptr_) + offset;
+  if (on_host()) std::memcpy(dst, src, nbytes);
+  else device_memory(device_).to_host(device_, dst, src, nbytes);
 }
 
 void Buffer::wait() const {

@@ -293,8 +293,19 @@ const TensorEntry* SafetensorsFile::find(const std::string& name) const {
 Tensor SafetensorsFile::load(const std::string& name, Device device) const {
   const TensorEntry* e = find(name);
   KILN_CHECK(e != nullptr, path_.string(), ": no tensor '", name, "' (the file has ", entries_.size(), " tensors)");
-  KILN_CHECK(device.kind == DeviceKind::CPU, path_.string(), ": tensor '", name, "': cannot load onto ", device.str(),
-             " (only cpu devices are supported)");
+  if (device.kind != DeviceKind::CPU) {
+    // Device memory: convert on the host (borrowing the mapping), then copy.
+    Tensor host = load(name, Device::cpu());
+    try {
+      const Storage& from = *host.node()->data->storage;
+      auto storage = std::make_shared<Storage>(device, from.nbytes());
+      storage->copy_from_host(from.data(), from.nbytes());
+      return Tensor::from_storage(std::move(storage), host.dtype(), e->shape, name);
+    } catch (const Error& err) {
+      throw Error(detail::concat(path_.string(), ": tensor '", name, "': cannot load onto ", device.str(), ": ",
+                                 err.what()));
+    }
+  }
   // The mapping is private and writable; const here is only the file object's.
   auto* src = const_cast<unsigned char*>(mapping_->bytes()) + data_start_ + e->begin;
   const size_t nbytes = e->end - e->begin;

@@ -10,6 +10,9 @@
 #include <omp.h>
 
 #include "kiln/backend/cpu/executor.h"
+#ifdef KILN_HAVE_CUDA
+#include "kiln/backend/cuda/cuda.h"
+#endif
 #include "kiln/compiler/compile.h"
 #include "kiln/core/error.h"
 #include "kiln/dist/collectives.h"
@@ -52,8 +55,15 @@ size_t cache_capacity_from_env() {
 DeviceContext::DeviceContext(Device device) : device_(device), capacity_(cache_capacity_from_env()) {}
 
 DeviceContext& DeviceContext::get(Device device) {
-  KILN_CHECK(device.kind == DeviceKind::CPU, "device ", device.str(),
-             " is not available: this build has the CPU backend only");
+  if (device.kind == DeviceKind::CUDA) {
+#ifdef KILN_HAVE_CUDA
+    backend::cuda::check_device(device);  // "device cuda:1 requested but 0 CUDA devices are visible"
+    backend::cuda::register_memory();
+#else
+    throw Error("device " + device.str() + " is not available: this build has no CUDA backend (configure with "
+                "-DKILN_CUDA=ON on a machine with the CUDA toolkit)");
+#endif
+  }
   std::lock_guard<std::mutex> lock(g_contexts_mu);
   auto& slot = contexts().map[device];
   if (!slot) slot = std::make_unique<DeviceContext>(device);
@@ -161,6 +171,9 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
   auto exe = std::make_shared<Executable>();
   exe->program = compiler::compile(g);
   if (exe->program.arena_bytes) exe->arena = std::make_unique<Storage>(device_, exe->program.arena_bytes);
+#ifdef KILN_HAVE_CUDA
+  if (device_.kind == DeviceKind::CUDA) exe->cuda_plan = backend::cuda::prepare(exe->program, device_);
+#endif
   metrics::record_compile(seconds_since(t0), std::move(reason), static_cast<int64_t>(exe->program.arena_bytes));
   lru_.push_front(CacheEntry{g, exe});
   index_[key].push_back(lru_.begin());
@@ -242,10 +255,17 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
     auto t0 = std::chrono::steady_clock::now();
     std::string error;
     try {
-      // A replica's kernels use its share of the cores.
-      const int threads = dist::threads_for(device);
-      if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-      backend::cpu::execute(exe->program, ins, outs, exe->arena ? exe->arena->data() : nullptr);
+      void* arena = exe->arena ? exe->arena->data() : nullptr;
+      if (device.kind == DeviceKind::CUDA) {
+#ifdef KILN_HAVE_CUDA
+        backend::cuda::execute(*exe->cuda_plan, ins, outs, arena);  // returns once the device is done
+#endif
+      } else {
+        // A replica's kernels use its share of the cores.
+        const int threads = dist::threads_for(device);
+        if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+        backend::cpu::execute(exe->program, ins, outs, arena);
+      }
     } catch (const std::exception& e) {
       error = e.what();
       // The other replicas would wait for this one in their next all-reduce.

@@ -18,12 +18,16 @@
 namespace kiln {
 struct TensorImpl;
 }
+namespace kiln::backend::cuda {
+struct Plan;
+}
 
 namespace kiln::runtime {
 
 struct Executable {
   compiler::Program program;
   std::unique_ptr<Storage> arena;  // reused by every run (runs are serial on a stream)
+  std::shared_ptr<backend::cuda::Plan> cuda_plan;  // CUDA devices: the program bound to the device
 };
 
 class DeviceContext {

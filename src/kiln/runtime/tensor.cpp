@@ -39,7 +39,7 @@ Tensor Tensor::from_data(const void* data, DType dtype, Shape shape, Device devi
   for (int64_t d : shape) KILN_CHECK(d >= 0, "from_data: negative extent in shape ", kiln::to_string(shape));
   size_t nbytes = kiln::numel(shape) * dtype_size(dtype);
   auto storage = std::make_shared<Storage>(device, nbytes);
-  if (nbytes) std::memcpy(storage->data(), data, nbytes);
+  storage->copy_from_host(data, nbytes);
   metrics::record_transfer(static_cast<int64_t>(nbytes), 0);
   auto buffer = std::make_shared<Buffer>(Buffer{std::move(storage), nullptr});
   Tensor t(ir::data(std::move(buffer), std::move(shape), dtype, device, name));
@@ -209,7 +209,14 @@ std::vector<T> Tensor::to_vector() const {
   const ir::Node& n = realized(impl_);
   int64_t count = n.numel();
   std::vector<T> out(count);
-  const void* p = n.data->storage->data();
+  const Storage& storage = *n.data->storage;
+  const void* p = storage.data();
+  std::vector<unsigned char> staged;  // device memory is read through a host copy
+  if (!storage.on_host()) {
+    staged.resize(count * dtype_size(n.dtype));
+    storage.copy_to_host(staged.data(), staged.size());
+    p = staged.data();
+  }
   for (int64_t i = 0; i < count; ++i) {
     switch (n.dtype) {
       case DType::f32: out[i] = static_cast<T>(static_cast<const float*>(p)[i]); break;

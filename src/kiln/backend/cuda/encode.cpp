@@ -1,0 +1,263 @@
+#include "kiln/backend/cuda/encode.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <set>
+
+#include "kiln/backend/cuda/fused_eval.h"
+#include "kiln/core/error.h"
+
+namespace kiln::backend::cuda {
+
+using compiler::Instr;
+using compiler::Operand;
+using compiler::View;
+
+ViewDesc view_desc(const Operand& op) {
+  const View& v = op.view;
+  KILN_CHECK(v.shape.size() <= static_cast<size_t>(kMaxRank), "cuda backend: a view of rank ", v.shape.size(),
+             " (", to_string(v.shape), "); the kernels take rank <= ", kMaxRank);
+  ViewDesc d;
+  d.offset = v.offset;
+  d.numel = numel(v.shape);
+  d.rank = static_cast<int32_t>(v.shape.size());
+  d.slot = op.slot;
+  d.dtype = static_cast<uint8_t>(op.dtype);
+  for (int k = 0; k < d.rank; ++k) {
+    d.shape[k] = v.shape[k];
+    d.strides[k] = v.strides[k];
+  }
+  const bool all_zero = std::all_of(v.strides.begin(), v.strides.end(), [](int64_t s) { return s == 0; });
+  d.layout = v.is_contiguous() ? kContiguous : (all_zero ? kScalar : kGeneral);
+  return d;
+}
+
+Split split_shape(const Shape& s, int64_t a0, int64_t a1) {
+  auto product = [&](int64_t from, int64_t to) {
+    return std::accumulate(s.begin() + from, s.begin() + to, int64_t{1}, std::multiplies<>());
+  };
+  const int64_t rank = static_cast<int64_t>(s.size());
+  return Split{product(0, a0), product(a0, a1 + 1), product(a1 + 1, rank)};
+}
+
+namespace {
+
+bool integral(DType t) { return t == DType::i32 || t == DType::i64; }
+
+template <typename T>
+void append(std::vector<char>& bytes, const T* items, size_t count) {
+  const char* p = reinterpret_cast<const char*>(items);
+  bytes.insert(bytes.end(), p, p + count * sizeof(T));
+  bytes.resize((bytes.size() + 7) / 8 * 8, 0);
+}
+
+}  // namespace
+
+FusedRecord encode_fused(const Instr& ins) {
+  KILN_ASSERT(ins.fused && !ins.program.empty());
+  const auto& prog = ins.program;
+  const int n = static_cast<int>(prog.size());
+  // Last reader of each value; results stored at the end live to the end.
+  std::vector<int> last(n, -1);
+  for (int k = 0; k < n; ++k)
+    for (int32_t x : {prog[k].a, prog[k].b, prog[k].c})
+      if (x >= 0) {
+        KILN_ASSERT(x < k);
+        last[x] = k;
+      }
+  last[n - 1] = n;
+  for (const auto& e : ins.extra_outputs) {
+    KILN_ASSERT(e.reg >= 0 && e.reg < n);
+    last[e.reg] = n;
+  }
+  std::vector<FStep> steps(n);
+  std::vector<int> phys(n, -1);
+  std::set<int> free_regs;
+  int nregs = 0;
+  bool wide = integral(ins.output.dtype);
+  for (const auto& e : ins.extra_outputs) wide = wide || integral(e.out.dtype);
+  for (int k = 0; k < n; ++k) {
+    const compiler::FusedStep& s = prog[k];
+    KILN_CHECK(fused_supports(static_cast<uint8_t>(s.op)), "cuda backend: fused kernel: unsupported op ",
+               ir::op_name(s.op));
+    wide = wide || integral(s.dtype);
+    FStep f;
+    f.op = static_cast<uint8_t>(s.op);
+    f.dtype = static_cast<uint8_t>(s.dtype);
+    f.a = static_cast<uint8_t>(s.a >= 0 ? phys[s.a] : 0);
+    f.b = static_cast<uint8_t>(s.b >= 0 ? phys[s.b] : 0);
+    f.c = static_cast<uint8_t>(s.c >= 0 ? phys[s.c] : 0);
+    f.load = static_cast<int16_t>(s.load);
+    f.iattr = s.attrs.ints.empty() ? 0 : static_cast<int32_t>(s.attrs.ints[0]);
+    f.value = s.attrs.floats.empty() ? 0.0 : s.attrs.floats[0];
+    if ((s.op == ir::Op::Data || s.op == ir::Op::RandUniform || s.op == ir::Op::RandNormal))
+      KILN_ASSERT(s.load >= 0 && s.load < static_cast<int32_t>(ins.inputs.size()));
+    // Operands read for the last time free their registers (the step reads
+    // them before it writes its own).
+    for (int32_t x : {s.a, s.b, s.c})
+      if (x >= 0 && last[x] == k && phys[x] >= 0) {
+        free_regs.insert(phys[x]);
+        phys[x] = -2;  // freed (an operand may repeat: a * a)
+      }
+    int reg;
+    if (free_regs.empty()) {
+      reg = nregs++;
+    } else {
+      reg = *free_regs.begin();
+      free_regs.erase(free_regs.begin());
+    }
+    phys[k] = reg;
+    f.dst = static_cast<uint8_t>(reg);
+    steps[k] = f;
+    if (last[k] < 0) {  // never read: its register is free again at once
+      free_regs.insert(reg);
+      phys[k] = -2;
+    }
+  }
+  KILN_CHECK(nregs <= kFusedMaxRegs, "cuda backend: a fused program of ", n, " steps needs ", nregs,
+             " live registers, more than the CUDA interpreter's ", kFusedMaxRegs, " (not supported on CUDA yet)");
+
+  std::vector<ViewDesc> inputs, outs;
+  for (const auto& op : ins.inputs) inputs.push_back(view_desc(op));
+  std::vector<int32_t> out_regs;
+  outs.push_back(view_desc(ins.output));
+  out_regs.push_back(phys[n - 1]);
+  for (const auto& e : ins.extra_outputs) {
+    KILN_CHECK(numel(e.out.view.shape) == numel(ins.output.view.shape), "cuda backend: extra output of shape ",
+               to_string(e.out.view.shape), " for a fused result of shape ", to_string(ins.output.view.shape));
+    outs.push_back(view_desc(e.out));
+    out_regs.push_back(phys[e.reg]);
+  }
+
+  FusedDesc d;
+  d.n = numel(ins.output.view.shape);
+  d.nsteps = n;
+  d.ninputs = static_cast<int32_t>(inputs.size());
+  d.nouts = static_cast<int32_t>(outs.size());
+  d.nregs = std::max(nregs, 1);
+  d.wide = wide;
+  std::vector<char> bytes(sizeof(FusedDesc), 0);
+  bytes.resize((bytes.size() + 7) / 8 * 8, 0);
+  d.steps_at = static_cast<int32_t>(bytes.size());
+  append(bytes, steps.data(), steps.size());
+  d.inputs_at = static_cast<int32_t>(bytes.size());
+  append(bytes, inputs.data(), inputs.size());
+  d.outs_at = static_cast<int32_t>(bytes.size());
+  append(bytes, outs.data(), outs.size());
+  d.out_regs_at = static_cast<int32_t>(bytes.size());
+  append(bytes, out_regs.data(), out_regs.size());
+  d.bytes = static_cast<int32_t>(bytes.size());
+  std::memcpy(bytes.data(), &d, sizeof d);
+  FusedRecord r;
+  r.desc = d;
+  r.words.resize(bytes.size() / 8);
+  std::memcpy(r.words.data(), bytes.data(), bytes.size());
+  return r;
+}
+
+namespace {
+
+// A stored matrix (rows, cols) with strides, seen as row-major with a
+// transpose flag and leading dimension (the CPU backend's reading of views).
+struct Layout {
+  bool trans;
+  int64_t ld;
+};
+Layout matrix_layout(const View& v, bool logical_trans) {
+  const size_t r = v.shape.size();
+  const int64_t rows = v.shape[r - 2], cols = v.shape[r - 1];
+  const int64_t row_stride = v.strides[r - 2], col_stride = v.strides[r - 1];
+  if ((col_stride == 1 || cols == 1) && (row_stride >= cols || rows == 1) && row_stride > 0)
+    return {logical_trans, rows == 1 ? std::max<int64_t>(cols, 1) : row_stride};
+  return {!logical_trans, cols == 1 ? std::max<int64_t>(rows, 1) : col_stride};
+}
+
+// Element offset of every output batch's matrix in a view (broadcast dims,
+// extent 1, stay put).
+std::vector<int64_t> matrix_offsets(const View& v, const Shape& out_batch) {
+  const int64_t nb = numel(out_batch);
+  const int64_t view_batch = static_cast<int64_t>(v.shape.size()) - 2, rank = static_cast<int64_t>(out_batch.size());
+  std::vector<int64_t> offs(nb);
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t rem = b, off = v.offset;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      const int64_t idx = rem % out_batch[d];
+      rem /= out_batch[d];
+      const int64_t vd = d - (rank - view_batch);
+      if (vd >= 0 && v.shape[vd] != 1) off += idx * v.strides[vd];
+    }
+    offs[b] = off;
+  }
+  return offs;
+}
+
+// True when each run of `inner` offsets is an arithmetic progression.
+bool runs_regular(const std::vector<int64_t>& offs, int64_t inner) {
+  for (size_t g = 0; g < offs.size(); g += static_cast<size_t>(inner)) {
+    if (inner < 2) continue;
+    const int64_t step = offs[g + 1] - offs[g];
+    for (int64_t i = 2; i < inner; ++i)
+      if (offs[g + i] - offs[g] != i * step) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+GemmPlan plan_gemm(const Instr& ins) {
+  const Operand &A = ins.inputs[0], &B = ins.inputs[1];
+  KILN_CHECK(A.dtype == DType::f32 && B.dtype == DType::f32 && ins.output.dtype == DType::f32,
+             "cuda backend: matmul of ", dtype_name(A.dtype), " and ", dtype_name(B.dtype),
+             ": only f32 products are supported on CUDA yet");
+  const bool ta = ins.attrs.ints[0], tb = ins.attrs.ints[1];
+  const Shape& os = ins.output.view.shape;
+  const size_t r = os.size(), ra = A.view.shape.size();
+  GemmPlan g;
+  g.M = os[r - 2];
+  g.N = os[r - 1];
+  g.K = ta ? A.view.shape[ra - 2] : A.view.shape[ra - 1];
+  const Shape out_batch(os.begin(), os.end() - 2);
+  const int64_t nb = numel(out_batch);
+  g.c_elems = nb * g.M * g.N;
+  const Layout la = matrix_layout(A.view, ta), lb = matrix_layout(B.view, tb);
+  g.trans_a = la.trans;
+  g.trans_b = lb.trans;
+  g.lda = la.ld;
+  g.ldb = lb.ld;
+  if (g.K == 0 || g.c_elems == 0) return g;  // no calls: the output is zeroed
+  const int64_t c0 = ins.output.view.offset;
+  const std::vector<int64_t> ao = matrix_offsets(A.view, out_batch), bo = matrix_offsets(B.view, out_batch);
+  // B shared by every batch and A's batches stacked row-major: one GEMM of nb * M rows.
+  const bool b_shared = std::all_of(bo.begin(), bo.end(), [&](int64_t o) { return o == bo[0]; });
+  bool a_stacked = !la.trans && la.ld == g.K;
+  for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * g.M * g.K;
+  if (nb == 1 || (b_shared && a_stacked)) {
+    g.M *= nb;
+    g.calls.push_back(GemmCall{ao[0], bo[0], c0, 0, 0, 1});
+    return g;
+  }
+  // The longest regular run of trailing batch dims: one strided-batched call per run.
+  int64_t inner = 1;
+  for (size_t d = 0; d < out_batch.size(); ++d) {
+    const int64_t cand = numel(Shape(out_batch.begin() + static_cast<std::ptrdiff_t>(d), out_batch.end()));
+    if (runs_regular(ao, cand) && runs_regular(bo, cand)) {
+      inner = cand;
+      break;
+    }
+  }
+  for (int64_t s = 0; s < nb; s += inner) {
+    GemmCall call;
+    call.a = ao[s];
+    call.b = bo[s];
+    call.c = c0 + s * g.M * g.N;
+    call.stride_a = inner > 1 ? ao[s + 1] - ao[s] : 0;
+    call.stride_b = inner > 1 ? bo[s + 1] - bo[s] : 0;
+    call.batch = inner;
+    g.calls.push_back(call);
+  }
+  return g;
+}
+
+}  // namespace kiln::backend::cuda

@@ -1,0 +1,393 @@
+// Runs a compiled Program on a CUDA device (backend/cpu/executor.cpp's
+// counterpart): binds each instruction to a kernel launch (kernels.h), a
+// cuBLAS GEMM or a copy, queues them all on the device's stream, then waits
+// for the stream and reads the kernels' error reports.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kiln/backend/cuda/common.h"
+#include "kiln/backend/cuda/cuda.h"
+#include "kiln/backend/cuda/encode.h"
+#include "kiln/backend/cuda/kernels.h"
+#include "kiln/core/error.h"
+#include "kiln/dist/collectives.h"
+
+namespace kiln::backend::cuda {
+
+using compiler::Instr;
+using compiler::SlotKind;
+using ir::Op;
+using kernels::ErrorReport;
+
+namespace {
+
+// Device memory of the pool, given back when the owner goes.
+struct DeviceBlock {
+  Device device;
+  void* ptr = nullptr;
+  size_t nbytes = 0;
+  DeviceBlock(Device d, size_t n) : device(d), nbytes(n) { ptr = device_state(d.index).pool.allocate(n); }
+  ~DeviceBlock() { device_state(device.index).pool.release(ptr, nbytes); }
+  DeviceBlock(const DeviceBlock&) = delete;
+  DeviceBlock& operator=(const DeviceBlock&) = delete;
+};
+
+// Page-locked host memory (truly asynchronous copies).
+struct PinnedBlock {
+  void* ptr = nullptr;
+  explicit PinnedBlock(size_t n) { KILN_CUDA_CHECK(cudaMallocHost(&ptr, std::max<size_t>(n, 8))); }
+  ~PinnedBlock() {
+    cudaFreeHost(ptr);
+    cudaGetLastError();
+  }
+  PinnedBlock(const PinnedBlock&) = delete;
+  PinnedBlock& operator=(const PinnedBlock&) = delete;
+};
+
+uint8_t code(DType t) { return static_cast<uint8_t>(t); }
+
+}  // namespace
+
+struct Plan {
+  struct Step {
+    std::string error;       // set: the instruction cannot run on CUDA (thrown when reached)
+    FusedDesc fused;         // fused: the host copy
+    size_t fused_at = 0;     // fused: byte offset of the record in `descs`
+    GemmPlan gemm;           // MatMul
+    int report = -1;         // index of its ErrorReport, for kernels that check data
+  };
+  Device device;
+  compiler::Program program;
+  std::vector<Step> steps;
+  std::unique_ptr<DeviceBlock> descs;    // every fused record
+  std::unique_ptr<DeviceBlock> slots;    // the step's slot base addresses
+  std::unique_ptr<PinnedBlock> slots_host;
+  std::unique_ptr<DeviceBlock> reports;  // one ErrorReport per checking kernel
+  std::unique_ptr<PinnedBlock> reports_host;
+  int num_reports = 0;
+  std::unique_ptr<DeviceBlock> scratch;  // cross-entropy row losses
+  int sms = 1;
+};
+
+std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
+  DeviceState& ds = device_state(device.index);
+  DeviceGuard guard(device.index);
+  auto plan = std::make_shared<Plan>();
+  plan->device = device;
+  plan->program = program;
+  plan->sms = ds.props.multiProcessorCount;
+  std::vector<int64_t> words;
+  size_t scratch_doubles = 0;
+  for (const Instr& ins : program.instrs) {
+    Plan::Step st;
+    try {
+      if (ins.fused) {
+        FusedRecord rec = encode_fused(ins);
+        st.fused = rec.desc;
+        st.fused_at = words.size() * 8;
+        words.insert(words.end(), rec.words.begin(), rec.words.end());
+      } else {
+        switch (ins.op) {
+          case Op::MatMul: st.gemm = plan_gemm(ins); break;
+          case Op::IndexSelect:
+          case Op::IndexAdd:
+          case Op::Gather:
+          case Op::ScatterAdd: st.report = plan->num_reports++; break;
+          case Op::CrossEntropy:
+          case Op::CrossEntropyGrad:
+            st.report = plan->num_reports++;
+            scratch_doubles = std::max<size_t>(scratch_doubles, ins.inputs[0].view.shape[0] + 1);
+            break;
+          default: break;
+        }
+        for (const auto& op : ins.inputs)
+          KILN_CHECK(op.view.shape.size() <= static_cast<size_t>(kMaxRank), "cuda backend: ", ir::op_name(ins.op),
+                     " of rank ", op.view.shape.size(), " (at most ", kMaxRank, ")");
+      }
+    } catch (const Error& e) {
+      st.error = e.what();
+    }
+    plan->steps.push_back(std::move(st));
+  }
+  if (!words.empty()) {
+    plan->descs = std::make_unique<DeviceBlock>(device, words.size() * 8);
+    // Complete before any step's kernels can read it (they run on another stream).
+    KILN_CUDA_CHECK(cudaMemcpyAsync(plan->descs->ptr, words.data(), words.size() * 8, cudaMemcpyHostToDevice,
+                                    ds.copy_stream));
+    KILN_CUDA_CHECK(cudaStreamSynchronize(ds.copy_stream));
+  }
+  const size_t slot_bytes = std::max<size_t>(program.slots.size(), 1) * sizeof(void*);
+  plan->slots = std::make_unique<DeviceBlock>(device, slot_bytes);
+  plan->slots_host = std::make_unique<PinnedBlock>(slot_bytes);
+  if (plan->num_reports) {
+    const size_t bytes = plan->num_reports * sizeof(ErrorReport);
+    plan->reports = std::make_unique<DeviceBlock>(device, bytes);
+    plan->reports_host = std::make_unique<PinnedBlock>(bytes);
+  }
+  if (scratch_doubles) plan->scratch = std::make_unique<DeviceBlock>(device, scratch_doubles * sizeof(double));
+  return plan;
+}
+
+namespace {
+
+void check_launch(const Instr& ins) {
+  cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess)
+    throw Error(detail::concat("cuda: kernel launch for ", ins.fused ? "a fused program" : ir::op_name(ins.op),
+                               " failed: ", cudaGetErrorString(status), " (", cudaGetErrorName(status), ")"));
+}
+
+void gemm(DeviceState& ds, const GemmPlan& g, const float* a, const float* b, float* c) {
+  const float one = 1.0f, zero = 0.0f;
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  for (const GemmCall& call : g.calls) {
+    if (call.batch == 1) {
+      KILN_CUDA_CHECK(cublasSgemm(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, g.ldb, a + call.a, g.lda,
+                                  &zero, c + call.c, g.N));
+    } else {
+      KILN_CUDA_CHECK(cublasSgemmStridedBatched(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, g.ldb,
+                                                call.stride_b, a + call.a, g.lda, call.stride_a, &zero, c + call.c,
+                                                g.N, g.M * g.N, call.batch));
+    }
+  }
+}
+
+// AllReduce / BroadcastFrom through the host path of dist/ (NCCL comes
+// later): the inputs are copied to host memory, the collective runs there,
+// and the result is copied into the output.
+void collective(DeviceState& ds, const Instr& ins, const std::vector<char*>& in, char* out) {
+  std::vector<int64_t> sizes;
+  int64_t total = 0;
+  for (const auto& op : ins.inputs) {
+    sizes.push_back(numel(op.view.shape));
+    total += sizes.back();
+  }
+  std::vector<float> host(static_cast<size_t>(total));
+  int64_t at = 0;
+  for (size_t k = 0; k < ins.inputs.size(); ++k) {
+    KILN_CUDA_CHECK(cudaMemcpyAsync(host.data() + at, reinterpret_cast<float*>(in[k]) + ins.inputs[k].view.offset,
+                                    sizes[k] * sizeof(float), cudaMemcpyDeviceToHost, ds.stream));
+    at += sizes[k];
+  }
+  KILN_CUDA_CHECK(cudaStreamSynchronize(ds.stream));  // the inputs' kernels and the copies are done
+  const int64_t group = ins.attrs.ints[0];
+  const int replica = static_cast<int>(ins.attrs.ints[1]);
+  float* buf = host.data();
+  if (ins.op == Op::AllReduce) {
+    const double scale = ins.attrs.floats[0];
+    dist::submit(group, replica, [&] { dist::all_reduce_in_place(group, replica, buf, total, scale); }).get();
+  } else {
+    std::vector<int64_t> roots(ins.attrs.ints.begin() + 2, ins.attrs.ints.end());
+    dist::submit(group, replica, [&] { dist::broadcast_in_place(group, replica, buf, sizes, roots); }).get();
+  }
+  // Ordered before the kernels that read the result; `host` may go once the call returns (pageable memory is
+  // staged), but wait anyway: the result must not depend on that.
+  KILN_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<float*>(out) + ins.output.view.offset, buf, total * sizeof(float),
+                                  cudaMemcpyHostToDevice, ds.stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(ds.stream));
+}
+
+std::string report_message(const Instr& ins, const ErrorReport& r) {
+  switch (ins.op) {
+    case Op::IndexSelect:
+    case Op::IndexAdd:
+      return detail::concat(ins.op == Op::IndexSelect ? "index_select" : "index_add", ": id ", r.value,
+                            " at position ", r.position, " out of range [0, ", r.limit, ")");
+    case Op::Gather:
+    case Op::ScatterAdd:
+      return detail::concat(ir::op_name(ins.op), ": index ", r.value, " out of range [0, ", r.limit, ") along dim ",
+                            ins.attrs.ints[0]);
+    default:
+      return detail::concat("cross_entropy: label ", r.value, " at row ", r.position, " out of range [0, ", r.limit,
+                            ") (ignore_index is ", ins.attrs.ints[0], ")");
+  }
+}
+
+void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& ins, const std::vector<char*>& in,
+                char* out) {
+  cudaStream_t s = ds.stream;
+  const Shape& os = ins.output.view.shape;
+  const size_t es = dtype_size(ins.output.dtype);
+  char* o = out + ins.output.view.offset * es;
+  auto inp = [&](size_t k) { return in[k] + ins.inputs[k].view.offset * dtype_size(ins.inputs[k].dtype); };
+  ErrorReport* report = st.report >= 0 ? static_cast<ErrorReport*>(plan.reports->ptr) + st.report : nullptr;
+  double* scratch = plan.scratch ? static_cast<double*>(plan.scratch->ptr) : nullptr;
+  switch (ins.op) {
+    case Op::Iota:
+      return kernels::iota(o, code(ins.output.dtype), os[0], ins.attrs.floats[0], ins.attrs.floats[1], s);
+    case Op::Sum:
+    case Op::ReduceMax:
+      KILN_CHECK(is_floating(ins.output.dtype) || is_integral(ins.output.dtype), "reduce: unsupported dtype");
+      return kernels::reduce(inp(0), o, code(ins.output.dtype),
+                             split_shape(ins.inputs[0].view.shape, ins.attrs.ints.front(), ins.attrs.ints.back()),
+                             ins.op == Op::ReduceMax, s);
+    case Op::ArgMax:
+      KILN_CHECK(ins.inputs[0].dtype != DType::b8, "argmax: unsupported dtype");
+      return kernels::argmax(inp(0), reinterpret_cast<int64_t*>(o), code(ins.inputs[0].dtype),
+                             split_shape(ins.inputs[0].view.shape, ins.attrs.ints[0], ins.attrs.ints[0]), s);
+    case Op::SliceGrad: {
+      const int64_t d = ins.attrs.ints[0];
+      return kernels::slice_grad(inp(0), o, static_cast<int>(es), split_shape(os, d, d), ins.inputs[0].view.shape[d],
+                                 ins.attrs.ints[1], ins.attrs.ints[3], s);
+    }
+    case Op::Concat: {
+      const int64_t d = ins.attrs.ints[0];
+      const Split p = split_shape(os, d, d);
+      int64_t off = 0;
+      for (size_t k = 0; k < ins.inputs.size(); ++k) {
+        const int64_t len = ins.inputs[k].view.shape[d];
+        const size_t width = static_cast<size_t>(len * p.inner) * es;
+        if (width && p.outer)
+          KILN_CUDA_CHECK(cudaMemcpy2DAsync(o + off * p.inner * es, p.axis * p.inner * es, inp(k), width, width,
+                                            p.outer, cudaMemcpyDeviceToDevice, s));
+        off += len;
+      }
+      return;
+    }
+    case Op::IndexSelect: {
+      const Shape& ts = ins.inputs[0].view.shape;
+      const int64_t V = ts[0], R = numel(ts) / std::max<int64_t>(V, 1), n = numel(ins.inputs[1].view.shape);
+      return kernels::index_select(inp(0), inp(1), code(ins.inputs[1].dtype), o, static_cast<int>(es), V, R, n,
+                                   report, s);
+    }
+    case Op::IndexAdd: {
+      KILN_CHECK(ins.output.dtype == DType::f32, "index_add: expected f32");
+      const int64_t V = os[0], R = numel(os) / std::max<int64_t>(V, 1), n = numel(ins.inputs[0].view.shape);
+      KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, numel(os) * es, s));
+      return kernels::index_add(inp(0), code(ins.inputs[0].dtype), reinterpret_cast<const float*>(inp(1)),
+                                reinterpret_cast<float*>(o), V, R, n, ins.attrs.ints[0], report, s);
+    }
+    case Op::Gather:
+    case Op::ScatterAdd: {
+      KILN_CHECK(ins.output.dtype == DType::f32, ir::op_name(ins.op), ": expected f32");
+      const Shape& is = ins.inputs[1].view.shape;
+      const Shape& xs = ins.inputs[0].view.shape;
+      kernels::GatherShape g;
+      g.rank = static_cast<int32_t>(is.size());
+      g.dim = static_cast<int32_t>(ins.attrs.ints[0]);
+      const auto xst = contiguous_strides(xs);
+      for (int k = 0; k < g.rank; ++k) {
+        g.index_shape[k] = is[k];
+        g.x_strides[k] = xst[k];
+      }
+      g.x_extent = xs[g.dim];
+      const auto* x = reinterpret_cast<const float*>(inp(0));
+      if (ins.op == Op::Gather)
+        return kernels::gather(x, inp(1), code(ins.inputs[1].dtype), reinterpret_cast<float*>(o), g, report, s);
+      KILN_CUDA_CHECK(cudaMemcpyAsync(o, x, numel(xs) * es, cudaMemcpyDeviceToDevice, s));
+      return kernels::scatter_add(inp(1), code(ins.inputs[1].dtype), reinterpret_cast<const float*>(inp(2)),
+                                  reinterpret_cast<float*>(o), g, report, s);
+    }
+    case Op::MatMul: {
+      const GemmPlan& g = st.gemm;
+      if (g.calls.empty()) {
+        KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, g.c_elems * sizeof(float), s));
+        return;
+      }
+      return gemm(ds, g, reinterpret_cast<const float*>(in[0]), reinterpret_cast<const float*>(in[1]),
+                  reinterpret_cast<float*>(out));
+    }
+    case Op::Softmax:
+    case Op::LogSoftmax: {
+      const float* mask = ins.inputs.size() > 1 ? reinterpret_cast<const float*>(inp(1)) : nullptr;
+      const int64_t axis = ins.attrs.ints[0];
+      return kernels::softmax(reinterpret_cast<const float*>(inp(0)), mask, reinterpret_cast<float*>(o),
+                              split_shape(os, axis, axis), ins.op == Op::LogSoftmax, s);
+    }
+    case Op::SoftmaxGrad:
+    case Op::LogSoftmaxGrad: {
+      const int64_t axis = ins.attrs.ints[0];
+      return kernels::softmax_grad(reinterpret_cast<const float*>(inp(0)), reinterpret_cast<const float*>(inp(1)),
+                                   reinterpret_cast<float*>(o), split_shape(os, axis, axis),
+                                   ins.op == Op::LogSoftmaxGrad, s);
+    }
+    case Op::Normalize:
+    case Op::NormalizeGrad: {
+      const int64_t C = os.empty() ? 1 : os.back(), N = numel(os) / std::max<int64_t>(C, 1);
+      if (ins.op == Op::Normalize)
+        return kernels::normalize(reinterpret_cast<const float*>(inp(0)), reinterpret_cast<float*>(o), N, C,
+                                  ins.attrs.floats[0], s);
+      return kernels::normalize_grad(reinterpret_cast<const float*>(inp(0)), reinterpret_cast<const float*>(inp(1)),
+                                     reinterpret_cast<float*>(o), N, C, ins.attrs.floats[0], s);
+    }
+    case Op::CrossEntropy:
+    case Op::CrossEntropyGrad: {
+      const Shape& ls = ins.inputs[0].view.shape;
+      const int64_t N = ls[0], C = ls[1];
+      const auto* x = reinterpret_cast<const float*>(inp(0));
+      if (ins.op == Op::CrossEntropy)
+        return kernels::cross_entropy(x, inp(1), code(ins.inputs[1].dtype), reinterpret_cast<float*>(o), N, C,
+                                      ins.attrs.ints[0], ins.attrs.floats[0], scratch, report, s);
+      return kernels::cross_entropy_grad(x, inp(1), code(ins.inputs[1].dtype), reinterpret_cast<const float*>(inp(2)),
+                                         reinterpret_cast<float*>(o), N, C, ins.attrs.ints[0], ins.attrs.floats[0],
+                                         scratch, report, s);
+    }
+    default:
+      throw Error(std::string("cuda backend: no kernel for op ") + ir::op_name(ins.op) + " (not supported on CUDA yet)");
+  }
+}
+
+// Waits for the stream whatever happens: nothing may release memory that a
+// queued kernel still uses.
+struct SyncOnExit {
+  cudaStream_t stream;
+  ~SyncOnExit() {
+    cudaStreamSynchronize(stream);
+    cudaGetLastError();
+  }
+};
+
+}  // namespace
+
+void execute(Plan& plan, std::span<void* const> params, std::span<void* const> outputs, void* arena) {
+  DeviceState& ds = device_state(plan.device.index);
+  DeviceGuard guard(plan.device.index);
+  const compiler::Program& program = plan.program;
+  auto** slot_base = static_cast<char**>(plan.slots_host->ptr);
+  for (size_t s = 0; s < program.slots.size(); ++s) {
+    const compiler::Slot& slot = program.slots[s];
+    void* const* bound = slot.kind == SlotKind::Param ? params.data() : outputs.data();
+    slot_base[s] = slot.kind == SlotKind::Temp ? static_cast<char*>(arena) + slot.offset
+                                               : static_cast<char*>(bound[slot.index]);
+  }
+  SyncOnExit sync{ds.stream};
+  KILN_CUDA_CHECK(cudaMemcpyAsync(plan.slots->ptr, slot_base, program.slots.size() * sizeof(char*),
+                                  cudaMemcpyHostToDevice, ds.stream));
+  if (plan.num_reports)
+    KILN_CUDA_CHECK(cudaMemsetAsync(plan.reports->ptr, 0, plan.num_reports * sizeof(ErrorReport), ds.stream));
+  std::vector<char*> in;
+  for (size_t k = 0; k < program.instrs.size(); ++k) {
+    const Instr& ins = program.instrs[k];
+    const Plan::Step& st = plan.steps[k];
+    if (!st.error.empty()) throw Error(st.error);
+    in.clear();
+    for (const auto& op : ins.inputs) in.push_back(slot_base[op.slot]);
+    char* out = slot_base[ins.output.slot];
+    if (ins.fused) {
+      const auto* desc = reinterpret_cast<const FusedDesc*>(static_cast<char*>(plan.descs->ptr) + st.fused_at);
+      kernels::fused(desc, st.fused, static_cast<char* const*>(plan.slots->ptr), plan.sms, ds.stream);
+    } else if (ins.op == Op::AllReduce || ins.op == Op::BroadcastFrom) {
+      collective(ds, ins, in, out);
+    } else {
+      run_kernel(ds, plan, st, ins, in, out);
+    }
+    check_launch(ins);
+  }
+  if (plan.num_reports)
+    KILN_CUDA_CHECK(cudaMemcpyAsync(plan.reports_host->ptr, plan.reports->ptr, plan.num_reports * sizeof(ErrorReport),
+                                    cudaMemcpyDeviceToHost, ds.stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(ds.stream));
+  // The first failing instruction in program order, as on the CPU.
+  const auto* reports = static_cast<const ErrorReport*>(plan.num_reports ? plan.reports_host->ptr : nullptr);
+  for (size_t k = 0; k < program.instrs.size(); ++k) {
+    const Plan::Step& st = plan.steps[k];
+    if (st.report >= 0 && reports[st.report].code != kernels::kNone)
+      throw Error(report_message(program.instrs[k], reports[st.report]));
+  }
+}
+
+}  // namespace kiln::backend::cuda

@@ -1,0 +1,412 @@
+// The CUDA backend on a GPU, against the CPU backend: every op of ops.h
+// forward and backward, fused programs (extra outputs, both register files,
+// integer groups), Philox streams bit for bit, matrix products over views,
+// and tiny BERT / GPT-2 / T5 training steps. Every test skips with "no CUDA
+// device" where none is visible (CI, the developers' machines): run them
+// with bench/gpu_check.sh on a GPU machine.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "kiln/io/safetensors.h"
+#include "kiln/kiln.h"
+#include "kiln/models/model.h"
+#include "kiln/runtime/context.h"
+#include "backend_cuda/cuda_test_util.h"
+#include "support/test_util.h"
+#include "train/tiny_bert.h"
+#ifdef KILN_HAVE_CUDA
+#include "kiln/backend/cuda/cuda.h"
+#endif
+
+namespace kiln {
+namespace {
+
+#ifndef KILN_HAVE_CUDA
+TEST(CudaDevice, GpuTestsNeedACudaBuild) { GTEST_SKIP() << "no CUDA device: this build has no CUDA backend"; }
+#else
+
+using testing::error_of;
+
+#define KILN_REQUIRE_GPU()                                                                \
+  do {                                                                                    \
+    if (backend::cuda::device_count() == 0)                                               \
+      GTEST_SKIP() << "no CUDA device (" << backend::cuda::no_device_reason() << ")";     \
+  } while (0)
+
+const Device kGpu = Device::cuda(0);
+const Device kCpu = Device::cpu();
+
+std::vector<float> values(int64_t n, uint64_t seed, float lo = -2.0f, float hi = 2.0f) {
+  return testing::uniform_values(n, seed, lo, hi);
+}
+
+// |got - want| <= atol * max|want| + rtol * |want| for every element.
+::testing::AssertionResult close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                                 double atol) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << got.size() << " vs " << want.size() << " elements";
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::isfinite(w) ? std::abs(w) : 0.0);
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i]) && std::isnan(got[i])) continue;
+    if (!(std::abs(got[i] - want[i]) <= atol * scale + rtol * std::abs(want[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": cuda " << got[i] << ", cpu " << want[i]
+                                           << " (max |cpu| " << scale << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
+struct OpCase {
+  std::string name;
+  std::vector<Shape> shapes;
+  OpFn f;
+  bool differentiable = true;
+};
+
+// f on both devices from the same values: the result, then (when
+// differentiable) the gradient of sum(f · w) for every input.
+void compare_op(const OpCase& c, double rtol = 1e-4, double atol = 1e-5) {
+  SCOPED_TRACE(c.name);
+  std::map<Device, std::vector<std::vector<double>>> got;
+  for (Device d : {kCpu, kGpu}) {
+    std::vector<Tensor> ins;
+    for (size_t k = 0; k < c.shapes.size(); ++k) {
+      ins.push_back(Tensor::from_vector(values(numel(c.shapes[k]), 100 + k), c.shapes[k], d));
+      if (c.differentiable) ins.back().requires_grad_();
+    }
+    Tensor y = c.f(ins);
+    ASSERT_EQ(y.device(), d);
+    auto& out = got[d];
+    out.push_back(y.to_vector<double>());
+    if (c.differentiable && y.dtype() == DType::f32) {
+      Tensor w = Tensor::from_vector(values(y.numel(), 7, 0.5f, 1.5f), y.shape(), d);
+      sum(y * w).backward();
+      for (const auto& t : ins) out.push_back(t.grad().defined() ? t.grad().to_vector<double>() : std::vector<double>{});
+    }
+  }
+  ASSERT_EQ(got[kCpu].size(), got[kGpu].size());
+  for (size_t k = 0; k < got[kCpu].size(); ++k)
+    EXPECT_TRUE(close(got[kGpu][k], got[kCpu][k], rtol, atol)) << (k == 0 ? "forward" : "gradient of input " + std::to_string(k - 1));
+}
+
+Tensor ids_on(const std::vector<Tensor>& x, std::vector<int64_t> v, Shape s) {
+  return Tensor::from_vector(v, std::move(s), x[0].device());
+}
+
+std::vector<OpCase> op_cases() {
+  using V = const std::vector<Tensor>&;
+  return {
+      {"add_broadcast", {{4, 6}, {6}}, [](V x) { return x[0] + x[1]; }},
+      {"sub_mul_div", {{4, 6}, {4, 1}}, [](V x) { return (x[0] - x[1]) * x[0] / (x[1] * x[1] + 1.0); }},
+      {"pow", {{3, 5}, {3, 5}}, [](V x) { return pow(abs(x[0]) + 0.5, x[1]) + pow(x[0], 3.0); }},
+      {"maximum_minimum", {{5, 4}, {5, 4}}, [](V x) { return maximum(x[0], x[1]) * 2.0 + minimum(x[0], x[1]); }},
+      {"unary", {{7, 9}}, [](V x) {
+         return exp(x[0]) + log(abs(x[0]) + 1.0) + tanh(x[0]) + erf(x[0]) + sqrt(abs(x[0]) + 0.1) +
+                rsqrt(abs(x[0]) + 0.1) + sigmoid(x[0]) + relu(x[0]) - neg(x[0]);
+       }},
+      {"gelu", {{33}}, [](V x) { return gelu(x[0]) + gelu(x[0] * 0.7, "tanh"); }},
+      {"comparisons", {{6, 5}, {5}}, [](V x) {
+         return cast(lt(x[0], x[1]), DType::f32) + cast(le(x[0], x[1]), DType::f32) * 2.0 +
+                cast(gt(x[0], scalar_like(0.5, x[0])), DType::f32) * 4.0 + cast(ge(x[0], x[1]), DType::f32) * 8.0 +
+                cast(eq(x[0], x[0]), DType::f32) * 16.0 + cast(ne(x[0], x[1]), DType::f32) * 32.0 +
+                cast(logical_and(lt(x[0], x[1]), gt(x[0], scalar_like(-1.0, x[0]))), DType::f32) * 64.0 +
+                cast(logical_or(logical_not(lt(x[0], x[1])), gt(x[0], scalar_like(1.0, x[0]))), DType::f32) * 128.0;
+       }, false},
+      {"where", {{4, 4}, {4, 4}}, [](V x) { return where(gt(x[0], x[1]), x[0] * 2.0, x[1]); }},
+      {"casts", {{3, 8}}, [](V x) { return cast(cast(x[0] * 5.0, DType::i64), DType::f32) + x[0]; }},
+      {"integers", {{2, 5}}, [](V x) {
+         Tensor i = ids_on(x, {7, -3, 12, 0, 5, 9, -11, 4, 100, 1}, {2, 5});
+         return cast(div(i * 7, full({}, 3, DType::i64, x[0].device())) + i - i * i, DType::f32) + x[0];
+       }},
+      {"sum_rows", {{8, 1000}}, [](V x) { return sum(x[0], {1}); }},
+      {"sum_columns", {{300, 70}}, [](V x) { return sum(x[0], {0}); }},
+      {"sum_middle", {{4, 50, 3}}, [](V x) { return sum(x[0], {1}) + mean(x[0], {1}); }},
+      {"sum_all", {{17, 13}}, [](V x) { return sum(x[0]) + mean(x[0]); }},
+      {"amax", {{6, 40}, {40, 6}}, [](V x) { return amax(x[0], {1}) + amax(x[1], {0}); }},
+      {"integer_sum_max", {{3, 4}}, [](V x) {
+         Tensor i = ids_on(x, {1, -2, 3, 4, 5, 6, -7, 8, 9, 10, 11, -12}, {3, 4});
+         return cast(sum(i, {1}) * 10 + amax(i, {1}), DType::f32) + sum(x[0], {1});
+       }},
+      {"argmax", {{5, 37}}, [](V x) { return cast(argmax(x[0], 1), DType::f32); }, false},
+      {"movement", {{2, 3, 4}}, [](V x) {
+         Tensor first = broadcast_to(unsqueeze(squeeze(slice(x[0], 0, 0, 1), 0), 0), {2, 3, 4});
+         return reshape(permute(x[0], {2, 0, 1}), {4, 6}) * 2.0 + reshape(first, {4, 6});
+       }},
+      {"transpose_broadcast", {{3, 5}, {5}}, [](V x) { return transpose(x[0], 0, 1) * unsqueeze(x[1], 1); }},
+      {"slice_step", {{4, 11}}, [](V x) { return slice(x[0], 1, 1, 10, 3) * 3.0; }},
+      {"concat", {{3, 2}, {3, 5}}, [](V x) { return concat({x[0], x[1] * 2.0, x[0]}, 1); }},
+      {"concat_rows", {{2, 3}, {4, 3}}, [](V x) { return concat({x[1], x[0]}, 0); }},
+      {"embedding_padding", {{10, 6}}, [](V x) {
+         return embedding(ids_on(x, {3, 2, 2, 9, 0, 3, 2}, {7}), x[0], 2);
+       }},
+      {"index_select", {{10, 4}}, [](V x) { return index_select(x[0], ids_on(x, {9, 0, 0, 4}, {4})); }},
+      {"gather", {{4, 6}}, [](V x) {
+         return gather(x[0], 1, ids_on(x, {5, 0, 1, 1, 2, 3, 3, 3, 0, 4, 5, 5}, {4, 3}));
+       }},
+      {"scatter_add", {{4, 6}, {4, 3}}, [](V x) {
+         return scatter_add(x[0], 1, ids_on(x, {5, 0, 5, 1, 2, 1, 3, 3, 3, 0, 4, 5}, {4, 3}), x[1]);
+       }},
+      {"matmul", {{5, 7}, {7, 3}}, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul_transposed", {{7, 5}, {3, 7}}, [](V x) { return matmul(x[0], x[1], true, true); }},
+      {"matmul_batched", {{2, 3, 5, 7}, {2, 3, 7, 4}}, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul_broadcast", {{2, 1, 5, 7}, {1, 3, 7, 4}}, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul_shared_b", {{4, 5, 7}, {7, 6}}, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul_permuted", {{2, 5, 3, 8}, {2, 6, 3, 8}}, [](V x) {
+         return matmul(permute(x[0], {0, 2, 1, 3}), permute(x[1], {0, 2, 1, 3}), false, true);
+       }},
+      {"matvec", {{1, 64}, {64, 9}}, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul_large", {{96, 256}, {256, 160}}, [](V x) { return matmul(x[0], x[1]); }},
+      {"linear", {{3, 4, 6}, {5, 6}, {5}}, [](V x) { return linear(x[0], x[1], x[2]); }},
+      {"softmax_mask", {{2, 3, 9}, {2, 1, 9}}, [](V x) { return softmax(x[0], -1, x[1].detach() * 3.0); }},
+      {"softmax_axis0", {{7, 5}}, [](V x) { return softmax(x[0], 0); }},
+      {"softmax_long", {{3, 3000}}, [](V x) { return softmax(x[0] * 4.0, -1); }},
+      {"log_softmax", {{6, 11}}, [](V x) { return log_softmax(x[0], -1); }},
+      {"log_softmax_axis1", {{3, 11, 4}}, [](V x) { return log_softmax(x[0], 1); }},
+      {"layer_norm", {{5, 32}, {32}, {32}}, [](V x) { return layer_norm(x[0], x[1], x[2], 1e-5); }},
+      {"layer_norm_wide", {{3, 1000}, {1000}, {1000}}, [](V x) { return layer_norm(x[0], x[1], x[2], 1e-12); }},
+      {"cross_entropy", {{6, 10}}, [](V x) {
+         return cross_entropy(x[0], ids_on(x, {3, -100, 9, 0, 0, -100}, {6}), -100, 0.1);
+       }},
+      {"cross_entropy_wide", {{4, 5000}}, [](V x) { return cross_entropy(x[0], ids_on(x, {4999, 0, 17, 2500}, {4})); }},
+      {"mse", {{4, 5}, {4, 5}}, [](V x) { return mse_loss(x[0], x[1]); }},
+      {"bce_with_logits", {{4, 5}, {4, 5}}, [](V x) { return binary_cross_entropy_with_logits(x[0], sigmoid(x[1]).detach()); }},
+      {"arange_full", {{6}}, [](V x) {
+         Device d = x[0].device();
+         return x[0] + cast(arange(6, DType::i64, d), DType::f32) + full({6}, 0.5, DType::f32, d) +
+                arange(0.5, 3.5, 0.5, DType::f32, d) + cast(arange(0, 6, 1, DType::i32, d), DType::f32) + ones({6}, DType::f32, d);
+       }},
+      {"long_chain", {{1000}}, [](V x) {  // many live values: the large register file
+         std::vector<Tensor> t{x[0]};
+         for (int k = 1; k < 24; ++k) t.push_back(tanh(t.back() * (0.3 + 0.01 * k)) + t.back() * 0.5);
+         Tensor acc = t[0];
+         for (size_t k = 1; k < t.size(); ++k) acc = acc + t[k] * static_cast<double>(k);
+         return acc;
+       }},
+  };
+}
+
+TEST(CudaOps, EveryOpForwardAndBackwardMatchesTheCpu) {
+  KILN_REQUIRE_GPU();
+  for (const auto& c : op_cases()) compare_op(c);
+}
+
+TEST(CudaOps, RandomStreamsAreBitIdenticalToTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::map<Device, std::vector<std::vector<float>>> got;
+  for (Device d : {kCpu, kGpu}) {
+    Generator g(20240917);
+    Tensor x = ones({64, 1000}, DType::f32, d);
+    g.set_sample_base(3);
+    std::vector<Tensor> draws{rand({1 << 20}, g, d), randn({1 << 20}, g, d), bernoulli({1000, 33}, 0.3, g, d),
+                              dropout(x, 0.1, g), rand({7}, g, d)};
+    for (auto& t : draws) got[d].push_back(t.to_vector<float>());
+  }
+  for (size_t k = 0; k < got[kCpu].size(); ++k) {
+    const auto &a = got[kGpu][k], &b = got[kCpu][k];
+    ASSERT_EQ(a.size(), b.size());
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+    EXPECT_EQ(differ, 0u) << "draw " << k << ": " << differ << " of " << a.size() << " elements differ, first at "
+                          << first << " (cuda " << a[first] << ", cpu " << b[first] << ")";
+  }
+}
+
+TEST(CudaOps, BadIdsFailTheStepWithTheCpuMessage) {
+  KILN_REQUIRE_GPU();
+  Tensor table = Tensor::from_vector(values(40, 1), {10, 4}, kGpu);
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{1, 50, 2}, {3}, kGpu);
+  EXPECT_CONTAINS(error_of([&] { index_select(table, ids).to_vector<float>(); }),
+                  "index_select: id 50 at position 1 out of range [0, 10)");
+  Tensor logits = Tensor::from_vector(values(12, 2), {3, 4}, kGpu);
+  Tensor labels = Tensor::from_vector(std::vector<int64_t>{0, 4, -100}, {3}, kGpu);
+  EXPECT_CONTAINS(error_of([&] { cross_entropy(logits, labels).item(); }),
+                  "cross_entropy: label 4 at row 1 out of range [0, 4) (ignore_index is -100)");
+  // The device is fine afterwards.
+  EXPECT_FLOAT_EQ((Tensor::scalar(2.0f, kGpu) * 3.0).item(), 6.0f);
+}
+
+TEST(CudaDevice, TensorsAndSafetensorsRoundTrip) {
+  KILN_REQUIRE_GPU();
+  const std::vector<float> v = values(1000, 3);
+  EXPECT_EQ(Tensor::from_vector(v, {10, 100}, kGpu).to_vector<float>(), v);
+  const std::vector<int64_t> ids{1, -2, 3, 1LL << 40};
+  EXPECT_EQ(Tensor::from_vector(ids, {4}, kGpu).to_vector<int64_t>(), ids);
+  const std::string path = ::testing::TempDir() + "/kiln_cuda_roundtrip.safetensors";
+  io::save_safetensors(path, {{"w", Tensor::from_vector(v, {10, 100})}, {"i", Tensor::from_vector(ids, {4})}});
+  auto f = io::SafetensorsFile::open(path);
+  Tensor w = f.load("w", kGpu);
+  EXPECT_EQ(w.device(), kGpu);
+  EXPECT_EQ(w.to_vector<float>(), v);
+  EXPECT_EQ(f.load("i", kGpu).to_vector<int64_t>(), ids);
+  std::remove(path.c_str());
+  EXPECT_CONTAINS(backend::cuda::device_description(kGpu), "compute capability");
+  EXPECT_GT(backend::cuda::memory_stats(kGpu).reserved, 0u);
+}
+
+// ---- fused programs run through prepare/execute directly ----
+
+compiler::FusedStep fstep(ir::Op op, DType t, int a = -1, int b = -1, int load = -1, double v = 0) {
+  compiler::FusedStep f{op, t, a, b, -1, load, {}};
+  if (op == ir::Op::Constant) f.attrs.floats = {v};
+  return f;
+}
+
+TEST(CudaFused, ExtraOutputsAndIntegerGroupsOnTheDevice) {
+  KILN_REQUIRE_GPU();
+  // Slots: 0 x (f32), 1 ids (i64); outputs 2 out (f32), 3 x+1 (f32), 4 ids*3 (i64).
+  const Shape s{5, 200};
+  const int64_t n = numel(s);
+  compiler::Program p;
+  p.num_params = 2;
+  const size_t f32 = static_cast<size_t>(n) * 4, i64 = static_cast<size_t>(n) * 8;
+  p.slots = {{compiler::SlotKind::Param, 0, f32}, {compiler::SlotKind::Param, 1, i64},
+             {compiler::SlotKind::Output, 0, f32}, {compiler::SlotKind::Output, 1, f32},
+             {compiler::SlotKind::Output, 2, i64}};
+  p.output_nbytes = {f32, f32, i64};
+  compiler::Instr ins;
+  ins.fused = true;
+  ins.inputs = {{0, compiler::View::contiguous(s), DType::f32}, {1, compiler::View::contiguous(s), DType::i64}};
+  ins.program = {fstep(ir::Op::Data, DType::f32, -1, -1, 0), fstep(ir::Op::Data, DType::i64, -1, -1, 1),
+                 fstep(ir::Op::Constant, DType::f32, -1, -1, -1, 1.0), fstep(ir::Op::Add, DType::f32, 0, 2),
+                 fstep(ir::Op::Constant, DType::i64, -1, -1, -1, 3.0), fstep(ir::Op::Mul, DType::i64, 1, 4),
+                 fstep(ir::Op::Cast, DType::f32, 5), fstep(ir::Op::Mul, DType::f32, 3, 6)};
+  ins.output = {2, compiler::View::contiguous(s), DType::f32};
+  ins.extra_outputs = {{3, {3, compiler::View::contiguous(s), DType::f32}}, {5, {4, compiler::View::contiguous(s), DType::i64}}};
+  p.instrs = {ins};
+  const auto x = values(n, 4);
+  std::vector<int64_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = (i * 7919) % 100001 - 50000 + (int64_t{1} << 35);
+  std::vector<std::shared_ptr<Storage>> mem;
+  for (size_t b : {f32, i64, f32, f32, i64})
+    mem.push_back(std::make_shared<Storage>(kGpu, b));
+  mem[0]->copy_from_host(x.data(), n * 4);
+  mem[1]->copy_from_host(ids.data(), n * 8);
+  auto plan = backend::cuda::prepare(p, kGpu);
+  std::vector<void*> params{mem[0]->data(), mem[1]->data()}, outs{mem[2]->data(), mem[3]->data(), mem[4]->data()};
+  backend::cuda::execute(*plan, params, outs, nullptr);
+  std::vector<float> out(n), plus(n);
+  std::vector<int64_t> tripled(n);
+  mem[2]->copy_to_host(out.data(), n * 4);
+  mem[3]->copy_to_host(plus.data(), n * 4);
+  mem[4]->copy_to_host(tripled.data(), n * 8);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(tripled[i], ids[i] * 3) << i;  // exact in double
+    ASSERT_EQ(plus[i], x[i] + 1.0f) << i;
+    ASSERT_EQ(out[i], (x[i] + 1.0f) * static_cast<float>(ids[i] * 3)) << i;
+  }
+}
+
+// ---- models: forward, gradients and ten AdamW steps, CUDA against the CPU ----
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<double> logits;
+  std::vector<std::vector<double>> grads, params;
+};
+
+using ModelFactory = std::function<std::unique_ptr<models::PreTrainedModel>(Device)>;
+using InputFactory = std::function<models::ModelInputs(Device)>;
+
+Run train(const ModelFactory& make_model, const InputFactory& make_inputs, Device d, int steps = 10) {
+  Run r;
+  auto model = make_model(d);
+  model->train();
+  optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
+  for (int s = 0; s < steps; ++s) {
+    models::ModelOutputs out = model->forward(make_inputs(d));
+    out.loss.backward();
+    if (s == 0) {
+      r.logits = out.logits.to_vector<double>();
+      for (const auto& p : model->parameters()) r.grads.push_back(p.grad().to_vector<double>());
+    }
+    opt.step();
+    opt.zero_grad();
+    mark_step(d);
+    r.losses.push_back(out.loss.item());
+  }
+  for (const auto& p : model->parameters()) r.params.push_back(p.to_vector<double>());
+  return r;
+}
+
+// ‖a - b‖ / ‖b‖ (norms over the whole tensor).
+double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return a.size() != b.size() ? INFINITY : den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+void compare_training(const ModelFactory& make_model, const InputFactory& make_inputs) {
+  const Run cpu = train(make_model, make_inputs, kCpu), gpu = train(make_model, make_inputs, kGpu);
+  EXPECT_LE(relative_error(gpu.logits, cpu.logits), 1e-4) << "logits";
+  ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+  for (size_t k = 0; k < cpu.grads.size(); ++k)
+    EXPECT_LE(relative_error(gpu.grads[k], cpu.grads[k]), 1e-4) << "gradient of parameter " << k;
+  for (size_t s = 0; s < cpu.losses.size(); ++s)
+    EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-4 * std::abs(cpu.losses[s])) << "loss of step " << s;
+  for (size_t k = 0; k < cpu.params.size(); ++k)
+    EXPECT_LE(relative_error(gpu.params[k], cpu.params[k]), 1e-4) << "parameter " << k << " after training";
+  EXPECT_LT(cpu.losses.back(), cpu.losses.front());
+}
+
+// A test model of tests/data, loaded onto the device.
+ModelFactory pretrained(const std::string& dir) {
+  return [dir](Device d) {
+    models::LoadOptions lo;
+    lo.device = d;
+    // KILN_TEST_DATA_DIR in the environment: a binary built elsewhere (bench/gpu_bundle.sh).
+    const char* data = std::getenv("KILN_TEST_DATA_DIR");
+    return models::from_pretrained(std::string(data ? data : KILN_TEST_DATA_DIR) + "/" + dir, lo);
+  };
+}
+
+TEST(CudaModels, TinyBertTrainsAsOnTheCpu) {
+  KILN_REQUIRE_GPU();
+  compare_training(
+      [](Device d) { return models::create_model("BertForSequenceClassification", testing::tiny_bert(2), 5, d); },
+      [](Device d) {
+        models::ModelInputs in;
+        in.input_ids = Tensor::from_vector(std::vector<int64_t>{2, 5, 9, 13, 1, 0, 7, 7, 30, 4, 0, 0}, {2, 6}, d);
+        in.attention_mask = Tensor::from_vector(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, {2, 6}, d);
+        in.labels = Tensor::from_vector(std::vector<int64_t>{1, 0}, {2}, d);
+        return in;
+      });
+}
+
+TEST(CudaModels, TinyGpt2TrainsAsOnTheCpu) {
+  KILN_REQUIRE_GPU();
+  compare_training(
+      pretrained("gpt2/gpt2_lm"),
+      [](Device d) {
+        models::ModelInputs in;
+        in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 17, 42, 8, 61, 23, 9, 1, 3, 70, 2, 33, 11, 1, 4, 4},
+                                           {2, 8}, d);
+        in.labels = in.input_ids;
+        return in;
+      });
+}
+
+TEST(CudaModels, TinyT5TrainsAsOnTheCpu) {
+  KILN_REQUIRE_GPU();
+  compare_training(
+      pretrained("t5/t5_relu_tied"),
+      [](Device d) {
+        models::ModelInputs in;
+        in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 17, 42, 8, 61, 23, 9, 1, 3, 70, 2, 33}, {2, 6}, d);
+        in.labels = Tensor::from_vector(std::vector<int64_t>{8, 61, 1, -100, 9, 4, 11, 1}, {2, 4}, d);
+        return in;
+      });
+}
+
+#endif  // KILN_HAVE_CUDA
+
+}  // namespace
+}  // namespace kiln
