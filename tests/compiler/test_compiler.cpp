@@ -126,6 +126,28 @@ TEST(Compiler, GradientsOfAdjacentSlicesBecomeOneConcatenation) {
     }
 }
 
+// Constants, broadcast scalars and ops of those only are the same in every
+// chunk of a fused loop: computed once per thread, they must still reach
+// every chunk, the short last one included (70001 elements: many chunks on
+// each thread).
+TEST(Compiler, ChunkInvariantValuesReachEveryChunk) {
+  const int64_t n = 70001;
+  std::vector<float> xv(n);
+  for (int64_t i = 0; i < n; ++i) xv[i] = static_cast<float>(i % 97);
+  Tensor x = Tensor::from_vector(xv, {n});
+  Tensor scale = Tensor::from_vector(std::vector<float>{0.5f}, {});
+  Tensor y = x * (scale * 4.0 + 1.0) - sqrt(scale * 8.0);  // x * 3 - 2
+  Tensor z = full({n}, 2.0) * scale + 1.0;                 // an invariant result: 2
+  // A one-element loop: its scalar operand is a contiguous one-element view,
+  // never to be read past its end (AddressSanitizer checks this).
+  EXPECT_FLOAT_EQ((scale * 2.0 + 1.0).item(), 2.0f);
+  std::vector<float> got_y = y.to_vector<float>(), got_z = z.to_vector<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_FLOAT_EQ(got_y[i], xv[i] * 3.0f - 2.0f) << i;
+    ASSERT_FLOAT_EQ(got_z[i], 2.0f) << i;
+  }
+}
+
 TEST(Compiler, TransposesAreFoldedIntoGemm) {
   Tensor a = Tensor::from_vector(std::vector<float>(12, 1.0f), {3, 4});
   Tensor b = Tensor::from_vector(std::vector<float>(20, 1.0f), {5, 4});

@@ -189,29 +189,52 @@ bool eval_transcendental(const FusedStep& s, const float* a, const float* b, flo
 // it held are dead, so a long program (AdamW's update: ~30 steps) keeps its
 // working set in L1 instead of one array per step. A step never writes the
 // array of one of its own operands. Stored registers live to the end.
+// Invariant steps (constants, broadcast scalars, and ops of those only: the
+// optimizer's hyper-parameters) are the same in every chunk: they keep their
+// own arrays and are computed once per thread.
 struct RegisterMap {
   std::vector<int32_t> of;  // step -> array
+  std::vector<uint8_t> invariant;
   int32_t arrays = 0;
 };
+
+bool broadcast_scalar(const Operand& op) {
+  return std::all_of(op.view.strides.begin(), op.view.strides.end(), [](int64_t s) { return s == 0; });
+}
 
 RegisterMap map_registers(const Instr& ins) {
   const auto& prog = ins.program;
   const int32_t n = static_cast<int32_t>(prog.size());
-  std::vector<int32_t> last(n, -1);
-  for (int32_t k = 0; k < n; ++k)
-    for (int32_t x : {prog[k].a, prog[k].b, prog[k].c})
-      if (x >= 0) last[x] = k;
-  last[n - 1] = n;
-  for (const auto& e : ins.extra_outputs) last[e.reg] = n;
   RegisterMap map;
   map.of.assign(n, -1);
+  map.invariant.assign(n, 0);
+  std::vector<int32_t> last(n, -1);
+  for (int32_t k = 0; k < n; ++k) {
+    const FusedStep& s = prog[k];
+    bool args = false, all_invariant = true;
+    for (int32_t x : {s.a, s.b, s.c})
+      if (x >= 0) {
+        last[x] = k;
+        args = true;
+        all_invariant = all_invariant && map.invariant[x];
+      }
+    if (s.op == Op::Constant) map.invariant[k] = 1;
+    else if (s.op == Op::Data) map.invariant[k] = broadcast_scalar(ins.inputs[s.load]);
+    else if (s.op != Op::RandUniform && s.op != Op::RandNormal) map.invariant[k] = args && all_invariant;
+  }
+  last[n - 1] = n;
+  for (const auto& e : ins.extra_outputs) last[e.reg] = n;
   std::vector<int32_t> free_arrays;
   for (int32_t k = 0; k < n; ++k) {
+    if (map.invariant[k]) {
+      map.of[k] = map.arrays++;
+      continue;
+    }
     if (free_arrays.empty()) free_arrays.push_back(map.arrays++);
     map.of[k] = free_arrays.back();
     free_arrays.pop_back();
     for (int32_t x : {prog[k].a, prog[k].b, prog[k].c})
-      if (x >= 0 && last[x] == k) {
+      if (x >= 0 && last[x] == k && !map.invariant[x]) {
         free_arrays.push_back(map.of[x]);
         last[x] = -1;  // an operand used twice by this step is freed once
       }
@@ -222,10 +245,16 @@ RegisterMap map_registers(const Instr& ins) {
 
 template <typename T>
 void eval_chunk(const Instr& ins, const RegisterMap& map, std::span<char* const> inputs, int64_t start,
-                int64_t len, std::vector<T>& regs) {
+                int64_t chunk_len, bool first, std::vector<T>& regs) {
   const auto& prog = ins.program;
   auto at = [&](int32_t step) { return regs.data() + static_cast<int64_t>(map.of[step]) * kChunk; };
+  // Invariant arrays are filled whole, for every chunk to come — but never
+  // past the loop's size: a one-element loop's "broadcast" operand is a
+  // contiguous one-element view.
+  const int64_t whole = std::min(kChunk, numel(ins.output.view.shape));
   for (size_t k = 0; k < prog.size(); ++k) {
+    if (map.invariant[k] && !first) continue;  // still in its array from this thread's first chunk
+    const int64_t len = map.invariant[k] ? whole : chunk_len;
     const FusedStep& s = prog[k];
     T* r = at(static_cast<int32_t>(k));
     const T* a = s.a >= 0 ? at(s.a) : nullptr;
@@ -305,10 +334,12 @@ void run_program(const Instr& ins, std::span<char* const> inputs, char* output, 
 #pragma omp parallel if (n > 32768)
   {
     std::vector<T> regs(static_cast<size_t>(map.arrays) * kChunk);
+    bool first = true;
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
       int64_t start = c * kChunk, len = std::min(kChunk, n - start);
-      eval_chunk<T>(ins, map, inputs, start, len, regs);
+      eval_chunk<T>(ins, map, inputs, start, len, first, regs);
+      first = false;
       store(ins.output, output, start, len, at(regs, static_cast<int32_t>(ins.program.size()) - 1));
       for (size_t e = 0; e < ins.extra_outputs.size(); ++e)
         store(ins.extra_outputs[e].out, extra[e], start, len, at(regs, ins.extra_outputs[e].reg));
