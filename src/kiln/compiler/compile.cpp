@@ -424,6 +424,32 @@ Program compile(const Graph& graph) {
   return Lowering(g).run();
 }
 
+std::vector<int32_t> last_reads(const Instr& fused) {
+  const auto& prog = fused.program;
+  const int32_t n = static_cast<int32_t>(prog.size());
+  std::vector<int32_t> last(n, -1);
+  for (int32_t k = 0; k < n; ++k)
+    for (int32_t x : {prog[k].a, prog[k].b, prog[k].c})
+      if (x >= 0) {
+        KILN_ASSERT(x < k);
+        last[x] = k;
+      }
+  if (n > 0) last[n - 1] = n;
+  for (const auto& e : fused.extra_outputs) {
+    KILN_ASSERT(e.reg >= 0 && e.reg < n);
+    last[e.reg] = n;
+  }
+  return last;
+}
+
+bool computes_in_double(const Instr& fused) {
+  auto integral = [](DType t) { return t == DType::i64 || t == DType::i32; };
+  bool wide = integral(fused.output.dtype);
+  for (const auto& e : fused.extra_outputs) wide = wide || integral(e.out.dtype);
+  for (const auto& s : fused.program) wide = wide || integral(s.dtype);
+  return wide;
+}
+
 std::string Program::dump() const {
   std::ostringstream os;
   auto slot_name = [&](int32_t s) {

@@ -71,6 +71,13 @@ struct Instr {
   std::vector<ExtraOutput> extra_outputs;  // fused only
 };
 
+// Fused programs, for the backends' interpreters. The last step that reads
+// each register (steps stored as results, the last and the extra outputs,
+// read "after" the program: program.size()); -1 when nothing reads it.
+std::vector<int32_t> last_reads(const Instr& fused);
+// Groups with integer values run in double, so ids stay exact; others in f32.
+bool computes_in_double(const Instr& fused);
+
 struct Program {
   std::vector<Slot> slots;
   std::vector<Instr> instrs;

@@ -196,6 +196,10 @@ struct RegisterMap {
   std::vector<int32_t> of;  // step -> array
   std::vector<uint8_t> invariant;
   int32_t arrays = 0;
+  // How much of an invariant array is filled: all of it, for every chunk to
+  // come, but never past the loop's size (a one-element loop's "broadcast"
+  // operand is a contiguous one-element view).
+  int64_t invariant_len = 0;
 };
 
 bool broadcast_scalar(const Operand& op) {
@@ -208,13 +212,12 @@ RegisterMap map_registers(const Instr& ins) {
   RegisterMap map;
   map.of.assign(n, -1);
   map.invariant.assign(n, 0);
-  std::vector<int32_t> last(n, -1);
+  map.invariant_len = std::min(kChunk, numel(ins.output.view.shape));
   for (int32_t k = 0; k < n; ++k) {
     const FusedStep& s = prog[k];
     bool args = false, all_invariant = true;
     for (int32_t x : {s.a, s.b, s.c})
       if (x >= 0) {
-        last[x] = k;
         args = true;
         all_invariant = all_invariant && map.invariant[x];
       }
@@ -222,8 +225,7 @@ RegisterMap map_registers(const Instr& ins) {
     else if (s.op == Op::Data) map.invariant[k] = broadcast_scalar(ins.inputs[s.load]);
     else if (s.op != Op::RandUniform && s.op != Op::RandNormal) map.invariant[k] = args && all_invariant;
   }
-  last[n - 1] = n;
-  for (const auto& e : ins.extra_outputs) last[e.reg] = n;
+  std::vector<int32_t> last = compiler::last_reads(ins);
   std::vector<int32_t> free_arrays;
   for (int32_t k = 0; k < n; ++k) {
     if (map.invariant[k]) {
@@ -248,13 +250,9 @@ void eval_chunk(const Instr& ins, const RegisterMap& map, std::span<char* const>
                 int64_t chunk_len, bool first, std::vector<T>& regs) {
   const auto& prog = ins.program;
   auto at = [&](int32_t step) { return regs.data() + static_cast<int64_t>(map.of[step]) * kChunk; };
-  // Invariant arrays are filled whole, for every chunk to come — but never
-  // past the loop's size: a one-element loop's "broadcast" operand is a
-  // contiguous one-element view.
-  const int64_t whole = std::min(kChunk, numel(ins.output.view.shape));
   for (size_t k = 0; k < prog.size(); ++k) {
     if (map.invariant[k] && !first) continue;  // still in its array from this thread's first chunk
-    const int64_t len = map.invariant[k] ? whole : chunk_len;
+    const int64_t len = map.invariant[k] ? map.invariant_len : chunk_len;
     const FusedStep& s = prog[k];
     T* r = at(static_cast<int32_t>(k));
     const T* a = s.a >= 0 ? at(s.a) : nullptr;
@@ -351,11 +349,7 @@ void run_program(const Instr& ins, std::span<char* const> inputs, char* output, 
 
 void run_fused(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra) {
   KILN_ASSERT(extra.size() == ins.extra_outputs.size());
-  auto is_int = [](DType t) { return t == DType::i64 || t == DType::i32; };
-  bool wide = is_int(ins.output.dtype);
-  for (const auto& e : ins.extra_outputs) wide = wide || is_int(e.out.dtype);
-  for (const auto& s : ins.program) wide = wide || is_int(s.dtype);
-  if (wide) run_program<double>(ins, inputs, output, extra);
+  if (compiler::computes_in_double(ins)) run_program<double>(ins, inputs, output, extra);
   else run_program<float>(ins, inputs, output, extra);
 }
 

@@ -44,8 +44,6 @@ Split split_shape(const Shape& s, int64_t a0, int64_t a1) {
 
 namespace {
 
-bool integral(DType t) { return t == DType::i32 || t == DType::i64; }
-
 template <typename T>
 void append(std::vector<char>& bytes, const T* items, size_t count) {
   const char* p = reinterpret_cast<const char*>(items);
@@ -60,29 +58,15 @@ FusedRecord encode_fused(const Instr& ins) {
   const auto& prog = ins.program;
   const int n = static_cast<int>(prog.size());
   // Last reader of each value; results stored at the end live to the end.
-  std::vector<int> last(n, -1);
-  for (int k = 0; k < n; ++k)
-    for (int32_t x : {prog[k].a, prog[k].b, prog[k].c})
-      if (x >= 0) {
-        KILN_ASSERT(x < k);
-        last[x] = k;
-      }
-  last[n - 1] = n;
-  for (const auto& e : ins.extra_outputs) {
-    KILN_ASSERT(e.reg >= 0 && e.reg < n);
-    last[e.reg] = n;
-  }
+  const std::vector<int32_t> last = compiler::last_reads(ins);
   std::vector<FStep> steps(n);
   std::vector<int> phys(n, -1);
   std::set<int> free_regs;
   int nregs = 0;
-  bool wide = integral(ins.output.dtype);
-  for (const auto& e : ins.extra_outputs) wide = wide || integral(e.out.dtype);
   for (int k = 0; k < n; ++k) {
     const compiler::FusedStep& s = prog[k];
     KILN_CHECK(fused_supports(static_cast<uint8_t>(s.op)), "cuda backend: fused kernel: unsupported op ",
                ir::op_name(s.op));
-    wide = wide || integral(s.dtype);
     FStep f;
     f.op = static_cast<uint8_t>(s.op);
     f.dtype = static_cast<uint8_t>(s.dtype);
@@ -137,7 +121,7 @@ FusedRecord encode_fused(const Instr& ins) {
   d.ninputs = static_cast<int32_t>(inputs.size());
   d.nouts = static_cast<int32_t>(outs.size());
   d.nregs = std::max(nregs, 1);
-  d.wide = wide;
+  d.wide = compiler::computes_in_double(ins);
   std::vector<char> bytes(sizeof(FusedDesc), 0);
   bytes.resize((bytes.size() + 7) / 8 * 8, 0);
   d.steps_at = static_cast<int32_t>(bytes.size());
