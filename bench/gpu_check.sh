@@ -1,40 +1,59 @@
 #!/usr/bin/env bash
 # The CUDA backend's check on a GPU machine (one H200 here): builds kiln with
-# KILN_CUDA=ON, runs the CUDA tests (CUDA against the CPU backend, op by op
-# and on tiny BERT / GPT-2 / T5 training), then times training steps on the
-# GPU: BERT-base (batch 32 x 128) and GPT-2 (batch 16 x 1024), fp32.
+# KILN_CUDA=ON (or unpacks the bundle bench/gpu_bundle.sh made), runs every
+# CUDA test in its own process (CUDA against the CPU backend, op by op and on
+# tiny BERT / GPT-2 / T5 training; a failing one again under
+# compute-sanitizer), the demo fine-tuning on the GPU, then times training
+# steps: bert-base classification (batch 32 x 128) and GPT-2 (batch 16 x
+# 1024), fp32, kiln and PyTorch 2 (Hugging Face's models; fp32, bf16 and
+# bf16 + torch.compile; bench/gpu/torch_ref.py) side by side.
 #
 #   bash bench/gpu_check.sh [OUT_DIR]     (default ./gpu-results)
 #
-# Writes OUT_DIR/summary.txt (what passed, the step times) and one log per
-# stage. Budget: under 8 minutes on 16 cores: each stage has a timeout, all
-# of them end by 470 s, and a failed test or bench stage does not stop the
-# later ones. Environment: JOBS (16), BUILD (build-gpu), CUDA_ARCH (90:
-# H100/H200; the build adds compute_90 PTX).
+# Writes OUT_DIR/summary.txt (what passed, the step times) and
+# OUT_DIR/logs.tar.gz (one log per stage). Budget: each stage has a timeout
+# and all of them end by BUDGET seconds (420); a failed stage does not stop
+# the later ones. Environment: JOBS (16), BUILD (build-gpu), CUDA_ARCH (90:
+# H100/H200; the build adds compute_90 PTX), USE_BUNDLE=1 (skip building
+# here, use the carried gpu-bundle.tar.xz), SKIP (stage names to skip, e.g.
+# "torch_gpt2 demo").
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$(mkdir -p "${1:-gpu-results}" && cd "${1:-gpu-results}" && pwd)
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
 BUILD=${BUILD:-$ROOT/build-gpu}
 JOBS=${JOBS:-16}
 CUDA_ARCH=${CUDA_ARCH:-90}
+BUDGET=${BUDGET:-420}
+SKIP=" ${SKIP:-} "
 START=$(date +%s)
 : > "$OUT/summary.txt"
 
 log() { echo "[$(($(date +%s) - START))s] $*" | tee -a "$OUT/summary.txt"; }
+finish() {
+  tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$LOGS"
+  log "done (logs in logs.tar.gz)"
+}
+trap finish EXIT
 
-# stage NAME TIMEOUT_S COMMAND...: runs it with its output in OUT/NAME.log,
-# for at most TIMEOUT_S seconds and never past the whole check's 470 s.
+# stage NAME TIMEOUT_S COMMAND...: runs it with its output in LOGS/NAME.log,
+# for at most TIMEOUT_S seconds and never past the whole check's BUDGET.
 stage() {
   local name=$1 limit=$2
   shift 2
-  local left=$((START + 470 - $(date +%s)))
+  case "$SKIP" in *" $name "*) log "$name: skipped (SKIP)"; return 0 ;; esac
+  local left=$((START + BUDGET - $(date +%s)))
   [ "$limit" -gt "$left" ] && limit=$left
-  if [ "$limit" -le 0 ]; then log "$name: SKIPPED (the check's 470 s are spent)"; return 124; fi
+  if [ "$limit" -le 0 ]; then log "$name: SKIPPED (the check's $BUDGET s are spent)"; return 124; fi
   log "$name: $*"
-  timeout --signal=INT --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  timeout --signal=INT --kill-after=10 "$limit" "$@" > "$LOGS/$name.log" 2>&1
   local rc=$?
-  if [ $rc -eq 0 ]; then log "$name: ok"; else log "$name: FAILED (exit $rc; $( [ $rc -eq 124 ] && echo "timed out after ${limit}s, " )see $name.log)"; tail -n 15 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$OUT/summary.txt"; fi
+  if [ $rc -eq 0 ]; then log "$name: ok"; else
+    log "$name: FAILED (exit $rc$( [ $rc -eq 124 ] && echo ", timed out after ${limit}s"))"
+    tail -n 25 "$LOGS/$name.log" | cut -c1-400 | sed 's/^/    /' | tee -a "$OUT/summary.txt"
+  fi
   return $rc
 }
 
@@ -43,45 +62,92 @@ stage() {
   command -v nvcc && nvcc --version
   cmake --version | head -1
   nproc
-} > "$OUT/machine.log" 2>&1
+  ldd --version | head -1
+} > "$LOGS/machine.log" 2>&1
 log "machine: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
 
 # 1. Configure and build what the check runs (about 2 minutes on 16 cores),
-# or, when this machine cannot build kiln (missing packages), unpack the
-# binaries bench/gpu_bundle.sh made elsewhere (gpu-bundle.tar.xz, carried).
+# or, when this machine cannot build kiln (missing packages) or USE_BUNDLE=1,
+# unpack the binaries bench/gpu_bundle.sh made elsewhere (carried).
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}
 BIN=$BUILD/bin
-if stage configure 60 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA=ON \
+use_bundle() {
+  mkdir -p "$BUILD/prebuilt" && tar -C "$BUILD/prebuilt" -xJf "$BUNDLE" || exit 1
+  log "prebuilt from commit $(cat "$BUILD/prebuilt/bundle/COMMIT"); this tree is at $(git -C "$ROOT" rev-parse HEAD 2>/dev/null)"
+  BIN=$BUILD/prebuilt/bundle/bin
+  # CUDA's runtime and cuBLAS from the machine: its toolkit, else PyTorch's wheels.
+  local cudalibs
+  cudalibs=$(find /usr/local/cuda/lib64 /usr/local/cuda/targets /usr/local/nvidia /opt /usr/lib -maxdepth 8 \
+    \( -name 'libcublasLt.so.13*' -o -name 'libcudart.so.13*' -o -name 'libcublas.so.13*' \) 2>/dev/null |
+    xargs -r -n1 dirname | awk '!seen[$0]++' | paste -sd:)
+  log "CUDA libraries from: ${cudalibs:-none found}"
+  export LD_LIBRARY_PATH=$BUILD/prebuilt/bundle/lib:${cudalibs:+$cudalibs:}${LD_LIBRARY_PATH:-}
+  export KILN_TEST_DATA_DIR=$ROOT/tests/data
+}
+if [ "${USE_BUNDLE:-0}" = 1 ] && [ -f "$BUNDLE" ]; then
+  use_bundle
+elif stage configure 60 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH"; then
   stage build 220 cmake --build "$BUILD" -j "$JOBS" --target test_backend_cuda test_io kiln_cli || exit 1
 elif [ -f "$BUNDLE" ]; then
   log "configure failed (missing packages? see configure.log): using the prebuilt $BUNDLE"
-  mkdir -p "$BUILD/prebuilt" && tar -C "$BUILD/prebuilt" -xJf "$BUNDLE" || exit 1
-  log "prebuilt from commit $(cat "$BUILD/prebuilt/bundle/COMMIT"); this tree is at $(git -C "$ROOT" rev-parse HEAD 2>/dev/null)"
-  BIN=$BUILD/prebuilt/bundle/bin
-  export LD_LIBRARY_PATH=$BUILD/prebuilt/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-  export KILN_TEST_DATA_DIR=$ROOT/tests/data
+  use_bundle
 else
   log "configure failed and there is no $BUNDLE: kiln needs the packages of scripts/install-deps.sh"
   log "(oneDNN, OpenBLAS, OpenMPI, sentencepiece, PCRE2, ICU, nlohmann-json, GoogleTest) besides the CUDA"
   log "toolkit; make the bundle on a build machine with bench/gpu_bundle.sh and carry it. See configure.log"
   exit 1
 fi
+ldd "$BIN/kiln" > "$LOGS/ldd.log" 2>&1
+grep -q "not found" "$LOGS/ldd.log" && log "WARNING: missing libraries: $(grep 'not found' "$LOGS/ldd.log" | tr -s ' \t' ' ')"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 
-# 2. The CUDA tests (they skip, saying so, if the GPU is not visible).
-stage test_backend_cuda 100 "$BIN/test_backend_cuda" --gtest_output="xml:$OUT/test_backend_cuda.xml"
-grep -E "^\[==========\] [0-9]+ tests|^\[  (PASSED|SKIPPED) +\] [0-9]+ test|^\[  FAILED  \]" "$OUT/test_backend_cuda.log" |
-  tee -a "$OUT/summary.txt"
-grep -q "Skipped" "$OUT/test_backend_cuda.log" &&
-  log "WARNING: GPU tests skipped: $(grep -m1 -A1 'Skipped' "$OUT/test_backend_cuda.log" | tail -1)"
-[ -x "$BIN/test_io" ] && stage test_io_safetensors 20 "$BIN/test_io" --gtest_filter='Safetensors.*'
-
-# 3. Training-step timings on the GPU (fp32, AdamW, gradient clipping).
-stage bench_bert_base 50 "$BIN/kiln" bench --model bert-base --task masked-lm --batch 32 --seq 128 \
-  --steps 10 --warmup 2 --device cuda --json
-stage bench_gpt2 90 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
-  --steps 5 --warmup 2 --device cuda --json
-for b in bench_bert_base bench_gpt2; do
-  grep -E "^kiln bench|median step|tokens/s|model FLOP|device" "$OUT/$b.log" | sed "s/^/$b: /" | tee -a "$OUT/summary.txt"
+# 2. The CUDA tests, each in its own process so that a crash hides nothing
+# (they skip, saying so, if the GPU is not visible); a failing one is run
+# again under compute-sanitizer (memcheck) once.
+tests=$("$BIN/test_backend_cuda" --gtest_list_tests | awk '/^[^ ]/ {s=$1} /^  / {print s $1}')
+failed=()
+for t in $tests; do
+  stage "t_$t" 60 "$BIN/test_backend_cuda" --gtest_filter="$t" || failed+=("$t")
+  grep -q "SKIPPED \]" "$LOGS/t_$t.log" && log "  $t skipped: $(grep -m1 -B1 'SKIPPED \]' "$LOGS/t_$t.log" | head -1)"
 done
-log "done"
+log "CUDA tests: $(echo $tests | wc -w) run, ${#failed[@]} failed: ${failed[*]:-none}"
+if [ ${#failed[@]} -gt 0 ] && command -v compute-sanitizer > /dev/null; then
+  stage sanitize 90 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 20 \
+    "$BIN/test_backend_cuda" --gtest_filter="${failed[0]}"
+fi
+
+# 3. The demo fine-tuning (scripts/demo.sh's run) on the GPU.
+demo=$OUT/demo
+stage demo_data 20 "$BIN/kiln" demo-data --output_dir "$demo/data"
+stage demo 90 "$BIN/kiln" train --device cuda \
+  --config_name "$demo/data/model_config.json" --tokenizer_name "$demo/data" \
+  --task text-classification --train_file "$demo/data/train.csv" --validation_file "$demo/data/validation.csv" \
+  --max_seq_length 32 --pad_to_max_length --output_dir "$demo/model" \
+  --num_train_epochs 4 --per_device_train_batch_size 32 --per_device_eval_batch_size 64 \
+  --learning_rate 2e-3 --warmup_ratio 0.1 --weight_decay 0.01 --eval_strategy epoch --save_strategy no \
+  --logging_steps 25 --seed 42
+log "demo: $(grep -E 'eval_accuracy|train_runtime' "$LOGS/demo.log" | tr '\n' ' ')"
+rm -rf "$demo"
+
+# 4. Training-step timings on the GPU (fp32, AdamW, gradient clipping),
+# kiln then PyTorch on the same model, batch and optimizer.
+stage bench_bert_base 50 "$BIN/kiln" bench --model bert-base --task text-classification --batch 32 --seq 128 \
+  --steps 10 --warmup 2 --device cuda
+stage bench_gpt2 90 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
+  --steps 5 --warmup 2 --device cuda
+# Where the GPT-2 step's device time goes (CUDA events around every launch).
+KILN_PROFILE=1 stage profile_gpt2 60 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
+  --steps 2 --warmup 1 --device cuda
+[ -f "$LOGS/profile_gpt2.log" ] && sed -n '/kiln profile/,$p' "$LOGS/profile_gpt2.log" | head -30 | tee -a "$OUT/summary.txt"
+for b in bench_bert_base bench_gpt2; do
+  [ -f "$LOGS/$b.log" ] && grep -E "^kiln bench|median step|tokens/s|model FLOP|compile|device" "$LOGS/$b.log" |
+    sed "s/^/$b: /" | tee -a "$OUT/summary.txt"
+done
+if python3 -c 'import torch, transformers' 2> /dev/null; then
+  stage torch_gpt2 120 python3 "$ROOT/bench/gpu/torch_ref.py" --model gpt2 --batch 16 --seq 1024 --steps 5
+  stage torch_bert_base 60 python3 "$ROOT/bench/gpu/torch_ref.py" --model bert-base --batch 32 --seq 128
+  cat "$LOGS"/torch_*.log | grep '^{' | tee -a "$OUT/summary.txt"
+else
+  log "PyTorch with transformers is not installed here: no reference run"
+fi

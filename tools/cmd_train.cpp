@@ -205,7 +205,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   // --num_replicas N: N replicas in this process (and as many in every
   // process mpirun started); the data and tokenizer above are shared.
   spawn([&](int) {
-  auto model = make_model(this_replica().device);
+  auto model = make_model(train::replica_device(ta));
   train::Trainer trainer(*model, ta, t, train_f, eval_f, co);
   trainer.set_extra_files(tok.files);
   auto train_metrics = trainer.train();

@@ -132,6 +132,14 @@ std::vector<OpCase> op_cases() {
          Tensor i = ids_on(x, {1, -2, 3, 4, 5, 6, -7, 8, 9, 10, 11, -12}, {3, 4});
          return cast(sum(i, {1}) * 10 + amax(i, {1}), DType::f32) + sum(x[0], {1});
        }},
+      // Long axes with few outputs split the axis over blocks (reduce_parts): a full sum, a bias gradient's column
+      // sums, maxima over a long axis, an integer sum.
+      {"sum_all_long", {{3000000}}, [](V x) { return sum(x[0]) + mean(x[0]) + amax(x[0]); }},
+      {"sum_columns_long", {{20000, 768}}, [](V x) { return sum(x[0], {0}); }},
+      {"amax_long", {{5000, 3}}, [](V x) { return amax(x[0], {0}) + amax(x[0] * -1.0, {0}); }},
+      {"integer_sum_long", {{4, 9000}}, [](V x) {
+         return cast(sum(cast(x[0] * 1000.0, DType::i64), {1}), DType::f32) + sum(x[0], {1});
+       }},
       {"argmax", {{5, 37}}, [](V x) { return cast(argmax(x[0], 1), DType::f32); }, false},
       {"movement", {{2, 3, 4}}, [](V x) {
          Tensor first = broadcast_to(unsqueeze(squeeze(slice(x[0], 0, 0, 1), 0), 0), {2, 3, 4});
@@ -305,6 +313,7 @@ TEST(CudaFused, ExtraOutputsAndIntegerGroupsOnTheDevice) {
 // ---- models: forward, gradients and ten AdamW steps, CUDA against the CPU ----
 
 struct Run {
+  std::vector<std::string> names;
   std::vector<double> losses;
   std::vector<double> logits;
   std::vector<std::vector<double>> grads, params;
@@ -323,14 +332,17 @@ Run train(const ModelFactory& make_model, const InputFactory& make_inputs, Devic
     out.loss.backward();
     if (s == 0) {
       r.logits = out.logits.to_vector<double>();
-      for (const auto& p : model->parameters()) r.grads.push_back(p.grad().to_vector<double>());
+      for (const auto& [name, p] : model->named_parameters()) r.grads.push_back(p.grad().to_vector<double>());
     }
     opt.step();
     opt.zero_grad();
     mark_step(d);
     r.losses.push_back(out.loss.item());
   }
-  for (const auto& p : model->parameters()) r.params.push_back(p.to_vector<double>());
+  for (const auto& [name, p] : model->named_parameters()) {
+    r.names.push_back(name);
+    r.params.push_back(p.to_vector<double>());
+  }
   return r;
 }
 
@@ -344,16 +356,59 @@ double relative_error(const std::vector<double>& a, const std::vector<double>& b
   return a.size() != b.size() ? INFINITY : den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
+double norm(const std::vector<double>& a) {
+  double s = 0;
+  for (double x : a) s += x * x;
+  return std::sqrt(s);
+}
+
+// Key-projection biases have a zero gradient in exact arithmetic (softmax
+// ignores a constant added to a whole row of scores), so both backends give
+// rounding noise with different digits there, and AdamW turns noise into
+// full lr-sized steps of random sign: BERT's key.bias and the middle third of
+// GPT-2's c_attn.bias are compared as gradients (below) but not after
+// training.
+bool key_bias(const std::string& name, size_t i, size_t n) {
+  auto ends_with = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+  if (ends_with("attention.self.key.bias")) return true;
+  return ends_with("attn.c_attn.bias") && i >= n / 3 && i < 2 * n / 3;
+}
+
+// Gradients are compared relative to max(their norm, 1e-2 of the largest
+// gradient norm): some are nearly zero by cancellation (a two-label
+// classifier's bias over one example per label) or exactly zero (key biases).
 void compare_training(const ModelFactory& make_model, const InputFactory& make_inputs) {
   const Run cpu = train(make_model, make_inputs, kCpu), gpu = train(make_model, make_inputs, kGpu);
   EXPECT_LE(relative_error(gpu.logits, cpu.logits), 1e-4) << "logits";
   ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
-  for (size_t k = 0; k < cpu.grads.size(); ++k)
-    EXPECT_LE(relative_error(gpu.grads[k], cpu.grads[k]), 1e-4) << "gradient of parameter " << k;
+  ASSERT_EQ(cpu.names.size(), cpu.params.size());
+  double largest_norm = 0;
+  for (const auto& g : cpu.grads) largest_norm = std::max(largest_norm, norm(g));
+  ASSERT_GT(largest_norm, 0);
+  for (size_t k = 0; k < cpu.grads.size(); ++k) {
+    ASSERT_EQ(gpu.grads[k].size(), cpu.grads[k].size());
+    std::vector<double> diff(cpu.grads[k].size());
+    for (size_t i = 0; i < diff.size(); ++i) diff[i] = gpu.grads[k][i] - cpu.grads[k][i];
+    EXPECT_LE(norm(diff) / std::max(norm(cpu.grads[k]), 1e-2 * largest_norm), 1e-4)
+        << "gradient of " << cpu.names[k] << " (norm " << norm(cpu.grads[k]) << ", largest " << largest_norm << ")";
+  }
   for (size_t s = 0; s < cpu.losses.size(); ++s)
     EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-4 * std::abs(cpu.losses[s])) << "loss of step " << s;
-  for (size_t k = 0; k < cpu.params.size(); ++k)
-    EXPECT_LE(relative_error(gpu.params[k], cpu.params[k]), 1e-4) << "parameter " << k << " after training";
+  size_t skipped = 0;
+  for (size_t k = 0; k < cpu.params.size(); ++k) {
+    std::vector<double> a, b;
+    const size_t n = cpu.params[k].size();
+    for (size_t i = 0; i < n; ++i) {
+      if (key_bias(cpu.names[k], i, n)) {
+        ++skipped;
+        continue;
+      }
+      a.push_back(gpu.params[k][i]);
+      b.push_back(cpu.params[k][i]);
+    }
+    EXPECT_LE(relative_error(a, b), 1e-4) << cpu.names[k] << " after training";
+  }
+  ::testing::Test::RecordProperty("key_bias_elements_skipped", static_cast<int>(skipped));
   EXPECT_LT(cpu.losses.back(), cpu.losses.front());
 }
 

@@ -15,6 +15,7 @@
 #include "kiln/compiler/compile.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/ir/graph.h"
+#include "kiln/optim/optimizer.h"
 #include "kiln/runtime/context.h"
 #include "backend_cuda/cuda_test_util.h"
 #include "support/test_util.h"
@@ -153,6 +154,8 @@ TEST(CudaIndexMath, ViewOffsetsFollowShapeAndStrides) {
       {{2, 3, 4}, {12, 4, 1}, 5}, {{4, 3}, {1, 4}, 0},     {{2, 3, 4}, {0, 1, 0}, 7},
       {{3, 2}, {6, 3}, 2},        {{5}, {0}, 9},           {{2, 1, 3, 2, 2}, {24, 99, 2, 12, 1}, 1},
       {{}, {}, 4},                {{1, 1}, {0, 0}, 3},
+      // merged dimensions: a mask broadcast over batch and heads, extent-1 dims, a transposed pair
+      {{2, 3, 4, 5}, {0, 0, 5, 1}, 2}, {{4, 1, 5}, {5, 7, 1}, 0}, {{2, 3, 4}, {12, 1, 3}, 0},
   };
   for (const auto& c : cases) {
     compiler::Operand op;
@@ -167,7 +170,21 @@ TEST(CudaIndexMath, ViewOffsetsFollowShapeAndStrides) {
         rem /= c.shape[k];
       }
       ASSERT_EQ(backend::cuda::view_offset(d, i), want) << to_string(c.shape) << " element " << i;
+      backend::cuda::ViewDesc wide = d;  // the 64-bit path of views of 2^31 elements and more
+      wide.narrow = 0;
+      ASSERT_EQ(backend::cuda::view_offset(wide, i), want) << to_string(c.shape) << " element " << i << " (64-bit)";
     }
+  }
+  {  // [2, 3, 4, 5] broadcast over its first two dimensions divides once
+    compiler::Operand op;
+    op.view = compiler::View{0, {2, 3, 4, 5}, {0, 0, 5, 1}};
+    const backend::cuda::ViewDesc d = backend::cuda::view_desc(op);
+    EXPECT_EQ(d.rank, 2);
+    EXPECT_EQ(d.shape[0], 6);
+    EXPECT_EQ(d.shape[1], 20);
+    EXPECT_EQ(d.strides[0], 0);
+    op.view = compiler::View{3, {2, 1, 6}, {6, 0, 1}};
+    EXPECT_EQ(backend::cuda::view_desc(op).layout, backend::cuda::kContiguous);
   }
   compiler::Operand deep;
   deep.view = compiler::View::contiguous(Shape(9, 1));
@@ -325,13 +342,19 @@ TEST(CudaFusedEmulation, RandomNumbersAndBroadcastViewsMatchExactly) {
   expect_same_as_cpu(r, 0.0);
 }
 
-TEST(CudaFusedEmulation, TinyBertTrainingStepMatchesTheCpu) {
-  auto model = models::create_model("BertForSequenceClassification", testing::tiny_bert(2), 3);
-  model->train();
+// Two sequences of six tokens, one padded, with class labels.
+models::ModelInputs tiny_bert_batch() {
   models::ModelInputs in;
   in.input_ids = Tensor::from_vector(std::vector<int64_t>{2, 5, 9, 13, 1, 0, 7, 7, 30, 4, 0, 0}, {2, 6});
   in.attention_mask = Tensor::from_vector(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, {2, 6});
   in.labels = Tensor::from_vector(std::vector<int64_t>{1, 0}, {2});
+  return in;
+}
+
+TEST(CudaFusedEmulation, TinyBertTrainingStepMatchesTheCpu) {
+  auto model = models::create_model("BertForSequenceClassification", testing::tiny_bert(2), 3);
+  model->train();
+  const models::ModelInputs in = tiny_bert_batch();
   Tensor loss = model->forward(in).loss;
   loss.backward();
   std::vector<Tensor> r{loss};
@@ -339,6 +362,32 @@ TEST(CudaFusedEmulation, TinyBertTrainingStepMatchesTheCpu) {
   int fused = 0;
   expect_same_as_cpu(r, 1e-4, &fused);
   EXPECT_GE(fused, 10);
+}
+
+// A whole training step of a 12-layer model (what bert-base compiles to,
+// at toy width): gradient clipping sums ~200 norms and AdamW updates every
+// parameter in one pass. Every fused program fits the device interpreter's
+// registers, and the step gives the CPU's result.
+TEST(CudaFusedEmulation, ATwelveLayerTrainingStepFitsTheRegisters) {
+  auto model = models::create_model("BertForSequenceClassification", testing::tiny_bert(12), 3);
+  model->train();
+  const models::ModelInputs in = tiny_bert_batch();
+  optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
+  model->forward(in).loss.backward();
+  optim::clip_grad_norm(model->parameters(), 1.0);
+  opt.step();
+  std::vector<Tensor> r = model->parameters();
+  std::vector<ir::NodePtr> outs, params;
+  for (const auto& t : r) outs.push_back(t.node());
+  const compiler::Program p = compiler::compile(ir::flatten(outs, &params));
+  size_t longest = 0;
+  for (const auto& ins : p.instrs)
+    if (ins.fused) {
+      longest = std::max(longest, ins.program.size());
+      EXPECT_NO_THROW(backend::cuda::encode_fused(ins)) << ins.program.size() << " steps";
+    }
+  EXPECT_GE(longest, 100u);  // the clipping coefficient's sum of norms is one program
+  expect_same_as_cpu(r, 1e-4);
 }
 
 TEST(CudaFusedEmulation, RegistersAreReusedOnceTheirLastReaderRan) {

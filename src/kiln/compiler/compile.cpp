@@ -286,10 +286,16 @@ class Lowering {
       return reg[node] = static_cast<int32_t>(ins.program.size() - 1);
     };
     auto source = [&](int32_t node) { return in_group[node] || inline_gen_[node] || (node == root); };
+    // The operands in a stable order (members', then their inputs'); their
+    // loads are emitted where first read, so a long sum of loaded values
+    // (gradient clipping's ~200 norms) keeps two values live, not 200.
     for (int32_t m : members)
       if (cls_[m] == Cls::Elementwise)  // a generator's key is read by the generator itself
-        for (int32_t in : g_.nodes[m].inputs)
-          if (!source(in)) value(in);  // loads first, in a stable order
+        for (int32_t in : g_.nodes[m].inputs) {
+          if (source(in) || g_.nodes[in].op == Op::Constant) continue;
+          const bool gen = g_.nodes[in].op == Op::RandUniform || g_.nodes[in].op == Op::RandNormal;
+          operand_of(gen ? g_.nodes[in].inputs[0] : in, gen);
+        }
     if (cls_[root] == Cls::Generator) in_group[root] = false;
     for (int32_t m : members) value(m);
     int32_t slot = result_slot(root);

@@ -114,6 +114,15 @@ TrainerState TrainerState::from_json(const json& j, const std::string& src) {
   return s;
 }
 
+Device replica_device(const TrainingArguments& args) {
+  const ReplicaInfo& r = this_replica();
+  const Device wanted = Device::parse(args.device);
+  if (r.local_count == 1) return wanted;
+  KILN_CHECK(wanted.kind == DeviceKind::CPU, "TrainingArguments: device '", args.device, "' with num_replicas ",
+             r.local_count, ": in-process replicas run on the CPU only (run one process per GPU)");
+  return r.device;
+}
+
 Trainer::Trainer(models::PreTrainedModel& model, TrainingArguments args, Task task,
                  std::shared_ptr<const data::Features> train, std::shared_ptr<const data::Features> eval,
                  data::CollatorOptions collator)
@@ -124,7 +133,7 @@ Trainer::Trainer(models::PreTrainedModel& model, TrainingArguments args, Task ta
       eval_(std::move(eval)),
       collator_(std::move(collator)),
       replica_(this_replica()),
-      device_(replica_.local_count > 1 ? replica_.device : Device::parse(args_.device)) {
+      device_(replica_device(args_)) {
   args_.validate();
   KILN_CHECK(args_.num_replicas == replica_.local_count, "Trainer: num_replicas is ", args_.num_replicas, " but ",
              replica_.local_count, " replica(s) run in this process: construct one Trainer per replica inside "

@@ -51,6 +51,12 @@ struct Predictions {
   std::vector<float> values;                   // regression outputs
 };
 
+// The device of the calling replica under `args`: args.device for a lone
+// replica in its process; cpu:i for the i-th of several in-process replicas.
+// Several in-process replicas with --device cuda are an error (one GPU per
+// process for now). Use it to place the model the Trainer will train.
+Device replica_device(const TrainingArguments& args);
+
 class Trainer {
  public:
   Trainer(models::PreTrainedModel& model, TrainingArguments args, Task task,

@@ -25,6 +25,7 @@ struct ViewDesc {
   int32_t slot = -1;
   uint8_t dtype = kF32;
   uint8_t layout = 0;  // kGeneral, kContiguous, kScalar (every stride 0)
+  uint8_t narrow = 0;  // numel < 2^31: element indices divide in 32 bits
 };
 enum : uint8_t { kGeneral = 0, kContiguous = 1, kScalar = 2 };
 
@@ -33,13 +34,23 @@ KILN_HD inline int64_t view_offset(const ViewDesc& v, int64_t i) {
   if (v.layout == kContiguous) return v.offset + i;
   if (v.layout == kScalar) return v.offset;
   int64_t off = v.offset;
-  for (int d = v.rank - 1; d >= 0; --d) {
+  if (v.narrow) {  // 32-bit division is several times cheaper on the device
+    uint32_t j = static_cast<uint32_t>(i);
+    for (int d = v.rank - 1; d > 0; --d) {
+      const uint32_t extent = static_cast<uint32_t>(v.shape[d]);
+      const uint32_t q = j / extent;
+      off += static_cast<int64_t>(j - q * extent) * v.strides[d];
+      j = q;
+    }
+    return v.rank > 0 ? off + static_cast<int64_t>(j) * v.strides[0] : off;
+  }
+  for (int d = v.rank - 1; d > 0; --d) {
     const int64_t extent = v.shape[d];
     const int64_t q = i / extent;
     off += (i - q * extent) * v.strides[d];
     i = q;
   }
-  return off;
+  return v.rank > 0 ? off + i * v.strides[0] : off;
 }
 
 // Loads element `off` of a typed slot as T.
@@ -68,6 +79,24 @@ KILN_HD inline void store_as(void* base, uint8_t dtype, int64_t off, T v) {
 struct Split {
   int64_t outer = 1, axis = 1, inner = 1;
 };
+
+// Reductions whose outputs alone would give the device too few blocks (a
+// full sum: one) split the axis into parts: each block reduces one part of
+// one output into scratch (a double per part and output), and a second
+// kernel combines the parts in order. The split is a function of the shape
+// alone, so results do not depend on the GPU. Blocks: one per output, or per
+// 32 outputs when inner >= 32 (kernels.cu).
+KILN_HD inline int64_t reduce_parts(Split p) {
+  constexpr int64_t kTargetBlocks = 512, kMinPart = 1024;
+  const int64_t blocks = p.inner >= 32 ? p.outer * ((p.inner + 31) / 32) : p.outer * p.inner;
+  if (blocks >= kTargetBlocks || p.axis < 2 * kMinPart) return 1;
+  const int64_t by_blocks = (kTargetBlocks + blocks - 1) / blocks, by_size = p.axis / kMinPart;
+  return by_blocks < by_size ? by_blocks : by_size;
+}
+KILN_HD inline int64_t reduce_scratch_bytes(Split p) {
+  const int64_t parts = reduce_parts(p);
+  return parts > 1 ? parts * p.outer * p.inner * 8 : 0;
+}
 
 // Register files of the fused kernel: programs with at most kFusedSmallRegs
 // live values use the small one; more than kFusedMaxRegs is not supported.

@@ -22,15 +22,33 @@ ViewDesc view_desc(const Operand& op) {
   ViewDesc d;
   d.offset = v.offset;
   d.numel = numel(v.shape);
-  d.rank = static_cast<int32_t>(v.shape.size());
   d.slot = op.slot;
   d.dtype = static_cast<uint8_t>(op.dtype);
-  for (int k = 0; k < d.rank; ++k) {
-    d.shape[k] = v.shape[k];
-    d.strides[k] = v.strides[k];
+  // The same element order over fewer dimensions: extent-1 dimensions go,
+  // and a dimension merges into the one before it when stepping over it
+  // whole is one step of the outer (a mask broadcast over batch and heads,
+  // [B, H, T, T] with strides [0, 0, T, 1], is [B*H, T*T] with [0, 1]): the
+  // kernels' per-element index math divides once per dimension.
+  std::vector<int64_t> shape, strides;
+  for (size_t k = 0; k < v.shape.size(); ++k) {
+    if (v.shape[k] == 1) continue;
+    if (!shape.empty() && strides.back() == v.strides[k] * v.shape[k]) {
+      shape.back() *= v.shape[k];
+      strides.back() = v.strides[k];
+    } else {
+      shape.push_back(v.shape[k]);
+      strides.push_back(v.strides[k]);
+    }
   }
-  const bool all_zero = std::all_of(v.strides.begin(), v.strides.end(), [](int64_t s) { return s == 0; });
-  d.layout = v.is_contiguous() ? kContiguous : (all_zero ? kScalar : kGeneral);
+  d.rank = static_cast<int32_t>(shape.size());
+  for (int k = 0; k < d.rank; ++k) {
+    d.shape[k] = shape[k];
+    d.strides[k] = strides[k];
+  }
+  const bool all_zero = std::all_of(strides.begin(), strides.end(), [](int64_t x) { return x == 0; });
+  d.layout = d.numel <= 1 || all_zero ? kScalar : (d.rank == 1 && strides[0] == 1 ? kContiguous : kGeneral);
+  if (d.numel == 1) d.layout = kScalar;
+  d.narrow = d.numel < (int64_t{1} << 31);
   return d;
 }
 

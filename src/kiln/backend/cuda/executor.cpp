@@ -12,6 +12,7 @@
 #include "kiln/backend/cuda/cuda.h"
 #include "kiln/backend/cuda/encode.h"
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/compiler/profile.h"
 #include "kiln/core/error.h"
 #include "kiln/dist/collectives.h"
 
@@ -49,6 +50,11 @@ struct PinnedBlock {
 
 uint8_t code(DType t) { return static_cast<uint8_t>(t); }
 
+// (outer, axis, inner) of a Sum / ReduceMax over axes [ints.front(), ints.back()].
+Split reduce_split(const Instr& ins) {
+  return split_shape(ins.inputs[0].view.shape, ins.attrs.ints.front(), ins.attrs.ints.back());
+}
+
 }  // namespace
 
 struct Plan {
@@ -68,7 +74,7 @@ struct Plan {
   std::unique_ptr<DeviceBlock> reports;  // one ErrorReport per checking kernel
   std::unique_ptr<PinnedBlock> reports_host;
   int num_reports = 0;
-  std::unique_ptr<DeviceBlock> scratch;  // cross-entropy row losses
+  std::unique_ptr<DeviceBlock> scratch;  // cross-entropy row losses, reductions' partials
   int sms = 1;
 };
 
@@ -80,7 +86,7 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
   plan->program = program;
   plan->sms = ds.props.multiProcessorCount;
   std::vector<int64_t> words;
-  size_t scratch_doubles = 0;
+  size_t scratch_bytes = 0;
   for (const Instr& ins : program.instrs) {
     Plan::Step st;
     try {
@@ -92,6 +98,10 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
       } else {
         switch (ins.op) {
           case Op::MatMul: st.gemm = plan_gemm(ins); break;
+          case Op::Sum:
+          case Op::ReduceMax:
+            scratch_bytes = std::max<size_t>(scratch_bytes, reduce_scratch_bytes(reduce_split(ins)));
+            break;
           case Op::IndexSelect:
           case Op::IndexAdd:
           case Op::Gather:
@@ -99,7 +109,7 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
           case Op::CrossEntropy:
           case Op::CrossEntropyGrad:
             st.report = plan->num_reports++;
-            scratch_doubles = std::max<size_t>(scratch_doubles, ins.inputs[0].view.shape[0] + 1);
+            scratch_bytes = std::max<size_t>(scratch_bytes, (ins.inputs[0].view.shape[0] + 1) * sizeof(double));
             break;
           default: break;
         }
@@ -127,7 +137,7 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
     plan->reports = std::make_unique<DeviceBlock>(device, bytes);
     plan->reports_host = std::make_unique<PinnedBlock>(bytes);
   }
-  if (scratch_doubles) plan->scratch = std::make_unique<DeviceBlock>(device, scratch_doubles * sizeof(double));
+  if (scratch_bytes) plan->scratch = std::make_unique<DeviceBlock>(device, scratch_bytes);
   return plan;
 }
 
@@ -222,9 +232,8 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
     case Op::Sum:
     case Op::ReduceMax:
       KILN_CHECK(is_floating(ins.output.dtype) || is_integral(ins.output.dtype), "reduce: unsupported dtype");
-      return kernels::reduce(inp(0), o, code(ins.output.dtype),
-                             split_shape(ins.inputs[0].view.shape, ins.attrs.ints.front(), ins.attrs.ints.back()),
-                             ins.op == Op::ReduceMax, s);
+      return kernels::reduce(inp(0), o, code(ins.output.dtype), reduce_split(ins), ins.op == Op::ReduceMax,
+                             plan.scratch ? plan.scratch->ptr : nullptr, s);
     case Op::ArgMax:
       KILN_CHECK(ins.inputs[0].dtype != DType::b8, "argmax: unsupported dtype");
       return kernels::argmax(inp(0), reinterpret_cast<int64_t*>(o), code(ins.inputs[0].dtype),
@@ -359,6 +368,18 @@ void execute(Plan& plan, std::span<void* const> params, std::span<void* const> o
                                   cudaMemcpyHostToDevice, ds.stream));
   if (plan.num_reports)
     KILN_CUDA_CHECK(cudaMemsetAsync(plan.reports->ptr, 0, plan.num_reports * sizeof(ErrorReport), ds.stream));
+  // KILN_PROFILE: an event before the first instruction and after each one.
+  struct Events {
+    std::vector<cudaEvent_t> e;
+    ~Events() {
+      for (cudaEvent_t x : e) cudaEventDestroy(x);
+    }
+  } events;
+  if (compiler::profiling()) {
+    events.e.resize(program.instrs.size() + 1);
+    for (cudaEvent_t& x : events.e) KILN_CUDA_CHECK(cudaEventCreate(&x));
+    KILN_CUDA_CHECK(cudaEventRecord(events.e[0], ds.stream));
+  }
   std::vector<char*> in;
   for (size_t k = 0; k < program.instrs.size(); ++k) {
     const Instr& ins = program.instrs[k];
@@ -376,11 +397,17 @@ void execute(Plan& plan, std::span<void* const> params, std::span<void* const> o
       run_kernel(ds, plan, st, ins, in, out);
     }
     check_launch(ins);
+    if (!events.e.empty()) KILN_CUDA_CHECK(cudaEventRecord(events.e[k + 1], ds.stream));
   }
   if (plan.num_reports)
     KILN_CUDA_CHECK(cudaMemcpyAsync(plan.reports_host->ptr, plan.reports->ptr, plan.num_reports * sizeof(ErrorReport),
                                     cudaMemcpyDeviceToHost, ds.stream));
   KILN_CUDA_CHECK(cudaStreamSynchronize(ds.stream));
+  for (size_t k = 0; k + 1 < events.e.size(); ++k) {
+    float ms = 0;
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, events.e[k], events.e[k + 1]));
+    compiler::profile_add(program.instrs[k], ms / 1e3);
+  }
   // The first failing instruction in program order, as on the CPU.
   const auto* reports = static_cast<const ErrorReport*>(plan.num_reports ? plan.reports_host->ptr : nullptr);
   for (size_t k = 0; k < program.instrs.size(); ++k) {

@@ -89,30 +89,52 @@ __global__ void iota_kernel(void* out, uint8_t dtype, int64_t n, double start, d
 
 // ---- reductions ----
 
-// One block per output (o, i): the axis strided over the threads.
+// The part of the axis block row blockIdx.y reduces (reduce_parts: every
+// part is non-empty).
+struct AxisPart {
+  int64_t begin, end;
+};
+__device__ AxisPart axis_part(int64_t axis) {
+  const int64_t chunk = (axis + gridDim.y - 1) / gridDim.y, begin = blockIdx.y * chunk;
+  return {begin, begin + chunk < axis ? begin + chunk : axis};
+}
+
+// Output r's result, or with several parts, part blockIdx.y's partial
+// (sums as double, maxima as T) at partial[part * outputs + r].
 template <typename T>
-__global__ void reduce_rows_kernel(const T* x, T* y, Split p, bool is_max) {
+__device__ void put(T* y, void* partial, int64_t outputs, int64_t r, T max_value, double sum, bool is_max) {
+  if (gridDim.y == 1) y[r] = is_max ? max_value : static_cast<T>(sum);
+  else if (is_max) static_cast<T*>(partial)[blockIdx.y * outputs + r] = max_value;
+  else static_cast<double*>(partial)[blockIdx.y * outputs + r] = sum;
+}
+
+// One block per output (o, i): the axis (its part) strided over the threads.
+template <typename T>
+__global__ void reduce_rows_kernel(const T* x, T* y, Split p, bool is_max, void* partial) {
+  const AxisPart part = axis_part(p.axis);
   for (int64_t r = blockIdx.x; r < p.outer * p.inner; r += gridDim.x) {
     const T* row = x + (r / p.inner) * p.axis * p.inner + r % p.inner;
     if (is_max) {
-      T m = row[0];
-      for (int64_t a = threadIdx.x; a < p.axis; a += blockDim.x) m = MaxOp<T>()(m, row[a * p.inner]);
+      T m = row[part.begin * p.inner];
+      for (int64_t a = part.begin + threadIdx.x; a < part.end; a += blockDim.x) m = MaxOp<T>()(m, row[a * p.inner]);
       m = block_reduce(m, MaxOp<T>());
-      if (threadIdx.x == 0) y[r] = m;
+      if (threadIdx.x == 0) put(y, partial, p.outer * p.inner, r, m, 0.0, true);
     } else {
       double acc = 0;
-      for (int64_t a = threadIdx.x; a < p.axis; a += blockDim.x) acc += static_cast<double>(row[a * p.inner]);
+      for (int64_t a = part.begin + threadIdx.x; a < part.end; a += blockDim.x)
+        acc += static_cast<double>(row[a * p.inner]);
       acc = block_sum(acc);
-      if (threadIdx.x == 0) y[r] = static_cast<T>(acc);
+      if (threadIdx.x == 0) put(y, partial, p.outer * p.inner, r, T(0), acc, false);
     }
   }
 }
 
 // inner >= 32: blocks of 32 (inner, coalesced) x 8 (axis) threads.
 template <typename T>
-__global__ void reduce_tiles_kernel(const T* x, T* y, Split p, bool is_max) {
+__global__ void reduce_tiles_kernel(const T* x, T* y, Split p, bool is_max, void* partial) {
   __shared__ double sums[8][33];
   __shared__ T maxes[8][33];
+  const AxisPart part = axis_part(p.axis);
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
   for (int64_t tile = blockIdx.x; tile < p.outer * ((p.inner + 31) / 32); tile += gridDim.x) {
     const int64_t tiles_per_outer = (p.inner + 31) / 32;
@@ -120,12 +142,12 @@ __global__ void reduce_tiles_kernel(const T* x, T* y, Split p, bool is_max) {
     const bool live = i < p.inner;
     const T* col = x + o * p.axis * p.inner + (live ? i : 0);
     if (is_max) {
-      T m = col[0];
-      for (int64_t a = ty; a < p.axis; a += 8) m = MaxOp<T>()(m, col[a * p.inner]);
+      T m = col[part.begin * p.inner];
+      for (int64_t a = part.begin + ty; a < part.end; a += 8) m = MaxOp<T>()(m, col[a * p.inner]);
       maxes[ty][tx] = m;
     } else {
       double acc = 0;
-      for (int64_t a = ty; a < p.axis; a += 8) acc += static_cast<double>(col[a * p.inner]);
+      for (int64_t a = part.begin + ty; a < part.end; a += 8) acc += static_cast<double>(col[a * p.inner]);
       sums[ty][tx] = acc;
     }
     __syncthreads();
@@ -133,26 +155,49 @@ __global__ void reduce_tiles_kernel(const T* x, T* y, Split p, bool is_max) {
       if (is_max) {
         T m = maxes[0][tx];
         for (int k = 1; k < 8; ++k) m = MaxOp<T>()(m, maxes[k][tx]);
-        y[o * p.inner + i] = m;
+        put(y, partial, p.outer * p.inner, o * p.inner + i, m, 0.0, true);
       } else {
         double acc = sums[0][tx];
         for (int k = 1; k < 8; ++k) acc += sums[k][tx];
-        y[o * p.inner + i] = static_cast<T>(acc);
+        put(y, partial, p.outer * p.inner, o * p.inner + i, T(0), acc, false);
       }
     }
     __syncthreads();
   }
 }
 
+// The parts of every output combined in part order.
 template <typename T>
-void reduce_typed(const void* x, void* y, Split p, bool is_max, cudaStream_t stream) {
-  if (p.inner >= 32) {
-    reduce_tiles_kernel<T><<<grid_rows(p.outer * ((p.inner + 31) / 32)), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), p, is_max);
-  } else {
-    reduce_rows_kernel<T><<<grid_rows(p.outer * p.inner), kThreads, 0, stream>>>(static_cast<const T*>(x),
-                                                                                  static_cast<T*>(y), p, is_max);
+__global__ void reduce_parts_kernel(const void* partial, T* y, int64_t outputs, int64_t parts, bool is_max) {
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < outputs; r += int64_t(gridDim.x) * blockDim.x) {
+    if (is_max) {
+      const T* pt = static_cast<const T*>(partial);
+      T m = pt[r];
+      for (int64_t k = 1; k < parts; ++k) m = MaxOp<T>()(m, pt[k * outputs + r]);
+      y[r] = m;
+    } else {
+      const double* pd = static_cast<const double*>(partial);
+      double acc = pd[r];
+      for (int64_t k = 1; k < parts; ++k) acc += pd[k * outputs + r];
+      y[r] = static_cast<T>(acc);
+    }
   }
+}
+
+template <typename T>
+void reduce_typed(const void* x, void* y, Split p, bool is_max, void* scratch, cudaStream_t stream) {
+  const int64_t parts = reduce_parts(p), outputs = p.outer * p.inner;
+  const dim3 grid(p.inner >= 32 ? grid_rows(p.outer * ((p.inner + 31) / 32)) : grid_rows(outputs),
+                  static_cast<unsigned>(parts));
+  if (p.inner >= 32)
+    reduce_tiles_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), p, is_max,
+                                                          scratch);
+  else
+    reduce_rows_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), p, is_max,
+                                                         scratch);
+  if (parts > 1)
+    reduce_parts_kernel<T><<<grid_for(outputs), kThreads, 0, stream>>>(scratch, static_cast<T*>(y), outputs, parts,
+                                                                       is_max);
 }
 
 // The first index of the row's largest value (NaN passed over, unless the
@@ -468,11 +513,11 @@ void iota(void* out, uint8_t dtype, int64_t n, double start, double step, cudaSt
   iota_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, dtype, n, start, step);
 }
 
-void reduce(const void* x, void* y, uint8_t dtype, Split p, bool is_max, cudaStream_t stream) {
+void reduce(const void* x, void* y, uint8_t dtype, Split p, bool is_max, void* scratch, cudaStream_t stream) {
   switch (dtype) {
-    case kF32: return reduce_typed<float>(x, y, p, is_max, stream);
-    case kI32: return reduce_typed<int32_t>(x, y, p, is_max, stream);
-    default: return reduce_typed<int64_t>(x, y, p, is_max, stream);
+    case kF32: return reduce_typed<float>(x, y, p, is_max, scratch, stream);
+    case kI32: return reduce_typed<int32_t>(x, y, p, is_max, scratch, stream);
+    default: return reduce_typed<int64_t>(x, y, p, is_max, scratch, stream);
   }
 }
 

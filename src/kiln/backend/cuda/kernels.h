@@ -24,8 +24,9 @@ enum ErrorCode : int32_t { kNone = 0, kIdOutOfRange = 1, kLabelOutOfRange = 2 };
 void fused(const FusedDesc* desc, const FusedDesc& host, char* const* slots, int sms, cudaStream_t stream);
 
 void iota(void* out, uint8_t dtype, int64_t n, double start, double step, cudaStream_t stream);
-// Sum or max over the axis of (outer, axis, inner); T = dtype.
-void reduce(const void* x, void* y, uint8_t dtype, Split p, bool is_max, cudaStream_t stream);
+// Sum or max over the axis of (outer, axis, inner); T = dtype. scratch:
+// reduce_scratch_bytes(p) bytes (desc.h).
+void reduce(const void* x, void* y, uint8_t dtype, Split p, bool is_max, void* scratch, cudaStream_t stream);
 void argmax(const void* x, int64_t* y, uint8_t dtype, Split p, cudaStream_t stream);
 // dy (outer, count, inner) placed at start, start+step, ... of zeros (outer, p.axis, inner).
 void slice_grad(const void* dy, void* out, int elem_bytes, Split p, int64_t count, int64_t start, int64_t step,

@@ -1,0 +1,77 @@
+#include "kiln/compiler/profile.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace kiln::compiler {
+
+namespace {
+
+bool full_profile() {
+  const char* v = std::getenv("KILN_PROFILE");
+  return v && std::string(v) == "all";
+}
+
+struct Profile {
+  struct Entry {
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  std::mutex mu;
+  std::map<std::string, Entry> entries;
+  ~Profile() {
+    if (entries.empty()) return;
+    std::vector<std::pair<std::string, Entry>> rows(entries.begin(), entries.end());
+    std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+    double total = 0;
+    for (auto& r : rows) total += r.second.seconds;
+    std::fprintf(stderr, "kiln profile (KILN_PROFILE=1): %.3f s in kernels\n", total);
+    std::fprintf(stderr, "  %9s %6s %9s  %s\n", "seconds", "%", "calls", "kernel");
+    for (size_t i = 0; i < rows.size() && (i < 40 || full_profile()); ++i)
+      std::fprintf(stderr, "  %9.3f %5.1f%% %9lld  %s\n", rows[i].second.seconds, 100 * rows[i].second.seconds / total,
+                   static_cast<long long>(rows[i].second.calls), rows[i].first.c_str());
+  }
+};
+
+Profile& profile() {
+  static Profile p;
+  return p;
+}
+
+}  // namespace
+
+bool profiling() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_PROFILE");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+std::string instr_label(const Instr& ins) {
+  std::string s;
+  if (ins.fused) {
+    s = "fused[";
+    for (size_t k = 0; k < ins.program.size(); ++k) s += (k ? " " : "") + std::string(ir::op_name(ins.program[k].op));
+    s += "]";
+  } else {
+    s = ir::op_name(ins.op);
+  }
+  if (!ins.extra_outputs.empty()) s += " +" + std::to_string(ins.extra_outputs.size()) + " outputs";
+  return s + " " + to_string(ins.output.view.shape);
+}
+
+void profile_add(const Instr& ins, double seconds) {
+  Profile& p = profile();
+  std::string key = instr_label(ins);
+  std::lock_guard<std::mutex> lock(p.mu);
+  auto& e = p.entries[key];
+  e.seconds += seconds;
+  ++e.calls;
+}
+
+}  // namespace kiln::compiler

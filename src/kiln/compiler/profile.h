@@ -1,0 +1,22 @@
+// KILN_PROFILE=1: the backends' executors time every instruction (the CPU
+// with a clock around each call, CUDA with events around each launch) and
+// add it here under the instruction's label; the table of the 40 costliest
+// labels (KILN_PROFILE=all: every one) goes to stderr when the process exits.
+#pragma once
+
+#include <string>
+
+#include "kiln/compiler/program.h"
+
+namespace kiln::compiler {
+
+// True when KILN_PROFILE is set and not "0" (read once).
+bool profiling();
+
+// "fused[add mul ...] +N outputs [shape]" or the op's name and output shape.
+std::string instr_label(const Instr& ins);
+
+// Adds one timed run of `ins` to the table (thread-safe).
+void profile_add(const Instr& ins, double seconds);
+
+}  // namespace kiln::compiler
