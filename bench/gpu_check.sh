@@ -2,21 +2,24 @@
 # The CUDA backend's check on a GPU machine (one H200 here): builds kiln with
 # KILN_CUDA=ON (or unpacks the bundle bench/gpu_bundle.sh made), runs every
 # CUDA test in its own process (CUDA against the CPU backend, op by op and on
-# tiny BERT / GPT-2 / T5 training; a failing one again under
-# compute-sanitizer), the demo fine-tuning on the GPU, then times training
+# tiny BERT / GPT-2 / T5 training), the device tests again with every fused
+# program generated (NVRTC) and with none (the interpreter), tiny GPT-2 under
+# compute-sanitizer, the demo fine-tuning on the GPU, then times training
 # steps: bert-base classification (batch 32 x 128) and GPT-2 (batch 16 x
-# 1024), fp32, kiln and PyTorch 2 (Hugging Face's models; fp32, bf16 and
-# bf16 + torch.compile; bench/gpu/torch_ref.py) side by side.
+# 1024), fp32, with a KILN_PROFILE run of GPT-2, and PyTorch 2 on the same
+# models (Hugging Face's; fp32, bf16 and bf16 + torch.compile;
+# bench/gpu/torch_ref.py).
 #
 #   bash bench/gpu_check.sh [OUT_DIR]     (default ./gpu-results)
 #
 # Writes OUT_DIR/summary.txt (what passed, the step times) and
 # OUT_DIR/logs.tar.gz (one log per stage). Budget: each stage has a timeout
 # and all of them end by BUDGET seconds (420); a failed stage does not stop
-# the later ones. Environment: JOBS (16), BUILD (build-gpu), CUDA_ARCH (90:
+# the later ones. Without the PyTorch runs (SKIP below) it takes about 100 s
+# on an H200. Environment: JOBS (16), BUILD (build-gpu), CUDA_ARCH (90:
 # H100/H200; the build adds compute_90 PTX), USE_BUNDLE=1 (skip building
 # here, use the carried gpu-bundle.tar.xz), SKIP (stage names to skip, e.g.
-# "torch_gpt2 demo").
+# "torch_gpt2 torch_bert_base profile_gpt2").
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -101,6 +104,8 @@ fi
 ldd "$BIN/kiln" > "$LOGS/ldd.log" 2>&1
 grep -q "not found" "$LOGS/ldd.log" && log "WARNING: missing libraries: $(grep 'not found' "$LOGS/ldd.log" | tr -s ' \t' ' ')"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+# The generated kernels' disk cache: fresh for this check, so compile times show.
+export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(mktemp -d)}
 
 # 2. The CUDA tests, each in its own process so that a crash hides nothing
 # (they skip, saying so, if the GPU is not visible); a failing one is run
@@ -112,9 +117,21 @@ for t in $tests; do
   grep -q "SKIPPED \]" "$LOGS/t_$t.log" && log "  $t skipped: $(grep -m1 -B1 'SKIPPED \]' "$LOGS/t_$t.log" | head -1)"
 done
 log "CUDA tests: $(echo $tests | wc -w) run, ${#failed[@]} failed: ${failed[*]:-none}"
-if [ ${#failed[@]} -gt 0 ] && command -v compute-sanitizer > /dev/null; then
+# Fused programs of 2^16 elements and more run as generated kernels (NVRTC),
+# smaller ones on the device interpreter (KILN_CUDA_FUSED=auto): the tiny
+# models above ran on the interpreter. The device tests again with every
+# fused program generated, then with none.
+stage tests_generated 150 env KILN_CUDA_FUSED=generate "$BIN/test_backend_cuda" \
+  --gtest_filter='CudaOps.*:CudaFused.*:CudaModels.TinyBert*:CudaModels.TinyGpt2*'
+stage tests_interpreter 90 env KILN_CUDA_FUSED=interpret "$BIN/test_backend_cuda" \
+  --gtest_filter='CudaOps.*:CudaFused.*:CudaModels.*'
+for m in generated interpreter; do
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[       OK \]" "$LOGS/tests_$m.log" | sed "s/^/  $m: /" | tee -a "$OUT/summary.txt"
+done
+if command -v compute-sanitizer > /dev/null; then
   stage sanitize 90 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 20 \
-    "$BIN/test_backend_cuda" --gtest_filter="${failed[0]}"
+    env KILN_CUDA_FUSED=generate "$BIN/test_backend_cuda" --gtest_filter="${failed[0]:-CudaModels.TinyGpt2TrainsAsOnTheCpu}"
+  grep -E "ERROR SUMMARY" "$LOGS/sanitize.log" | tee -a "$OUT/summary.txt"
 fi
 
 # 3. The demo fine-tuning (scripts/demo.sh's run) on the GPU.
@@ -141,7 +158,7 @@ KILN_PROFILE=1 stage profile_gpt2 60 "$BIN/kiln" bench --model gpt2 --task causa
   --steps 2 --warmup 1 --device cuda
 [ -f "$LOGS/profile_gpt2.log" ] && sed -n '/kiln profile/,$p' "$LOGS/profile_gpt2.log" | head -30 | tee -a "$OUT/summary.txt"
 for b in bench_bert_base bench_gpt2; do
-  [ -f "$LOGS/$b.log" ] && grep -E "^kiln bench|median step|tokens/s|model FLOP|compile|device" "$LOGS/$b.log" |
+  [ -f "$LOGS/$b.log" ] && grep -E "^kiln bench|median step|tokens/s|model FLOP|compile|device|fused kernels" "$LOGS/$b.log" |
     sed "s/^/$b: /" | tee -a "$OUT/summary.txt"
 done
 if python3 -c 'import torch, transformers' 2> /dev/null; then

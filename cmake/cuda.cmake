@@ -1,4 +1,4 @@
-# The CUDA backend: built when nvcc, the CUDA runtime and cuBLAS/cuBLASLt are
+# The CUDA backend: built when nvcc, the CUDA runtime, cuBLAS/cuBLASLt and NVRTC are
 # found (KILN_CUDA=AUTO, the default), required (ON) or never (OFF). Sets
 # KILN_HAVE_CUDA; without it everything else builds exactly as on a machine
 # with no CUDA toolkit.
@@ -33,8 +33,9 @@ else()
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit)
-    if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::cudart OR NOT TARGET CUDA::cublas OR NOT TARGET CUDA::cublasLt)
-      kiln_cuda_unavailable("the CUDA runtime or cuBLAS/cuBLASLt libraries were not found")
+    if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::cudart OR NOT TARGET CUDA::cublas OR NOT TARGET CUDA::cublasLt
+       OR NOT TARGET CUDA::nvrtc)
+      kiln_cuda_unavailable("the CUDA runtime, cuBLAS/cuBLASLt or NVRTC libraries were not found")
     else()
       set(KILN_HAVE_CUDA ON)
       # C++20 device code: nvcc has it since 12.0; CMake before 3.26 does not know the flag.

@@ -231,6 +231,7 @@ int run_bench(const std::vector<std::string>& args) {
     std::printf("  device           %s: %s\n", device.str().c_str(), backend::cuda::device_description(device).c_str());
     std::printf("  device memory    %.0f MB peak in use, %.0f MB reserved\n", mem.peak_in_use / 1048576.0,
                 mem.reserved / 1048576.0);
+    std::printf("  fused kernels    %s\n", backend::cuda::generated_kernels_summary().c_str());
 #endif
   }
   if (flags.has("json"))

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
 
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/philox.h"
@@ -22,7 +23,9 @@
 #include "train/tiny_bert.h"
 #ifdef KILN_HAVE_CUDA
 #include "kiln/backend/cuda/cuda.h"
+#include "kiln/backend/cuda/codegen.h"
 #include "kiln/backend/cuda/encode.h"
+#include "kiln/backend/cuda/jit.h"
 #include "kiln/backend/cuda/fused_eval.h"
 #include "kiln/backend/cuda/pool.h"
 #endif
@@ -388,6 +391,67 @@ TEST(CudaFusedEmulation, ATwelveLayerTrainingStepFitsTheRegisters) {
     }
   EXPECT_GE(longest, 100u);  // the clipping coefficient's sum of norms is one program
   expect_same_as_cpu(r, 1e-4);
+}
+
+// The generated kernels (codegen.h) of every fused program of a 12-layer
+// training step: NVRTC compiles them for Hopper here (no GPU needed), and
+// the layers share their kernels. (The GPU tests run them.)
+TEST(CudaCodegen, EveryProgramOfATrainingStepCompilesWithNvrtc) {
+  auto model = models::create_model("BertForSequenceClassification", testing::tiny_bert(12), 3);
+  model->train();
+  optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
+  model->forward(tiny_bert_batch()).loss.backward();
+  optim::clip_grad_norm(model->parameters(), 1.0);
+  opt.step();
+  std::vector<ir::NodePtr> outs, params;
+  for (const auto& t : model->parameters()) outs.push_back(t.node());
+  const compiler::Program p = compiler::compile(ir::flatten(outs, &params));
+  std::set<std::string> distinct;
+  int fused = 0;
+  for (const auto& ins : p.instrs)
+    if (ins.fused) {
+      ++fused;
+      distinct.insert(backend::cuda::fused_kernel_source(ins, "k"));
+    }
+  std::vector<std::string> kernels;
+  for (const auto& text : distinct) {
+    std::string k = text;
+    k.replace(k.find("void __launch_bounds__(256) k("), 30,
+              "void __launch_bounds__(256) k" + std::to_string(kernels.size()) + "(");
+    kernels.push_back(k);
+  }
+  EXPECT_LT(distinct.size() * 3, static_cast<size_t>(fused)) << fused << " fused programs";
+  const std::string cubin = backend::cuda::compile_cubin(backend::cuda::fused_translation_unit(kernels), 90);
+  EXPECT_GT(cubin.size(), 1000u);
+}
+
+TEST(CudaCodegen, EveryElementwiseOpAndViewKindCompiles) {
+  Tensor a = Tensor::from_vector(values(24, 1), {4, 6});
+  Tensor b = Tensor::from_vector(values(6, 2, 0.5f, 3.0f), {6});
+  Tensor c = Tensor::from_vector(values(4, 3), {4, 1});
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, -7, 12, 5, 0, 9}, {6});
+  Generator g(11);
+  std::vector<Tensor> r = {
+      -a + b * c - a / b + pow(abs(a) + 0.5, b) + maximum(a, b) + minimum(a, c),
+      exp(a) + log(b) + tanh(a) + erf(a) + sqrt(b) + rsqrt(b) + sigmoid(a) + relu(a) + gelu(a) + gelu(a, "tanh"),
+      where(logical_and(gt(a, b), logical_not(le(a, c))), a, b) + cast(logical_or(eq(a, b), ne(a, c)), DType::f32),
+      cast(div(ids * 7, full({}, 3, DType::i64)) + ids, DType::f32) + b,
+      dropout(transpose(a, 0, 1), 0.3, g) + bernoulli({6, 4}, 0.4, g),
+  };
+  std::vector<ir::NodePtr> outs, params;
+  for (const auto& t : r) outs.push_back(t.node());
+  const compiler::Program p = compiler::compile(ir::flatten(outs, &params));
+  std::vector<std::string> kernels;
+  for (const auto& ins : p.instrs)
+    if (ins.fused) kernels.push_back(backend::cuda::fused_kernel_source(ins, "k" + std::to_string(kernels.size())));
+  EXPECT_GE(kernels.size(), 4u);
+  const std::string all = backend::cuda::fused_translation_unit(kernels);
+  for (const char* want : {"double", "philox_uniform", "gelu(", "% 6u", "__longlong_as_double"})
+    EXPECT_NE(all.find(want), std::string::npos) << want << " in\n" << all;
+  EXPECT_GT(backend::cuda::compile_cubin(all, 90).size(), 1000u);
+  // NVRTC's log reaches the error.
+  EXPECT_CONTAINS(error_of([&] { backend::cuda::compile_cubin("__global__ void k() { undeclared(); }", 90); }),
+                  "undeclared");
 }
 
 TEST(CudaFusedEmulation, RegistersAreReusedOnceTheirLastReaderRan) {

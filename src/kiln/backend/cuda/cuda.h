@@ -43,6 +43,10 @@ struct MemoryStats {
 };
 MemoryStats memory_stats(Device device);
 
+// The fused programs' generated kernels so far (jit.h): "12 kernels in 2
+// modules: 1 compiled in 0.84 s, 1 from the disk cache (~/.cache/kiln/cuda)".
+std::string generated_kernels_summary();
+
 // A Program bound to a device: its instruction descriptors (fused programs,
 // views) uploaded once, its scratch memory and the step's slot table.
 struct Plan;

@@ -5,12 +5,18 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
+#include "kiln/backend/cuda/codegen.h"
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/cuda.h"
 #include "kiln/backend/cuda/encode.h"
+#include "kiln/backend/cuda/jit.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/compiler/profile.h"
 #include "kiln/core/error.h"
@@ -61,6 +67,7 @@ struct Plan {
   struct Step {
     std::string error;       // set: the instruction cannot run on CUDA (thrown when reached)
     FusedDesc fused;         // fused: the host copy
+    const void* generated = nullptr;  // fused: its generated kernel (null: the interpreter runs it)
     size_t fused_at = 0;     // fused: byte offset of the record in `descs`
     GemmPlan gemm;           // MatMul
     int report = -1;         // index of its ErrorReport, for kernels that check data
@@ -75,8 +82,68 @@ struct Plan {
   std::unique_ptr<PinnedBlock> reports_host;
   int num_reports = 0;
   std::unique_ptr<DeviceBlock> scratch;  // cross-entropy row losses, reductions' partials
+  std::shared_ptr<const JitModule> module;  // the generated kernels
   int sms = 1;
 };
+
+namespace {
+
+// Which fused programs run as generated kernels (KILN_CUDA_FUSED): "auto"
+// (the default) those of at least kGenerateFrom elements -- below that the
+// interpreter's launch costs microseconds too, and NVRTC's ~0.5 s per plan
+// would dominate small graphs (evaluation, tests of tiny models);
+// "generate": all of them; "interpret": none (for comparing the two).
+constexpr int64_t kGenerateFrom = int64_t{1} << 16;
+int64_t generate_from() {
+  static const int64_t from = [] {
+    const char* v = std::getenv("KILN_CUDA_FUSED");
+    const std::string mode = v && *v ? v : "auto";
+    KILN_CHECK(mode == "auto" || mode == "generate" || mode == "interpret",
+               "KILN_CUDA_FUSED must be 'auto', 'generate' or 'interpret', got '", mode, "'");
+    return mode == "auto" ? kGenerateFrom : mode == "generate" ? int64_t{0} : int64_t{-1};
+  }();
+  return from;
+}
+
+// One kernel per distinct fused program (every layer shares its programs'
+// kernels), compiled as one translation unit. A failure leaves the plan on
+// the interpreter and says why once per process.
+void attach_generated_kernels(Plan& plan, int64_t from) {
+  const std::string placeholder = "kiln_fused_kernel";
+  std::map<std::string, int> index;  // kernel text -> its number
+  std::vector<std::string> kernels;
+  std::vector<int> kernel_of(plan.program.instrs.size(), -1);
+  try {
+    for (size_t k = 0; k < plan.program.instrs.size(); ++k) {
+      const Instr& ins = plan.program.instrs[k];
+      // (A program too long for the interpreter is generated whatever its size.)
+      if (!ins.fused || (numel(ins.output.view.shape) < from && plan.steps[k].error.empty())) continue;
+      std::string text = fused_kernel_source(ins, placeholder);
+      auto [it, fresh] = index.emplace(text, static_cast<int>(kernels.size()));
+      if (fresh) {
+        const std::string name = "kiln_fused_" + std::to_string(kernels.size());
+        text.replace(text.find(placeholder), placeholder.size(), name);
+        kernels.push_back(std::move(text));
+      }
+      kernel_of[k] = it->second;
+    }
+    if (kernels.empty()) return;
+    plan.module = load_module(fused_translation_unit(kernels), plan.device.index, static_cast<int>(kernels.size()));
+    for (size_t k = 0; k < kernel_of.size(); ++k)
+      if (kernel_of[k] >= 0) {
+        plan.steps[k].generated = plan.module->kernel("kiln_fused_" + std::to_string(kernel_of[k]));
+        plan.steps[k].error.clear();
+      }
+  } catch (const Error& e) {
+    for (auto& st : plan.steps) st.generated = nullptr;
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      std::fprintf(stderr, "kiln: cuda: generated fused kernels unavailable, using the interpreter: %s\n", e.what());
+    });
+  }
+}
+
+}  // namespace
 
 std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
   DeviceState& ds = device_state(device.index);
@@ -138,6 +205,7 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
     plan->reports_host = std::make_unique<PinnedBlock>(bytes);
   }
   if (scratch_bytes) plan->scratch = std::make_unique<DeviceBlock>(device, scratch_bytes);
+  if (generate_from() >= 0) attach_generated_kernels(*plan, generate_from());
   return plan;
 }
 
@@ -340,6 +408,25 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
   }
 }
 
+// A fused instruction's generated kernel: one pointer per input, then per
+// output, each at its view's offset.
+void launch_generated(const Instr& ins, const Plan::Step& st, char* const* slot_base, int sms, cudaStream_t s) {
+  const int64_t n = numel(ins.output.view.shape);
+  if (n == 0) return;
+  std::vector<char*> ptrs;
+  auto at = [&](const compiler::Operand& op) {
+    ptrs.push_back(slot_base[op.slot] + op.view.offset * static_cast<int64_t>(dtype_size(op.dtype)));
+  };
+  for (const auto& op : ins.inputs) at(op);
+  at(ins.output);
+  for (const auto& e : ins.extra_outputs) at(e.out);
+  std::vector<void*> args;
+  for (auto& p : ptrs) args.push_back(&p);
+  const int64_t blocks = std::min<int64_t>((n + kGeneratedThreads - 1) / kGeneratedThreads, int64_t(sms) * 8);
+  KILN_CUDA_CHECK(cudaLaunchKernel(st.generated, dim3(static_cast<unsigned>(blocks)),
+                                   dim3(kGeneratedThreads), args.data(), 0, s));
+}
+
 // Waits for the stream whatever happens: nothing may release memory that a
 // queued kernel still uses.
 struct SyncOnExit {
@@ -388,7 +475,9 @@ void execute(Plan& plan, std::span<void* const> params, std::span<void* const> o
     in.clear();
     for (const auto& op : ins.inputs) in.push_back(slot_base[op.slot]);
     char* out = slot_base[ins.output.slot];
-    if (ins.fused) {
+    if (ins.fused && st.generated) {
+      launch_generated(ins, st, slot_base, plan.sms, ds.stream);
+    } else if (ins.fused) {
       const auto* desc = reinterpret_cast<const FusedDesc*>(static_cast<char*>(plan.descs->ptr) + st.fused_at);
       kernels::fused(desc, st.fused, static_cast<char* const*>(plan.slots->ptr), plan.sms, ds.stream);
     } else if (ins.op == Op::AllReduce || ins.op == Op::BroadcastFrom) {

@@ -1,0 +1,186 @@
+#include "kiln/backend/cuda/codegen.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "kiln/backend/cuda/encode.h"
+#include "kiln/compiler/compile.h"
+#include "kiln/core/error.h"
+
+namespace kiln::backend::cuda {
+
+using compiler::FusedStep;
+using compiler::Instr;
+using compiler::Operand;
+using ir::Op;
+
+namespace {
+
+const char* c_type(DType t) {
+  switch (t) {
+    case DType::f32: return "float";
+    case DType::i32: return "int";
+    case DType::i64: return "long long";
+    default: return "unsigned char";
+  }
+}
+
+// The element offset of view `d` for element i, as statements defining
+// `name` (the pointer is already at the view's offset).
+std::string offset_code(const ViewDesc& d, const std::string& name) {
+  std::ostringstream os;
+  if (d.layout == kContiguous) {
+    os << "const long long " << name << " = i;\n";
+  } else if (d.layout == kScalar) {
+    os << "const long long " << name << " = 0;\n";
+  } else {
+    const char* index_type = d.narrow ? "unsigned" : "unsigned long long";
+    const char* suffix = d.narrow ? "u" : "ull";
+    os << "long long " << name << " = 0;\n{\n" << index_type << " j = (" << index_type << ")i;\n";
+    for (int k = d.rank - 1; k > 0; --k) {
+      if (d.strides[k] != 0) os << name << " += (long long)(j % " << d.shape[k] << suffix << ") * " << d.strides[k] << "ll;\n";
+      os << "j /= " << d.shape[k] << suffix << ";\n";
+    }
+    if (d.strides[0] != 0) os << name << " += (long long)j * " << d.strides[0] << "ll;\n";
+    os << "}\n";
+  }
+  return os.str();
+}
+
+std::string bits_of(double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "__longlong_as_double(0x%016" PRIx64 "ll)", bits);
+  return buf;
+}
+
+// The expression of one elementwise step over values a, b, c (fused_eval.h's
+// formulas, op by op).
+std::string expression(const FusedStep& s, const std::string& T, const std::string& a, const std::string& b,
+                       const std::string& c) {
+  const std::string one = T + "(1)", zero = T + "(0)";
+  const bool tanh_form = !s.attrs.ints.empty() && s.attrs.ints[0] == 1;
+  auto cmp = [&](const char* op) { return "(" + a + " " + op + " " + b + " ? " + one + " : " + zero + ")"; };
+  switch (s.op) {
+    case Op::Neg: return "-" + a;
+    case Op::Exp: return "exp_(" + a + ")";
+    case Op::Log: return "log_(" + a + ")";
+    case Op::Tanh: return "tanh_(" + a + ")";
+    case Op::Erf: return "erf_(" + a + ")";
+    case Op::Sqrt: return "sqrt_(" + a + ")";
+    case Op::Rsqrt: return one + " / sqrt_(" + a + ")";
+    case Op::Abs: return "abs_(" + a + ")";
+    case Op::Sigmoid: return one + " / (" + one + " + exp_(-" + a + "))";
+    case Op::Relu: return "(" + a + " > " + zero + " ? " + a + " : " + zero + ")";
+    case Op::Gelu: return std::string("gelu(") + a + (tanh_form ? ", true)" : ", false)");
+    case Op::GeluGrad: return b + std::string(" * gelu_grad(") + a + (tanh_form ? ", true)" : ", false)");
+    case Op::Not: return "(" + a + " == " + zero + " ? " + one + " : " + zero + ")";
+    case Op::Cast: return "cast_to((unsigned char)" + std::to_string(static_cast<int>(s.dtype)) + ", " + a + ")";
+    case Op::Detach: return a;
+    case Op::Add: return a + " + " + b;
+    case Op::Sub: return a + " - " + b;
+    case Op::Mul: return a + " * " + b;
+    case Op::Div: return s.dtype == DType::f32 ? a + " / " + b : "trunc_(" + a + " / " + b + ")";
+    case Op::Pow: return "pow_(" + a + ", " + b + ")";
+    case Op::Max: return "(" + a + " > " + b + " || isnan_(" + a + ") ? " + a + " : " + b + ")";
+    case Op::Min: return "(" + a + " < " + b + " || isnan_(" + a + ") ? " + a + " : " + b + ")";
+    case Op::Eq: return cmp("==");
+    case Op::Ne: return cmp("!=");
+    case Op::Lt: return cmp("<");
+    case Op::Le: return cmp("<=");
+    case Op::Gt: return cmp(">");
+    case Op::Ge: return cmp(">=");
+    case Op::And: return "(" + a + " != " + zero + " && " + b + " != " + zero + " ? " + one + " : " + zero + ")";
+    case Op::Or: return "(" + a + " != " + zero + " || " + b + " != " + zero + " ? " + one + " : " + zero + ")";
+    case Op::Where: return "(" + a + " != " + zero + " ? " + b + " : " + c + ")";
+    default:
+      throw Error(std::string("cuda codegen: no code for op ") + ir::op_name(s.op) + " in a fused program");
+  }
+}
+
+}  // namespace
+
+std::string fused_kernel_source(const Instr& ins, const std::string& name) {
+  KILN_ASSERT(ins.fused && !ins.program.empty());
+  const std::string T = compiler::computes_in_double(ins) ? "double" : "float";
+  const int64_t n = numel(ins.output.view.shape);
+  std::vector<const Operand*> outs{&ins.output};
+  for (const auto& e : ins.extra_outputs) {
+    KILN_CHECK(numel(e.out.view.shape) == n, "cuda codegen: extra output of shape ", to_string(e.out.view.shape),
+               " for a fused result of shape ", to_string(ins.output.view.shape));
+    outs.push_back(&e.out);
+  }
+  std::ostringstream os;
+  os << "extern \"C\" __global__ void __launch_bounds__(" << kGeneratedThreads << ") " << name << "(";
+  for (size_t k = 0; k < ins.inputs.size(); ++k)
+    os << (k ? ", " : "") << "const " << c_type(ins.inputs[k].dtype) << "* in" << k;
+  for (size_t k = 0; k < outs.size(); ++k)
+    os << (k || !ins.inputs.empty() ? ", " : "") << c_type(outs[k]->dtype) << "* out" << k;
+  os << ") {\n"
+     << "for (long long i = (long long)blockIdx.x * " << kGeneratedThreads << " + threadIdx.x; i < " << n
+     << "ll; i += (long long)gridDim.x * " << kGeneratedThreads << ") {\n";
+  const auto& prog = ins.program;
+  auto v = [](int32_t k) { return "v" + std::to_string(k); };
+  for (size_t k = 0; k < prog.size(); ++k) {
+    const FusedStep& s = prog[k];
+    const std::string name_k = v(static_cast<int32_t>(k));
+    std::string value;
+    switch (s.op) {
+      case Op::Data: {
+        KILN_ASSERT(s.load >= 0 && s.load < static_cast<int32_t>(ins.inputs.size()));
+        const std::string off = "o" + std::to_string(k);
+        os << offset_code(view_desc(ins.inputs[s.load]), off);
+        value = T + "(in" + std::to_string(s.load) + "[" + off + "])";
+        break;
+      }
+      case Op::Constant:
+        value = T + "(" + bits_of(s.attrs.floats.empty() ? 0.0 : s.attrs.floats[0]) + ")";
+        break;
+      case Op::RandUniform:
+      case Op::RandNormal: {
+        KILN_ASSERT(s.load >= 0 && s.load < static_cast<int32_t>(ins.inputs.size()));
+        const Operand& key = ins.inputs[s.load];
+        KILN_CHECK(key.dtype == DType::i64, "cuda codegen: a random key of dtype ", dtype_name(key.dtype));
+        const std::string kp = "in" + std::to_string(s.load);
+        value = T + "(" + (s.op == Op::RandUniform ? "philox_uniform" : "philox_normal") + "((unsigned long long)" + kp +
+                "[0], (unsigned long long)" + kp + "[1], (unsigned long long)(i" +
+                (numel(key.view.shape) > 2 ? " + " + kp + "[2]" : std::string()) + ")))";
+        break;
+      }
+      default:
+        value = expression(s, T, s.a >= 0 ? v(s.a) : "", s.b >= 0 ? v(s.b) : "", s.c >= 0 ? v(s.c) : "");
+    }
+    // f32 values are rounded to f32 in double groups (fused_eval.h).
+    if (s.op != Op::Data && T == "double" && s.dtype == DType::f32) value = "double(float(" + value + "))";
+    os << "const " << T << " " << name_k << " = " << value << ";\n";
+  }
+  std::vector<int32_t> out_regs{static_cast<int32_t>(prog.size()) - 1};
+  for (const auto& e : ins.extra_outputs) out_regs.push_back(e.reg);
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const std::string off = "p" + std::to_string(k), r = v(out_regs[k]);
+    os << offset_code(view_desc(*outs[k]), off);
+    // store_as: bool outputs hold v != 0.
+    const std::string stored = outs[k]->dtype == DType::b8
+                                   ? "(unsigned char)(" + r + " != " + T + "(0))"
+                                   : "(" + std::string(c_type(outs[k]->dtype)) + ")" + r;
+    os << "out" << k << "[" << off << "] = " << stored << ";\n";
+  }
+  os << "}\n}\n";
+  return os.str();
+}
+
+std::string fused_translation_unit(const std::vector<std::string>& kernels) {
+  std::string tu =
+      "#include \"kiln/backend/cuda/fused_math.h\"\n"
+      "#include \"kiln/backend/philox_core.h\"\n"
+      "using namespace kiln::backend;\n"
+      "using namespace kiln::backend::cuda;\n"
+      "using namespace kiln::backend::cuda::fused_math;\n";
+  for (const auto& k : kernels) tu += "\n" + k;
+  return tu;
+}
+
+}  // namespace kiln::backend::cuda
