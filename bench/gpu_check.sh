@@ -19,7 +19,8 @@
 # on an H200. Environment: JOBS (16), BUILD (build-gpu), CUDA_ARCH (90:
 # H100/H200; the build adds compute_90 PTX), USE_BUNDLE=1 (skip building
 # here, use the carried gpu-bundle.tar.xz), SKIP (stage names to skip, e.g.
-# "torch_gpt2 torch_bert_base profile_gpt2").
+# "torch_gpt2 torch_bert_base profile_gpt2"), TORCH_MODES (the PyTorch
+# runs' modes, fp32,tf32,bf16,bf16-compile).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -153,17 +154,23 @@ stage bench_bert_base 50 "$BIN/kiln" bench --model bert-base --task text-classif
   --steps 10 --warmup 2 --device cuda
 stage bench_gpt2 90 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
   --steps 5 --warmup 2 --device cuda
+# The same with TF32 tensor-core products (--tf32).
+stage bench_bert_base_tf32 50 "$BIN/kiln" bench --model bert-base --task text-classification --batch 32 --seq 128 \
+  --steps 10 --warmup 2 --device cuda --tf32
+stage bench_gpt2_tf32 90 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
+  --steps 5 --warmup 2 --device cuda --tf32
 # Where the GPT-2 step's device time goes (CUDA events around every launch).
 KILN_PROFILE=1 stage profile_gpt2 60 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
   --steps 2 --warmup 1 --device cuda
 [ -f "$LOGS/profile_gpt2.log" ] && sed -n '/kiln profile/,$p' "$LOGS/profile_gpt2.log" | head -30 | tee -a "$OUT/summary.txt"
-for b in bench_bert_base bench_gpt2; do
+for b in bench_bert_base bench_gpt2 bench_bert_base_tf32 bench_gpt2_tf32; do
   [ -f "$LOGS/$b.log" ] && grep -E "^kiln bench|median step|tokens/s|model FLOP|compile|device|fused kernels" "$LOGS/$b.log" |
     sed "s/^/$b: /" | tee -a "$OUT/summary.txt"
 done
 if python3 -c 'import torch, transformers' 2> /dev/null; then
-  stage torch_gpt2 120 python3 "$ROOT/bench/gpu/torch_ref.py" --model gpt2 --batch 16 --seq 1024 --steps 5
-  stage torch_bert_base 60 python3 "$ROOT/bench/gpu/torch_ref.py" --model bert-base --batch 32 --seq 128
+  modes=${TORCH_MODES:-fp32,tf32,bf16,bf16-compile}
+  stage torch_gpt2 120 python3 "$ROOT/bench/gpu/torch_ref.py" --model gpt2 --batch 16 --seq 1024 --steps 5 --modes "$modes"
+  stage torch_bert_base 60 python3 "$ROOT/bench/gpu/torch_ref.py" --model bert-base --batch 32 --seq 128 --modes "$modes"
   cat "$LOGS"/torch_*.log | grep '^{' | tee -a "$OUT/summary.txt"
 else
   log "PyTorch with transformers is not installed here: no reference run"

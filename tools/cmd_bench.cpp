@@ -1,6 +1,6 @@
 // kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]
 //            [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--device cpu|cuda:N]
-//            [--gradient_checkpointing] [--json]
+//            [--gradient_checkpointing] [--tf32] [--json]
 // Times training steps (forward, backward, gradient clipping, AdamW; fp32) of a
 // model on synthetic tokens and prints the median step time, tokens/s, model
 // FLOP/s (6 x parameters x tokens per second) and its fraction of the best
@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "usage: kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]\n"
     "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--device cpu|cuda:N]\n"
-    "                  [--gradient_checkpointing] [--json]";
+    "                  [--gradient_checkpointing] [--tf32] [--json]";
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -82,7 +82,7 @@ double gemm_gflops(int64_t M, int64_t K, int64_t N, Device device) {
 int run_bench(const std::vector<std::string>& args) {
   cli::Flags flags("bench",
                    {{"model", true, true}, {"task"}, {"batch"}, {"seq"}, {"target_len"}, {"steps"}, {"warmup"},
-                    {"device"}, {"gradient_checkpointing", false}, {"json", false}},
+                    {"device"}, {"gradient_checkpointing", false}, {"tf32", false}, {"json", false}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -169,6 +169,10 @@ int run_bench(const std::vector<std::string>& args) {
       }
   model->train();
   if (flags.has("gradient_checkpointing")) model->set_gradient_checkpointing(true);
+  if (flags.has("tf32")) {
+    KILN_CHECK(device.kind == DeviceKind::CUDA, "bench: --tf32 needs --device cuda");
+    set_allow_tf32(true);
+  }
   optim::AdamW opt(model->parameters(), {.lr = 5e-5, .weight_decay = 0.01});
   metrics::reset();
   std::vector<double> times;

@@ -3,10 +3,10 @@
 steps of Hugging Face's own GPT2LMHeadModel / BertForSequenceClassification,
 built from a default config (fresh weights, nothing downloaded), AdamW
 (lr 5e-5, weight decay 0.01) and gradient clipping at 1.0 -- what `kiln bench`
-runs. Modes: fp32 eager (no TF32), bf16 autocast eager, bf16 autocast under
-torch.compile.
+runs. Modes: fp32 eager (no TF32), tf32 (fp32 with TF32 matrix products),
+bf16 autocast eager, bf16 autocast under torch.compile.
 
-usage: torch_ref.py --model gpt2|bert-base --batch B --seq T [--steps 10] [--modes fp32,bf16,bf16-compile]
+usage: torch_ref.py --model gpt2|bert-base --batch B --seq T [--steps 10] [--modes fp32,tf32,bf16,bf16-compile]
 Prints one JSON line per mode: median step seconds, tokens/s, model FLOP/s
 (6 x parameters in matrix products x tokens/s, as kiln bench counts them),
 peak device memory.
@@ -38,6 +38,7 @@ def build(name):
 
 def run(args, mode):
     torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
     model, vocab, flop_params = build(args.model)
     model = model.cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
@@ -93,10 +94,9 @@ def main():
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("torch_ref.py: PyTorch sees no CUDA device")
-    torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     for mode in args.modes.split(","):
-        if mode not in ("fp32", "bf16", "bf16-compile", "fp32-compile"):
+        if mode not in ("fp32", "tf32", "bf16", "bf16-compile", "fp32-compile"):
             sys.exit(f"torch_ref.py: unknown mode '{mode}'")
         run(args, mode)
         torch.cuda.empty_cache()

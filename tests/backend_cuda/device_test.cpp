@@ -310,6 +310,30 @@ TEST(CudaFused, ExtraOutputsAndIntegerGroupsOnTheDevice) {
   }
 }
 
+// set_allow_tf32: f32 products on tensor cores keep ~10 bits of the inputs'
+// mantissa (an error near 1e-3 relative on K = 1024), and off again is fp32.
+TEST(CudaOps, Tf32ProductsAreTf32AndOffIsFp32) {
+  KILN_REQUIRE_GPU();
+  const int64_t n = 1024;
+  auto product = [&](Device d) {
+    Tensor a = Tensor::from_vector(values(n * n, 31), {n, n}, d), b = Tensor::from_vector(values(n * n, 32), {n, n}, d);
+    return matmul(a, b).to_vector<double>();
+  };
+  const std::vector<double> want = product(kCpu);
+  auto error = [&](const std::vector<double>& got) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+    return std::sqrt(num / den);
+  };
+  set_allow_tf32(true);
+  const double tf32 = error(product(kGpu));
+  set_allow_tf32(false);
+  const double fp32 = error(product(kGpu));
+  EXPECT_GT(tf32, 1e-5);
+  EXPECT_LT(tf32, 5e-3);
+  EXPECT_LT(fp32, 1e-5);
+}
+
 // ---- models: forward, gradients and ten AdamW steps, CUDA against the CPU ----
 
 struct Run {

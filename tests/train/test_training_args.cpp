@@ -76,6 +76,7 @@ const json kHfDefaults = {
     {"resume_from_checkpoint", ""},
     {"label_smoothing_factor", 0.0},
     {"gradient_checkpointing", false},
+    {"tf32", false},
     {"ddp_bucket_cap_mb", 25.0},
     {"num_replicas", 1},
     {"shard_optimizer_state", false},
@@ -125,11 +126,12 @@ const std::vector<FlagCase> kEveryFlag = {
     {"resume_from_checkpoint", "latest", "latest"},
     {"label_smoothing_factor", "0.1", 0.1},
     {"gradient_checkpointing", "", true},
+    {"tf32", "", true},
     {"ddp_bucket_cap_mb", "0.5", 0.5},
     {"num_replicas", "2", 2},
     {"shard_optimizer_state", "", true},
     {"metrics_debug", "", true},
-    {"device", "cpu:1", "cpu:1"},
+    {"device", "cuda:1", "cuda:1"},
 };
 
 Args with_flag(const FlagCase& c) {
@@ -159,6 +161,7 @@ TEST(TrainingArgs, EveryFlagSetsItsField) {
     // load_best_model_at_end needs evaluations at the save points.
     if (c.name == "load_best_model_at_end")
       args.insert(args.end(), {"--eval_strategy", "epoch", "--save_strategy", "epoch"});
+    if (c.name == "tf32") args.insert(args.end(), {"--device", "cuda"});  // TF32 is a CUDA mode
     json j = parse(args).to_json();
     EXPECT_EQ(j[c.name], c.expected) << c.name;
     EXPECT_NE(j[c.name], kHfDefaults[c.name]) << c.name << ": the test value must differ from the default";
@@ -294,6 +297,12 @@ TEST(TrainingArgs, BadValuesNameTheFlag) {
   EXPECT_EQ(parse_error({"--output_dir", "--do_train"}), "flag --output_dir needs a value");
   EXPECT_HAS(parse_error({"out", "--do_train"}), "unexpected argument 'out'");
   EXPECT_EQ(parse({"--output_dir", "o", "--max_steps", "-1"}).max_steps, -1);  // negative numbers are values
+}
+
+TEST(TrainingArgs, Tf32NeedsACudaDevice) {
+  EXPECT_EQ(parse_error({"--output_dir", "o", "--tf32"}),
+            "--tf32 requires a CUDA device (--device cuda), but device is 'cpu'");
+  EXPECT_TRUE(parse({"--output_dir", "o", "--tf32", "--device", "cuda:0"}).tf32);  // parsing needs no GPU
 }
 
 TEST(TrainingArgs, LoadBestModelRules) {

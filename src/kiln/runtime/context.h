@@ -94,6 +94,12 @@ void mark_step(Device device = Device::cpu());
 void wait_device_ops(Device device = Device::cpu());
 // Runs fn on `device`'s stream once the steps queued so far have run.
 void add_step_closure(std::function<void()> fn, Device device = Device::cpu());
+// TF32 tensor-core math for f32 matrix products on CUDA devices
+// (torch.backends.cuda.matmul.allow_tf32 = True; TrainingArguments' tf32):
+// the products' inputs keep 10 bits of mantissa, accumulation stays fp32.
+// Off by default; read when each step runs; the CPU backend ignores it.
+void set_allow_tf32(bool on);
+bool allow_tf32();
 // KILN_EAGER=1 (or set_eager_mode(true)) runs each op as it is traced.
 bool eager_mode();
 void set_eager_mode(bool on);

@@ -140,6 +140,7 @@ Trainer::Trainer(models::PreTrainedModel& model, TrainingArguments args, Task ta
              "kiln::spawn(fn, num_replicas)");
   progress_tty_ = ::isatty(STDERR_FILENO) && replica_.is_master();
   if (args_.gradient_checkpointing) model_.set_gradient_checkpointing(true);  // as HF's Trainer does
+  if (args_.tf32) set_allow_tf32(true);  // HF: torch.backends.cuda.matmul.allow_tf32 = True
   build_optimizer();
 }
 

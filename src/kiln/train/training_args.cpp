@@ -71,6 +71,7 @@ const std::vector<Field>& fields() {
       {"resume_from_checkpoint", &TA::resume_from_checkpoint, {}},
       {"label_smoothing_factor", &TA::label_smoothing_factor, {}},
       {"gradient_checkpointing", &TA::gradient_checkpointing, {}},
+      {"tf32", &TA::tf32, {}},
       {"ddp_bucket_cap_mb", &TA::ddp_bucket_cap_mb, {}},
       {"num_replicas", &TA::num_replicas, {}},
       {"shard_optimizer_state", &TA::shard_optimizer_state, {}},
@@ -283,6 +284,8 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
   } catch (const Error&) {
     throw fail("device", "must be cpu, cpu:N, cuda or cuda:N; got '" + a.device + "'");
   }
+  if (a.tf32 && Device::parse(a.device).kind != DeviceKind::CUDA)
+    throw fail("tf32", "requires a CUDA device (--device cuda), but device is '" + a.device + "'");
 
   if (a.load_best_model_at_end) {
     if (a.eval_strategy != a.save_strategy)

@@ -45,6 +45,8 @@ struct TrainingArguments {
   // Recompute each transformer layer in the backward pass instead of keeping
   // its activations (model.gradient_checkpointing_enable()).
   bool gradient_checkpointing = false;
+  // TF32 tensor-core math for f32 matrix products (CUDA devices only; HF's tf32).
+  bool tf32 = false;
   double ddp_bucket_cap_mb = 25;  // gradient all-reduce buckets (HF: None means DDP's 25)
   // kiln additions (also flags): replicas and debugging
   int64_t num_replicas = 1;

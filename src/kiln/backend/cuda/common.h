@@ -37,6 +37,7 @@ struct DeviceState {
   cudaStream_t stream = nullptr;       // the steps' kernels
   cudaStream_t copy_stream = nullptr;  // host<->device copies outside steps
   cublasHandle_t blas = nullptr;       // bound to `stream`
+  bool blas_tf32 = false;              // the handle's math mode (set by the step's thread)
   BlockPool pool;
   cudaDeviceProp props{};
 };

@@ -43,6 +43,10 @@ struct MemoryStats {
 };
 MemoryStats memory_stats(Device device);
 
+// TF32 tensor-core math for the f32 matrix products of the steps run from
+// now on (cuBLAS's CUBLAS_TF32_TENSOR_OP_MATH; kiln::set_allow_tf32).
+void set_allow_tf32(bool on);
+
 // The fused programs' generated kernels so far (jit.h): "12 kernels in 2
 // modules: 1 compiled in 0.84 s, 1 from the disk cache (~/.cache/kiln/cuda)".
 std::string generated_kernels_summary();

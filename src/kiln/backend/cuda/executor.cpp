@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -218,8 +219,14 @@ void check_launch(const Instr& ins) {
                                " failed: ", cudaGetErrorString(status), " (", cudaGetErrorName(status), ")"));
 }
 
+std::atomic<bool> g_allow_tf32{false};
+
 void gemm(DeviceState& ds, const GemmPlan& g, const float* a, const float* b, float* c) {
   const float one = 1.0f, zero = 0.0f;
+  if (const bool tf32 = g_allow_tf32.load(std::memory_order_relaxed); tf32 != ds.blas_tf32) {
+    KILN_CUDA_CHECK(cublasSetMathMode(ds.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    ds.blas_tf32 = tf32;
+  }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   for (const GemmCall& call : g.calls) {
@@ -438,6 +445,8 @@ struct SyncOnExit {
 };
 
 }  // namespace
+
+void set_allow_tf32(bool on) { g_allow_tf32.store(on, std::memory_order_relaxed); }
 
 void execute(Plan& plan, std::span<void* const> params, std::span<void* const> outputs, void* arena) {
   DeviceState& ds = device_state(plan.device.index);
