@@ -50,6 +50,16 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
   return a;
 }
 
+AxisSplit split_axes(const Shape& s, int64_t a0, int64_t a1) {
+  AxisSplit r;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    if (d < a0) r.outer *= s[d];
+    else if (d <= a1) r.axis *= s[d];
+    else r.inner *= s[d];
+  }
+  return r;
+}
+
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   size_t r = std::max(a.size(), b.size());
   Shape out(r);

@@ -17,4 +17,11 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const char* op);
 // NumPy broadcasting of two shapes; throws naming `op` and both shapes.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 
+// A shape seen as (outer, axis, inner) around its axes [a0, a1]: how the
+// backends' row-wise kernels (reductions, softmax, concat) walk it.
+struct AxisSplit {
+  int64_t outer = 1, axis = 1, inner = 1;
+};
+AxisSplit split_axes(const Shape& s, int64_t a0, int64_t a1);
+
 }  // namespace kiln

@@ -39,18 +39,8 @@ int64_t read_index(const Operand& op, const char* base, int64_t i) {
 }
 
 // (outer, axis, inner) decomposition of a shape around axes [a0, a1].
-struct Split {
-  int64_t outer = 1, axis = 1, inner = 1;
-};
-Split split(const Shape& s, int64_t a0, int64_t a1) {
-  Split r;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < a0) r.outer *= s[d];
-    else if (d <= a1) r.axis *= s[d];
-    else r.inner *= s[d];
-  }
-  return r;
-}
+using Split = AxisSplit;
+Split split(const Shape& s, int64_t a0, int64_t a1) { return split_axes(s, a0, a1); }
 
 template <typename T>
 void reduce_kernel(const Instr& ins, const T* x, T* y) {

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
-#include <numeric>
 #include <set>
 
 #include "kiln/backend/cuda/fused_eval.h"
@@ -53,11 +51,8 @@ ViewDesc view_desc(const Operand& op) {
 }
 
 Split split_shape(const Shape& s, int64_t a0, int64_t a1) {
-  auto product = [&](int64_t from, int64_t to) {
-    return std::accumulate(s.begin() + from, s.begin() + to, int64_t{1}, std::multiplies<>());
-  };
-  const int64_t rank = static_cast<int64_t>(s.size());
-  return Split{product(0, a0), product(a0, a1 + 1), product(a1 + 1, rank)};
+  const AxisSplit r = split_axes(s, a0, a1);  // desc.h's Split is the device's copy of it
+  return Split{r.outer, r.axis, r.inner};
 }
 
 namespace {
