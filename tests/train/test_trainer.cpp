@@ -123,5 +123,24 @@ TEST(Trainer, EvaluateReportsAccuracyAndF1) {
   EXPECT_TRUE(metrics.count("eval_f1"));
 }
 
+// A device that is not there fails train() with a message; destroying the
+// Trainer during that error does not abort the process (its destructor
+// waits for the device, which throws again).
+TEST(Trainer, AMissingDeviceIsAnErrorNotACrash) {
+  TempDir d;
+  auto m = models::create_model("BertForSequenceClassification", tiny(), 1);
+  auto args = args_for(d.path());
+  args.device = "cuda:7";
+  std::string error;
+  try {
+    train::Trainer t(*m, args, train::Task::TextClassification, features(8), nullptr, collator());
+    t.train();
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_FALSE(error.empty());
+  EXPECT_CONTAINS(error, "cuda");
+}
+
 }  // namespace
 }  // namespace kiln

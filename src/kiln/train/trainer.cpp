@@ -145,8 +145,13 @@ Trainer::Trainer(models::PreTrainedModel& model, TrainingArguments args, Task ta
 }
 
 Trainer::~Trainer() {
-  // Step closures reference this trainer: let them finish.
-  wait_device_ops(device_);
+  // Step closures reference this trainer: let them finish. Never throw from
+  // here (a destructor runs while an error unwinds, e.g. a missing device):
+  // whatever failed was reported to the caller already.
+  try {
+    wait_device_ops(device_);
+  } catch (const std::exception&) {
+  }
 }
 
 void Trainer::build_optimizer() {
