@@ -291,6 +291,19 @@ double worst_relative(const fs::path& a, const fs::path& b, std::string* which) 
   return worst;
 }
 
+// `kiln ARGS` in two MPI processes on this machine, output to `log`, killed
+// after `seconds`. Root needs OpenMPI's explicit consent. OpenMPI keeps some
+// allocations until exit (in components it has already unloaded, so no
+// suppression can name them): in sanitizer builds the MPI processes skip the
+// leak check, not the memory-error checks.
+int mpirun_kiln(int seconds, const std::string& args, const fs::path& log) {
+  const std::string cmd = "timeout " + std::to_string(seconds) +
+                          " mpirun -np 2 --oversubscribe --bind-to none -x ASAN_OPTIONS=detect_leaks=0" +
+                          (geteuid() == 0 ? " --allow-run-as-root" : "") + " " KILN_BIN " " + args + " > " +
+                          log.string() + " 2>&1";
+  return std::system(cmd.c_str());
+}
+
 // Ten steps with a global batch of 8 on one replica, two replicas in one
 // process, and two MPI processes end with the same parameters.
 TEST(Cli, OneReplicaTwoReplicasAndTwoMpiProcessesTrainTheSameModel) {
@@ -307,14 +320,8 @@ TEST(Cli, OneReplicaTwoReplicasAndTwoMpiProcessesTrainTheSameModel) {
   };
   ASSERT_EQ(kiln(args(w.path() / "one", 8), w.path() / "log1"), 0) << slurp(w.path() / "log1");
   ASSERT_EQ(kiln(args(w.path() / "two", 4) + " --num_replicas 2", w.path() / "log2"), 0) << slurp(w.path() / "log2");
-  // Two processes on this 2-core machine; root needs OpenMPI's explicit consent.
-  // OpenMPI keeps some allocations until exit (in components it has already
-  // unloaded, so no suppression can name them): in sanitizer builds the MPI
-  // processes skip the leak check, not the memory-error checks.
-  std::string mpirun = std::string("timeout 600 mpirun -np 2 --oversubscribe --bind-to none -x ASAN_OPTIONS=detect_leaks=0") +
-                       (geteuid() == 0 ? " --allow-run-as-root" : "") + " " KILN_BIN " " + args(w.path() / "mpi", 4) + " --shard_optimizer_state" +
-                       " > " + (w.path() / "log3").string() + " 2>&1";
-  int rc = std::system(mpirun.c_str());
+  // Two processes on this 2-core machine.
+  int rc = mpirun_kiln(600, args(w.path() / "mpi", 4) + " --shard_optimizer_state", w.path() / "log3");
   ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << slurp(w.path() / "log3");
   // Only global rank 0 wrote and logged.
   std::string log3 = slurp(w.path() / "log3");
@@ -337,16 +344,32 @@ TEST(Cli, AFailingMpiProcessEndsTheRun) {
   Workdir w;
   fs::path data = w.path() / "data";
   ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
-  std::string mpirun = std::string("timeout 120 mpirun -np 2 --oversubscribe --bind-to none -x ASAN_OPTIONS=detect_leaks=0") +
-                       (geteuid() == 0 ? " --allow-run-as-root" : "") + " " KILN_BIN " train --config_name " +
-                       (data / "model_config.json").string() + " --tokenizer_name " + data.string() +
-                       " --train_file " + (data / "no-such-file.csv").string() + " --output_dir " +
-                       (w.path() / "out").string() + " > " + (w.path() / "log").string() + " 2>&1";
-  int rc = std::system(mpirun.c_str());
+  int rc = mpirun_kiln(120, "train --config_name " + (data / "model_config.json").string() + " --tokenizer_name " +
+                               data.string() + " --train_file " + (data / "no-such-file.csv").string() +
+                               " --output_dir " + (w.path() / "out").string(),
+                       w.path() / "log");
   ASSERT_TRUE(WIFEXITED(rc));
   EXPECT_NE(WEXITSTATUS(rc), 0);
   EXPECT_NE(WEXITSTATUS(rc), 124) << "mpirun hung:\n" << slurp(w.path() / "log");
   EXPECT_CONTAINS(slurp(w.path() / "log"), "no-such-file.csv");
+}
+
+// Under mpirun, --device cuda is one GPU per process: cuda:<rank on the
+// host>. On a machine with fewer than two GPUs (CI has none) the second
+// process asks for cuda:1 and fails, saying so; with two or more it trains.
+TEST(Cli, MpiProcessesTakeTheGpuOfTheirHostRank) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not installed";
+  Workdir w;
+  fs::path data = w.path() / "data";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  int rc = mpirun_kiln(120, "train --config_name " + (data / "model_config.json").string() + " --tokenizer_name " +
+                               data.string() + " --train_file " + (data / "train.csv").string() +
+                               " --max_seq_length 32 --max_steps 2 --save_strategy no --device cuda --output_dir " +
+                               (w.path() / "out").string(),
+                       w.path() / "log");
+  ASSERT_TRUE(WIFEXITED(rc));
+  EXPECT_NE(WEXITSTATUS(rc), 124) << "mpirun hung:\n" << slurp(w.path() / "log");
+  if (WEXITSTATUS(rc) != 0) EXPECT_CONTAINS(slurp(w.path() / "log"), "cuda:1");
 }
 
 }  // namespace

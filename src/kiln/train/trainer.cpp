@@ -11,6 +11,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/dist/collectives.h"
+#include "kiln/dist/mpi.h"
 #include "kiln/dist/replica.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
@@ -117,7 +118,8 @@ TrainerState TrainerState::from_json(const json& j, const std::string& src) {
 Device replica_device(const TrainingArguments& args) {
   const ReplicaInfo& r = this_replica();
   const Device wanted = Device::parse(args.device);
-  if (r.local_count == 1) return wanted;
+  if (r.local_count == 1)
+    return args.device == "cuda" && r.process_count > 1 ? Device::cuda(dist::mpi::local_rank()) : wanted;
   KILN_CHECK(wanted.kind == DeviceKind::CPU, "TrainingArguments: device '", args.device, "' with num_replicas ",
              r.local_count, ": in-process replicas run on the CPU only (run one process per GPU)");
   return r.device;

@@ -52,8 +52,10 @@ struct Predictions {
 };
 
 // The device of the calling replica under `args`: args.device for a lone
-// replica in its process; cpu:i for the i-th of several in-process replicas.
-// Several in-process replicas with --device cuda are an error (one GPU per
+// replica in its process -- "cuda" without an index under mpirun is
+// cuda:<the process's rank on its host>, one GPU per process, as torchrun's
+// LOCAL_RANK -- and cpu:i for the i-th of several in-process replicas.
+// Several in-process replicas with a CUDA device are an error (one GPU per
 // process for now). Use it to place the model the Trainer will train.
 Device replica_device(const TrainingArguments& args);
 
