@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -87,7 +86,6 @@ class Lowering {
   std::vector<int32_t> output_slot_of_;           // output -> slot written in place, or -1
   std::vector<bool> inline_gen_;
   std::vector<int32_t> group_;
-  std::vector<bool> stored_;  // a group member that the group stores for readers outside it
   std::vector<std::optional<Operand>> loc_;
   std::vector<std::optional<Operand>> contiguous_copy_;
 
@@ -118,12 +116,6 @@ class Lowering {
     // so groups cannot form a cycle). A node that is also a result is stored
     // by the group as a further output: AdamW's new moments join the
     // parameter update, and the clipped gradient both, in one pass.
-    // A node read in several places whose first reader (in the order
-    // instructions run: a group at its root, anything else where it stands)
-    // is an elementwise group of its own shape joins that group too, which
-    // stores it for the later readers: a bias add read by GELU now and by
-    // GELU's gradient later is one pass with GELU, not a pass of its own.
-    stored_.assign(n_, false);
     for (size_t k = n_; k-- > 0;) {
       if (cls_[k] != Cls::Elementwise) continue;
       const auto& u = users_[k];
@@ -131,13 +123,6 @@ class Lowering {
         return cls_[x] == Cls::Elementwise && group_[x] == group_[u[0]];
       });
       group_[k] = joins ? group_[u[0]] : static_cast<int32_t>(k);
-      if (joins || u.size() < 2) continue;
-      int32_t first = std::numeric_limits<int32_t>::max();
-      for (int32_t x : u) first = std::min(first, cls_[x] == Cls::Elementwise ? group_[x] : x);
-      if (cls_[first] == Cls::Elementwise && group_[first] == first && g_.nodes[first].shape == g_.nodes[k].shape) {
-        group_[k] = first;
-        stored_[k] = true;
-      }
     }
   }
 
@@ -317,7 +302,7 @@ class Lowering {
     ins.output = whole(slot, root);
     loc_[root] = ins.output;
     for (int32_t m : members)
-      if (m != root && (!outputs_of_[m].empty() || stored_[m])) {
+      if (m != root && !outputs_of_[m].empty()) {
         ins.extra_outputs.push_back(ExtraOutput{reg.at(m), whole(result_slot(m), m)});
         loc_[m] = ins.extra_outputs.back().out;
       }
