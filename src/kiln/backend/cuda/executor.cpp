@@ -129,14 +129,17 @@ void attach_generated_kernels(Plan& plan, int64_t from) {
       kernel_of[k] = it->second;
     }
     if (kernels.empty()) return;
-    plan.module = load_module(fused_translation_unit(kernels), plan.device.index, static_cast<int>(kernels.size()));
+    auto module = load_module(fused_translation_unit(kernels), plan.device.index, static_cast<int>(kernels.size()));
+    std::vector<const void*> handles;
+    for (size_t j = 0; j < kernels.size(); ++j) handles.push_back(module->kernel("kiln_fused_" + std::to_string(j)));
+    // Every kernel found: only now does the plan use them (a step the interpreter cannot run loses its error).
+    plan.module = std::move(module);
     for (size_t k = 0; k < kernel_of.size(); ++k)
       if (kernel_of[k] >= 0) {
-        plan.steps[k].generated = plan.module->kernel("kiln_fused_" + std::to_string(kernel_of[k]));
+        plan.steps[k].generated = handles[kernel_of[k]];
         plan.steps[k].error.clear();
       }
   } catch (const Error& e) {
-    for (auto& st : plan.steps) st.generated = nullptr;
     static std::once_flag warned;
     std::call_once(warned, [&] {
       std::fprintf(stderr, "kiln: cuda: generated fused kernels unavailable, using the interpreter: %s\n", e.what());
