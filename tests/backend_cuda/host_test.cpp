@@ -446,7 +446,9 @@ TEST(CudaCodegen, EveryElementwiseOpAndViewKindCompiles) {
     if (ins.fused) kernels.push_back(backend::cuda::fused_kernel_source(ins, "k" + std::to_string(kernels.size())));
   EXPECT_GE(kernels.size(), 4u);
   const std::string all = backend::cuda::fused_translation_unit(kernels);
-  for (const char* want : {"double", "philox_uniform", "gelu(", "% 6u", "__longlong_as_double"})
+  const std::string gelu_op = "(kiln::ir::Op)" + std::to_string(static_cast<int>(ir::Op::Gelu)) + ",";
+  for (const std::string& want : {std::string("double"), std::string("philox_uniform"), gelu_op, std::string("% 6u"),
+                                  std::string("__longlong_as_double")})
     EXPECT_NE(all.find(want), std::string::npos) << want << " in\n" << all;
   EXPECT_GT(backend::cuda::compile_cubin(all, 90).size(), 1000u);
   // NVRTC's log reaches the error.

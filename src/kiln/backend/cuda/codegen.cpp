@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kiln/backend/cuda/encode.h"
+#include "kiln/backend/cuda/fused_math.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/core/error.h"
 
@@ -57,50 +58,6 @@ std::string bits_of(double v) {
   return buf;
 }
 
-// The expression of one elementwise step over values a, b, c (fused_eval.h's
-// formulas, op by op).
-std::string expression(const FusedStep& s, const std::string& T, const std::string& a, const std::string& b,
-                       const std::string& c) {
-  const std::string one = T + "(1)", zero = T + "(0)";
-  const bool tanh_form = !s.attrs.ints.empty() && s.attrs.ints[0] == 1;
-  auto cmp = [&](const char* op) { return "(" + a + " " + op + " " + b + " ? " + one + " : " + zero + ")"; };
-  switch (s.op) {
-    case Op::Neg: return "-" + a;
-    case Op::Exp: return "exp_(" + a + ")";
-    case Op::Log: return "log_(" + a + ")";
-    case Op::Tanh: return "tanh_(" + a + ")";
-    case Op::Erf: return "erf_(" + a + ")";
-    case Op::Sqrt: return "sqrt_(" + a + ")";
-    case Op::Rsqrt: return one + " / sqrt_(" + a + ")";
-    case Op::Abs: return "abs_(" + a + ")";
-    case Op::Sigmoid: return one + " / (" + one + " + exp_(-" + a + "))";
-    case Op::Relu: return "(" + a + " > " + zero + " ? " + a + " : " + zero + ")";
-    case Op::Gelu: return std::string("gelu(") + a + (tanh_form ? ", true)" : ", false)");
-    case Op::GeluGrad: return b + std::string(" * gelu_grad(") + a + (tanh_form ? ", true)" : ", false)");
-    case Op::Not: return "(" + a + " == " + zero + " ? " + one + " : " + zero + ")";
-    case Op::Cast: return "cast_to((unsigned char)" + std::to_string(static_cast<int>(s.dtype)) + ", " + a + ")";
-    case Op::Detach: return a;
-    case Op::Add: return a + " + " + b;
-    case Op::Sub: return a + " - " + b;
-    case Op::Mul: return a + " * " + b;
-    case Op::Div: return s.dtype == DType::f32 ? a + " / " + b : "trunc_(" + a + " / " + b + ")";
-    case Op::Pow: return "pow_(" + a + ", " + b + ")";
-    case Op::Max: return "(" + a + " > " + b + " || isnan_(" + a + ") ? " + a + " : " + b + ")";
-    case Op::Min: return "(" + a + " < " + b + " || isnan_(" + a + ") ? " + a + " : " + b + ")";
-    case Op::Eq: return cmp("==");
-    case Op::Ne: return cmp("!=");
-    case Op::Lt: return cmp("<");
-    case Op::Le: return cmp("<=");
-    case Op::Gt: return cmp(">");
-    case Op::Ge: return cmp(">=");
-    case Op::And: return "(" + a + " != " + zero + " && " + b + " != " + zero + " ? " + one + " : " + zero + ")";
-    case Op::Or: return "(" + a + " != " + zero + " || " + b + " != " + zero + " ? " + one + " : " + zero + ")";
-    case Op::Where: return "(" + a + " != " + zero + " ? " + b + " : " + c + ")";
-    default:
-      throw Error(std::string("cuda codegen: no code for op ") + ir::op_name(s.op) + " in a fused program");
-  }
-}
-
 }  // namespace
 
 std::string fused_kernel_source(const Instr& ins, const std::string& name) {
@@ -150,11 +107,18 @@ std::string fused_kernel_source(const Instr& ins, const std::string& name) {
                 (numel(key.view.shape) > 2 ? " + " + kp + "[2]" : std::string()) + ")))";
         break;
       }
-      default:
-        value = expression(s, T, s.a >= 0 ? v(s.a) : "", s.b >= 0 ? v(s.b) : "", s.c >= 0 ? v(s.c) : "");
+      default: {
+        // The interpreter's formula (fused_math.h), the op a literal.
+        KILN_CHECK(fused_supports(static_cast<uint8_t>(s.op)), "cuda codegen: no code for op ", ir::op_name(s.op),
+                   " in a fused program");
+        auto operand = [&](int32_t x) { return x >= 0 ? v(x) : T + "(0)"; };
+        value = "op_value<" + T + ">((kiln::ir::Op)" + std::to_string(static_cast<int>(s.op)) + ", " +
+                std::to_string(static_cast<int>(s.dtype)) + ", " +
+                std::to_string(s.attrs.ints.empty() ? 0 : s.attrs.ints[0]) + ", " + operand(s.a) + ", " +
+                operand(s.b) + ", " + operand(s.c) + ")";
+      }
     }
-    // f32 values are rounded to f32 in double groups (fused_eval.h).
-    if (s.op != Op::Data && T == "double" && s.dtype == DType::f32) value = "double(float(" + value + "))";
+    if (s.op != Op::Data) value = "as_step_value<" + T + ">(" + value + ", " + std::to_string(static_cast<int>(s.dtype)) + ")";
     os << "const " << T << " " << name_k << " = " << value << ";\n";
   }
   std::vector<int32_t> out_regs{static_cast<int32_t>(prog.size()) - 1};
