@@ -17,7 +17,7 @@ namespace {
 std::once_flag g_once;
 bool g_initialized = false;
 int g_rank = 0, g_size = 1;
-int g_local_rank = 0, g_local_size = 1;  // among the processes of this host
+int g_local_rank = 0;  // among the processes of this host
 MPI_Comm g_device = MPI_COMM_NULL, g_host = MPI_COMM_NULL;
 
 void check(int rc, const char* what) {
@@ -60,7 +60,6 @@ void init() {
     check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node),
           "MPI_Comm_split_type");
     check(MPI_Comm_rank(node, &g_local_rank), "MPI_Comm_rank");
-    check(MPI_Comm_size(node, &g_local_size), "MPI_Comm_size");
     check(MPI_Comm_free(&node), "MPI_Comm_free");
     g_initialized = true;
   });
@@ -70,7 +69,6 @@ bool initialized() { return g_initialized; }
 int rank() { return g_rank; }
 int size() { return g_size; }
 int local_rank() { return g_local_rank; }
-int local_size() { return g_local_size; }
 
 void all_reduce_device(float* data, int64_t n) {
   KILN_ASSERT(g_initialized);

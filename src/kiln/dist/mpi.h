@@ -15,11 +15,10 @@ void init();
 bool initialized();
 int rank();  // 0 without MPI
 int size();  // 1 without MPI
-// This process's rank among the processes on its host (MPI_COMM_TYPE_SHARED),
-// and how many there are: 0 and 1 without MPI. `--device cuda` under mpirun
-// uses cuda:<local_rank>, one GPU per process.
+// This process's rank among the processes on its host (MPI_COMM_TYPE_SHARED);
+// 0 without MPI. `--device cuda` under mpirun uses cuda:<local_rank>, one
+// GPU per process.
 int local_rank();
-int local_size();
 
 // In-place sums over all processes (device and host communicators).
 void all_reduce_device(float* data, int64_t n);

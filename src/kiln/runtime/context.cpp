@@ -309,18 +309,13 @@ void add_step_closure(std::function<void()> fn, Device device) {
   runtime::DeviceContext::get(device).add_step_closure(std::move(fn));
 }
 
-namespace {
-std::atomic<bool> g_allow_tf32{false};
-}  // namespace
-
 void set_allow_tf32(bool on) {
-  g_allow_tf32 = on;
 #ifdef KILN_HAVE_CUDA
   backend::cuda::set_allow_tf32(on);
+#else
+  (void)on;  // no CUDA backend: nothing runs f32 products on tensor cores
 #endif
 }
-
-bool allow_tf32() { return g_allow_tf32; }
 
 bool eager_mode() {
   int v = g_eager.load(std::memory_order_relaxed);

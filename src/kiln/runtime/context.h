@@ -99,7 +99,6 @@ void add_step_closure(std::function<void()> fn, Device device = Device::cpu());
 // the products' inputs keep 10 bits of mantissa, accumulation stays fp32.
 // Off by default; read when each step runs; the CPU backend ignores it.
 void set_allow_tf32(bool on);
-bool allow_tf32();
 // KILN_EAGER=1 (or set_eager_mode(true)) runs each op as it is traced.
 bool eager_mode();
 void set_eager_mode(bool on);

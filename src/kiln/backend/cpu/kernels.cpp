@@ -38,14 +38,11 @@ int64_t read_index(const Operand& op, const char* base, int64_t i) {
   return reinterpret_cast<const int32_t*>(base)[op.view.offset + i];
 }
 
-// (outer, axis, inner) decomposition of a shape around axes [a0, a1].
-using Split = AxisSplit;
-Split split(const Shape& s, int64_t a0, int64_t a1) { return split_axes(s, a0, a1); }
 
 template <typename T>
 void reduce_kernel(const Instr& ins, const T* x, T* y) {
   const Shape& s = ins.inputs[0].view.shape;
-  Split p = split(s, ins.attrs.ints.front(), ins.attrs.ints.back());
+  AxisSplit p = split_axes(s, ins.attrs.ints.front(), ins.attrs.ints.back());
   bool is_max = ins.op == Op::ReduceMax;
   // x (outer, axis, inner) -> y (outer, inner)
   if (!is_max && p.inner >= 16 && p.axis >= 128) {
@@ -120,7 +117,7 @@ template <typename T>
 void argmax_kernel(const Instr& ins, const T* x, int64_t* y) {
   const Shape& s = ins.inputs[0].view.shape;
   int64_t ax = ins.attrs.ints[0];
-  Split p = split(s, ax, ax);
+  AxisSplit p = split_axes(s, ax, ax);
   for (int64_t o = 0; o < p.outer; ++o)
     for (int64_t i = 0; i < p.inner; ++i) {
       const T* row = x + o * p.axis * p.inner + i;
@@ -259,13 +256,13 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
 
 // Rows along `axis` of a contiguous tensor: row r starts at base(r), stride inner.
 struct Rows {
-  Split p;
+  AxisSplit p;
   int64_t count() const { return p.outer * p.inner; }
   int64_t base(int64_t r) const { return (r / p.inner) * p.axis * p.inner + r % p.inner; }
   int64_t step() const { return p.inner; }
   int64_t len() const { return p.axis; }
 };
-Rows rows_of(const Shape& s, int64_t axis) { return Rows{split(s, axis, axis)}; }
+Rows rows_of(const Shape& s, int64_t axis) { return Rows{split_axes(s, axis, axis)}; }
 
 // Contiguous rows: the largest value, and e = exp(x - m) with its sum — the
 // exponentials through the vector math library, each block of 512 summed in
@@ -526,7 +523,7 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out) {
     case Op::SliceGrad: {
       // dy (outer, count, inner) placed at start, start+step, ... of (outer, n, inner)
       int64_t d = ins.attrs.ints[0], start = ins.attrs.ints[1], step = ins.attrs.ints[3];
-      Split p = split(os, d, d);
+      AxisSplit p = split_axes(os, d, d);
       int64_t count = ins.inputs[0].view.shape[d];
       std::memset(o, 0, numel(os) * es);
       const char* src = inp(0);
@@ -538,7 +535,7 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out) {
     }
     case Op::Concat: {
       int64_t d = ins.attrs.ints[0];
-      Split p = split(os, d, d);
+      AxisSplit p = split_axes(os, d, d);
       int64_t off = 0;
       for (size_t k = 0; k < ins.inputs.size(); ++k) {
         int64_t len = ins.inputs[k].view.shape[d];

@@ -45,7 +45,6 @@ ViewDesc view_desc(const Operand& op) {
   }
   const bool all_zero = std::all_of(strides.begin(), strides.end(), [](int64_t x) { return x == 0; });
   d.layout = d.numel <= 1 || all_zero ? kScalar : (d.rank == 1 && strides[0] == 1 ? kContiguous : kGeneral);
-  if (d.numel == 1) d.layout = kScalar;
   d.narrow = d.numel < (int64_t{1} << 31);
   return d;
 }

@@ -209,7 +209,7 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
     plan->reports_host = std::make_unique<PinnedBlock>(bytes);
   }
   if (scratch_bytes) plan->scratch = std::make_unique<DeviceBlock>(device, scratch_bytes);
-  if (generate_from() >= 0) attach_generated_kernels(*plan, generate_from());
+  if (const int64_t from = generate_from(); from >= 0) attach_generated_kernels(*plan, from);
   return plan;
 }
 

@@ -125,13 +125,14 @@ std::shared_ptr<const JitModule> load_module(const std::string& tu, int device, 
   std::snprintf(stem, sizeof stem, "%016llx-sm%d-nvrtc%d.%d", static_cast<unsigned long long>(fnv1a(tu)), arch, major,
                 minor);
   const fs::path dir = jit_cache_dir();
+  const fs::path cubin_path = dir / (std::string(stem) + ".cubin"), source_path = dir / (std::string(stem) + ".cu");
   std::string cubin;
   if (!dir.empty()) {
     std::error_code ec;
-    if (fs::exists(dir / (std::string(stem) + ".cubin"), ec) && fs::exists(dir / (std::string(stem) + ".cu"), ec)) {
+    if (fs::exists(cubin_path, ec) && fs::exists(source_path, ec)) {
       try {
-        if (io::read_file(dir / (std::string(stem) + ".cu")) == tu) {
-          cubin = io::read_file(dir / (std::string(stem) + ".cubin"));
+        if (io::read_file(source_path) == tu) {
+          cubin = io::read_file(cubin_path);
           ++c.stats.from_disk;
         }
       } catch (const Error&) {
@@ -147,8 +148,8 @@ std::shared_ptr<const JitModule> load_module(const std::string& tu, int device, 
     if (!dir.empty()) {
       try {  // a cache that cannot be written only costs the next run a compile
         fs::create_directories(dir);
-        io::write_file_atomic(dir / (std::string(stem) + ".cubin"), cubin);
-        io::write_file_atomic(dir / (std::string(stem) + ".cu"), tu);
+        io::write_file_atomic(cubin_path, cubin);
+        io::write_file_atomic(source_path, tu);
       } catch (const std::exception&) {
       }
     }
