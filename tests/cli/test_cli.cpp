@@ -394,6 +394,8 @@ TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   EXPECT_GT(j["peak_rss_mb"].get<double>(), 0);
   EXPECT_NE(kiln("bench --model bert-tiny --task seq2seq", w.path() / "log2"), 0);
   EXPECT_CONTAINS(slurp(w.path() / "log2"), "seq2seq needs a t5 model");
+  EXPECT_NE(kiln("bench --model bert-tiny --tf32", w.path() / "log3"), 0);  // TF32 is a CUDA mode
+  EXPECT_CONTAINS(slurp(w.path() / "log3"), "--tf32 needs --device cuda");
   EXPECT_NE(kiln("bench --model no-such-preset", w.path() / "log3"), 0);
   EXPECT_CONTAINS(slurp(w.path() / "log3"), "neither a model directory nor a preset");
 }
