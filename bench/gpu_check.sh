@@ -6,7 +6,7 @@
 # program generated (NVRTC) and with none (the interpreter), tiny GPT-2 under
 # compute-sanitizer, the demo fine-tuning on the GPU, then times training
 # steps: bert-base classification (batch 32 x 128) and GPT-2 (batch 16 x
-# 1024), fp32, with a KILN_PROFILE run of GPT-2, and PyTorch 2 on the same
+# 1024), fp32, --tf32 and --bf16, with a KILN_PROFILE run of GPT-2, and PyTorch 2 on the same
 # models (Hugging Face's; fp32, bf16 and bf16 + torch.compile;
 # bench/gpu/torch_ref.py).
 #
@@ -159,11 +159,16 @@ stage bench_bert_base_tf32 50 "$BIN/kiln" bench --model bert-base --task text-cl
   --steps 10 --warmup 2 --device cuda --tf32
 stage bench_gpt2_tf32 90 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
   --steps 5 --warmup 2 --device cuda --tf32
+# bf16 products (--bf16: bf16 tensor-core GEMMs, f32 master weights).
+stage bench_bert_base_bf16 50 "$BIN/kiln" bench --model bert-base --task text-classification --batch 32 --seq 128 \
+  --steps 10 --warmup 2 --device cuda --bf16
+stage bench_gpt2_bf16 90 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
+  --steps 5 --warmup 2 --device cuda --bf16
 # Where the GPT-2 step's device time goes (CUDA events around every launch).
 KILN_PROFILE=1 stage profile_gpt2 60 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
   --steps 2 --warmup 1 --device cuda
 [ -f "$LOGS/profile_gpt2.log" ] && sed -n '/kiln profile/,$p' "$LOGS/profile_gpt2.log" | head -30 | tee -a "$OUT/summary.txt"
-for b in bench_bert_base bench_gpt2 bench_bert_base_tf32 bench_gpt2_tf32; do
+for b in bench_bert_base bench_gpt2 bench_bert_base_tf32 bench_gpt2_tf32 bench_bert_base_bf16 bench_gpt2_bf16; do
   [ -f "$LOGS/$b.log" ] && grep -E "^kiln bench|median step|tokens/s|model FLOP|compile|device|fused kernels" "$LOGS/$b.log" |
     sed "s/^/$b: /" | tee -a "$OUT/summary.txt"
 done

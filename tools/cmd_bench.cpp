@@ -1,7 +1,8 @@
 // kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]
 //            [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--device cpu|cuda:N]
-//            [--gradient_checkpointing] [--tf32] [--json]
-// Times training steps (forward, backward, gradient clipping, AdamW; fp32) of a
+//            [--gradient_checkpointing] [--tf32] [--bf16] [--json]
+// Times training steps (forward, backward, gradient clipping, AdamW; fp32, or
+// with --bf16 bf16 matrix products as under HF's --bf16) of a
 // model on synthetic tokens and prints the median step time, tokens/s, model
 // FLOP/s (6 x parameters x tokens per second) and its fraction of the best
 // single-GEMM FLOP/s measured at the model's own GEMM shapes, the compile
@@ -35,7 +36,7 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "usage: kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]\n"
     "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--device cpu|cuda:N]\n"
-    "                  [--gradient_checkpointing] [--tf32] [--json]";
+    "                  [--gradient_checkpointing] [--tf32] [--bf16] [--json]";
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -61,10 +62,10 @@ std::string architecture_for(const std::string& task, const models::PretrainedCo
   return c.class_prefix() + (task == "masked-lm" ? "ForMaskedLM" : "ForSequenceClassification");
 }
 
-// Best GFLOP/s of one [M, K] x [K, N] product over a few runs.
-double gemm_gflops(int64_t M, int64_t K, int64_t N, Device device) {
+// Best GFLOP/s of one [M, K] x [K, N] product (of f32 or bf16 operands) over a few runs.
+double gemm_gflops(int64_t M, int64_t K, int64_t N, Device device, DType dtype) {
   Generator g(3);
-  Tensor a = randn({M, K}, g, device), b = randn({K, N}, g, device);
+  Tensor a = cast(randn({M, K}, g, device), dtype), b = cast(randn({K, N}, g, device), dtype);
   mark_step(device);
   wait_device_ops(device);
   double best = 0;
@@ -82,7 +83,8 @@ double gemm_gflops(int64_t M, int64_t K, int64_t N, Device device) {
 int run_bench(const std::vector<std::string>& args) {
   cli::Flags flags("bench",
                    {{"model", true, true}, {"task"}, {"batch"}, {"seq"}, {"target_len"}, {"steps"}, {"warmup"},
-                    {"device"}, {"gradient_checkpointing", false}, {"tf32", false}, {"json", false}},
+                    {"device"}, {"gradient_checkpointing", false}, {"tf32", false}, {"bf16", false},
+                    {"json", false}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -173,13 +175,18 @@ int run_bench(const std::vector<std::string>& args) {
     KILN_CHECK(device.kind == DeviceKind::CUDA, "bench: --tf32 needs --device cuda");
     set_allow_tf32(true);
   }
+  const bool bf16 = flags.has("bf16");
   optim::AdamW opt(model->parameters(), {.lr = 5e-5, .weight_decay = 0.01});
   metrics::reset();
   std::vector<double> times;
   double loss = 0;
   for (int64_t s = 0; s < warmup + steps; ++s) {
     auto t0 = std::chrono::steady_clock::now();
-    Tensor l = model->forward(in).loss;
+    Tensor l;
+    {
+      Autocast autocast(bf16);
+      l = model->forward(in).loss;
+    }
     l.backward();
     optim::clip_grad_norm(model->parameters(), 1.0);
     opt.step();
@@ -207,7 +214,7 @@ int run_bench(const std::vector<std::string>& args) {
   double peak_gflops = 0;
   std::string peak_shape;
   for (auto [k, n] : shapes) {
-    double g = gemm_gflops(B * T, k, n, device);
+    double g = gemm_gflops(B * T, k, n, device, bf16 ? DType::bf16 : DType::f32);
     if (g > peak_gflops) {
       peak_gflops = g;
       peak_shape = "[" + std::to_string(B * T) + "x" + std::to_string(k) + "] x [" + std::to_string(k) + "x" +
@@ -217,15 +224,15 @@ int run_bench(const std::vector<std::string>& args) {
 
   const double tokens = static_cast<double>(B * T);
   const double model_gflops = 6.0 * flop_params * tokens / median / 1e9;
-  std::printf("kiln bench: %s, %s, batch %lld x %lld, %lld parameters (%lld in matrix products), %d threads\n",
+  std::printf("kiln bench: %s, %s, batch %lld x %lld, %lld parameters (%lld in matrix products), %s, %d threads\n",
               model->architecture().c_str(), task.c_str(), (long long)B, (long long)T, (long long)num_params,
-              (long long)flop_params, omp_get_max_threads());
+              (long long)flop_params, bf16 ? "bf16 products" : "fp32", omp_get_max_threads());
   std::printf("  median step      %.4f s (%lld steps after %lld warm-up; loss %.4f)\n", median, (long long)steps,
               (long long)warmup, loss);
   std::printf("  tokens/s         %.1f\n", tokens / median);
   std::printf("  model FLOP/s     %.1f GFLOP/s (6 x parameters in matrix products x tokens/s)\n", model_gflops);
-  std::printf("  GEMM peak        %.1f GFLOP/s at %s -> model FLOP/s is %.0f %% of it\n", peak_gflops,
-              peak_shape.c_str(), 100.0 * model_gflops / std::max(peak_gflops, 1e-9));
+  std::printf("  GEMM peak        %.1f GFLOP/s at %s%s -> model FLOP/s is %.0f %% of it\n", peak_gflops,
+              peak_shape.c_str(), bf16 ? " (bf16)" : "", 100.0 * model_gflops / std::max(peak_gflops, 1e-9));
   std::printf("  compile          %.3f s (%lld compiles); step arena %.0f MB\n", m.compile_seconds, (long long)m.compiles,
               static_cast<double>(m.arena_bytes) / 1e6);
   std::printf("  peak memory      %.0f MB resident\n", peak_rss_mb);
@@ -242,10 +249,10 @@ int run_bench(const std::vector<std::string>& args) {
     std::printf(
         "{\"model\": \"%s\", \"task\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"flop_parameters\": %lld, \"median_step_s\": %.6f, "
         "\"tokens_per_s\": %.2f, \"model_gflops\": %.2f, \"gemm_peak_gflops\": %.2f, \"fraction_of_gemm_peak\": %.4f, "
-        "\"compile_s\": %.4f, \"compiles\": %lld, \"peak_rss_mb\": %.1f}\n",
+        "\"compile_s\": %.4f, \"compiles\": %lld, \"peak_rss_mb\": %.1f, \"bf16\": %s}\n",
         model->architecture().c_str(), task.c_str(), (long long)B, (long long)T, (long long)num_params, (long long)flop_params, median,
         tokens / median, model_gflops, peak_gflops, model_gflops / std::max(peak_gflops, 1e-9), m.compile_seconds,
-        (long long)m.compiles, peak_rss_mb);
+        (long long)m.compiles, peak_rss_mb, bf16 ? "true" : "false");
   return 0;
 }
 

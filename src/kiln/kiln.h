@@ -4,6 +4,7 @@
 #include "kiln/core/error.h"
 #include "kiln/dist/replica.h"
 #include "kiln/optim/optimizer.h"
+#include "kiln/runtime/autocast.h"
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/metrics.h"
 #include "kiln/runtime/ops.h"

@@ -219,7 +219,8 @@ struct HostMemory {
   }
 };
 
-void emulate_gemm(const backend::cuda::GemmPlan& g, const float* a, const float* b, float* c);
+template <typename E>
+void emulate_gemm(const backend::cuda::GemmPlan& g, const E* a, const E* b, float* c);
 
 // Every fused instruction through encode_fused + fused_eval (the CUDA
 // kernel's body), every MatMul through its cuBLAS plan, everything else
@@ -240,8 +241,12 @@ void run_emulated(const compiler::Program& p, std::span<void* const> params, std
     if (ins.op == ir::Op::MatMul && !ins.fused) {
       const GemmPlan g = plan_gemm(ins);
       if (g.calls.empty()) std::fill_n(reinterpret_cast<float*>(base[ins.output.slot]), g.c_elems, 0.0f);
-      emulate_gemm(g, reinterpret_cast<float*>(in[0]), reinterpret_cast<float*>(in[1]),
-                   reinterpret_cast<float*>(base[ins.output.slot]));
+      if (g.bf16)
+        emulate_gemm(g, reinterpret_cast<uint16_t*>(in[0]), reinterpret_cast<uint16_t*>(in[1]),
+                     reinterpret_cast<float*>(base[ins.output.slot]));
+      else
+        emulate_gemm(g, reinterpret_cast<float*>(in[0]), reinterpret_cast<float*>(in[1]),
+                     reinterpret_cast<float*>(base[ins.output.slot]));
       continue;
     }
     if (!ins.fused) {
@@ -298,9 +303,14 @@ void expect_same_as_cpu(const std::vector<Tensor>& results, double rtol = 2e-5, 
         case DType::i32: got = static_cast<int32_t*>(emu_out[o])[i], want = static_cast<int32_t*>(cpu_out[o])[i]; break;
         case DType::i64: got = static_cast<double>(static_cast<int64_t*>(emu_out[o])[i]),
                          want = static_cast<double>(static_cast<int64_t*>(cpu_out[o])[i]); break;
+        case DType::bf16: got = bf16_to_float(static_cast<uint16_t*>(emu_out[o])[i]),
+                          want = bf16_to_float(static_cast<uint16_t*>(cpu_out[o])[i]); break;
         default: got = static_cast<uint8_t*>(emu_out[o])[i], want = static_cast<uint8_t*>(cpu_out[o])[i]; break;
       }
-      const double tol = outs[o]->dtype == DType::f32 ? rtol * std::abs(want) + 1e-6 : 0.0;
+      // bf16 results may differ by one rounding where the f32 sums before it differ in the last bits.
+      const double tol = outs[o]->dtype == DType::f32    ? rtol * std::abs(want) + 1e-6
+                         : outs[o]->dtype == DType::bf16 ? std::ldexp(std::abs(want), -7) + 1e-6
+                                                         : 0.0;
       if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << "output " << o << " element " << i;
       else ASSERT_LE(std::abs(got - want), tol) << "output " << o << " (" << dtype_name(outs[o]->dtype)
                                                  << to_string(outs[o]->shape) << ") element " << i << "\n" << p.dump();
@@ -329,6 +339,8 @@ TEST(CudaFusedEmulation, EveryElementwiseOpMatchesTheCpuInterpreter) {
       cast(a * 10.0, DType::i64),          // truncation toward zero
       cast(ids, DType::f32) / 3.0 + a.detach(),
       cast(gt(a, scalar_like(0.0, a)), DType::b8),
+      cast(a * 3.0, DType::bf16),
+      cast(transpose(cast(a, DType::bf16), 0, 1), DType::f32) + 1.0,
   };
   int fused = 0;
   expect_same_as_cpu(r, 2e-5, &fused);
@@ -355,16 +367,23 @@ models::ModelInputs tiny_bert_batch() {
 }
 
 TEST(CudaFusedEmulation, TinyBertTrainingStepMatchesTheCpu) {
-  auto model = models::create_model("BertForSequenceClassification", testing::tiny_bert(2), 3);
-  model->train();
-  const models::ModelInputs in = tiny_bert_batch();
-  Tensor loss = model->forward(in).loss;
-  loss.backward();
-  std::vector<Tensor> r{loss};
-  for (const auto& p : model->parameters()) r.push_back(p.grad());
-  int fused = 0;
-  expect_same_as_cpu(r, 1e-4, &fused);
-  EXPECT_GE(fused, 10);
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 products" : "fp32");
+    auto model = models::create_model("BertForSequenceClassification", testing::tiny_bert(2), 3);
+    model->train();
+    const models::ModelInputs in = tiny_bert_batch();
+    Tensor loss;
+    {
+      Autocast autocast(bf16);
+      loss = model->forward(in).loss;
+    }
+    loss.backward();
+    std::vector<Tensor> r{loss};
+    for (const auto& p : model->parameters()) r.push_back(p.grad());
+    int fused = 0;
+    expect_same_as_cpu(r, 1e-4, &fused);
+    EXPECT_GE(fused, 10);
+  }
 }
 
 // A whole training step of a 12-layer model (what bert-base compiles to,
@@ -394,25 +413,35 @@ TEST(CudaFusedEmulation, ATwelveLayerTrainingStepFitsTheRegisters) {
 }
 
 // The generated kernels (codegen.h) of every fused program of a 12-layer
-// training step: NVRTC compiles them for Hopper here (no GPU needed), and
-// the layers share their kernels. (The GPU tests run them.)
+// training step, fp32 and with bf16 products: NVRTC compiles them for Hopper
+// here (no GPU needed), and the layers share their kernels. (The GPU tests
+// run them.)
 TEST(CudaCodegen, EveryProgramOfATrainingStepCompilesWithNvrtc) {
-  auto model = models::create_model("BertForSequenceClassification", testing::tiny_bert(12), 3);
-  model->train();
-  optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
-  model->forward(tiny_bert_batch()).loss.backward();
-  optim::clip_grad_norm(model->parameters(), 1.0);
-  opt.step();
-  std::vector<ir::NodePtr> outs, params;
-  for (const auto& t : model->parameters()) outs.push_back(t.node());
-  const compiler::Program p = compiler::compile(ir::flatten(outs, &params));
   std::set<std::string> distinct;
   int fused = 0;
-  for (const auto& ins : p.instrs)
-    if (ins.fused) {
-      ++fused;
-      distinct.insert(backend::cuda::fused_kernel_source(ins, "k"));
+  for (const bool bf16 : {false, true}) {
+    auto model = models::create_model("BertForSequenceClassification", testing::tiny_bert(12), 3);
+    model->train();
+    optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
+    Tensor loss;
+    {
+      Autocast autocast(bf16);
+      loss = model->forward(tiny_bert_batch()).loss;
     }
+    loss.backward();
+    optim::clip_grad_norm(model->parameters(), 1.0);
+    opt.step();
+    std::vector<ir::NodePtr> outs, params;
+    for (const auto& t : model->parameters()) outs.push_back(t.node());
+    const compiler::Program p = compiler::compile(ir::flatten(outs, &params));
+    for (const auto& ins : p.instrs)
+      if (ins.fused) {
+        ++fused;
+        distinct.insert(backend::cuda::fused_kernel_source(ins, "k"));
+      }
+  }
+  EXPECT_TRUE(std::any_of(distinct.begin(), distinct.end(),
+                          [](const std::string& k) { return k.find("bf16_from_float") != std::string::npos; }));
   std::vector<std::string> kernels;
   for (const auto& text : distinct) {
     std::string k = text;
@@ -431,7 +460,11 @@ TEST(CudaCodegen, EveryElementwiseOpAndViewKindCompiles) {
   Tensor c = Tensor::from_vector(values(4, 3), {4, 1});
   Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, -7, 12, 5, 0, 9}, {6});
   Generator g(11);
+  Tensor h = cast(a, DType::bf16);
+  (void)h.to_vector<float>();  // now stored bf16 data
   std::vector<Tensor> r = {
+      cast(a * 3.0, DType::bf16),                  // stores bf16
+      cast(transpose(h, 0, 1), DType::f32) * 2.0,  // loads bf16 through a view
       -a + b * c - a / b + pow(abs(a) + 0.5, b) + maximum(a, b) + minimum(a, c),
       exp(a) + log(b) + tanh(a) + erf(a) + sqrt(b) + rsqrt(b) + sigmoid(a) + relu(a) + gelu(a) + gelu(a, "tanh"),
       where(logical_and(gt(a, b), logical_not(le(a, c))), a, b) + cast(logical_or(eq(a, b), ne(a, c)), DType::f32),
@@ -448,7 +481,8 @@ TEST(CudaCodegen, EveryElementwiseOpAndViewKindCompiles) {
   const std::string all = backend::cuda::fused_translation_unit(kernels);
   const std::string gelu_op = "(kiln::ir::Op)" + std::to_string(static_cast<int>(ir::Op::Gelu)) + ",";
   for (const std::string& want : {std::string("double"), std::string("philox_uniform"), gelu_op, std::string("% 6u"),
-                                  std::string("__longlong_as_double")})
+                                  std::string("__longlong_as_double"), std::string("kiln::bf16_from_float"),
+                                  std::string("kiln::bf16_to_float")})
     EXPECT_NE(all.find(want), std::string::npos) << want << " in\n" << all;
   EXPECT_GT(backend::cuda::compile_cubin(all, 90).size(), 1000u);
   // NVRTC's log reaches the error.
@@ -520,18 +554,23 @@ TEST(CudaFusedEmulation, UnsupportedProgramsAreClearErrors) {
 
 // ---- GEMM plans: the cuBLAS calls, carried out by a naive column-major loop ----
 
-void emulate_gemm(const backend::cuda::GemmPlan& g, const float* a, const float* b, float* c) {
+float as_float(float x) { return x; }
+float as_float(uint16_t x) { return bf16_to_float(x); }
+
+// cuBLAS's product of f32 or bf16 operands, in double.
+template <typename E>
+void emulate_gemm(const backend::cuda::GemmPlan& g, const E* a, const E* b, float* c) {
   for (const auto& call : g.calls)
     for (int64_t t = 0; t < call.batch; ++t) {
-      const float* A = b + call.b + t * call.stride_b;  // cuBLAS's A: our B
-      const float* B = a + call.a + t * call.stride_a;
+      const E* A = b + call.b + t * call.stride_b;  // cuBLAS's A: our B
+      const E* B = a + call.a + t * call.stride_a;
       float* C = c + call.c + t * g.M * g.N;
       for (int64_t j = 0; j < g.M; ++j)
         for (int64_t i = 0; i < g.N; ++i) {
           double acc = 0;
           for (int64_t k = 0; k < g.K; ++k) {
-            const float av = g.trans_b ? A[k + i * g.ldb] : A[i + k * g.ldb];
-            const float bv = g.trans_a ? B[j + k * g.lda] : B[k + j * g.lda];
+            const float av = as_float(g.trans_b ? A[k + i * g.ldb] : A[i + k * g.ldb]);
+            const float bv = as_float(g.trans_a ? B[j + k * g.lda] : B[k + j * g.lda]);
             acc += static_cast<double>(av) * bv;
           }
           C[i + j * g.N] = static_cast<float>(acc);

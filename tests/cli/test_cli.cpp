@@ -369,7 +369,9 @@ TEST(Cli, MpiProcessesTakeTheGpuOfTheirHostRank) {
                        w.path() / "log");
   ASSERT_TRUE(WIFEXITED(rc));
   EXPECT_NE(WEXITSTATUS(rc), 124) << "mpirun hung:\n" << slurp(w.path() / "log");
-  if (WEXITSTATUS(rc) != 0) EXPECT_CONTAINS(slurp(w.path() / "log"), "cuda:1");
+  if (WEXITSTATUS(rc) != 0) {
+    EXPECT_CONTAINS(slurp(w.path() / "log"), "cuda:1");
+  }
 }
 
 }  // namespace
@@ -394,6 +396,11 @@ TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   EXPECT_GT(j["peak_rss_mb"].get<double>(), 0);
   EXPECT_NE(kiln("bench --model bert-tiny --task seq2seq", w.path() / "log2"), 0);
   EXPECT_CONTAINS(slurp(w.path() / "log2"), "seq2seq needs a t5 model");
+  ASSERT_EQ(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1 --bf16 --json", w.path() / "log4"), 0)
+      << slurp(w.path() / "log4");
+  const std::string bf16_log = slurp(w.path() / "log4");
+  EXPECT_CONTAINS(bf16_log, "bf16 products");
+  EXPECT_CONTAINS(bf16_log, "\"bf16\": true");
   EXPECT_NE(kiln("bench --model bert-tiny --tf32", w.path() / "log3"), 0);  // TF32 is a CUDA mode
   EXPECT_CONTAINS(slurp(w.path() / "log3"), "--tf32 needs --device cuda");
   EXPECT_NE(kiln("bench --model no-such-preset", w.path() / "log3"), 0);

@@ -21,12 +21,16 @@ struct Run {
 };
 
 Run train_step(const std::function<std::unique_ptr<models::PreTrainedModel>()>& make, const models::ModelInputs& in,
-               bool checkpointing) {
+               bool checkpointing, bool bf16 = false) {
   auto model = make();
   model->train();
   model->set_gradient_checkpointing(checkpointing);
-  Tensor loss = model->forward(in).loss;
-  loss.backward();
+  Tensor loss;
+  {
+    Autocast autocast(bf16);
+    loss = model->forward(in).loss;
+  }
+  loss.backward();  // outside the scope, as the Trainer does: the recomputation restores it
   Run r;
   std::vector<ir::NodePtr> grads;
   for (const auto& [name, p] : model->named_parameters())
@@ -47,12 +51,17 @@ void expect_same(const Run& plain, const Run& ckpt, int layers) {
     EXPECT_TRUE(all_close(ckpt.grads[i].second, plain.grads[i].second, 1e-4, 1e-7)) << plain.grads[i].first;
 }
 
-TEST(GradientCheckpointing, BertLayersRecomputedGiveTheSameGradients) {
-  auto make = [] { return models::create_model("BertForSequenceClassification", kiln::testing::tiny_bert(2), 5); };
+models::ModelInputs bert_batch() {
   models::ModelInputs in;
   in.input_ids = Tensor::from_vector(std::vector<int64_t>{2, 7, 9, 3, 2, 11, 3, 0}, {2, 4});
   in.attention_mask = Tensor::from_vector(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 0}, {2, 4});
   in.labels = Tensor::from_vector(std::vector<int64_t>{1, 0}, {2});
+  return in;
+}
+
+TEST(GradientCheckpointing, BertLayersRecomputedGiveTheSameGradients) {
+  auto make = [] { return models::create_model("BertForSequenceClassification", kiln::testing::tiny_bert(2), 5); };
+  const models::ModelInputs in = bert_batch();
   expect_same(train_step(make, in, false), train_step(make, in, true), 2);
 }
 
@@ -69,6 +78,19 @@ TEST(GradientCheckpointing, Gpt2BlocksRecomputedGiveTheSameGradients) {
   in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 1, 8, 2}, {2, 4});
   in.labels = in.input_ids;
   expect_same(train_step(make, in, false), train_step(make, in, true), 3);
+}
+
+// Under --bf16 the recomputed layers run their products in bf16 again
+// (backward runs outside the forward's Autocast scope).
+TEST(GradientCheckpointing, Bf16LayersAreRecomputedInBf16) {
+  auto make = [] { return models::create_model("BertForSequenceClassification", kiln::testing::tiny_bert(2), 5); };
+  const models::ModelInputs in = bert_batch();
+  const auto plain = train_step(make, in, false, true), ckpt = train_step(make, in, true, true);
+  EXPECT_EQ(ckpt.barriers, 2);
+  EXPECT_EQ(ckpt.loss, plain.loss);
+  ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i)
+    EXPECT_TRUE(all_close(ckpt.grads[i].second, plain.grads[i].second, 1e-5, 1e-8)) << plain.grads[i].first;
 }
 
 TEST(GradientCheckpointing, T5BlocksRecomputedGiveTheSameGradients) {

@@ -17,19 +17,7 @@ using testing::TempDir;
 
 models::BertConfig tiny() { return testing::tiny_bert(1); }
 
-std::shared_ptr<data::Features> features(int n) {
-  auto f = std::make_shared<data::Features>();
-  for (int i = 0; i < n; ++i) {
-    int len = 4 + i % 5;
-    std::vector<int64_t> ids{1};
-    for (int t = 0; t < len; ++t) ids.push_back(5 + (i * 7 + t * 3) % 30);
-    ids.push_back(2);
-    f->input_ids.push_back(ids);
-    f->token_type_ids.push_back(std::vector<int64_t>(ids.size(), 0));
-    f->labels.push_back(i % 2);
-  }
-  return f;
-}
+std::shared_ptr<data::Features> features(int n) { return testing::tiny_classification_features(n); }
 
 train::TrainingArguments args_for(const fs::path& out) {
   train::TrainingArguments a;

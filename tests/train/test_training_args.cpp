@@ -77,6 +77,7 @@ const json kHfDefaults = {
     {"label_smoothing_factor", 0.0},
     {"gradient_checkpointing", false},
     {"tf32", false},
+    {"bf16", false},
     {"ddp_bucket_cap_mb", 25.0},
     {"num_replicas", 1},
     {"shard_optimizer_state", false},
@@ -127,6 +128,7 @@ const std::vector<FlagCase> kEveryFlag = {
     {"label_smoothing_factor", "0.1", 0.1},
     {"gradient_checkpointing", "", true},
     {"tf32", "", true},
+    {"bf16", "", true},
     {"ddp_bucket_cap_mb", "0.5", 0.5},
     {"num_replicas", "2", 2},
     {"shard_optimizer_state", "", true},
@@ -381,7 +383,8 @@ TEST(TrainingArgs, JsonErrors) {
   EXPECT_EQ(from({{"output_dir", "o"}, {"learning_rat", 1e-4}}),
             "args.json: unknown TrainingArguments key 'learning_rat' (did you mean 'learning_rate'?)");
   EXPECT_EQ(from({{"output_dir", "o"}, {"fp16", true}, {"learning_rat", 1e-4}}),
-            "args.json: unknown TrainingArguments keys 'fp16', 'learning_rat' (did you mean 'learning_rate'?)");
+            "args.json: unknown TrainingArguments keys 'fp16' (did you mean 'bf16'?), 'learning_rat' (did you mean "
+            "'learning_rate'?)");  // kiln trains in bf16, not fp16 (no loss scaling)
   EXPECT_EQ(from({{"output_dir", "o"}, {"learning_rate", "abc"}}),
             "args.json: key 'learning_rate': expected a number, found string \"abc\"");
   EXPECT_HAS(from({{"output_dir", "o"}, {"seed", -1}}), "key 'seed': expected a non-negative integer");

@@ -115,24 +115,31 @@ std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePt
       return {ir::scatter_add(zeros_like(in[0]), at.ints[0], in[1], g), nullptr};
     case Op::ScatterAdd:  // y = base.scatter_add(d, index, src)
       return {g, nullptr, ir::gather(g, at.ints[0], in[1])};
+    case Op::Cast:  // y = x as another dtype: the gradient in x's dtype (f32 <-> bf16)
+      return {is_floating(in[0]->dtype) ? ir::cast(g, in[0]->dtype) : nullptr};
     case Op::MatMul: {  // y = op(a) · op(b), op = optional transpose of the last two dims
       bool ta = at.ints[0], tb = at.ints[1];
       const NodePtr &a = in[0], &b = in[1];
+      // bf16 operands: the gradient products take g in bf16 too (as under
+      // torch.autocast), give f32 sums, and the operands' gradients are
+      // rounded to bf16 after any batch sum.
+      const NodePtr gm = ir::cast(g, a->dtype);
       NodePtr da, db;
       if (a->requires_grad)
-        da = ta ? ir::matmul(b, g, tb, true) : ir::matmul(g, b, false, !tb);
+        da = ta ? ir::matmul(b, gm, tb, true) : ir::matmul(gm, b, false, !tb);
       if (b->requires_grad) {
         if (b->rank() == 2 && a->rank() > 2 && !ta) {
           // A shared weight: fold a's batch dims into rows, one GEMM
           // (Σ_batch aᵀg = a_flatᵀ g_flat) instead of a batched product + sum.
           NodePtr a2 = ir::reshape(a, {-1, a->shape.back()});
-          NodePtr g2 = ir::reshape(g, {-1, g->shape.back()});
+          NodePtr g2 = ir::reshape(gm, {-1, g->shape.back()});
           db = tb ? ir::matmul(g2, a2, true, false) : ir::matmul(a2, g2, true, false);
         } else {
-          db = tb ? ir::matmul(g, a, true, ta) : ir::matmul(a, g, !ta, false);
+          db = tb ? ir::matmul(gm, a, true, ta) : ir::matmul(a, gm, !ta, false);
         }
       }
-      return {da ? ir::sum_to(da, a->shape) : nullptr, db ? ir::sum_to(db, b->shape) : nullptr};
+      return {da ? ir::cast(ir::sum_to(da, a->shape), a->dtype) : nullptr,
+              db ? ir::cast(ir::sum_to(db, b->shape), b->dtype) : nullptr};
     }
     case Op::Softmax: {  // y = softmax(x + mask)
       NodePtr dx = ir::softmax_grad(value, g, at.ints[0]);

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kiln/backend/hd.h"
+#include "kiln/core/hd.h"
 
 namespace kiln::backend {
 

@@ -16,7 +16,8 @@ DType parse_dtype(const std::string& name) {
   if (name == "i32" || name == "int32") return DType::i32;
   if (name == "i64" || name == "int64" || name == "long") return DType::i64;
   if (name == "bool" || name == "b8") return DType::b8;
-  throw Error("unknown dtype '" + name + "' (expected f32, i32, i64 or bool)");
+  if (name == "bf16" || name == "bfloat16") return DType::bf16;
+  throw Error("unknown dtype '" + name + "' (expected f32, bf16, i32, i64 or bool)");
 }
 
 int64_t numel(const Shape& s) {

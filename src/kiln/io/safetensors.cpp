@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/buffer.h"
+#include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
 #include "kiln/io/atomic_file.h"
 #include "kiln/io/json_file.h"
@@ -51,6 +52,7 @@ const char* file_dtype_of(DType t) {
     case DType::i32: return "I32";
     case DType::i64: return "I64";
     case DType::b8: return "BOOL";
+    case DType::bf16: return "BF16";
   }
   return "?";
 }
@@ -94,8 +96,6 @@ float half_to_float(uint16_t h) {
                                  : (sign | ((exponent + 112) << 23) | (mantissa << 13));  // rebias 15 -> 127
   return std::bit_cast<float>(bits);
 }
-
-float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 template <typename T>
 T read_le(const unsigned char* p) {
@@ -465,6 +465,12 @@ void save_safetensors(const std::filesystem::path& path, const std::vector<std::
       case DType::i32: append_values(t.to_vector<int32_t>()); break;
       case DType::i64: append_values(t.to_vector<int64_t>()); break;
       case DType::b8: append_values(t.to_vector<uint8_t>()); break;
+      case DType::bf16: {  // the values are bf16 already: exact
+        std::vector<uint16_t> bits;
+        for (float v : t.to_vector<float>()) bits.push_back(bf16_from_float(v));
+        append_values(bits);
+        break;
+      }
     }
   }
   writer.commit();

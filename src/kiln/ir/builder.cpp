@@ -56,7 +56,7 @@ NodePtr make_node(Op op, DType dtype, Shape shape, std::vector<NodePtr> inputs, 
                  n->device.str(), " and ", in->device.str(), ")");
     }
   }
-  if (GradMode::enabled() && differentiable(op) && dtype == DType::f32)
+  if (GradMode::enabled() && differentiable(op) && is_floating(dtype))
     n->requires_grad = std::any_of(inputs.begin(), inputs.end(),
                                    [](const NodePtr& in) { return in->requires_grad; });
   n->inputs = std::move(inputs);
@@ -93,8 +93,9 @@ static NodePtr rand_node(Op op, const NodePtr& key, Shape shape) {
 NodePtr rand_uniform(const NodePtr& key, Shape shape) { return rand_node(Op::RandUniform, key, std::move(shape)); }
 NodePtr rand_normal(const NodePtr& key, Shape shape) { return rand_node(Op::RandNormal, key, std::move(shape)); }
 
+// bf16 is a storage type: arithmetic on it is done in f32.
 DType promote(DType a, DType b) {
-  if (a == DType::f32 || b == DType::f32) return DType::f32;
+  if (is_floating(a) || is_floating(b)) return DType::f32;
   if (a == DType::i64 || b == DType::i64) return DType::i64;
   if (a == DType::i32 || b == DType::i32) return DType::i32;
   return DType::b8;
@@ -180,7 +181,7 @@ NodePtr reduce(Op op, const NodePtr& x, std::vector<int64_t> axes, bool keepdim)
   for (auto& a : axes) a = normalize_axis(a, r, name);
   std::sort(axes.begin(), axes.end());
   KILN_CHECK(std::adjacent_find(axes.begin(), axes.end()) == axes.end(), name, ": repeated axis");
-  DType t = x->dtype == DType::b8 ? DType::i64 : x->dtype;
+  DType t = x->dtype == DType::b8 ? DType::i64 : x->dtype == DType::bf16 ? DType::f32 : x->dtype;
   NodePtr cur = cast(x, t);
   // One node per contiguous run of axes, last run first; dims are kept as 1.
   size_t i = axes.size();
@@ -366,7 +367,8 @@ NodePtr scatter_add(const NodePtr& base, int64_t dim, const NodePtr& index, cons
 NodePtr matmul(const NodePtr& a, const NodePtr& b, bool transpose_a, bool transpose_b) {
   KILN_CHECK(a->rank() >= 2 && b->rank() >= 2, "matmul: operands must have rank >= 2, got ",
              shapes_str(a, b));
-  KILN_CHECK(a->dtype == DType::f32 && b->dtype == DType::f32, "matmul: expected f32 operands, got ",
+  // bf16 operands: exact products, sums and result in f32 (--bf16).
+  KILN_CHECK(a->dtype == b->dtype && is_floating(a->dtype), "matmul: expected two f32 or two bf16 operands, got ",
              dtype_name(a->dtype), " and ", dtype_name(b->dtype));
   int64_t ra = a->rank(), rb = b->rank();
   int64_t M = transpose_a ? a->shape[ra - 1] : a->shape[ra - 2];

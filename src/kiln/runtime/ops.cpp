@@ -5,6 +5,7 @@
 #include "kiln/core/error.h"
 #include "kiln/dist/replica.h"
 #include "kiln/ir/builder.h"
+#include "kiln/runtime/autocast.h"
 
 namespace kiln {
 
@@ -140,7 +141,11 @@ Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const T
   return wrap(ir::scatter_add(base.node(), dim, index.node(), src.node()));
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) { return wrap(ir::matmul(a.node(), b.node(), ta, tb)); }
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  if (Autocast::active() && a.dtype() == DType::f32 && b.dtype() == DType::f32)
+    return wrap(ir::matmul(ir::cast(a.node(), DType::bf16), ir::cast(b.node(), DType::bf16), ta, tb));
+  return wrap(ir::matmul(a.node(), b.node(), ta, tb));
+}
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   KILN_CHECK(weight.rank() == 2, "linear: weight must be [out, in], got ", to_string(weight.shape()));
   Tensor y = matmul(x, weight, false, true);
@@ -227,7 +232,11 @@ Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn, c
     if (x.node() == y.node()) return y;  // fn handed an input through: nothing to recompute
   auto rc = std::make_shared<ir::Recompute>();
   for (const auto& x : inputs) rc->inputs.push_back(x.node());
-  rc->fn = [fn, gen, before](const std::vector<ir::NodePtr>& xs) {
+  // The recomputation runs inside backward(): with the forward's autocast
+  // state (as torch.utils.checkpoint restores it), or its products would not
+  // be the ones whose gradients it stands for.
+  rc->fn = [fn, gen, before, autocast = Autocast::active()](const std::vector<ir::NodePtr>& xs) {
+    Autocast same_precision(autocast);
     struct Scope {
       Generator* gen;
       GeneratorState now;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kiln/autodiff/backward.h"
+#include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
 #include "kiln/ir/builder.h"
 #include "kiln/runtime/context.h"
@@ -223,6 +224,7 @@ std::vector<T> Tensor::to_vector() const {
       case DType::i32: out[i] = static_cast<T>(static_cast<const int32_t*>(p)[i]); break;
       case DType::i64: out[i] = static_cast<T>(static_cast<const int64_t*>(p)[i]); break;
       case DType::b8: out[i] = static_cast<T>(static_cast<const uint8_t*>(p)[i]); break;
+      case DType::bf16: out[i] = static_cast<T>(bf16_to_float(static_cast<const uint16_t*>(p)[i])); break;
     }
   }
   metrics::record_transfer(0, count * static_cast<int64_t>(dtype_size(n.dtype)));

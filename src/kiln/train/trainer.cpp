@@ -15,6 +15,7 @@
 #include "kiln/dist/replica.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/runtime/autocast.h"
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/metrics.h"
 
@@ -477,7 +478,11 @@ std::map<std::string, double> Trainer::train() {
       const data::DeviceBatch& batch = batches[micro];
       gen.set_state(gen.seed(), step_offset);
       gen.set_sample_base(micro * global_batch + batch.host.first_sample);
-      Tensor loss = model_.forward(inputs_of(batch)).loss;
+      Tensor loss;
+      {
+        Autocast autocast(args_.bf16);
+        loss = model_.forward(inputs_of(batch)).loss;
+      }
       KILN_CHECK(loss.defined(), "train: the batch has no labels");
       const double w = step_items > 0 ? items[micro] / step_items : 0.0;
       loss = loss * Tensor::scalar(static_cast<float>(w), device_, "loss_weight");
@@ -634,6 +639,7 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix) {
   auto t0 = std::chrono::steady_clock::now();
   {
     NoGradGuard no_grad;
+    Autocast autocast(args_.bf16);
     data::DeviceLoader dl(loader, device_);
     for (int64_t b = 0; b < batches; ++b) {
       data::DeviceBatch batch = dl.next();
@@ -690,6 +696,7 @@ Predictions Trainer::predict(const data::Features& features) {
   std::vector<Tensor> outs;
   {
     NoGradGuard no_grad;
+    Autocast autocast(args_.bf16);
     data::DeviceLoader dl(loader, device_);
     for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
       models::ModelInputs in = inputs_of(dl.next());

@@ -72,6 +72,7 @@ const std::vector<Field>& fields() {
       {"label_smoothing_factor", &TA::label_smoothing_factor, {}},
       {"gradient_checkpointing", &TA::gradient_checkpointing, {}},
       {"tf32", &TA::tf32, {}},
+      {"bf16", &TA::bf16, {}},
       {"ddp_bucket_cap_mb", &TA::ddp_bucket_cap_mb, {}},
       {"num_replicas", &TA::num_replicas, {}},
       {"shard_optimizer_state", &TA::shard_optimizer_state, {}},

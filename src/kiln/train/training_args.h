@@ -47,6 +47,9 @@ struct TrainingArguments {
   bool gradient_checkpointing = false;
   // TF32 tensor-core math for f32 matrix products (CUDA devices only; HF's tf32).
   bool tf32 = false;
+  // bf16 mixed precision (HF's bf16, torch.autocast): matrix products in
+  // bf16 with f32 sums; weights, gradients and optimizer state in f32.
+  bool bf16 = false;
   double ddp_bucket_cap_mb = 25;  // gradient all-reduce buckets (HF: None means DDP's 25)
   // kiln additions (also flags): replicas and debugging
   int64_t num_replicas = 1;

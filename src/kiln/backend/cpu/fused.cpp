@@ -12,6 +12,7 @@
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/philox.h"
 #include "kiln/backend/cpu/vecmath.h"
+#include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
 
 namespace kiln::backend::cpu {
@@ -24,6 +25,12 @@ using ir::Op;
 namespace {
 
 constexpr int64_t kChunk = 512;
+
+// A stored bf16 element, read as float (exact).
+struct StoredBF16 {
+  uint16_t bits;
+  operator float() const { return bf16_to_float(bits); }
+};
 
 template <typename T, typename S>
 void load_typed(const Operand& op, const S* base, int64_t start, int64_t len, T* dst) {
@@ -74,6 +81,7 @@ void load(const Operand& op, const char* base, int64_t start, int64_t len, T* ds
     case DType::i32: return load_typed(op, reinterpret_cast<const int32_t*>(base), start, len, dst);
     case DType::i64: return load_typed(op, reinterpret_cast<const int64_t*>(base), start, len, dst);
     case DType::b8: return load_typed(op, reinterpret_cast<const uint8_t*>(base), start, len, dst);
+    case DType::bf16: return load_typed(op, reinterpret_cast<const StoredBF16*>(base), start, len, dst);
   }
 }
 
@@ -98,6 +106,11 @@ void store(const Operand& op, char* base, int64_t start, int64_t len, const T* s
     case DType::b8: {
       uint8_t* o = reinterpret_cast<uint8_t*>(base) + op.view.offset + start;
       for (int64_t j = 0; j < len; ++j) o[j] = src[j] != T(0);
+      return;
+    }
+    case DType::bf16: {
+      uint16_t* o = reinterpret_cast<uint16_t*>(base) + op.view.offset + start;
+      for (int64_t j = 0; j < len; ++j) o[j] = bf16_from_float(static_cast<float>(src[j]));
       return;
     }
   }
@@ -127,6 +140,7 @@ template <typename T>
 T cast_to(DType t, T x) {
   switch (t) {
     case DType::f32: return static_cast<T>(static_cast<float>(x));
+    case DType::bf16: return static_cast<T>(round_to_bf16(static_cast<float>(x)));
     case DType::i32: case DType::i64: return std::trunc(x);
     case DType::b8: return x != T(0) ? T(1) : T(0);
   }
@@ -294,7 +308,7 @@ void eval_chunk(const Instr& ins, const RegisterMap& map, std::span<char* const>
       case Op::Sub: KILN_EW(a[j] - b[j]); break;
       case Op::Mul: KILN_EW(a[j] * b[j]); break;
       case Op::Div:
-        if (s.dtype == DType::f32) KILN_EW(a[j] / b[j]);
+        if (is_floating(s.dtype)) KILN_EW(a[j] / b[j]);
         else KILN_EW(std::trunc(a[j] / b[j]));
         break;
       case Op::Pow: KILN_EW(std::pow(a[j], b[j])); break;
@@ -313,9 +327,12 @@ void eval_chunk(const Instr& ins, const RegisterMap& map, std::span<char* const>
         throw Error(std::string("fused kernel: unsupported op ") + ir::op_name(s.op));
     }
 #undef KILN_EW
-    // Values of f32 registers are rounded to f32 even when evaluated in double.
+    // Values of f32 registers are rounded to f32 even when evaluated in
+    // double, values of bf16 ones to bf16.
     if (std::is_same_v<T, double> && s.dtype == DType::f32 && s.op != Op::Data)
       for (int64_t j = 0; j < len; ++j) r[j] = static_cast<float>(r[j]);
+    if (s.dtype == DType::bf16 && s.op != Op::Data && s.op != Op::Cast)
+      for (int64_t j = 0; j < len; ++j) r[j] = round_to_bf16(static_cast<float>(r[j]));
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/vecmath.h"
+#include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
 #include "kiln/dist/collectives.h"
 
@@ -216,6 +217,25 @@ std::vector<int64_t> batch_offsets(const compiler::View& v, const Shape& out_bat
   return offs;
 }
 
+// The slot of a GEMM operand as f32: as stored, or (bf16) the elements the
+// view spans converted into `wide`, at the same offsets.
+const float* as_f32_operand(const Operand& op, const char* base, std::vector<float>& wide) {
+  if (op.dtype == DType::f32) return reinterpret_cast<const float*>(base);
+  KILN_CHECK(op.dtype == DType::bf16, "matmul: expected f32 or bf16 operands, got ", dtype_name(op.dtype));
+  const auto& v = op.view;
+  int64_t end = v.offset + 1;
+  for (size_t d = 0; d < v.shape.size(); ++d) {
+    if (v.shape[d] == 0) return reinterpret_cast<const float*>(base);  // nothing is read
+    end += (v.shape[d] - 1) * v.strides[d];
+  }
+  wide.resize(static_cast<size_t>(end));
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(base);
+  float* dst = wide.data();
+#pragma omp parallel for schedule(static) if (end - v.offset > 65536)
+  for (int64_t i = v.offset; i < end; ++i) dst[i] = bf16_to_float(src[i]);
+  return dst;
+}
+
 void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   const Operand &A = ins.inputs[0], &B = ins.inputs[1];
   bool ta = ins.attrs.ints[0], tb = ins.attrs.ints[1];
@@ -226,8 +246,12 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   int64_t K = ta ? A.view.shape[ra - 2] : A.view.shape[ra - 1];
   Shape out_batch(os.begin(), os.end() - 2);
   int64_t nb = numel(out_batch);
-  const float* a = reinterpret_cast<const float*>(in[0]);
-  const float* b = reinterpret_cast<const float*>(in[1]);
+  // bf16 operands (--bf16): this CPU has no bf16 GEMM, so each is widened
+  // to f32 first (exact), which gives a bf16 GEMM's result: exact products,
+  // sums in f32.
+  thread_local std::vector<float> wide_a, wide_b;
+  const float* a = as_f32_operand(A, in[0], wide_a);
+  const float* b = as_f32_operand(B, in[1], wide_b);
   float* c = out_ptr<float>(ins, out);
   Mat la = gemm_layout(A.view, ta), lb = gemm_layout(B.view, tb);
   if (K == 0) {
@@ -501,6 +525,7 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out) {
           case DType::i32: reinterpret_cast<int32_t*>(o)[i] = static_cast<int32_t>(v); break;
           case DType::i64: reinterpret_cast<int64_t*>(o)[i] = static_cast<int64_t>(v); break;
           case DType::b8: reinterpret_cast<uint8_t*>(o)[i] = v != 0; break;
+          case DType::bf16: reinterpret_cast<uint16_t*>(o)[i] = bf16_from_float(static_cast<float>(v)); break;
         }
       }
       return;

@@ -24,6 +24,7 @@ const char* c_type(DType t) {
     case DType::f32: return "float";
     case DType::i32: return "int";
     case DType::i64: return "long long";
+    case DType::bf16: return "unsigned short";
     default: return "unsigned char";
   }
 }
@@ -90,7 +91,8 @@ std::string fused_kernel_source(const Instr& ins, const std::string& name) {
         KILN_ASSERT(s.load >= 0 && s.load < static_cast<int32_t>(ins.inputs.size()));
         const std::string off = "o" + std::to_string(k);
         os << offset_code(view_desc(ins.inputs[s.load]), off);
-        value = T + "(in" + std::to_string(s.load) + "[" + off + "])";
+        const std::string element = "in" + std::to_string(s.load) + "[" + off + "]";
+        value = T + "(" + (ins.inputs[s.load].dtype == DType::bf16 ? "kiln::bf16_to_float(" + element + ")" : element) + ")";
         break;
       }
       case Op::Constant:
@@ -126,10 +128,10 @@ std::string fused_kernel_source(const Instr& ins, const std::string& name) {
   for (size_t k = 0; k < outs.size(); ++k) {
     const std::string off = "p" + std::to_string(k), r = v(out_regs[k]);
     os << offset_code(view_desc(*outs[k]), off);
-    // store_as: bool outputs hold v != 0.
-    const std::string stored = outs[k]->dtype == DType::b8
-                                   ? "(unsigned char)(" + r + " != " + T + "(0))"
-                                   : "(" + std::string(c_type(outs[k]->dtype)) + ")" + r;
+    // store_as: bool outputs hold v != 0, bf16 ones v rounded to nearest even.
+    const std::string stored = outs[k]->dtype == DType::b8     ? "(unsigned char)(" + r + " != " + T + "(0))"
+                               : outs[k]->dtype == DType::bf16 ? "kiln::bf16_from_float((float)" + r + ")"
+                                                               : "(" + std::string(c_type(outs[k]->dtype)) + ")" + r;
     os << "out" << k << "[" << off << "] = " << stored << ";\n";
   }
   os << "}\n}\n";

@@ -4,16 +4,19 @@
 // __host__ __device__ index math, no CUDA headers.
 #include <cstdint>
 
-#include "kiln/backend/hd.h"
+#include "kiln/core/bf16.h"
+#include "kiln/core/hd.h"
 
 namespace kiln::backend::cuda {
 
 constexpr int kMaxRank = 8;
 
 // Element type codes (kiln::DType's values).
-enum : uint8_t { kF32 = 0, kI32 = 1, kI64 = 2, kB8 = 3 };
+enum : uint8_t { kF32 = 0, kI32 = 1, kI64 = 2, kB8 = 3, kBF16 = 4 };
 
-KILN_HD inline int elem_size(uint8_t dtype) { return dtype == kB8 ? 1 : dtype == kI64 ? 8 : 4; }
+KILN_HD inline int elem_size(uint8_t dtype) {
+  return dtype == kB8 ? 1 : dtype == kBF16 ? 2 : dtype == kI64 ? 8 : 4;
+}
 
 // A strided view of a slot (compiler::View), in elements.
 struct ViewDesc {
@@ -60,17 +63,20 @@ KILN_HD inline T load_as(const void* base, uint8_t dtype, int64_t off) {
     case kF32: return static_cast<T>(static_cast<const float*>(base)[off]);
     case kI32: return static_cast<T>(static_cast<const int32_t*>(base)[off]);
     case kI64: return static_cast<T>(static_cast<const int64_t*>(base)[off]);
+    case kBF16: return static_cast<T>(bf16_to_float(static_cast<const uint16_t*>(base)[off]));
     default: return static_cast<T>(static_cast<const uint8_t*>(base)[off]);
   }
 }
 
-// Stores v converted to dtype (bool: v != 0), as the CPU interpreter does.
+// Stores v converted to dtype (bool: v != 0; bf16: rounded to nearest even),
+// as the CPU interpreter does.
 template <typename T>
 KILN_HD inline void store_as(void* base, uint8_t dtype, int64_t off, T v) {
   switch (dtype) {
     case kF32: static_cast<float*>(base)[off] = static_cast<float>(v); break;
     case kI32: static_cast<int32_t*>(base)[off] = static_cast<int32_t>(v); break;
     case kI64: static_cast<int64_t*>(base)[off] = static_cast<int64_t>(v); break;
+    case kBF16: static_cast<uint16_t*>(base)[off] = bf16_from_float(static_cast<float>(v)); break;
     default: static_cast<uint8_t*>(base)[off] = v != T(0); break;
   }
 }

@@ -204,13 +204,14 @@ bool runs_regular(const std::vector<int64_t>& offs, int64_t inner) {
 
 GemmPlan plan_gemm(const Instr& ins) {
   const Operand &A = ins.inputs[0], &B = ins.inputs[1];
-  KILN_CHECK(A.dtype == DType::f32 && B.dtype == DType::f32 && ins.output.dtype == DType::f32,
-             "cuda backend: matmul of ", dtype_name(A.dtype), " and ", dtype_name(B.dtype),
-             ": only f32 products are supported on CUDA yet");
+  KILN_CHECK(A.dtype == B.dtype && is_floating(A.dtype) && ins.output.dtype == DType::f32,
+             "cuda backend: matmul of ", dtype_name(A.dtype), " and ", dtype_name(B.dtype), " into ",
+             dtype_name(ins.output.dtype), ": expected two f32 or two bf16 operands and an f32 result");
   const bool ta = ins.attrs.ints[0], tb = ins.attrs.ints[1];
   const Shape& os = ins.output.view.shape;
   const size_t r = os.size(), ra = A.view.shape.size();
   GemmPlan g;
+  g.bf16 = A.dtype == DType::bf16;
   g.M = os[r - 2];
   g.N = os[r - 1];
   g.K = ta ? A.view.shape[ra - 2] : A.view.shape[ra - 1];

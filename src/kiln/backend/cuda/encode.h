@@ -37,6 +37,7 @@ struct GemmCall {
 };
 struct GemmPlan {
   bool trans_a = false, trans_b = false;  // row-major sense, as the CPU's sgemm
+  bool bf16 = false;                      // bf16 operands (f32 sums and result), else f32
   int64_t lda = 0, ldb = 0;
   int64_t M = 0, N = 0, K = 0;  // per call: M rows (all batches stacked when fused into one)
   std::vector<GemmCall> calls;

@@ -56,6 +56,9 @@ struct PinnedBlock {
 };
 
 uint8_t code(DType t) { return static_cast<uint8_t>(t); }
+static_assert(static_cast<uint8_t>(DType::f32) == kF32 && static_cast<uint8_t>(DType::i32) == kI32 &&
+              static_cast<uint8_t>(DType::i64) == kI64 && static_cast<uint8_t>(DType::b8) == kB8 &&
+              static_cast<uint8_t>(DType::bf16) == kBF16);
 
 // (outer, axis, inner) of a Sum / ReduceMax over axes [ints.front(), ints.back()].
 Split reduce_split(const Instr& ins) {
@@ -224,6 +227,25 @@ void check_launch(const Instr& ins) {
 
 std::atomic<bool> g_allow_tf32{false};
 
+// bf16 operands: cuBLAS's bf16 tensor-core GEMM with f32 accumulation and
+// an f32 result (what the CPU's widened sgemm computes, up to summation order).
+void gemm_bf16(DeviceState& ds, const GemmPlan& g, const uint16_t* a, const uint16_t* b, float* c) {
+  const float one = 1.0f, zero = 0.0f;
+  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  for (const GemmCall& call : g.calls) {
+    if (call.batch == 1) {
+      KILN_CUDA_CHECK(cublasGemmEx(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, CUDA_R_16BF, g.ldb,
+                                   a + call.a, CUDA_R_16BF, g.lda, &zero, c + call.c, CUDA_R_32F, g.N,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+      KILN_CUDA_CHECK(cublasGemmStridedBatchedEx(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, CUDA_R_16BF,
+                                                 g.ldb, call.stride_b, a + call.a, CUDA_R_16BF, g.lda, call.stride_a,
+                                                 &zero, c + call.c, CUDA_R_32F, g.N, g.M * g.N, call.batch,
+                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+  }
+}
+
 void gemm(DeviceState& ds, const GemmPlan& g, const float* a, const float* b, float* c) {
   const float one = 1.0f, zero = 0.0f;
   if (const bool tf32 = g_allow_tf32.load(std::memory_order_relaxed); tf32 != ds.blas_tf32) {
@@ -309,7 +331,8 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
       return kernels::iota(o, code(ins.output.dtype), os[0], ins.attrs.floats[0], ins.attrs.floats[1], s);
     case Op::Sum:
     case Op::ReduceMax:
-      KILN_CHECK(is_floating(ins.output.dtype) || is_integral(ins.output.dtype), "reduce: unsupported dtype");
+      KILN_CHECK(ins.output.dtype == DType::f32 || is_integral(ins.output.dtype), "reduce: unsupported dtype ",
+                 dtype_name(ins.output.dtype));
       return kernels::reduce(inp(0), o, code(ins.output.dtype), reduce_split(ins), ins.op == Op::ReduceMax,
                              plan.scratch ? plan.scratch->ptr : nullptr, s);
     case Op::ArgMax:
@@ -375,6 +398,9 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
         KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, g.c_elems * sizeof(float), s));
         return;
       }
+      if (g.bf16)
+        return gemm_bf16(ds, g, reinterpret_cast<const uint16_t*>(in[0]), reinterpret_cast<const uint16_t*>(in[1]),
+                         reinterpret_cast<float*>(out));
       return gemm(ds, g, reinterpret_cast<const float*>(in[0]), reinterpret_cast<const float*>(in[1]),
                   reinterpret_cast<float*>(out));
     }

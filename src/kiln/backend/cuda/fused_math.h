@@ -8,7 +8,7 @@
 #include <math.h>
 
 #include "kiln/backend/cuda/desc.h"
-#include "kiln/backend/hd.h"
+#include "kiln/core/hd.h"
 #include "kiln/ir/op.h"
 
 namespace kiln::backend::cuda {
@@ -63,6 +63,7 @@ template <typename T>
 KILN_HD inline T cast_to(uint8_t dtype, T x) {
   switch (dtype) {
     case kF32: return static_cast<T>(static_cast<float>(x));
+    case kBF16: return static_cast<T>(round_to_bf16(static_cast<float>(x)));
     case kI32:
     case kI64: return trunc_(x);
     default: return x != T(0) ? T(1) : T(0);
@@ -70,9 +71,11 @@ KILN_HD inline T cast_to(uint8_t dtype, T x) {
 }
 
 // A step's value as its register holds it: f32 values are rounded to f32
-// even in groups evaluated in double (as the CPU interpreter does).
+// even in groups evaluated in double, bf16 values to bf16 (as the CPU
+// interpreter does).
 template <typename T>
 KILN_HD inline T as_step_value(T r, uint8_t dtype) {
+  if (dtype == kBF16) return static_cast<T>(round_to_bf16(static_cast<float>(r)));
   return sizeof(T) == 8 && dtype == kF32 ? static_cast<T>(static_cast<float>(r)) : r;
 }
 
@@ -101,7 +104,7 @@ KILN_HD inline bool apply_op(ir::Op op, uint8_t dtype, int32_t iattr, T a, T b, 
     case Op::Add: r = a + b; return true;
     case Op::Sub: r = a - b; return true;
     case Op::Mul: r = a * b; return true;
-    case Op::Div: r = dtype == kF32 ? a / b : trunc_(a / b); return true;
+    case Op::Div: r = dtype == kF32 || dtype == kBF16 ? a / b : trunc_(a / b); return true;
     case Op::Pow: r = pow_(a, b); return true;
     case Op::Max: r = a > b || isnan_(a) ? a : b; return true;
     case Op::Min: r = a < b || isnan_(a) ? a : b; return true;

@@ -77,13 +77,7 @@ __device__ double block_sum(double v) { return block_reduce(v, SumOp<double>());
 
 __global__ void iota_kernel(void* out, uint8_t dtype, int64_t n, double start, double step) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    double v = start + step * static_cast<double>(i);
-    switch (dtype) {
-      case kF32: static_cast<float*>(out)[i] = static_cast<float>(v); break;
-      case kI32: static_cast<int32_t*>(out)[i] = static_cast<int32_t>(v); break;
-      case kI64: static_cast<int64_t*>(out)[i] = static_cast<int64_t>(v); break;
-      default: static_cast<uint8_t*>(out)[i] = v != 0; break;
-    }
+    store_as(out, dtype, i, start + step * static_cast<double>(i));
   }
 }
 

@@ -1,0 +1,171 @@
+// bf16 storage and torch.autocast-style mixed precision (--bf16): casts
+// round to nearest even, products of bf16 operands are exact with f32 sums,
+// and under Autocast the gradients of matrix products are bf16 products too.
+#include <random>
+
+#include "kiln/core/bf16.h"
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_of;
+
+std::vector<float> values(int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+std::vector<float> rounded(std::vector<float> v) {
+  for (auto& x : v) x = round_to_bf16(x);
+  return v;
+}
+
+bool all_bf16(const std::vector<float>& v) {
+  for (float x : v)
+    if (round_to_bf16(x) != x) return false;
+  return true;
+}
+
+TEST(Bf16, CastsRoundAndWideningBackIsExact) {
+  const std::vector<float> v = values(1000, 1);
+  Tensor h = cast(Tensor::from_vector(v, {10, 100}), DType::bf16);
+  EXPECT_EQ(h.dtype(), DType::bf16);
+  EXPECT_EQ(h.to_vector<float>(), rounded(v));
+  EXPECT_EQ(cast(h, DType::f32).to_vector<float>(), rounded(v));
+  EXPECT_FALSE(all_bf16(v));
+  // A strided view of bf16 storage, copied out.
+  Tensor t = transpose(h, 0, 1);
+  EXPECT_EQ(t.dtype(), DType::bf16);
+  EXPECT_EQ(t.to_vector<float>()[1], round_to_bf16(v[100]));
+}
+
+TEST(Bf16, ArithmeticPromotesToF32AndFusedKernelsReject) {
+  Tensor h = cast(Tensor::from_vector(values(6, 2), {2, 3}), DType::bf16);
+  EXPECT_EQ((h * 2.0).dtype(), DType::f32);
+  EXPECT_EQ((h + h).dtype(), DType::f32);
+  EXPECT_EQ(sum(h).dtype(), DType::f32);
+  EXPECT_CONTAINS(error_of([&] { softmax(h); }), "expected an f32 tensor, got bf16");
+  Tensor f = Tensor::from_vector(values(6, 3), {3, 2});
+  EXPECT_CONTAINS(error_of([&] { matmul(h, f); }), "expected two f32 or two bf16 operands, got bf16 and f32");
+}
+
+// A bf16 product is the f32 product of the rounded operands: the CPU widens
+// them to f32 and runs the same sgemm, so the results are identical.
+TEST(Bf16, ProductsOfBf16OperandsAreTheProductsOfTheRoundedValues) {
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+  };
+  for (const Case& c : {Case{{5, 33}, {33, 7}, false, false}, Case{{33, 5}, {7, 33}, true, true},
+                        Case{{3, 4, 9}, {3, 9, 6}, false, false}, Case{{2, 3, 4, 9}, {9, 6}, false, false},
+                        Case{{3, 9, 4}, {6, 9}, true, true}}) {
+    const std::vector<float> av = values(numel(c.a), 4), bv = values(numel(c.b), 5);
+    Tensor a = Tensor::from_vector(av, c.a), b = Tensor::from_vector(bv, c.b);
+    const std::vector<float> got =
+        matmul(cast(a, DType::bf16), cast(b, DType::bf16), c.ta, c.tb).to_vector<float>();
+    const std::vector<float> want =
+        matmul(Tensor::from_vector(rounded(av), c.a), Tensor::from_vector(rounded(bv), c.b), c.ta, c.tb)
+            .to_vector<float>();
+    EXPECT_EQ(got, want) << to_string(c.a) << " x " << to_string(c.b);
+    EXPECT_NE(got, matmul(a, b, c.ta, c.tb).to_vector<float>());
+  }
+}
+
+TEST(Bf16, AutocastScopesNestAndCanBeTurnedOff) {
+  EXPECT_FALSE(Autocast::active());
+  {
+    Autocast on;
+    EXPECT_TRUE(Autocast::active());
+    {
+      Autocast off(false);
+      EXPECT_FALSE(Autocast::active());
+    }
+    EXPECT_TRUE(Autocast::active());
+  }
+  EXPECT_FALSE(Autocast::active());
+}
+
+// y = x Wᵀ + b under Autocast: the product of the rounded operands (the bias
+// is added in f32); backward multiplies the rounded output gradient with
+// the rounded operands and rounds the operands' gradients to bf16, which
+// reach the f32 weights as f32.
+TEST(Bf16, AutocastLinearForwardAndGradients) {
+  const int64_t n = 6, in = 40, out = 5;
+  const std::vector<float> xv = values(n * in, 7), wv = values(out * in, 8), bv = values(out, 9), cv = values(n * out, 10);
+  Tensor x = Tensor::from_vector(xv, {n, in}).requires_grad_();
+  Tensor w = Tensor::from_vector(wv, {out, in}).requires_grad_();
+  Tensor b = Tensor::from_vector(bv, {out}).requires_grad_();
+  Tensor y;
+  {
+    Autocast bf16;
+    y = linear(x, w, b);
+  }
+  EXPECT_EQ(y.dtype(), DType::f32);
+  sum(y * Tensor::from_vector(cv, {n, out})).backward();
+  const std::vector<float> xr = rounded(xv), wr = rounded(wv), gr = rounded(cv);
+  const std::vector<double> yv = y.to_vector<double>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = 0;
+      for (int64_t k = 0; k < in; ++k) acc += static_cast<double>(xr[i * in + k]) * wr[o * in + k];
+      EXPECT_NEAR(yv[i * out + o], acc + bv[o], 1e-5) << i << "," << o;
+    }
+  ASSERT_EQ(w.grad().dtype(), DType::f32);
+  const std::vector<float> dw = w.grad().to_vector<float>(), dx = x.grad().to_vector<float>();
+  EXPECT_TRUE(all_bf16(dw));
+  EXPECT_TRUE(all_bf16(dx));
+  auto near_bf16 = [](double got, double want) { return std::abs(got - want) <= std::ldexp(std::abs(want), -7) + 1e-6; };
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t k = 0; k < in; ++k) {
+      double acc = 0;
+      for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(gr[i * out + o]) * xr[i * in + k];
+      EXPECT_PRED2(near_bf16, dw[o * in + k], acc) << "dW " << o << "," << k;
+    }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < in; ++k) {
+      double acc = 0;
+      for (int64_t o = 0; o < out; ++o) acc += static_cast<double>(gr[i * out + o]) * wr[o * in + k];
+      EXPECT_PRED2(near_bf16, dx[i * in + k], acc) << "dx " << i << "," << k;
+    }
+  // The bias gradient is an f32 sum of the f32 output gradient.
+  const std::vector<float> db = b.grad().to_vector<float>();
+  for (int64_t o = 0; o < out; ++o) {
+    double acc = 0;
+    for (int64_t i = 0; i < n; ++i) acc += cv[i * out + o];
+    EXPECT_NEAR(db[o], acc, 1e-5);
+  }
+}
+
+// A cast's gradient is the incoming gradient in the input's dtype.
+TEST(Bf16, CastGradientIsTheGradientInTheInputsDtype) {
+  const std::vector<float> v = values(8, 11), c = values(8, 12);
+  Tensor x = Tensor::from_vector(v, {8}).requires_grad_();
+  sum(cast(cast(x, DType::bf16), DType::f32) * Tensor::from_vector(c, {8})).backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), rounded(c));
+}
+
+// Batched products against a shared weight (attention-free layers of a
+// model): the weight's gradient sums over the batch in f32 before rounding.
+TEST(Bf16, AutocastBatchedProductAgainstASharedWeight) {
+  const std::vector<float> xv = values(2 * 3 * 16, 13), wv = values(16 * 4, 14);
+  Tensor x = Tensor::from_vector(xv, {2, 3, 16});
+  Tensor w = Tensor::from_vector(wv, {16, 4}).requires_grad_();
+  {
+    Autocast bf16;
+    sum(matmul(x, w)).backward();
+  }
+  const std::vector<float> xr = rounded(xv), dw = w.grad().to_vector<float>();
+  for (int64_t k = 0; k < 16; ++k)
+    for (int64_t o = 0; o < 4; ++o) {
+      double acc = 0;
+      for (int64_t r = 0; r < 6; ++r) acc += xr[r * 16 + k];
+      EXPECT_NEAR(dw[k * 4 + o], round_to_bf16(static_cast<float>(acc)), std::ldexp(std::abs(acc), -8) + 1e-6);
+    }
+}
+
+}  // namespace
+}  // namespace kiln
