@@ -233,7 +233,8 @@ int run_bench(const std::vector<std::string>& args) {
   std::printf("  model FLOP/s     %.1f GFLOP/s (6 x parameters in matrix products x tokens/s)\n", model_gflops);
   std::printf("  GEMM peak        %.1f GFLOP/s at %s%s -> model FLOP/s is %.0f %% of it\n", peak_gflops,
               peak_shape.c_str(), bf16 ? " (bf16)" : "", 100.0 * model_gflops / std::max(peak_gflops, 1e-9));
-  std::printf("  compile          %.3f s (%lld compiles); step arena %.0f MB\n", m.compile_seconds, (long long)m.compiles,
+  std::printf("  compile          %.3f s (%lld compiles, %lld from the disk cache); step arena %.0f MB\n",
+              m.compile_seconds, (long long)m.compiles, (long long)m.compiles_from_disk,
               static_cast<double>(m.arena_bytes) / 1e6);
   std::printf("  peak memory      %.0f MB resident\n", peak_rss_mb);
   if (device.kind == DeviceKind::CUDA) {
@@ -249,10 +250,10 @@ int run_bench(const std::vector<std::string>& args) {
     std::printf(
         "{\"model\": \"%s\", \"task\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"flop_parameters\": %lld, \"median_step_s\": %.6f, "
         "\"tokens_per_s\": %.2f, \"model_gflops\": %.2f, \"gemm_peak_gflops\": %.2f, \"fraction_of_gemm_peak\": %.4f, "
-        "\"compile_s\": %.4f, \"compiles\": %lld, \"peak_rss_mb\": %.1f, \"bf16\": %s}\n",
+        "\"compile_s\": %.4f, \"compiles\": %lld, \"compiles_from_disk\": %lld, \"peak_rss_mb\": %.1f, \"bf16\": %s}\n",
         model->architecture().c_str(), task.c_str(), (long long)B, (long long)T, (long long)num_params, (long long)flop_params, median,
         tokens / median, model_gflops, peak_gflops, model_gflops / std::max(peak_gflops, 1e-9), m.compile_seconds,
-        (long long)m.compiles, peak_rss_mb, bf16 ? "true" : "false");
+        (long long)m.compiles, (long long)m.compiles_from_disk, peak_rss_mb, bf16 ? "true" : "false");
   return 0;
 }
 

@@ -188,6 +188,30 @@ std::vector<OpCase> op_cases() {
          return x[0] + cast(arange(6, DType::i64, d), DType::f32) + full({6}, 0.5, DType::f32, d) +
                 arange(0.5, 3.5, 0.5, DType::f32, d) + cast(arange(0, 6, 1, DType::i32, d), DType::f32) + ones({6}, DType::f32, d);
        }},
+      // bf16 storage (--bf16): exact round-to-nearest-even on both devices (ties, inf, NaN, overflow), and
+      // the kernels that move bf16 elements (2 bytes) with their gradients.
+      {"bf16_cast_exact", {{8}}, [](V x) {
+         const float ulp = std::ldexp(1.0f, -7);
+         Tensor special = Tensor::from_vector(std::vector<float>{1.0f + ulp / 2, 1.0f + 1.5f * ulp, -3.0f - 3 * ulp,
+                                                                 0.1f, 3.4e38f, INFINITY, -INFINITY, NAN},
+                                              {8}, x[0].device());
+         return cast(cast(special + x[0] * 0.0, DType::bf16), DType::f32) + cast(cast(x[0], DType::bf16), DType::f32);
+       }},
+      {"bf16_embedding", {{10, 6}}, [](V x) {
+         return cast(embedding(ids_on(x, {3, 2, 2, 9, 0, 3, 2}, {7}), cast(x[0], DType::bf16), 2), DType::f32);
+       }},
+      {"bf16_slice_concat", {{4, 11}, {4, 3}}, [](V x) {
+         Tensor h = cast(x[0], DType::bf16);
+         return cast(concat({slice(h, 1, 1, 10, 3), cast(x[1], DType::bf16), h}, 1), DType::f32) * 2.0;
+       }},
+      {"bf16_gather_argmax", {{4, 6}}, [](V x) {
+         Tensor h = cast(x[0] * 3.0, DType::bf16);
+         return cast(gather(h, 1, ids_on(x, {5, 0, 1, 1, 2, 3, 3, 3, 0, 4, 5, 5}, {4, 3})), DType::f32) +
+                cast(unsqueeze(argmax(h, 1), 1), DType::f32);
+       }},
+      {"bf16_matmul", {{2, 5, 7}, {7, 3}}, [](V x) {
+         return matmul(cast(x[0], DType::bf16), cast(x[1], DType::bf16));
+       }},
       {"long_chain", {{1000}}, [](V x) {  // many live values: the large register file
          std::vector<Tensor> t{x[0]};
          for (int k = 1; k < 24; ++k) t.push_back(tanh(t.back() * (0.3 + 0.01 * k)) + t.back() * 0.5);

@@ -75,6 +75,49 @@ TEST(Bf16, ProductsOfBf16OperandsAreTheProductsOfTheRoundedValues) {
   }
 }
 
+// Ops that move bf16 elements (2 bytes: embedding rows, slices, concat,
+// gather) give the rounded values, argmax compares them, and gradients come
+// back through them (the row kernels sum in f32 and round).
+TEST(Bf16, RowAndMovementOpsMoveBf16Elements) {
+  const std::vector<float> tv = values(10 * 6, 21);
+  Tensor table = Tensor::from_vector(tv, {10, 6}).requires_grad_();
+  Tensor h = cast(table, DType::bf16);
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 2, 2, 9}, {4});
+  Tensor rows = embedding(ids, h);
+  Tensor part = concat({slice(h, 1, 1, 6, 2), h}, 1);
+  Tensor picked = gather(h, 1, Tensor::from_vector(std::vector<int64_t>(10 * 2, 5), {10, 2}));
+  EXPECT_EQ(rows.dtype(), DType::bf16);
+  EXPECT_EQ(picked.dtype(), DType::bf16);
+  const std::vector<float> tr = rounded(tv), r = rows.to_vector<float>(), p = part.to_vector<float>(),
+                           g = picked.to_vector<float>();
+  for (int64_t j = 0; j < 6; ++j) {
+    EXPECT_EQ(r[0 * 6 + j], tr[3 * 6 + j]);
+    EXPECT_EQ(r[3 * 6 + j], tr[9 * 6 + j]);
+  }
+  EXPECT_EQ(p[0], tr[1]);
+  EXPECT_EQ(p[3], tr[0]);
+  EXPECT_EQ(g[2], tr[6 + 5]);
+  const std::vector<int64_t> am = argmax(h, 1).to_vector<int64_t>();
+  for (int64_t i = 0; i < 10; ++i) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < 6; ++j)
+      if (tr[i * 6 + j] > tr[i * 6 + best]) best = j;
+    EXPECT_EQ(am[i], best) << "row " << i;
+  }
+  sum(cast(rows, DType::f32) * 0.5).backward();
+  const std::vector<float> dt = table.grad().to_vector<float>();
+  EXPECT_EQ(dt[2 * 6], 1.0f);  // id 2 twice
+  EXPECT_EQ(dt[3 * 6], 0.5f);
+  EXPECT_EQ(dt[0], 0.0f);
+}
+
+TEST(Bf16, AutocastCastsAnF32OperandMetWithABf16One) {
+  const std::vector<float> av = values(12, 22), bv = values(12, 23);
+  Tensor a = cast(Tensor::from_vector(av, {3, 4}), DType::bf16), b = Tensor::from_vector(bv, {4, 3});
+  Autocast bf16;
+  EXPECT_EQ(matmul(a, b).to_vector<float>(), matmul(a, cast(b, DType::bf16)).to_vector<float>());
+}
+
 TEST(Bf16, AutocastScopesNestAndCanBeTurnedOff) {
   EXPECT_FALSE(Autocast::active());
   {

@@ -208,7 +208,9 @@ NodePtr argmax(const NodePtr& x, int64_t axis, bool keepdim) {
   KILN_CHECK(x->dtype != DType::b8, "argmax: not defined for bool tensors");
   Shape s = x->shape;
   s[a] = 1;
-  NodePtr n = make_node(Op::ArgMax, DType::i64, s, {x}, Attrs{{a}, {}});
+  // bf16 values compare as the f32 values they widen to.
+  NodePtr n = make_node(Op::ArgMax, DType::i64, s, {cast(x, x->dtype == DType::bf16 ? DType::f32 : x->dtype)},
+                        Attrs{{a}, {}});
   if (!keepdim) {
     s.erase(s.begin() + a);
     n = reshape(n, s);
@@ -337,13 +339,17 @@ NodePtr index_select(const NodePtr& table, const NodePtr& ids, int64_t padding_i
   return make_node(Op::IndexSelect, table->dtype, s, {table, ids}, Attrs{{padding_idx}, {}});
 }
 
+// The row kernels (index_add, gather, scatter_add) work on f32: bf16 values
+// go through f32 (exact) and the result is rounded back.
 NodePtr index_add(const NodePtr& ids, const NodePtr& src, int64_t rows, int64_t padding_idx) {
+  if (src->dtype == DType::bf16) return cast(index_add(ids, cast(src, DType::f32), rows, padding_idx), DType::bf16);
   Shape s{rows};
   s.insert(s.end(), src->shape.begin() + ids->rank(), src->shape.end());
   return make_node(Op::IndexAdd, src->dtype, s, {ids, src}, Attrs{{padding_idx}, {}});
 }
 
 NodePtr gather(const NodePtr& x, int64_t dim, const NodePtr& index) {
+  if (x->dtype == DType::bf16) return cast(gather(cast(x, DType::f32), dim, index), DType::bf16);
   int64_t d = normalize_axis(dim, x->rank(), "gather");
   KILN_CHECK(is_integral(index->dtype), "gather: index must be i32/i64, got ", dtype_name(index->dtype));
   KILN_CHECK(index->rank() == x->rank(), "gather: index ", to_string(index->shape), " and input ",
@@ -355,6 +361,8 @@ NodePtr gather(const NodePtr& x, int64_t dim, const NodePtr& index) {
 }
 
 NodePtr scatter_add(const NodePtr& base, int64_t dim, const NodePtr& index, const NodePtr& src) {
+  if (base->dtype == DType::bf16 && src->dtype == DType::bf16)
+    return cast(scatter_add(cast(base, DType::f32), dim, index, cast(src, DType::f32)), DType::bf16);
   int64_t d = normalize_axis(dim, base->rank(), "scatter_add");
   KILN_CHECK(is_integral(index->dtype), "scatter_add: index must be i32/i64");
   KILN_CHECK(index->shape == src->shape, "scatter_add: index ", to_string(index->shape), " and src ",

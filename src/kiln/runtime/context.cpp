@@ -19,6 +19,7 @@
 #include "kiln/dist/threads.h"
 #include "kiln/ir/builder.h"
 #include "kiln/runtime/metrics.h"
+#include "kiln/runtime/program_cache.h"
 #include "kiln/runtime/tensor_impl.h"
 
 namespace kiln::runtime {
@@ -169,12 +170,20 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
   std::string reason = compile_reason(g, params);
   auto t0 = std::chrono::steady_clock::now();
   auto exe = std::make_shared<Executable>();
-  exe->program = compiler::compile(g);
+  std::optional<compiler::Program> cached = load_cached_program(g);
+  const bool from_disk = cached.has_value();
+  if (from_disk) {
+    exe->program = std::move(*cached);
+  } else {
+    exe->program = compiler::compile(g);
+    save_cached_program(g, exe->program, seconds_since(t0));
+  }
   if (exe->program.arena_bytes) exe->arena = std::make_unique<Storage>(device_, exe->program.arena_bytes);
 #ifdef KILN_HAVE_CUDA
   if (device_.kind == DeviceKind::CUDA) exe->cuda_plan = backend::cuda::prepare(exe->program, device_);
 #endif
-  metrics::record_compile(seconds_since(t0), std::move(reason), static_cast<int64_t>(exe->program.arena_bytes));
+  metrics::record_compile(seconds_since(t0), std::move(reason), static_cast<int64_t>(exe->program.arena_bytes),
+                          from_disk);
   lru_.push_front(CacheEntry{g, exe});
   index_[key].push_back(lru_.begin());
   while (lru_.size() > capacity_) {

@@ -31,9 +31,10 @@ void reset() {
   dist::reset_stats();
 }
 
-void record_compile(double seconds, std::string reason, int64_t arena_bytes) {
+void record_compile(double seconds, std::string reason, int64_t arena_bytes, bool from_disk) {
   std::lock_guard<std::mutex> lock(g_mu);
   ++g_m.compiles;
+  g_m.compiles_from_disk += from_disk;
   g_m.compile_seconds += seconds;
   g_m.arena_bytes = std::max(g_m.arena_bytes, arena_bytes);
   if (g_m.compile_reasons.size() < kMaxReasons) g_m.compile_reasons.push_back(std::move(reason));
@@ -72,8 +73,8 @@ std::string report() {
   std::ostringstream os;
   char line[256];
   os << "kiln metrics report\n";
-  std::snprintf(line, sizeof line, "  CompileTime:      %lld compiles, %.3f s total\n",
-                static_cast<long long>(m.compiles), m.compile_seconds);
+  std::snprintf(line, sizeof line, "  CompileTime:      %lld compiles (%lld from the disk cache), %.3f s total\n",
+                static_cast<long long>(m.compiles), static_cast<long long>(m.compiles_from_disk), m.compile_seconds);
   os << line;
   std::snprintf(line, sizeof line, "  CacheHits:        %lld\n", static_cast<long long>(m.cache_hits));
   os << line;
@@ -101,6 +102,7 @@ nlohmann::json to_json() {
   Snapshot m = snapshot();
   return nlohmann::json{{"compiles", m.compiles},
                         {"compile_seconds", m.compile_seconds},
+                        {"compiles_from_disk", m.compiles_from_disk},
                         {"cache_hits", m.cache_hits},
                         {"executions", m.executions},
                         {"failed_executions", m.failed_executions},

@@ -11,8 +11,9 @@
 namespace kiln::metrics {
 
 struct Snapshot {
-  int64_t compiles = 0;
+  int64_t compiles = 0;             // programs made for new graphs (compiled or loaded)
   double compile_seconds = 0;
+  int64_t compiles_from_disk = 0;   // of them, loaded from the on-disk compile cache
   int64_t cache_hits = 0;
   int64_t executions = 0;
   double execute_seconds = 0;
@@ -35,7 +36,7 @@ std::string report();        // human-readable
 nlohmann::json to_json();
 
 // Recording (used by the runtime).
-void record_compile(double seconds, std::string reason, int64_t arena_bytes);
+void record_compile(double seconds, std::string reason, int64_t arena_bytes, bool from_disk = false);
 void record_cache_hit();
 void record_execution(double seconds, bool failed);
 void record_transfer(int64_t host_to_device, int64_t device_to_host);

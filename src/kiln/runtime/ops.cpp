@@ -142,7 +142,7 @@ Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const T
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
-  if (Autocast::active() && a.dtype() == DType::f32 && b.dtype() == DType::f32)
+  if (Autocast::active() && is_floating(a.dtype()) && is_floating(b.dtype()))
     return wrap(ir::matmul(ir::cast(a.node(), DType::bf16), ir::cast(b.node(), DType::bf16), ta, tb));
   return wrap(ir::matmul(a.node(), b.node(), ta, tb));
 }

@@ -480,7 +480,8 @@ std::map<std::string, double> Trainer::train() {
       gen.set_sample_base(micro * global_batch + batch.host.first_sample);
       Tensor loss;
       {
-        Autocast autocast(args_.bf16);
+        std::optional<Autocast> autocast;  // --bf16 (HF: a no-op context without it)
+        if (args_.bf16) autocast.emplace();
         loss = model_.forward(inputs_of(batch)).loss;
       }
       KILN_CHECK(loss.defined(), "train: the batch has no labels");
@@ -639,7 +640,8 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix) {
   auto t0 = std::chrono::steady_clock::now();
   {
     NoGradGuard no_grad;
-    Autocast autocast(args_.bf16);
+    std::optional<Autocast> autocast;
+    if (args_.bf16) autocast.emplace();
     data::DeviceLoader dl(loader, device_);
     for (int64_t b = 0; b < batches; ++b) {
       data::DeviceBatch batch = dl.next();
@@ -696,7 +698,8 @@ Predictions Trainer::predict(const data::Features& features) {
   std::vector<Tensor> outs;
   {
     NoGradGuard no_grad;
-    Autocast autocast(args_.bf16);
+    std::optional<Autocast> autocast;
+    if (args_.bf16) autocast.emplace();
     data::DeviceLoader dl(loader, device_);
     for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
       models::ModelInputs in = inputs_of(dl.next());

@@ -248,8 +248,15 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   int64_t nb = numel(out_batch);
   // bf16 operands (--bf16): this CPU has no bf16 GEMM, so each is widened
   // to f32 first (exact), which gives a bf16 GEMM's result: exact products,
-  // sums in f32.
+  // sums in f32. The buffers are kept for the next product, unless large
+  // (an LM head's [tokens, vocabulary] gradient).
   thread_local std::vector<float> wide_a, wide_b;
+  struct Release {
+    ~Release() {
+      for (auto* w : {&wide_a, &wide_b})
+        if (w->capacity() > (size_t{16} << 20)) std::vector<float>().swap(*w);
+    }
+  } release;
   const float* a = as_f32_operand(A, in[0], wide_a);
   const float* b = as_f32_operand(B, in[1], wide_b);
   float* c = out_ptr<float>(ins, out);

@@ -230,6 +230,8 @@ std::atomic<bool> g_allow_tf32{false};
 // bf16 operands: cuBLAS's bf16 tensor-core GEMM with f32 accumulation and
 // an f32 result (what the CPU's widened sgemm computes, up to summation order).
 void gemm_bf16(DeviceState& ds, const GemmPlan& g, const uint16_t* a, const uint16_t* b, float* c) {
+  KILN_CHECK(ds.props.major >= 8, "--bf16: bf16 products need a GPU of compute capability 8.0 (Ampere) or newer; ",
+             ds.props.name, " is ", ds.props.major, ".", ds.props.minor);
   const float one = 1.0f, zero = 0.0f;
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   for (const GemmCall& call : g.calls) {

@@ -13,6 +13,7 @@
 #include "kiln/backend/cuda/cuda.h"
 #include "kiln/core/error.h"
 #include "kiln/io/atomic_file.h"
+#include "kiln/io/cache_dir.h"
 
 namespace kiln::backend::cuda {
 
@@ -92,15 +93,7 @@ std::string compile_cubin(const std::string& tu, int arch) {
   return cubin;
 }
 
-fs::path jit_cache_dir() {
-  if (const char* d = std::getenv("KILN_CACHE_DIR"); d && *d) {
-    if (std::string(d) == "off") return {};
-    return fs::path(d) / "cuda";
-  }
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "kiln" / "cuda";
-  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cache" / "kiln" / "cuda";
-  return {};
-}
+fs::path jit_cache_dir() { return io::cache_dir("cuda"); }
 
 const void* JitModule::kernel(const std::string& name) const {
   cudaKernel_t k = nullptr;
@@ -121,9 +114,16 @@ std::shared_ptr<const JitModule> load_module(const std::string& tu, int device, 
   int major = 0, minor = 0;
   check_nvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
   // The source sits next to its CUBIN: a hash collision is a miss, not a wrong kernel.
-  char stem[64];
-  std::snprintf(stem, sizeof stem, "%016llx-sm%d-nvrtc%d.%d", static_cast<unsigned long long>(fnv1a(tu)), arch, major,
-                minor);
+  // The unit includes kiln's headers, so their text is part of the name: a
+  // kiln with other formulas in them does not load these CUBINs.
+  static const uint64_t headers_hash = [] {
+    std::string all;
+    for (const auto& [name, text] : jit_headers()) all += name + "\n" + text;
+    return fnv1a(all);
+  }();
+  char stem[96];
+  std::snprintf(stem, sizeof stem, "%016llx-%08llx-sm%d-nvrtc%d.%d", static_cast<unsigned long long>(fnv1a(tu)),
+                static_cast<unsigned long long>(headers_hash & 0xffffffffull), arch, major, minor);
   const fs::path dir = jit_cache_dir();
   const fs::path cubin_path = dir / (std::string(stem) + ".cubin"), source_path = dir / (std::string(stem) + ".cu");
   std::string cubin;

@@ -8,8 +8,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/core/error.h"
 
 namespace kiln::backend::cuda::kernels {
 
@@ -520,7 +522,8 @@ void argmax(const void* x, int64_t* y, uint8_t dtype, Split p, cudaStream_t stre
   switch (dtype) {
     case kF32: return argmax_kernel<float><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x), y, p);
     case kI32: return argmax_kernel<int32_t><<<grid, kThreads, 0, stream>>>(static_cast<const int32_t*>(x), y, p);
-    default: return argmax_kernel<int64_t><<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(x), y, p);
+    case kI64: return argmax_kernel<int64_t><<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(x), y, p);
+    default: throw Error("argmax: unsupported dtype code " + std::to_string(dtype));
   }
 }
 
@@ -531,12 +534,17 @@ void slice_grad(const void* dy, void* out, int elem_bytes, Split p, int64_t coun
     case 1:
       return slice_grad_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(static_cast<const uint8_t*>(dy),
                                                                        static_cast<uint8_t*>(out), p, count, start, step);
+    case 2:
+      return slice_grad_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(
+          static_cast<const uint16_t*>(dy), static_cast<uint16_t*>(out), p, count, start, step);
     case 4:
       return slice_grad_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(
           static_cast<const uint32_t*>(dy), static_cast<uint32_t*>(out), p, count, start, step);
-    default:
+    case 8:
       return slice_grad_kernel<uint64_t><<<grid, kThreads, 0, stream>>>(
           static_cast<const uint64_t*>(dy), static_cast<uint64_t*>(out), p, count, start, step);
+    default:
+      throw Error("slice_grad: elements of " + std::to_string(elem_bytes) + " bytes");
   }
 }
 
@@ -547,12 +555,17 @@ void index_select(const void* table, const void* ids, uint8_t id_dtype, void* ou
     case 1:
       return index_select_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(
           static_cast<const uint8_t*>(table), ids, id_dtype, static_cast<uint8_t*>(out), V, R, n, report);
+    case 2:
+      return index_select_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(
+          static_cast<const uint16_t*>(table), ids, id_dtype, static_cast<uint16_t*>(out), V, R, n, report);
     case 4:
       return index_select_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(
           static_cast<const uint32_t*>(table), ids, id_dtype, static_cast<uint32_t*>(out), V, R, n, report);
-    default:
+    case 8:
       return index_select_kernel<uint64_t><<<grid, kThreads, 0, stream>>>(
           static_cast<const uint64_t*>(table), ids, id_dtype, static_cast<uint64_t*>(out), V, R, n, report);
+    default:
+      throw Error("index_select: elements of " + std::to_string(elem_bytes) + " bytes");
   }
 }
 
