@@ -16,12 +16,12 @@ namespace {
 using namespace kiln;
 constexpr const char* kUsage =
     "usage: kiln predict --model DIR --input FILE --output FILE.jsonl [--max_seq_length N] [--text_column C] "
-    "[--text_pair_column C] [--batch_size N]";
+    "[--text_pair_column C] [--batch_size N] [--bf16]";
 
 int run_predict(const std::vector<std::string>& args) {
   cli::Flags flags("predict",
                    {{"model", true, true}, {"input", true, true}, {"output", true, true}, {"max_seq_length"},
-                    {"text_column"}, {"text_pair_column"}, {"batch_size"}},
+                    {"text_column"}, {"text_pair_column"}, {"batch_size"}, {"bf16", false}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -44,6 +44,7 @@ int run_predict(const std::vector<std::string>& args) {
   train::TrainingArguments ta;
   ta.output_dir = dir.string();
   ta.per_device_eval_batch_size = std::stoll(flags.get("batch_size", "32"));
+  ta.bf16 = flags.has("bf16");  // products in bf16, as Trainer.predict under HF's --bf16
   data::CollatorOptions co;
   co.pad_token_id = tok.pad_id;
   co.max_length = max_len;

@@ -70,6 +70,26 @@ TEST(Cli, TrainPredictAndBadInput) {
       << slurp(w.path() / "log2");
   std::string pred = slurp(w.path() / "pred.jsonl");
   EXPECT_NE(pred.find("\"label\":"), std::string::npos) << pred;
+  // --bf16: the same rows, scores within bf16's precision.
+  ASSERT_EQ(kiln("predict --bf16 --model " + out.string() + " --input " + (data / "test.txt").string() + " --output " +
+                     (w.path() / "pred16.jsonl").string(),
+                 w.path() / "log2b"),
+            0)
+      << slurp(w.path() / "log2b");
+  {
+    std::ifstream a(w.path() / "pred.jsonl"), b(w.path() / "pred16.jsonl");
+    std::string la, lb;
+    int rows = 0, same_scores = 0;
+    while (std::getline(a, la) && std::getline(b, lb)) {
+      const auto ja = nlohmann::json::parse(la), jb = nlohmann::json::parse(lb);
+      ++rows;
+      same_scores += ja["score"] == jb["score"];
+      if (ja["label"] != jb["label"]) continue;
+      EXPECT_NEAR(jb["score"].get<double>(), ja["score"].get<double>(), 0.02) << la << lb;
+    }
+    EXPECT_GE(rows, 10);
+    EXPECT_LT(same_scores, rows);  // the products did run in bf16
+  }
 
   // A non-empty output_dir is never overwritten without --overwrite_output_dir.
   EXPECT_NE(kiln(train_args(data, out) + " --max_steps 2", w.path() / "log3"), 0);

@@ -47,6 +47,7 @@ struct Split {
   double bucket_mb = 25;
   int64_t stop_after = -1;
   std::string resume;
+  bool bf16 = false;
 };
 
 Split split(int replicas, int per_device, int accum = 1, bool fixed_padding = false) {
@@ -93,6 +94,7 @@ Result train(const fs::path& out, const Split& run) {
         a.shard_optimizer_state = run.shard;
         a.ddp_bucket_cap_mb = run.bucket_mb;
         a.per_device_train_batch_size = run.per_device;
+        a.bf16 = run.bf16;
         a.gradient_accumulation_steps = run.accum;
         a.resume_from_checkpoint = run.resume;
         data::CollatorOptions co;
@@ -192,6 +194,22 @@ TEST(DataParallel, OneReplicaTwoReplicasAndAccumulationAgree) {
   EXPECT_TRUE(fs::exists(d2.path() / "checkpoint-5" / "optimizer.safetensors"));
   auto state = io::read_json_file(d2.path() / "trainer_state.json");
   EXPECT_EQ(state["train_batch_size"].get<int64_t>(), 8);
+}
+
+// --bf16 with replicas: every replica thread runs its products in bf16 (the
+// autocast state is per thread), the replicas stay identical, and the loss
+// curve is one replica's up to bf16 rounding of the partial gradient sums.
+TEST(DataParallel, TwoReplicasInBf16FollowOne) {
+  TempDir d1, d2;
+  Split one_run = split(1, 8), two_run = split(2, 4);
+  one_run.bf16 = two_run.bf16 = true;
+  Result one = train(d1.path(), one_run), two = train(d2.path(), two_run);
+  EXPECT_TRUE(two.replicas_identical);
+  ASSERT_EQ(two.losses.size(), one.losses.size());
+  for (size_t s = 0; s < one.losses.size(); ++s)
+    EXPECT_NEAR(two.losses[s], one.losses[s], 0.01 * one.losses[s]) << "step " << s + 1;
+  Worst w = worst_relative(two.params, one.params);
+  EXPECT_LT(w.value, 5e-2) << w.name;
 }
 
 TEST(DataParallel, CheckpointsResumeOnAnotherReplicaCount) {
