@@ -220,7 +220,7 @@ struct HostMemory {
 };
 
 template <typename E>
-void emulate_gemm(const backend::cuda::GemmPlan& g, const E* a, const E* b, float* c);
+void emulate_gemm(const backend::cuda::GemmPlan& g, const E* a, const E* b, float* c, bool accumulate = false);
 
 // Every fused instruction through encode_fused + fused_eval (the CUDA
 // kernel's body), every MatMul through its cuBLAS plan, everything else
@@ -240,13 +240,22 @@ void run_emulated(const compiler::Program& p, std::span<void* const> params, std
     for (const auto& op : ins.inputs) in.push_back(base[op.slot]);
     if (ins.op == ir::Op::MatMul && !ins.fused) {
       const GemmPlan g = plan_gemm(ins);
-      if (g.calls.empty()) std::fill_n(reinterpret_cast<float*>(base[ins.output.slot]), g.c_elems, 0.0f);
+      float* c = reinterpret_cast<float*>(base[ins.output.slot]) + ins.output.view.offset;
+      const bool bias = ins.inputs.size() == 3;  // the executor's fill_rows, then beta = 1
+      if (bias) {
+        const auto& bv = ins.inputs[2].view;
+        const float* v = reinterpret_cast<float*>(in[2]) + bv.offset;
+        const int64_t n = ins.output.view.shape.back();
+        for (int64_t i = 0; i < g.c_elems; ++i) c[i] = v[(i % n) * bv.strides[0]];
+      } else if (g.calls.empty()) {
+        std::fill_n(c, g.c_elems, 0.0f);
+      }
       if (g.bf16)
         emulate_gemm(g, reinterpret_cast<uint16_t*>(in[0]), reinterpret_cast<uint16_t*>(in[1]),
-                     reinterpret_cast<float*>(base[ins.output.slot]));
+                     reinterpret_cast<float*>(base[ins.output.slot]), bias);
       else
         emulate_gemm(g, reinterpret_cast<float*>(in[0]), reinterpret_cast<float*>(in[1]),
-                     reinterpret_cast<float*>(base[ins.output.slot]));
+                     reinterpret_cast<float*>(base[ins.output.slot]), bias);
       continue;
     }
     if (!ins.fused) {
@@ -559,7 +568,7 @@ float as_float(uint16_t x) { return bf16_to_float(x); }
 
 // cuBLAS's product of f32 or bf16 operands, in double.
 template <typename E>
-void emulate_gemm(const backend::cuda::GemmPlan& g, const E* a, const E* b, float* c) {
+void emulate_gemm(const backend::cuda::GemmPlan& g, const E* a, const E* b, float* c, bool accumulate) {
   for (const auto& call : g.calls)
     for (int64_t t = 0; t < call.batch; ++t) {
       const E* A = b + call.b + t * call.stride_b;  // cuBLAS's A: our B
@@ -573,7 +582,7 @@ void emulate_gemm(const backend::cuda::GemmPlan& g, const E* a, const E* b, floa
             const float bv = as_float(g.trans_a ? B[j + k * g.lda] : B[k + j * g.lda]);
             acc += static_cast<double>(av) * bv;
           }
-          C[i + j * g.N] = static_cast<float>(acc);
+          C[i + j * g.N] = static_cast<float>(acc + (accumulate ? C[i + j * g.N] : 0.0));
         }
     }
 }

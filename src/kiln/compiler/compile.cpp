@@ -315,7 +315,8 @@ class Lowering {
     ins.op = n.op;
     ins.attrs = n.attrs;
     for (int32_t in : n.inputs) {
-      if (n.op == Op::MatMul && gemm_readable(loc_[in]->view)) ins.inputs.push_back(*loc_[in]);
+      const bool matrix = n.op == Op::MatMul && ins.inputs.size() < 2;  // not the bias
+      if (matrix && gemm_readable(loc_[in]->view)) ins.inputs.push_back(*loc_[in]);
       else ins.inputs.push_back(contiguous(in));
     }
     int32_t slot = result_slot(i);

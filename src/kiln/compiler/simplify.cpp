@@ -71,6 +71,42 @@ void merge_adjacent_slice_grads(Graph& out, GraphNode& n) {
                 ir::Attrs{{dim, start, end, 1}, {}}};
 }
 
+// A bias added to every row of a product that nothing else reads becomes the
+// product's third input: the GEMM starts from the bias rows (beta = 1)
+// instead of a separate pass reading and writing the product again (a
+// linear layer whose output is also kept for backward, or fed to attention,
+// would otherwise pay that pass). n: Add(MatMul, Broadcast(bias)) or the
+// mirror; the bias is a vector of the product's last extent.
+void fold_bias_into_products(Graph& g) {
+  std::vector<int32_t> users(g.nodes.size(), 0);
+  for (const auto& n : g.nodes)
+    for (int32_t in : n.inputs) ++users[in];
+  for (int32_t o : g.outputs) ++users[o];
+  for (auto& n : g.nodes) {
+    if (n.op != Op::Add || n.dtype != DType::f32) continue;
+    for (int k = 0; k < 2; ++k) {
+      const GraphNode& m = g.nodes[n.inputs[k]];
+      const GraphNode& b = g.nodes[n.inputs[1 - k]];
+      if (m.op != Op::MatMul || m.inputs.size() != 2 || users[n.inputs[k]] != 1 || m.shape != n.shape ||
+          b.op != Op::Broadcast || n.shape.empty())
+        continue;
+      // The broadcast's source, through reshapes, must be N values of one row.
+      int32_t src = b.inputs[0];
+      while (g.nodes[src].op == Op::Reshape) src = g.nodes[src].inputs[0];
+      const GraphNode& v = g.nodes[src];
+      const int64_t N = n.shape.back();
+      if (v.dtype != DType::f32 || v.shape != Shape{N}) continue;
+      const int32_t src_of_b = b.inputs[0];
+      const Shape& bs = g.nodes[src_of_b].shape;  // [N] or [1, ..., 1, N] seen through reshapes
+      if (bs.empty() || bs.back() != N || numel(bs) != N) continue;
+      GraphNode folded = m;
+      folded.inputs.push_back(src);
+      n = std::move(folded);
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 Graph simplify(const Graph& g) {
@@ -116,6 +152,7 @@ Graph simplify(const Graph& g) {
     out.nodes.push_back(std::move(n));
   }
   for (int32_t o : g.outputs) out.outputs.push_back(remap[o]);
+  fold_bias_into_products(out);
   return eliminate_dead(out);
 }
 

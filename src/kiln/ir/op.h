@@ -27,7 +27,8 @@
 //                 except id ints[0] (padding_idx, -1: none)
 //   Gather        inputs (x, index); ints[0] = dim (torch.gather)
 //   ScatterAdd    inputs (base, index, src); ints[0] = dim
-//   MatMul        ints = {transpose_a, transpose_b}; batch dims broadcast
+//   MatMul        ints = {transpose_a, transpose_b}; batch dims broadcast. A third
+//                 input (made by the compiler only): a bias [N] added to every row
 //   Softmax       inputs (x) or (x, mask); ints[0] = axis; softmax(x + mask)
 //   SoftmaxGrad   inputs (y, dy); ints[0] = axis
 //   LogSoftmax    inputs (x); ints[0] = axis

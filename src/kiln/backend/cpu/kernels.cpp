@@ -135,8 +135,9 @@ void argmax_kernel(const Instr& ins, const T* x, int64_t* y) {
 // Matrix-vector shapes (M == 1 or N == 1, as in one-token decode steps) run
 // on our own loop: oneDNN's sgemm crashed on some of them (M == 1 inside an
 // OpenMP batch loop), and a dot-product loop is as fast there.
+// accumulate: c += a·b (c holds the bias rows), else c = a·b.
 void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
-                int64_t ldb, float* c, int64_t ldc) {
+                int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   auto A = [&](int64_t m, int64_t k) { return ta ? a[k * lda + m] : a[m * lda + k]; };
   if (M == 1) {  // c[n] = Σ_k a[k] · B(k, n)
     std::vector<float> av(static_cast<size_t>(K));
@@ -148,14 +149,14 @@ void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* 
         float acc = 0;
 #pragma omp simd reduction(+ : acc)
         for (int64_t k = 0; k < K; ++k) acc += av[k] * bn[k];
-        c[n] = acc;
+        c[n] = accumulate ? c[n] + acc : acc;  // (never 0 · c: c may hold NaN before it is written)
       }
     } else {  // B(k, n) = b[k·ldb + n]: rows of B scaled and summed, threads own column ranges
 #pragma omp parallel if (N * K > 65536)
       {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
         int64_t n0 = N * t / nt, n1 = N * (t + 1) / nt;
-        std::fill(c + n0, c + n1, 0.0f);
+        if (!accumulate) std::fill(c + n0, c + n1, 0.0f);
         for (int64_t k = 0; k < K; ++k) {
           const float* bk = b + k * ldb;
           const float ak = av[k];
@@ -171,17 +172,18 @@ void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* 
     for (int64_t n = 0; n < N; ++n) {
       float acc = 0;
       for (int64_t k = 0; k < K; ++k) acc += A(m, k) * B(k, n);
-      c[m * ldc + n] = acc;
+      c[m * ldc + n] = accumulate ? c[m * ldc + n] + acc : acc;
     }
 }
 
 bool sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
-           int64_t ldb, float* c, int64_t ldc) {
+           int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   if (M == 1 || N == 1) {
-    small_gemm(ta, tb, M, N, K, a, lda, b, ldb, c, ldc);
+    small_gemm(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, accumulate);
     return true;
   }
-  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc) == dnnl_success;
+  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c,
+                    ldc) == dnnl_success;
 }
 
 // GEMM operand: a stored matrix (rows, cols) with strides, seen as row-major
@@ -261,8 +263,22 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   const float* b = as_f32_operand(B, in[1], wide_b);
   float* c = out_ptr<float>(ins, out);
   Mat la = gemm_layout(A.view, ta), lb = gemm_layout(B.view, tb);
+  // A bias (compiler/simplify.cpp folds `product + bias` into the product):
+  // every row of c starts as the bias and the GEMM adds to it.
+  const bool bias = ins.inputs.size() == 3;
+  if (bias) {
+    const Operand& V = ins.inputs[2];
+    const float* v = reinterpret_cast<const float*>(in[2]) + V.view.offset;
+    const int64_t vs = V.view.strides.empty() ? 1 : V.view.strides[0];
+#pragma omp parallel for schedule(static) if (nb * M * N > 65536)
+    for (int64_t r = 0; r < nb * M; ++r) {
+      float* row = c + r * N;
+      if (vs == 1) std::memcpy(row, v, N * sizeof(float));
+      else for (int64_t j = 0; j < N; ++j) row[j] = v[j * vs];
+    }
+  }
   if (K == 0) {
-    std::fill(c, c + nb * M * N, 0.0f);
+    if (!bias) std::fill(c, c + nb * M * N, 0.0f);
     return;
   }
   std::vector<int64_t> ao = batch_offsets(A.view, out_batch), bo = batch_offsets(B.view, out_batch);
@@ -271,7 +287,7 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   bool a_stacked = !la.trans && la.ld == K;
   for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * M * K;
   if (nb == 1 || (b_shared && a_stacked)) {
-    KILN_CHECK(sgemm(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N),
+    KILN_CHECK(sgemm(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N, bias),
                "matmul: oneDNN sgemm failed for M=", M * nb, " N=", N, " K=", K);
     return;
   }
@@ -281,7 +297,7 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   bool ok = true;
 #pragma omp parallel for schedule(dynamic) if (nb >= omp_get_max_threads()) reduction(&& : ok)
   for (int64_t i = 0; i < nb; ++i)
-    ok = ok && sgemm(la.trans, lb.trans, M, N, K, a + ao[i], la.ld, b + bo[i], lb.ld, c + i * M * N, N);
+    ok = ok && sgemm(la.trans, lb.trans, M, N, K, a + ao[i], la.ld, b + bo[i], lb.ld, c + i * M * N, N, bias);
   KILN_CHECK(ok, "matmul: oneDNN sgemm failed for a batch of ", nb, " [", M, "x", K, "]·[", K, "x", N, "]");
 }
 

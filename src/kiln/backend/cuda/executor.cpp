@@ -229,27 +229,28 @@ std::atomic<bool> g_allow_tf32{false};
 
 // bf16 operands: cuBLAS's bf16 tensor-core GEMM with f32 accumulation and
 // an f32 result (what the CPU's widened sgemm computes, up to summation order).
-void gemm_bf16(DeviceState& ds, const GemmPlan& g, const uint16_t* a, const uint16_t* b, float* c) {
+void gemm_bf16(DeviceState& ds, const GemmPlan& g, const uint16_t* a, const uint16_t* b, float* c, float beta) {
   KILN_CHECK(ds.props.major >= 8, "--bf16: bf16 products need a GPU of compute capability 8.0 (Ampere) or newer; ",
              ds.props.name, " is ", ds.props.major, ".", ds.props.minor);
-  const float one = 1.0f, zero = 0.0f;
+  const float one = 1.0f;
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   for (const GemmCall& call : g.calls) {
     if (call.batch == 1) {
       KILN_CUDA_CHECK(cublasGemmEx(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, CUDA_R_16BF, g.ldb,
-                                   a + call.a, CUDA_R_16BF, g.lda, &zero, c + call.c, CUDA_R_32F, g.N,
+                                   a + call.a, CUDA_R_16BF, g.lda, &beta, c + call.c, CUDA_R_32F, g.N,
                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     } else {
       KILN_CUDA_CHECK(cublasGemmStridedBatchedEx(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, CUDA_R_16BF,
                                                  g.ldb, call.stride_b, a + call.a, CUDA_R_16BF, g.lda, call.stride_a,
-                                                 &zero, c + call.c, CUDA_R_32F, g.N, g.M * g.N, call.batch,
+                                                 &beta, c + call.c, CUDA_R_32F, g.N, g.M * g.N, call.batch,
                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
 }
 
-void gemm(DeviceState& ds, const GemmPlan& g, const float* a, const float* b, float* c) {
-  const float one = 1.0f, zero = 0.0f;
+// beta 1: c holds the bias rows (a folded `product + bias`), else 0.
+void gemm(DeviceState& ds, const GemmPlan& g, const float* a, const float* b, float* c, float beta) {
+  const float one = 1.0f;
   if (const bool tf32 = g_allow_tf32.load(std::memory_order_relaxed); tf32 != ds.blas_tf32) {
     KILN_CUDA_CHECK(cublasSetMathMode(ds.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     ds.blas_tf32 = tf32;
@@ -259,10 +260,10 @@ void gemm(DeviceState& ds, const GemmPlan& g, const float* a, const float* b, fl
   for (const GemmCall& call : g.calls) {
     if (call.batch == 1) {
       KILN_CUDA_CHECK(cublasSgemm(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, g.ldb, a + call.a, g.lda,
-                                  &zero, c + call.c, g.N));
+                                  &beta, c + call.c, g.N));
     } else {
       KILN_CUDA_CHECK(cublasSgemmStridedBatched(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, g.ldb,
-                                                call.stride_b, a + call.a, g.lda, call.stride_a, &zero, c + call.c,
+                                                call.stride_b, a + call.a, g.lda, call.stride_a, &beta, c + call.c,
                                                 g.N, g.M * g.N, call.batch));
     }
   }
@@ -396,15 +397,24 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
     }
     case Op::MatMul: {
       const GemmPlan& g = st.gemm;
+      // A folded bias (compiler/simplify.cpp): the output starts as its rows.
+      const bool bias = ins.inputs.size() == 3;
+      if (bias) {
+        const int64_t n = os.back();
+        const auto& bv = ins.inputs[2].view;
+        kernels::fill_rows(reinterpret_cast<const float*>(inp(2)), bv.strides.empty() ? 1 : bv.strides[0],
+                           reinterpret_cast<float*>(o), n ? g.c_elems / n : 0, n, s);
+      }
       if (g.calls.empty()) {
-        KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, g.c_elems * sizeof(float), s));
+        if (!bias) KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, g.c_elems * sizeof(float), s));
         return;
       }
+      const float beta = bias ? 1.0f : 0.0f;
       if (g.bf16)
         return gemm_bf16(ds, g, reinterpret_cast<const uint16_t*>(in[0]), reinterpret_cast<const uint16_t*>(in[1]),
-                         reinterpret_cast<float*>(out));
+                         reinterpret_cast<float*>(out), beta);
       return gemm(ds, g, reinterpret_cast<const float*>(in[0]), reinterpret_cast<const float*>(in[1]),
-                  reinterpret_cast<float*>(out));
+                  reinterpret_cast<float*>(out), beta);
     }
     case Op::Softmax:
     case Op::LogSoftmax: {

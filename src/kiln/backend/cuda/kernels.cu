@@ -505,6 +505,15 @@ __global__ void cross_entropy_grad_kernel(const float* x, const void* labels, ui
 
 }  // namespace
 
+__global__ void fill_rows_kernel(const float* v, int64_t stride, float* out, int64_t rows, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = v[(i % n) * stride];
+}
+
+void fill_rows(const float* v, int64_t stride, float* out, int64_t rows, int64_t n, cudaStream_t stream) {
+  fill_rows_kernel<<<grid_for(rows * n), kThreads, 0, stream>>>(v, stride, out, rows, n);
+}
+
 void iota(void* out, uint8_t dtype, int64_t n, double start, double step, cudaStream_t stream) {
   iota_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, dtype, n, start, step);
 }

@@ -24,6 +24,8 @@ enum ErrorCode : int32_t { kNone = 0, kIdOutOfRange = 1, kLabelOutOfRange = 2 };
 void fused(const FusedDesc* desc, const FusedDesc& host, char* const* slots, int sms, cudaStream_t stream);
 
 void iota(void* out, uint8_t dtype, int64_t n, double start, double step, cudaStream_t stream);
+// rows x n floats of out, each row the vector v (stride: its element step).
+void fill_rows(const float* v, int64_t stride, float* out, int64_t rows, int64_t n, cudaStream_t stream);
 // Sum or max over the axis of (outer, axis, inner); T = dtype. scratch:
 // reduce_scratch_bytes(p) bytes (desc.h).
 void reduce(const void* x, void* y, uint8_t dtype, Split p, bool is_max, void* scratch, cudaStream_t stream);
