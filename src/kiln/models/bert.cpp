@@ -57,17 +57,20 @@ BertLayer::BertLayer(const BertContext& ctx) : config_(ctx.config) {
   out_dropout_ = drop("output.dropout", c.hidden_dropout_prob);
 }
 
-Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
+Tensor BertLayer::forward(const Tensor& x, const Tensor& mask, bool first_only) {
   const int64_t B = x.dim(0), T = x.dim(1), H = config_.hidden_size, NH = config_.num_attention_heads,
                 D = config_.head_dim();
-  // [B,T,H] -> [B,NH,T,D]
-  auto heads = [&](const Tensor& t) { return permute(reshape(t, {B, T, NH, D}), {0, 2, 1, 3}); };
-  Tensor q = heads(query_->forward(x)), k = heads(key_->forward(x)), v = heads(value_->forward(x));
+  // The rows whose outputs are wanted: all, or position 0.
+  const Tensor xq = first_only ? slice(x, 1, 0, 1) : x;
+  const int64_t Tq = xq.dim(1);
+  // [B,t,H] -> [B,NH,t,D]
+  auto heads = [&](const Tensor& t, int64_t rows) { return permute(reshape(t, {B, rows, NH, D}), {0, 2, 1, 3}); };
+  Tensor q = heads(query_->forward(xq), Tq), k = heads(key_->forward(x), T), v = heads(value_->forward(x), T);
   // scores = q kᵀ / √D + mask -> softmax over keys
   Tensor scores = matmul(q, k, false, true) * (1.0 / std::sqrt(static_cast<double>(D)));
   Tensor probs = attn_probs_dropout_->forward(softmax(scores, -1, mask));
-  Tensor context = reshape(permute(matmul(probs, v), {0, 2, 1, 3}), {B, T, H});
-  Tensor attn = attn_norm_->forward(attn_out_dropout_->forward(attn_out_->forward(context)) + x);
+  Tensor context = reshape(permute(matmul(probs, v), {0, 2, 1, 3}), {B, Tq, H});
+  Tensor attn = attn_norm_->forward(attn_out_dropout_->forward(attn_out_->forward(context)) + xq);
   Tensor inter = nn::activation(config_.hidden_act, intermediate_->forward(attn));
   return out_norm_->forward(out_dropout_->forward(out_->forward(inter)) + attn);
 }
@@ -80,7 +83,7 @@ BertBackbone::BertBackbone(const BertContext& ctx, bool add_pooling_layer) : con
     pooler = register_module("pooler.dense", std::make_shared<nn::Linear>(config_.hidden_size, config_.hidden_size, ctx.init));
 }
 
-BertBackbone::Out BertBackbone::forward(const ModelInputs& in) {
+BertBackbone::Out BertBackbone::forward(const ModelInputs& in, bool first_only) {
   const Tensor& ids = in.input_ids;
   KILN_CHECK(ids.defined(), "forward: input_ids is required");
   KILN_CHECK(ids.rank() == 2 && is_integral(ids.dtype()), "forward: input_ids must be an integer tensor [batch, seq], got ",
@@ -117,8 +120,11 @@ BertBackbone::Out BertBackbone::forward(const ModelInputs& in) {
     Tensor m = cast(in.attention_mask, DType::f32);
     mask = reshape((1.0 - m) * static_cast<double>(std::numeric_limits<float>::lowest()), {B, 1, 1, T});
   }
-  for (auto& layer : layers)
-    x = run_layer(gradient_checkpointing, *this, *gen_, [layer, mask](const Tensor& h) { return layer->forward(h, mask); }, x);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const bool first = first_only && i + 1 == layers.size();
+    x = run_layer(gradient_checkpointing, *this, *gen_,
+                  [layer = layers[i], mask, first](const Tensor& h) { return layer->forward(h, mask, first); }, x);
+  }
   Out out{x, {}};
   if (pooler) out.pooled = tanh(pooler->forward(squeeze(slice(x, 1, 0, 1), 1)));
   return out;
@@ -186,7 +192,8 @@ BertForTask::BertForTask(std::string architecture, const BertConfig& config, uin
 }
 
 ModelOutputs BertForTask::forward(const ModelInputs& in) {
-  BertBackbone::Out h = backbone_->forward(in);
+  // A sequence classifier reads position 0 of the last layer only.
+  BertBackbone::Out h = backbone_->forward(in, head_ == Head::SequenceClassification);
   ModelOutputs out;
   const Tensor& labels = in.labels;
   switch (head_) {
