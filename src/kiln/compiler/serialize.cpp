@@ -231,18 +231,21 @@ std::optional<Program> deserialize_program(const std::string& bytes, const ir::G
     Operand o = r.operand();
     KILN_CHECK(o.slot >= 0 && o.slot < num_slots, "compiled program record: operand of slot ", o.slot, " (",
                num_slots, " slots)");
-    int64_t last = o.view.offset;
-    bool empty = false;
+    int64_t last = o.view.offset, reach = 0, bytes = 0;
+    bool empty = false, overflow = o.view.offset < 0;
     for (size_t d = 0; d < o.view.shape.size(); ++d) {
       KILN_CHECK(o.view.shape[d] >= 0 && o.view.strides[d] >= 0, "compiled program record: a view with shape ",
                  to_string(o.view.shape));
       empty = empty || o.view.shape[d] == 0;
-      if (o.view.shape[d] > 0) last += (o.view.shape[d] - 1) * o.view.strides[d];
+      if (o.view.shape[d] > 0)
+        overflow = overflow || __builtin_mul_overflow(o.view.shape[d] - 1, o.view.strides[d], &reach) ||
+                   __builtin_add_overflow(last, reach, &last);
     }
-    KILN_CHECK(empty || (o.view.offset >= 0 && static_cast<size_t>(last + 1) * dtype_size(o.dtype) <=
-                                                   p.slots[o.slot].nbytes),
-               "compiled program record: a view reaching element ", last, " of a slot of ",
-               p.slots[o.slot].nbytes, " bytes");
+    int64_t elems = 0;
+    overflow = overflow || __builtin_add_overflow(last, 1, &elems) ||
+               __builtin_mul_overflow(elems, static_cast<int64_t>(dtype_size(o.dtype)), &bytes);
+    KILN_CHECK(empty || (!overflow && static_cast<uint64_t>(bytes) <= p.slots[o.slot].nbytes),
+               "compiled program record: a view reaching past its slot of ", p.slots[o.slot].nbytes, " bytes");
     return o;
   };
   const ir::Op last_op = static_cast<ir::Op>(static_cast<int>(ir::Op::kCount) - 1);
@@ -289,7 +292,7 @@ std::optional<Program> deserialize_program(const std::string& bytes, const ir::G
                  p.output_donor.size() == p.output_nbytes.size(),
              "compiled program record: its parameters and outputs do not match its graph");
   for (const Slot& s : p.slots)
-    KILN_CHECK(s.kind != SlotKind::Temp || s.offset + s.nbytes <= p.arena_bytes,
+    KILN_CHECK(s.kind != SlotKind::Temp || (s.nbytes <= p.arena_bytes && s.offset <= p.arena_bytes - s.nbytes),
                "compiled program record: a temporary at byte ", s.offset, " of ", s.nbytes,
                " bytes lies outside the arena of ", p.arena_bytes);
   return p;
