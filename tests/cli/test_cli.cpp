@@ -380,21 +380,29 @@ TEST(Cli, AFailingMpiProcessEndsTheRun) {
 // Under mpirun, --device cuda is one GPU per process: cuda:<rank on the
 // host>. On a machine with fewer than two GPUs (CI has none) the second
 // process asks for cuda:1 and fails, saying so; with two or more it trains.
+// Without any GPU both processes fail, and the first to fail ends the run
+// (MPI_Abort): when rank 0 is first, rank 1's message may never be written,
+// so the run is repeated until rank 1 speaks (rank 0 wins about 1 run in 7).
 TEST(Cli, MpiProcessesTakeTheGpuOfTheirHostRank) {
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not installed";
   Workdir w;
   fs::path data = w.path() / "data";
   ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
-  int rc = mpirun_kiln(120, "train --config_name " + (data / "model_config.json").string() + " --tokenizer_name " +
-                               data.string() + " --train_file " + (data / "train.csv").string() +
-                               " --max_seq_length 32 --max_steps 2 --save_strategy no --device cuda --output_dir " +
-                               (w.path() / "out").string(),
-                       w.path() / "log");
-  ASSERT_TRUE(WIFEXITED(rc));
-  EXPECT_NE(WEXITSTATUS(rc), 124) << "mpirun hung:\n" << slurp(w.path() / "log");
-  if (WEXITSTATUS(rc) != 0) {
-    EXPECT_CONTAINS(slurp(w.path() / "log"), "cuda:1");
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    int rc = mpirun_kiln(120, "train --config_name " + (data / "model_config.json").string() + " --tokenizer_name " +
+                                 data.string() + " --train_file " + (data / "train.csv").string() +
+                                 " --max_seq_length 32 --max_steps 2 --save_strategy no --device cuda --output_dir " +
+                                 (w.path() / ("out" + std::to_string(attempt))).string(),
+                         w.path() / "log");
+    ASSERT_TRUE(WIFEXITED(rc));
+    const std::string log = slurp(w.path() / "log");
+    ASSERT_NE(WEXITSTATUS(rc), 124) << "mpirun hung:\n" << log;
+    if (WEXITSTATUS(rc) == 0) return;  // two GPUs: it trained
+    if (log.find("cuda:1") != std::string::npos) return;
+    // Only rank 0's error (cuda:0) got out before the abort: try again.
+    ASSERT_NE(log.find("cuda:0"), std::string::npos) << log;
   }
+  ADD_FAILURE() << "rank 1 never reported cuda:1 in 8 runs:\n" << slurp(w.path() / "log");
 }
 
 }  // namespace
