@@ -151,6 +151,15 @@ TEST(Bf16Training, TrainerWithBf16LogsTheFp32CurveAndSavesF32Weights) {
   for (size_t i = 0; i < fp32.size(); ++i) EXPECT_NEAR(bf16[i], fp32[i], 0.02 * fp32[i]) << "log " << i;
   EXPECT_NE(bf16.back(), fp32.back());
   EXPECT_TRUE(fs::exists(b.path() / "checkpoint-20" / "model.safetensors"));
+  // Without --bf16 the Trainer leaves an Autocast the caller opened on (HF's
+  // no-op context), so that run is the --bf16 run.
+  testing::TempDir c;
+  std::vector<double> outer;
+  {
+    Autocast caller;
+    outer = trainer_losses(c.path(), false);
+  }
+  EXPECT_EQ(outer, bf16);
 }
 
 }  // namespace

@@ -10,6 +10,9 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'P', 'R', 'O', 'G'};
 constexpr uint32_t kFormat = 1;
+// The largest valid values of the enums a record holds.
+constexpr ir::Op kLastOp = static_cast<ir::Op>(static_cast<int>(ir::Op::kCount) - 1);
+constexpr DType kLastDType = DType::bf16;
 
 class Writer {
  public:
@@ -105,7 +108,7 @@ class Reader {
     Operand o;
     o.slot = pod<int32_t>();
     o.view = view();
-    o.dtype = enumerator(DType::bf16);
+    o.dtype = enumerator(kLastDType);
     return o;
   }
   bool done() const { return at_ == in_.size(); }
@@ -137,8 +140,8 @@ ir::Graph read_graph(Reader& r) {
   ir::Graph g;
   g.nodes.resize(r.count());
   for (auto& n : g.nodes) {
-    n.op = r.enumerator(static_cast<ir::Op>(static_cast<int>(ir::Op::kCount) - 1));
-    n.dtype = r.enumerator(DType::bf16);
+    n.op = r.enumerator(kLastOp);
+    n.dtype = r.enumerator(kLastDType);
     n.shape = r.pods<int64_t>();
     n.inputs = r.pods<int32_t>();
     n.attrs = r.attrs();
@@ -248,11 +251,10 @@ std::optional<Program> deserialize_program(const std::string& bytes, const ir::G
                "compiled program record: a view reaching past its slot of ", p.slots[o.slot].nbytes, " bytes");
     return o;
   };
-  const ir::Op last_op = static_cast<ir::Op>(static_cast<int>(ir::Op::kCount) - 1);
   p.instrs.resize(r.count());
   for (Instr& ins : p.instrs) {
     ins.fused = r.pod<uint8_t>() != 0;
-    ins.op = r.enumerator(last_op);
+    ins.op = r.enumerator(kLastOp);
     ins.inputs.resize(r.count());
     for (Operand& o : ins.inputs) o = operand();
     ins.output = operand();
@@ -261,8 +263,8 @@ std::optional<Program> deserialize_program(const std::string& bytes, const ir::G
     const auto steps = static_cast<int32_t>(ins.program.size());
     for (int32_t k = 0; k < steps; ++k) {
       FusedStep& s = ins.program[k];
-      s.op = r.enumerator(last_op);
-      s.dtype = r.enumerator(DType::bf16);
+      s.op = r.enumerator(kLastOp);
+      s.dtype = r.enumerator(kLastDType);
       s.a = r.pod<int32_t>();
       s.b = r.pod<int32_t>();
       s.c = r.pod<int32_t>();

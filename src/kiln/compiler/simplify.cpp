@@ -90,15 +90,14 @@ void fold_bias_into_products(Graph& g) {
       if (m.op != Op::MatMul || m.inputs.size() != 2 || users[n.inputs[k]] != 1 || m.shape != n.shape ||
           b.op != Op::Broadcast || n.shape.empty())
         continue;
-      // The broadcast's source, through reshapes, must be N values of one row.
+      // The broadcast's source, through reshapes, must be N values laid
+      // along the last dim ([N] or [1, ..., 1, N]: reshapes keep the count).
+      const int64_t N = n.shape.back();
+      const Shape& bs = g.nodes[b.inputs[0]].shape;
       int32_t src = b.inputs[0];
       while (g.nodes[src].op == Op::Reshape) src = g.nodes[src].inputs[0];
       const GraphNode& v = g.nodes[src];
-      const int64_t N = n.shape.back();
-      if (v.dtype != DType::f32 || v.shape != Shape{N}) continue;
-      const int32_t src_of_b = b.inputs[0];
-      const Shape& bs = g.nodes[src_of_b].shape;  // [N] or [1, ..., 1, N] seen through reshapes
-      if (bs.empty() || bs.back() != N || numel(bs) != N) continue;
+      if (v.dtype != DType::f32 || v.shape != Shape{N} || bs.empty() || bs.back() != N) continue;
       GraphNode folded = m;
       folded.inputs.push_back(src);
       n = std::move(folded);

@@ -10,12 +10,12 @@ namespace kiln {
 
 class Autocast {
  public:
+  // Autocast(false) turns it off inside an enabled one, as in torch.
   explicit Autocast(bool enabled = true);
   ~Autocast();
   Autocast(const Autocast&) = delete;
   Autocast& operator=(const Autocast&) = delete;
 
-  // Autocast(false) turns it off inside an enabled one, as in torch.
   // True inside an enabled Autocast on this thread.
   static bool active();
 

@@ -30,6 +30,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Forward passes under --bf16 run inside an Autocast; without the flag this
+// is a no-op (HF's autocast_smart_context_manager), so an Autocast the
+// caller opened stays on.
+class Bf16Scope {
+ public:
+  explicit Bf16Scope(bool bf16) {
+    if (bf16) on_.emplace();
+  }
+
+ private:
+  std::optional<Autocast> on_;
+};
+
 // HF's get_decay_parameter_names: no weight decay for biases and LayerNorm weights.
 bool decays(const std::string& name) {
   bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
@@ -480,8 +493,7 @@ std::map<std::string, double> Trainer::train() {
       gen.set_sample_base(micro * global_batch + batch.host.first_sample);
       Tensor loss;
       {
-        std::optional<Autocast> autocast;  // --bf16 (HF: a no-op context without it)
-        if (args_.bf16) autocast.emplace();
+        Bf16Scope bf16(args_.bf16);
         loss = model_.forward(inputs_of(batch)).loss;
       }
       KILN_CHECK(loss.defined(), "train: the batch has no labels");
@@ -640,8 +652,7 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix) {
   auto t0 = std::chrono::steady_clock::now();
   {
     NoGradGuard no_grad;
-    std::optional<Autocast> autocast;
-    if (args_.bf16) autocast.emplace();
+    Bf16Scope bf16(args_.bf16);
     data::DeviceLoader dl(loader, device_);
     for (int64_t b = 0; b < batches; ++b) {
       data::DeviceBatch batch = dl.next();
@@ -698,8 +709,7 @@ Predictions Trainer::predict(const data::Features& features) {
   std::vector<Tensor> outs;
   {
     NoGradGuard no_grad;
-    std::optional<Autocast> autocast;
-    if (args_.bf16) autocast.emplace();
+    Bf16Scope bf16(args_.bf16);
     data::DeviceLoader dl(loader, device_);
     for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
       models::ModelInputs in = inputs_of(dl.next());
