@@ -20,7 +20,8 @@
 # H100/H200; the build adds compute_90 PTX), USE_BUNDLE=1 (skip building
 # here, use the carried gpu-bundle.tar.xz), SKIP (stage names to skip, e.g.
 # "torch_gpt2 torch_bert_base profile_gpt2"), TORCH_MODES (the PyTorch
-# runs' modes, fp32,tf32,bf16,bf16-compile).
+# runs' modes, fp32,tf32,bf16,bf16-compile), SANITIZE_TESTS (the tests
+# compute-sanitizer runs when none failed).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -123,7 +124,7 @@ log "CUDA tests: $(echo $tests | wc -w) run, ${#failed[@]} failed: ${failed[*]:-
 # models above ran on the interpreter. The device tests again with every
 # fused program generated, then with none.
 stage tests_generated 150 env KILN_CUDA_FUSED=generate "$BIN/test_backend_cuda" \
-  --gtest_filter='CudaOps.*:CudaFused.*:CudaModels.TinyBert*:CudaModels.TinyGpt2*'
+  --gtest_filter='CudaOps.*:CudaFused.*:CudaModels.TinyBert*:CudaModels.TinyGpt2*:CudaModels.Bf16*'
 stage tests_interpreter 90 env KILN_CUDA_FUSED=interpret "$BIN/test_backend_cuda" \
   --gtest_filter='CudaOps.*:CudaFused.*:CudaModels.*'
 for m in generated interpreter; do
@@ -131,7 +132,8 @@ for m in generated interpreter; do
 done
 if command -v compute-sanitizer > /dev/null; then
   stage sanitize 90 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 20 \
-    env KILN_CUDA_FUSED=generate "$BIN/test_backend_cuda" --gtest_filter="${failed[0]:-CudaModels.TinyGpt2TrainsAsOnTheCpu}"
+    env KILN_CUDA_FUSED=generate "$BIN/test_backend_cuda" \
+    --gtest_filter="${failed[0]:-${SANITIZE_TESTS:-CudaModels.TinyGpt2TrainsAsOnTheCpu:CudaOps.FusedAttentionMatchesTheCpu}}"
   grep -E "ERROR SUMMARY" "$LOGS/sanitize.log" | tee -a "$OUT/summary.txt"
 fi
 
@@ -163,13 +165,34 @@ stage bench_gpt2_tf32 90 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch
 stage bench_bert_base_bf16 50 "$BIN/kiln" bench --model bert-base --task text-classification --batch 32 --seq 128 \
   --steps 10 --warmup 2 --device cuda --bf16
 stage bench_gpt2_bf16 90 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
-  --steps 5 --warmup 2 --device cuda --bf16
+  --steps 5 --warmup 2 --device cuda --bf16 --gemm_shapes
+# cuBLASLt's record of the kernels it picked for one bf16 GPT-2 step (the first lines per shape).
+CUBLAS_LOGINFO_DBG=1 CUBLAS_LOGDEST_DBG=$LOGS/cublas_api.log CUBLASLT_LOG_LEVEL=5 \
+  CUBLASLT_LOG_FILE=$LOGS/cublaslt_%i.log stage cublas_log 60 "$BIN/kiln" bench --model gpt2 \
+  --task causal-lm --batch 16 --seq 1024 --steps 1 --warmup 1 --device cuda --bf16
+# The same with attention spelled out (matmul, softmax, dropout, matmul)
+# instead of the fused kernels, for the difference they make.
+KILN_ATTENTION=composite stage bench_bert_base_bf16_composite 50 "$BIN/kiln" bench --model bert-base \
+  --task text-classification --batch 32 --seq 128 --steps 10 --warmup 2 --device cuda --bf16
+KILN_ATTENTION=composite stage bench_gpt2_bf16_composite 90 "$BIN/kiln" bench --model gpt2 --task causal-lm \
+  --batch 16 --seq 1024 --steps 5 --warmup 2 --device cuda --bf16
+# And without the padded copies of large products with odd extents (the LM head).
+KILN_CUDA_GEMM_PAD=0 stage bench_gpt2_bf16_unpadded 90 "$BIN/kiln" bench --model gpt2 --task causal-lm \
+  --batch 16 --seq 1024 --steps 5 --warmup 2 --device cuda --bf16
 # Where the GPT-2 step's device time goes (CUDA events around every launch).
 KILN_PROFILE=1 stage profile_gpt2 60 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
   --steps 2 --warmup 1 --device cuda
-[ -f "$LOGS/profile_gpt2.log" ] && sed -n '/kiln profile/,$p' "$LOGS/profile_gpt2.log" | head -30 | tee -a "$OUT/summary.txt"
-for b in bench_bert_base bench_gpt2 bench_bert_base_tf32 bench_gpt2_tf32 bench_bert_base_bf16 bench_gpt2_bf16; do
-  [ -f "$LOGS/$b.log" ] && grep -E "^kiln bench|median step|tokens/s|model FLOP|compile|device|fused kernels" "$LOGS/$b.log" |
+KILN_PROFILE=1 stage profile_gpt2_bf16 60 "$BIN/kiln" bench --model gpt2 --task causal-lm --batch 16 --seq 1024 \
+  --steps 2 --warmup 1 --device cuda --bf16
+KILN_PROFILE=1 stage profile_bert_base_bf16 60 "$BIN/kiln" bench --model bert-base --task text-classification \
+  --batch 32 --seq 128 --steps 2 --warmup 1 --device cuda --bf16
+for p in profile_gpt2 profile_gpt2_bf16 profile_bert_base_bf16; do
+  [ -f "$LOGS/$p.log" ] && sed -n '/kiln profile/,$p' "$LOGS/$p.log" | head -${PROFILE_LINES:-40} | sed "s/^/$p: /" |
+    tee -a "$OUT/summary.txt"
+done
+for b in bench_bert_base bench_gpt2 bench_bert_base_tf32 bench_gpt2_tf32 bench_bert_base_bf16 bench_gpt2_bf16 \
+    bench_bert_base_bf16_composite bench_gpt2_bf16_composite bench_gpt2_bf16_unpadded; do
+  [ -f "$LOGS/$b.log" ] && grep -E "^kiln bench|median step|tokens/s|model FLOP|compile|device|fused kernels|GEMM shape" "$LOGS/$b.log" |
     sed "s/^/$b: /" | tee -a "$OUT/summary.txt"
 done
 if python3 -c 'import torch, transformers' 2> /dev/null; then

@@ -36,7 +36,8 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "usage: kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]\n"
     "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--device cpu|cuda:N]\n"
-    "                  [--gradient_checkpointing] [--tf32] [--bf16] [--json]";
+    "                  [--gradient_checkpointing] [--tf32] [--bf16] [--gemm_shapes] [--json]\n"
+    "  --gemm_shapes: also print the GFLOP/s of every GEMM shape the peak was measured at, without and with a bias";
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -62,16 +63,19 @@ std::string architecture_for(const std::string& task, const models::PretrainedCo
   return c.class_prefix() + (task == "masked-lm" ? "ForMaskedLM" : "ForSequenceClassification");
 }
 
-// Best GFLOP/s of one [M, K] x [K, N] product (of f32 or bf16 operands) over a few runs.
-double gemm_gflops(int64_t M, int64_t K, int64_t N, Device device, DType dtype) {
+// Best GFLOP/s of one [M, K] x [K, N] product (of f32 or bf16 operands) over
+// a few runs; with_bias: plus a bias row [N] (which the compiler folds into
+// the product, as it does a layer's).
+double gemm_gflops(int64_t M, int64_t K, int64_t N, Device device, DType dtype, bool with_bias = false) {
   Generator g(3);
   Tensor a = cast(randn({M, K}, g, device), dtype), b = cast(randn({K, N}, g, device), dtype);
+  Tensor bias = randn({N}, g, device);
   mark_step(device);
   wait_device_ops(device);
   double best = 0;
   for (int rep = 0; rep < 4; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
-    Tensor c = matmul(a, b);
+    Tensor c = with_bias ? matmul(a, b) + bias : matmul(a, b);
     mark_step(device);
     wait_device_ops(device);
     double dt = seconds_since(t0);
@@ -84,7 +88,7 @@ int run_bench(const std::vector<std::string>& args) {
   cli::Flags flags("bench",
                    {{"model", true, true}, {"task"}, {"batch"}, {"seq"}, {"target_len"}, {"steps"}, {"warmup"},
                     {"device"}, {"gradient_checkpointing", false}, {"tf32", false}, {"bf16", false},
-                    {"json", false}},
+                    {"gemm_shapes", false}, {"json", false}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -212,13 +216,19 @@ int run_bench(const std::vector<std::string>& args) {
     for (const auto& [name, p] : model->named_parameters())
       if (p.shape().size() == 2 && p.shape()[0] == V) shapes.insert({p.shape()[1], V});
   double peak_gflops = 0;
-  std::string peak_shape;
+  std::string peak_shape, every_shape;
   for (auto [k, n] : shapes) {
     double g = gemm_gflops(B * T, k, n, device, bf16 ? DType::bf16 : DType::f32);
+    const std::string shape = "[" + std::to_string(B * T) + "x" + std::to_string(k) + "] x [" + std::to_string(k) +
+                              "x" + std::to_string(n) + "]";
+    if (flags.has("gemm_shapes")) {
+      const double gb = gemm_gflops(B * T, k, n, device, bf16 ? DType::bf16 : DType::f32, true);
+      every_shape += "  GEMM shape       " + shape + ": " + std::to_string(static_cast<int64_t>(g)) +
+                     " GFLOP/s, with a bias " + std::to_string(static_cast<int64_t>(gb)) + " GFLOP/s\n";
+    }
     if (g > peak_gflops) {
       peak_gflops = g;
-      peak_shape = "[" + std::to_string(B * T) + "x" + std::to_string(k) + "] x [" + std::to_string(k) + "x" +
-                   std::to_string(n) + "]";
+      peak_shape = shape;
     }
   }
 
@@ -233,6 +243,7 @@ int run_bench(const std::vector<std::string>& args) {
   std::printf("  model FLOP/s     %.1f GFLOP/s (6 x parameters in matrix products x tokens/s)\n", model_gflops);
   std::printf("  GEMM peak        %.1f GFLOP/s at %s%s -> model FLOP/s is %.0f %% of it\n", peak_gflops,
               peak_shape.c_str(), bf16 ? " (bf16)" : "", 100.0 * model_gflops / std::max(peak_gflops, 1e-9));
+  if (flags.has("gemm_shapes")) std::printf("%s", every_shape.c_str());
   std::printf("  compile          %.3f s (%lld compiles, %lld from the disk cache); step arena %.0f MB\n",
               m.compile_seconds, (long long)m.compiles, (long long)m.compiles_from_disk,
               static_cast<double>(m.arena_bytes) / 1e6);

@@ -9,11 +9,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 
 #include "kiln/io/safetensors.h"
 #include "kiln/kiln.h"
+#include "kiln/models/gpt2.h"
 #include "kiln/models/model.h"
 #include "kiln/runtime/context.h"
 #include "backend_cuda/cuda_test_util.h"
@@ -45,7 +47,7 @@ std::vector<float> values(int64_t n, uint64_t seed, float lo = -2.0f, float hi =
   return testing::uniform_values(n, seed, lo, hi);
 }
 
-// |got - want| <= atol * max|want| + rtol * |want| for every element.
+// |got - want| <= atol * max|want| + rtol * |want| for every element (or equal).
 ::testing::AssertionResult close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
                                  double atol) {
   if (got.size() != want.size()) return ::testing::AssertionFailure() << got.size() << " vs " << want.size() << " elements";
@@ -53,6 +55,7 @@ std::vector<float> values(int64_t n, uint64_t seed, float lo = -2.0f, float hi =
   for (double w : want) scale = std::max(scale, std::isfinite(w) ? std::abs(w) : 0.0);
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::isnan(want[i]) && std::isnan(got[i])) continue;
+    if (got[i] == want[i]) continue;  // equal infinities too (bf16 overflow)
     if (!(std::abs(got[i] - want[i]) <= atol * scale + rtol * std::abs(want[i])))
       return ::testing::AssertionFailure() << "element " << i << ": cuda " << got[i] << ", cpu " << want[i]
                                            << " (max |cpu| " << scale << ")";
@@ -263,6 +266,24 @@ TEST(CudaOps, BadIdsFailTheStepWithTheCpuMessage) {
   EXPECT_FLOAT_EQ((Tensor::scalar(2.0f, kGpu) * 3.0).item(), 6.0f);
 }
 
+// The embedding gradient (index_add) sums each id's rows in position order,
+// as the CPU does: bit-identical results, with many repeats, a padding id and
+// ids far apart.
+TEST(CudaOps, EmbeddingGradientsSumInPositionOrderAsOnTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::vector<int64_t> ids(5000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * i * 7 + i * 3) % 997) % 300;
+  ids[17] = 299;
+  std::map<Device, std::vector<float>> grads;
+  for (Device d : {kCpu, kGpu}) {
+    Tensor table = Tensor::from_vector(values(300 * 33, 1), {300, 33}, d).requires_grad_();
+    Tensor y = embedding(Tensor::from_vector(ids, {50, 100}, d), table, /*padding_idx=*/4);
+    sum(y * Tensor::from_vector(values(y.numel(), 2), y.shape(), d)).backward();
+    grads[d] = table.grad().to_vector<float>();
+  }
+  EXPECT_EQ(grads[kGpu], grads[kCpu]);
+}
+
 TEST(CudaDevice, TensorsAndSafetensorsRoundTrip) {
   KILN_REQUIRE_GPU();
   const std::vector<float> v = values(1000, 3);
@@ -378,6 +399,25 @@ TEST(CudaOps, Bf16ProductsMatchTheCpu) {
     double num = 0, den = 0;
     for (size_t i = 0; i < got.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
     EXPECT_LT(std::sqrt(num / den), 1e-5) << to_string(c.a) << " x " << to_string(c.b);
+  }
+}
+
+// Large products with extents that are not multiples of 8 (GPT-2's
+// 50257-word LM head) run on padded copies: a linear layer of 777 inputs
+// and 1001 outputs, forward (the bias folded in: the padded result starts as
+// the bias) and both gradients (the odd operand plain and transposed, odd
+// inner extents padded with zeros), in f32 and with bf16 operands (whose
+// gradients are rounded to bf16: one bf16 step of difference allowed).
+TEST(CudaOps, LargeProductsWithUnalignedRowsMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    compare_op({"linear_777_1001", {{512, 777}, {1001, 777}, {1001}},
+                [bf16](const std::vector<Tensor>& x) {
+                  Autocast autocast(bf16);
+                  return linear(x[0], x[1], x[2]);
+                }},
+               bf16 ? 8e-3 : 1e-4, bf16 ? 1e-4 : 1e-5);
   }
 }
 
@@ -556,6 +596,94 @@ TEST(CudaModels, Bf16TrainingFollowsTheFp32CurveAndTheCpu) {
   }
   EXPECT_NE(gpu.losses[0], fp32.losses[0]);
   EXPECT_LE(relative_error(gpu.logits, cpu.logits), 1e-3);
+}
+
+// The fused attention kernels (bf16 tensor cores, no score matrix in
+// memory) against the CPU's reference kernel of the same op, forward and
+// gradients, on tile-ragged lengths: causal, padding masks, dropout (the
+// same Philox elements are dropped), cross-attention, one query.
+TEST(CudaOps, FusedAttentionMatchesTheCpu) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t B, H, Tq, Tk, D;
+    bool causal, mask;
+    double dropout;
+  };
+  const std::vector<Case> cases = {
+      {2, 3, 100, 100, 64, true, true, 0.1}, {2, 3, 100, 100, 64, false, false, 0.0},
+      {2, 2, 130, 130, 32, true, false, 0.0}, {1, 2, 70, 130, 16, false, true, 0.2},
+      {3, 2, 1, 77, 64, false, true, 0.1},    {1, 1, 64, 64, 64, true, false, 0.5},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "B " << c.B << " H " << c.H << " Tq " << c.Tq << " Tk " << c.Tk << " D " << c.D
+                                      << " causal " << c.causal << " mask " << c.mask << " dropout " << c.dropout);
+    std::map<Device, std::vector<std::vector<double>>> got;
+    for (Device d : {kCpu, kGpu}) {
+      Autocast autocast;
+      Tensor q = Tensor::from_vector(values(c.B * c.H * c.Tq * c.D, 1), {c.B, c.H, c.Tq, c.D}, d).requires_grad_();
+      Tensor k = Tensor::from_vector(values(c.B * c.H * c.Tk * c.D, 2), {c.B, c.H, c.Tk, c.D}, d).requires_grad_();
+      Tensor v = Tensor::from_vector(values(c.B * c.H * c.Tk * c.D, 3), {c.B, c.H, c.Tk, c.D}, d).requires_grad_();
+      Tensor mask;
+      if (c.mask) {
+        std::vector<float> m(static_cast<size_t>(c.B * c.Tk), 0.0f);
+        for (int64_t j = c.Tk - 9; j < c.Tk; ++j) m[(c.B - 1) * c.Tk + j] = std::numeric_limits<float>::lowest();
+        mask = Tensor::from_vector(m, {c.B, 1, 1, c.Tk}, d);
+      }
+      Generator gen(5);
+      Tensor y = fused_attention(q, k, v, {mask, c.causal, 1.0 / std::sqrt(double(c.D)), c.dropout, &gen});
+      Tensor w = Tensor::from_vector(values(y.numel(), 7, 0.5f, 1.5f), y.shape(), d);
+      sum(y * w).backward();
+      got[d] = {y.to_vector<double>(), q.grad().to_vector<double>(), k.grad().to_vector<double>(),
+                v.grad().to_vector<double>()};
+    }
+    const char* what[] = {"output", "dq", "dk", "dv"};
+    for (size_t k = 0; k < 4; ++k) EXPECT_LE(relative_error(got[kGpu][k], got[kCpu][k]), 1e-2) << what[k];
+  }
+}
+
+// Models whose head size the fused kernels take (16, 32, 64) use them under
+// --bf16 on CUDA (KILN_ATTENTION=auto); the CPU runs the composite. Ten
+// AdamW steps of a GPT-2 (head size 32) and a BERT (16) with dropout on.
+TEST(CudaModels, FusedAttentionTrainingFollowsTheCpuComposite) {
+  KILN_REQUIRE_GPU();
+  auto gpt2 = models::GPT2Config::from_json(
+      {{"model_type", "gpt2"}, {"vocab_size", 80}, {"n_embd", 64}, {"n_head", 2}, {"n_layer", 2}, {"n_positions", 128}},
+      "test");
+  const ModelFactory make_gpt2 = [gpt2](Device d) { return models::create_model("GPT2LMHeadModel", gpt2, 3, d); };
+  const InputFactory gpt2_batch = [](Device d) {
+    std::vector<int64_t> ids(2 * 100);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 37 + 11) % 80);
+    models::ModelInputs in;
+    in.input_ids = Tensor::from_vector(ids, {2, 100}, d);
+    std::vector<int64_t> am(ids.size(), 1);
+    for (size_t i = 190; i < am.size(); ++i) am[i] = 0;
+    in.attention_mask = Tensor::from_vector(am, {2, 100}, d);
+    in.labels = in.input_ids;
+    return in;
+  };
+  models::BertConfig bert = testing::tiny_bert(2);
+  bert.hidden_size = 64, bert.num_attention_heads = 4, bert.intermediate_size = 128, bert.max_position_embeddings = 80;
+  const ModelFactory make_bert = [bert](Device d) {
+    return models::create_model("BertForSequenceClassification", bert, 4, d);
+  };
+  const InputFactory bert_batch = [](Device d) {
+    std::vector<int64_t> ids(4 * 70), am(4 * 70, 1);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 13 + 5) % 40);
+    for (size_t i = 3 * 70 + 50; i < am.size(); ++i) am[i] = 0;
+    models::ModelInputs in;
+    in.input_ids = Tensor::from_vector(ids, {4, 70}, d);
+    in.attention_mask = Tensor::from_vector(am, {4, 70}, d);
+    in.labels = Tensor::from_vector(std::vector<int64_t>{0, 1, 1, 0}, {4}, d);
+    return in;
+  };
+  for (const auto& [name, make, batch] : {std::tuple{"gpt2", make_gpt2, gpt2_batch}, {"bert", make_bert, bert_batch}}) {
+    SCOPED_TRACE(name);
+    const auto cpu = train(make, batch, kCpu, true), gpu = train(make, batch, kGpu, true);
+    for (size_t s = 0; s < cpu.losses.size(); ++s)
+      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-2 * std::abs(cpu.losses[s])) << "step " << s;
+    EXPECT_LE(relative_error(gpu.logits, cpu.logits), 1e-2);
+    EXPECT_LT(gpu.losses.back(), gpu.losses.front());
+  }
 }
 
 #endif  // KILN_HAVE_CUDA

@@ -432,6 +432,10 @@ TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   const std::string bf16_log = slurp(w.path() / "log4");
   EXPECT_CONTAINS(bf16_log, "bf16 products");
   EXPECT_CONTAINS(bf16_log, "\"bf16\": true");
+  ASSERT_EQ(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1 --gemm_shapes", w.path() / "log5"), 0)
+      << slurp(w.path() / "log5");
+  EXPECT_CONTAINS(slurp(w.path() / "log5"), "GEMM shape       [32x128] x [128x512]: ");  // bert-tiny's intermediate layer
+  EXPECT_CONTAINS(slurp(w.path() / "log5"), " GFLOP/s, with a bias ");
   EXPECT_NE(kiln("bench --model bert-tiny --tf32", w.path() / "log3"), 0);  // TF32 is a CUDA mode
   EXPECT_CONTAINS(slurp(w.path() / "log3"), "--tf32 needs --device cuda");
   EXPECT_NE(kiln("bench --model no-such-preset", w.path() / "log3"), 0);

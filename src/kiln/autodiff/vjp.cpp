@@ -155,6 +155,20 @@ std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePt
       return {ir::normalize_grad(in[0], g, at.floats[0])};
     case Op::CrossEntropy:
       return {ir::cross_entropy_grad(in[0], in[1], g, at.ints[0], at.floats[0]), nullptr};
+    case Op::Attention: {  // y = dropout(softmax(scale·q kᵀ, causal, + mask)) v
+      KILN_CHECK(!at.ints[1] || !in[3]->requires_grad,
+                 "backward: fused attention gives no gradient to its mask (use the composite for a learned bias)");
+      const NodePtr grads = ir::attention_grad(self, value, g);
+      std::vector<NodePtr> out(in.size());
+      int64_t off = 0;
+      for (size_t k = 0; k < 3; ++k) {
+        const int64_t n = numel(in[k]->shape);
+        if (in[k]->requires_grad)
+          out[k] = ir::cast(ir::reshape(ir::slice(grads, 0, off, off + n, 1), in[k]->shape), in[k]->dtype);
+        off += n;
+      }
+      return out;
+    }
     default:
       throw Error(std::string("backward: op '") + ir::op_name(self->op) + "' has no gradient");
   }

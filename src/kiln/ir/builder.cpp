@@ -451,6 +451,48 @@ NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const N
                    Attrs{{ignore_index}, {label_smoothing}});
 }
 
+NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const NodePtr& mask, const NodePtr& key,
+                  bool causal, double scale, double dropout) {
+  for (const NodePtr* x : {&q, &k, &v})
+    KILN_CHECK((*x)->rank() == 4, "attention: q, k and v must be [batch, heads, seq, head_dim], got ",
+               to_string((*x)->shape));
+  KILN_CHECK(q->dtype == k->dtype && k->dtype == v->dtype && (q->dtype == DType::f32 || q->dtype == DType::bf16),
+             "attention: q, k and v must be all f32 or all bf16, got ", dtype_name(q->dtype), ", ",
+             dtype_name(k->dtype), ", ", dtype_name(v->dtype));
+  const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = q->shape[3], Tk = k->shape[2];
+  KILN_CHECK(k->shape == (Shape{B, H, Tk, D}) && v->shape == k->shape, "attention: q ", to_string(q->shape),
+             " expects k and v of shape ", to_string(Shape{B, H, Tk, D}), ", got k ", to_string(k->shape), " and v ",
+             to_string(v->shape));
+  KILN_CHECK(!causal || Tq == Tk, "attention: causal attention needs as many queries as keys, got ", Tq, " and ", Tk);
+  KILN_CHECK(dropout >= 0.0 && dropout < 1.0, "attention: dropout must be in [0, 1), got ", dropout);
+  std::vector<NodePtr> inputs{q, k, v};
+  if (mask) {
+    check_float(mask, Op::Attention);
+    KILN_CHECK(mask->rank() == 4 && (mask->shape[0] == B || mask->shape[0] == 1) && mask->shape[1] == 1 &&
+                   mask->shape[2] == 1 && mask->shape[3] == Tk,
+               "attention: mask must be [", B, " or 1,1,1,", Tk, "], got ", to_string(mask->shape));
+    inputs.push_back(mask);
+  }
+  if (dropout > 0.0) {
+    KILN_CHECK(key && key->dtype == DType::i64 && key->shape == Shape{3},
+               "attention: dropout needs an i64 [3] rng key (Generator::next_key)");
+    inputs.push_back(key);
+  }
+  return make_node(Op::Attention, DType::f32, q->shape, std::move(inputs),
+                   Attrs{{causal, mask != nullptr, dropout > 0.0}, {scale, dropout}});
+}
+
+NodePtr attention_grad(const NodePtr& fwd, const NodePtr& out, const NodePtr& dout) {
+  KILN_ASSERT(fwd->op == Op::Attention);
+  KILN_CHECK(dout->shape == fwd->shape && dout->dtype == DType::f32, "attention: the output gradient must be f32 ",
+             to_string(fwd->shape), ", got ", dtype_name(dout->dtype), " ", to_string(dout->shape));
+  std::vector<NodePtr> inputs = fwd->inputs;
+  inputs.push_back(out);
+  inputs.push_back(dout);
+  const int64_t n = numel(fwd->inputs[0]->shape) + numel(fwd->inputs[1]->shape) + numel(fwd->inputs[2]->shape);
+  return make_node(Op::AttentionGrad, DType::f32, {n}, std::move(inputs), fwd->attrs);
+}
+
 NodePtr all_reduce(const std::vector<NodePtr>& inputs, int64_t group, int64_t replica, double scale) {
   KILN_CHECK(!inputs.empty(), "all_reduce: no tensors to reduce");
   int64_t total = 0;

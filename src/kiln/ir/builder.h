@@ -88,6 +88,12 @@ NodePtr cross_entropy(const NodePtr& logits, const NodePtr& labels, int64_t igno
                       double label_smoothing);
 NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const NodePtr& dloss,
                            int64_t ignore_index, double label_smoothing);
+// Fused attention (op.h's Attention): mask (additive, [B or 1,1,1,Tk]) and
+// key (the dropout's rng key) may be null; key is required when dropout > 0.
+NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const NodePtr& mask, const NodePtr& key,
+                  bool causal, double scale, double dropout);
+// Its gradient: `fwd` an Attention node (its inputs and attrs), out its value.
+NodePtr attention_grad(const NodePtr& fwd, const NodePtr& out, const NodePtr& dout);
 // The flattened concatenation of `inputs` (f32), summed over the replicas of
 // `group` (and across MPI processes), times scale.
 NodePtr all_reduce(const std::vector<NodePtr>& inputs, int64_t group, int64_t replica, double scale);

@@ -43,6 +43,7 @@ constexpr OpInfo kOps[] = {
     {"log_softmax", OpKind::Other},  {"log_softmax_grad", OpKind::Other},
     {"normalize", OpKind::Other},    {"normalize_grad", OpKind::Other},
     {"cross_entropy", OpKind::Other}, {"cross_entropy_grad", OpKind::Other},
+    {"attention", OpKind::Other},    {"attention_grad", OpKind::Other},
     {"all_reduce", OpKind::Other},  {"broadcast_from", OpKind::Other},
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(Op::kCount),

@@ -37,6 +37,16 @@
 //   NormalizeGrad inputs (x, dy); floats[0] = eps
 //   CrossEntropy  inputs (logits [N,C], labels [N]); ints[0] = ignore_index, floats[0] = smoothing; scalar mean
 //   CrossEntropyGrad inputs (logits, labels, dloss []); same attrs
+//   Attention     inputs (q [B,H,Tq,D], k [B,H,Tk,D], v [B,H,Tk,D]), then the mask
+//                 [B or 1,1,1,Tk] f32 if ints[1], then the dropout's rng key if ints[2];
+//                 ints = {causal, has_mask, has_dropout}, floats = {scale, dropout p}:
+//                 dropout(softmax(where(key <= query or not causal, scale·q kᵀ, f32 min)
+//                 + mask)) v, f32 [B,H,Tq,D], the dropout drawing what dropout() would
+//                 draw on the [B,H,Tq,Tk] probabilities. q, k, v all f32 or all bf16;
+//                 bf16: the dropped probabilities enter the product as bf16 too (autocast's
+//                 composite), and the gradient's products take bf16 operands
+//   AttentionGrad inputs (Attention's inputs, out, dout); Attention's attrs; f32
+//                 [numel q + numel k + numel v]: dq, dk, dv flattened one after the other
 //   AllReduce     inputs: f32 tensors; result f32 [total elements]: their flattened
 //                 concatenation summed over all replicas, times floats[0];
 //                 ints = {replica group, replica index} (see dist/collectives.h)
@@ -65,7 +75,7 @@ enum class Op : uint8_t {
   MatMul,
   // composites
   Softmax, SoftmaxGrad, LogSoftmax, LogSoftmaxGrad, Normalize, NormalizeGrad,
-  CrossEntropy, CrossEntropyGrad,
+  CrossEntropy, CrossEntropyGrad, Attention, AttentionGrad,
   // collectives
   AllReduce, BroadcastFrom,
   kCount

@@ -107,6 +107,9 @@ class Dropout : public Module {
  public:
   Dropout(double p, std::shared_ptr<Generator> gen) : p(p), gen_(std::move(gen)) {}
   Tensor forward(const Tensor& x) const { return dropout(x, p, *gen_, is_training() && p > 0); }
+  // The probability forward() drops with now (0 in eval mode), and its generator.
+  double active_p() const { return is_training() ? p : 0.0; }
+  Generator* generator() const { return gen_.get(); }
   double p;
 
  private:

@@ -1,6 +1,8 @@
 #include "kiln/runtime/ops.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "kiln/core/error.h"
 #include "kiln/dist/replica.h"
@@ -184,6 +186,39 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y) {
   // max(x, 0) - x·y + log(1 + exp(-|x|)), the stable form
   Tensor z = zeros_like(x);
   return mean(maximum(x, z) - x * y + log(1.0 + exp(-abs(x))));
+}
+
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
+  KILN_CHECK(spec.dropout == 0.0 || spec.gen, "attention: dropout ", spec.dropout, " needs a generator");
+  KILN_CHECK(q.rank() == 4 && k.rank() == 4, "attention: q and k must be [batch, heads, seq, head_dim], got ",
+             to_string(q.shape()), " and ", to_string(k.shape()));
+  ir::NodePtr key;
+  if (spec.dropout > 0.0) key = spec.gen->next_key(q.device(), {q.dim(0), q.dim(1), q.dim(2), k.dim(2)}).node();
+  auto operand = [](const Tensor& x) {
+    return Autocast::active() && is_floating(x.dtype()) ? ir::cast(x.node(), DType::bf16) : x.node();
+  };
+  return wrap(ir::attention(operand(q), operand(k), operand(v), spec.mask.defined() ? spec.mask.node() : nullptr, key,
+                            spec.causal, spec.scale, spec.dropout));
+}
+
+bool use_fused_attention(const Tensor& q, const Tensor& k, const Tensor& mask) {
+  static const std::string mode = [] {
+    const char* v = std::getenv("KILN_ATTENTION");
+    const std::string m = v && *v ? v : "auto";
+    KILN_CHECK(m == "auto" || m == "fused" || m == "composite", "KILN_ATTENTION must be 'auto', 'fused' or ",
+               "'composite', got '", m, "'");
+    return m;
+  }();
+  if (mode == "composite" || q.rank() != 4 || k.rank() != 4) return false;
+  if (mask.defined()) {
+    const Shape& m = mask.shape();
+    if (mask.requires_grad() || mask.dtype() != DType::f32 || m.size() != 4 || (m[0] != q.dim(0) && m[0] != 1) ||
+        m[1] != 1 || m[2] != 1 || m[3] != k.dim(2))
+      return false;
+  }
+  if (mode == "fused") return true;
+  const int64_t D = q.dim(3);
+  return q.device().kind == DeviceKind::CUDA && Autocast::active() && (D == 16 || D == 32 || D == 64);
 }
 
 Tensor Generator::next_key(Device device, const Shape& shape) {

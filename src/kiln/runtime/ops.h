@@ -107,6 +107,30 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_
 Tensor mse_loss(const Tensor& input, const Tensor& target);
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets);
 
+class Generator;
+
+// Fused scaled dot-product attention (ir/op.h's Attention), for q
+// [B,H,Tq,D] and k, v [B,H,Tk,D]:
+//   dropout(softmax(scale · q kᵀ, later keys at f32 min if causal, + mask)) v
+// mask: additive f32 [B or 1,1,1,Tk], or undefined. dropout > 0 needs gen
+// and draws what dropout() would draw on the [B,H,Tq,Tk] probabilities, so
+// the composite and the fused op drop the same elements. Under Autocast the
+// products take bf16 operands, as matmul's do.
+struct AttentionSpec {
+  Tensor mask;
+  bool causal = false;
+  double scale = 1.0;
+  double dropout = 0.0;
+  Generator* gen = nullptr;
+};
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
+// Whether a model should call fused_attention rather than spell attention
+// out (matmul, softmax, dropout, matmul), per KILN_ATTENTION: "auto" (the
+// default: on a CUDA device under Autocast, head size 16, 32 or 64, a mask
+// as above that needs no gradient), "fused" (wherever the op accepts the
+// operands; the CPU runs a reference kernel) or "composite" (never).
+bool use_fused_attention(const Tensor& q, const Tensor& k, const Tensor& mask);
+
 // Random numbers: a counter-based (Philox) stream. Each draw takes a new
 // offset; the (seed, offset) key is a graph input, so drawing never
 // recompiles, and element i of a draw is the same on any number of threads.

@@ -18,6 +18,8 @@ void execute(const compiler::Program& program, std::span<void* const> params,
 void run_fused(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
                std::span<char* const> extra = {});
 void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
+// Attention (grad = false) / AttentionGrad (attention.cpp).
+void attention_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output, bool grad);
 // Collectives (AllReduce, BroadcastFrom): copies the inputs into the output
 // and starts the collective on the replica's collective thread; the output is
 // ready when the future is.

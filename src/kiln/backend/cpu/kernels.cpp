@@ -674,6 +674,8 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out) {
     case Op::NormalizeGrad: return normalize_grad_kernel(ins, in, out);
     case Op::CrossEntropy: return cross_entropy_kernel(ins, in, out, false);
     case Op::CrossEntropyGrad: return cross_entropy_kernel(ins, in, out, true);
+    case Op::Attention: return attention_kernel(ins, in, out, false);
+    case Op::AttentionGrad: return attention_kernel(ins, in, out, true);
     default:
       throw Error(std::string("cpu backend: no kernel for op ") + ir::op_name(ins.op));
   }

@@ -8,11 +8,13 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "kiln/backend/cuda/attention.h"
 #include "kiln/backend/cuda/codegen.h"
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/cuda.h"
@@ -65,6 +67,63 @@ Split reduce_split(const Instr& ins) {
   return split_shape(ins.inputs[0].view.shape, ins.attrs.ints.front(), ins.attrs.ints.back());
 }
 
+// The kernels' view of an Attention / AttentionGrad instruction (ir/op.h).
+kernels::AttentionArgs attention_args(const Instr& ins) {
+  const Shape& qs = ins.inputs[0].view.shape;
+  kernels::AttentionArgs a;
+  a.B = qs[0], a.H = qs[1], a.Tq = qs[2], a.Tk = ins.inputs[1].view.shape[2];
+  a.D = static_cast<int>(qs[3]);
+  a.causal = ins.attrs.ints[0] != 0;
+  a.scale = static_cast<float>(ins.attrs.floats[0]);
+  a.dropout = static_cast<float>(ins.attrs.floats[1]);
+  if (ins.attrs.ints[1] && ins.inputs[3].view.shape[0] == a.B && a.B > 1) a.mask_batch_stride = a.Tk;
+  return a;
+}
+
+size_t aligned256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// cuBLAS's fast kernels want 16-byte aligned rows and extents that are
+// multiples of 8. A large product that has neither (GPT-2's LM head: 50257
+// vocabulary rows) runs on slower kernels, several times the cost of copying
+// its operands into padded buffers: products of 2^28 multiply-adds and more
+// (one call) run on copies with M, N and K rounded up to multiples of 8 (the
+// extra K columns zero) into a padded result that is copied back.
+// KILN_CUDA_GEMM_PAD=0 turns this off (to measure it).
+struct GemmPadding {
+  bool on = false;
+  int64_t M = 0, N = 0, K = 0;  // the padded extents
+  size_t bytes = 0;             // scratch: A', B', C'
+};
+
+bool gemm_padding_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_CUDA_GEMM_PAD");
+    const std::string s = v ? v : "1";
+    KILN_CHECK(s == "0" || s == "1", "KILN_CUDA_GEMM_PAD must be 0 or 1, got '", s, "'");
+    return s == "1";
+  }();
+  return on;
+}
+
+GemmPadding gemm_padding(const GemmPlan& g) {
+  GemmPadding p;
+  if (!gemm_padding_enabled() || g.calls.size() != 1 || g.calls[0].batch != 1 ||
+      static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K) < 268435456.0)
+    return p;
+  const int64_t es = g.bf16 ? 2 : 4;
+  const GemmCall& c = g.calls[0];
+  auto odd = [](int64_t x, int64_t elem) { return (x * elem) % 16 != 0; };
+  if (g.M % 8 == 0 && g.N % 8 == 0 && g.K % 8 == 0 && !odd(g.lda, es) && !odd(g.ldb, es) && !odd(c.a, es) &&
+      !odd(c.b, es) && !odd(c.c, 4))
+    return p;
+  auto up = [](int64_t x) { return (x + 7) / 8 * 8; };
+  p.on = true;
+  p.M = up(g.M), p.N = up(g.N), p.K = up(g.K);
+  p.bytes = aligned256(static_cast<size_t>(p.M * p.K * es)) + aligned256(static_cast<size_t>(p.K * p.N * es)) +
+            aligned256(static_cast<size_t>(p.M * p.N * 4));
+  return p;
+}
+
 }  // namespace
 
 struct Plan {
@@ -74,6 +133,7 @@ struct Plan {
     const void* generated = nullptr;  // fused: its generated kernel (null: the interpreter runs it)
     size_t fused_at = 0;     // fused: byte offset of the record in `descs`
     GemmPlan gemm;           // MatMul
+    GemmPadding padding;     // MatMul: copies with aligned rows (gemm_padding)
     int report = -1;         // index of its ErrorReport, for kernels that check data
   };
   Device device;
@@ -171,15 +231,39 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
         words.insert(words.end(), rec.words.begin(), rec.words.end());
       } else {
         switch (ins.op) {
-          case Op::MatMul: st.gemm = plan_gemm(ins); break;
+          case Op::MatMul:
+            st.gemm = plan_gemm(ins);
+            st.padding = gemm_padding(st.gemm);
+            scratch_bytes = std::max(scratch_bytes, st.padding.bytes);
+            break;
           case Op::Sum:
           case Op::ReduceMax:
             scratch_bytes = std::max<size_t>(scratch_bytes, reduce_scratch_bytes(reduce_split(ins)));
             break;
+          case Op::IndexAdd: {
+            const Shape& os = ins.output.view.shape;
+            scratch_bytes = std::max(scratch_bytes, kernels::index_add_scratch_bytes(
+                                                        os[0], numel(ins.inputs[0].view.shape)));
+            st.report = plan->num_reports++;
+            break;
+          }
           case Op::IndexSelect:
-          case Op::IndexAdd:
           case Op::Gather:
           case Op::ScatterAdd: st.report = plan->num_reports++; break;
+          case Op::Attention:
+          case Op::AttentionGrad:
+            KILN_CHECK(ins.inputs[0].dtype == DType::bf16, "cuda backend: fused attention needs bf16 q, k and v ",
+                       "(--bf16 / kiln::Autocast); got ", dtype_name(ins.inputs[0].dtype),
+                       " (KILN_ATTENTION=auto uses the composite in fp32)");
+            KILN_CHECK(ins.inputs[0].view.shape[3] == 16 || ins.inputs[0].view.shape[3] == 32 ||
+                           ins.inputs[0].view.shape[3] == 64,
+                       "cuda backend: fused attention supports head sizes 16, 32 and 64, got ",
+                       ins.inputs[0].view.shape[3]);
+            KILN_CHECK(ds.props.major >= 8, "cuda backend: fused attention needs compute capability 8.0 or newer; ",
+                       ds.props.name, " is ", ds.props.major, ".", ds.props.minor);
+            if (ins.op == Op::AttentionGrad)
+              scratch_bytes = std::max(scratch_bytes, kernels::attention_scratch_bytes(attention_args(ins)));
+            break;
           case Op::CrossEntropy:
           case Op::CrossEntropyGrad:
             st.report = plan->num_reports++;
@@ -227,44 +311,59 @@ void check_launch(const Instr& ins) {
 
 std::atomic<bool> g_allow_tf32{false};
 
-// bf16 operands: cuBLAS's bf16 tensor-core GEMM with f32 accumulation and
-// an f32 result (what the CPU's widened sgemm computes, up to summation order).
-void gemm_bf16(DeviceState& ds, const GemmPlan& g, const uint16_t* a, const uint16_t* b, float* c, float beta) {
-  KILN_CHECK(ds.props.major >= 8, "--bf16: bf16 products need a GPU of compute capability 8.0 (Ampere) or newer; ",
-             ds.props.name, " is ", ds.props.major, ".", ds.props.minor);
-  const float one = 1.0f;
-  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  for (const GemmCall& call : g.calls) {
-    if (call.batch == 1) {
-      KILN_CUDA_CHECK(cublasGemmEx(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, CUDA_R_16BF, g.ldb,
-                                   a + call.a, CUDA_R_16BF, g.lda, &beta, c + call.c, CUDA_R_32F, g.N,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    } else {
-      KILN_CUDA_CHECK(cublasGemmStridedBatchedEx(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, CUDA_R_16BF,
-                                                 g.ldb, call.stride_b, a + call.a, CUDA_R_16BF, g.lda, call.stride_a,
-                                                 &beta, c + call.c, CUDA_R_32F, g.N, g.M * g.N, call.batch,
-                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }
-  }
-}
-
-// beta 1: c holds the bias rows (a folded `product + bias`), else 0.
-void gemm(DeviceState& ds, const GemmPlan& g, const float* a, const float* b, float* c, float beta) {
-  const float one = 1.0f;
+// C = op(A) op(B) (+ C when beta is 1: a folded bias already in C) with f32
+// or bf16 operands (g.bf16), f32 sums and result: cublasGemmEx, whose f32
+// products use TF32 tensor cores when --tf32 set the handle's math mode.
+// pad: gemm_padding(g), its copies in `scratch`.
+void gemm(DeviceState& ds, const GemmPlan& g, const GemmPadding& pad, const char* a, const char* b, float* c,
+          float beta, char* scratch) {
+  if (g.bf16)
+    KILN_CHECK(ds.props.major >= 8, "--bf16: bf16 products need a GPU of compute capability 8.0 (Ampere) or newer; ",
+               ds.props.name, " is ", ds.props.major, ".", ds.props.minor);
   if (const bool tf32 = g_allow_tf32.load(std::memory_order_relaxed); tf32 != ds.blas_tf32) {
     KILN_CUDA_CHECK(cublasSetMathMode(ds.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     ds.blas_tf32 = tf32;
   }
+  const cudaDataType_t type = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const int64_t es = g.bf16 ? 2 : 4;
+  const float one = 1.0f;
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (pad.on) {
+    const GemmCall& call = g.calls[0];
+    cudaStream_t s = ds.stream;
+    auto copy_rows = [&](void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t width, int64_t rows,
+                         int64_t elem) {
+      KILN_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_ld * elem, src, src_ld * elem, width * elem, rows,
+                                        cudaMemcpyDeviceToDevice, s));
+    };
+    // A' [M', K'] (or [K', M'] transposed), B' [K', N'] (or [N', K']), C' [M', N'], row-major, dense.
+    char* pa = scratch;
+    char* pb = pa + aligned256(static_cast<size_t>(pad.M * pad.K * es));
+    auto* pc = reinterpret_cast<float*>(pb + aligned256(static_cast<size_t>(pad.K * pad.N * es)));
+    if (pad.K != g.K) {  // the extra products must add zeros
+      KILN_CUDA_CHECK(cudaMemsetAsync(pa, 0, static_cast<size_t>(pad.M * pad.K * es), s));
+      KILN_CUDA_CHECK(cudaMemsetAsync(pb, 0, static_cast<size_t>(pad.K * pad.N * es), s));
+    }
+    const int64_t lda = g.trans_a ? pad.M : pad.K, ldb = g.trans_b ? pad.K : pad.N;
+    copy_rows(pa, lda, a + call.a * es, g.lda, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, es);
+    copy_rows(pb, ldb, b + call.b * es, g.ldb, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, es);
+    if (beta != 0.0f) copy_rows(pc, pad.N, c + call.c, g.N, g.N, g.M, 4);
+    KILN_CUDA_CHECK(cublasGemmEx(ds.blas, op_b, op_a, pad.N, pad.M, pad.K, &one, pb, type, ldb, pa, type, lda, &beta,
+                                 pc, CUDA_R_32F, pad.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    copy_rows(c + call.c, g.N, pc, pad.N, g.N, g.M, 4);
+    return;
+  }
   for (const GemmCall& call : g.calls) {
     if (call.batch == 1) {
-      KILN_CUDA_CHECK(cublasSgemm(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, g.ldb, a + call.a, g.lda,
-                                  &beta, c + call.c, g.N));
+      KILN_CUDA_CHECK(cublasGemmEx(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b * es, type, g.ldb,
+                                   a + call.a * es, type, g.lda, &beta, c + call.c, CUDA_R_32F, g.N,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     } else {
-      KILN_CUDA_CHECK(cublasSgemmStridedBatched(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b, g.ldb,
-                                                call.stride_b, a + call.a, g.lda, call.stride_a, &beta, c + call.c,
-                                                g.N, g.M * g.N, call.batch));
+      KILN_CUDA_CHECK(cublasGemmStridedBatchedEx(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b * es, type,
+                                                 g.ldb, call.stride_b, a + call.a * es, type, g.lda, call.stride_a,
+                                                 &beta, c + call.c, CUDA_R_32F, g.N, g.M * g.N, call.batch,
+                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
 }
@@ -372,7 +471,8 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
       const int64_t V = os[0], R = numel(os) / std::max<int64_t>(V, 1), n = numel(ins.inputs[0].view.shape);
       KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, numel(os) * es, s));
       return kernels::index_add(inp(0), code(ins.inputs[0].dtype), reinterpret_cast<const float*>(inp(1)),
-                                reinterpret_cast<float*>(o), V, R, n, ins.attrs.ints[0], report, s);
+                                reinterpret_cast<float*>(o), V, R, n, ins.attrs.ints[0], report,
+                                plan.scratch ? plan.scratch->ptr : nullptr, s);
     }
     case Op::Gather:
     case Op::ScatterAdd: {
@@ -409,12 +509,8 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
         if (!bias) KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, g.c_elems * sizeof(float), s));
         return;
       }
-      const float beta = bias ? 1.0f : 0.0f;
-      if (g.bf16)
-        return gemm_bf16(ds, g, reinterpret_cast<const uint16_t*>(in[0]), reinterpret_cast<const uint16_t*>(in[1]),
-                         reinterpret_cast<float*>(out), beta);
-      return gemm(ds, g, reinterpret_cast<const float*>(in[0]), reinterpret_cast<const float*>(in[1]),
-                  reinterpret_cast<float*>(out), beta);
+      return gemm(ds, g, st.padding, in[0], in[1], reinterpret_cast<float*>(out), bias ? 1.0f : 0.0f,
+                  plan.scratch ? static_cast<char*>(plan.scratch->ptr) : nullptr);
     }
     case Op::Softmax:
     case Op::LogSoftmax: {
@@ -450,6 +546,21 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
       return kernels::cross_entropy_grad(x, inp(1), code(ins.inputs[1].dtype), reinterpret_cast<const float*>(inp(2)),
                                          reinterpret_cast<float*>(o), N, C, ins.attrs.ints[0], ins.attrs.floats[0],
                                          scratch, report, s);
+    }
+    case Op::Attention:
+    case Op::AttentionGrad: {
+      const kernels::AttentionArgs a = attention_args(ins);
+      size_t next = 3;
+      const float* mask = ins.attrs.ints[1] ? reinterpret_cast<const float*>(inp(next++)) : nullptr;
+      const int64_t* key = ins.attrs.ints[2] ? reinterpret_cast<const int64_t*>(inp(next++)) : nullptr;
+      if (ins.op == Op::Attention)
+        return kernels::attention(a, inp(0), inp(1), inp(2), mask, key, reinterpret_cast<float*>(o), s);
+      float* dq = reinterpret_cast<float*>(o);
+      float* dk = dq + a.B * a.H * a.Tq * a.D;
+      float* dv = dk + a.B * a.H * a.Tk * a.D;
+      return kernels::attention_grad(a, inp(0), inp(1), inp(2), mask, key, reinterpret_cast<const float*>(inp(next)),
+                                     reinterpret_cast<const float*>(inp(next + 1)), dq, dk, dv,
+                                     plan.scratch ? plan.scratch->ptr : nullptr, s);
     }
     default:
       throw Error(std::string("cuda backend: no kernel for op ") + ir::op_name(ins.op) + " (not supported on CUDA yet)");

@@ -6,10 +6,13 @@
 // double as on the CPU.
 #include <cuda_runtime.h>
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
 
+#include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/core/error.h"
 
@@ -47,6 +50,10 @@ __device__ void report_error(ErrorReport* r, int32_t code, int64_t value, int64_
 template <typename T>
 struct SumOp {
   __device__ T operator()(T a, T b) const { return a + b; }
+};
+template <typename T>
+struct MinOp {
+  __device__ T operator()(T a, T b) const { return b < a ? b : a; }
 };
 template <typename T>
 struct MaxOp {  // std::max: a NaN in `a` stays, a NaN in `b` is passed over
@@ -263,17 +270,43 @@ __global__ void index_select_kernel(const E* table, const void* ids, uint8_t id_
 }
 
 // One thread per column, walking the ids in order: the CPU's summation order.
-__global__ void index_add_kernel(const void* ids, uint8_t id_dtype, const float* src, float* out, int64_t V,
-                                 int64_t R, int64_t n, int64_t padding_idx, ErrorReport* report) {
-  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < R; c += int64_t(gridDim.x) * blockDim.x) {
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t id = read_id(ids, id_dtype, i);
-      if (id == padding_idx) continue;
-      if (id < 0 || id >= V) {
-        report_error(report, kIdOutOfRange, id, i, V);
-        continue;
-      }
-      out[id * R + c] += src[i * R + c];
+// index_add in three passes, deterministic and parallel over rows: (1) one
+// block finds the first bad id (the CPU's error: the smallest position);
+// (2) the ids, as int32 keys with padding and bad ids last, are sorted with
+// their positions (a stable radix sort: positions stay in order within an
+// id); (3) a block per id sums its rows in position order, as the CPU does.
+__global__ void index_check_kernel(const void* ids, uint8_t id_dtype, int64_t V, int64_t n, int64_t padding_idx,
+                                   ErrorReport* report) {
+  int64_t first = n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t id = read_id(ids, id_dtype, i);
+    if (id != padding_idx && (id < 0 || id >= V)) {
+      first = i;
+      break;
+    }
+  }
+  first = block_reduce(first, MinOp<int64_t>());
+  if (threadIdx.x == 0 && first < n) report_error(report, kIdOutOfRange, read_id(ids, id_dtype, first), first, V);
+}
+
+__global__ void index_keys_kernel(const void* ids, uint8_t id_dtype, int64_t V, int64_t n, int64_t padding_idx,
+                                  int32_t* keys, int32_t* positions) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t id = read_id(ids, id_dtype, i);
+    keys[i] = id == padding_idx || id < 0 || id >= V ? static_cast<int32_t>(V) : static_cast<int32_t>(id);
+    positions[i] = static_cast<int32_t>(i);
+  }
+}
+
+__global__ void index_sum_kernel(const int32_t* keys, const int32_t* positions, const float* src, float* out,
+                                 int64_t V, int64_t R, int64_t n) {
+  for (int64_t p = blockIdx.x; p < n; p += gridDim.x) {
+    const int32_t key = keys[p];
+    if (key >= V || (p > 0 && keys[p - 1] == key)) continue;  // padding / bad ids, or not the id's first row
+    for (int64_t c = threadIdx.x; c < R; c += blockDim.x) {
+      float acc = 0.0f;
+      for (int64_t q = p; q < n && keys[q] == key; ++q) acc += src[positions[q] * R + c];
+      out[key * R + c] = acc;
     }
   }
 }
@@ -438,10 +471,11 @@ __global__ void cross_entropy_rows_kernel(const float* x, const void* labels, ui
     const float* xr = x + n * C;
     float mf = -INFINITY;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) mf = fmaxf(mf, xr[c]);
-    const double m = block_max(mf);
+    const float mb = block_max(mf);
+    const double m = mb;
     double sum = 0, mean = 0;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      sum += exp(xr[c] - m);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {  // f32 exponentials (as the CPU's), f64 sums
+      sum += expf(xr[c] - mb);
       mean += xr[c];
     }
     sum = block_sum(sum);
@@ -492,12 +526,13 @@ __global__ void cross_entropy_grad_kernel(const float* x, const void* labels, ui
     }
     float mf = -INFINITY;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) mf = fmaxf(mf, xr[c]);
-    const double m = block_max(mf);
+    const float mb = block_max(mf);
     double sum = 0;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += exp(xr[c] - m);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += expf(xr[c] - mb);  // f32 exponentials, f64 sums
     sum = block_sum(sum);
+    const double inv = 1.0 / sum;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      const double p = exp(xr[c] - m) / sum;
+      const double p = expf(xr[c] - mb) * inv;
       dr[c] = static_cast<float>(scale * (p - (c == y ? 1 - eps : 0.0) - eps / C));
     }
   }
@@ -578,9 +613,42 @@ void index_select(const void* table, const void* ids, uint8_t id_dtype, void* ou
   }
 }
 
+namespace {
+int sort_bits(int64_t V) {  // keys 0..V
+  int bits = 1;
+  while (bits < 32 && (int64_t{1} << bits) <= V) ++bits;
+  return bits;
+}
+size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+}  // namespace
+
+size_t index_add_scratch_bytes(int64_t V, int64_t n) {
+  size_t sort_bytes = 0;
+  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const int32_t*>(nullptr),
+                                                  static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                                  static_cast<int32_t*>(nullptr), static_cast<int>(n), 0, sort_bits(V)));
+  return 4 * aligned(static_cast<size_t>(n) * sizeof(int32_t)) + aligned(sort_bytes);
+}
+
 void index_add(const void* ids, uint8_t id_dtype, const float* src, float* out, int64_t V, int64_t R, int64_t n,
-               int64_t padding_idx, ErrorReport* report, cudaStream_t stream) {
-  index_add_kernel<<<grid_for(R), kThreads, 0, stream>>>(ids, id_dtype, src, out, V, R, n, padding_idx, report);
+               int64_t padding_idx, ErrorReport* report, void* scratch, cudaStream_t stream) {
+  if (n == 0) return;
+  KILN_CHECK(n < (int64_t{1} << 31) && V < (int64_t{1} << 31) - 1, "index_add: ", n, " ids into ", V,
+             " rows (CUDA takes fewer than 2^31)");
+  index_check_kernel<<<1, kThreads, 0, stream>>>(ids, id_dtype, V, n, padding_idx, report);
+  char* at = static_cast<char*>(scratch);
+  const size_t vec = aligned(static_cast<size_t>(n) * sizeof(int32_t));
+  auto* keys = reinterpret_cast<int32_t*>(at);
+  auto* positions = reinterpret_cast<int32_t*>(at + vec);
+  auto* sorted_keys = reinterpret_cast<int32_t*>(at + 2 * vec);
+  auto* sorted_positions = reinterpret_cast<int32_t*>(at + 3 * vec);
+  index_keys_kernel<<<grid_for(n), kThreads, 0, stream>>>(ids, id_dtype, V, n, padding_idx, keys, positions);
+  size_t sort_bytes = 0;
+  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, sorted_keys, positions, sorted_positions,
+                                                  static_cast<int>(n), 0, sort_bits(V), stream));
+  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(at + 4 * vec, sort_bytes, keys, sorted_keys, positions,
+                                                  sorted_positions, static_cast<int>(n), 0, sort_bits(V), stream));
+  index_sum_kernel<<<grid_rows(n), kThreads, 0, stream>>>(sorted_keys, sorted_positions, src, out, V, R, n);
 }
 
 void gather(const float* x, const void* index, uint8_t index_dtype, float* y, const GatherShape& g,

@@ -37,9 +37,11 @@ void slice_grad(const void* dy, void* out, int elem_bytes, Split p, int64_t coun
 void index_select(const void* table, const void* ids, uint8_t id_dtype, void* out, int elem_bytes, int64_t V,
                   int64_t R, int64_t n, ErrorReport* report, cudaStream_t stream);
 // ids (n), src (n, R) -> out (V, R), which the caller zeroed: rows summed
-// per id in id order (deterministic), skipping padding_idx.
+// per id in position order (deterministic, as on the CPU), skipping
+// padding_idx. scratch: index_add_scratch_bytes(V, n).
 void index_add(const void* ids, uint8_t id_dtype, const float* src, float* out, int64_t V, int64_t R, int64_t n,
-               int64_t padding_idx, ErrorReport* report, cudaStream_t stream);
+               int64_t padding_idx, ErrorReport* report, void* scratch, cudaStream_t stream);
+size_t index_add_scratch_bytes(int64_t V, int64_t n);
 
 struct GatherShape {
   int32_t rank = 0, dim = 0;

@@ -1,0 +1,174 @@
+// The fused Attention op (ops.h's fused_attention) on the CPU's reference
+// kernel: the same values and gradients as the composite the models spell
+// out (matmul, causal where, softmax with a mask, dropout, matmul), the same
+// dropout masks, bf16 products under Autocast, finite differences, and clear
+// errors for operands it does not take.
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_of;
+
+constexpr double kMin = std::numeric_limits<float>::lowest();
+
+std::vector<float> values(int64_t n, unsigned seed, float lo = -1.5f, float hi = 1.5f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+struct Case {
+  int64_t B = 2, H = 3, Tq = 13, Tk = 13, D = 8;
+  bool causal = false, mask = false, batch_mask = true;
+  double dropout = 0.0;
+};
+
+// The attention of GPT-2 / BERT as the models write it without the fused op.
+Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Case& c, double scale,
+                 Generator& gen) {
+  Tensor scores = matmul(q, k, false, true) * scale;
+  if (c.causal) {
+    Tensor iq = reshape(arange(c.Tq, DType::i64), {c.Tq, 1}), ik = reshape(arange(c.Tk, DType::i64), {1, c.Tk});
+    scores = where(reshape(le(ik, iq), {1, 1, c.Tq, c.Tk}), scores, full({}, kMin, DType::f32));
+  }
+  return matmul(dropout(softmax(scores, -1, mask), c.dropout, gen, c.dropout > 0), v);
+}
+
+struct Result {
+  std::vector<double> out, dq, dk, dv;
+};
+
+Result run(const Case& c, bool fused, bool bf16) {
+  Autocast autocast(bf16);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+  Tensor q = Tensor::from_vector(values(c.B * c.H * c.Tq * c.D, 1), {c.B, c.H, c.Tq, c.D}).requires_grad_();
+  Tensor k = Tensor::from_vector(values(c.B * c.H * c.Tk * c.D, 2), {c.B, c.H, c.Tk, c.D}).requires_grad_();
+  Tensor v = Tensor::from_vector(values(c.B * c.H * c.Tk * c.D, 3), {c.B, c.H, c.Tk, c.D}).requires_grad_();
+  Tensor mask;
+  if (c.mask) {  // the last keys of batch entry 1 are padding; some other entries get small biases
+    const int64_t rows = c.batch_mask ? c.B : 1;
+    std::vector<float> m(static_cast<size_t>(rows * c.Tk), 0.0f);
+    for (int64_t b = 0; b < rows; ++b)
+      for (int64_t j = 0; j < c.Tk; ++j)
+        m[b * c.Tk + j] = (b == rows - 1 && j >= c.Tk - 3) ? static_cast<float>(kMin) : 0.1f * static_cast<float>(j % 3);
+    mask = Tensor::from_vector(m, {rows, 1, 1, c.Tk});
+  }
+  Generator gen(11);
+  Tensor y = fused ? fused_attention(q, k, v, {mask, c.causal, scale, c.dropout, &gen})
+                   : composite(q, k, v, mask, c, scale, gen);
+  Tensor w = Tensor::from_vector(values(y.numel(), 4, 0.5f, 1.5f), y.shape());
+  sum(y * w).backward();
+  return {y.to_vector<double>(), q.grad().to_vector<double>(), k.grad().to_vector<double>(),
+          v.grad().to_vector<double>()};
+}
+
+// ‖a − b‖ / ‖b‖
+double relative(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return a.size() == b.size() && den > 0 ? std::sqrt(num / den) : INFINITY;
+}
+
+void expect_matches_composite(const Case& c, bool bf16, double tol) {
+  const Result f = run(c, true, bf16), r = run(c, false, bf16);
+  EXPECT_LE(relative(f.out, r.out), tol) << "output";
+  EXPECT_LE(relative(f.dq, r.dq), tol) << "dq";
+  EXPECT_LE(relative(f.dk, r.dk), tol) << "dk";
+  EXPECT_LE(relative(f.dv, r.dv), tol) << "dv";
+}
+
+TEST(FusedAttention, MatchesTheCompositeWithCausalMaskAndDropout) {
+  for (bool causal : {false, true})
+    for (bool mask : {false, true})
+      for (double p : {0.0, 0.3}) {
+        SCOPED_TRACE(::testing::Message() << "causal " << causal << " mask " << mask << " dropout " << p);
+        Case c;
+        c.causal = causal, c.mask = mask, c.dropout = p;
+        expect_matches_composite(c, false, 1e-5);
+      }
+}
+
+TEST(FusedAttention, CrossAttentionAndABroadcastMask) {
+  Case c;
+  c.Tq = 5, c.Tk = 11, c.mask = true, c.batch_mask = false, c.dropout = 0.1;
+  expect_matches_composite(c, false, 1e-5);
+  c.Tq = 1;  // BERT's last layer for position 0 only
+  expect_matches_composite(c, false, 1e-5);
+}
+
+// Under Autocast both round q, k, v, the dropped probabilities and the
+// gradients of the products to bf16; only summation order differs, and a
+// rounding that lands on the other side of a tie.
+TEST(FusedAttention, Bf16ProductsFollowAutocastsComposite) {
+  Case c;
+  c.causal = true, c.mask = true, c.dropout = 0.2, c.D = 16;
+  expect_matches_composite(c, true, 5e-3);
+  const Result bf = run(c, true, true), fp = run(c, true, false);
+  const double moved = relative(bf.out, fp.out);
+  EXPECT_GT(moved, 1e-4) << "bf16 products must differ from f32 ones";
+  EXPECT_LT(moved, 2e-2);
+}
+
+TEST(FusedAttention, DropoutDrawsTheCompositesMask) {
+  // With dropout the output is not the no-dropout one, and it is the composite's exactly up to rounding.
+  Case c;
+  c.dropout = 0.5;
+  const Result drop = run(c, true, false), none = run(Case{}, true, false);
+  EXPECT_GT(relative(drop.out, none.out), 0.1);
+  EXPECT_LE(relative(drop.out, run(c, false, false).out), 1e-5);
+}
+
+TEST(FusedAttention, GradientsMatchFiniteDifferences) {
+  const int64_t B = 1, H = 2, T = 4, D = 3;
+  const Tensor mask = Tensor::from_vector(std::vector<float>{0.0f, -0.5f, 0.0f, 0.25f}, {1, 1, 1, T});
+  for (bool causal : {false, true})
+    testing::gradcheck(
+        [&](const std::vector<Tensor>& x) { return fused_attention(x[0], x[1], x[2], {mask, causal, 0.7}); },
+        {values(B * H * T * D, 5), values(B * H * T * D, 6), values(B * H * T * D, 7)},
+        {{B, H, T, D}, {B, H, T, D}, {B, H, T, D}}, 1e-2, 2e-2, 2e-3);
+}
+
+TEST(FusedAttention, OperandsItDoesNotTakeAreClearErrors) {
+  Tensor q = Tensor::from_vector(values(2 * 2 * 4 * 8, 1), {2, 2, 4, 8});
+  Tensor k5 = Tensor::from_vector(values(2 * 2 * 5 * 8, 2), {2, 2, 5, 8});
+  Tensor k6 = Tensor::from_vector(values(2 * 2 * 5 * 6, 2), {2, 2, 5, 6});
+  EXPECT_CONTAINS(error_of([&] { fused_attention(q, k6, k6, {}); }),
+                  "attention: q [2,2,4,8] expects k and v of shape [2,2,5,8], got k [2,2,5,6] and v [2,2,5,6]");
+  EXPECT_CONTAINS(error_of([&] { fused_attention(q, k5, k5, {{}, true}); }),
+                  "causal attention needs as many queries as keys, got 4 and 5");
+  EXPECT_CONTAINS(error_of([&] { fused_attention(q, cast(q, DType::bf16), q, {}); }),
+                  "q, k and v must be all f32 or all bf16, got f32, bf16, f32");
+  Tensor bad_mask = zeros({2, 1, 4, 5});
+  EXPECT_CONTAINS(error_of([&] { fused_attention(q, k5, k5, {bad_mask}); }),
+                  "attention: mask must be [2 or 1,1,1,5], got [2,1,4,5]");
+  EXPECT_CONTAINS(error_of([&] { fused_attention(q, k5, k5, {{}, false, 1.0, 0.1}); }),
+                  "attention: dropout 0.1 needs a generator");
+  Generator gen;
+  EXPECT_CONTAINS(error_of([&] { fused_attention(q, k5, k5, {{}, false, 1.0, 1.0, &gen}); }),
+                  "attention: dropout must be in [0, 1), got 1");
+  Tensor learned = zeros({2, 1, 1, 5}).requires_grad_();
+  Tensor qg = Tensor::from_vector(values(2 * 2 * 4 * 8, 1), {2, 2, 4, 8}).requires_grad_();
+  EXPECT_CONTAINS(error_of([&] { sum(fused_attention(qg, k5, k5, {learned})).backward(); }),
+                  "fused attention gives no gradient to its mask");
+}
+
+TEST(FusedAttention, ModelsUseItOnlyWhereItPays) {
+  // KILN_ATTENTION=auto (the tests' setting): the CPU keeps the composite, whose GEMMs are faster here.
+  Tensor q = zeros({2, 2, 4, 16}), mask = zeros({2, 1, 1, 4});
+  EXPECT_FALSE(use_fused_attention(q, q, mask));
+  Autocast autocast;
+  EXPECT_FALSE(use_fused_attention(q, q, mask));
+}
+
+}  // namespace
+}  // namespace kiln
