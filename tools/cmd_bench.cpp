@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
+#include <string>
 
 #include "command.h"
 #include "flags.h"
@@ -38,6 +40,14 @@ constexpr const char* kUsage =
     "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--device cpu|cuda:N]\n"
     "                  [--gradient_checkpointing] [--tf32] [--bf16] [--gemm_shapes] [--json]\n"
     "  --gemm_shapes: also print the GFLOP/s of every GEMM shape the peak was measured at, without and with a bias";
+
+// A JSON number, or null for NaN and infinities (which JSON cannot hold).
+std::string json_number(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -261,10 +271,11 @@ int run_bench(const std::vector<std::string>& args) {
     std::printf(
         "{\"model\": \"%s\", \"task\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"flop_parameters\": %lld, \"median_step_s\": %.6f, "
         "\"tokens_per_s\": %.2f, \"model_gflops\": %.2f, \"gemm_peak_gflops\": %.2f, \"fraction_of_gemm_peak\": %.4f, "
-        "\"compile_s\": %.4f, \"compiles\": %lld, \"compiles_from_disk\": %lld, \"peak_rss_mb\": %.1f, \"bf16\": %s}\n",
+        "\"compile_s\": %.4f, \"compiles\": %lld, \"compiles_from_disk\": %lld, \"peak_rss_mb\": %.1f, \"bf16\": %s, "
+        "\"loss\": %s}\n",
         model->architecture().c_str(), task.c_str(), (long long)B, (long long)T, (long long)num_params, (long long)flop_params, median,
         tokens / median, model_gflops, peak_gflops, model_gflops / std::max(peak_gflops, 1e-9), m.compile_seconds,
-        (long long)m.compiles, (long long)m.compiles_from_disk, peak_rss_mb, bf16 ? "true" : "false");
+        (long long)m.compiles, (long long)m.compiles_from_disk, peak_rss_mb, bf16 ? "true" : "false", json_number(loss).c_str());
   return 0;
 }
 

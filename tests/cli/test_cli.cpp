@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -410,6 +411,35 @@ TEST(Cli, MpiProcessesTakeTheGpuOfTheirHostRank) {
 
 namespace kiln {
 namespace {
+
+// KILN_ATTENTION=fused runs the fused attention op in whole models on the
+// CPU (its reference kernel): BERT (padding mask, the last layer's one
+// query) and GPT-2 (causal) train to the composite's losses, dropout on.
+TEST(Cli, FusedAttentionTrainsModelsAsTheComposite) {
+  Workdir w;
+  auto loss_of = [&](const std::string& model, const std::string& task, const std::string& mode) {
+    const fs::path log = w.path() / (model + "_" + mode);
+    EXPECT_EQ(kiln("bench --model " + model + " --task " + task + " --batch 2 --seq 16 --steps 2 --warmup 1 --json",
+                   log, "KILN_ATTENTION=" + mode),
+              0)
+        << slurp(log);
+    const std::string text = slurp(log);
+    const size_t at = text.find("{\"model\"");
+    if (at == std::string::npos) return std::nan("");
+    const auto loss = nlohmann::json::parse(text.substr(at, text.find('\n', at) - at))["loss"];
+    EXPECT_TRUE(loss.is_number()) << "loss " << loss << " in " << text;
+    return loss.is_number() ? loss.get<double>() : std::nan("");
+  };
+  for (const auto& [model, task] : {std::pair{"bert-tiny", "text-classification"}, {"gpt2-tiny", "causal-lm"}}) {
+    SCOPED_TRACE(model);
+    const double fused = loss_of(model, task, "fused"), composite = loss_of(model, task, "composite");
+    EXPECT_NEAR(fused, composite, 1e-5 * std::abs(composite));
+    EXPECT_GT(composite, 0.0);
+  }
+  EXPECT_NE(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1", w.path() / "bad", "KILN_ATTENTION=flash"),
+            0);
+  EXPECT_CONTAINS(slurp(w.path() / "bad"), "KILN_ATTENTION must be 'auto', 'fused' or 'composite', got 'flash'");
+}
 
 TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   Workdir w;

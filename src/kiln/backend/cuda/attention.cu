@@ -12,7 +12,13 @@
 // (element index first + ((b·H + h)·Tq + i)·Tk + j), so the masks equal the
 // composite's, on the CPU too. Rounding follows autocast's composite: q, k,
 // v, the dropped probabilities, the output gradient and the score gradient
-// enter the products as bf16.
+// enter the products as bf16 (the forward rounds the probabilities before
+// the division by the row sum, as online softmax must; the composite after).
+// Two differences from the composite, both in rows HF gives no meaning: a
+// query whose visible keys are all masked (left padding under the causal
+// rule) spreads its weight over the keys up to its own tile, not over all
+// keys; and dq is summed with atomics, so it is not bit-identical from run
+// to run.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -195,7 +201,7 @@ __global__ void __launch_bounds__(kThreadsAttn) attention_forward(AttentionArgs 
   float m[16], l[16];
 #pragma unroll
   for (int r = 0; r < 16; ++r) m[r] = -INFINITY, l[r] = 0.0f;
-  const float inv_keep = a.dropout > 0.0f ? 1.0f / (1.0f - a.dropout) : 1.0f;
+  const float inv_keep = a.inv_keep;
   int64_t tiles = (a.Tk + kTile - 1) / kTile;
   if (a.causal) tiles = min(tiles, (q0 + kRows - 1) / kTile + 1);  // later keys are all masked
   for (int64_t t = 0; t < tiles; ++t) {
@@ -315,7 +321,7 @@ __global__ void __launch_bounds__(kThreadsAttn) attention_backward(AttentionArgs
     wmma::fill_fragment(dk_acc[n], 0.0f);
     wmma::fill_fragment(dv_acc[n], 0.0f);
   }
-  const float inv_keep = a.dropout > 0.0f ? 1.0f / (1.0f - a.dropout) : 1.0f;
+  const float inv_keep = a.inv_keep;
   const int64_t tiles = (a.Tq + kTile - 1) / kTile;
   const int64_t first = a.causal ? j0 / kTile : 0;  // earlier queries see none of these keys
   for (int64_t t = first; t < tiles; ++t) {
@@ -417,6 +423,12 @@ __global__ void __launch_bounds__(kThreadsAttn) attention_backward(AttentionArgs
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// Blocks: (batch·heads, 64-row tiles of queries or keys).
+void check_grid(const AttentionArgs& a) {
+  KILN_CHECK(a.B * a.H < (int64_t{1} << 31) && a.Tq < int64_t{65535} * kRows && a.Tk < int64_t{65535} * kRows,
+             "cuda attention: ", a.B, " x ", a.H, " heads of ", a.Tq, " queries and ", a.Tk, " keys exceed the grid");
+}
+
 template <int D>
 size_t forward_smem() {
   return (kRows + 2 * kTile) * ld_half<D>() * sizeof(bf16) + kWarps * 16 * kLdS * sizeof(float) +
@@ -477,8 +489,7 @@ size_t attention_scratch_bytes(const AttentionArgs& a) {
 void attention(const AttentionArgs& a, const void* q, const void* k, const void* v, const float* mask,
                const int64_t* key, float* out, cudaStream_t s) {
   if (a.B * a.H * a.Tq == 0) return;
-  KILN_CHECK(a.B * a.H < (int64_t{1} << 31) && a.Tq < int64_t{65535} * kRows && a.Tk < int64_t{65535} * kRows,
-             "cuda attention: ", a.B, " x ", a.H, " heads of ", a.Tq, " queries and ", a.Tk, " keys exceed the grid");
+  check_grid(a);
   if (a.Tk == 0) {  // no keys: a sum of nothing
     KILN_CUDA_CHECK(cudaMemsetAsync(out, 0, a.B * a.H * a.Tq * a.D * sizeof(float), s));
     return;
@@ -495,6 +506,7 @@ void attention_grad(const AttentionArgs& a, const void* q, const void* k, const 
                     const int64_t* key, const float* out, const float* dout, float* dq, float* dk, float* dv,
                     void* scratch, cudaStream_t s) {
   if (a.B * a.H == 0) return;
+  check_grid(a);
   if (a.Tq == 0 || a.Tk == 0) {  // nothing attends: zero gradients
     KILN_CUDA_CHECK(cudaMemsetAsync(dk, 0, a.B * a.H * a.Tk * a.D * sizeof(float), s));
     KILN_CUDA_CHECK(cudaMemsetAsync(dv, 0, a.B * a.H * a.Tk * a.D * sizeof(float), s));

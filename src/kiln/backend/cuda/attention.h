@@ -17,6 +17,8 @@ struct AttentionArgs {
   int D = 0;
   bool causal = false;
   float scale = 1.0f, dropout = 0.0f;
+  float inv_keep = 1.0f;          // 1 / (1 - dropout), rounded from double as dropout() does
+
   int64_t mask_batch_stride = 0;  // Tk when the mask has one row per batch entry, else 0
 };
 

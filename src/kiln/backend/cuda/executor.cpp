@@ -76,6 +76,7 @@ kernels::AttentionArgs attention_args(const Instr& ins) {
   a.causal = ins.attrs.ints[0] != 0;
   a.scale = static_cast<float>(ins.attrs.floats[0]);
   a.dropout = static_cast<float>(ins.attrs.floats[1]);
+  if (ins.attrs.floats[1] > 0.0) a.inv_keep = static_cast<float>(1.0 / (1.0 - ins.attrs.floats[1]));
   if (ins.attrs.ints[1] && ins.inputs[3].view.shape[0] == a.B && a.B > 1) a.mask_batch_stride = a.Tk;
   return a;
 }
