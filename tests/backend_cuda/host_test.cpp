@@ -625,6 +625,41 @@ TEST(CudaGemmPlan, TransposedBatchedAndBroadcastViewsGiveTheCpuProduct) {
   EXPECT_EQ(g.calls[0].batch, 4);
 }
 
+// Which products run on padded copies (executor.cpp; checked on an H200 by
+// CudaOps.LargeProductsWithUnalignedRowsMatchTheCpu): large single-call ones
+// whose extents or rows are not multiples of 8 / 16 bytes, as GPT-2's LM head.
+TEST(CudaGemmPlan, LargeProductsWithOddExtentsRunOnPaddedCopies) {
+  auto plan = [](const Shape& a, const Shape& b, bool tb, DType dtype) {
+    Tensor A = cast(Tensor::from_vector(values(numel(a), 1), a), dtype);
+    Tensor B = cast(Tensor::from_vector(values(numel(b), 2), b), dtype);
+    std::vector<ir::NodePtr> params;
+    const compiler::Program p = compiler::compile(ir::flatten({matmul(A, B, false, tb).node()}, &params));
+    for (const auto& ins : p.instrs)
+      if (ins.op == ir::Op::MatMul && !ins.fused) return backend::cuda::plan_gemm(ins);
+    ADD_FAILURE() << "no product";
+    return backend::cuda::GemmPlan{};
+  };
+  using backend::cuda::aligned256;
+  // [512 x 777] x [1001 x 777]ᵀ, bf16: every extent rounded up to a multiple of 8.
+  const auto odd = backend::cuda::plan_gemm_padding(plan({512, 777}, {1001, 777}, true, DType::bf16));
+  EXPECT_TRUE(odd.on);
+  EXPECT_EQ(odd.M, 512);
+  EXPECT_EQ(odd.N, 1008);
+  EXPECT_EQ(odd.K, 784);
+  EXPECT_EQ(odd.bytes, aligned256(512 * 784 * 2) + aligned256(784 * 1008 * 2) + aligned256(512 * 1008 * 4));
+  // f32 operands: 4-byte elements in A' and B'.
+  const auto f32 = backend::cuda::plan_gemm_padding(plan({512, 777}, {1001, 777}, true, DType::f32));
+  EXPECT_EQ(f32.bytes, aligned256(512 * 784 * 4) + aligned256(784 * 1008 * 4) + aligned256(512 * 1008 * 4));
+  // Aligned extents, or too small to pay: as they are.
+  EXPECT_FALSE(backend::cuda::plan_gemm_padding(plan({512, 768}, {768, 1024}, false, DType::bf16)).on);
+  EXPECT_FALSE(backend::cuda::plan_gemm_padding(plan({64, 77}, {77, 101}, false, DType::bf16)).on);
+  // Only N odd (the LM head's vocabulary), K and M aligned.
+  const auto head = backend::cuda::plan_gemm_padding(plan({1024, 768}, {50257, 768}, true, DType::bf16));
+  EXPECT_TRUE(head.on);
+  EXPECT_EQ(head.N, 50264);
+  EXPECT_EQ(head.K, 768);
+}
+
 #endif  // KILN_HAVE_CUDA
 
 }  // namespace

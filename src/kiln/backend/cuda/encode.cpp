@@ -257,4 +257,23 @@ GemmPlan plan_gemm(const Instr& ins) {
   return g;
 }
 
+GemmPadding plan_gemm_padding(const GemmPlan& g) {
+  GemmPadding p;
+  if (g.calls.size() != 1 || g.calls[0].batch != 1 ||
+      static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K) < 268435456.0)
+    return p;
+  const int64_t es = g.bf16 ? 2 : 4;
+  const GemmCall& c = g.calls[0];
+  auto odd = [](int64_t x, int64_t elem) { return (x * elem) % 16 != 0; };
+  if (g.M % 8 == 0 && g.N % 8 == 0 && g.K % 8 == 0 && !odd(g.lda, es) && !odd(g.ldb, es) && !odd(c.a, es) &&
+      !odd(c.b, es) && !odd(c.c, 4))
+    return p;
+  auto up = [](int64_t x) { return (x + 7) / 8 * 8; };
+  p.on = true;
+  p.M = up(g.M), p.N = up(g.N), p.K = up(g.K);
+  p.bytes = aligned256(static_cast<size_t>(p.M * p.K * es)) + aligned256(static_cast<size_t>(p.K * p.N * es)) +
+            aligned256(static_cast<size_t>(p.M * p.N * 4));
+  return p;
+}
+
 }  // namespace kiln::backend::cuda

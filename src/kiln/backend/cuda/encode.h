@@ -48,4 +48,20 @@ struct GemmPlan {
 // the longest run of trailing batch dims that is regular.
 GemmPlan plan_gemm(const compiler::Instr& ins);
 
+// cuBLAS's fast kernels want 16-byte aligned rows and extents that are
+// multiples of 8. A large product that has neither (GPT-2's LM head: 50257
+// vocabulary rows) runs on slower kernels, several times the cost of copying
+// its operands into padded buffers: products of 2^28 multiply-adds and more
+// (one call) run on copies with M, N and K rounded up to multiples of 8 (the
+// extra K columns zero) into a padded result that is copied back. The
+// executor lays out A' [M' x K'] (or [K' x M'] when transposed), B' and C'
+// [M' x N'], dense and row-major, each at a 256-byte boundary of its scratch.
+struct GemmPadding {
+  bool on = false;
+  int64_t M = 0, N = 0, K = 0;  // the padded extents
+  size_t bytes = 0;             // scratch: A', B', C'
+};
+GemmPadding plan_gemm_padding(const GemmPlan& g);
+inline size_t aligned256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 }  // namespace kiln::backend::cuda

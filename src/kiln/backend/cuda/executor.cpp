@@ -81,21 +81,7 @@ kernels::AttentionArgs attention_args(const Instr& ins) {
   return a;
 }
 
-size_t aligned256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// cuBLAS's fast kernels want 16-byte aligned rows and extents that are
-// multiples of 8. A large product that has neither (GPT-2's LM head: 50257
-// vocabulary rows) runs on slower kernels, several times the cost of copying
-// its operands into padded buffers: products of 2^28 multiply-adds and more
-// (one call) run on copies with M, N and K rounded up to multiples of 8 (the
-// extra K columns zero) into a padded result that is copied back.
-// KILN_CUDA_GEMM_PAD=0 turns this off (to measure it).
-struct GemmPadding {
-  bool on = false;
-  int64_t M = 0, N = 0, K = 0;  // the padded extents
-  size_t bytes = 0;             // scratch: A', B', C'
-};
-
+// KILN_CUDA_GEMM_PAD=0 turns the padded copies of plan_gemm_padding off (to measure them).
 bool gemm_padding_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("KILN_CUDA_GEMM_PAD");
@@ -104,25 +90,6 @@ bool gemm_padding_enabled() {
     return s == "1";
   }();
   return on;
-}
-
-GemmPadding gemm_padding(const GemmPlan& g) {
-  GemmPadding p;
-  if (!gemm_padding_enabled() || g.calls.size() != 1 || g.calls[0].batch != 1 ||
-      static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K) < 268435456.0)
-    return p;
-  const int64_t es = g.bf16 ? 2 : 4;
-  const GemmCall& c = g.calls[0];
-  auto odd = [](int64_t x, int64_t elem) { return (x * elem) % 16 != 0; };
-  if (g.M % 8 == 0 && g.N % 8 == 0 && g.K % 8 == 0 && !odd(g.lda, es) && !odd(g.ldb, es) && !odd(c.a, es) &&
-      !odd(c.b, es) && !odd(c.c, 4))
-    return p;
-  auto up = [](int64_t x) { return (x + 7) / 8 * 8; };
-  p.on = true;
-  p.M = up(g.M), p.N = up(g.N), p.K = up(g.K);
-  p.bytes = aligned256(static_cast<size_t>(p.M * p.K * es)) + aligned256(static_cast<size_t>(p.K * p.N * es)) +
-            aligned256(static_cast<size_t>(p.M * p.N * 4));
-  return p;
 }
 
 }  // namespace
@@ -234,7 +201,7 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
         switch (ins.op) {
           case Op::MatMul:
             st.gemm = plan_gemm(ins);
-            st.padding = gemm_padding(st.gemm);
+            if (gemm_padding_enabled()) st.padding = plan_gemm_padding(st.gemm);
             scratch_bytes = std::max(scratch_bytes, st.padding.bytes);
             break;
           case Op::Sum:
