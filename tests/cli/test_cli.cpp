@@ -414,12 +414,15 @@ namespace {
 
 // KILN_ATTENTION=fused runs the fused attention op in whole models on the
 // CPU (its reference kernel): BERT (padding mask, the last layer's one
-// query) and GPT-2 (causal) train to the composite's losses, dropout on.
+// query) and GPT-2 (causal) train to the composite's losses, dropout on,
+// and to the same losses with recomputed layers.
 TEST(Cli, FusedAttentionTrainsModelsAsTheComposite) {
   Workdir w;
-  auto loss_of = [&](const std::string& model, const std::string& task, const std::string& mode) {
-    const fs::path log = w.path() / (model + "_" + mode);
-    EXPECT_EQ(kiln("bench --model " + model + " --task " + task + " --batch 2 --seq 16 --steps 2 --warmup 1 --json",
+  auto loss_of = [&](const std::string& model, const std::string& task, const std::string& mode,
+                     const std::string& extra = "") {
+    const fs::path log = w.path() / (model + "_" + mode + (extra.empty() ? "" : "_checkpointed"));
+    EXPECT_EQ(kiln("bench --model " + model + " --task " + task + " --batch 2 --seq 16 --steps 2 --warmup 1 --json " +
+                       extra,
                    log, "KILN_ATTENTION=" + mode),
               0)
         << slurp(log);
@@ -435,6 +438,8 @@ TEST(Cli, FusedAttentionTrainsModelsAsTheComposite) {
     const double fused = loss_of(model, task, "fused"), composite = loss_of(model, task, "composite");
     EXPECT_NEAR(fused, composite, 1e-5 * std::abs(composite));
     EXPECT_GT(composite, 0.0);
+    // Recomputed layers (--gradient_checkpointing) rerun the fused op with the same dropout.
+    EXPECT_NEAR(loss_of(model, task, "fused", "--gradient_checkpointing"), fused, 1e-6 * std::abs(fused));
   }
   EXPECT_NE(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1", w.path() / "bad", "KILN_ATTENTION=flash"),
             0);
