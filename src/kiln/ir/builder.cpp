@@ -451,6 +451,10 @@ NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const N
                    Attrs{{ignore_index}, {label_smoothing}});
 }
 
+bool attention_takes_mask(const Shape& m, int64_t batch, int64_t keys) {
+  return m.size() == 4 && (m[0] == batch || m[0] == 1) && m[1] == 1 && m[2] == 1 && m[3] == keys;
+}
+
 NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const NodePtr& mask, const NodePtr& key,
                   bool causal, double scale, double dropout) {
   for (const NodePtr* x : {&q, &k, &v})
@@ -468,9 +472,8 @@ NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const No
   std::vector<NodePtr> inputs{q, k, v};
   if (mask) {
     check_float(mask, Op::Attention);
-    KILN_CHECK(mask->rank() == 4 && (mask->shape[0] == B || mask->shape[0] == 1) && mask->shape[1] == 1 &&
-                   mask->shape[2] == 1 && mask->shape[3] == Tk,
-               "attention: mask must be [", B, " or 1,1,1,", Tk, "], got ", to_string(mask->shape));
+    KILN_CHECK(attention_takes_mask(mask->shape, B, Tk), "attention: mask must be [", B, " or 1,1,1,", Tk,
+               "], got ", to_string(mask->shape));
     inputs.push_back(mask);
   }
   if (dropout > 0.0) {

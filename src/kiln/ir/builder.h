@@ -92,6 +92,8 @@ NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const N
 // key (the dropout's rng key) may be null; key is required when dropout > 0.
 NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const NodePtr& mask, const NodePtr& key,
                   bool causal, double scale, double dropout);
+// Whether `mask` is a shape attention() takes: [batch or 1, 1, 1, keys].
+bool attention_takes_mask(const Shape& mask, int64_t batch, int64_t keys);
 // Its gradient: `fwd` an Attention node (its inputs and attrs), out its value.
 NodePtr attention_grad(const NodePtr& fwd, const NodePtr& out, const NodePtr& dout);
 // The flattened concatenation of `inputs` (f32), summed over the replicas of

@@ -143,9 +143,16 @@ Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const T
   return wrap(ir::scatter_add(base.node(), dim, index.node(), src.node()));
 }
 
+namespace {
+// A product's floating operand as the product takes it: bf16 under Autocast.
+ir::NodePtr product_operand(const Tensor& x) {
+  return Autocast::active() && is_floating(x.dtype()) ? ir::cast(x.node(), DType::bf16) : x.node();
+}
+}  // namespace
+
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
-  if (Autocast::active() && is_floating(a.dtype()) && is_floating(b.dtype()))
-    return wrap(ir::matmul(ir::cast(a.node(), DType::bf16), ir::cast(b.node(), DType::bf16), ta, tb));
+  if (is_floating(a.dtype()) && is_floating(b.dtype()))
+    return wrap(ir::matmul(product_operand(a), product_operand(b), ta, tb));
   return wrap(ir::matmul(a.node(), b.node(), ta, tb));
 }
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -194,11 +201,9 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
              to_string(q.shape()), " and ", to_string(k.shape()));
   ir::NodePtr key;
   if (spec.dropout > 0.0) key = spec.gen->next_key(q.device(), {q.dim(0), q.dim(1), q.dim(2), k.dim(2)}).node();
-  auto operand = [](const Tensor& x) {
-    return Autocast::active() && is_floating(x.dtype()) ? ir::cast(x.node(), DType::bf16) : x.node();
-  };
-  return wrap(ir::attention(operand(q), operand(k), operand(v), spec.mask.defined() ? spec.mask.node() : nullptr, key,
-                            spec.causal, spec.scale, spec.dropout));
+  return wrap(ir::attention(product_operand(q), product_operand(k), product_operand(v),
+                            spec.mask.defined() ? spec.mask.node() : nullptr, key, spec.causal, spec.scale,
+                            spec.dropout));
 }
 
 bool use_fused_attention(const Tensor& q, const Tensor& k, const Tensor& mask) {
@@ -210,12 +215,9 @@ bool use_fused_attention(const Tensor& q, const Tensor& k, const Tensor& mask) {
     return m;
   }();
   if (mode == "composite" || q.rank() != 4 || k.rank() != 4) return false;
-  if (mask.defined()) {
-    const Shape& m = mask.shape();
-    if (mask.requires_grad() || mask.dtype() != DType::f32 || m.size() != 4 || (m[0] != q.dim(0) && m[0] != 1) ||
-        m[1] != 1 || m[2] != 1 || m[3] != k.dim(2))
-      return false;
-  }
+  if (mask.defined() &&
+      (mask.requires_grad() || mask.dtype() != DType::f32 || !ir::attention_takes_mask(mask.shape(), q.dim(0), k.dim(2))))
+    return false;
   if (mode == "fused") return true;
   const int64_t D = q.dim(3);
   return q.device().kind == DeviceKind::CUDA && Autocast::active() && (D == 16 || D == 32 || D == 64);

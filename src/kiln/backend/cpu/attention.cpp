@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/backend/attention_args.h"
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/philox_core.h"
 #include "kiln/core/bf16.h"
@@ -22,44 +23,26 @@ namespace {
 
 using compiler::Instr;
 
-struct Geometry {
-  int64_t B, H, Tq, Tk, D;
-  bool causal, bf16;
-  float scale, dropout, inv_keep;
+// The instruction's geometry, with its operands' pointers.
+struct Geometry : AttentionArgs {
+  bool bf16 = false;
   const float* mask = nullptr;  // [B or 1, Tk]
-  int64_t mask_stride = 0;
   const int64_t* key = nullptr;
 };
 
-// Inputs as f32 (bf16 widens exactly).
-std::vector<float> as_f32(const Instr& ins, std::span<char* const> in, size_t k) {
-  const auto& op = ins.inputs[k];
-  const int64_t n = numel(op.view.shape);
-  std::vector<float> x(static_cast<size_t>(n));
-  if (op.dtype == DType::bf16) {
-    const auto* p = reinterpret_cast<const uint16_t*>(in[k]) + op.view.offset;
-    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_float(p[i]);
-  } else {
-    const auto* p = reinterpret_cast<const float*>(in[k]) + op.view.offset;
-    std::copy(p, p + n, x.begin());
-  }
-  return x;
+Geometry geometry(const Instr& ins, std::span<char* const> in) {
+  Geometry g;
+  static_cast<AttentionArgs&>(g) = attention_args(ins);
+  g.bf16 = ins.inputs[0].dtype == DType::bf16;
+  if (g.mask_input >= 0)
+    g.mask = reinterpret_cast<const float*>(in[g.mask_input]) + ins.inputs[g.mask_input].view.offset;
+  if (g.key_input >= 0) g.key = reinterpret_cast<const int64_t*>(in[g.key_input]) + ins.inputs[g.key_input].view.offset;
+  return g;
 }
 
-Geometry geometry(const Instr& ins, std::span<char* const> in) {
-  const Shape& qs = ins.inputs[0].view.shape;
-  Geometry g{qs[0], qs[1], qs[2], ins.inputs[1].view.shape[2], qs[3], ins.attrs.ints[0] != 0,
-             ins.inputs[0].dtype == DType::bf16, static_cast<float>(ins.attrs.floats[0]),
-             static_cast<float>(ins.attrs.floats[1]), 1.0f};
-  if (g.dropout > 0) g.inv_keep = static_cast<float>(1.0 / (1.0 - ins.attrs.floats[1]));
-  size_t next = 3;
-  if (ins.attrs.ints[1]) {
-    g.mask = reinterpret_cast<const float*>(in[next]) + ins.inputs[next].view.offset;
-    g.mask_stride = ins.inputs[next].view.shape[0] == g.B && g.B > 1 ? g.Tk : 0;
-    ++next;
-  }
-  if (ins.attrs.ints[2]) g.key = reinterpret_cast<const int64_t*>(in[next]) + ins.inputs[next].view.offset;
-  return g;
+// Operand k as f32 (bf16 widens exactly into `wide`), at its view's start.
+const float* operand(const Instr& ins, std::span<char* const> in, size_t k, std::vector<float>& wide) {
+  return as_f32_operand(ins.inputs[k], in[k], wide) + ins.inputs[k].view.offset;
 }
 
 float round_if(bool bf16, float x) { return bf16 ? round_to_bf16(x) : x; }
@@ -75,7 +58,7 @@ void probabilities(const Geometry& g, const float* q, const float* k, int64_t bh
     for (int64_t d = 0; d < g.D; ++d) s += static_cast<double>(qi[d]) * kj[d];
     float x = static_cast<float>(s) * g.scale;
     if (g.causal && j > i) x = std::numeric_limits<float>::lowest();
-    if (g.mask) x += g.mask[b * g.mask_stride + j];
+    if (g.mask) x += g.mask[b * g.mask_batch_stride + j];
     p[j] = x;
     m = std::max<double>(m, x);
   }
@@ -91,7 +74,8 @@ void probabilities(const Geometry& g, const float* q, const float* k, int64_t bh
 
 void forward(const Instr& ins, std::span<char* const> in, char* out) {
   const Geometry g = geometry(ins, in);
-  const std::vector<float> q = as_f32(ins, in, 0), k = as_f32(ins, in, 1), v = as_f32(ins, in, 2);
+  std::vector<float> wq, wk, wv;
+  const float *q = operand(ins, in, 0, wq), *k = operand(ins, in, 1, wk), *v = operand(ins, in, 2, wv);
   float* y = reinterpret_cast<float*>(out) + ins.output.view.offset;
 #pragma omp parallel
   {
@@ -101,11 +85,11 @@ void forward(const Instr& ins, std::span<char* const> in, char* out) {
 #pragma omp for collapse(2)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh)
       for (int64_t i = 0; i < g.Tq; ++i) {
-        probabilities(g, q.data(), k.data(), bh, i, p.data(), reinterpret_cast<bool*>(keep.data()));
+        probabilities(g, q, k, bh, i, p.data(), reinterpret_cast<bool*>(keep.data()));
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < g.Tk; ++j) {
           const float pd = round_if(g.bf16, keep[j] ? p[j] * g.inv_keep : 0.0f);
-          const float* vj = v.data() + (bh * g.Tk + j) * g.D;
+          const float* vj = v + (bh * g.Tk + j) * g.D;
           for (int64_t d = 0; d < g.D; ++d) acc[d] += static_cast<double>(pd) * vj[d];
         }
         for (int64_t d = 0; d < g.D; ++d) y[(bh * g.Tq + i) * g.D + d] = static_cast<float>(acc[d]);
@@ -117,8 +101,10 @@ void forward(const Instr& ins, std::span<char* const> in, char* out) {
 // dq = dS k, dk = dSᵀ q, dv = dropped Pᵀ dout (sums in double per (b, h)).
 void backward(const Instr& ins, std::span<char* const> in, char* out) {
   const Geometry g = geometry(ins, in);
-  const std::vector<float> q = as_f32(ins, in, 0), k = as_f32(ins, in, 1), v = as_f32(ins, in, 2);
-  std::vector<float> dout = as_f32(ins, in, ins.inputs.size() - 1);
+  std::vector<float> wq, wk, wv;
+  const float *q = operand(ins, in, 0, wq), *k = operand(ins, in, 1, wk), *v = operand(ins, in, 2, wv);
+  const float* g0 = reinterpret_cast<const float*>(in.back()) + ins.inputs.back().view.offset;
+  std::vector<float> dout(g0, g0 + numel(ins.inputs.back().view.shape));
   for (float& x : dout) x = round_if(g.bf16, x);
   float* dq = reinterpret_cast<float*>(out) + ins.output.view.offset;
   float* dk = dq + g.B * g.H * g.Tq * g.D;
@@ -134,12 +120,12 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
       double* dkb = dkv.data();
       double* dvb = dkv.data() + g.Tk * g.D;
       for (int64_t i = 0; i < g.Tq; ++i) {
-        probabilities(g, q.data(), k.data(), bh, i, p.data(), reinterpret_cast<bool*>(keep.data()));
-        const float* qi = q.data() + (bh * g.Tq + i) * g.D;
+        probabilities(g, q, k, bh, i, p.data(), reinterpret_cast<bool*>(keep.data()));
+        const float* qi = q + (bh * g.Tq + i) * g.D;
         const float* gi = dout.data() + (bh * g.Tq + i) * g.D;
         double delta = 0;
         for (int64_t j = 0; j < g.Tk; ++j) {
-          const float* vj = v.data() + (bh * g.Tk + j) * g.D;
+          const float* vj = v + (bh * g.Tk + j) * g.D;
           double s = 0;
           for (int64_t d = 0; d < g.D; ++d) s += static_cast<double>(gi[d]) * vj[d];
           dp[j] = keep[j] ? static_cast<float>(s) * g.inv_keep : 0.0f;
@@ -150,7 +136,7 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
         std::fill(dqi.begin(), dqi.end(), 0.0);
         for (int64_t j = 0; j < g.Tk; ++j) {
           const float ds = round_if(g.bf16, static_cast<float>(p[j] * (dp[j] - delta)) * g.scale);
-          const float* kj = k.data() + (bh * g.Tk + j) * g.D;
+          const float* kj = k + (bh * g.Tk + j) * g.D;
           for (int64_t d = 0; d < g.D; ++d) {
             dqi[d] += static_cast<double>(ds) * kj[d];
             dkb[j * g.D + d] += static_cast<double>(ds) * qi[d];

@@ -5,6 +5,7 @@
 // caller marks the step failed.
 #include <future>
 #include <span>
+#include <vector>
 
 #include "kiln/compiler/program.h"
 
@@ -18,6 +19,9 @@ void execute(const compiler::Program& program, std::span<void* const> params,
 void run_fused(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
                std::span<char* const> extra = {});
 void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
+// The slot of a GEMM or attention operand as f32: `base` as stored (f32), or
+// (bf16) the elements the view spans widened into `wide`, at the same offsets.
+const float* as_f32_operand(const compiler::Operand& op, const char* base, std::vector<float>& wide);
 // Attention (grad = false) / AttentionGrad (attention.cpp).
 void attention_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output, bool grad);
 // Collectives (AllReduce, BroadcastFrom): copies the inputs into the output

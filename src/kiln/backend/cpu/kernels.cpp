@@ -219,6 +219,8 @@ std::vector<int64_t> batch_offsets(const compiler::View& v, const Shape& out_bat
   return offs;
 }
 
+}  // namespace
+
 // The slot of a GEMM operand as f32: as stored, or (bf16) the elements the
 // view spans converted into `wide`, at the same offsets.
 const float* as_f32_operand(const Operand& op, const char* base, std::vector<float>& wide) {
@@ -237,6 +239,8 @@ const float* as_f32_operand(const Operand& op, const char* base, std::vector<flo
   for (int64_t i = v.offset; i < end; ++i) dst[i] = bf16_to_float(src[i]);
   return dst;
 }
+
+namespace {
 
 void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   const Operand &A = ins.inputs[0], &B = ins.inputs[1];

@@ -1,5 +1,5 @@
 // Fused attention on bf16 tensor cores (the IR's Attention / AttentionGrad,
-// made by ops.cpp's scaled_dot_product_attention under --bf16 on CUDA):
+// made by ops.cpp's fused_attention under --bf16 on CUDA):
 //   out = dropout(softmax(scale · q kᵀ, causal, + mask)) v
 // without the [B, H, Tq, Tk] score matrix in device memory. Flash-attention's
 // scheme with wmma 16x16x16 bf16 fragments and f32 sums: a block takes 64
@@ -28,6 +28,7 @@
 
 #include "kiln/backend/cuda/attention.h"
 #include "kiln/backend/cuda/common.h"
+#include "kiln/backend/cuda/desc.h"
 #include "kiln/backend/philox_core.h"
 #include "kiln/core/error.h"
 
@@ -90,15 +91,16 @@ __device__ __forceinline__ float masked_score(float s, const AttentionArgs& a, f
   return x + mask_j;
 }
 
-// Bit c (c < 16): whether element index + c of the dropout's stream is
-// kept (a Philox block per 4 consecutive elements).
-__device__ __forceinline__ uint32_t kept_run16(const AttentionArgs& a, const int64_t* key, uint64_t index) {
+// Bit c (c < N): whether element index + c of the dropout's stream is kept
+// (a Philox block per 4 consecutive elements).
+template <int N>
+__device__ __forceinline__ uint32_t kept_run(const AttentionArgs& a, const int64_t* key, uint64_t index) {
   const uint64_t seed = static_cast<uint64_t>(key[0]), offset = static_cast<uint64_t>(key[1]);
   uint32_t bits = 0, w[4];
   uint64_t block = index >> 2;
   philox_block(seed, offset, block, w);
 #pragma unroll
-  for (int c = 0; c < 16; ++c) {
+  for (int c = 0; c < N; ++c) {
     if (((index + c) >> 2) != block) {
       block = (index + c) >> 2;
       philox_block(seed, offset, block, w);
@@ -106,18 +108,6 @@ __device__ __forceinline__ uint32_t kept_run16(const AttentionArgs& a, const int
     if (philox_to_uniform(w[(index + c) & 3]) >= a.dropout) bits |= 1u << c;
   }
   return bits;
-}
-
-// Bits 0 and 1: whether elements index and index + 1 of the dropout's stream
-// are kept (one Philox block, two where they straddle blocks).
-__device__ __forceinline__ uint32_t kept_pair(const AttentionArgs& a, const int64_t* key, uint64_t index) {
-  const uint64_t seed = static_cast<uint64_t>(key[0]), offset = static_cast<uint64_t>(key[1]);
-  uint32_t w[4];
-  philox_block(seed, offset, index >> 2, w);
-  const float u0 = philox_to_uniform(w[index & 3]);
-  if ((index & 3) == 3) philox_block(seed, offset, (index >> 2) + 1, w);
-  const float u1 = philox_to_uniform(w[(index + 1) & 3]);
-  return (u0 >= a.dropout ? 1u : 0u) | (u1 >= a.dropout ? 2u : 0u);
 }
 
 // Shared-memory row strides, padded so that a warp's rows fall in different
@@ -201,7 +191,6 @@ __global__ void __launch_bounds__(kThreadsAttn) attention_forward(AttentionArgs 
   float m[16], l[16];
 #pragma unroll
   for (int r = 0; r < 16; ++r) m[r] = -INFINITY, l[r] = 0.0f;
-  const float inv_keep = a.inv_keep;
   int64_t tiles = (a.Tk + kTile - 1) / kTile;
   if (a.causal) tiles = min(tiles, (q0 + kRows - 1) / kTile + 1);  // later keys are all masked
   for (int64_t t = 0; t < tiles; ++t) {
@@ -226,9 +215,9 @@ __global__ void __launch_bounds__(kThreadsAttn) attention_forward(AttentionArgs 
       m[r] = m_new;
       if constexpr (kStats) continue;
       if (a.dropout > 0.0f) {
-        const uint32_t keep = kept_pair(a, key, static_cast<uint64_t>(key[2] + (bh * a.Tq + i) * a.Tk + jc));
-        p0 = keep & 1u ? p0 * inv_keep : 0.0f;
-        p1 = keep & 2u ? p1 * inv_keep : 0.0f;
+        const uint32_t keep = kept_run<2>(a, key, static_cast<uint64_t>(key[2] + (bh * a.Tq + i) * a.Tk + jc));
+        p0 = keep & 1u ? p0 * a.inv_keep : 0.0f;
+        p1 = keep & 2u ? p1 * a.inv_keep : 0.0f;
       }
       *reinterpret_cast<__nv_bfloat162*>(p_w + r * kLdP + 2 * lane) = __floats2bfloat162_rn(p0, p1);
     }
@@ -321,7 +310,6 @@ __global__ void __launch_bounds__(kThreadsAttn) attention_backward(AttentionArgs
     wmma::fill_fragment(dk_acc[n], 0.0f);
     wmma::fill_fragment(dv_acc[n], 0.0f);
   }
-  const float inv_keep = a.inv_keep;
   const int64_t tiles = (a.Tq + kTile - 1) / kTile;
   const int64_t first = a.causal ? j0 / kTile : 0;  // earlier queries see none of these keys
   for (int64_t t = first; t < tiles; ++t) {
@@ -343,9 +331,9 @@ __global__ void __launch_bounds__(kThreadsAttn) attention_backward(AttentionArgs
     uint32_t keep = 0xffffffffu;  // bit 2r + e: query ic + e, key j_base + r
     if (a.dropout > 0.0f) {
       // Per query, the warp's 16 keys are consecutive elements of the stream.
-      const uint32_t k0 = ic < a.Tq ? kept_run16(a, key, static_cast<uint64_t>(key[2] + (bh * a.Tq + ic) * a.Tk + j_base)) : 0u;
+      const uint32_t k0 = ic < a.Tq ? kept_run<16>(a, key, static_cast<uint64_t>(key[2] + (bh * a.Tq + ic) * a.Tk + j_base)) : 0u;
       const uint32_t k1 =
-          ic + 1 < a.Tq ? kept_run16(a, key, static_cast<uint64_t>(key[2] + (bh * a.Tq + ic + 1) * a.Tk + j_base)) : 0u;
+          ic + 1 < a.Tq ? kept_run<16>(a, key, static_cast<uint64_t>(key[2] + (bh * a.Tq + ic + 1) * a.Tk + j_base)) : 0u;
       keep = 0;
 #pragma unroll
       for (int r = 0; r < 16; ++r) keep |= (((k0 >> r) & 1u) | (((k1 >> r) & 1u) << 1)) << (2 * r);
@@ -359,8 +347,8 @@ __global__ void __launch_bounds__(kThreadsAttn) attention_backward(AttentionArgs
       p[r][0] = x0 == -INFINITY ? 0.0f : __expf(x0 - lse2.x);
       p[r][1] = x1 == -INFINITY ? 0.0f : __expf(x1 - lse2.y);
       *reinterpret_cast<__nv_bfloat162*>(pt_w + r * kLdP + 2 * lane) =
-          __floats2bfloat162_rn((keep >> (2 * r)) & 1u ? p[r][0] * inv_keep : 0.0f,
-                                (keep >> (2 * r)) & 2u ? p[r][1] * inv_keep : 0.0f);
+          __floats2bfloat162_rn((keep >> (2 * r)) & 1u ? p[r][0] * a.inv_keep : 0.0f,
+                                (keep >> (2 * r)) & 2u ? p[r][1] * a.inv_keep : 0.0f);
     }
     __syncwarp();
     accumulate_nn<D>(dv_acc, pt_w, kLdP, do_s, LDH);  // dv_w += pᵀ_w dout: 16 keys x D
@@ -370,8 +358,8 @@ __global__ void __launch_bounds__(kThreadsAttn) attention_backward(AttentionArgs
 #pragma unroll
     for (int r = 0; r < 16; ++r) {
       const float2 dp = *reinterpret_cast<const float2*>(st_w + r * kLdS + 2 * lane);
-      const float d0 = (keep >> (2 * r)) & 1u ? dp.x * inv_keep : 0.0f;
-      const float d1 = (keep >> (2 * r)) & 2u ? dp.y * inv_keep : 0.0f;
+      const float d0 = (keep >> (2 * r)) & 1u ? dp.x * a.inv_keep : 0.0f;
+      const float d1 = (keep >> (2 * r)) & 2u ? dp.y * a.inv_keep : 0.0f;
       *reinterpret_cast<__nv_bfloat162*>(ds_s + (warp * 16 + r) * kLdP + 2 * lane) = __floats2bfloat162_rn(
           p[r][0] * (d0 - delta2.x) * a.scale, p[r][1] * (d1 - delta2.y) * a.scale);
     }
@@ -421,9 +409,10 @@ __global__ void __launch_bounds__(kThreadsAttn) attention_backward(AttentionArgs
 #endif
 }
 
-size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// Blocks: (batch·heads, 64-row tiles of queries or keys).
+// Blocks: (batch·heads, 64-row tiles of the T queries or keys).
+dim3 grid(const AttentionArgs& a, int64_t T) {
+  return dim3(static_cast<unsigned>(a.B * a.H), static_cast<unsigned>((T + kRows - 1) / kRows));
+}
 void check_grid(const AttentionArgs& a) {
   KILN_CHECK(a.B * a.H < (int64_t{1} << 31) && a.Tq < int64_t{65535} * kRows && a.Tk < int64_t{65535} * kRows,
              "cuda attention: ", a.B, " x ", a.H, " heads of ", a.Tq, " queries and ", a.Tk, " keys exceed the grid");
@@ -450,8 +439,7 @@ void forward_d(const AttentionArgs& a, const void* q, const void* k, const void*
                const int64_t* key, float* out, cudaStream_t s) {
   const size_t bytes = forward_smem<D>();
   allow_smem(attention_forward<D, false>, bytes);
-  const dim3 grid(static_cast<unsigned>(a.B * a.H), static_cast<unsigned>((a.Tq + kRows - 1) / kRows));
-  attention_forward<D, false><<<grid, kThreadsAttn, bytes, s>>>(
+  attention_forward<D, false><<<grid(a, a.Tq), kThreadsAttn, bytes, s>>>(
       a, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), mask, key, out,
       nullptr, nullptr, nullptr, nullptr);
 }
@@ -462,20 +450,18 @@ void backward_d(const AttentionArgs& a, const void* q, const void* k, const void
                 void* scratch, cudaStream_t s) {
   const size_t rows = static_cast<size_t>(a.B * a.H * a.Tq);
   float* lse = static_cast<float*>(scratch);
-  float* delta = reinterpret_cast<float*>(static_cast<char*>(scratch) + aligned(rows * sizeof(float)));
-  bf16* dout16 = reinterpret_cast<bf16*>(static_cast<char*>(scratch) + 2 * aligned(rows * sizeof(float)));
+  float* delta = reinterpret_cast<float*>(static_cast<char*>(scratch) + aligned256(rows * sizeof(float)));
+  bf16* dout16 = reinterpret_cast<bf16*>(static_cast<char*>(scratch) + 2 * aligned256(rows * sizeof(float)));
   const size_t fbytes = forward_smem<D>(), bbytes = backward_smem<D>();
   allow_smem(attention_forward<D, true>, fbytes);
   allow_smem(attention_backward<D>, bbytes);
   const auto* q16 = static_cast<const bf16*>(q);
   const auto* k16 = static_cast<const bf16*>(k);
   const auto* v16 = static_cast<const bf16*>(v);
-  const dim3 fgrid(static_cast<unsigned>(a.B * a.H), static_cast<unsigned>((a.Tq + kRows - 1) / kRows));
-  attention_forward<D, true><<<fgrid, kThreadsAttn, fbytes, s>>>(a, q16, k16, v16, mask, key, const_cast<float*>(out),
+  attention_forward<D, true><<<grid(a, a.Tq), kThreadsAttn, fbytes, s>>>(a, q16, k16, v16, mask, key, const_cast<float*>(out),
                                                                   lse, delta, dout, dout16);
   KILN_CUDA_CHECK(cudaMemsetAsync(dq, 0, a.B * a.H * a.Tq * D * sizeof(float), s));
-  const dim3 bgrid(static_cast<unsigned>(a.B * a.H), static_cast<unsigned>((a.Tk + kRows - 1) / kRows));
-  attention_backward<D><<<bgrid, kThreadsAttn, bbytes, s>>>(a, q16, k16, v16, mask, key, lse, delta, dout16, dq, dk,
+  attention_backward<D><<<grid(a, a.Tk), kThreadsAttn, bbytes, s>>>(a, q16, k16, v16, mask, key, lse, delta, dout16, dq, dk,
                                                             dv);
 }
 
@@ -483,7 +469,7 @@ void backward_d(const AttentionArgs& a, const void* q, const void* k, const void
 
 size_t attention_scratch_bytes(const AttentionArgs& a) {
   const size_t rows = static_cast<size_t>(a.B * a.H * a.Tq);
-  return 2 * aligned(rows * sizeof(float)) + rows * static_cast<size_t>(a.D) * sizeof(uint16_t);
+  return 2 * aligned256(rows * sizeof(float)) + rows * static_cast<size_t>(a.D) * sizeof(uint16_t);
 }
 
 void attention(const AttentionArgs& a, const void* q, const void* k, const void* v, const float* mask,

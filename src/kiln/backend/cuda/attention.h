@@ -10,17 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kiln/backend/attention_args.h"
+
 namespace kiln::backend::cuda::kernels {
 
-struct AttentionArgs {
-  int64_t B = 0, H = 0, Tq = 0, Tk = 0;
-  int D = 0;
-  bool causal = false;
-  float scale = 1.0f, dropout = 0.0f;
-  float inv_keep = 1.0f;          // 1 / (1 - dropout), rounded from double as dropout() does
-
-  int64_t mask_batch_stride = 0;  // Tk when the mask has one row per batch entry, else 0
-};
+using backend::AttentionArgs;
 
 // out [B,H,Tq,D] f32.
 void attention(const AttentionArgs& a, const void* q, const void* k, const void* v, const float* mask,

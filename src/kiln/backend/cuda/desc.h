@@ -99,6 +99,10 @@ KILN_HD inline int64_t reduce_parts(Split p) {
   const int64_t by_blocks = (kTargetBlocks + blocks - 1) / blocks, by_size = p.axis / kMinPart;
   return by_blocks < by_size ? by_blocks : by_size;
 }
+// Scratch buffers are carved at 256-byte boundaries (cuBLAS's and CUB's
+// alignment, and every vector load's).
+KILN_HD inline uint64_t aligned256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+
 KILN_HD inline int64_t reduce_scratch_bytes(Split p) {
   const int64_t parts = reduce_parts(p);
   return parts > 1 ? parts * p.outer * p.inner * 8 : 0;

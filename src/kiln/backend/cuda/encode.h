@@ -62,6 +62,5 @@ struct GemmPadding {
   size_t bytes = 0;             // scratch: A', B', C'
 };
 GemmPadding plan_gemm_padding(const GemmPlan& g);
-inline size_t aligned256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace kiln::backend::cuda

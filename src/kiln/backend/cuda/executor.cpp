@@ -8,10 +8,10 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "kiln/backend/cuda/attention.h"
@@ -67,18 +67,10 @@ Split reduce_split(const Instr& ins) {
   return split_shape(ins.inputs[0].view.shape, ins.attrs.ints.front(), ins.attrs.ints.back());
 }
 
-// The kernels' view of an Attention / AttentionGrad instruction (ir/op.h).
-kernels::AttentionArgs attention_args(const Instr& ins) {
-  const Shape& qs = ins.inputs[0].view.shape;
-  kernels::AttentionArgs a;
-  a.B = qs[0], a.H = qs[1], a.Tq = qs[2], a.Tk = ins.inputs[1].view.shape[2];
-  a.D = static_cast<int>(qs[3]);
-  a.causal = ins.attrs.ints[0] != 0;
-  a.scale = static_cast<float>(ins.attrs.floats[0]);
-  a.dropout = static_cast<float>(ins.attrs.floats[1]);
-  if (ins.attrs.floats[1] > 0.0) a.inv_keep = static_cast<float>(1.0 / (1.0 - ins.attrs.floats[1]));
-  if (ins.attrs.ints[1] && ins.inputs[3].view.shape[0] == a.B && a.B > 1) a.mask_batch_stride = a.Tk;
-  return a;
+// bf16 tensor-core work (bf16 products, fused attention) needs Ampere or newer.
+void require_bf16_tensor_cores(const DeviceState& ds, const char* what) {
+  KILN_CHECK(ds.props.major >= 8, what, " compute capability 8.0 (Ampere) or newer; ", ds.props.name, " is ",
+             ds.props.major, ".", ds.props.minor);
 }
 
 // KILN_CUDA_GEMM_PAD=0 turns the padded copies of plan_gemm_padding off (to measure them).
@@ -101,7 +93,7 @@ struct Plan {
     const void* generated = nullptr;  // fused: its generated kernel (null: the interpreter runs it)
     size_t fused_at = 0;     // fused: byte offset of the record in `descs`
     GemmPlan gemm;           // MatMul
-    GemmPadding padding;     // MatMul: copies with aligned rows (gemm_padding)
+    GemmPadding padding;     // MatMul: copies with padded extents (plan_gemm_padding)
     int report = -1;         // index of its ErrorReport, for kernels that check data
   };
   Device device;
@@ -201,6 +193,7 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
         switch (ins.op) {
           case Op::MatMul:
             st.gemm = plan_gemm(ins);
+            if (st.gemm.bf16) require_bf16_tensor_cores(ds, "--bf16: bf16 products need a GPU of");
             if (gemm_padding_enabled()) st.padding = plan_gemm_padding(st.gemm);
             scratch_bytes = std::max(scratch_bytes, st.padding.bytes);
             break;
@@ -223,12 +216,7 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
             KILN_CHECK(ins.inputs[0].dtype == DType::bf16, "cuda backend: fused attention needs bf16 q, k and v ",
                        "(--bf16 / kiln::Autocast); got ", dtype_name(ins.inputs[0].dtype),
                        " (KILN_ATTENTION=auto uses the composite in fp32)");
-            KILN_CHECK(ins.inputs[0].view.shape[3] == 16 || ins.inputs[0].view.shape[3] == 32 ||
-                           ins.inputs[0].view.shape[3] == 64,
-                       "cuda backend: fused attention supports head sizes 16, 32 and 64, got ",
-                       ins.inputs[0].view.shape[3]);
-            KILN_CHECK(ds.props.major >= 8, "cuda backend: fused attention needs compute capability 8.0 or newer; ",
-                       ds.props.name, " is ", ds.props.major, ".", ds.props.minor);
+            require_bf16_tensor_cores(ds, "cuda backend: fused attention needs");
             if (ins.op == Op::AttentionGrad)
               scratch_bytes = std::max(scratch_bytes, kernels::attention_scratch_bytes(attention_args(ins)));
             break;
@@ -282,12 +270,9 @@ std::atomic<bool> g_allow_tf32{false};
 // C = op(A) op(B) (+ C when beta is 1: a folded bias already in C) with f32
 // or bf16 operands (g.bf16), f32 sums and result: cublasGemmEx, whose f32
 // products use TF32 tensor cores when --tf32 set the handle's math mode.
-// pad: gemm_padding(g), its copies in `scratch`.
+// pad: plan_gemm_padding(g), its copies in `scratch`.
 void gemm(DeviceState& ds, const GemmPlan& g, const GemmPadding& pad, const char* a, const char* b, float* c,
           float beta, char* scratch) {
-  if (g.bf16)
-    KILN_CHECK(ds.props.major >= 8, "--bf16: bf16 products need a GPU of compute capability 8.0 (Ampere) or newer; ",
-               ds.props.name, " is ", ds.props.major, ".", ds.props.minor);
   if (const bool tf32 = g_allow_tf32.load(std::memory_order_relaxed); tf32 != ds.blas_tf32) {
     KILN_CUDA_CHECK(cublasSetMathMode(ds.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     ds.blas_tf32 = tf32;
@@ -517,10 +502,10 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
     }
     case Op::Attention:
     case Op::AttentionGrad: {
-      const kernels::AttentionArgs a = attention_args(ins);
-      size_t next = 3;
-      const float* mask = ins.attrs.ints[1] ? reinterpret_cast<const float*>(inp(next++)) : nullptr;
-      const int64_t* key = ins.attrs.ints[2] ? reinterpret_cast<const int64_t*>(inp(next++)) : nullptr;
+      const AttentionArgs a = attention_args(ins);
+      const float* mask = a.mask_input >= 0 ? reinterpret_cast<const float*>(inp(a.mask_input)) : nullptr;
+      const int64_t* key = a.key_input >= 0 ? reinterpret_cast<const int64_t*>(inp(a.key_input)) : nullptr;
+      const size_t next = ins.inputs.size() - 2;  // AttentionGrad: then out, dout
       if (ins.op == Op::Attention)
         return kernels::attention(a, inp(0), inp(1), inp(2), mask, key, reinterpret_cast<float*>(o), s);
       float* dq = reinterpret_cast<float*>(o);

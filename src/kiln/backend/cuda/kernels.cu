@@ -269,7 +269,6 @@ __global__ void index_select_kernel(const E* table, const void* ids, uint8_t id_
   }
 }
 
-// One thread per column, walking the ids in order: the CPU's summation order.
 // index_add in three passes, deterministic and parallel over rows: (1) one
 // block finds the first bad id (the CPU's error: the smallest position);
 // (2) the ids, as int32 keys with padding and bad ids last, are sorted with
@@ -619,15 +618,18 @@ int sort_bits(int64_t V) {  // keys 0..V
   while (bits < 32 && (int64_t{1} << bits) <= V) ++bits;
   return bits;
 }
-size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+// CUB's scratch for sorting n keys below 2^sort_bits(V) with their positions.
+size_t sort_bytes(int64_t V, int64_t n) {
+  size_t bytes = 0;
+  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t*>(nullptr),
+                                                  static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                                  static_cast<int32_t*>(nullptr), static_cast<int>(n), 0, sort_bits(V)));
+  return bytes;
+}
 }  // namespace
 
 size_t index_add_scratch_bytes(int64_t V, int64_t n) {
-  size_t sort_bytes = 0;
-  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const int32_t*>(nullptr),
-                                                  static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                                  static_cast<int32_t*>(nullptr), static_cast<int>(n), 0, sort_bits(V)));
-  return 4 * aligned(static_cast<size_t>(n) * sizeof(int32_t)) + aligned(sort_bytes);
+  return 4 * aligned256(static_cast<size_t>(n) * sizeof(int32_t)) + aligned256(sort_bytes(V, n));
 }
 
 void index_add(const void* ids, uint8_t id_dtype, const float* src, float* out, int64_t V, int64_t R, int64_t n,
@@ -637,17 +639,15 @@ void index_add(const void* ids, uint8_t id_dtype, const float* src, float* out, 
              " rows (CUDA takes fewer than 2^31)");
   index_check_kernel<<<1, kThreads, 0, stream>>>(ids, id_dtype, V, n, padding_idx, report);
   char* at = static_cast<char*>(scratch);
-  const size_t vec = aligned(static_cast<size_t>(n) * sizeof(int32_t));
+  const size_t vec = aligned256(static_cast<size_t>(n) * sizeof(int32_t));
   auto* keys = reinterpret_cast<int32_t*>(at);
   auto* positions = reinterpret_cast<int32_t*>(at + vec);
   auto* sorted_keys = reinterpret_cast<int32_t*>(at + 2 * vec);
   auto* sorted_positions = reinterpret_cast<int32_t*>(at + 3 * vec);
   index_keys_kernel<<<grid_for(n), kThreads, 0, stream>>>(ids, id_dtype, V, n, padding_idx, keys, positions);
-  size_t sort_bytes = 0;
-  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, sorted_keys, positions, sorted_positions,
+  size_t bytes = sort_bytes(V, n);
+  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(at + 4 * vec, bytes, keys, sorted_keys, positions, sorted_positions,
                                                   static_cast<int>(n), 0, sort_bits(V), stream));
-  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(at + 4 * vec, sort_bytes, keys, sorted_keys, positions,
-                                                  sorted_positions, static_cast<int>(n), 0, sort_bits(V), stream));
   index_sum_kernel<<<grid_rows(n), kThreads, 0, stream>>>(sorted_keys, sorted_positions, src, out, V, R, n);
 }
 
