@@ -18,7 +18,6 @@
 #include "kiln/models/gpt2.h"
 #include "kiln/models/model.h"
 #include "kiln/runtime/context.h"
-#include "backend_cuda/cuda_test_util.h"
 #include "support/test_util.h"
 #include "train/tiny_bert.h"
 #ifdef KILN_HAVE_CUDA
@@ -461,15 +460,7 @@ Run train(const ModelFactory& make_model, const InputFactory& make_inputs, Devic
   return r;
 }
 
-// ‖a - b‖ / ‖b‖ (norms over the whole tensor).
-double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return a.size() != b.size() ? INFINITY : den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
+using testing::relative_error;
 
 double norm(const std::vector<double>& a) {
   double s = 0;

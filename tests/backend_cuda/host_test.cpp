@@ -18,7 +18,6 @@
 #include "kiln/ir/graph.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/runtime/context.h"
-#include "backend_cuda/cuda_test_util.h"
 #include "support/test_util.h"
 #include "train/tiny_bert.h"
 #ifdef KILN_HAVE_CUDA

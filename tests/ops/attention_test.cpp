@@ -5,7 +5,6 @@
 // errors for operands it does not take.
 #include <cmath>
 #include <limits>
-#include <random>
 
 #include "support/test_util.h"
 
@@ -17,11 +16,7 @@ using testing::error_of;
 constexpr double kMin = std::numeric_limits<float>::lowest();
 
 std::vector<float> values(int64_t n, unsigned seed, float lo = -1.5f, float hi = 1.5f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = u(rng);
-  return v;
+  return testing::uniform_values(n, seed, lo, hi);
 }
 
 struct Case {
@@ -69,22 +64,12 @@ Result run(const Case& c, bool fused, bool bf16) {
           v.grad().to_vector<double>()};
 }
 
-// ‖a − b‖ / ‖b‖
-double relative(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return a.size() == b.size() && den > 0 ? std::sqrt(num / den) : INFINITY;
-}
-
 void expect_matches_composite(const Case& c, bool bf16, double tol) {
   const Result f = run(c, true, bf16), r = run(c, false, bf16);
-  EXPECT_LE(relative(f.out, r.out), tol) << "output";
-  EXPECT_LE(relative(f.dq, r.dq), tol) << "dq";
-  EXPECT_LE(relative(f.dk, r.dk), tol) << "dk";
-  EXPECT_LE(relative(f.dv, r.dv), tol) << "dv";
+  EXPECT_LE(testing::relative_error(f.out, r.out), tol) << "output";
+  EXPECT_LE(testing::relative_error(f.dq, r.dq), tol) << "dq";
+  EXPECT_LE(testing::relative_error(f.dk, r.dk), tol) << "dk";
+  EXPECT_LE(testing::relative_error(f.dv, r.dv), tol) << "dv";
 }
 
 TEST(FusedAttention, MatchesTheCompositeWithCausalMaskAndDropout) {
@@ -114,7 +99,7 @@ TEST(FusedAttention, Bf16ProductsFollowAutocastsComposite) {
   c.causal = true, c.mask = true, c.dropout = 0.2, c.D = 16;
   expect_matches_composite(c, true, 5e-3);
   const Result bf = run(c, true, true), fp = run(c, true, false);
-  const double moved = relative(bf.out, fp.out);
+  const double moved = testing::relative_error(bf.out, fp.out);
   EXPECT_GT(moved, 1e-4) << "bf16 products must differ from f32 ones";
   EXPECT_LT(moved, 2e-2);
 }
@@ -124,8 +109,8 @@ TEST(FusedAttention, DropoutDrawsTheCompositesMask) {
   Case c;
   c.dropout = 0.5;
   const Result drop = run(c, true, false), none = run(Case{}, true, false);
-  EXPECT_GT(relative(drop.out, none.out), 0.1);
-  EXPECT_LE(relative(drop.out, run(c, false, false).out), 1e-5);
+  EXPECT_GT(testing::relative_error(drop.out, none.out), 0.1);
+  EXPECT_LE(testing::relative_error(drop.out, run(c, false, false).out), 1e-5);
 }
 
 TEST(FusedAttention, GradientsMatchFiniteDifferences) {

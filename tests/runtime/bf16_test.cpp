@@ -1,8 +1,6 @@
 // bf16 storage and torch.autocast-style mixed precision (--bf16): casts
 // round to nearest even, products of bf16 operands are exact with f32 sums,
 // and under Autocast the gradients of matrix products are bf16 products too.
-#include <random>
-
 #include "kiln/core/bf16.h"
 #include "support/test_util.h"
 
@@ -11,13 +9,7 @@ namespace {
 
 using testing::error_of;
 
-std::vector<float> values(int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+std::vector<float> values(int64_t n, unsigned seed) { return testing::uniform_values(n, seed); }
 
 std::vector<float> rounded(std::vector<float> v) {
   for (auto& x : v) x = round_to_bf16(x);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,27 @@ inline std::string error_of(const std::function<void()>& f) {
 #define EXPECT_CONTAINS(text, part)                                                      \
   EXPECT_NE(std::string(text).find(part), std::string::npos)                             \
       << "\"" << std::string(text) << "\" does not contain \"" << (part) << "\""
+
+// n uniform values in [lo, hi), the same for a seed on every machine.
+inline std::vector<float> uniform_values(int64_t n, uint64_t seed, float lo = -2.0f, float hi = 2.0f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// ‖a − b‖ / ‖b‖ over the whole vectors (‖a − b‖ when b is zero; infinite
+// when the sizes differ).
+inline double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
 
 inline ::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& want,
                                             double rtol, double atol) {
