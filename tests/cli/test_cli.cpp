@@ -446,6 +446,17 @@ TEST(Cli, FusedAttentionTrainsModelsAsTheComposite) {
   EXPECT_CONTAINS(slurp(w.path() / "bad"), "KILN_ATTENTION must be 'auto', 'fused' or 'composite', got 'flash'");
 }
 
+// The host memory cache's limit: 0 turns it off (same training), anything but
+// a whole number of megabytes is an error that names the variable.
+TEST(Cli, HostMemoryCacheLimitFromTheEnvironment) {
+  Workdir w;
+  const std::string bench = "bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1";
+  EXPECT_EQ(kiln(bench, w.path() / "off", "KILN_HOST_CACHE_MB=0"), 0) << slurp(w.path() / "off");
+  EXPECT_NE(kiln(bench, w.path() / "bad", "KILN_HOST_CACHE_MB=lots"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "bad"), "KILN_HOST_CACHE_MB: expected a whole number of megabytes");
+  EXPECT_CONTAINS(slurp(w.path() / "bad"), "found 'lots'");
+}
+
 TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   Workdir w;
   ASSERT_EQ(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 2 --warmup 1 --json", w.path() / "log"), 0)
@@ -455,6 +466,8 @@ TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   auto j = nlohmann::json::parse(json_line.substr(0, json_line.find('\n')));
   EXPECT_EQ(j["model"], "BertForSequenceClassification");
   EXPECT_GT(j["median_step_s"].get<double>(), 0);
+  EXPECT_GE(j["host_tracing_s"].get<double>(), 0);
+  EXPECT_LE(j["host_tracing_s"].get<double>(), j["median_step_s"].get<double>());
   EXPECT_GT(j["gemm_peak_gflops"].get<double>(), 0);
   EXPECT_GT(j["flop_parameters"].get<int64_t>(), 0);
   EXPECT_LT(j["flop_parameters"].get<int64_t>(), j["parameters"].get<int64_t>());  // tables are lookups

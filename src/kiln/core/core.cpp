@@ -7,6 +7,7 @@
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/host_memory.h"
 #include "kiln/core/shape.h"
 
 namespace kiln {
@@ -138,9 +139,7 @@ Storage::Storage(Device device, size_t nbytes) : device_(device), nbytes_(nbytes
     ptr_ = device_memory(device).allocate(device, nbytes);
     return;
   }
-  size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
-  ptr_ = std::aligned_alloc(64, rounded);
-  if (!ptr_) throw std::bad_alloc();
+  ptr_ = host_memory::allocate(nbytes);
 }
 
 Storage::Storage(Device device, void* borrowed, size_t nbytes, std::shared_ptr<const void> keeper)
@@ -150,7 +149,7 @@ Storage::Storage(Device device, void* borrowed, size_t nbytes, std::shared_ptr<c
 
 Storage::~Storage() {
   if (keeper_) return;
-  if (device_.kind == DeviceKind::CPU) std::free(ptr_);
+  if (device_.kind == DeviceKind::CPU) host_memory::release(ptr_, nbytes_);
   else g_cuda_memory->release(device_, ptr_, nbytes_);
 }
 

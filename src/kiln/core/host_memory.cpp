@@ -1,0 +1,142 @@
+#include "kiln/core/host_memory.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <list>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "kiln/core/error.h"
+
+namespace kiln::host_memory {
+namespace {
+
+constexpr size_t kPage = 4096;
+
+size_t default_limit() {
+  const char* env = std::getenv("KILN_HOST_CACHE_MB");
+  if (env && *env) {
+    char* end = nullptr;
+    const long long mb = std::strtoll(env, &end, 10);
+    KILN_CHECK(*end == 0 && mb >= 0, "KILN_HOST_CACHE_MB: expected a whole number of megabytes (0 turns the host "
+               "memory cache off), found '", env, "'");
+    return static_cast<size_t>(mb) << 20;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const size_t physical = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  return std::min<size_t>(size_t(2) << 30, physical / 8);
+}
+
+// Freed large blocks, oldest first; a request takes the newest block of its
+// size (the one most likely still in cache). A few hundred blocks at most, so
+// a list is enough.
+class Cache {
+ public:
+  void* take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!limit_set_) set_limit_locked(default_limit());
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it)
+      if (it->bytes == bytes) {
+        void* p = it->ptr;
+        cached_ -= bytes;
+        blocks_.erase(std::next(it).base());
+        ++reused_;
+        return p;
+      }
+    ++fresh_;
+    return nullptr;
+  }
+
+  // False when the block is not kept (the caller frees it).
+  bool keep(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes > limit_) return false;
+    blocks_.push_back({p, bytes});
+    cached_ += bytes;
+    trim_locked();
+    return true;
+  }
+
+  void set_limit(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_limit_locked(bytes);
+  }
+
+  void empty() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& b : blocks_) std::free(b.ptr);
+    blocks_.clear();
+    cached_ = 0;
+  }
+
+  Stats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!limit_set_) set_limit_locked(default_limit());
+    return Stats{cached_, limit_, reused_, fresh_};
+  }
+
+ private:
+  struct Block {
+    void* ptr;
+    size_t bytes;
+  };
+  void set_limit_locked(size_t bytes) {
+    limit_ = bytes;
+    limit_set_ = true;
+    trim_locked();
+  }
+  void trim_locked() {
+    while (cached_ > limit_ && !blocks_.empty()) {
+      std::free(blocks_.front().ptr);
+      cached_ -= blocks_.front().bytes;
+      blocks_.pop_front();
+    }
+  }
+
+  std::mutex mu_;
+  std::list<Block> blocks_;
+  size_t cached_ = 0, limit_ = 0;
+  bool limit_set_ = false;
+  int64_t reused_ = 0, fresh_ = 0;
+};
+
+// Never destroyed: storages may be freed during static destruction.
+Cache& cache() {
+  static Cache* c = new Cache;
+  return *c;
+}
+
+size_t block_bytes(size_t nbytes) { return (nbytes + kPage - 1) / kPage * kPage; }
+
+}  // namespace
+
+void* allocate(size_t nbytes) {
+  if (nbytes < kCachedBlock) {
+    void* p = std::aligned_alloc(64, (std::max<size_t>(nbytes, 1) + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  const size_t bytes = block_bytes(nbytes);
+  if (void* p = cache().take(bytes)) return p;
+  void* p = std::aligned_alloc(kPage, bytes);
+  if (!p) {  // what is cached may be what the system lacks
+    cache().empty();
+    p = std::aligned_alloc(kPage, bytes);
+  }
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+void release(void* ptr, size_t nbytes) noexcept {
+  if (!ptr) return;
+  if (nbytes < kCachedBlock || !cache().keep(ptr, block_bytes(nbytes))) std::free(ptr);
+}
+
+Stats stats() { return cache().stats(); }
+void set_cache_limit(size_t bytes) { cache().set_limit(bytes); }
+void empty_cache() { cache().empty(); }
+
+}  // namespace kiln::host_memory

@@ -1,0 +1,90 @@
+// The host memory cache: large blocks come back for the next request of the
+// same size, up to a limit; small ones are not kept.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "kiln/core/buffer.h"
+#include "kiln/core/host_memory.h"
+
+namespace kiln {
+namespace {
+
+namespace hm = host_memory;
+
+// Restores the default limit's state (the cache is process-wide).
+struct CacheLimit {
+  explicit CacheLimit(size_t bytes) {
+    hm::empty_cache();
+    hm::set_cache_limit(bytes);
+  }
+  ~CacheLimit() {
+    hm::empty_cache();
+    hm::set_cache_limit(size_t(64) << 20);
+  }
+};
+
+TEST(HostMemory, AFreedLargeBlockServesTheNextRequestOfItsSize) {
+  CacheLimit limit(size_t(64) << 20);
+  const size_t n = 3 * hm::kCachedBlock + 100;  // rounded up to whole pages
+  void* a = hm::allocate(n);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 4096, 0u);
+  std::memset(a, 1, n);
+  hm::release(a, n);
+  EXPECT_EQ(hm::stats().cached_bytes, (n + 4095) / 4096 * 4096);
+  const auto before = hm::stats();
+  void* b = hm::allocate(n);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(hm::stats().reused, before.reused + 1);
+  EXPECT_EQ(hm::stats().cached_bytes, 0u);
+  // Another size takes fresh memory.
+  void* c = hm::allocate(2 * hm::kCachedBlock);
+  EXPECT_NE(c, b);
+  EXPECT_EQ(hm::stats().fresh, before.fresh + 1);
+  hm::release(b, n);
+  hm::release(c, 2 * hm::kCachedBlock);
+}
+
+TEST(HostMemory, SmallBlocksAreNotKept) {
+  CacheLimit limit(size_t(64) << 20);
+  void* a = hm::allocate(1000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+  hm::release(a, 1000);
+  EXPECT_EQ(hm::stats().cached_bytes, 0u);
+}
+
+TEST(HostMemory, TheLimitFreesTheOldestBlocks) {
+  const size_t block = 2 * hm::kCachedBlock;
+  CacheLimit limit(3 * block);
+  void* p[4];
+  for (auto& x : p) x = hm::allocate(block);
+  for (auto& x : p) hm::release(x, block);
+  EXPECT_EQ(hm::stats().cached_bytes, 3 * block);  // the first one was freed
+  hm::set_cache_limit(block);
+  EXPECT_EQ(hm::stats().cached_bytes, block);
+  EXPECT_EQ(hm::allocate(block), p[3]);  // the newest stayed
+  hm::release(p[3], block);
+  hm::set_cache_limit(0);  // off: nothing is kept
+  EXPECT_EQ(hm::stats().cached_bytes, 0u);
+  void* q = hm::allocate(block);
+  hm::release(q, block);
+  EXPECT_EQ(hm::stats().cached_bytes, 0u);
+}
+
+TEST(HostMemory, CpuStoragesUseTheCache) {
+  CacheLimit limit(size_t(64) << 20);
+  const size_t n = 5 * hm::kCachedBlock;
+  void* first;
+  {
+    Storage s(Device::cpu(), n);
+    first = s.data();
+  }
+  EXPECT_EQ(hm::stats().cached_bytes, n);
+  Storage again(Device::cpu(), n);
+  EXPECT_EQ(again.data(), first);
+}
+
+}  // namespace
+}  // namespace kiln
