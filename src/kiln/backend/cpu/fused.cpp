@@ -37,6 +37,7 @@ void load_typed(const Operand& op, const S* base, int64_t start, int64_t len, T*
   const auto& v = op.view;
   if (v.is_contiguous()) {
     const S* src = base + v.offset + start;
+#pragma omp simd
     for (int64_t j = 0; j < len; ++j) dst[j] = static_cast<T>(src[j]);
     return;
   }
@@ -90,6 +91,7 @@ void store(const Operand& op, char* base, int64_t start, int64_t len, const T* s
   switch (op.dtype) {
     case DType::f32: {
       float* o = reinterpret_cast<float*>(base) + op.view.offset + start;
+#pragma omp simd
       for (int64_t j = 0; j < len; ++j) o[j] = static_cast<float>(src[j]);
       return;
     }
@@ -272,7 +274,9 @@ void eval_chunk(const Instr& ins, const RegisterMap& map, std::span<char* const>
     const T* a = s.a >= 0 ? at(s.a) : nullptr;
     const T* b = s.b >= 0 ? at(s.b) : nullptr;
     const T* c = s.c >= 0 ? at(s.c) : nullptr;
-#define KILN_EW(expr) for (int64_t j = 0; j < len; ++j) r[j] = (expr)
+// `omp simd`: GCC's -O2 cost model does not vectorise a loop that needs a
+// run-time aliasing check, and a step's array is never one of its operands'.
+#define KILN_EW(expr) _Pragma("omp simd") for (int64_t j = 0; j < len; ++j) r[j] = (expr)
     if constexpr (std::is_same_v<T, float>) {
       if (eval_transcendental(s, a, b, r, len)) continue;
     }
