@@ -44,10 +44,10 @@ int main(int argc, char** argv) try {
   float loss_value = 0;
   for (int64_t step = 0; step < a["steps"] + 2; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    opt.zero_grad();
     Tensor loss = model->forward(in).loss;
     loss.backward();
     opt.step();
+    opt.zero_grad();  // as HF's Trainer: the gradients die inside the step
     mark_step();
     loss_value = loss.item();
     if (step >= 2) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -77,10 +77,10 @@ def main():
     times = []
     for step in range(a.steps + 2):
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
         loss = model(ids)
         loss.backward()
         opt.step()
+        opt.zero_grad(set_to_none=True)  # after the update, as HF's Trainer does
         loss.item()
         if step >= 2:
             times.append(time.perf_counter() - t0)
