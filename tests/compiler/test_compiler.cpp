@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "kiln/compiler/compile.h"
+#include "kiln/compiler/serialize.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -244,6 +245,65 @@ TEST(Compiler, GraphHashIgnoresValuesButNotShapes) {
   EXPECT_TRUE(a == b);
   EXPECT_NE(a.hash(), c.hash());
   EXPECT_NE(a.dump().find("exp(%0)"), std::string::npos) << a.dump();
+}
+
+// fuse_sum_inputs (the CPU's): an elementwise group read only by a Sum over
+// trailing axes runs inside it, so sum(g * g) of the gradient norm never
+// stores the squares. Results, other readers and leading axes keep the group.
+TEST(Compiler, ASumOfAnElementwiseGroupRunsItsProgram) {
+  Generator gen(3);
+  Tensor g = randn({300, 700}, gen), b = randn({700}, gen);
+  mark_step();
+  auto compiled = [](std::vector<Tensor> outs, bool fuse) {
+    std::vector<ir::NodePtr> params;
+    std::vector<ir::NodePtr> nodes;
+    for (auto& t : outs) nodes.push_back(t.node());
+    return compiler::compile(ir::flatten(nodes, &params), {.fuse_sum_inputs = fuse});
+  };
+  Tensor squares = g * g + b;
+  Tensor total = sum(squares), rows = sum(squares, {1}), cols = sum(squares, {0});
+  // How many instructions store a [300, 700] value (the squares).
+  auto stored = [](const compiler::Program& p) {
+    return std::count_if(p.instrs.begin(), p.instrs.end(),
+                         [](const compiler::Instr& i) { return i.output.view.shape == Shape{300, 700}; });
+  };
+  const compiler::Program fused = compiled({total}, true);
+  EXPECT_EQ(stored(fused), 0) << fused.dump();
+  ASSERT_EQ(fused.instrs[0].op, ir::Op::Sum) << fused.dump();
+  EXPECT_FALSE(fused.instrs[0].fused);
+  EXPECT_EQ(fused.instrs[0].program_shape, (Shape{300, 700}));
+  EXPECT_NE(fused.dump().find("sum of fused["), std::string::npos) << fused.dump();
+  EXPECT_EQ(stored(compiled({total}, false)), 1);  // the CUDA backend's programs
+  EXPECT_EQ(stored(compiled({rows}, true)), 0);
+  EXPECT_EQ(stored(compiled({cols}, true)), 1);            // a leading axis: not fused
+  EXPECT_EQ(stored(compiled({total, squares}, true)), 1);  // the squares are a result
+  EXPECT_EQ(stored(compiled({total, rows}, true)), 1);     // read by two sums
+
+  // The values: the fused sums (lazy, on the CPU) against the same ops one by one.
+  const float lazy_total = total.item();
+  const std::vector<float> lazy_rows = rows.to_vector<float>();
+  set_eager_mode(true);
+  Tensor e_squares = g * g + b;
+  const float eager_total = sum(e_squares).item();
+  const std::vector<float> eager_rows = sum(e_squares, {1}).to_vector<float>();
+  set_eager_mode(false);
+  EXPECT_NEAR(lazy_total, eager_total, 1e-6 * std::abs(eager_total));
+  ASSERT_EQ(lazy_rows.size(), 300u);
+  for (size_t r = 0; r < lazy_rows.size(); ++r) EXPECT_NEAR(lazy_rows[r], eager_rows[r], 1e-5 * std::abs(eager_rows[r]));
+}
+
+// A program with a fused reduction survives the on-disk record (its shape too).
+TEST(Compiler, FusedReductionsRoundTripThroughTheProgramRecord) {
+  Tensor x = Tensor::from_vector(std::vector<float>(40000, 0.5f), {200, 200});
+  Tensor y = sum(exp(x) * x, {1});
+  std::vector<ir::NodePtr> params;
+  const ir::Graph graph = ir::flatten({y.node()}, &params);
+  const compiler::Program p = compiler::compile(graph, {.fuse_sum_inputs = true});
+  const auto back = compiler::deserialize_program(compiler::serialize_program(graph, p), graph);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->dump(), p.dump());
+  ASSERT_EQ(back->instrs.size(), p.instrs.size());
+  EXPECT_EQ(back->instrs[0].program_shape, (Shape{200, 200})) << p.dump();
 }
 
 }  // namespace

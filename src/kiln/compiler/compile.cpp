@@ -54,7 +54,7 @@ bool gemm_readable(const View& v) {
 
 class Lowering {
  public:
-  explicit Lowering(const Graph& g) : g_(g), n_(g.nodes.size()) {}
+  Lowering(const Graph& g, const CompileOptions& options) : g_(g), n_(g.nodes.size()), options_(options) {}
 
   Program run() {
     prog_.num_params = g_.num_params;
@@ -79,6 +79,7 @@ class Lowering {
  private:
   const Graph& g_;
   size_t n_;
+  CompileOptions options_;
   Program prog_;
   std::vector<Cls> cls_;
   std::vector<std::vector<int32_t>> users_;
@@ -86,6 +87,7 @@ class Lowering {
   std::vector<int32_t> output_slot_of_;           // output -> slot written in place, or -1
   std::vector<bool> inline_gen_;
   std::vector<int32_t> group_;
+  std::vector<bool> summed_;  // group roots run inside the Sum that reads them
   std::vector<std::optional<Operand>> loc_;
   std::vector<std::optional<Operand>> contiguous_copy_;
 
@@ -123,6 +125,26 @@ class Lowering {
         return cls_[x] == Cls::Elementwise && group_[x] == group_[u[0]];
       });
       group_[k] = joins ? group_[u[0]] : static_cast<int32_t>(k);
+    }
+    summed_.assign(n_, false);
+    if (options_.fuse_sum_inputs) mark_summed_groups();
+  }
+
+  // A group whose root only a Sum over trailing axes reads (sum(g * g) of the
+  // gradient norm), f32, none of its members a result.
+  void mark_summed_groups() {
+    std::vector<bool> has_output(n_, false);
+    for (size_t m = 0; m < n_; ++m)
+      if (group_[m] >= 0 && !outputs_of_[m].empty()) has_output[group_[m]] = true;
+    for (size_t i = 0; i < n_; ++i) {
+      const GraphNode& n = g_.nodes[i];
+      if (n.op != Op::Sum || n.dtype != DType::f32) continue;
+      const int32_t k = n.inputs[0];
+      const GraphNode& in = g_.nodes[k];
+      const bool trailing = !in.shape.empty() && n.attrs.ints.back() == static_cast<int64_t>(in.shape.size()) - 1;
+      if (cls_[k] == Cls::Elementwise && group_[k] == k && users_[k].size() == 1 && !has_output[k] && trailing &&
+          in.dtype == DType::f32)
+        summed_[k] = true;
     }
   }
 
@@ -190,7 +212,7 @@ class Lowering {
         loc_[i] = view_of(i);
         return;
       case Cls::Elementwise:
-        if (group_[i] == i) emit_group(i);
+        if (group_[i] == i && !summed_[i]) emit_group(i);
         return;
       case Cls::Kernel:
         emit_kernel(i);
@@ -241,8 +263,38 @@ class Lowering {
   }
 
   void emit_group(int32_t root) {
-    // Members in topological order, collected from the root.
     std::vector<int32_t> members;
+    Instr ins = build_group(root, members);
+    int32_t slot = result_slot(root);
+    ins.output = whole(slot, root);
+    loc_[root] = ins.output;
+    for (int32_t m : members)
+      if (m != root && !outputs_of_[m].empty()) {
+        ins.extra_outputs.push_back(ExtraOutput{reg_of_.at(m), whole(result_slot(m), m)});
+        loc_[m] = ins.extra_outputs.back().out;
+      }
+    push(std::move(ins));
+  }
+
+  // A Sum of a group's values: the group's program, summed as it runs.
+  void emit_summed_group(int32_t sum) {
+    const GraphNode& n = g_.nodes[sum];
+    const int32_t root = n.inputs[0];
+    std::vector<int32_t> members;
+    Instr ins = build_group(root, members);
+    ins.fused = false;
+    ins.op = Op::Sum;
+    ins.attrs = n.attrs;
+    ins.program_shape = g_.nodes[root].shape;
+    ins.output = whole(result_slot(sum), sum);
+    loc_[sum] = ins.output;
+    push(std::move(ins));
+  }
+
+  // The fused instruction of a group, without its outputs: the program and
+  // its operands; `members` in topological order, reg_of_ their registers.
+  Instr build_group(int32_t root, std::vector<int32_t>& members) {
+    // Members in topological order, collected from the root.
     std::vector<int32_t> todo{root};
     std::vector<bool> in_group(n_, false);
     in_group[root] = true;
@@ -260,7 +312,8 @@ class Lowering {
 
     Instr ins;
     ins.fused = true;
-    std::map<int32_t, int32_t> reg;   // node -> register
+    std::map<int32_t, int32_t>& reg = reg_of_;  // node -> register
+    reg.clear();
     std::map<int32_t, int32_t> load;  // node -> operand index
     auto operand_of = [&](int32_t node, bool need_contiguous) {
       auto it = load.find(node);
@@ -298,19 +351,13 @@ class Lowering {
         }
     if (cls_[root] == Cls::Generator) in_group[root] = false;
     for (int32_t m : members) value(m);
-    int32_t slot = result_slot(root);
-    ins.output = whole(slot, root);
-    loc_[root] = ins.output;
-    for (int32_t m : members)
-      if (m != root && !outputs_of_[m].empty()) {
-        ins.extra_outputs.push_back(ExtraOutput{reg.at(m), whole(result_slot(m), m)});
-        loc_[m] = ins.extra_outputs.back().out;
-      }
-    push(std::move(ins));
+    return ins;
   }
+  std::map<int32_t, int32_t> reg_of_;
 
   void emit_kernel(int32_t i) {
     const GraphNode& n = g_.nodes[i];
+    if (n.op == Op::Sum && summed_[n.inputs[0]]) return emit_summed_group(i);
     Instr ins;
     ins.op = n.op;
     ins.attrs = n.attrs;
@@ -426,9 +473,9 @@ class Lowering {
 
 }  // namespace
 
-Program compile(const Graph& graph) {
+Program compile(const Graph& graph, const CompileOptions& options) {
   Graph g = simplify(graph);
-  return Lowering(g).run();
+  return Lowering(g, options).run();
 }
 
 std::vector<int32_t> last_reads(const Instr& fused) {
@@ -475,10 +522,11 @@ std::string Program::dump() const {
   for (size_t k = 0; k < instrs.size(); ++k) {
     const Instr& ins = instrs[k];
     os << k << ": " << operand(ins.output) << " = ";
-    if (ins.fused) {
-      os << "fused[";
+    if (!ins.program.empty()) {  // fused, or a fused reduction: "sum of fused[...] over [shape]"
+      os << (ins.fused ? "" : std::string(ir::op_name(ins.op)) + " of ") << "fused[";
       for (size_t s = 0; s < ins.program.size(); ++s) os << (s ? " " : "") << ir::op_name(ins.program[s].op);
       os << "]";
+      if (!ins.fused) os << " over " << to_string(ins.program_shape);
     } else {
       os << ir::op_name(ins.op);
     }

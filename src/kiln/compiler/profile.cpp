@@ -54,8 +54,8 @@ bool profiling() {
 
 std::string instr_label(const Instr& ins) {
   std::string s;
-  if (ins.fused) {
-    s = "fused[";
+  if (!ins.program.empty()) {  // fused, or a fused reduction: "sum of fused[...]"
+    s = ins.fused ? "fused[" : std::string(ir::op_name(ins.op)) + " of fused[";
     for (size_t k = 0; k < ins.program.size(); ++k) s += (k ? " " : "") + std::string(ir::op_name(ins.program[k].op));
     s += "]";
   } else {

@@ -67,7 +67,11 @@ struct Instr {
   std::vector<Operand> inputs;
   Operand output;                  // fused: the last register
   ir::Attrs attrs;
-  std::vector<FusedStep> program;  // fused only
+  // Fused: the elementwise program. A Sum may carry one too (a fused
+  // reduction, CompileOptions::fuse_sum_inputs): it sums the program's last
+  // register over program_shape instead of reading an input.
+  std::vector<FusedStep> program;
+  Shape program_shape;                     // fused reduction only
   std::vector<ExtraOutput> extra_outputs;  // fused only
 };
 

@@ -188,6 +188,7 @@ std::string serialize_program(const ir::Graph& graph, const Program& p) {
       w.pod(s.load);
       w.attrs(s.attrs);
     }
+    w.pods(ins.program_shape);
     w.count(ins.extra_outputs.size());
     for (const ExtraOutput& e : ins.extra_outputs) {
       w.pod(e.reg);
@@ -275,6 +276,9 @@ std::optional<Program> deserialize_program(const std::string& bytes, const ir::G
       KILN_CHECK(s.load >= -1 && s.load < static_cast<int32_t>(ins.inputs.size()),
                  "compiled program record: step ", k, " loads operand ", s.load);
     }
+    ins.program_shape = r.pods<int64_t>();
+    KILN_CHECK(ins.program_shape.empty() || (!ins.fused && ins.op == ir::Op::Sum && steps > 0),
+               "compiled program record: a program shape on an instruction that is not a fused reduction");
     ins.extra_outputs.resize(r.count());
     for (ExtraOutput& e : ins.extra_outputs) {
       e.reg = r.pod<int32_t>();

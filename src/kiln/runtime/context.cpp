@@ -170,13 +170,15 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
   std::string reason = compile_reason(g, params);
   auto t0 = std::chrono::steady_clock::now();
   auto exe = std::make_shared<Executable>();
-  std::optional<compiler::Program> cached = load_cached_program(g);
+  // Fused reductions are the CPU executor's (the CUDA one has no kernel for them yet).
+  const compiler::CompileOptions options{.fuse_sum_inputs = device_.kind == DeviceKind::CPU};
+  std::optional<compiler::Program> cached = load_cached_program(g, options);
   const bool from_disk = cached.has_value();
   if (from_disk) {
     exe->program = std::move(*cached);
   } else {
-    exe->program = compiler::compile(g);
-    save_cached_program(g, exe->program, seconds_since(t0));
+    exe->program = compiler::compile(g, options);
+    save_cached_program(g, options, exe->program, seconds_since(t0));
   }
   if (exe->program.arena_bytes) exe->arena = std::make_unique<Storage>(device_, exe->program.arena_bytes);
 #ifdef KILN_HAVE_CUDA

@@ -15,11 +15,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path record_path(const ir::Graph& graph) {
+// The same graph compiles to another program under other options.
+fs::path record_path(const ir::Graph& graph, const compiler::CompileOptions& options) {
   const fs::path dir = io::cache_dir("programs");
   if (dir.empty()) return {};
-  char name[32];
-  std::snprintf(name, sizeof name, "%016llx.kprog", static_cast<unsigned long long>(graph.hash()));
+  char name[40];
+  std::snprintf(name, sizeof name, "%016llx%s.kprog", static_cast<unsigned long long>(graph.hash()),
+                options.fuse_sum_inputs ? "-sum" : "");
   return dir / name;
 }
 
@@ -44,8 +46,8 @@ void prune(const fs::path& dir) {
 
 }  // namespace
 
-std::optional<compiler::Program> load_cached_program(const ir::Graph& graph) {
-  const fs::path path = record_path(graph);
+std::optional<compiler::Program> load_cached_program(const ir::Graph& graph, const compiler::CompileOptions& options) {
+  const fs::path path = record_path(graph, options);
   std::error_code ec;
   if (path.empty() || !fs::exists(path, ec)) return std::nullopt;
   try {
@@ -56,8 +58,9 @@ std::optional<compiler::Program> load_cached_program(const ir::Graph& graph) {
   }
 }
 
-void save_cached_program(const ir::Graph& graph, const compiler::Program& program, double compile_seconds) {
-  const fs::path path = record_path(graph);
+void save_cached_program(const ir::Graph& graph, const compiler::CompileOptions& options,
+                         const compiler::Program& program, double compile_seconds) {
+  const fs::path path = record_path(graph, options);
   if (path.empty() || compile_seconds < min_compile_seconds()) return;
   try {  // a cache that cannot be written only costs the next run a compile
     fs::create_directories(path.parent_path());

@@ -1,6 +1,7 @@
 #pragma once
 // The on-disk compile cache (PyTorch/XLA's persistent cache): a compiled step
-// program is saved under io::cache_dir("programs") as <graph hash>.kprog, and
+// program is saved under io::cache_dir("programs") as <graph hash>.kprog
+// (<graph hash>-sum.kprog when compiled with fused reductions, the CPU's), and
 // a later process that traces the same graph loads it instead of compiling.
 // Records hold their graph and the compiler's fingerprint
 // (compiler/serialize.h), so another graph or another build is a miss; a
@@ -10,6 +11,7 @@
 // compiling. At most kMaxRecords records are kept (the oldest go first).
 #include <optional>
 
+#include "kiln/compiler/compile.h"
 #include "kiln/compiler/program.h"
 #include "kiln/ir/graph.h"
 
@@ -17,7 +19,8 @@ namespace kiln::runtime {
 
 constexpr int kMaxRecords = 256;
 
-std::optional<compiler::Program> load_cached_program(const ir::Graph& graph);
-void save_cached_program(const ir::Graph& graph, const compiler::Program& program, double compile_seconds);
+std::optional<compiler::Program> load_cached_program(const ir::Graph& graph, const compiler::CompileOptions& options);
+void save_cached_program(const ir::Graph& graph, const compiler::CompileOptions& options,
+                         const compiler::Program& program, double compile_seconds);
 
 }  // namespace kiln::runtime

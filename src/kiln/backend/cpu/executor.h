@@ -19,6 +19,8 @@ void execute(const compiler::Program& program, std::span<void* const> params,
 void run_fused(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
                std::span<char* const> extra = {});
 void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
+// A Sum that carries an elementwise program (fused.cpp).
+void run_fused_sum(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
 // The slot of a GEMM or attention operand as f32: `base` as stored (f32), or
 // (bf16) the elements the view spans widened into `wide`, at the same offsets.
 const float* as_f32_operand(const compiler::Operand& op, const char* base, std::vector<float>& wide);

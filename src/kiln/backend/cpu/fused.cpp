@@ -222,13 +222,14 @@ bool broadcast_scalar(const Operand& op) {
   return std::all_of(op.view.strides.begin(), op.view.strides.end(), [](int64_t s) { return s == 0; });
 }
 
-RegisterMap map_registers(const Instr& ins) {
+// `elements`: how many values the program computes.
+RegisterMap map_registers(const Instr& ins, int64_t elements) {
   const auto& prog = ins.program;
   const int32_t n = static_cast<int32_t>(prog.size());
   RegisterMap map;
   map.of.assign(n, -1);
   map.invariant.assign(n, 0);
-  map.invariant_len = std::min(kChunk, numel(ins.output.view.shape));
+  map.invariant_len = std::min(kChunk, elements);
   for (int32_t k = 0; k < n; ++k) {
     const FusedStep& s = prog[k];
     bool args = false, all_invariant = true;
@@ -346,7 +347,7 @@ template <typename T>
 void run_program(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra) {
   int64_t n = numel(ins.output.view.shape);
   int64_t chunks = (n + kChunk - 1) / kChunk;
-  const RegisterMap map = map_registers(ins);
+  const RegisterMap map = map_registers(ins, n);
   auto at = [&](std::vector<T>& regs, int32_t step) {
     return regs.data() + static_cast<int64_t>(map.of[step]) * kChunk;
   };
@@ -366,7 +367,55 @@ void run_program(const Instr& ins, std::span<char* const> inputs, char* output, 
   }
 }
 
+// A fused reduction: the program's values summed over the trailing axes of
+// program_shape, in blocks of kSumBlock values (vectorised double), then the
+// blocks in order, as the Sum kernel sums long rows: the same result on any
+// number of threads, and no stored values.
+template <typename T>
+void run_program_sum(const Instr& ins, std::span<char* const> inputs, float* y) {
+  constexpr int64_t kSumBlock = 8192;
+  const Shape& shape = ins.program_shape;
+  const AxisSplit p = split_axes(shape, ins.attrs.ints.front(), ins.attrs.ints.back());
+  KILN_ASSERT(p.inner == 1);
+  const int64_t blocks = (p.axis + kSumBlock - 1) / kSumBlock;
+  const RegisterMap map = map_registers(ins, numel(shape));
+  const int32_t last = static_cast<int32_t>(ins.program.size()) - 1;
+  std::vector<double> partial(static_cast<size_t>(p.outer * blocks));
+#pragma omp parallel if (numel(shape) > 32768)
+  {
+    std::vector<T> regs(static_cast<size_t>(map.arrays) * kChunk);
+    bool first = true;
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t o = 0; o < p.outer; ++o)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t begin = b * kSumBlock, end = std::min(p.axis, begin + kSumBlock);
+        double acc = 0;
+        for (int64_t c = begin; c < end; c += kChunk) {
+          const int64_t len = std::min(kChunk, end - c);
+          eval_chunk<T>(ins, map, inputs, o * p.axis + c, len, first, regs);
+          first = false;
+          const T* v = regs.data() + static_cast<int64_t>(map.of[last]) * kChunk;
+#pragma omp simd reduction(+ : acc)
+          for (int64_t j = 0; j < len; ++j) acc += static_cast<double>(v[j]);
+        }
+        partial[o * blocks + b] = acc;
+      }
+  }
+  for (int64_t o = 0; o < p.outer; ++o) {
+    double acc = 0;
+    for (int64_t b = 0; b < blocks; ++b) acc += partial[o * blocks + b];
+    y[o] = static_cast<float>(acc);
+  }
+}
+
 }  // namespace
+
+void run_fused_sum(const Instr& ins, std::span<char* const> inputs, char* output) {
+  KILN_ASSERT(ins.op == Op::Sum && !ins.program.empty() && ins.output.dtype == DType::f32);
+  float* y = reinterpret_cast<float*>(output) + ins.output.view.offset;
+  if (compiler::computes_in_double(ins)) run_program_sum<double>(ins, inputs, y);
+  else run_program_sum<float>(ins, inputs, y);
+}
 
 void run_fused(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra) {
   KILN_ASSERT(extra.size() == ins.extra_outputs.size());

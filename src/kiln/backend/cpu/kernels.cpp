@@ -559,6 +559,7 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out) {
     }
     case Op::Sum:
     case Op::ReduceMax:
+      if (!ins.program.empty()) return run_fused_sum(ins, in, out);
       switch (ins.output.dtype) {
         case DType::f32: return reduce_kernel(ins, reinterpret_cast<const float*>(inp(0)), reinterpret_cast<float*>(o));
         case DType::i32: return reduce_kernel(ins, reinterpret_cast<const int32_t*>(inp(0)), reinterpret_cast<int32_t*>(o));

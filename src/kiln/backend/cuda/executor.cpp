@@ -199,6 +199,8 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
             break;
           case Op::Sum:
           case Op::ReduceMax:
+            KILN_CHECK(ins.program.empty(), "the CUDA backend has no fused reductions (compile without "
+                       "CompileOptions::fuse_sum_inputs)");
             scratch_bytes = std::max<size_t>(scratch_bytes, reduce_scratch_bytes(reduce_split(ins)));
             break;
           case Op::IndexAdd: {
