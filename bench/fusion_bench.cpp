@@ -25,8 +25,8 @@ static double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// One parameter of [rows, cols] split into 8 tensors (the optimizer runs a
-// kernel per parameter, as for a model's weight matrices).
+// Eight parameters of [rows, cols] (the optimizer runs a kernel per
+// parameter, as for a model's weight matrices).
 static int adamw_bench(int64_t rows, int64_t cols, int iters) {
   constexpr int kParams = 8;
   Generator gen(0);

@@ -14,7 +14,8 @@ namespace {
 
 namespace hm = host_memory;
 
-// Restores the default limit's state (the cache is process-wide).
+// Sets a limit on an empty cache, and empties it again after the test (the
+// cache is process-wide).
 struct CacheLimit {
   explicit CacheLimit(size_t bytes) {
     hm::empty_cache();
@@ -71,6 +72,24 @@ TEST(HostMemory, TheLimitFreesTheOldestBlocks) {
   void* q = hm::allocate(block);
   hm::release(q, block);
   EXPECT_EQ(hm::stats().cached_bytes, 0u);
+}
+
+// Sizes that never come back do not pile up: a request that finds no block of
+// its size frees at least as many bytes of the oldest blocks.
+TEST(HostMemory, ARequestOfANewSizeFreesTheOldestBlocks) {
+  CacheLimit limit(size_t(64) << 20);
+  const size_t a = 2 * hm::kCachedBlock, b = 3 * hm::kCachedBlock, c = hm::kCachedBlock;
+  void* pa = hm::allocate(a);
+  void* pb = hm::allocate(b);
+  hm::release(pa, a);
+  hm::release(pb, b);
+  EXPECT_EQ(hm::stats().cached_bytes, a + b);
+  void* pc = hm::allocate(c);  // a miss: frees `a`, the oldest, which covers c
+  EXPECT_EQ(hm::stats().cached_bytes, b);
+  void* pd = hm::allocate(4 * hm::kCachedBlock);  // frees `b` too
+  EXPECT_EQ(hm::stats().cached_bytes, 0u);
+  hm::release(pc, c);
+  hm::release(pd, 4 * hm::kCachedBlock);
 }
 
 TEST(HostMemory, CpuStoragesUseTheCache) {

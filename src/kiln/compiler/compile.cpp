@@ -131,7 +131,7 @@ class Lowering {
   }
 
   // A group whose root only a Sum over trailing axes reads (sum(g * g) of the
-  // gradient norm), f32, none of its members a result.
+  // gradient norm), f32, none of its members a result, rows of 512+ values.
   void mark_summed_groups() {
     std::vector<bool> has_output(n_, false);
     for (size_t m = 0; m < n_; ++m)
@@ -142,8 +142,12 @@ class Lowering {
       const int32_t k = n.inputs[0];
       const GraphNode& in = g_.nodes[k];
       const bool trailing = !in.shape.empty() && n.attrs.ints.back() == static_cast<int64_t>(in.shape.size()) - 1;
-      if (cls_[k] == Cls::Elementwise && group_[k] == k && users_[k].size() == 1 && !has_output[k] && trailing &&
-          in.dtype == DType::f32)
+      if (!trailing) continue;
+      // Short rows would cost an interpreter pass per row: only rows of 512
+      // values and more, or one row.
+      const AxisSplit p = split_axes(in.shape, n.attrs.ints.front(), n.attrs.ints.back());
+      if (cls_[k] == Cls::Elementwise && group_[k] == k && users_[k].size() == 1 && !has_output[k] &&
+          in.dtype == DType::f32 && (p.axis >= 512 || p.outer == 1))
         summed_[k] = true;
     }
   }

@@ -1,5 +1,6 @@
 #include "kiln/compiler/serialize.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -153,6 +154,26 @@ ir::Graph read_graph(Reader& r) {
   return g;
 }
 
+// A Sum that carries a program (a fused reduction) must describe a sum over
+// trailing axes of program_shape into one value per leading position, with
+// every loaded operand of that shape: else its kernel would read or write
+// outside its operands.
+void check_fused_reduction(const Instr& ins) {
+  const Shape& s = ins.program_shape;
+  const auto& axes = ins.attrs.ints;  // a run of consecutive axes
+  const auto rank = static_cast<int64_t>(s.size());
+  bool trailing = ins.op == ir::Op::Sum && rank > 0 && !axes.empty() && axes.front() >= 0 && axes.back() == rank - 1 &&
+                  std::all_of(s.begin(), s.end(), [](int64_t d) { return d >= 0; });
+  for (size_t k = 1; trailing && k < axes.size(); ++k) trailing = axes[k] == axes[k - 1] + 1;
+  KILN_CHECK(trailing, "compiled program record: a program on an instruction that is not a sum over trailing axes");
+  KILN_CHECK(numel(ins.output.view.shape) == split_axes(s, axes.front(), axes.back()).outer &&
+                 ins.output.dtype == DType::f32,
+             "compiled program record: a fused reduction's output does not match its program shape");
+  for (const FusedStep& step : ins.program)
+    KILN_CHECK(step.op != ir::Op::Data || ins.inputs[step.load].view.shape == s,
+               "compiled program record: a fused reduction loads an operand of another shape");
+}
+
 }  // namespace
 
 std::string serialize_program(const ir::Graph& graph, const Program& p) {
@@ -277,8 +298,9 @@ std::optional<Program> deserialize_program(const std::string& bytes, const ir::G
                  "compiled program record: step ", k, " loads operand ", s.load);
     }
     ins.program_shape = r.pods<int64_t>();
-    KILN_CHECK(ins.program_shape.empty() || (!ins.fused && ins.op == ir::Op::Sum && steps > 0),
-               "compiled program record: a program shape on an instruction that is not a fused reduction");
+    if (!ins.fused && steps > 0) check_fused_reduction(ins);
+    else KILN_CHECK(ins.program_shape.empty(), "compiled program record: a program shape on an instruction that is "
+                    "not a fused reduction");
     ins.extra_outputs.resize(r.count());
     for (ExtraOutput& e : ins.extra_outputs) {
       e.reg = r.pod<int32_t>();

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <list>
 #include <mutex>
@@ -10,6 +12,15 @@
 #include <string>
 
 #include "kiln/core/error.h"
+
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#define KILN_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define KILN_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define KILN_POISON(p, n) ((void)(p), (void)(n))
+#define KILN_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
 namespace kiln::host_memory {
 namespace {
@@ -20,9 +31,11 @@ size_t default_limit() {
   const char* env = std::getenv("KILN_HOST_CACHE_MB");
   if (env && *env) {
     char* end = nullptr;
+    errno = 0;
     const long long mb = std::strtoll(env, &end, 10);
-    KILN_CHECK(*end == 0 && mb >= 0, "KILN_HOST_CACHE_MB: expected a whole number of megabytes (0 turns the host "
-               "memory cache off), found '", env, "'");
+    KILN_CHECK(*end == 0 && errno == 0 && mb >= 0 && static_cast<unsigned long long>(mb) <= (SIZE_MAX >> 20),
+               "KILN_HOST_CACHE_MB: expected a whole number of megabytes (0 turns the host memory cache off), "
+               "found '", env, "'");
     return static_cast<size_t>(mb) << 20;
   }
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -32,7 +45,11 @@ size_t default_limit() {
 
 // Freed large blocks, oldest first; a request takes the newest block of its
 // size (the one most likely still in cache). A few hundred blocks at most, so
-// a list is enough.
+// a list is enough. A request that finds no block of its size frees at least
+// as many bytes of the oldest blocks: sizes that never come back (a growing
+// key/value cache, changing sequence lengths) cannot pile up, and the cache
+// grows only while sizes repeat. Under AddressSanitizer kept blocks are
+// poisoned, so a use after free is still reported.
 class Cache {
  public:
   void* take(size_t bytes) {
@@ -44,17 +61,25 @@ class Cache {
         cached_ -= bytes;
         blocks_.erase(std::next(it).base());
         ++reused_;
+        KILN_UNPOISON(p, bytes);
         return p;
       }
     ++fresh_;
+    size_t freed = 0;
+    while (freed < bytes && !blocks_.empty()) freed += free_oldest_locked();
     return nullptr;
   }
 
   // False when the block is not kept (the caller frees it).
-  bool keep(void* p, size_t bytes) {
+  bool keep(void* p, size_t bytes) noexcept {
     std::lock_guard<std::mutex> lock(mu_);
     if (bytes > limit_) return false;
-    blocks_.push_back({p, bytes});
+    try {
+      blocks_.push_back({p, bytes});
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    KILN_POISON(p, bytes);
     cached_ += bytes;
     trim_locked();
     return true;
@@ -67,9 +92,7 @@ class Cache {
 
   void empty() {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& b : blocks_) std::free(b.ptr);
-    blocks_.clear();
-    cached_ = 0;
+    while (!blocks_.empty()) free_oldest_locked();
   }
 
   Stats stats() {
@@ -89,11 +112,15 @@ class Cache {
     trim_locked();
   }
   void trim_locked() {
-    while (cached_ > limit_ && !blocks_.empty()) {
-      std::free(blocks_.front().ptr);
-      cached_ -= blocks_.front().bytes;
-      blocks_.pop_front();
-    }
+    while (cached_ > limit_ && !blocks_.empty()) free_oldest_locked();
+  }
+  size_t free_oldest_locked() {
+    const Block b = blocks_.front();
+    blocks_.pop_front();
+    cached_ -= b.bytes;
+    KILN_UNPOISON(b.ptr, b.bytes);
+    std::free(b.ptr);
+    return b.bytes;
   }
 
   std::mutex mu_;
@@ -119,6 +146,7 @@ void* allocate(size_t nbytes) {
     if (!p) throw std::bad_alloc();
     return p;
   }
+  if (nbytes > SIZE_MAX - kPage) throw std::bad_alloc();
   const size_t bytes = block_bytes(nbytes);
   if (void* p = cache().take(bytes)) return p;
   void* p = std::aligned_alloc(kPage, bytes);

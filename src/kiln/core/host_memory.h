@@ -14,7 +14,8 @@ namespace kiln::host_memory {
 constexpr size_t kCachedBlock = size_t(1) << 20;
 
 // 64-byte aligned memory of at least nbytes (page-aligned from kCachedBlock).
-// Throws std::bad_alloc when the system has none.
+// Throws std::bad_alloc when the system has none, and kiln::Error (at the
+// first large request) when KILN_HOST_CACHE_MB is malformed.
 void* allocate(size_t nbytes);
 // Returns memory from allocate(nbytes) (the same nbytes).
 void release(void* ptr, size_t nbytes) noexcept;
@@ -29,7 +30,8 @@ Stats stats();
 
 // The most bytes kept (default: min(2 GiB, physical memory / 8); the
 // environment's KILN_HOST_CACHE_MB overrides it, 0 turns caching off).
-// Lowering it frees the oldest blocks over the new limit.
+// Lowering it frees the oldest blocks over the new limit. A request that
+// finds no block of its size also frees at least its size of the oldest.
 void set_cache_limit(size_t bytes);
 // Frees every cached block (memory the process no longer uses goes back).
 void empty_cache();

@@ -30,10 +30,10 @@ KILN_VEC_FN(tanh, _ZGVdN8v_tanhf, std::tanh)
 KILN_VEC_FN(erf, _ZGVdN8v_erff, std::erf)
 #undef KILN_VEC_FN
 
-// libmvec's expf computes every lane of a vector that holds an input below
-// -87.33654 (its range check, 0x42AEAC4F) with the scalar expf, 13x slower,
-// and masked attention scores are -FLT_MAX: GPT-2's causal softmax spent 2.5x
-// BERT's time per element. Below -104 the float result is 0 (under half the
+// libmvec's expf sends lanes below -87.33654 (its range check, 0x42AEAC4F)
+// through the scalar expf, 13x slower per element (measured on vectors of
+// such inputs), and masked attention scores are -FLT_MAX: GPT-2's causal
+// softmax spent 2.5x BERT's time per element. Below -104 the float result is 0 (under half the
 // least subnormal); between, the scalar expf gives the subnormal results, as
 // libmvec's own fallback does: the values are libmvec's, bit for bit.
 inline void exp(const float* a, float* r, int64_t n) {
