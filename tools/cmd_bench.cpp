@@ -213,9 +213,11 @@ int run_bench(const std::vector<std::string>& args) {
       trace_times.push_back(traced);
     }
   }
-  std::sort(times.begin(), times.end());
-  std::sort(trace_times.begin(), trace_times.end());
-  const double median = times[times.size() / 2];
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double median = median_of(times), median_trace = median_of(trace_times);
   metrics::Snapshot m = metrics::snapshot();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -254,7 +256,6 @@ int run_bench(const std::vector<std::string>& args) {
               (long long)flop_params, bf16 ? "bf16 products" : "fp32", omp_get_max_threads());
   std::printf("  median step      %.4f s (%lld steps after %lld warm-up; loss %.4f)\n", median, (long long)steps,
               (long long)warmup, loss);
-  const double median_trace = trace_times[trace_times.size() / 2];
   std::printf("  host tracing     %.4f s of the step (median; the graph is built before it runs)\n", median_trace);
   std::printf("  tokens/s         %.1f\n", tokens / median);
   std::printf("  model FLOP/s     %.1f GFLOP/s (6 x parameters in matrix products x tokens/s)\n", model_gflops);

@@ -267,14 +267,14 @@ class Lowering {
   }
 
   void emit_group(int32_t root) {
-    std::vector<int32_t> members;
-    Instr ins = build_group(root, members);
+    Group group = build_group(root);
+    Instr& ins = group.ins;
     int32_t slot = result_slot(root);
     ins.output = whole(slot, root);
     loc_[root] = ins.output;
-    for (int32_t m : members)
+    for (int32_t m : group.members)
       if (m != root && !outputs_of_[m].empty()) {
-        ins.extra_outputs.push_back(ExtraOutput{reg_of_.at(m), whole(result_slot(m), m)});
+        ins.extra_outputs.push_back(ExtraOutput{group.reg.at(m), whole(result_slot(m), m)});
         loc_[m] = ins.extra_outputs.back().out;
       }
     push(std::move(ins));
@@ -284,8 +284,7 @@ class Lowering {
   void emit_summed_group(int32_t sum) {
     const GraphNode& n = g_.nodes[sum];
     const int32_t root = n.inputs[0];
-    std::vector<int32_t> members;
-    Instr ins = build_group(root, members);
+    Instr ins = build_group(root).ins;
     ins.fused = false;
     ins.op = Op::Sum;
     ins.attrs = n.attrs;
@@ -295,9 +294,16 @@ class Lowering {
     push(std::move(ins));
   }
 
-  // The fused instruction of a group, without its outputs: the program and
-  // its operands; `members` in topological order, reg_of_ their registers.
-  Instr build_group(int32_t root, std::vector<int32_t>& members) {
+  // A group's fused instruction without its outputs (the program and its
+  // operands), its members in topological order and their registers.
+  struct Group {
+    Instr ins;
+    std::vector<int32_t> members;
+    std::map<int32_t, int32_t> reg;  // node -> register
+  };
+  Group build_group(int32_t root) {
+    Group group;
+    std::vector<int32_t>& members = group.members;
     // Members in topological order, collected from the root.
     std::vector<int32_t> todo{root};
     std::vector<bool> in_group(n_, false);
@@ -314,10 +320,9 @@ class Lowering {
     }
     std::sort(members.begin(), members.end());
 
-    Instr ins;
+    Instr& ins = group.ins;
     ins.fused = true;
-    std::map<int32_t, int32_t>& reg = reg_of_;  // node -> register
-    reg.clear();
+    std::map<int32_t, int32_t>& reg = group.reg;
     std::map<int32_t, int32_t> load;  // node -> operand index
     auto operand_of = [&](int32_t node, bool need_contiguous) {
       auto it = load.find(node);
@@ -355,9 +360,8 @@ class Lowering {
         }
     if (cls_[root] == Cls::Generator) in_group[root] = false;
     for (int32_t m : members) value(m);
-    return ins;
+    return group;
   }
-  std::map<int32_t, int32_t> reg_of_;
 
   void emit_kernel(int32_t i) {
     const GraphNode& n = g_.nodes[i];
@@ -508,6 +512,13 @@ bool computes_in_double(const Instr& fused) {
   return wide;
 }
 
+std::string op_label(const Instr& ins) {
+  if (ins.program.empty()) return ir::op_name(ins.op);
+  std::string s = ins.fused ? "fused[" : std::string(ir::op_name(ins.op)) + " of fused[";
+  for (size_t k = 0; k < ins.program.size(); ++k) s += (k ? " " : "") + std::string(ir::op_name(ins.program[k].op));
+  return s + "]";
+}
+
 std::string Program::dump() const {
   std::ostringstream os;
   auto slot_name = [&](int32_t s) {
@@ -526,14 +537,8 @@ std::string Program::dump() const {
   for (size_t k = 0; k < instrs.size(); ++k) {
     const Instr& ins = instrs[k];
     os << k << ": " << operand(ins.output) << " = ";
-    if (!ins.program.empty()) {  // fused, or a fused reduction: "sum of fused[...] over [shape]"
-      os << (ins.fused ? "" : std::string(ir::op_name(ins.op)) + " of ") << "fused[";
-      for (size_t s = 0; s < ins.program.size(); ++s) os << (s ? " " : "") << ir::op_name(ins.program[s].op);
-      os << "]";
-      if (!ins.fused) os << " over " << to_string(ins.program_shape);
-    } else {
-      os << ir::op_name(ins.op);
-    }
+    os << op_label(ins);
+    if (!ins.fused && !ins.program.empty()) os << " over " << to_string(ins.program_shape);
     os << "(";
     for (size_t i = 0; i < ins.inputs.size(); ++i) os << (i ? ", " : "") << operand(ins.inputs[i]);
     os << ")";

@@ -53,14 +53,7 @@ bool profiling() {
 }
 
 std::string instr_label(const Instr& ins) {
-  std::string s;
-  if (!ins.program.empty()) {  // fused, or a fused reduction: "sum of fused[...]"
-    s = ins.fused ? "fused[" : std::string(ir::op_name(ins.op)) + " of fused[";
-    for (size_t k = 0; k < ins.program.size(); ++k) s += (k ? " " : "") + std::string(ir::op_name(ins.program[k].op));
-    s += "]";
-  } else {
-    s = ir::op_name(ins.op);
-  }
+  std::string s = op_label(ins);
   if (!ins.extra_outputs.empty()) s += " +" + std::to_string(ins.extra_outputs.size()) + " outputs";
   return s + " " + to_string(ins.output.view.shape);
 }

@@ -81,6 +81,9 @@ struct Instr {
 std::vector<int32_t> last_reads(const Instr& fused);
 // Groups with integer values run in double, so ids stay exact; others in f32.
 bool computes_in_double(const Instr& fused);
+// What an instruction computes, for dumps and profiles: "matmul",
+// "fused[data mul add]", or a fused reduction's "sum of fused[data mul]".
+std::string op_label(const Instr& ins);
 
 struct Program {
   std::vector<Slot> slots;

@@ -19,6 +19,10 @@ void execute(const compiler::Program& program, std::span<void* const> params,
 void run_fused(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
                std::span<char* const> extra = {});
 void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
+// Sums of long rows (the Sum kernel's and fused reductions') go in blocks of
+// this many values, each in double, then the blocks in order: the same
+// result on any number of threads.
+constexpr int64_t kSumBlock = 8192;
 // A Sum that carries an elementwise program (fused.cpp).
 void run_fused_sum(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
 // The slot of a GEMM or attention operand as f32: `base` as stored (f32), or

@@ -373,7 +373,6 @@ void run_program(const Instr& ins, std::span<char* const> inputs, char* output, 
 // number of threads, and no stored values.
 template <typename T>
 void run_program_sum(const Instr& ins, std::span<char* const> inputs, float* y) {
-  constexpr int64_t kSumBlock = 8192;
   const Shape& shape = ins.program_shape;
   const AxisSplit p = split_axes(shape, ins.attrs.ints.front(), ins.attrs.ints.back());
   KILN_ASSERT(p.inner == 1);

@@ -78,17 +78,16 @@ void reduce_kernel(const Instr& ins, const T* x, T* y) {
     // Long contiguous rows (a gradient's sum of squares for clipping): fixed
     // blocks summed in vectorised double, then the blocks in order — the same
     // result on any number of threads.
-    constexpr int64_t kBlock = 8192;
-    const int64_t blocks = (p.axis + kBlock - 1) / kBlock;
+    const int64_t blocks = (p.axis + kSumBlock - 1) / kSumBlock;
     std::vector<double> partial(static_cast<size_t>(p.outer * blocks));
 #pragma omp parallel for collapse(2) if (p.outer * p.axis > 32768)
     for (int64_t o = 0; o < p.outer; ++o)
       for (int64_t b = 0; b < blocks; ++b) {
         const T* row = x + o * p.axis;
         double acc = 0;
-        const int64_t end = std::min(p.axis, (b + 1) * kBlock);
+        const int64_t end = std::min(p.axis, (b + 1) * kSumBlock);
 #pragma omp simd reduction(+ : acc)
-        for (int64_t a = b * kBlock; a < end; ++a) acc += static_cast<double>(row[a]);
+        for (int64_t a = b * kSumBlock; a < end; ++a) acc += static_cast<double>(row[a]);
         partial[o * blocks + b] = acc;
       }
     for (int64_t o = 0; o < p.outer; ++o) {
