@@ -71,7 +71,7 @@ static int adamw_bench(int64_t rows, int64_t cols, int iters) {
     double total = 0;
     for (int k = 0; k < kParams; ++k) {
       const float* gk = g[k].data();
-#pragma omp parallel for reduction(+ : total) schedule(static)
+#pragma omp parallel for simd reduction(+ : total) schedule(static)
       for (int64_t j = 0; j < n; ++j) total += double(gk[j]) * gk[j];
     }
     const float coef = float(std::min(1.0, 1.0 / (std::sqrt(total) + 1e-6)));
@@ -80,7 +80,7 @@ static int adamw_bench(int64_t rows, int64_t cols, int iters) {
     for (int k = 0; k < kParams; ++k) {
       float *pk = p[k].data(), *mk = m[k].data(), *vk = v[k].data();
       const float* gk = g[k].data();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
       for (int64_t j = 0; j < n; ++j) {
         float gj = gk[j] * coef;
         float mj = mk[j] * b1 + gj * (1 - b1), vj = vk[j] * b2 + gj * gj * (1 - b2);

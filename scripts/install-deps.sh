@@ -12,6 +12,7 @@ PACKAGES=(
   libopenblas-openmp-dev   # GEMM on the CPU (OpenMP build: shares kiln's thread pool)
   libdnnl-dev              # oneDNN: measured against OpenBLAS in bench/gemm
   libblis-dev              # BLIS: measured against OpenBLAS in bench/gemm
+  libxbyak-dev             # x86-64 assembler: the CPU backend's compiled fused loops
   nlohmann-json3-dev       # JSON: config files, metrics, golden files
   libpcre2-dev             # regexes for tokenizer pre-tokenizers (GPT-2 pattern)
   libsentencepiece-dev     # spiece.model (SentencePiece) tokenizers

@@ -18,6 +18,7 @@
 #include "kiln/ir/graph.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/runtime/context.h"
+#include "support/program_util.h"
 #include "support/test_util.h"
 #include "train/tiny_bert.h"
 #ifdef KILN_HAVE_CUDA
@@ -209,14 +210,7 @@ TEST(CudaIndexMath, PhiloxSharedCoreIsTheCpuGenerator) {
 
 // ---- compiled programs run on the host with the CUDA kernels' fused code ----
 
-struct HostMemory {
-  std::vector<std::unique_ptr<char, decltype(&std::free)>> blocks;
-  char* get(size_t n) {
-    blocks.emplace_back(static_cast<char*>(std::aligned_alloc(64, (std::max<size_t>(n, 1) + 63) / 64 * 64)), &std::free);
-    std::memset(blocks.back().get(), 0xA5, std::max<size_t>(n, 1));  // poison: every element must be written
-    return blocks.back().get();
-  }
-};
+using testing::HostMemory;
 
 template <typename E>
 void emulate_gemm(const backend::cuda::GemmPlan& g, const E* a, const E* b, float* c, bool accumulate = false);
@@ -283,21 +277,17 @@ void run_emulated(const compiler::Program& p, std::span<void* const> params, std
 // Compiles what the tensors need and runs it twice, on the CPU backend and
 // emulated; compares every output (float outputs within rtol, others exactly).
 void expect_same_as_cpu(const std::vector<Tensor>& results, double rtol = 2e-5, int* fused_count = nullptr) {
-  std::vector<ir::NodePtr> outs, params;
-  for (const auto& t : results) outs.push_back(t.node());
-  const compiler::Program p = compiler::compile(ir::flatten(outs, &params));
-  std::vector<void*> param_ptrs;
-  for (const auto& n : params) {
-    n->data->wait();
-    param_ptrs.push_back(n->data->storage->data());
-  }
+  const testing::TracedProgram traced = testing::trace_program(results);
+  const compiler::Program& p = traced.program;
+  const std::vector<ir::NodePtr>& outs = traced.outputs;
+  const std::vector<void*>& param_ptrs = traced.params;
   HostMemory mem;
   std::vector<void*> cpu_out, emu_out;
   for (size_t o = 0; o < p.output_nbytes.size(); ++o) {
     cpu_out.push_back(mem.get(p.output_nbytes[o]));
     emu_out.push_back(mem.get(p.output_nbytes[o]));
   }
-  backend::cpu::execute(p, param_ptrs, cpu_out, mem.get(p.arena_bytes));
+  backend::cpu::execute(p, nullptr, param_ptrs, cpu_out, mem.get(p.arena_bytes));
   run_emulated(p, param_ptrs, emu_out, mem.get(p.arena_bytes));
   if (fused_count) *fused_count = p.num_fused;
   // Outputs are the graph's outputs in order: the results' nodes.

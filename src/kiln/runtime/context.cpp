@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include "kiln/backend/cpu/executor.h"
+#include "kiln/backend/cpu/jit.h"
 #ifdef KILN_HAVE_CUDA
 #include "kiln/backend/cuda/cuda.h"
 #endif
@@ -184,6 +185,7 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
 #ifdef KILN_HAVE_CUDA
   if (device_.kind == DeviceKind::CUDA) exe->cuda_plan = backend::cuda::prepare(exe->program, device_);
 #endif
+  if (device_.kind == DeviceKind::CPU) exe->cpu_plan = backend::cpu::prepare(exe->program);
   metrics::record_compile(seconds_since(t0), std::move(reason), static_cast<int64_t>(exe->program.arena_bytes),
                           from_disk);
   lru_.push_front(CacheEntry{g, exe});
@@ -275,7 +277,7 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
         // A replica's kernels use its share of the cores.
         const int threads = dist::threads_for(device);
         if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-        backend::cpu::execute(exe->program, ins, outs, arena);
+        backend::cpu::execute(exe->program, exe->cpu_plan.get(), ins, outs, arena);
       }
     } catch (const std::exception& e) {
       error = e.what();

@@ -21,6 +21,9 @@ struct TensorImpl;
 namespace kiln::backend::cuda {
 struct Plan;
 }
+namespace kiln::backend::cpu {
+struct Plan;
+}
 
 namespace kiln::runtime {
 
@@ -28,6 +31,7 @@ struct Executable {
   compiler::Program program;
   std::unique_ptr<Storage> arena;  // reused by every run (runs are serial on a stream)
   std::shared_ptr<backend::cuda::Plan> cuda_plan;  // CUDA devices: the program bound to the device
+  std::shared_ptr<backend::cpu::Plan> cpu_plan;    // CPU devices: its fused loops compiled (jit.h)
 };
 
 class DeviceContext {

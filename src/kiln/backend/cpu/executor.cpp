@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backend/cpu/jit.h"
 #include "kiln/compiler/profile.h"
 #include "kiln/core/error.h"
 #include "kiln/dist/collectives.h"
@@ -13,8 +14,9 @@ namespace kiln::backend::cpu {
 
 using compiler::SlotKind;
 
-void execute(const compiler::Program& program, std::span<void* const> params,
+void execute(const compiler::Program& program, const Plan* plan, std::span<void* const> params,
              std::span<void* const> outputs, void* arena) {
+  KILN_ASSERT(!plan || plan->kernels.size() == program.instrs.size());
   std::vector<char*> base(program.slots.size());
   for (size_t s = 0; s < program.slots.size(); ++s) {
     const auto& slot = program.slots[s];
@@ -46,7 +48,8 @@ void execute(const compiler::Program& program, std::span<void* const> params,
   };
   int64_t overlapped = 0;
   std::vector<char*> in, extra;
-  for (const auto& ins : program.instrs) {
+  for (size_t i = 0; i < program.instrs.size(); ++i) {
+    const auto& ins = program.instrs[i];
     in.clear();
     extra.clear();
     for (const auto& e : ins.extra_outputs) extra.push_back(base[e.out.slot]);
@@ -57,7 +60,9 @@ void execute(const compiler::Program& program, std::span<void* const> params,
     char* out = base[ins.output.slot];
     const bool timed = compiler::profiling();
     auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    if (ins.fused) run_fused(ins, in, out, extra);
+    const JitKernel* compiled = plan ? plan->kernels[i].get() : nullptr;
+    if (compiled) run_jit(*compiled, ins, in, out, extra);
+    else if (ins.fused) run_fused(ins, in, out, extra);
     else if (ins.op == ir::Op::AllReduce || ins.op == ir::Op::BroadcastFrom)
       pending.emplace_back(ins.output.slot, start_collective(ins, in, out));
     else run_kernel(ins, in, out);

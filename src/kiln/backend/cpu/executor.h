@@ -11,13 +11,20 @@
 
 namespace kiln::backend::cpu {
 
-void execute(const compiler::Program& program, std::span<void* const> params,
+struct Plan;
+// `plan`: the program's compiled loops (jit.h); null runs every fused
+// instruction in the interpreter.
+void execute(const compiler::Program& program, const Plan* plan, std::span<void* const> params,
              std::span<void* const> outputs, void* arena);
 
 // Kernel entry points used by execute().
 // `extra`: the base of each of ins.extra_outputs' slots.
 void run_fused(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
                std::span<char* const> extra = {});
+// Elements [start, start + len) of a fused f32 program, on this thread (the
+// compiled loops' ragged ends).
+void run_fused_range(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
+                     std::span<char* const> extra, int64_t start, int64_t len);
 void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
 // Sums of long rows (the Sum kernel's and fused reductions') go in blocks of
 // this many values, each in double, then the blocks in order: the same

@@ -416,6 +416,22 @@ void run_fused_sum(const Instr& ins, std::span<char* const> inputs, char* output
   else run_program_sum<float>(ins, inputs, y);
 }
 
+void run_fused_range(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra,
+                     int64_t start, int64_t len) {
+  KILN_ASSERT(!compiler::computes_in_double(ins));
+  const RegisterMap map = map_registers(ins, numel(ins.output.view.shape));
+  std::vector<float> regs(static_cast<size_t>(map.arrays) * kChunk);
+  const int32_t last = static_cast<int32_t>(ins.program.size()) - 1;
+  for (int64_t c = start; c < start + len; c += kChunk) {
+    const int64_t l = std::min(kChunk, start + len - c);
+    eval_chunk<float>(ins, map, inputs, c, l, c == start, regs);
+    auto at = [&](int32_t step) { return regs.data() + static_cast<int64_t>(map.of[step]) * kChunk; };
+    store(ins.output, output, c, l, at(last));
+    for (size_t e = 0; e < ins.extra_outputs.size(); ++e)
+      store(ins.extra_outputs[e].out, extra[e], c, l, at(ins.extra_outputs[e].reg));
+  }
+}
+
 void run_fused(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra) {
   KILN_ASSERT(extra.size() == ins.extra_outputs.size());
   if (compiler::computes_in_double(ins)) run_program<double>(ins, inputs, output, extra);

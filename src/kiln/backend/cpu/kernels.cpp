@@ -404,8 +404,10 @@ void softmax_grad_kernel(const Instr& ins, std::span<char* const> in, char* out,
   for (int64_t r = 0; r < rows.count(); ++r) {
     int64_t b = rows.base(r);
     double s = 0;
+#pragma omp simd reduction(+ : s)
     for (int64_t k = 0; k < L; ++k) s += log_form ? dy[b + k * st] : static_cast<double>(dy[b + k * st]) * y[b + k * st];
     // dy - s cancels when the row is nearly one-hot: subtract in double.
+#pragma omp simd
     for (int64_t k = 0; k < L; ++k) {
       int64_t i = b + k * st;
       double diff = static_cast<double>(dy[i]) - s;
@@ -414,11 +416,15 @@ void softmax_grad_kernel(const Instr& ins, std::span<char* const> in, char* out,
   }
 }
 
-// Mean and 1/sqrt(var + eps) of one row of C values (biased variance, in double).
+// Mean and 1/sqrt(var + eps) of one row of C values (biased variance, in
+// double). The sums are vectorised (`omp simd` may reassociate them): the
+// result depends on the build, not on the thread count.
 std::pair<double, double> row_stats(const float* xr, int64_t C, double eps) {
   double mean = 0, var = 0;
+#pragma omp simd reduction(+ : mean)
   for (int64_t c = 0; c < C; ++c) mean += xr[c];
   mean /= C;
+#pragma omp simd reduction(+ : var)
   for (int64_t c = 0; c < C; ++c) var += (xr[c] - mean) * (xr[c] - mean);
   var /= C;
   return {mean, 1.0 / std::sqrt(var + eps)};
@@ -436,6 +442,7 @@ void normalize_kernel(const Instr& ins, std::span<char* const> in, char* out) {
     const float* xr = x + n * C;
     auto [mean, rstd] = row_stats(xr, C, eps);
     float fr = static_cast<float>(rstd), fm = static_cast<float>(mean);
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) y[n * C + c] = (xr[c] - fm) * fr;
   }
 }
@@ -454,6 +461,7 @@ void normalize_grad_kernel(const Instr& ins, std::span<char* const> in, char* ou
     const float* gr = dy + n * C;
     auto [mean, rstd] = row_stats(xr, C, eps);
     double mg = 0, mgx = 0;
+#pragma omp simd reduction(+ : mg, mgx)
     for (int64_t c = 0; c < C; ++c) {
       double xh = (xr[c] - mean) * rstd;
       mg += gr[c];
@@ -461,6 +469,7 @@ void normalize_grad_kernel(const Instr& ins, std::span<char* const> in, char* ou
     }
     mg /= C;
     mgx /= C;
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
       double xh = (xr[c] - mean) * rstd;
       dx[n * C + c] = static_cast<float>(rstd * (gr[c] - mg - xh * mgx));

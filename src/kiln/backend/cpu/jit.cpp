@@ -1,0 +1,461 @@
+#include "kiln/backend/cpu/jit.h"
+
+#ifdef KILN_HAVE_XBYAK
+#include <xbyak/xbyak.h>
+#include <xbyak/xbyak_util.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "kiln/backend/cpu/executor.h"
+#include "kiln/core/error.h"
+
+namespace kiln::backend::cpu {
+
+using compiler::FusedStep;
+using compiler::Instr;
+using compiler::Operand;
+using ir::Op;
+
+// fn(ptrs, begin, end): elements [begin, end), end - begin a multiple of 8.
+// ptrs: each input's first element (at its view's offset), then the main
+// output's, then the extra outputs'.
+class JitKernel {
+ public:
+  using Fn = void (*)(const char* const* ptrs, int64_t begin, int64_t end);
+#ifdef KILN_HAVE_XBYAK
+  std::unique_ptr<Xbyak::CodeGenerator> code;
+#endif
+  Fn fn = nullptr;
+};
+
+namespace {
+
+int read_jit_env() {
+  const char* v = std::getenv("KILN_JIT");
+  if (!v || !*v || std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0) return 1;
+  if (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0) return 0;
+  throw Error(std::string("KILN_JIT: expected 0, 1, on or off, found '") + v + "'");
+}
+
+std::atomic<int> g_enabled{-1};  // -1: not read from KILN_JIT yet
+
+#ifdef KILN_HAVE_XBYAK
+
+bool broadcast_scalar(const Operand& op) {
+  return std::all_of(op.view.strides.begin(), op.view.strides.end(), [](int64_t s) { return s == 0; });
+}
+
+// (An i32 or i64 load makes the program integral: evaluated in double.)
+bool loadable(DType t) { return t == DType::f32 || t == DType::b8; }
+bool storable(DType t) { return t == DType::f32 || t == DType::b8; }
+
+bool supported(Op op) {
+  switch (op) {
+    case Op::Data: case Op::Constant: case Op::Neg: case Op::Abs: case Op::Sqrt: case Op::Rsqrt:
+    case Op::Relu: case Op::Detach: case Op::Cast: case Op::Not: case Op::Add: case Op::Sub:
+    case Op::Mul: case Op::Div: case Op::Max: case Op::Min: case Op::Eq: case Op::Ne: case Op::Lt:
+    case Op::Le: case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::Where:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether the code generator takes the instruction (see jit.h).
+bool compilable(const Instr& ins) {
+  if (!ins.fused || ins.program.empty() || compiler::computes_in_double(ins)) return false;
+  auto stored_ok = [](const Operand& o) { return storable(o.dtype) && o.view.is_contiguous(); };
+  if (!stored_ok(ins.output)) return false;
+  for (const auto& e : ins.extra_outputs)
+    if (!stored_ok(e.out)) return false;
+  for (const auto& s : ins.program) {
+    if (!supported(s.op) || s.dtype == DType::bf16) return false;
+    if (s.op == Op::Data) {
+      const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
+      if (!loadable(in.dtype) || !(in.view.is_contiguous() || broadcast_scalar(in))) return false;
+    }
+  }
+  return true;
+}
+
+// What the generated code depends on: equal signatures, equal code.
+std::string signature(const Instr& ins) {
+  std::string sig;
+  auto put = [&](const auto& v) { sig.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(ins.program.size());
+  for (const auto& s : ins.program) {
+    put(s.op), put(s.dtype), put(s.a), put(s.b), put(s.c), put(s.load);
+    if (s.op == Op::Constant) put(static_cast<float>(s.attrs.floats[0]));
+    if (s.op == Op::Data) {
+      const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
+      put(in.dtype), put(broadcast_scalar(in));
+    }
+  }
+  put(ins.inputs.size()), put(ins.output.dtype);
+  for (const auto& e : ins.extra_outputs) put(e.reg), put(e.out.dtype);
+  return sig;
+}
+
+// Stack slots of 32 bytes: four constants, then one per step (a value's home
+// when it is not in a register).
+enum ConstSlot { kZero = 0, kOne, kSign, kAbs, kConstSlots };
+// vcmpps predicates, as C++ compares floats (ordered, except !=).
+enum Pred : uint8_t { kEq = 0x00, kLt = 0x01, kLe = 0x02, kUnord = 0x03, kNe = 0x04, kGe = 0x0D, kGt = 0x0E };
+
+class Generator : public Xbyak::CodeGenerator {
+ public:
+  Generator(const Instr& ins, size_t size)
+      : Xbyak::CodeGenerator(size, Xbyak::DontSetProtectRWE), ins_(ins), prog_(ins.program) {
+    const int32_t n = static_cast<int32_t>(prog_.size());
+    invariant_.assign(n, 0);
+    for (int32_t k = 0; k < n; ++k) {
+      const FusedStep& s = prog_[k];
+      bool args = false, all_invariant = true;
+      for (int32_t x : {s.a, s.b, s.c})
+        if (x >= 0) args = true, all_invariant = all_invariant && invariant_[x];
+      if (s.op == Op::Constant) invariant_[k] = 1;
+      else if (s.op == Op::Data) invariant_[k] = broadcast_scalar(ins.inputs[static_cast<size_t>(s.load)]);
+      else invariant_[k] = args && all_invariant;
+    }
+    last_ = compiler::last_reads(ins);
+    reg_of_.assign(n, -1);
+    in_slot_.assign(n, 0);
+    emit();
+  }
+
+ private:
+  static constexpr int kRegs = 14;  // ymm0-13 hold values; ymm14, ymm15 are scratch
+  const Xbyak::Ymm t0_{14}, t1_{15};
+
+  Xbyak::Address slot(int32_t k) { return ptr[rsp + 32 * (kConstSlots + k)]; }
+  Xbyak::Address cslot(ConstSlot c) { return ptr[rsp + 32 * static_cast<int>(c)]; }
+
+  void bind(int32_t k, int r) {
+    reg_of_[k] = r;
+    holder_[r] = k;
+  }
+  void unbind(int r) {
+    if (holder_[r] >= 0) reg_of_[holder_[r]] = -1;
+    holder_[r] = -1;
+  }
+  // A free register, one whose value nothing reads any more, or the one
+  // whose value is read last (stored to its slot first unless it is there).
+  int alloc() {
+    for (int r = 0; r < kRegs; ++r)
+      if (holder_[r] < 0) return r;
+    for (int r = 0; r < kRegs; ++r)
+      if (!((pinned_ >> r) & 1u) && last_[holder_[r]] < now_) {
+        unbind(r);
+        return r;
+      }
+    int best = -1;
+    int32_t far = -2;
+    for (int r = 0; r < kRegs; ++r)
+      if (!((pinned_ >> r) & 1u) && last_[holder_[r]] > far) far = last_[holder_[r]], best = r;
+    KILN_ASSERT(best >= 0);
+    const int32_t k = holder_[best];
+    if (!in_slot_[k]) {
+      vmovups(slot(k), Xbyak::Ymm(best));
+      in_slot_[k] = 1;
+    }
+    unbind(best);
+    return best;
+  }
+  // Step k's value in a register, pinned until the step being emitted is done.
+  Xbyak::Ymm use(int32_t k) {
+    int r = reg_of_[k];
+    if (r < 0) {
+      KILN_ASSERT(in_slot_[k]);
+      r = alloc();
+      vmovups(Xbyak::Ymm(r), slot(k));
+      bind(k, r);
+    }
+    pinned_ |= 1u << r;
+    return Xbyak::Ymm(r);
+  }
+  void broadcast_bits(const Xbyak::Ymm& y, uint32_t bits) {
+    mov(eax, bits);
+    vmovd(Xbyak::Xmm(y.getIdx()), eax);
+    vbroadcastss(y, Xbyak::Xmm(y.getIdx()));
+  }
+
+  void load_input(int32_t k, const Xbyak::Ymm& d) {
+    const FusedStep& s = prog_[k];
+    const Operand& in = ins_.inputs[static_cast<size_t>(s.load)];
+    mov(rax, ptr[rbx + 8 * s.load]);
+    const Xbyak::Xmm x(d.getIdx());
+    if (invariant_[k]) {  // one value for every element
+      if (in.dtype == DType::f32) {
+        vbroadcastss(d, dword[rax]);
+      } else {  // b8
+        movzx(eax, byte[rax]);
+        vcvtsi2ss(x, x, eax);
+        vbroadcastss(d, x);
+      }
+      return;
+    }
+    if (in.dtype == DType::f32) {
+      vmovups(d, ptr[rax + r12 * 4]);
+    } else {  // b8: 0 or 1 per byte
+      vpmovzxbd(d, ptr[rax + r12]);
+      vcvtdq2ps(d, d);
+    }
+  }
+
+  // mask (all ones / zero per lane) -> 1.0f / 0.0f
+  void mask_to_one(const Xbyak::Ymm& d, const Xbyak::Ymm& mask) { vandps(d, mask, cslot(kOne)); }
+
+  void emit_step(int32_t k) {
+    const FusedStep& s = prog_[k];
+    pinned_ = 0;
+    now_ = invariant_[k] ? -1 : k;  // before the loop, every value read in it is live
+    if (s.op == Op::Data || s.op == Op::Constant) {
+      const Xbyak::Ymm d(alloc());
+      if (s.op == Op::Data) load_input(k, d);
+      else broadcast_bits(d, std::bit_cast<uint32_t>(static_cast<float>(s.attrs.floats[0])));
+      bind(k, d.getIdx());
+      return;
+    }
+    const Xbyak::Ymm a = use(s.a);
+    const Xbyak::Ymm b = s.b >= 0 ? use(s.b) : a;
+    const Xbyak::Ymm c = s.c >= 0 ? use(s.c) : a;
+    const Xbyak::Ymm d(alloc());
+    auto compare = [&](Pred p) {
+      vcmpps(t0_, a, b, p);
+      mask_to_one(d, t0_);
+    };
+    auto nonzero = [&](const Xbyak::Ymm& m, const Xbyak::Ymm& x) {  // x != 0 (NaN: true)
+      vxorps(t1_, t1_, t1_);
+      vcmpps(m, x, t1_, kNe);
+    };
+    switch (s.op) {
+      case Op::Add: vaddps(d, a, b); break;
+      case Op::Sub: vsubps(d, a, b); break;
+      case Op::Mul: vmulps(d, a, b); break;
+      case Op::Div: vdivps(d, a, b); break;
+      // a > b || isnan(a) ? a : b — vmaxps is a > b ? a : b
+      case Op::Max: case Op::Min:
+        if (s.op == Op::Max) vmaxps(d, a, b);
+        else vminps(d, a, b);
+        vcmpps(t0_, a, a, kUnord);
+        vblendvps(d, d, a, t0_);
+        break;
+      case Op::Eq: compare(kEq); break;
+      case Op::Ne: compare(kNe); break;
+      case Op::Lt: compare(kLt); break;
+      case Op::Le: compare(kLe); break;
+      case Op::Gt: compare(kGt); break;
+      case Op::Ge: compare(kGe); break;
+      case Op::And: case Op::Or:
+        nonzero(t0_, a);
+        vcmpps(t1_, b, t1_, kNe);
+        if (s.op == Op::And) vandps(t0_, t0_, t1_);
+        else vorps(t0_, t0_, t1_);
+        mask_to_one(d, t0_);
+        break;
+      case Op::Not:
+        vxorps(t1_, t1_, t1_);
+        vcmpps(t0_, a, t1_, kEq);
+        mask_to_one(d, t0_);
+        break;
+      case Op::Where:  // a != 0 ? b : c
+        nonzero(t0_, a);
+        vblendvps(d, c, b, t0_);
+        break;
+      case Op::Neg: vxorps(d, a, cslot(kSign)); break;
+      case Op::Abs: vandps(d, a, cslot(kAbs)); break;
+      case Op::Sqrt: vsqrtps(d, a); break;
+      case Op::Rsqrt:  // 1 / sqrt(a), as the interpreter: no approximation
+        vsqrtps(t0_, a);
+        vmovups(d, cslot(kOne));
+        vdivps(d, d, t0_);
+        break;
+      case Op::Relu:  // a > 0 ? a : 0
+        vxorps(t1_, t1_, t1_);
+        vmaxps(d, a, t1_);
+        break;
+      case Op::Cast:
+        if (s.dtype == DType::b8) {
+          nonzero(t0_, a);
+          mask_to_one(d, t0_);
+        } else {
+          vmovaps(d, a);  // f32 from f32
+        }
+        break;
+      case Op::Detach: vmovaps(d, a); break;
+      default: KILN_ASSERT(false);
+    }
+    for (int32_t x : {s.a, s.b, s.c})
+      if (x >= 0 && last_[x] == k && reg_of_[x] >= 0) unbind(reg_of_[x]);
+    bind(k, d.getIdx());
+  }
+
+  void store_output(int32_t reg, const Operand& out, int32_t index) {
+    pinned_ = 0;
+    now_ = static_cast<int32_t>(prog_.size());
+    const Xbyak::Ymm v = use(reg);
+    mov(rax, ptr[rbx + 8 * index]);
+    if (out.dtype == DType::f32) {
+      vmovups(ptr[rax + r12 * 4], v);
+      return;
+    }
+    // b8: v != 0 -> 1 byte per lane
+    vxorps(t1_, t1_, t1_);
+    vcmpps(t0_, v, t1_, kNe);
+    vpsrld(t0_, t0_, 31);
+    vextracti128(Xbyak::Xmm(15), t0_, 1);
+    vpackusdw(Xbyak::Xmm(14), Xbyak::Xmm(14), Xbyak::Xmm(15));
+    vpackuswb(Xbyak::Xmm(14), Xbyak::Xmm(14), Xbyak::Xmm(14));
+    vmovq(ptr[rax + r12], Xbyak::Xmm(14));
+  }
+
+  void spill_all() {
+    for (int r = 0; r < kRegs; ++r) {
+      const int32_t k = holder_[r];
+      if (k >= 0 && !in_slot_[k]) vmovups(slot(k), Xbyak::Ymm(r)), in_slot_[k] = 1;
+      unbind(r);
+    }
+  }
+
+  void emit() {
+    const int32_t n = static_cast<int32_t>(prog_.size());
+    const int32_t nin = static_cast<int32_t>(ins_.inputs.size());
+    // void fn(ptrs = rdi, begin = rsi, end = rdx)
+    push(rbx), push(rbp), push(r12), push(r13), push(r14), push(r15);
+    mov(rbp, rsp);
+    sub(rsp, 32 * (kConstSlots + n));
+    and_(rsp, -32);
+    mov(rbx, rdi);
+    mov(r12, rsi);
+    mov(r13, rdx);
+    vxorps(t0_, t0_, t0_);
+    vmovups(cslot(kZero), t0_);
+    broadcast_bits(t0_, 0x3F800000u);
+    vmovups(cslot(kOne), t0_);
+    broadcast_bits(t0_, 0x80000000u);
+    vmovups(cslot(kSign), t0_);
+    broadcast_bits(t0_, 0x7FFFFFFFu);
+    vmovups(cslot(kAbs), t0_);
+    // Values that are the same for every element, once, into their slots.
+    for (int32_t k = 0; k < n; ++k)
+      if (invariant_[k]) emit_step(k);
+    spill_all();
+    // Everything else, 8 elements an iteration; outputs stored last, so an
+    // output may share memory with an input it reads element for element.
+    Xbyak::Label loop, done;
+    L(loop);
+    cmp(r12, r13);
+    jge(done, T_NEAR);
+    for (int32_t k = 0; k < n; ++k)
+      if (!invariant_[k] && last_[k] >= 0) emit_step(k);  // stored steps are read at n
+    store_output(n - 1, ins_.output, nin);
+    for (size_t e = 0; e < ins_.extra_outputs.size(); ++e)
+      store_output(ins_.extra_outputs[e].reg, ins_.extra_outputs[e].out, nin + 1 + static_cast<int32_t>(e));
+    for (int r = 0; r < kRegs; ++r) unbind(r);  // the next iteration starts as this one did
+    for (int32_t k = 0; k < n; ++k)
+      if (!invariant_[k]) in_slot_[k] = 0;
+    add(r12, 8);
+    jmp(loop, T_NEAR);
+    L(done);
+    vzeroupper();
+    mov(rsp, rbp);
+    pop(r15), pop(r14), pop(r13), pop(r12), pop(rbp), pop(rbx);
+    ret();
+  }
+
+  const Instr& ins_;
+  const std::vector<FusedStep>& prog_;
+  std::vector<uint8_t> invariant_, in_slot_;
+  std::vector<int32_t> last_, reg_of_;
+  int32_t holder_[kRegs] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+  uint32_t pinned_ = 0;
+  int32_t now_ = 0;  // the step being emitted (program.size(): the stores)
+};
+
+bool cpu_has_avx2() {
+  static const bool ok = Xbyak::util::Cpu().has(Xbyak::util::Cpu::tAVX2);
+  return ok;
+}
+#else
+bool cpu_has_avx2() { return false; }
+#endif
+
+}  // namespace
+
+bool jit_enabled() {
+  int e = g_enabled.load();
+  if (e < 0) {
+    e = read_jit_env();
+    g_enabled.store(e);
+  }
+  return e == 1 && cpu_has_avx2();
+}
+
+void set_jit_enabled(bool on) { g_enabled.store(on ? 1 : 0); }
+
+std::shared_ptr<const JitKernel> jit_compile(const Instr& ins) {
+#ifndef KILN_HAVE_XBYAK
+  (void)ins;
+  return nullptr;
+#else
+  if (!jit_enabled() || !compilable(ins)) return nullptr;
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<const JitKernel>> cache;
+  std::string sig = signature(ins);
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = cache[sig];
+  if (!slot) {
+    auto k = std::make_shared<JitKernel>();
+    try {
+      k->code = std::make_unique<Generator>(ins, 4096 + 256 * ins.program.size());
+      k->code->ready();
+      k->code->setProtectModeRE();  // written, then executable: never both
+    } catch (const Xbyak::Error& e) {
+      throw Error(std::string("fused kernel code generation failed (") + e.what() + ") for " +
+                  compiler::op_label(ins) + "; KILN_JIT=0 runs the interpreter instead");
+    }
+    k->fn = k->code->getCode<JitKernel::Fn>();
+    slot = std::move(k);
+  }
+  return slot;
+#endif
+}
+
+void run_jit(const JitKernel& kernel, const Instr& ins, std::span<char* const> inputs, char* output,
+             std::span<char* const> extra) {
+  auto first = [](char* base, const Operand& op) {
+    return base + op.view.offset * static_cast<int64_t>(dtype_size(op.dtype));
+  };
+  std::vector<const char*> ptrs;
+  ptrs.reserve(ins.inputs.size() + 1 + extra.size());
+  for (size_t k = 0; k < ins.inputs.size(); ++k) ptrs.push_back(first(inputs[k], ins.inputs[k]));
+  ptrs.push_back(first(output, ins.output));
+  for (size_t e = 0; e < extra.size(); ++e) ptrs.push_back(first(extra[e], ins.extra_outputs[e].out));
+  const int64_t n = numel(ins.output.view.shape);
+  const int64_t body = n & ~int64_t{7};
+  constexpr int64_t kBlock = 8192;
+  const int64_t blocks = (body + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t b = 0; b < blocks; ++b) kernel.fn(ptrs.data(), b * kBlock, std::min(body, (b + 1) * kBlock));
+  if (body < n) run_fused_range(ins, inputs, output, extra, body, n - body);
+}
+
+std::shared_ptr<Plan> prepare(const compiler::Program& program) {
+  auto plan = std::make_shared<Plan>();
+  plan->kernels.reserve(program.instrs.size());
+  for (const auto& ins : program.instrs) {
+    plan->kernels.push_back(ins.fused ? jit_compile(ins) : nullptr);
+    plan->compiled += plan->kernels.back() != nullptr;
+  }
+  return plan;
+}
+
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,41 @@
+#pragma once
+// Fused elementwise programs compiled to AVX2 machine code (xbyak), the way
+// XLA's CPU backend emits one loop per fusion. The interpreter (fused.cpp)
+// runs a program op by op over chunks of 512 values, so every step loads and
+// stores its operands from L1; the compiled loop keeps a step's 8 values in a
+// ymm register from the load of its inputs to the store of its outputs.
+// Values are bit-identical to the interpreter's: the same IEEE operations in
+// the same order (no contraction into FMAs).
+//
+// Programs the code generator does not take stay with the interpreter:
+// random numbers, bf16 values, transcendental steps (their cost is the vector
+// math library's, not the loop's), double-evaluated integer programs, and
+// operands that are neither contiguous nor one broadcast value.
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kiln/compiler/program.h"
+
+namespace kiln::backend::cpu {
+
+class JitKernel;
+
+// The compiled loop of a fused instruction, or nullptr (interpreted). Equal
+// programs share one kernel. Off when KILN_JIT=0, or without AVX2 at run time.
+std::shared_ptr<const JitKernel> jit_compile(const compiler::Instr& ins);
+// Runs it: the same contract as run_fused.
+void run_jit(const JitKernel& kernel, const compiler::Instr& ins, std::span<char* const> inputs, char* output,
+             std::span<char* const> extra);
+// Whether jit_compile compiles anything (tests compare both paths).
+bool jit_enabled();
+void set_jit_enabled(bool on);
+
+// A program bound to the CPU backend: its instructions' compiled loops.
+struct Plan {
+  std::vector<std::shared_ptr<const JitKernel>> kernels;  // per instruction; null: not compiled
+  int32_t compiled = 0;
+};
+std::shared_ptr<Plan> prepare(const compiler::Program& program);
+
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,167 @@
+// The CPU backend's compiled fused loops (backend/cpu/jit.h) against its
+// interpreter: the same program, executed both ways, must give the same bits.
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "kiln/backend/cpu/executor.h"
+#include "kiln/backend/cpu/jit.h"
+#include "kiln/runtime/context.h"
+#include "support/program_util.h"
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+struct Executed {
+  std::vector<std::vector<char>> outputs;
+  int32_t compiled = 0;  // instructions that ran as compiled loops
+};
+
+// The results' program, executed with the compiled loops or the interpreter.
+Executed execute(const std::vector<Tensor>& results, bool jit) {
+  const testing::TracedProgram traced = testing::trace_program(results);
+  const compiler::Program& p = traced.program;
+  testing::HostMemory mem;
+  std::vector<void*> out_ptrs;
+  for (size_t o = 0; o < p.output_nbytes.size(); ++o) out_ptrs.push_back(mem.get(p.output_nbytes[o]));
+  const bool was = backend::cpu::jit_enabled();
+  backend::cpu::set_jit_enabled(jit);
+  std::shared_ptr<backend::cpu::Plan> plan = backend::cpu::prepare(p);
+  backend::cpu::set_jit_enabled(was);
+  backend::cpu::execute(p, plan.get(), traced.params, out_ptrs, mem.get(p.arena_bytes));
+  Executed run;
+  run.compiled = plan->compiled;
+  for (size_t o = 0; o < out_ptrs.size(); ++o) {
+    const char* b = static_cast<const char*>(out_ptrs[o]);
+    run.outputs.emplace_back(b, b + p.output_nbytes[o]);
+  }
+  return run;
+}
+
+// Both ways, output by output, byte for byte (NaNs included).
+void expect_same_bits(const std::vector<Tensor>& results, const char* what) {
+  if (!backend::cpu::jit_enabled()) GTEST_SKIP() << "compiled loops are off (KILN_JIT=0 or no AVX2)";
+  const Executed jit = execute(results, true), interpreted = execute(results, false);
+  EXPECT_GT(jit.compiled, 0) << what << ": nothing was compiled";
+  EXPECT_EQ(interpreted.compiled, 0);
+  ASSERT_EQ(jit.outputs.size(), interpreted.outputs.size());
+  for (size_t o = 0; o < jit.outputs.size(); ++o) {
+    const auto& a = jit.outputs[o];
+    const auto& b = interpreted.outputs[o];
+    ASSERT_EQ(a.size(), b.size()) << what << " output " << o;
+    size_t first = 0;
+    while (first < a.size() && a[first] == b[first]) ++first;
+    EXPECT_EQ(first, a.size()) << what << ": output " << o << " differs from byte " << first << " of " << a.size();
+  }
+}
+
+// n values with every awkward float among them: NaN, infinities, signed
+// zeros, subnormals, the largest finite values.
+std::vector<float> awkward_values(int64_t n, uint64_t seed) {
+  std::vector<float> v = testing::uniform_values(n, seed, -3.0f, 3.0f);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1e-40f, -1e-40f,
+                            std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(), 1.0f, -1.0f};
+  for (size_t i = 0; i < v.size(); i += 7) v[i] = specials[(i / 7 + seed) % std::size(specials)];
+  return v;
+}
+
+TEST(CpuJit, EveryOpMatchesTheInterpreterBitForBit) {
+  // 8: one iteration; 13 and 1037: ragged ends run by the interpreter;
+  // 40000: several threads.
+  for (int64_t n : {8, 13, 1037, 40000}) {
+    Tensor x = Tensor::from_vector(awkward_values(n, 1), {n});
+    Tensor y = Tensor::from_vector(awkward_values(n, 2), {n});
+    Tensor z = Tensor::from_vector(awkward_values(n, 3), {n});
+    const std::string what = "n = " + std::to_string(n);
+    expect_same_bits({x + y, x - y, x * y, x / y, maximum(x, y), minimum(x, y), maximum(y, x), minimum(y, x)},
+                     (what + ", arithmetic").c_str());
+    expect_same_bits({-x, abs(x), sqrt(x), rsqrt(y), relu(x), sqrt(abs(x)) * 2.0 + 1.0}, (what + ", unary").c_str());
+    expect_same_bits({eq(x, y), ne(x, y), lt(x, y), le(x, y), gt(x, y), ge(x, y), eq(x, x), ne(x, x)},
+                     (what + ", comparisons").c_str());
+    Tensor bx = cast(x, DType::b8), by = cast(y, DType::b8);  // NaN -> true, ±0 -> false
+    expect_same_bits({logical_and(bx, by), logical_or(bx, lt(y, z)), logical_not(bx), where(gt(x, y), x, z),
+                      where(bx, y, z), cast(lt(x, z), DType::f32) * y},
+                     (what + ", logic").c_str());
+  }
+}
+
+TEST(CpuJit, BroadcastScalarsAndStoredMasksAreInputs) {
+  const int64_t n = 4099;
+  Tensor x = Tensor::from_vector(awkward_values(n, 4), {n});
+  Tensor y = Tensor::from_vector(awkward_values(n, 5), {n});
+  Tensor s = Tensor::from_vector(std::vector<float>{0.375f}, {});
+  Tensor mask = gt(x, y);  // computed first: a stored bool input of the programs below
+  mark_step();
+  expect_same_bits({x * s + s, where(mask, x * s, y), cast(mask, DType::f32) + x, logical_not(mask)},
+                   "scalars and masks");
+}
+
+// More values live at once than there are registers: all twenty are stored
+// after the last step, so the code generator must keep most in memory.
+TEST(CpuJit, LongProgramsKeepWhatDoesNotFitInRegisters) {
+  const int64_t n = 1000;
+  Tensor x = Tensor::from_vector(awkward_values(n, 6), {n});
+  Tensor y = Tensor::from_vector(testing::uniform_values(n, 7), {n});
+  std::vector<Tensor> results;
+  Tensor total = y;
+  for (int i = 0; i < 20; ++i) {
+    results.push_back(x * (i + 1.5) + y / (i + 2.0));
+    total = total * 0.5 + results.back();
+  }
+  results.push_back(total);
+  expect_same_bits(results, "twenty-one results");
+}
+
+// AdamW with clipping through the runtime: each step's update runs in one
+// compiled loop that writes the parameter and both moments over their old
+// memory. Three steps give the same parameters, bit for bit, both ways.
+TEST(CpuJit, AdamWStepsGiveTheInterpretersParameters) {
+  if (!backend::cpu::jit_enabled()) GTEST_SKIP() << "compiled loops are off (KILN_JIT=0 or no AVX2)";
+  auto train = [](bool jit) {
+    const bool was = backend::cpu::jit_enabled();
+    backend::cpu::set_jit_enabled(jit);
+    runtime::DeviceContext::get(Device::cpu()).clear_cache();  // plans are made when a program is compiled
+    Tensor w = Tensor::from_vector(testing::uniform_values(3001, 8), {3001}).requires_grad_();
+    Tensor b = Tensor::from_vector(testing::uniform_values(37, 9), {37}).requires_grad_();
+    Tensor target = Tensor::from_vector(testing::uniform_values(3001, 10), {3001});
+    optim::AdamW opt({w, b}, {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
+    for (int t = 0; t < 3; ++t) {
+      Tensor loss = sum((w - target) * (w - target)) + sum(b * b * 3.0);
+      loss.backward();
+      optim::clip_grad_norm({w, b}, 1.0);
+      opt.step();
+      opt.zero_grad();
+      mark_step();
+    }
+    std::vector<float> out = w.to_vector<float>(), bias = b.to_vector<float>();
+    out.insert(out.end(), bias.begin(), bias.end());
+    backend::cpu::set_jit_enabled(was);
+    runtime::DeviceContext::get(Device::cpu()).clear_cache();
+    return out;
+  };
+  const std::vector<float> jit = train(true), interpreted = train(false);
+  ASSERT_EQ(jit.size(), interpreted.size());
+  EXPECT_EQ(std::memcmp(jit.data(), interpreted.data(), jit.size() * sizeof(float)), 0);
+  EXPECT_NE(jit[0], testing::uniform_values(3001, 8)[0]);  // the steps did update
+}
+
+// Programs the code generator leaves to the interpreter still run there.
+TEST(CpuJit, RandomNumbersAndTranscendentalsStayInterpreted) {
+  if (!backend::cpu::jit_enabled()) GTEST_SKIP() << "compiled loops are off (KILN_JIT=0 or no AVX2)";
+  Tensor x = Tensor::from_vector(testing::uniform_values(1000, 11), {1000});
+  Tensor y = exp(x) * 2.0;
+  std::vector<ir::NodePtr> params;
+  const compiler::Program p = compiler::compile(ir::flatten({y.node()}, &params));
+  EXPECT_EQ(backend::cpu::prepare(p)->compiled, 0) << p.dump();
+  const Executed run = execute({y}, true);
+  std::vector<float> got(1000);
+  std::memcpy(got.data(), run.outputs[0].data(), sizeof(float) * 1000);
+  std::vector<double> want, g(got.begin(), got.end());
+  for (float v : x.to_vector<float>()) want.push_back(std::exp(static_cast<double>(v)) * 2.0);
+  EXPECT_TRUE(testing::all_close(g, want, 1e-6, 0));
+}
+
+}  // namespace
+}  // namespace kiln
