@@ -19,8 +19,9 @@ struct Executed {
 };
 
 // The results' program, executed with the compiled loops or the interpreter.
+// (Compiled as for CPU devices: fused reductions on.)
 Executed execute(const std::vector<Tensor>& results, bool jit) {
-  const testing::TracedProgram traced = testing::trace_program(results);
+  const testing::TracedProgram traced = testing::trace_program(results, {.fuse_sum_inputs = true});
   const compiler::Program& p = traced.program;
   testing::HostMemory mem;
   std::vector<void*> out_ptrs;
@@ -81,6 +82,11 @@ TEST(CpuJit, EveryOpMatchesTheInterpreterBitForBit) {
     expect_same_bits({eq(x, y), ne(x, y), lt(x, y), le(x, y), gt(x, y), ge(x, y), eq(x, x), ne(x, x)},
                      (what + ", comparisons").c_str());
     Tensor bx = cast(x, DType::b8), by = cast(y, DType::b8);  // NaN -> true, ±0 -> false
+    // exp's inputs reach below -87.34 (libmvec's scalar fallback) and -104 (0).
+    Tensor wide = x * 40.0;
+    expect_same_bits({exp(x), exp(wide), exp(-wide), log(x), tanh(wide), erf(x), sigmoid(wide), gelu(x),
+                      gelu(wide, "tanh"), exp(x) * y + erf(y)},
+                     (what + ", transcendental").c_str());
     expect_same_bits({logical_and(bx, by), logical_or(bx, lt(y, z)), logical_not(bx), where(gt(x, y), x, z),
                       where(bx, y, z), cast(lt(x, z), DType::f32) * y},
                      (what + ", logic").c_str());
@@ -147,20 +153,37 @@ TEST(CpuJit, AdamWStepsGiveTheInterpretersParameters) {
   EXPECT_NE(jit[0], testing::uniform_values(3001, 8)[0]);  // the steps did update
 }
 
-// Programs the code generator leaves to the interpreter still run there.
-TEST(CpuJit, RandomNumbersAndTranscendentalsStayInterpreted) {
+// Fused reductions (a gradient norm's sum of squares): several blocks of
+// 8192 values and a ragged end, one row and seven, summed in the same
+// order both ways.
+TEST(CpuJit, FusedReductionsSumInTheInterpretersOrder) {
+  Tensor x = Tensor::from_vector(awkward_values(100003, 14), {100003});
+  Tensor y = Tensor::from_vector(testing::uniform_values(7 * 9001, 15), {7, 9001});
+  Tensor z = Tensor::from_vector(testing::uniform_values(7 * 9001, 16), {7, 9001});
+  expect_same_bits({sum(y * y), sum(y * z, {1}), sum(exp(z) - 1.0, {1})}, "finite sums");
+  expect_same_bits({sum(x * x)}, "a sum with NaN and infinities");
+}
+
+// GELU's gradient in both forms (the backward pass of a GELU layer).
+TEST(CpuJit, GeluGradientsMatchTheInterpreterBitForBit) {
+  const int64_t n = 2053;
+  for (const char* form : {"none", "tanh"}) {
+    Tensor x = Tensor::from_vector(awkward_values(n, 12), {n}).requires_grad_();
+    Tensor dy = Tensor::from_vector(testing::uniform_values(n, 13), {n});
+    sum(gelu(x * 3.0, form) * dy).backward();
+    expect_same_bits({x.grad()}, form);
+  }
+}
+
+// Programs with random numbers stay with the interpreter.
+TEST(CpuJit, RandomNumbersStayInterpreted) {
   if (!backend::cpu::jit_enabled()) GTEST_SKIP() << "compiled loops are off (KILN_JIT=0 or no AVX2)";
+  Generator gen(7);
   Tensor x = Tensor::from_vector(testing::uniform_values(1000, 11), {1000});
-  Tensor y = exp(x) * 2.0;
-  std::vector<ir::NodePtr> params;
-  const compiler::Program p = compiler::compile(ir::flatten({y.node()}, &params));
-  EXPECT_EQ(backend::cpu::prepare(p)->compiled, 0) << p.dump();
-  const Executed run = execute({y}, true);
-  std::vector<float> got(1000);
-  std::memcpy(got.data(), run.outputs[0].data(), sizeof(float) * 1000);
-  std::vector<double> want, g(got.begin(), got.end());
-  for (float v : x.to_vector<float>()) want.push_back(std::exp(static_cast<double>(v)) * 2.0);
-  EXPECT_TRUE(testing::all_close(g, want, 1e-6, 0));
+  Tensor y = x * ge(rand({1000}, gen), scalar_like(0.5, x));
+  const testing::TracedProgram traced = testing::trace_program({y});
+  EXPECT_EQ(backend::cpu::prepare(traced.program)->compiled, 0) << traced.program.dump();
+  EXPECT_GT(traced.program.num_fused, 0) << traced.program.dump();
 }
 
 }  // namespace

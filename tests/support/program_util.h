@@ -31,11 +31,11 @@ struct TracedProgram {
   std::vector<ir::NodePtr> outputs;
   std::vector<void*> params;
 };
-inline TracedProgram trace_program(const std::vector<Tensor>& results) {
+inline TracedProgram trace_program(const std::vector<Tensor>& results, const compiler::CompileOptions& options = {}) {
   TracedProgram t;
   std::vector<ir::NodePtr> params;
   for (const auto& r : results) t.outputs.push_back(r.node());
-  t.program = compiler::compile(ir::flatten(t.outputs, &params));
+  t.program = compiler::compile(ir::flatten(t.outputs, &params), options);
   for (const auto& n : params) {
     n->data->wait();
     t.params.push_back(n->data->storage->data());

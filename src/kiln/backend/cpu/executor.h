@@ -25,11 +25,24 @@ void run_fused(const compiler::Instr& ins, std::span<char* const> inputs, char* 
 // compiled loops' ragged ends).
 void run_fused_range(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
                      std::span<char* const> extra, int64_t start, int64_t len);
+// The values of a fused f32 program's last step for elements [start, start +
+// len), len <= 512, into `values` (a compiled reduction's ragged end).
+void run_fused_values(const compiler::Instr& ins, std::span<char* const> inputs, int64_t start, int64_t len,
+                      float* values);
 void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
 // Sums of long rows (the Sum kernel's and fused reductions') go in blocks of
 // this many values, each in double, then the blocks in order: the same
 // result on any number of threads.
 constexpr int64_t kSumBlock = 8192;
+// A fused reduction's block is summed in this many double lanes (value i of
+// the block into lane i % kSumLanes, each lane in order), then the lanes in
+// order: one order for the interpreter and the compiled loops (jit.h).
+constexpr int64_t kSumLanes = 8;
+inline double sum_lanes(const double* lanes) {
+  double s = 0;
+  for (int64_t l = 0; l < kSumLanes; ++l) s += lanes[l];
+  return s;
+}
 // A Sum that carries an elementwise program (fused.cpp).
 void run_fused_sum(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
 // The slot of a GEMM or attention operand as f32: `base` as stored (f32), or

@@ -149,55 +149,18 @@ T cast_to(DType t, T x) {
   return x;
 }
 
-// Transcendental float steps through the vector math library; false when
-// the step is not one of them.
+// Transcendental float steps through the vector math library (vecmath.h);
+// false when the step is not one of them.
 bool eval_transcendental(const FusedStep& s, const float* a, const float* b, float* r, int64_t len) {
-  constexpr float kInvSqrt2 = 0.70710678118654752440f;
-  float t[kChunk];
   switch (s.op) {
     case Op::Exp: vec::exp(a, r, len); return true;
     case Op::Log: vec::log(a, r, len); return true;
     case Op::Tanh: vec::tanh(a, r, len); return true;
     case Op::Erf: vec::erf(a, r, len); return true;
-    case Op::Sigmoid:  // 1 / (1 + e^-x)
-      for (int64_t j = 0; j < len; ++j) t[j] = -a[j];
-      vec::exp(t, t, len);
-      for (int64_t j = 0; j < len; ++j) r[j] = 1.0f / (1.0f + t[j]);
-      return true;
-    case Op::Gelu:
-      if (s.attrs.ints[0] == 1) {  // ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
-        for (int64_t j = 0; j < len; ++j) t[j] = float(kSqrt2OverPi) * (a[j] + 0.044715f * a[j] * a[j] * a[j]);
-        vec::tanh(t, t, len);
-      } else {  // ½x(1 + erf(x/√2))
-        for (int64_t j = 0; j < len; ++j) t[j] = a[j] * kInvSqrt2;
-        vec::erf(t, t, len);
-      }
-      for (int64_t j = 0; j < len; ++j) r[j] = 0.5f * a[j] * (1.0f + t[j]);
-      return true;
-    case Op::GeluGrad: {  // dy · gelu'(x)
-      float u[kChunk];
-      if (s.attrs.ints[0] == 1) {
-        for (int64_t j = 0; j < len; ++j) t[j] = float(kSqrt2OverPi) * (a[j] + 0.044715f * a[j] * a[j] * a[j]);
-        vec::tanh(t, t, len);
-        for (int64_t j = 0; j < len; ++j) {
-          float x = a[j];
-          r[j] = b[j] * (0.5f * (1.0f + t[j]) +
-                         0.5f * x * (1.0f - t[j] * t[j]) * float(kSqrt2OverPi) * (1.0f + 3.0f * 0.044715f * x * x));
-        }
-      } else {  // ½(1 + erf(x/√2)) + x·φ(x)
-        for (int64_t j = 0; j < len; ++j) {
-          t[j] = a[j] * kInvSqrt2;
-          u[j] = -0.5f * a[j] * a[j];
-        }
-        vec::erf(t, t, len);
-        vec::exp(u, u, len);
-        for (int64_t j = 0; j < len; ++j)
-          r[j] = b[j] * (0.5f * (1.0f + t[j]) + a[j] * u[j] * float(kInvSqrt2Pi));
-      }
-      return true;
-    }
-    default:
-      return false;
+    case Op::Sigmoid: vec::sigmoid(a, r, len); return true;
+    case Op::Gelu: vec::gelu(a, r, len, s.attrs.ints[0] == 1); return true;
+    case Op::GeluGrad: vec::gelu_grad(a, b, r, len, s.attrs.ints[0] == 1); return true;  // dy · gelu'(x)
+    default: return false;
   }
 }
 
@@ -368,9 +331,9 @@ void run_program(const Instr& ins, std::span<char* const> inputs, char* output, 
 }
 
 // A fused reduction: the program's values summed over the trailing axes of
-// program_shape, in blocks of kSumBlock values (vectorised double), then the
-// blocks in order, as the Sum kernel sums long rows: the same result on any
-// number of threads, and no stored values.
+// program_shape, in blocks of kSumBlock values (each in kSumLanes double
+// lanes, executor.h), then the blocks in order, as the Sum kernel sums long
+// rows: the same result on any number of threads, and no stored values.
 template <typename T>
 void run_program_sum(const Instr& ins, std::span<char* const> inputs, float* y) {
   const Shape& shape = ins.program_shape;
@@ -388,16 +351,18 @@ void run_program_sum(const Instr& ins, std::span<char* const> inputs, float* y) 
     for (int64_t o = 0; o < p.outer; ++o)
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t begin = b * kSumBlock, end = std::min(p.axis, begin + kSumBlock);
-        double acc = 0;
+        double lanes[kSumLanes] = {};
         for (int64_t c = begin; c < end; c += kChunk) {
           const int64_t len = std::min(kChunk, end - c);
           eval_chunk<T>(ins, map, inputs, o * p.axis + c, len, first, regs);
           first = false;
           const T* v = regs.data() + static_cast<int64_t>(map.of[last]) * kChunk;
-#pragma omp simd reduction(+ : acc)
-          for (int64_t j = 0; j < len; ++j) acc += static_cast<double>(v[j]);
+          int64_t j = 0;
+          for (; j + kSumLanes <= len; j += kSumLanes)
+            for (int64_t l = 0; l < kSumLanes; ++l) lanes[l] += static_cast<double>(v[j + l]);
+          for (; j < len; ++j) lanes[j % kSumLanes] += static_cast<double>(v[j]);
         }
-        partial[o * blocks + b] = acc;
+        partial[o * blocks + b] = sum_lanes(lanes);
       }
   }
   for (int64_t o = 0; o < p.outer; ++o) {
@@ -414,6 +379,15 @@ void run_fused_sum(const Instr& ins, std::span<char* const> inputs, char* output
   float* y = reinterpret_cast<float*>(output) + ins.output.view.offset;
   if (compiler::computes_in_double(ins)) run_program_sum<double>(ins, inputs, y);
   else run_program_sum<float>(ins, inputs, y);
+}
+
+void run_fused_values(const Instr& ins, std::span<char* const> inputs, int64_t start, int64_t len, float* values) {
+  KILN_ASSERT(!compiler::computes_in_double(ins) && len <= kChunk);
+  const RegisterMap map = map_registers(ins, numel(ins.op == Op::Sum ? ins.program_shape : ins.output.view.shape));
+  std::vector<float> regs(static_cast<size_t>(map.arrays) * kChunk);
+  eval_chunk<float>(ins, map, inputs, start, len, true, regs);
+  const float* v = regs.data() + static_cast<int64_t>(map.of[ins.program.size() - 1]) * kChunk;
+  std::copy(v, v + len, values);
 }
 
 void run_fused_range(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra,

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "kiln/backend/cpu/executor.h"
+#include "kiln/backend/cpu/vecmath.h"
 #include "kiln/core/error.h"
 
 namespace kiln::backend::cpu {
@@ -26,14 +27,17 @@ using ir::Op;
 
 // fn(ptrs, begin, end): elements [begin, end), end - begin a multiple of 8.
 // ptrs: each input's first element (at its view's offset), then the main
-// output's, then the extra outputs'.
+// output's, then the extra outputs'. A fused reduction's loop (a Sum with a
+// program) stores nothing: it adds value i to lanes[(i - begin) % 8].
 class JitKernel {
  public:
   using Fn = void (*)(const char* const* ptrs, int64_t begin, int64_t end);
+  using SumFn = void (*)(const char* const* ptrs, int64_t begin, int64_t end, double* lanes);
 #ifdef KILN_HAVE_XBYAK
   std::unique_ptr<Xbyak::CodeGenerator> code;
 #endif
-  Fn fn = nullptr;
+  Fn fn = nullptr;         // elementwise
+  SumFn sum_fn = nullptr;  // fused reduction
 };
 
 namespace {
@@ -57,8 +61,43 @@ bool broadcast_scalar(const Operand& op) {
 bool loadable(DType t) { return t == DType::f32 || t == DType::b8; }
 bool storable(DType t) { return t == DType::f32 || t == DType::b8; }
 
-bool supported(Op op) {
-  switch (op) {
+#ifdef KILN_HAVE_LIBMVEC
+// Transcendental steps: the compiled loop calls these with the operands in
+// ymm0 (and ymm1), the interpreter's 8-lane functions (vecmath.h).
+__m256 call_exp(__m256 x) { return vec::exp8(x); }
+__m256 call_log(__m256 x) { return vec::log8(x); }
+__m256 call_tanh(__m256 x) { return vec::tanh8(x); }
+__m256 call_erf(__m256 x) { return vec::erf8(x); }
+__m256 call_sigmoid(__m256 x) { return vec::sigmoid8(x); }
+__m256 call_gelu(__m256 x) { return vec::gelu8(x, false); }
+__m256 call_gelu_tanh(__m256 x) { return vec::gelu8(x, true); }
+__m256 call_gelu_grad(__m256 x, __m256 dy) { return vec::gelu_grad8(x, dy, false); }
+__m256 call_gelu_grad_tanh(__m256 x, __m256 dy) { return vec::gelu_grad8(x, dy, true); }
+#endif
+
+// The function a transcendental step calls; null for the others.
+const void* callee(const FusedStep& s) {
+#ifdef KILN_HAVE_LIBMVEC
+  const bool tanh_form = (s.op == Op::Gelu || s.op == Op::GeluGrad) && s.attrs.ints[0] == 1;
+  switch (s.op) {
+    case Op::Exp: return reinterpret_cast<const void*>(&call_exp);
+    case Op::Log: return reinterpret_cast<const void*>(&call_log);
+    case Op::Tanh: return reinterpret_cast<const void*>(&call_tanh);
+    case Op::Erf: return reinterpret_cast<const void*>(&call_erf);
+    case Op::Sigmoid: return reinterpret_cast<const void*>(&call_sigmoid);
+    case Op::Gelu: return reinterpret_cast<const void*>(tanh_form ? &call_gelu_tanh : &call_gelu);
+    case Op::GeluGrad: return reinterpret_cast<const void*>(tanh_form ? &call_gelu_grad_tanh : &call_gelu_grad);
+    default: return nullptr;
+  }
+#else
+  (void)s;
+  return nullptr;
+#endif
+}
+
+bool supported(const FusedStep& s) {
+  if (callee(s)) return true;
+  switch (s.op) {
     case Op::Data: case Op::Constant: case Op::Neg: case Op::Abs: case Op::Sqrt: case Op::Rsqrt:
     case Op::Relu: case Op::Detach: case Op::Cast: case Op::Not: case Op::Add: case Op::Sub:
     case Op::Mul: case Op::Div: case Op::Max: case Op::Min: case Op::Eq: case Op::Ne: case Op::Lt:
@@ -71,13 +110,14 @@ bool supported(Op op) {
 
 // Whether the code generator takes the instruction (see jit.h).
 bool compilable(const Instr& ins) {
-  if (!ins.fused || ins.program.empty() || compiler::computes_in_double(ins)) return false;
+  const bool sum = ins.op == Op::Sum;
+  if (!(ins.fused || sum) || ins.program.empty() || compiler::computes_in_double(ins)) return false;
   auto stored_ok = [](const Operand& o) { return storable(o.dtype) && o.view.is_contiguous(); };
-  if (!stored_ok(ins.output)) return false;
+  if (sum ? ins.output.dtype != DType::f32 : !stored_ok(ins.output)) return false;
   for (const auto& e : ins.extra_outputs)
     if (!stored_ok(e.out)) return false;
   for (const auto& s : ins.program) {
-    if (!supported(s.op) || s.dtype == DType::bf16) return false;
+    if (!supported(s) || s.dtype == DType::bf16) return false;
     if (s.op == Op::Data) {
       const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
       if (!loadable(in.dtype) || !(in.view.is_contiguous() || broadcast_scalar(in))) return false;
@@ -93,13 +133,15 @@ std::string signature(const Instr& ins) {
   put(ins.program.size());
   for (const auto& s : ins.program) {
     put(s.op), put(s.dtype), put(s.a), put(s.b), put(s.c), put(s.load);
+    put(s.attrs.ints.size());  // GELU's form
+    for (int64_t v : s.attrs.ints) put(v);
     if (s.op == Op::Constant) put(static_cast<float>(s.attrs.floats[0]));
     if (s.op == Op::Data) {
       const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
       put(in.dtype), put(broadcast_scalar(in));
     }
   }
-  put(ins.inputs.size()), put(ins.output.dtype);
+  put(ins.op == Op::Sum), put(ins.inputs.size()), put(ins.output.dtype);
   for (const auto& e : ins.extra_outputs) put(e.reg), put(e.out.dtype);
   return sig;
 }
@@ -213,10 +255,28 @@ class Generator : public Xbyak::CodeGenerator {
   // mask (all ones / zero per lane) -> 1.0f / 0.0f
   void mask_to_one(const Xbyak::Ymm& d, const Xbyak::Ymm& mask) { vandps(d, mask, cslot(kOne)); }
 
+  // A transcendental step: every value in a register goes to its slot (the
+  // callee may change every ymm register), the operands to ymm0 and ymm1.
+  void emit_call(int32_t k, const void* fn) {
+    const FusedStep& s = prog_[k];
+    for (int r = 0; r < kRegs; ++r) {
+      const int32_t v = holder_[r];
+      if (v >= 0 && !in_slot_[v] && last_[v] >= now_) vmovups(slot(v), Xbyak::Ymm(r)), in_slot_[v] = 1;
+      unbind(r);
+    }
+    KILN_ASSERT(in_slot_[s.a] && (s.b < 0 || in_slot_[s.b]));
+    vmovups(ymm0, slot(s.a));
+    if (s.b >= 0) vmovups(ymm1, slot(s.b));
+    mov(rax, reinterpret_cast<size_t>(fn));
+    call(rax);
+    bind(k, 0);
+  }
+
   void emit_step(int32_t k) {
     const FusedStep& s = prog_[k];
     pinned_ = 0;
     now_ = invariant_[k] ? -1 : k;  // before the loop, every value read in it is live
+    if (const void* fn = callee(s)) return emit_call(k, fn);
     if (s.op == Op::Data || s.op == Op::Constant) {
       const Xbyak::Ymm d(alloc());
       if (s.op == Op::Data) load_input(k, d);
@@ -317,6 +377,21 @@ class Generator : public Xbyak::CodeGenerator {
     vmovq(ptr[rax + r12], Xbyak::Xmm(14));
   }
 
+  // A fused reduction: the 8 values widened to double and added to lanes[0..7]
+  // (in memory: a transcendental step's call may change every register).
+  void add_to_lanes(int32_t reg) {
+    pinned_ = 0;
+    now_ = static_cast<int32_t>(prog_.size());
+    const Xbyak::Ymm v = use(reg);
+    vcvtps2pd(t0_, Xbyak::Xmm(v.getIdx()));
+    vaddpd(t0_, t0_, ptr[r14]);
+    vmovupd(ptr[r14], t0_);
+    vextractf128(Xbyak::Xmm(t1_.getIdx()), v, 1);
+    vcvtps2pd(t1_, Xbyak::Xmm(t1_.getIdx()));
+    vaddpd(t1_, t1_, ptr[r14 + 32]);
+    vmovupd(ptr[r14 + 32], t1_);
+  }
+
   void spill_all() {
     for (int r = 0; r < kRegs; ++r) {
       const int32_t k = holder_[r];
@@ -328,7 +403,8 @@ class Generator : public Xbyak::CodeGenerator {
   void emit() {
     const int32_t n = static_cast<int32_t>(prog_.size());
     const int32_t nin = static_cast<int32_t>(ins_.inputs.size());
-    // void fn(ptrs = rdi, begin = rsi, end = rdx)
+    const bool sum = ins_.op == Op::Sum;
+    // void fn(ptrs = rdi, begin = rsi, end = rdx[, lanes = rcx])
     push(rbx), push(rbp), push(r12), push(r13), push(r14), push(r15);
     mov(rbp, rsp);
     sub(rsp, 32 * (kConstSlots + n));
@@ -336,6 +412,7 @@ class Generator : public Xbyak::CodeGenerator {
     mov(rbx, rdi);
     mov(r12, rsi);
     mov(r13, rdx);
+    mov(r14, rcx);
     vxorps(t0_, t0_, t0_);
     vmovups(cslot(kZero), t0_);
     broadcast_bits(t0_, 0x3F800000u);
@@ -356,7 +433,8 @@ class Generator : public Xbyak::CodeGenerator {
     jge(done, T_NEAR);
     for (int32_t k = 0; k < n; ++k)
       if (!invariant_[k] && last_[k] >= 0) emit_step(k);  // stored steps are read at n
-    store_output(n - 1, ins_.output, nin);
+    if (sum) add_to_lanes(n - 1);
+    else store_output(n - 1, ins_.output, nin);
     for (size_t e = 0; e < ins_.extra_outputs.size(); ++e)
       store_output(ins_.extra_outputs[e].reg, ins_.extra_outputs[e].out, nin + 1 + static_cast<int32_t>(e));
     for (int r = 0; r < kRegs; ++r) unbind(r);  // the next iteration starts as this one did
@@ -422,12 +500,48 @@ std::shared_ptr<const JitKernel> jit_compile(const Instr& ins) {
       throw Error(std::string("fused kernel code generation failed (") + e.what() + ") for " +
                   compiler::op_label(ins) + "; KILN_JIT=0 runs the interpreter instead");
     }
-    k->fn = k->code->getCode<JitKernel::Fn>();
+    if (ins.op == Op::Sum) k->sum_fn = k->code->getCode<JitKernel::SumFn>();
+    else k->fn = k->code->getCode<JitKernel::Fn>();
     slot = std::move(k);
   }
   return slot;
 #endif
 }
+
+namespace {
+
+// A fused reduction (run_fused_sum's contract and order, executor.h).
+void run_jit_sum(const JitKernel& kernel, const Instr& ins, std::span<const char* const> ptrs,
+                 std::span<char* const> inputs, char* output) {
+  const JitKernel::SumFn fn = kernel.sum_fn;
+  const Shape& shape = ins.program_shape;
+  const AxisSplit p = split_axes(shape, ins.attrs.ints.front(), ins.attrs.ints.back());
+  KILN_ASSERT(p.inner == 1);
+  const int64_t blocks = (p.axis + kSumBlock - 1) / kSumBlock;
+  std::vector<double> partial(static_cast<size_t>(p.outer * blocks));
+#pragma omp parallel for collapse(2) schedule(static) if (numel(shape) > 32768)
+  for (int64_t o = 0; o < p.outer; ++o)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t begin = o * p.axis + b * kSumBlock, len = std::min(kSumBlock, p.axis - b * kSumBlock);
+      const int64_t body = len & ~int64_t{7};
+      alignas(32) double lanes[kSumLanes] = {};
+      if (body) fn(ptrs.data(), begin, begin + body, lanes);
+      if (body < len) {
+        float tail[kSumLanes];
+        run_fused_values(ins, inputs, begin + body, len - body, tail);
+        for (int64_t j = 0; j < len - body; ++j) lanes[j] += static_cast<double>(tail[j]);
+      }
+      partial[o * blocks + b] = sum_lanes(lanes);
+    }
+  float* y = reinterpret_cast<float*>(output) + ins.output.view.offset;
+  for (int64_t o = 0; o < p.outer; ++o) {
+    double acc = 0;
+    for (int64_t b = 0; b < blocks; ++b) acc += partial[o * blocks + b];
+    y[o] = static_cast<float>(acc);
+  }
+}
+
+}  // namespace
 
 void run_jit(const JitKernel& kernel, const Instr& ins, std::span<char* const> inputs, char* output,
              std::span<char* const> extra) {
@@ -437,6 +551,7 @@ void run_jit(const JitKernel& kernel, const Instr& ins, std::span<char* const> i
   std::vector<const char*> ptrs;
   ptrs.reserve(ins.inputs.size() + 1 + extra.size());
   for (size_t k = 0; k < ins.inputs.size(); ++k) ptrs.push_back(first(inputs[k], ins.inputs[k]));
+  if (ins.op == Op::Sum) return run_jit_sum(kernel, ins, ptrs, inputs, output);
   ptrs.push_back(first(output, ins.output));
   for (size_t e = 0; e < extra.size(); ++e) ptrs.push_back(first(extra[e], ins.extra_outputs[e].out));
   const int64_t n = numel(ins.output.view.shape);
@@ -452,7 +567,7 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program) {
   auto plan = std::make_shared<Plan>();
   plan->kernels.reserve(program.instrs.size());
   for (const auto& ins : program.instrs) {
-    plan->kernels.push_back(ins.fused ? jit_compile(ins) : nullptr);
+    plan->kernels.push_back(ins.fused || !ins.program.empty() ? jit_compile(ins) : nullptr);
     plan->compiled += plan->kernels.back() != nullptr;
   }
   return plan;

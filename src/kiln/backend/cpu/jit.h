@@ -5,11 +5,12 @@
 // stores its operands from L1; the compiled loop keeps a step's 8 values in a
 // ymm register from the load of its inputs to the store of its outputs.
 // Values are bit-identical to the interpreter's: the same IEEE operations in
-// the same order (no contraction into FMAs).
+// the same order (no contraction into FMAs); transcendental steps (exp, log,
+// tanh, erf, sigmoid, GELU and its gradient) call the interpreter's own
+// 8-lane functions (vecmath.h).
 //
 // Programs the code generator does not take stay with the interpreter:
-// random numbers, bf16 values, transcendental steps (their cost is the vector
-// math library's, not the loop's), double-evaluated integer programs, and
+// random numbers, bf16 values, double-evaluated integer programs, and
 // operands that are neither contiguous nor one broadcast value.
 #include <memory>
 #include <span>

@@ -62,6 +62,7 @@ void reduce_kernel(const Instr& ins, const T* x, T* y) {
         std::fill(acc, acc + p.inner, 0.0);
         for (int64_t a = b * kRows; a < std::min(p.axis, (b + 1) * kRows); ++a) {
           const T* row = xo + a * p.inner;
+#pragma omp simd
           for (int64_t i = 0; i < p.inner; ++i) acc[i] += static_cast<double>(row[i]);
         }
       }

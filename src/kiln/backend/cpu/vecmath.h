@@ -1,7 +1,7 @@
 #pragma once
-// Vectorised float math for the fused interpreter: glibc's libmvec (AVX2
-// variants, ≤ 4 ulp) where the build targets AVX2, the scalar libm otherwise.
-// r and a may alias.
+// Vectorised float math for the fused interpreter and the compiled loops:
+// glibc's libmvec (AVX2 variants, ≤ 4 ulp) where the build targets AVX2, the
+// scalar libm otherwise. r and a may alias.
 #include <cmath>
 #include <cstdint>
 
@@ -36,27 +36,28 @@ KILN_VEC_FN(erf, _ZGVdN8v_erff, std::erf)
 // softmax spent 2.5x BERT's time per element. Below -104 the float result is 0 (under half the
 // least subnormal); between, the scalar expf gives the subnormal results, as
 // libmvec's own fallback does: the values are libmvec's, bit for bit.
-inline void exp(const float* a, float* r, int64_t n) {
+inline __m256 exp8(__m256 x) {
   const __m256 fast_min = _mm256_set1_ps(-0x1.5d589ep+6f), zero_below = _mm256_set1_ps(-104.0f);
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m256 x = _mm256_loadu_ps(a + j);
-    const __m256 low = _mm256_cmp_ps(x, fast_min, _CMP_LT_OQ);
-    if (_mm256_testz_ps(low, low)) {
-      _mm256_storeu_ps(r + j, _ZGVdN8v_expf(x));
-      continue;
-    }
-    const __m256 zero = _mm256_cmp_ps(x, zero_below, _CMP_LT_OQ);
-    const __m256 y = _mm256_blendv_ps(_ZGVdN8v_expf(_mm256_blendv_ps(x, fast_min, low)), _mm256_setzero_ps(), zero);
-    alignas(32) float xs[8], ys[8];
-    _mm256_store_ps(xs, x);
-    _mm256_store_ps(ys, y);
-    for (int mask = _mm256_movemask_ps(_mm256_andnot_ps(zero, low)); mask; mask &= mask - 1) {
-      const int l = __builtin_ctz(static_cast<unsigned>(mask));
-      ys[l] = std::exp(xs[l]);
-    }
-    _mm256_storeu_ps(r + j, _mm256_load_ps(ys));
+  const __m256 low = _mm256_cmp_ps(x, fast_min, _CMP_LT_OQ);
+  if (_mm256_testz_ps(low, low)) return _ZGVdN8v_expf(x);
+  const __m256 zero = _mm256_cmp_ps(x, zero_below, _CMP_LT_OQ);
+  const __m256 y = _mm256_blendv_ps(_ZGVdN8v_expf(_mm256_blendv_ps(x, fast_min, low)), _mm256_setzero_ps(), zero);
+  alignas(32) float xs[8], ys[8];
+  _mm256_store_ps(xs, x);
+  _mm256_store_ps(ys, y);
+  for (int mask = _mm256_movemask_ps(_mm256_andnot_ps(zero, low)); mask; mask &= mask - 1) {
+    const int l = __builtin_ctz(static_cast<unsigned>(mask));
+    ys[l] = std::exp(xs[l]);
   }
+  return _mm256_load_ps(ys);
+}
+inline __m256 erf8(__m256 x) { return _ZGVdN8v_erff(x); }
+inline __m256 tanh8(__m256 x) { return _ZGVdN8v_tanhf(x); }
+inline __m256 log8(__m256 x) { return _ZGVdN8v_logf(x); }
+
+inline void exp(const float* a, float* r, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(r + j, exp8(_mm256_loadu_ps(a + j)));
   for (; j < n; ++j) r[j] = std::exp(a[j]);
 }
 #else
@@ -65,5 +66,85 @@ inline void log(const float* a, float* r, int64_t n) { for (int64_t j = 0; j < n
 inline void tanh(const float* a, float* r, int64_t n) { for (int64_t j = 0; j < n; ++j) r[j] = std::tanh(a[j]); }
 inline void erf(const float* a, float* r, int64_t n) { for (int64_t j = 0; j < n; ++j) r[j] = std::erf(a[j]); }
 #endif
+
+// The composites of the fused programs (sigmoid, GELU and its gradient in
+// both forms), 8 lanes at a time through the functions above and one by one
+// for the last n % 8 values, each in one fixed order of float operations:
+// the interpreter (fused.cpp) and the compiled loops (jit.cpp, which call the
+// 8-lane forms) give the same bits. Both files are built with
+// -ffp-contract=off, so no product and sum is fused into an FMA.
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kSqrt2OverPi = static_cast<float>(0.79788456080286535588);
+constexpr float kInvSqrt2Pi = static_cast<float>(0.39894228040143267794);
+constexpr float kGeluCubic = 0.044715f, kGeluCubic3 = 3.0f * 0.044715f;
+
+// 1 / (1 + e^-x)
+inline float sigmoid1(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// ½x(1 + erf(x/√2))  (tanh form: ½x(1 + tanh(√(2/π)(x + 0.044715x³))))
+inline float tanh_arg1(float x) { return kSqrt2OverPi * (x + kGeluCubic * x * x * x); }
+inline float gelu1(float x, bool tanh_form) {
+  const float t = tanh_form ? std::tanh(tanh_arg1(x)) : std::erf(x * kInvSqrt2);
+  return 0.5f * x * (1.0f + t);
+}
+// dy · gelu'(x): ½(1 + erf(x/√2)) + x·φ(x)  (tanh form: its derivative)
+inline float gelu_grad1(float x, float dy, bool tanh_form) {
+  if (tanh_form) {
+    const float t = std::tanh(tanh_arg1(x));
+    return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + kGeluCubic3 * x * x));
+  }
+  const float t = std::erf(x * kInvSqrt2), u = std::exp(-0.5f * x * x);
+  return dy * (0.5f * (1.0f + t) + x * u * kInvSqrt2Pi);
+}
+
+#ifdef KILN_HAVE_LIBMVEC
+inline __m256 neg8(__m256 x) { return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)); }
+inline __m256 add8(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+inline __m256 sub8(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+inline __m256 mul8(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+inline __m256 k8(float v) { return _mm256_set1_ps(v); }
+
+inline __m256 sigmoid8(__m256 x) { return _mm256_div_ps(k8(1.0f), add8(k8(1.0f), exp8(neg8(x)))); }
+inline __m256 tanh_arg8(__m256 x) {
+  return mul8(k8(kSqrt2OverPi), add8(x, mul8(mul8(mul8(k8(kGeluCubic), x), x), x)));
+}
+inline __m256 gelu8(__m256 x, bool tanh_form) {
+  const __m256 t = tanh_form ? tanh8(tanh_arg8(x)) : erf8(mul8(x, k8(kInvSqrt2)));
+  return mul8(mul8(k8(0.5f), x), add8(k8(1.0f), t));
+}
+inline __m256 gelu_grad8(__m256 x, __m256 dy, bool tanh_form) {
+  if (tanh_form) {
+    const __m256 t = tanh8(tanh_arg8(x));
+    const __m256 slope = mul8(mul8(mul8(mul8(k8(0.5f), x), sub8(k8(1.0f), mul8(t, t))), k8(kSqrt2OverPi)),
+                              add8(k8(1.0f), mul8(mul8(k8(kGeluCubic3), x), x)));
+    return mul8(dy, add8(mul8(k8(0.5f), add8(k8(1.0f), t)), slope));
+  }
+  const __m256 t = erf8(mul8(x, k8(kInvSqrt2))), u = exp8(mul8(mul8(k8(-0.5f), x), x));
+  return mul8(dy, add8(mul8(k8(0.5f), add8(k8(1.0f), t)), mul8(mul8(x, u), k8(kInvSqrt2Pi))));
+}
+#endif
+
+// r = f(a) (gelu_grad: f(a, b)) over n values; r may alias a or b.
+inline void sigmoid(const float* a, float* r, int64_t n) {
+  int64_t j = 0;
+#ifdef KILN_HAVE_LIBMVEC
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(r + j, sigmoid8(_mm256_loadu_ps(a + j)));
+#endif
+  for (; j < n; ++j) r[j] = sigmoid1(a[j]);
+}
+inline void gelu(const float* a, float* r, int64_t n, bool tanh_form) {
+  int64_t j = 0;
+#ifdef KILN_HAVE_LIBMVEC
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(r + j, gelu8(_mm256_loadu_ps(a + j), tanh_form));
+#endif
+  for (; j < n; ++j) r[j] = gelu1(a[j], tanh_form);
+}
+inline void gelu_grad(const float* a, const float* b, float* r, int64_t n, bool tanh_form) {
+  int64_t j = 0;
+#ifdef KILN_HAVE_LIBMVEC
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(r + j, gelu_grad8(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), tanh_form));
+#endif
+  for (; j < n; ++j) r[j] = gelu_grad1(a[j], b[j], tanh_form);
+}
 
 }  // namespace kiln::backend::cpu::vec
