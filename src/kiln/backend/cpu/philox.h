@@ -5,6 +5,7 @@
 // threads or replicas.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/backend/philox_core.h"
 
@@ -80,6 +81,29 @@ struct Philox {
     }
 #endif
   }
+#ifdef __AVX2__
+  // out[4l + k] = to_uniform(lanes[k][l]) for the 32 words: a 4x8 transpose
+  // in registers, then (w >> 8) * 2^-24 (exact, as to_uniform).
+  static inline void store_uniform_lanes(const uint32_t lanes[4][kLanes], float* out) {
+    const __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes[0]));
+    const __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes[1]));
+    const __m256i c2 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes[2]));
+    const __m256i c3 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes[3]));
+    const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
+    const __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
+    // u0: blocks 0 | 4, u1: 1 | 5, u2: 2 | 6, u3: 3 | 7 (each block's 4 words)
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256 scale = _mm256_set1_ps(1.0f / 16777216.0f);
+    auto put = [&](__m256i w, float* o) {
+      _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(w, 8)), scale));
+    };
+    put(_mm256_permute2x128_si256(u0, u1, 0x20), out);
+    put(_mm256_permute2x128_si256(u2, u3, 0x20), out + 8);
+    put(_mm256_permute2x128_si256(u0, u1, 0x31), out + 16);
+    put(_mm256_permute2x128_si256(u2, u3, 0x31), out + 24);
+  }
+#endif
   // Elements [first, first + n) of a stream into out: whole groups of blocks
   // in lockstep, the ragged ends one block at a time (the same values).
   template <typename T>
@@ -91,9 +115,15 @@ struct Philox {
       generate(seed, offset, i >> 2, w);
       out[j++] = static_cast<T>(to_uniform(w[i & 3]));
     }
-    uint32_t lanes[4][kLanes];
+    alignas(32) uint32_t lanes[4][kLanes];
     for (; j + 4 * kLanes <= n; j += 4 * kLanes) {
       generate_lanes(seed, offset, (first + static_cast<uint64_t>(j)) >> 2, lanes);
+#ifdef __AVX2__
+      if constexpr (std::is_same_v<T, float>) {
+        store_uniform_lanes(lanes, out + j);
+        continue;
+      }
+#endif
       for (int l = 0; l < kLanes; ++l)
         for (int k = 0; k < 4; ++k) out[j + 4 * l + k] = static_cast<T>(to_uniform(lanes[k][l]));
     }
