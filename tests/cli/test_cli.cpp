@@ -457,6 +457,23 @@ TEST(Cli, HostMemoryCacheLimitFromTheEnvironment) {
   EXPECT_CONTAINS(slurp(w.path() / "bad"), "found 'lots'");
 }
 
+// KILN_JIT: 0 interprets every fused group (the same loss: both paths give
+// the same bits), anything but 0/1/on/off is an error that names it.
+TEST(Cli, CompiledLoopsCanBeTurnedOffFromTheEnvironment) {
+  Workdir w;
+  const std::string bench = "bench --model bert-tiny --batch 2 --seq 16 --steps 2 --warmup 1";
+  ASSERT_EQ(kiln(bench, w.path() / "on", "KILN_JIT=1"), 0) << slurp(w.path() / "on");
+  ASSERT_EQ(kiln(bench, w.path() / "off", "KILN_JIT=0"), 0) << slurp(w.path() / "off");
+  auto loss = [](const std::string& out) {
+    const size_t at = out.find("loss ");
+    return at == std::string::npos ? std::string("none") : out.substr(at, out.find(')', at) - at);
+  };
+  EXPECT_NE(loss(slurp(w.path() / "on")), "none") << slurp(w.path() / "on");
+  EXPECT_EQ(loss(slurp(w.path() / "on")), loss(slurp(w.path() / "off")));
+  EXPECT_NE(kiln(bench, w.path() / "bad", "KILN_JIT=fast"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "bad"), "KILN_JIT: expected 0, 1, on or off, found 'fast'");
+}
+
 TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   Workdir w;
   ASSERT_EQ(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 2 --warmup 1 --json", w.path() / "log"), 0)

@@ -35,6 +35,12 @@ struct StoredBF16 {
 template <typename T, typename S>
 void load_typed(const Operand& op, const S* base, int64_t start, int64_t len, T* dst) {
   const auto& v = op.view;
+  // One value for every element (a rank-0 view too: its invariant array may
+  // be longer than the loop).
+  if (std::all_of(v.strides.begin(), v.strides.end(), [](int64_t s) { return s == 0; })) {
+    std::fill(dst, dst + len, static_cast<T>(base[v.offset]));
+    return;
+  }
   if (v.is_contiguous()) {
     const S* src = base + v.offset + start;
 #pragma omp simd
@@ -42,11 +48,6 @@ void load_typed(const Operand& op, const S* base, int64_t start, int64_t len, T*
     return;
   }
   int64_t rank = static_cast<int64_t>(v.shape.size());
-  bool all_zero = std::all_of(v.strides.begin(), v.strides.end(), [](int64_t s) { return s == 0; });
-  if (all_zero) {
-    std::fill(dst, dst + len, static_cast<T>(base[v.offset]));
-    return;
-  }
   // Multi-index of `start`, then walk rows of the last dimension.
   int64_t idx[16];
   int64_t rem = start, off = v.offset;
@@ -175,9 +176,7 @@ struct RegisterMap {
   std::vector<int32_t> of;  // step -> array
   std::vector<uint8_t> invariant;
   int32_t arrays = 0;
-  // How much of an invariant array is filled: all of it, for every chunk to
-  // come, but never past the loop's size (a one-element loop's "broadcast"
-  // operand is a contiguous one-element view).
+  // How much of an invariant array is filled: enough for every chunk to come.
   int64_t invariant_len = 0;
 };
 
@@ -192,7 +191,10 @@ RegisterMap map_registers(const Instr& ins, int64_t elements) {
   RegisterMap map;
   map.of.assign(n, -1);
   map.invariant.assign(n, 0);
-  map.invariant_len = std::min(kChunk, elements);
+  // Whole vectors: the math functions give their last n % 8 values through
+  // scalar libm, and an invariant array must hold one value throughout (the
+  // compiled loops compute invariants 8 lanes at a time).
+  map.invariant_len = std::min(kChunk, (elements + 7) / 8 * 8);
   for (int32_t k = 0; k < n; ++k) {
     const FusedStep& s = prog[k];
     bool args = false, all_invariant = true;

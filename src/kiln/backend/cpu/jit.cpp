@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -353,8 +354,11 @@ class Generator : public Xbyak::CodeGenerator {
       case Op::Detach: vmovaps(d, a); break;
       default: KILN_ASSERT(false);
     }
-    for (int32_t x : {s.a, s.b, s.c})
-      if (x >= 0 && last_[x] == k && reg_of_[x] >= 0) unbind(reg_of_[x]);
+    // (Not before the loop: an invariant step may be the last reader of a
+    // value that earlier loop steps read too. spill_all stores them all.)
+    if (!invariant_[k])
+      for (int32_t x : {s.a, s.b, s.c})
+        if (x >= 0 && last_[x] == k && reg_of_[x] >= 0) unbind(reg_of_[x]);
     bind(k, d.getIdx());
   }
 
@@ -471,8 +475,8 @@ bool cpu_has_avx2() { return false; }
 bool jit_enabled() {
   int e = g_enabled.load();
   if (e < 0) {
-    e = read_jit_env();
-    g_enabled.store(e);
+    const int read = read_jit_env();
+    e = g_enabled.compare_exchange_strong(e, read) ? read : g_enabled.load();  // set_jit_enabled wins
   }
   return e == 1 && cpu_has_avx2();
 }
@@ -496,9 +500,10 @@ std::shared_ptr<const JitKernel> jit_compile(const Instr& ins) {
       k->code = std::make_unique<Generator>(ins, 4096 + 256 * ins.program.size());
       k->code->ready();
       k->code->setProtectModeRE();  // written, then executable: never both
-    } catch (const Xbyak::Error& e) {
-      throw Error(std::string("fused kernel code generation failed (") + e.what() + ") for " +
-                  compiler::op_label(ins) + "; KILN_JIT=0 runs the interpreter instead");
+    } catch (const std::exception& e) {  // a code generator bug: the interpreter runs it, and says so
+      std::fprintf(stderr, "kiln: fused loop not compiled, interpreted instead (%s): %s\n", e.what(),
+                   compiler::op_label(ins).c_str());
+      return nullptr;
     }
     if (ins.op == Op::Sum) k->sum_fn = k->code->getCode<JitKernel::SumFn>();
     else k->fn = k->code->getCode<JitKernel::Fn>();

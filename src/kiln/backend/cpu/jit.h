@@ -4,8 +4,10 @@
 // runs a program op by op over chunks of 512 values, so every step loads and
 // stores its operands from L1; the compiled loop keeps a step's 8 values in a
 // ymm register from the load of its inputs to the store of its outputs.
-// Values are bit-identical to the interpreter's: the same IEEE operations in
-// the same order (no contraction into FMAs); transcendental steps (exp, log,
+// Values are bit-identical to the interpreter's (a NaN may differ in sign or
+// payload: x86 keeps the first operand's NaN, and a compiler may swap the
+// operands of a + b): the same IEEE operations in the same order (no
+// contraction into FMAs); transcendental steps (exp, log,
 // tanh, erf, sigmoid, GELU and its gradient) call the interpreter's own
 // 8-lane functions (vecmath.h).
 //
