@@ -33,7 +33,7 @@ Executed execute(const std::vector<Tensor>& results, bool jit) {
   backend::cpu::set_jit_enabled(was);
   backend::cpu::execute(p, plan.get(), traced.params, out_ptrs, mem.get(p.arena_bytes));
   Executed run;
-  run.compiled = plan->compiled;
+  run.compiled = plan->compiled();
   for (size_t o = 0; o < out_ptrs.size(); ++o) {
     const char* b = static_cast<const char*>(out_ptrs[o]);
     run.outputs.emplace_back(b, b + p.output_nbytes[o]);
@@ -221,7 +221,7 @@ TEST(CpuJit, RandomNumbersStayInterpreted) {
   Tensor x = Tensor::from_vector(testing::uniform_values(1000, 11), {1000});
   Tensor y = x * ge(rand({1000}, gen), scalar_like(0.5, x));
   const testing::TracedProgram traced = testing::trace_program({y});
-  EXPECT_EQ(backend::cpu::prepare(traced.program)->compiled, 0) << traced.program.dump();
+  EXPECT_EQ(backend::cpu::prepare(traced.program)->compiled(), 0) << traced.program.dump();
   EXPECT_GT(traced.program.num_fused, 0) << traced.program.dump();
 }
 

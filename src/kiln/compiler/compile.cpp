@@ -20,6 +20,10 @@ View View::contiguous(const Shape& shape, int64_t offset) {
   return View{offset, shape, contiguous_strides(shape)};
 }
 
+bool View::is_broadcast_scalar() const {
+  return std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 0; });
+}
+
 bool View::is_contiguous() const {
   auto want = contiguous_strides(shape);
   for (size_t i = 0; i < shape.size(); ++i)
@@ -502,6 +506,24 @@ std::vector<int32_t> last_reads(const Instr& fused) {
     last[e.reg] = n;
   }
   return last;
+}
+
+std::vector<uint8_t> invariant_steps(const Instr& fused) {
+  const auto& prog = fused.program;
+  std::vector<uint8_t> invariant(prog.size(), 0);
+  for (size_t k = 0; k < prog.size(); ++k) {
+    const FusedStep& s = prog[k];
+    bool args = false, all_invariant = true;
+    for (int32_t x : {s.a, s.b, s.c})
+      if (x >= 0) {
+        args = true;
+        all_invariant = all_invariant && invariant[x];
+      }
+    if (s.op == Op::Constant) invariant[k] = 1;
+    else if (s.op == Op::Data) invariant[k] = fused.inputs[s.load].view.is_broadcast_scalar();
+    else if (s.op != Op::RandUniform && s.op != Op::RandNormal) invariant[k] = args && all_invariant;
+  }
+  return invariant;
 }
 
 bool computes_in_double(const Instr& fused) {

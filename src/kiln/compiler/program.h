@@ -22,6 +22,7 @@ struct View {
   std::vector<int64_t> strides;  // elements; 0 broadcasts
   static View contiguous(const Shape& shape, int64_t offset = 0);
   bool is_contiguous() const;    // row-major dense (offset may be non-zero)
+  bool is_broadcast_scalar() const;  // every stride 0: one element for all (rank 0 too)
   bool operator==(const View&) const = default;
 };
 
@@ -79,6 +80,10 @@ struct Instr {
 // each register (steps stored as results, the last and the extra outputs,
 // read "after" the program: program.size()); -1 when nothing reads it.
 std::vector<int32_t> last_reads(const Instr& fused);
+// The steps whose value is the same for every element: constants,
+// broadcast-scalar loads and ops of those only (never a random draw). Both
+// CPU executors compute them once per thread / kernel.
+std::vector<uint8_t> invariant_steps(const Instr& fused);
 // Groups with integer values run in double, so ids stay exact; others in f32.
 bool computes_in_double(const Instr& fused);
 // What an instruction computes, for dumps and profiles: "matmul",

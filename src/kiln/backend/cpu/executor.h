@@ -3,11 +3,13 @@
 // (the fused elementwise interpreter or a kernel in kernels.cpp). Kernels
 // throw kiln::Error for data-dependent failures (an id out of range); the
 // caller marks the step failed.
+#include <algorithm>
 #include <future>
 #include <span>
 #include <vector>
 
 #include "kiln/compiler/program.h"
+#include "kiln/core/error.h"
 
 namespace kiln::backend::cpu {
 
@@ -21,8 +23,8 @@ void execute(const compiler::Program& program, const Plan* plan, std::span<void*
 // `extra`: the base of each of ins.extra_outputs' slots.
 void run_fused(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
                std::span<char* const> extra = {});
-// Elements [start, start + len) of a fused f32 program, on this thread (the
-// compiled loops' ragged ends).
+// Elements [start, start + len), len <= 512, of a fused f32 program, on this
+// thread (the compiled loops' ragged ends).
 void run_fused_range(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
                      std::span<char* const> extra, int64_t start, int64_t len);
 // The values of a fused f32 program's last step for elements [start, start +
@@ -42,6 +44,36 @@ inline double sum_lanes(const double* lanes) {
   double s = 0;
   for (int64_t l = 0; l < kSumLanes; ++l) s += lanes[l];
   return s;
+}
+// A fused reduction's frame, for the interpreter and the compiled loops: the
+// program's values summed over the trailing axes of program_shape, blocks of
+// kSumBlock values in parallel, each block into zeroed lanes by
+// sum_block(first element, count, lanes) (make_block() gives each thread its
+// own), then each row's blocks in order: the same result on any number of
+// threads.
+template <typename MakeBlock>
+void sum_fused_blocks(const compiler::Instr& ins, float* y, MakeBlock make_block) {
+  const Shape& shape = ins.program_shape;
+  const AxisSplit p = split_axes(shape, ins.attrs.ints.front(), ins.attrs.ints.back());
+  KILN_ASSERT(p.inner == 1);
+  const int64_t blocks = (p.axis + kSumBlock - 1) / kSumBlock;
+  std::vector<double> partial(static_cast<size_t>(p.outer * blocks));
+#pragma omp parallel if (numel(shape) > 32768)
+  {
+    auto sum_block = make_block();
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t o = 0; o < p.outer; ++o)
+      for (int64_t b = 0; b < blocks; ++b) {
+        double lanes[kSumLanes] = {};
+        sum_block(o * p.axis + b * kSumBlock, std::min(kSumBlock, p.axis - b * kSumBlock), lanes);
+        partial[o * blocks + b] = sum_lanes(lanes);
+      }
+  }
+  for (int64_t o = 0; o < p.outer; ++o) {
+    double acc = 0;
+    for (int64_t b = 0; b < blocks; ++b) acc += partial[o * blocks + b];
+    y[o] = static_cast<float>(acc);
+  }
 }
 // A Sum that carries an elementwise program (fused.cpp).
 void run_fused_sum(const compiler::Instr& ins, std::span<char* const> inputs, char* output);

@@ -37,7 +37,7 @@ void load_typed(const Operand& op, const S* base, int64_t start, int64_t len, T*
   const auto& v = op.view;
   // One value for every element (a rank-0 view too: its invariant array may
   // be longer than the loop).
-  if (std::all_of(v.strides.begin(), v.strides.end(), [](int64_t s) { return s == 0; })) {
+  if (v.is_broadcast_scalar()) {
     std::fill(dst, dst + len, static_cast<T>(base[v.offset]));
     return;
   }
@@ -178,35 +178,25 @@ struct RegisterMap {
   int32_t arrays = 0;
   // How much of an invariant array is filled: enough for every chunk to come.
   int64_t invariant_len = 0;
+  // Where step k's values of the current chunk are.
+  template <typename T>
+  T* at(std::vector<T>& regs, size_t k) const {
+    return regs.data() + static_cast<int64_t>(of[k]) * kChunk;
+  }
 };
 
-bool broadcast_scalar(const Operand& op) {
-  return std::all_of(op.view.strides.begin(), op.view.strides.end(), [](int64_t s) { return s == 0; });
-}
-
-// `elements`: how many values the program computes.
-RegisterMap map_registers(const Instr& ins, int64_t elements) {
+RegisterMap map_registers(const Instr& ins) {
+  // How many values the program computes (a fused reduction: before summing).
+  const int64_t elements = numel(ins.op == Op::Sum ? ins.program_shape : ins.output.view.shape);
   const auto& prog = ins.program;
   const int32_t n = static_cast<int32_t>(prog.size());
   RegisterMap map;
   map.of.assign(n, -1);
-  map.invariant.assign(n, 0);
+  map.invariant = compiler::invariant_steps(ins);
   // Whole vectors: the math functions give their last n % 8 values through
   // scalar libm, and an invariant array must hold one value throughout (the
   // compiled loops compute invariants 8 lanes at a time).
   map.invariant_len = std::min(kChunk, (elements + 7) / 8 * 8);
-  for (int32_t k = 0; k < n; ++k) {
-    const FusedStep& s = prog[k];
-    bool args = false, all_invariant = true;
-    for (int32_t x : {s.a, s.b, s.c})
-      if (x >= 0) {
-        args = true;
-        all_invariant = all_invariant && map.invariant[x];
-      }
-    if (s.op == Op::Constant) map.invariant[k] = 1;
-    else if (s.op == Op::Data) map.invariant[k] = broadcast_scalar(ins.inputs[s.load]);
-    else if (s.op != Op::RandUniform && s.op != Op::RandNormal) map.invariant[k] = args && all_invariant;
-  }
   std::vector<int32_t> last = compiler::last_reads(ins);
   std::vector<int32_t> free_arrays;
   for (int32_t k = 0; k < n; ++k) {
@@ -231,7 +221,7 @@ template <typename T>
 void eval_chunk(const Instr& ins, const RegisterMap& map, std::span<char* const> inputs, int64_t start,
                 int64_t chunk_len, bool first, std::vector<T>& regs) {
   const auto& prog = ins.program;
-  auto at = [&](int32_t step) { return regs.data() + static_cast<int64_t>(map.of[step]) * kChunk; };
+  auto at = [&](int32_t step) { return map.at(regs, static_cast<size_t>(step)); };
   for (size_t k = 0; k < prog.size(); ++k) {
     if (map.invariant[k] && !first) continue;  // still in its array from this thread's first chunk
     const int64_t len = map.invariant[k] ? map.invariant_len : chunk_len;
@@ -306,16 +296,23 @@ void eval_chunk(const Instr& ins, const RegisterMap& map, std::span<char* const>
   }
 }
 
+// A chunk's results: the last step to the output, the extra outputs' steps
+// to theirs.
+template <typename T>
+void store_chunk(const Instr& ins, const RegisterMap& map, std::vector<T>& regs, char* output,
+                 std::span<char* const> extra, int64_t start, int64_t len) {
+  store(ins.output, output, start, len, map.at(regs, ins.program.size() - 1));
+  for (size_t e = 0; e < ins.extra_outputs.size(); ++e)
+    store(ins.extra_outputs[e].out, extra[e], start, len, map.at(regs, static_cast<size_t>(ins.extra_outputs[e].reg)));
+}
+
 // Every chunk is loaded (all inputs) before any output of it is stored, so an
 // output may take the memory of an input it reads element for element.
 template <typename T>
 void run_program(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra) {
   int64_t n = numel(ins.output.view.shape);
   int64_t chunks = (n + kChunk - 1) / kChunk;
-  const RegisterMap map = map_registers(ins, n);
-  auto at = [&](std::vector<T>& regs, int32_t step) {
-    return regs.data() + static_cast<int64_t>(map.of[step]) * kChunk;
-  };
+  const RegisterMap map = map_registers(ins);
 #pragma omp parallel if (n > 32768)
   {
     std::vector<T> regs(static_cast<size_t>(map.arrays) * kChunk);
@@ -325,53 +322,32 @@ void run_program(const Instr& ins, std::span<char* const> inputs, char* output, 
       int64_t start = c * kChunk, len = std::min(kChunk, n - start);
       eval_chunk<T>(ins, map, inputs, start, len, first, regs);
       first = false;
-      store(ins.output, output, start, len, at(regs, static_cast<int32_t>(ins.program.size()) - 1));
-      for (size_t e = 0; e < ins.extra_outputs.size(); ++e)
-        store(ins.extra_outputs[e].out, extra[e], start, len, at(regs, ins.extra_outputs[e].reg));
+      store_chunk(ins, map, regs, output, extra, start, len);
     }
   }
 }
 
-// A fused reduction: the program's values summed over the trailing axes of
-// program_shape, in blocks of kSumBlock values (each in kSumLanes double
-// lanes, executor.h), then the blocks in order, as the Sum kernel sums long
-// rows: the same result on any number of threads, and no stored values.
+// A fused reduction (executor.h's sum_fused_blocks), interpreted: no stored
+// values.
 template <typename T>
 void run_program_sum(const Instr& ins, std::span<char* const> inputs, float* y) {
-  const Shape& shape = ins.program_shape;
-  const AxisSplit p = split_axes(shape, ins.attrs.ints.front(), ins.attrs.ints.back());
-  KILN_ASSERT(p.inner == 1);
-  const int64_t blocks = (p.axis + kSumBlock - 1) / kSumBlock;
-  const RegisterMap map = map_registers(ins, numel(shape));
-  const int32_t last = static_cast<int32_t>(ins.program.size()) - 1;
-  std::vector<double> partial(static_cast<size_t>(p.outer * blocks));
-#pragma omp parallel if (numel(shape) > 32768)
-  {
-    std::vector<T> regs(static_cast<size_t>(map.arrays) * kChunk);
-    bool first = true;
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t o = 0; o < p.outer; ++o)
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t begin = b * kSumBlock, end = std::min(p.axis, begin + kSumBlock);
-        double lanes[kSumLanes] = {};
-        for (int64_t c = begin; c < end; c += kChunk) {
-          const int64_t len = std::min(kChunk, end - c);
-          eval_chunk<T>(ins, map, inputs, o * p.axis + c, len, first, regs);
-          first = false;
-          const T* v = regs.data() + static_cast<int64_t>(map.of[last]) * kChunk;
-          int64_t j = 0;
-          for (; j + kSumLanes <= len; j += kSumLanes)
-            for (int64_t l = 0; l < kSumLanes; ++l) lanes[l] += static_cast<double>(v[j + l]);
-          for (; j < len; ++j) lanes[j % kSumLanes] += static_cast<double>(v[j]);
-        }
-        partial[o * blocks + b] = sum_lanes(lanes);
+  const RegisterMap map = map_registers(ins);
+  const size_t last = ins.program.size() - 1;
+  sum_fused_blocks(ins, y, [&] {  // each thread: its registers, its invariants computed once
+    return [&, regs = std::vector<T>(static_cast<size_t>(map.arrays) * kChunk), first = true](
+               int64_t start, int64_t len, double* lanes) mutable {
+      for (int64_t c = 0; c < len; c += kChunk) {  // chunks start at multiples of 8: lane j % 8
+        const int64_t l = std::min(kChunk, len - c);
+        eval_chunk<T>(ins, map, inputs, start + c, l, first, regs);
+        first = false;
+        const T* v = map.at(regs, last);
+        int64_t j = 0;
+        for (; j + kSumLanes <= l; j += kSumLanes)
+          for (int64_t k = 0; k < kSumLanes; ++k) lanes[k] += static_cast<double>(v[j + k]);
+        for (; j < l; ++j) lanes[j % kSumLanes] += static_cast<double>(v[j]);
       }
-  }
-  for (int64_t o = 0; o < p.outer; ++o) {
-    double acc = 0;
-    for (int64_t b = 0; b < blocks; ++b) acc += partial[o * blocks + b];
-    y[o] = static_cast<float>(acc);
-  }
+    };
+  });
 }
 
 }  // namespace
@@ -385,27 +361,20 @@ void run_fused_sum(const Instr& ins, std::span<char* const> inputs, char* output
 
 void run_fused_values(const Instr& ins, std::span<char* const> inputs, int64_t start, int64_t len, float* values) {
   KILN_ASSERT(!compiler::computes_in_double(ins) && len <= kChunk);
-  const RegisterMap map = map_registers(ins, numel(ins.op == Op::Sum ? ins.program_shape : ins.output.view.shape));
+  const RegisterMap map = map_registers(ins);
   std::vector<float> regs(static_cast<size_t>(map.arrays) * kChunk);
   eval_chunk<float>(ins, map, inputs, start, len, true, regs);
-  const float* v = regs.data() + static_cast<int64_t>(map.of[ins.program.size() - 1]) * kChunk;
+  const float* v = map.at(regs, ins.program.size() - 1);
   std::copy(v, v + len, values);
 }
 
 void run_fused_range(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra,
                      int64_t start, int64_t len) {
-  KILN_ASSERT(!compiler::computes_in_double(ins));
-  const RegisterMap map = map_registers(ins, numel(ins.output.view.shape));
+  KILN_ASSERT(!compiler::computes_in_double(ins) && len <= kChunk);
+  const RegisterMap map = map_registers(ins);
   std::vector<float> regs(static_cast<size_t>(map.arrays) * kChunk);
-  const int32_t last = static_cast<int32_t>(ins.program.size()) - 1;
-  for (int64_t c = start; c < start + len; c += kChunk) {
-    const int64_t l = std::min(kChunk, start + len - c);
-    eval_chunk<float>(ins, map, inputs, c, l, c == start, regs);
-    auto at = [&](int32_t step) { return regs.data() + static_cast<int64_t>(map.of[step]) * kChunk; };
-    store(ins.output, output, c, l, at(last));
-    for (size_t e = 0; e < ins.extra_outputs.size(); ++e)
-      store(ins.extra_outputs[e].out, extra[e], c, l, at(ins.extra_outputs[e].reg));
-  }
+  eval_chunk<float>(ins, map, inputs, start, len, true, regs);
+  store_chunk(ins, map, regs, output, extra, start, len);
 }
 
 void run_fused(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra) {

@@ -54,10 +54,6 @@ std::atomic<int> g_enabled{-1};  // -1: not read from KILN_JIT yet
 
 #ifdef KILN_HAVE_XBYAK
 
-bool broadcast_scalar(const Operand& op) {
-  return std::all_of(op.view.strides.begin(), op.view.strides.end(), [](int64_t s) { return s == 0; });
-}
-
 // (An i32 or i64 load makes the program integral: evaluated in double.)
 bool loadable(DType t) { return t == DType::f32 || t == DType::b8; }
 bool storable(DType t) { return t == DType::f32 || t == DType::b8; }
@@ -121,7 +117,7 @@ bool compilable(const Instr& ins) {
     if (!supported(s) || s.dtype == DType::bf16) return false;
     if (s.op == Op::Data) {
       const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
-      if (!loadable(in.dtype) || !(in.view.is_contiguous() || broadcast_scalar(in))) return false;
+      if (!loadable(in.dtype) || !(in.view.is_contiguous() || in.view.is_broadcast_scalar())) return false;
     }
   }
   return true;
@@ -139,7 +135,7 @@ std::string signature(const Instr& ins) {
     if (s.op == Op::Constant) put(static_cast<float>(s.attrs.floats[0]));
     if (s.op == Op::Data) {
       const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
-      put(in.dtype), put(broadcast_scalar(in));
+      put(in.dtype), put(in.view.is_broadcast_scalar());
     }
   }
   put(ins.op == Op::Sum), put(ins.inputs.size()), put(ins.output.dtype);
@@ -156,19 +152,12 @@ enum Pred : uint8_t { kEq = 0x00, kLt = 0x01, kLe = 0x02, kUnord = 0x03, kNe = 0
 class Generator : public Xbyak::CodeGenerator {
  public:
   Generator(const Instr& ins, size_t size)
-      : Xbyak::CodeGenerator(size, Xbyak::DontSetProtectRWE), ins_(ins), prog_(ins.program) {
+      : Xbyak::CodeGenerator(size, Xbyak::DontSetProtectRWE),
+        ins_(ins),
+        prog_(ins.program),
+        invariant_(compiler::invariant_steps(ins)),
+        last_(compiler::last_reads(ins)) {
     const int32_t n = static_cast<int32_t>(prog_.size());
-    invariant_.assign(n, 0);
-    for (int32_t k = 0; k < n; ++k) {
-      const FusedStep& s = prog_[k];
-      bool args = false, all_invariant = true;
-      for (int32_t x : {s.a, s.b, s.c})
-        if (x >= 0) args = true, all_invariant = all_invariant && invariant_[x];
-      if (s.op == Op::Constant) invariant_[k] = 1;
-      else if (s.op == Op::Data) invariant_[k] = broadcast_scalar(ins.inputs[static_cast<size_t>(s.load)]);
-      else invariant_[k] = args && all_invariant;
-    }
-    last_ = compiler::last_reads(ins);
     reg_of_.assign(n, -1);
     in_slot_.assign(n, 0);
     emit();
@@ -260,11 +249,7 @@ class Generator : public Xbyak::CodeGenerator {
   // callee may change every ymm register), the operands to ymm0 and ymm1.
   void emit_call(int32_t k, const void* fn) {
     const FusedStep& s = prog_[k];
-    for (int r = 0; r < kRegs; ++r) {
-      const int32_t v = holder_[r];
-      if (v >= 0 && !in_slot_[v] && last_[v] >= now_) vmovups(slot(v), Xbyak::Ymm(r)), in_slot_[v] = 1;
-      unbind(r);
-    }
+    spill_all();
     KILN_ASSERT(in_slot_[s.a] && (s.b < 0 || in_slot_[s.b]));
     vmovups(ymm0, slot(s.a));
     if (s.b >= 0) vmovups(ymm1, slot(s.b));
@@ -396,10 +381,12 @@ class Generator : public Xbyak::CodeGenerator {
     vmovupd(ptr[r14 + 32], t1_);
   }
 
+  // Every register's value still to be read (from now_ on) to its slot;
+  // all registers free.
   void spill_all() {
     for (int r = 0; r < kRegs; ++r) {
       const int32_t k = holder_[r];
-      if (k >= 0 && !in_slot_[k]) vmovups(slot(k), Xbyak::Ymm(r)), in_slot_[k] = 1;
+      if (k >= 0 && !in_slot_[k] && last_[k] >= now_) vmovups(slot(k), Xbyak::Ymm(r)), in_slot_[k] = 1;
       unbind(r);
     }
   }
@@ -428,6 +415,7 @@ class Generator : public Xbyak::CodeGenerator {
     // Values that are the same for every element, once, into their slots.
     for (int32_t k = 0; k < n; ++k)
       if (invariant_[k]) emit_step(k);
+    now_ = -1;  // every invariant the loop reads
     spill_all();
     // Everything else, 8 elements an iteration; outputs stored last, so an
     // output may share memory with an input it reads element for element.
@@ -455,8 +443,10 @@ class Generator : public Xbyak::CodeGenerator {
 
   const Instr& ins_;
   const std::vector<FusedStep>& prog_;
-  std::vector<uint8_t> invariant_, in_slot_;
-  std::vector<int32_t> last_, reg_of_;
+  const std::vector<uint8_t> invariant_;
+  const std::vector<int32_t> last_;
+  std::vector<uint8_t> in_slot_;
+  std::vector<int32_t> reg_of_;
   int32_t holder_[kRegs] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   uint32_t pinned_ = 0;
   int32_t now_ = 0;  // the step being emitted (program.size(): the stores)
@@ -515,35 +505,21 @@ std::shared_ptr<const JitKernel> jit_compile(const Instr& ins) {
 
 namespace {
 
-// A fused reduction (run_fused_sum's contract and order, executor.h).
+// A fused reduction (executor.h's sum_fused_blocks, as the interpreter).
 void run_jit_sum(const JitKernel& kernel, const Instr& ins, std::span<const char* const> ptrs,
                  std::span<char* const> inputs, char* output) {
-  const JitKernel::SumFn fn = kernel.sum_fn;
-  const Shape& shape = ins.program_shape;
-  const AxisSplit p = split_axes(shape, ins.attrs.ints.front(), ins.attrs.ints.back());
-  KILN_ASSERT(p.inner == 1);
-  const int64_t blocks = (p.axis + kSumBlock - 1) / kSumBlock;
-  std::vector<double> partial(static_cast<size_t>(p.outer * blocks));
-#pragma omp parallel for collapse(2) schedule(static) if (numel(shape) > 32768)
-  for (int64_t o = 0; o < p.outer; ++o)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t begin = o * p.axis + b * kSumBlock, len = std::min(kSumBlock, p.axis - b * kSumBlock);
+  float* y = reinterpret_cast<float*>(output) + ins.output.view.offset;
+  sum_fused_blocks(ins, y, [&] {
+    return [&](int64_t begin, int64_t len, double* lanes) {
       const int64_t body = len & ~int64_t{7};
-      alignas(32) double lanes[kSumLanes] = {};
-      if (body) fn(ptrs.data(), begin, begin + body, lanes);
-      if (body < len) {
+      if (body) kernel.sum_fn(ptrs.data(), begin, begin + body, lanes);
+      if (body < len) {  // the ragged end, interpreted, into the lanes it falls in
         float tail[kSumLanes];
         run_fused_values(ins, inputs, begin + body, len - body, tail);
         for (int64_t j = 0; j < len - body; ++j) lanes[j] += static_cast<double>(tail[j]);
       }
-      partial[o * blocks + b] = sum_lanes(lanes);
-    }
-  float* y = reinterpret_cast<float*>(output) + ins.output.view.offset;
-  for (int64_t o = 0; o < p.outer; ++o) {
-    double acc = 0;
-    for (int64_t b = 0; b < blocks; ++b) acc += partial[o * blocks + b];
-    y[o] = static_cast<float>(acc);
-  }
+    };
+  });
 }
 
 }  // namespace
@@ -571,10 +547,8 @@ void run_jit(const JitKernel& kernel, const Instr& ins, std::span<char* const> i
 std::shared_ptr<Plan> prepare(const compiler::Program& program) {
   auto plan = std::make_shared<Plan>();
   plan->kernels.reserve(program.instrs.size());
-  for (const auto& ins : program.instrs) {
+  for (const auto& ins : program.instrs)
     plan->kernels.push_back(ins.fused || !ins.program.empty() ? jit_compile(ins) : nullptr);
-    plan->compiled += plan->kernels.back() != nullptr;
-  }
   return plan;
 }
 

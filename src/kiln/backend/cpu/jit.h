@@ -14,6 +14,7 @@
 // Programs the code generator does not take stay with the interpreter:
 // random numbers, bf16 values, double-evaluated integer programs, and
 // operands that are neither contiguous nor one broadcast value.
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <vector>
@@ -37,7 +38,9 @@ void set_jit_enabled(bool on);
 // A program bound to the CPU backend: its instructions' compiled loops.
 struct Plan {
   std::vector<std::shared_ptr<const JitKernel>> kernels;  // per instruction; null: not compiled
-  int32_t compiled = 0;
+  int32_t compiled() const {
+    return static_cast<int32_t>(std::count_if(kernels.begin(), kernels.end(), [](const auto& k) { return k != nullptr; }));
+  }
 };
 std::shared_ptr<Plan> prepare(const compiler::Program& program);
 
