@@ -590,7 +590,7 @@ TEST(CudaModels, Bf16TrainingFollowsTheFp32CurveAndTheCpu) {
 }
 
 // The fused attention kernels (bf16 tensor cores, no score matrix in
-// memory) against the CPU's reference kernel of the same op, forward and
+// memory) against the CPU's kernel of the same op, forward and
 // gradients, on tile-ragged lengths: causal, padding masks, dropout (the
 // same Philox elements are dropped), cross-attention, one query.
 TEST(CudaOps, FusedAttentionMatchesTheCpu) {
@@ -633,7 +633,7 @@ TEST(CudaOps, FusedAttentionMatchesTheCpu) {
 }
 
 // Models whose head size the fused kernels take (16, 32, 64) use them under
-// --bf16 on CUDA (KILN_ATTENTION=auto); the CPU runs the composite. Ten
+// --bf16 on CUDA (KILN_ATTENTION=auto), as the CPU uses its own. Ten
 // AdamW steps of a GPT-2 (head size 32) and a BERT (16) with dropout on.
 TEST(CudaModels, FusedAttentionTrainingFollowsTheCpuComposite) {
   KILN_REQUIRE_GPU();

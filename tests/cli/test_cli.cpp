@@ -412,10 +412,11 @@ TEST(Cli, MpiProcessesTakeTheGpuOfTheirHostRank) {
 namespace kiln {
 namespace {
 
-// KILN_ATTENTION=fused runs the fused attention op in whole models on the
-// CPU (its reference kernel): BERT (padding mask, the last layer's one
-// query) and GPT-2 (causal) train to the composite's losses, dropout on,
-// and to the same losses with recomputed layers.
+// The fused attention op (the CPU's default, KILN_ATTENTION=fused here)
+// against the composite (KILN_ATTENTION=composite) in whole models: BERT
+// (padding mask, the last layer's one query) and GPT-2 (causal) train to
+// the composite's losses, dropout on, and to the same losses with
+// recomputed layers.
 TEST(Cli, FusedAttentionTrainsModelsAsTheComposite) {
   Workdir w;
   auto loss_of = [&](const std::string& model, const std::string& task, const std::string& mode,

@@ -297,6 +297,41 @@ TEST(Compiler, ASumOfAnElementwiseGroupRunsItsProgram) {
   for (size_t r = 0; r < lazy_rows.size(); ++r) EXPECT_NEAR(lazy_rows[r], eager_rows[r], 1e-5 * std::abs(eager_rows[r]));
 }
 
+// strided_attention_operands (the CPU's): attention reads the heads of a
+// [B, T, H, D] projection, and its output gradient, where they lie; without
+// it (CUDA's kernels) each is copied out first.
+TEST(Compiler, AttentionReadsProjectedHeadsInPlace) {
+  const int64_t B = 2, H = 3, T = 5, D = 4;
+  auto projection = [&](float x) {
+    return Tensor::from_vector(std::vector<float>(B * T * H * D, x), {B, T, H, D}).requires_grad_();
+  };
+  Tensor q0 = projection(1), k0 = projection(2), v0 = projection(3);
+  auto heads = [](const Tensor& x) { return permute(x, {0, 2, 1, 3}); };
+  Tensor y = fused_attention(heads(q0), heads(k0), heads(v0), {Tensor(), true, 0.5});
+  Tensor merged = reshape(heads(y), {B, T, H * D});
+  sum(merged * merged).backward();
+  std::vector<ir::NodePtr> params;
+  const ir::Graph graph = ir::flatten({merged.node(), q0.grad().node()}, &params);
+  // The attention instructions' operands that are copies made for them.
+  auto copied = [](const compiler::Program& p) {
+    int strided = 0, copies = 0;
+    for (const auto& ins : p.instrs) {
+      if (ins.op != ir::Op::Attention && ins.op != ir::Op::AttentionGrad) continue;
+      for (const auto& op : ins.inputs) {
+        if (!op.view.is_contiguous()) ++strided;
+        for (const auto& other : p.instrs)
+          if (other.fused && other.output.slot == op.slot && other.program.size() == 1) ++copies;
+      }
+    }
+    return std::pair{strided, copies};
+  };
+  const compiler::Program cpu = compiler::compile(graph, {.strided_attention_operands = true});
+  EXPECT_EQ(copied(cpu), (std::pair{7, 0})) << cpu.dump();  // q, k, v twice and dy
+  const compiler::Program cuda = compiler::compile(graph, {});
+  EXPECT_EQ(copied(cuda).first, 0) << cuda.dump();
+  EXPECT_GE(copied(cuda).second, 3) << cuda.dump();
+}
+
 // A program with a fused reduction survives the on-disk record (its shape too).
 TEST(Compiler, FusedReductionsRoundTripThroughTheProgramRecord) {
   Tensor x = Tensor::from_vector(std::vector<float>(20000, 0.5f), {20, 1000});

@@ -1,8 +1,10 @@
-// The fused Attention op (ops.h's fused_attention) on the CPU's reference
-// kernel: the same values and gradients as the composite the models spell
-// out (matmul, causal where, softmax with a mask, dropout, matmul), the same
-// dropout masks, bf16 products under Autocast, finite differences, and clear
-// errors for operands it does not take.
+// The fused Attention op (ops.h's fused_attention) on the CPU's kernel
+// (backend/cpu/attention.cpp): the same values and gradients as the
+// composite the models spell out (matmul, causal where, softmax with a mask,
+// dropout, matmul), the same dropout masks, bf16 products under Autocast,
+// sequences long enough for several blocks of query rows, heads read in
+// place from a [B, T, H, D] projection, finite differences, and clear errors
+// for operands it does not take.
 #include <cmath>
 #include <limits>
 
@@ -23,6 +25,7 @@ struct Case {
   int64_t B = 2, H = 3, Tq = 13, Tk = 13, D = 8;
   bool causal = false, mask = false, batch_mask = true;
   double dropout = 0.0;
+  bool projected = false;  // q, k, v: [B, H, T, D] views of [B, T, H, D] tensors, as the models' heads
 };
 
 // The attention of GPT-2 / BERT as the models write it without the fused op.
@@ -43,9 +46,13 @@ struct Result {
 Result run(const Case& c, bool fused, bool bf16) {
   Autocast autocast(bf16);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
-  Tensor q = Tensor::from_vector(values(c.B * c.H * c.Tq * c.D, 1), {c.B, c.H, c.Tq, c.D}).requires_grad_();
-  Tensor k = Tensor::from_vector(values(c.B * c.H * c.Tk * c.D, 2), {c.B, c.H, c.Tk, c.D}).requires_grad_();
-  Tensor v = Tensor::from_vector(values(c.B * c.H * c.Tk * c.D, 3), {c.B, c.H, c.Tk, c.D}).requires_grad_();
+  auto operand = [&](int64_t T, unsigned seed) {
+    if (!c.projected) return Tensor::from_vector(values(c.B * c.H * T * c.D, seed), {c.B, c.H, T, c.D}).requires_grad_();
+    return Tensor::from_vector(values(c.B * c.H * T * c.D, seed), {c.B, T, c.H, c.D}).requires_grad_();
+  };
+  auto heads = [&](const Tensor& x) { return c.projected ? permute(x, {0, 2, 1, 3}) : x; };
+  Tensor q0 = operand(c.Tq, 1), k0 = operand(c.Tk, 2), v0 = operand(c.Tk, 3);
+  Tensor q = heads(q0), k = heads(k0), v = heads(v0);
   Tensor mask;
   if (c.mask) {  // the last keys of batch entry 1 are padding; some other entries get small biases
     const int64_t rows = c.batch_mask ? c.B : 1;
@@ -60,8 +67,8 @@ Result run(const Case& c, bool fused, bool bf16) {
                    : composite(q, k, v, mask, c, scale, gen);
   Tensor w = Tensor::from_vector(values(y.numel(), 4, 0.5f, 1.5f), y.shape());
   sum(y * w).backward();
-  return {y.to_vector<double>(), q.grad().to_vector<double>(), k.grad().to_vector<double>(),
-          v.grad().to_vector<double>()};
+  return {y.to_vector<double>(), q0.grad().to_vector<double>(), k0.grad().to_vector<double>(),
+          v0.grad().to_vector<double>()};
 }
 
 void expect_matches_composite(const Case& c, bool bf16, double tol) {
@@ -81,6 +88,22 @@ TEST(FusedAttention, MatchesTheCompositeWithCausalMaskAndDropout) {
         c.causal = causal, c.mask = mask, c.dropout = p;
         expect_matches_composite(c, false, 1e-5);
       }
+}
+
+// The CPU kernel works on blocks of query rows (64 at 256 keys, 16 from
+// 1024); causal blocks stop at their last row's key. Ragged last blocks,
+// heads read in place from [B, T, H, D] tensors, dropout drawn per row.
+TEST(FusedAttention, LongSequencesInBlocksOfRows) {
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "causal " << causal);
+    Case c;
+    c.B = 2, c.H = 2, c.Tq = 300, c.Tk = 300, c.D = 16, c.causal = causal, c.mask = true, c.dropout = 0.1;
+    c.projected = true;
+    expect_matches_composite(c, false, 1e-5);
+  }
+  Case cross;  // more queries than one block, keys past 1024 (16-row blocks)
+  cross.B = 1, cross.H = 2, cross.Tq = 37, cross.Tk = 1100, cross.mask = true, cross.dropout = 0.2;
+  expect_matches_composite(cross, false, 1e-5);
 }
 
 TEST(FusedAttention, CrossAttentionAndABroadcastMask) {
@@ -147,12 +170,16 @@ TEST(FusedAttention, OperandsItDoesNotTakeAreClearErrors) {
                   "fused attention gives no gradient to its mask");
 }
 
-TEST(FusedAttention, ModelsUseItOnlyWhereItPays) {
-  // KILN_ATTENTION=auto (the tests' setting): the CPU keeps the composite, whose GEMMs are faster here.
-  Tensor q = zeros({2, 2, 4, 16}), mask = zeros({2, 1, 1, 4});
-  EXPECT_FALSE(use_fused_attention(q, q, mask));
+TEST(FusedAttention, ModelsUseItWhereItTakesTheOperands) {
+  // KILN_ATTENTION=auto (the tests' setting): the CPU runs it for every head
+  // size, with or without Autocast; masks it does not take keep the composite.
+  Tensor q = zeros({2, 2, 4, 16}), q5 = zeros({2, 2, 4, 5}), mask = zeros({2, 1, 1, 4});
+  EXPECT_TRUE(use_fused_attention(q, q, mask));
+  EXPECT_TRUE(use_fused_attention(q5, q5, Tensor()));
+  EXPECT_FALSE(use_fused_attention(q, q, zeros({2, 1, 4, 4})));
+  EXPECT_FALSE(use_fused_attention(q, q, zeros({2, 1, 1, 4}).requires_grad_()));
   Autocast autocast;
-  EXPECT_FALSE(use_fused_attention(q, q, mask));
+  EXPECT_TRUE(use_fused_attention(q, q, mask));
 }
 
 }  // namespace

@@ -56,6 +56,14 @@ bool gemm_readable(const View& v) {
   return row_major || col_major;
 }
 
+// A [B, H, T, D] view whose heads are row-major matrices: D contiguous, rows
+// at least D apart.
+bool heads_readable(const View& v) {
+  if (v.shape.size() != 4) return false;
+  const int64_t T = v.shape[2], D = v.shape[3];
+  return (v.strides[3] == 1 || D == 1) && (T == 1 || v.strides[2] >= D) && v.strides[0] >= 0 && v.strides[1] >= 0;
+}
+
 class Lowering {
  public:
   Lowering(const Graph& g, const CompileOptions& options) : g_(g), n_(g.nodes.size()), options_(options) {}
@@ -374,9 +382,15 @@ class Lowering {
     ins.op = n.op;
     ins.attrs = n.attrs;
     for (int32_t in : n.inputs) {
-      const bool matrix = n.op == Op::MatMul && ins.inputs.size() < 2;  // not the bias
-      if (matrix && gemm_readable(loc_[in]->view)) ins.inputs.push_back(*loc_[in]);
-      else ins.inputs.push_back(contiguous(in));
+      const size_t k = ins.inputs.size();
+      const bool matrix = n.op == Op::MatMul && k < 2;  // not the bias
+      const bool heads = options_.strided_attention_operands &&
+                         ((n.op == Op::Attention && k < 3) ||
+                          (n.op == Op::AttentionGrad && (k < 3 || k + 1 == n.inputs.size())));
+      if ((matrix && gemm_readable(loc_[in]->view)) || (heads && heads_readable(loc_[in]->view)))
+        ins.inputs.push_back(*loc_[in]);
+      else
+        ins.inputs.push_back(contiguous(in));
     }
     int32_t slot = result_slot(i);
     ins.output = whole(slot, i);

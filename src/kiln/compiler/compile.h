@@ -12,6 +12,11 @@ struct CompileOptions {
   // the Sum (CPU: the gradient norm's squares are never stored). Backends
   // that do not run such Sums (CUDA today) leave it off.
   bool fuse_sum_inputs = false;
+  // Attention's q, k, v and output gradient are read as strided views when a
+  // head's rows are D floats apart or more (CPU: the heads of a [B, T, H·D]
+  // projection are not copied out). Backends whose attention kernels read
+  // contiguous heads (CUDA today) leave it off.
+  bool strided_attention_operands = false;
 };
 
 Program compile(const ir::Graph& graph, const CompileOptions& options = {});

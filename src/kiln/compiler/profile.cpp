@@ -67,4 +67,10 @@ void profile_add(const Instr& ins, double seconds) {
   ++e.calls;
 }
 
+void profile_reset() {
+  Profile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.entries.clear();
+}
+
 }  // namespace kiln::compiler

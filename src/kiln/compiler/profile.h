@@ -19,4 +19,9 @@ std::string instr_label(const Instr& ins);
 // Adds one timed run of `ins` to the table (thread-safe).
 void profile_add(const Instr& ins, double seconds);
 
+// Empties the table: `kiln bench` calls it after its warm-up steps, so the
+// table covers the measured steps only (no first-touch page faults, no
+// parameter initialisation).
+void profile_reset();
+
 }  // namespace kiln::compiler

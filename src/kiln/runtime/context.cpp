@@ -171,8 +171,10 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
   std::string reason = compile_reason(g, params);
   auto t0 = std::chrono::steady_clock::now();
   auto exe = std::make_shared<Executable>();
-  // Fused reductions are the CPU executor's (the CUDA one has no kernel for them yet).
-  const compiler::CompileOptions options{.fuse_sum_inputs = device_.kind == DeviceKind::CPU};
+  // Fused reductions and strided attention heads are the CPU executor's (the
+  // CUDA one has no kernel for them yet).
+  const bool cpu = device_.kind == DeviceKind::CPU;
+  const compiler::CompileOptions options{.fuse_sum_inputs = cpu, .strided_attention_operands = cpu};
   std::optional<compiler::Program> cached = load_cached_program(g, options);
   const bool from_disk = cached.has_value();
   if (from_disk) {

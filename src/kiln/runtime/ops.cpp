@@ -218,7 +218,7 @@ bool use_fused_attention(const Tensor& q, const Tensor& k, const Tensor& mask) {
   if (mask.defined() &&
       (mask.requires_grad() || mask.dtype() != DType::f32 || !ir::attention_takes_mask(mask.shape(), q.dim(0), k.dim(2))))
     return false;
-  if (mode == "fused") return true;
+  if (mode == "fused" || q.device().kind == DeviceKind::CPU) return true;
   const int64_t D = q.dim(3);
   return q.device().kind == DeviceKind::CUDA && Autocast::active() && (D == 16 || D == 32 || D == 64);
 }

@@ -126,9 +126,9 @@ struct AttentionSpec {
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
 // Whether a model should call fused_attention rather than spell attention
 // out (matmul, softmax, dropout, matmul), per KILN_ATTENTION: "auto" (the
-// default: on a CUDA device under Autocast, head size 16, 32 or 64, a mask
-// as above that needs no gradient), "fused" (wherever the op accepts the
-// operands; the CPU runs a reference kernel) or "composite" (never).
+// default: always on the CPU, on a CUDA device under Autocast with head size
+// 16, 32 or 64; both need a mask as above that needs no gradient), "fused"
+// (wherever the op accepts the operands) or "composite" (never).
 bool use_fused_attention(const Tensor& q, const Tensor& k, const Tensor& mask);
 
 // Random numbers: a counter-based (Philox) stream. Each draw takes a new

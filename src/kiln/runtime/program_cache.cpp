@@ -20,8 +20,8 @@ fs::path record_path(const ir::Graph& graph, const compiler::CompileOptions& opt
   const fs::path dir = io::cache_dir("programs");
   if (dir.empty()) return {};
   char name[40];
-  std::snprintf(name, sizeof name, "%016llx%s.kprog", static_cast<unsigned long long>(graph.hash()),
-                options.fuse_sum_inputs ? "-sum" : "");
+  std::snprintf(name, sizeof name, "%016llx%s%s.kprog", static_cast<unsigned long long>(graph.hash()),
+                options.fuse_sum_inputs ? "-sum" : "", options.strided_attention_operands ? "-heads" : "");
   return dir / name;
 }
 

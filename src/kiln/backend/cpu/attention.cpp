@@ -1,19 +1,29 @@
-// The fused Attention op and its gradient on the host (ir/op.h). The CPU
-// runs the composite (matmul, softmax, dropout, matmul) by default, whose
-// GEMMs are faster here; this kernel defines the op's numbers for the other
-// backends' tests and runs it when a graph asks for it. Rounding follows the
-// composite: scores and probabilities are f32, sums are in double, and with
-// bf16 inputs the dropped probabilities, the output gradient and the score
-// gradient are rounded to bf16 before their products, as autocast does.
+// The fused Attention op and its gradient on the host (ir/op.h), computed as
+// the composite computes them (matmul, scale, causal where, softmax with the
+// mask, dropout, matmul) but a block of query rows at a time, so the scores
+// never leave the cache:
+//   forward, per block of rows of one head: S = q kᵀ (sgemm), the softmax
+//   rows with the kernels.cpp softmax's own steps, the dropout factors from
+//   the same Philox elements dropout() draws, y = P v (sgemm);
+//   backward, per head: the same P recomputed block by block, then
+//   dP = dy vᵀ, dv += Pᵀ dy, dS = P (dP - Σ P dP) · scale, dq = dS k,
+//   dk += dSᵀ q (sgemm each), with dk and dv summed over the blocks in order.
+// Causal blocks stop at their last row's key: the keys past it have
+// probability 0. Results do not depend on the thread count. With bf16
+// inputs, the dropped probabilities, the output gradient and dS are rounded
+// to bf16 before their products, as autocast's composite rounds them.
+// q, k, v and dy may be strided views of [B, H, T, D] (a head's rows D
+// floats apart or more): the heads of a [B, T, H·D] projection are read in
+// place (CompileOptions::strided_attention_operands).
 #include <omp.h>
 
-#include <cmath>
+#include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "kiln/backend/attention_args.h"
 #include "kiln/backend/cpu/executor.h"
-#include "kiln/backend/philox_core.h"
+#include "kiln/backend/cpu/philox.h"
 #include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
 
@@ -23,11 +33,12 @@ namespace {
 
 using compiler::Instr;
 
-// The instruction's geometry, with its operands' pointers.
+// The instruction's geometry, with its mask and key.
 struct Geometry : AttentionArgs {
   bool bf16 = false;
   const float* mask = nullptr;  // [B or 1, Tk]
   const int64_t* key = nullptr;
+  int64_t block = 0;  // query rows a block
 };
 
 Geometry geometry(const Instr& ins, std::span<char* const> in) {
@@ -37,119 +48,199 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   if (g.mask_input >= 0)
     g.mask = reinterpret_cast<const float*>(in[g.mask_input]) + ins.inputs[g.mask_input].view.offset;
   if (g.key_input >= 0) g.key = reinterpret_cast<const int64_t*>(in[g.key_input]) + ins.inputs[g.key_input].view.offset;
+  // ~64 KB of scores a block: 128 rows up to 128 keys, 64 at 256, 16 from
+  // 1024. Smaller causal blocks skip more keys; at [4,12,256,64] 64 and 32
+  // rows measured alike and 128 ~15 % slower (its blocks reach 75 % of the
+  // keys, 64's 62.5 %).
+  g.block = std::clamp<int64_t>(16384 / std::max<int64_t>(g.Tk, 1), 16, 128);
   return g;
 }
 
-// Operand k as f32 (bf16 widens exactly into `wide`), at its view's start.
-const float* operand(const Instr& ins, std::span<char* const> in, size_t k, std::vector<float>& wide) {
-  return as_f32_operand(ins.inputs[k], in[k], wide) + ins.inputs[k].view.offset;
+// An operand's heads: element (b, h, t, d) at base + b·sb + h·sh + t·ld + d.
+struct Heads {
+  const float* base = nullptr;
+  int64_t sb = 0, sh = 0, ld = 0;
+  const float* at(int64_t b, int64_t h, int64_t t = 0) const { return base + b * sb + h * sh + t * ld; }
+};
+
+// Operand k (f32 as stored; bf16 widened exactly into `wide`).
+Heads heads(const Instr& ins, std::span<char* const> in, size_t k, std::vector<float>& wide) {
+  const compiler::Operand& op = ins.inputs[k];
+  const compiler::View& v = op.view;
+  KILN_ASSERT(v.shape.size() == 4 && (v.strides[3] == 1 || v.shape[3] == 1));
+  const int64_t D = v.shape[3];
+  return {as_f32_operand(op, in[k], wide) + v.offset, v.strides[0], v.strides[1],
+          v.shape[2] == 1 ? D : v.strides[2]};
 }
 
-float round_if(bool bf16, float x) { return bf16 ? round_to_bf16(x) : x; }
+struct Block {
+  int64_t b, h, i0, rows, keys;  // query rows [i0, i0 + rows) of head (b, h) against keys [0, keys)
+};
 
-// Row i of (b, h): the softmax probabilities p[Tk] and the dropout's keep flags.
-void probabilities(const Geometry& g, const float* q, const float* k, int64_t bh, int64_t i, float* p, bool* keep) {
-  const int64_t b = bh / g.H;
-  const float* qi = q + (bh * g.Tq + i) * g.D;
-  double m = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < g.Tk; ++j) {
-    const float* kj = k + (bh * g.Tk + j) * g.D;
-    double s = 0;
-    for (int64_t d = 0; d < g.D; ++d) s += static_cast<double>(qi[d]) * kj[d];
-    float x = static_cast<float>(s) * g.scale;
-    if (g.causal && j > i) x = std::numeric_limits<float>::lowest();
-    if (g.mask) x += g.mask[b * g.mask_batch_stride + j];
-    p[j] = x;
-    m = std::max<double>(m, x);
-  }
-  double sum = 0;
-  for (int64_t j = 0; j < g.Tk; ++j) sum += std::exp(static_cast<double>(p[j]) - m);
-  for (int64_t j = 0; j < g.Tk; ++j) {
-    p[j] = static_cast<float>(std::exp(static_cast<double>(p[j]) - m) / sum);
-    const uint64_t index = static_cast<uint64_t>(g.key ? g.key[2] + (bh * g.Tq + i) * g.Tk + j : 0);
-    keep[j] = !g.key || philox_uniform(static_cast<uint64_t>(g.key[0]), static_cast<uint64_t>(g.key[1]), index) >=
-                            g.dropout;
-  }
+Block block_of(const Geometry& g, int64_t bh, int64_t blk) {
+  const int64_t i0 = blk * g.block, rows = std::min(g.block, g.Tq - i0);
+  return {bh / g.H, bh % g.H, i0, rows, g.causal ? std::min(g.Tk, i0 + rows) : g.Tk};
 }
+
+// The block's softmax probabilities into p (rows × keys) and, with dropout,
+// each element's factor (0 or 1 / (1 - dropout)) into keep.
+bool probabilities(const Geometry& g, const Heads& q, const Heads& k, const Block& x, float* p, float* keep) {
+  const int64_t n = x.keys;
+  if (!sgemm(false, true, x.rows, n, g.D, q.at(x.b, x.h, x.i0), q.ld, k.at(x.b, x.h), k.ld, p, n, false))
+    return false;
+  const float* mask = g.mask ? g.mask + x.b * g.mask_batch_stride : nullptr;
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const int64_t i = x.i0 + r;
+    float* pr = p + r * n;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) pr[j] *= g.scale;
+    if (g.causal)
+      for (int64_t j = i + 1; j < n; ++j) pr[j] = std::numeric_limits<float>::lowest();
+    if (mask) {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) pr[j] += mask[j];
+    }
+    const float inv = static_cast<float>(1.0 / exp_shifted_sum(pr, row_max(pr, n), pr, n));
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) pr[j] *= inv;
+    if (keep) {  // dropout() numbers the [B, H, Tq, Tk] elements from key[2]
+      float* kr = keep + r * n;
+      const uint64_t first = static_cast<uint64_t>(g.key[2] + ((x.b * g.H + x.h) * g.Tq + i) * g.Tk);
+      Philox::uniform_range(static_cast<uint64_t>(g.key[0]), static_cast<uint64_t>(g.key[1]), first, n, kr);
+      const float drop = g.dropout, factor = g.inv_keep;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) kr[j] = kr[j] >= drop ? factor : 0.0f;
+    }
+  }
+  return true;
+}
+
+// The probabilities the product with v reads: dropped (p · factor) and, for
+// bf16 inputs, rounded.
+void dropped(const Geometry& g, const float* p, const float* keep, float* out, int64_t n) {
+  if (keep) {
+#pragma omp simd
+    for (int64_t e = 0; e < n; ++e) out[e] = p[e] * keep[e];
+  } else if (out != p) {
+    std::copy(p, p + n, out);
+  }
+  if (g.bf16)
+    for (int64_t e = 0; e < n; ++e) out[e] = round_to_bf16(out[e]);
+}
+
+// A thread's scratch rows, kept between calls: blocks of 128 KB and more
+// would otherwise be fresh mmap'd pages, faulted in on every call.
+float* scratch(size_t which, size_t n) {
+  thread_local std::vector<float> buffers[4];
+  std::vector<float>& b = buffers[which];
+  if (b.size() < n) b.resize(n);
+  return b.data();
+}
+
+int64_t blocks_of(const Geometry& g) { return (g.Tq + g.block - 1) / g.block; }
 
 void forward(const Instr& ins, std::span<char* const> in, char* out) {
   const Geometry g = geometry(ins, in);
-  std::vector<float> wq, wk, wv;
-  const float *q = operand(ins, in, 0, wq), *k = operand(ins, in, 1, wk), *v = operand(ins, in, 2, wv);
   float* y = reinterpret_cast<float*>(out) + ins.output.view.offset;
-#pragma omp parallel
+  if (g.Tk == 0) {  // an empty softmax row: the product is zero, as the composite's
+    std::fill(y, y + g.B * g.H * g.Tq * g.D, 0.0f);
+    return;
+  }
+  std::vector<float> wq, wk, wv;
+  const Heads q = heads(ins, in, 0, wq), k = heads(ins, in, 1, wk), v = heads(ins, in, 2, wv);
+  const int64_t blocks = blocks_of(g);
+  bool ok = true;
+#pragma omp parallel reduction(&& : ok)
   {
-    std::vector<float> p(static_cast<size_t>(g.Tk));
-    std::vector<char> keep(static_cast<size_t>(g.Tk));
-    std::vector<double> acc(static_cast<size_t>(g.D));
-#pragma omp for collapse(2)
+    const size_t n = static_cast<size_t>(g.block * g.Tk);
+    float* p = scratch(0, n);
+    float* keep = g.key ? scratch(1, n) : nullptr;
+#pragma omp for collapse(2) schedule(dynamic)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh)
-      for (int64_t i = 0; i < g.Tq; ++i) {
-        probabilities(g, q, k, bh, i, p.data(), reinterpret_cast<bool*>(keep.data()));
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t j = 0; j < g.Tk; ++j) {
-          const float pd = round_if(g.bf16, keep[j] ? p[j] * g.inv_keep : 0.0f);
-          const float* vj = v + (bh * g.Tk + j) * g.D;
-          for (int64_t d = 0; d < g.D; ++d) acc[d] += static_cast<double>(pd) * vj[d];
-        }
-        for (int64_t d = 0; d < g.D; ++d) y[(bh * g.Tq + i) * g.D + d] = static_cast<float>(acc[d]);
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const Block x = block_of(g, bh, blk);
+        ok = ok && probabilities(g, q, k, x, p, keep);
+        dropped(g, p, keep, p, x.rows * x.keys);
+        ok = ok && sgemm(false, false, x.rows, g.D, x.keys, p, x.keys, v.at(x.b, x.h), v.ld,
+                         y + (bh * g.Tq + x.i0) * g.D, g.D, false);
       }
   }
+  KILN_CHECK(ok, "attention: oneDNN sgemm failed for a head of [", g.Tq, "x", g.D, "]·[", g.D, "x", g.Tk, "]");
 }
 
-// dP = dout vᵀ, dropped as the forward dropped; dS = P (dP - Σ P dP) · scale;
-// dq = dS k, dk = dSᵀ q, dv = dropped Pᵀ dout (sums in double per (b, h)).
 void backward(const Instr& ins, std::span<char* const> in, char* out) {
   const Geometry g = geometry(ins, in);
-  std::vector<float> wq, wk, wv;
-  const float *q = operand(ins, in, 0, wq), *k = operand(ins, in, 1, wk), *v = operand(ins, in, 2, wv);
-  const float* g0 = reinterpret_cast<const float*>(in.back()) + ins.inputs.back().view.offset;
-  std::vector<float> dout(g0, g0 + numel(ins.inputs.back().view.shape));
-  for (float& x : dout) x = round_if(g.bf16, x);
   float* dq = reinterpret_cast<float*>(out) + ins.output.view.offset;
   float* dk = dq + g.B * g.H * g.Tq * g.D;
   float* dv = dk + g.B * g.H * g.Tk * g.D;
-#pragma omp parallel
+  if (g.Tk == 0) {
+    std::fill(dq, dq + g.B * g.H * g.Tq * g.D, 0.0f);
+    return;
+  }
+  std::vector<float> wq, wk, wv, wdy;
+  const Heads q = heads(ins, in, 0, wq), k = heads(ins, in, 1, wk), v = heads(ins, in, 2, wv);
+  const size_t last = ins.inputs.size() - 1;
+  Heads dy = heads(ins, in, last, wdy);
+  std::vector<float> rounded;
+  if (g.bf16) {  // autocast's products read the output gradient in bf16
+    rounded.resize(static_cast<size_t>(g.B * g.H * g.Tq * g.D));
+#pragma omp parallel for collapse(2)
+    for (int64_t bh = 0; bh < g.B * g.H; ++bh)
+      for (int64_t i = 0; i < g.Tq; ++i)
+        for (int64_t d = 0; d < g.D; ++d)
+          rounded[(bh * g.Tq + i) * g.D + d] = round_to_bf16(dy.at(bh / g.H, bh % g.H, i)[d]);
+    dy = {rounded.data(), g.H * g.Tq * g.D, g.Tq * g.D, g.D};
+  }
+  const int64_t blocks = blocks_of(g);
+  bool ok = true;
+#pragma omp parallel reduction(&& : ok)
   {
-    std::vector<float> p(static_cast<size_t>(g.Tk)), dp(static_cast<size_t>(g.Tk));
-    std::vector<char> keep(static_cast<size_t>(g.Tk));
-    std::vector<double> dkv(static_cast<size_t>(2 * g.Tk * g.D)), dqi(static_cast<size_t>(g.D));
-#pragma omp for
+    const size_t n = static_cast<size_t>(g.block * g.Tk);
+    float *p = scratch(0, n), *keep = g.key ? scratch(1, n) : nullptr, *pd = scratch(2, n), *ds = scratch(3, n);
+#pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
-      std::fill(dkv.begin(), dkv.end(), 0.0);
-      double* dkb = dkv.data();
-      double* dvb = dkv.data() + g.Tk * g.D;
-      for (int64_t i = 0; i < g.Tq; ++i) {
-        probabilities(g, q, k, bh, i, p.data(), reinterpret_cast<bool*>(keep.data()));
-        const float* qi = q + (bh * g.Tq + i) * g.D;
-        const float* gi = dout.data() + (bh * g.Tq + i) * g.D;
-        double delta = 0;
-        for (int64_t j = 0; j < g.Tk; ++j) {
-          const float* vj = v + (bh * g.Tk + j) * g.D;
-          double s = 0;
-          for (int64_t d = 0; d < g.D; ++d) s += static_cast<double>(gi[d]) * vj[d];
-          dp[j] = keep[j] ? static_cast<float>(s) * g.inv_keep : 0.0f;
-          delta += static_cast<double>(dp[j]) * p[j];
-          const float pd = round_if(g.bf16, keep[j] ? p[j] * g.inv_keep : 0.0f);
-          for (int64_t d = 0; d < g.D; ++d) dvb[j * g.D + d] += static_cast<double>(pd) * gi[d];
+      float* dkh = dk + bh * g.Tk * g.D;
+      float* dvh = dv + bh * g.Tk * g.D;
+      std::fill(dkh, dkh + g.Tk * g.D, 0.0f);
+      std::fill(dvh, dvh + g.Tk * g.D, 0.0f);
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const Block x = block_of(g, bh, blk);
+        const int64_t m = x.keys;
+        ok = ok && probabilities(g, q, k, x, p, keep);
+        const float* pdp = p;  // the probabilities as the forward's product read them
+        if (keep || g.bf16) {
+          dropped(g, p, keep, pd, x.rows * m);
+          pdp = pd;
         }
-        std::fill(dqi.begin(), dqi.end(), 0.0);
-        for (int64_t j = 0; j < g.Tk; ++j) {
-          const float ds = round_if(g.bf16, static_cast<float>(p[j] * (dp[j] - delta)) * g.scale);
-          const float* kj = k + (bh * g.Tk + j) * g.D;
-          for (int64_t d = 0; d < g.D; ++d) {
-            dqi[d] += static_cast<double>(ds) * kj[d];
-            dkb[j * g.D + d] += static_cast<double>(ds) * qi[d];
+        const float* dyb = dy.at(x.b, x.h, x.i0);
+        // dP (into ds) and dv
+        ok = ok && sgemm(false, true, x.rows, m, g.D, dyb, dy.ld, v.at(x.b, x.h), v.ld, ds, m, false);
+        ok = ok && sgemm(true, false, m, g.D, x.rows, pdp, m, dyb, dy.ld, dvh, g.D, true);
+        for (int64_t r = 0; r < x.rows; ++r) {
+          const float* pr = p + r * m;
+          float* dr = ds + r * m;
+          if (keep) {
+            const float* kr = keep + r * m;
+#pragma omp simd
+            for (int64_t j = 0; j < m; ++j) dr[j] *= kr[j];
           }
+          double delta = 0;
+#pragma omp simd reduction(+ : delta)
+          for (int64_t j = 0; j < m; ++j) delta += static_cast<double>(dr[j]) * pr[j];
+#pragma omp simd
+          for (int64_t j = 0; j < m; ++j)
+            dr[j] = static_cast<float>(pr[j] * (static_cast<double>(dr[j]) - delta)) * g.scale;
+          if (g.bf16)
+            for (int64_t j = 0; j < m; ++j) dr[j] = round_to_bf16(dr[j]);
         }
-        for (int64_t d = 0; d < g.D; ++d) dq[(bh * g.Tq + i) * g.D + d] = static_cast<float>(dqi[d]);
-      }
-      for (int64_t e = 0; e < g.Tk * g.D; ++e) {
-        dk[bh * g.Tk * g.D + e] = static_cast<float>(dkb[e]);
-        dv[bh * g.Tk * g.D + e] = static_cast<float>(dvb[e]);
+        ok = ok && sgemm(false, false, x.rows, g.D, m, ds, m, k.at(x.b, x.h), k.ld,
+                         dq + (bh * g.Tq + x.i0) * g.D, g.D, false);
+        ok = ok && sgemm(true, false, m, g.D, x.rows, ds, m, q.at(x.b, x.h, x.i0), q.ld, dkh, g.D, true);
       }
     }
   }
+  KILN_CHECK(ok, "attention: oneDNN sgemm failed for the gradient of a head of [", g.Tq, "x", g.D, "]·[", g.D, "x",
+             g.Tk, "]");
 }
 
 }  // namespace

@@ -80,6 +80,15 @@ void run_fused_sum(const compiler::Instr& ins, std::span<char* const> inputs, ch
 // The slot of a GEMM or attention operand as f32: `base` as stored (f32), or
 // (bf16) the elements the view spans widened into `wide`, at the same offsets.
 const float* as_f32_operand(const compiler::Operand& op, const char* base, std::vector<float>& wide);
+// Row-major c (M x N, leading dimension ldc) = a·b, or += with accumulate,
+// a and b transposed as asked (oneDNN's sgemm; our own loop for M or N ==
+// 1). Single-threaded inside a parallel region. False when oneDNN fails.
+bool sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
+           int64_t ldb, float* c, int64_t ldc, bool accumulate);
+// The softmax kernel's row steps: the largest of x[0, n), and e = exp(x - m)
+// with its sum (float blocks of 512, the blocks in double).
+float row_max(const float* x, int64_t n);
+double exp_shifted_sum(const float* x, float m, float* e, int64_t n);
 // Attention (grad = false) / AttentionGrad (attention.cpp).
 void attention_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output, bool grad);
 // Collectives (AllReduce, BroadcastFrom): copies the inputs into the output

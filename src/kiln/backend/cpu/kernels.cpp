@@ -176,6 +176,8 @@ void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* 
     }
 }
 
+}  // namespace
+
 bool sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
            int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   if (M == 1 || N == 1) {
@@ -185,6 +187,8 @@ bool sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, in
   return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c,
                     ldc) == dnnl_success;
 }
+
+namespace {
 
 // GEMM operand: a stored matrix (rows, cols) with strides, seen as row-major
 // with a transpose flag and leading dimension.
@@ -315,6 +319,8 @@ struct Rows {
 };
 Rows rows_of(const Shape& s, int64_t axis) { return Rows{split_axes(s, axis, axis)}; }
 
+}  // namespace
+
 // Contiguous rows: the largest value, and e = exp(x - m) with its sum — the
 // exponentials through the vector math library, each block of 512 summed in
 // float and the blocks in double (a row of 50k logits loses nothing visible).
@@ -339,6 +345,8 @@ double exp_shifted_sum(const float* x, float m, float* e, int64_t n) {
   }
   return sum;
 }
+
+namespace {
 
 void softmax_kernel(const Instr& ins, std::span<char* const> in, char* out, bool log_form) {
   const float* x = in_ptr<float>(ins, in, 0);
