@@ -93,5 +93,43 @@ TEST(LongRows, FullSumsOfLongVectorsMatchDouble) {
   EXPECT_EQ(sum(Tensor::from_vector(ids, {n})).to_vector<int64_t>()[0], n * (n - 1) / 2);
 }
 
+// A copy of a view whose rows are contiguous (heads transposed, a slice, a
+// broadcast) goes row by row with memcpy: every element lands where the
+// view says, for each element size.
+TEST(LongRows, CopiesOfViewsWithContiguousRows) {
+  const int64_t B = 2, T = 3, H = 5, D = 20;
+  std::vector<float> x(B * T * H * D);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  const Tensor tx = Tensor::from_vector(x, {B, T, H, D});
+  const std::vector<float> heads = permute(tx, {0, 2, 1, 3}).to_vector<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d)
+          ASSERT_EQ(heads[((b * H + h) * T + t) * D + d], x[((b * T + t) * H + h) * D + d]) << b << h << t << d;
+
+  std::vector<int64_t> ids(6 * 40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i) * 1000003;
+  const std::vector<int64_t> cut = slice(Tensor::from_vector(ids, {6, 40}), 0, 1, 6, 2).to_vector<int64_t>();
+  ASSERT_EQ(cut.size(), 3u * 40);
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t c = 0; c < 40; ++c) ASSERT_EQ(cut[r * 40 + c], ids[(1 + 2 * r) * 40 + c]);
+
+  std::vector<float> row(24);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = 0.5f * static_cast<float>(i);
+  const std::vector<float> wide = broadcast_to(Tensor::from_vector(row, {1, 24}), {7, 24}).to_vector<float>();
+  for (int64_t r = 0; r < 7; ++r)
+    for (int64_t c = 0; c < 24; ++c) ASSERT_EQ(wide[r * 24 + c], row[c]);
+
+  // bool (one byte): a transposed mask
+  Tensor mask = gt(Tensor::from_vector(x, {B * T, H * D}), full({}, 100.0, DType::f32));
+  const std::vector<float> back = cast(permute(reshape(mask, {B, T, H, D}), {0, 2, 1, 3}), DType::f32).to_vector<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d)
+          ASSERT_EQ(back[((b * H + h) * T + t) * D + d], x[((b * T + t) * H + h) * D + d] > 100.0f ? 1.0f : 0.0f);
+}
+
 }  // namespace
 }  // namespace kiln

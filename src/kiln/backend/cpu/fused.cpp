@@ -350,6 +350,36 @@ void run_program_sum(const Instr& ins, std::span<char* const> inputs, float* y) 
   });
 }
 
+// A program that only copies a view whose rows (the last axis) are
+// contiguous into the contiguous output (a transpose of [B, T, H, D] heads,
+// a slice): row by row with memcpy rather than element by element.
+bool copies_rows(const Instr& ins) {
+  if (ins.program.size() != 1 || ins.program[0].op != Op::Data || !ins.extra_outputs.empty()) return false;
+  const Operand& in = ins.inputs[static_cast<size_t>(ins.program[0].load)];
+  const auto& v = in.view;
+  return in.dtype == ins.output.dtype && ins.output.view.is_contiguous() && v.shape == ins.output.view.shape &&
+         v.shape.size() >= 2 && v.shape.back() >= 16 && v.strides.back() == 1;
+}
+
+void copy_rows(const Instr& ins, std::span<char* const> inputs, char* output) {
+  const Operand& in = ins.inputs[static_cast<size_t>(ins.program[0].load)];
+  const auto& v = in.view;
+  const size_t esize = dtype_size(in.dtype), rank = v.shape.size();
+  const int64_t len = v.shape.back(), rows = numel(v.shape) / len;
+  const char* src = inputs[static_cast<size_t>(ins.program[0].load)];
+  char* dst = output + ins.output.view.offset * static_cast<int64_t>(esize);
+#pragma omp parallel for schedule(static) if (rows * len > 32768)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t at = v.offset, rest = r;
+    for (size_t d = rank - 1; d-- > 0;) {
+      at += (rest % v.shape[d]) * v.strides[d];
+      rest /= v.shape[d];
+    }
+    std::memcpy(dst + r * len * static_cast<int64_t>(esize), src + at * static_cast<int64_t>(esize),
+                static_cast<size_t>(len) * esize);
+  }
+}
+
 }  // namespace
 
 void run_fused_sum(const Instr& ins, std::span<char* const> inputs, char* output) {
@@ -379,6 +409,7 @@ void run_fused_range(const Instr& ins, std::span<char* const> inputs, char* outp
 
 void run_fused(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra) {
   KILN_ASSERT(extra.size() == ins.extra_outputs.size());
+  if (copies_rows(ins)) return copy_rows(ins, inputs, output);
   if (compiler::computes_in_double(ins)) run_program<double>(ins, inputs, output, extra);
   else run_program<float>(ins, inputs, output, extra);
 }

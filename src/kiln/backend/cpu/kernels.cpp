@@ -324,10 +324,25 @@ Rows rows_of(const Shape& s, int64_t axis) { return Rows{split_axes(s, axis, axi
 // Contiguous rows: the largest value, and e = exp(x - m) with its sum — the
 // exponentials through the vector math library, each block of 512 summed in
 // float and the blocks in double (a row of 50k logits loses nothing visible).
+// NaNs are skipped, as std::max(m, x) skips them (GCC leaves that loop
+// scalar, so the lanes are spelled out: maxps returns its second operand
+// when the first is NaN).
 float row_max(const float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t k = 0; k < n; ++k) m = std::max(m, x[k]);
+  int64_t k = 0;
+#ifdef __AVX2__
+  if (n >= 16) {
+    __m256 a = _mm256_set1_ps(m), b = a;
+    for (; k + 16 <= n; k += 16) {
+      a = _mm256_max_ps(_mm256_loadu_ps(x + k), a);
+      b = _mm256_max_ps(_mm256_loadu_ps(x + k + 8), b);
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, _mm256_max_ps(a, b));
+    for (float l : lanes) m = std::max(m, l);
+  }
+#endif
+  for (; k < n; ++k) m = std::max(m, x[k]);
   return m;
 }
 
