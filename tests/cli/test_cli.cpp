@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "kiln/io/json_file.h"
@@ -445,6 +446,32 @@ TEST(Cli, FusedAttentionTrainsModelsAsTheComposite) {
   EXPECT_NE(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1", w.path() / "bad", "KILN_ATTENTION=flash"),
             0);
   EXPECT_CONTAINS(slurp(w.path() / "bad"), "KILN_ATTENTION must be 'auto', 'fused' or 'composite', got 'flash'");
+}
+
+// KILN_PROFILE=1: the per-kernel table at exit names each product's variant
+// (transposes, inner size, folded bias), and under `kiln bench` counts the
+// measured steps only: the word embeddings' AdamW update runs once a step.
+TEST(Cli, ProfileTableCountsTheMeasuredStepsAndNamesProducts) {
+  Workdir w;
+  const fs::path log = w.path() / "profile";
+  ASSERT_EQ(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 2 --warmup 1", log, "KILN_PROFILE=1"), 0)
+      << slurp(log);
+  const std::string text = slurp(log);
+  EXPECT_CONTAINS(text, "kiln profile (KILN_PROFILE=1):");
+  EXPECT_CONTAINS(text, "matmul [2,16,128] NT K=128 +bias");
+  EXPECT_CONTAINS(text, "matmul [128,128] TN K=32");
+  bool found = false;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("+2 outputs [30522,128]") != std::string::npos) {  // seconds, %, calls, kernel
+      std::istringstream fields(line);
+      std::string seconds, percent;
+      long calls = 0;
+      fields >> seconds >> percent >> calls;
+      EXPECT_EQ(calls, 2) << line;
+      found = true;
+    }
+  EXPECT_TRUE(found) << text;
 }
 
 // The host memory cache's limit: 0 turns it off (same training), anything but

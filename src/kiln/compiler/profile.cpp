@@ -55,7 +55,15 @@ bool profiling() {
 std::string instr_label(const Instr& ins) {
   std::string s = op_label(ins);
   if (!ins.extra_outputs.empty()) s += " +" + std::to_string(ins.extra_outputs.size()) + " outputs";
-  return s + " " + to_string(ins.output.view.shape);
+  s += " " + to_string(ins.output.view.shape);
+  if (ins.op == ir::Op::MatMul && ins.inputs.size() >= 2) {  // which product: "NT K=768 +bias"
+    const bool ta = ins.attrs.ints[0] != 0, tb = ins.attrs.ints[1] != 0;
+    const Shape& a = ins.inputs[0].view.shape;
+    const int64_t K = a.size() >= 2 ? a[a.size() - (ta ? 2 : 1)] : 0;
+    s += std::string(" ") + (ta ? "T" : "N") + (tb ? "T" : "N") + " K=" + std::to_string(K);
+    if (ins.inputs.size() == 3) s += " +bias";
+  }
+  return s;
 }
 
 void profile_add(const Instr& ins, double seconds) {
