@@ -1,0 +1,24 @@
+# Sourced by bench/*/run.sh, which define kiln_side (kiln's output, its first
+# line the JSON result) and torch_side (PyTorch's JSON line), then call
+# run_rounds: ROUNDS (default 1) alternating pairs, each ratio and, for
+# several, the medians (bench/ratios.py). Both sides get the same threads.
+rounds=${ROUNDS:-1}
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a positive whole number, got '$rounds'" >&2; exit 2; }
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+run_rounds() {
+  local have_torch=1 r kiln_out torch_json
+  local pairs=()
+  /usr/bin/python3 -c 'import torch' 2>/dev/null || have_torch=0
+  for ((r = 1; r <= rounds; ++r)); do
+    kiln_out=$(kiln_side "$@")
+    echo "kiln:    $kiln_out"
+    if [ "$have_torch" = 0 ]; then
+      echo "PyTorch is not installed (Debian: apt-get install python3-torch): no reference to compare with."
+      return 0
+    fi
+    torch_json=$(torch_side "$@")
+    echo "pytorch: $torch_json"
+    pairs+=("$(echo "$kiln_out" | head -1)" "$torch_json")
+  done
+  /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/ratios.py" "${pairs[@]}"
+}
