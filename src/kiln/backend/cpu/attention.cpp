@@ -9,9 +9,11 @@
 //   dP = dy vᵀ, dv += Pᵀ dy, dS = P (dP - Σ P dP) · scale, dq = dS k,
 //   dk += dSᵀ q (sgemm each), with dk and dv summed over the blocks in order.
 // Causal blocks stop at their last row's key: the keys past it have
-// probability 0. Results do not depend on the thread count. With bf16
-// inputs, the dropped probabilities, the output gradient and dS are rounded
-// to bf16 before their products, as autocast's composite rounds them.
+// probability 0 (unless a row's visible keys are all masked: then the block
+// takes every key, as the composite's softmax does). Results do not depend
+// on the thread count. With bf16 inputs, the dropped probabilities, the
+// output gradient, the probabilities' gradient and dS are rounded to bf16
+// where autocast's composite rounds them.
 // q, k, v and dy may be strided views of [B, H, T, D] (a head's rows D
 // floats apart or more): the heads of a [B, T, H·D] projection are read in
 // place (CompileOptions::strided_attention_operands).
@@ -83,8 +85,12 @@ Block block_of(const Geometry& g, int64_t bh, int64_t blk) {
 }
 
 // The block's softmax probabilities into p (rows × keys) and, with dropout,
-// each element's factor (0 or 1 / (1 - dropout)) into keep.
-bool probabilities(const Geometry& g, const Heads& q, const Heads& k, const Block& x, float* p, float* keep) {
+// each element's factor (0 or 1 / (1 - dropout)) into keep. A causal row
+// whose visible keys are all masked (largest score at most float lowest)
+// spreads its weight over the later keys too, as the composite's does: then
+// the block is redone with every key (x.keys = Tk).
+bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, float* p, float* keep) {
+  const float lowest = std::numeric_limits<float>::lowest();
   const int64_t n = x.keys;
   if (!sgemm(false, true, x.rows, n, g.D, q.at(x.b, x.h, x.i0), q.ld, k.at(x.b, x.h), k.ld, p, n, false))
     return false;
@@ -95,12 +101,17 @@ bool probabilities(const Geometry& g, const Heads& q, const Heads& k, const Bloc
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) pr[j] *= g.scale;
     if (g.causal)
-      for (int64_t j = i + 1; j < n; ++j) pr[j] = std::numeric_limits<float>::lowest();
+      for (int64_t j = i + 1; j < n; ++j) pr[j] = lowest;
     if (mask) {
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) pr[j] += mask[j];
     }
-    const float inv = static_cast<float>(1.0 / exp_shifted_sum(pr, row_max(pr, n), pr, n));
+    const float m = row_max(pr, n);
+    if (n < g.Tk && !(m > lowest)) {
+      x.keys = g.Tk;
+      return probabilities(g, q, k, x, p, keep);
+    }
+    const float inv = static_cast<float>(1.0 / exp_shifted_sum(pr, m, pr, n));
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) pr[j] *= inv;
     if (keep) {  // dropout() numbers the [B, H, Tq, Tk] elements from key[2]
@@ -115,12 +126,13 @@ bool probabilities(const Geometry& g, const Heads& q, const Heads& k, const Bloc
   return true;
 }
 
-// The probabilities the product with v reads: dropped (p · factor) and, for
-// bf16 inputs, rounded.
+// The probabilities the product with v reads: dropped (p · factor, 0 where
+// dropped even if p is NaN, as dropout()'s where) and, for bf16 inputs,
+// rounded.
 void dropped(const Geometry& g, const float* p, const float* keep, float* out, int64_t n) {
   if (keep) {
 #pragma omp simd
-    for (int64_t e = 0; e < n; ++e) out[e] = p[e] * keep[e];
+    for (int64_t e = 0; e < n; ++e) out[e] = keep[e] != 0.0f ? p[e] * keep[e] : 0.0f;
   } else if (out != p) {
     std::copy(p, p + n, out);
   }
@@ -142,7 +154,7 @@ int64_t blocks_of(const Geometry& g) { return (g.Tq + g.block - 1) / g.block; }
 void forward(const Instr& ins, std::span<char* const> in, char* out) {
   const Geometry g = geometry(ins, in);
   float* y = reinterpret_cast<float*>(out) + ins.output.view.offset;
-  if (g.Tk == 0) {  // an empty softmax row: the product is zero, as the composite's
+  if (g.Tk == 0 || g.D == 0) {  // an empty softmax row: the product is zero, as the composite's
     std::fill(y, y + g.B * g.H * g.Tq * g.D, 0.0f);
     return;
   }
@@ -158,7 +170,7 @@ void forward(const Instr& ins, std::span<char* const> in, char* out) {
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh)
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        const Block x = block_of(g, bh, blk);
+        Block x = block_of(g, bh, blk);
         ok = ok && probabilities(g, q, k, x, p, keep);
         dropped(g, p, keep, p, x.rows * x.keys);
         ok = ok && sgemm(false, false, x.rows, g.D, x.keys, p, x.keys, v.at(x.b, x.h), v.ld,
@@ -173,7 +185,7 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
   float* dq = reinterpret_cast<float*>(out) + ins.output.view.offset;
   float* dk = dq + g.B * g.H * g.Tq * g.D;
   float* dv = dk + g.B * g.H * g.Tk * g.D;
-  if (g.Tk == 0) {
+  if (g.Tk == 0 || g.D == 0) {
     std::fill(dq, dq + g.B * g.H * g.Tq * g.D, 0.0f);
     return;
   }
@@ -204,9 +216,9 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
       std::fill(dkh, dkh + g.Tk * g.D, 0.0f);
       std::fill(dvh, dvh + g.Tk * g.D, 0.0f);
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        const Block x = block_of(g, bh, blk);
-        const int64_t m = x.keys;
+        Block x = block_of(g, bh, blk);
         ok = ok && probabilities(g, q, k, x, p, keep);
+        const int64_t m = x.keys;
         const float* pdp = p;  // the probabilities as the forward's product read them
         if (keep || g.bf16) {
           dropped(g, p, keep, pd, x.rows * m);
@@ -219,10 +231,12 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
         for (int64_t r = 0; r < x.rows; ++r) {
           const float* pr = p + r * m;
           float* dr = ds + r * m;
+          if (g.bf16)  // the gradient of autocast's bf16 probabilities
+            for (int64_t j = 0; j < m; ++j) dr[j] = round_to_bf16(dr[j]);
           if (keep) {
             const float* kr = keep + r * m;
 #pragma omp simd
-            for (int64_t j = 0; j < m; ++j) dr[j] *= kr[j];
+            for (int64_t j = 0; j < m; ++j) dr[j] = kr[j] != 0.0f ? dr[j] * kr[j] : 0.0f;
           }
           double delta = 0;
 #pragma omp simd reduction(+ : delta)
@@ -230,6 +244,8 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
 #pragma omp simd
           for (int64_t j = 0; j < m; ++j)
             dr[j] = static_cast<float>(pr[j] * (static_cast<double>(dr[j]) - delta)) * g.scale;
+          if (g.causal)  // later keys hold a constant: no gradient, even where a row spread its weight there
+            std::fill(dr + std::min(m, x.i0 + r + 1), dr + m, 0.0f);
           if (g.bf16)
             for (int64_t j = 0; j < m; ++j) dr[j] = round_to_bf16(dr[j]);
         }

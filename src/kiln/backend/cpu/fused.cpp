@@ -375,8 +375,9 @@ void copy_rows(const Instr& ins, std::span<char* const> inputs, char* output) {
       at += (rest % v.shape[d]) * v.strides[d];
       rest /= v.shape[d];
     }
-    std::memcpy(dst + r * len * static_cast<int64_t>(esize), src + at * static_cast<int64_t>(esize),
-                static_cast<size_t>(len) * esize);
+    // memmove: an output that took a donated parameter's memory may be its own input
+    std::memmove(dst + r * len * static_cast<int64_t>(esize), src + at * static_cast<int64_t>(esize),
+                 static_cast<size_t>(len) * esize);
   }
 }
 
