@@ -52,7 +52,7 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   if (g.key_input >= 0) g.key = reinterpret_cast<const int64_t*>(in[g.key_input]) + ins.inputs[g.key_input].view.offset;
   // ~64 KB of scores a block: 128 rows up to 128 keys, 64 at 256, 16 from
   // 1024. Smaller causal blocks skip more keys; at [4,12,256,64] 64 and 32
-  // rows measured alike and 128 ~15 % slower (its blocks reach 75 % of the
+  // rows measured alike and 128 10-15 % slower (its blocks reach 75 % of the
   // keys, 64's 62.5 %).
   g.block = std::clamp<int64_t>(16384 / std::max<int64_t>(g.Tk, 1), 16, 128);
   return g;
