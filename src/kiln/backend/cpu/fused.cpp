@@ -352,7 +352,7 @@ void run_program_sum(const Instr& ins, std::span<char* const> inputs, float* y) 
 
 // A program that only copies a view whose rows (the last axis) are
 // contiguous into the contiguous output (a transpose of [B, T, H, D] heads,
-// a slice): row by row with memcpy rather than element by element.
+// a slice): row by row with memmove rather than element by element.
 bool copies_rows(const Instr& ins) {
   if (ins.program.size() != 1 || ins.program[0].op != Op::Data || !ins.extra_outputs.empty()) return false;
   const Operand& in = ins.inputs[static_cast<size_t>(ins.program[0].load)];
