@@ -201,6 +201,13 @@ TEST(CpuJit, FusedReductionsSumInTheInterpretersOrder) {
   Tensor z = Tensor::from_vector(testing::uniform_values(7 * 9001, 16), {7, 9001});
   expect_same_bits({sum(y * y), sum(y * z, {1}), sum(exp(z) - 1.0, {1})}, "finite sums");
   expect_same_bits({sum(x * x)}, "a sum with NaN and infinities");
+  // Without calls the lanes stay in two registers for the whole loop, so a
+  // long program has two fewer for its values: twenty products live at once.
+  Tensor acc = y;
+  std::vector<Tensor> terms;
+  for (int i = 0; i < 20; ++i) terms.push_back(y * (i + 1.5) + z / (i + 2.0));
+  for (const Tensor& t : terms) acc = acc * 0.5 + t * terms.front();
+  expect_same_bits({sum(acc, {1})}, "a long program's sum");
 }
 
 // GELU's gradient in both forms (the backward pass of a GELU layer).

@@ -85,6 +85,13 @@ const float* as_f32_operand(const compiler::Operand& op, const char* base, std::
 // 1). Single-threaded inside a parallel region. False when oneDNN fails.
 bool sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
            int64_t ldb, float* c, int64_t ldc, bool accumulate);
+// The same product through oneDNN's matmul primitive (gemm_primitive.cpp),
+// with an optional contiguous bias row added to every row of c; false where
+// the primitive is not available for it (sgemm then runs it). Used outside
+// parallel regions, for the shapes prefers_matmul_primitive names.
+bool prefers_matmul_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K);
+bool matmul_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float* c, int64_t ldc, const float* bias, bool accumulate);
 // The softmax kernel's row steps: the largest of x[0, n), and e = exp(x - m)
 // with its sum (float blocks of 512, the blocks in double).
 float row_max(const float* x, int64_t n);

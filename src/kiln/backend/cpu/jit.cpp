@@ -160,12 +160,20 @@ class Generator : public Xbyak::CodeGenerator {
     const int32_t n = static_cast<int32_t>(prog_.size());
     reg_of_.assign(n, -1);
     in_slot_.assign(n, 0);
+    // A fused reduction without calls keeps its lanes in ymm12 and ymm13
+    // for the whole loop (a call may change every register): the lanes
+    // then wait on the adds' latency, not on a store and a reload.
+    lanes_in_regs_ = ins.op == Op::Sum && std::none_of(prog_.begin(), prog_.end(), [](const FusedStep& s) {
+      return callee(s) != nullptr;
+    });
+    if (lanes_in_regs_) regs_ = kRegs - 2;
     emit();
   }
 
  private:
   static constexpr int kRegs = 14;  // ymm0-13 hold values; ymm14, ymm15 are scratch
   const Xbyak::Ymm t0_{14}, t1_{15};
+  const Xbyak::Ymm lane0_{12}, lane1_{13};  // a reduction's lanes 0-3 and 4-7, when in registers
 
   Xbyak::Address slot(int32_t k) { return ptr[rsp + 32 * (kConstSlots + k)]; }
   Xbyak::Address cslot(ConstSlot c) { return ptr[rsp + 32 * static_cast<int>(c)]; }
@@ -181,16 +189,16 @@ class Generator : public Xbyak::CodeGenerator {
   // A free register, one whose value nothing reads any more, or the one
   // whose value is read last (stored to its slot first unless it is there).
   int alloc() {
-    for (int r = 0; r < kRegs; ++r)
+    for (int r = 0; r < regs_; ++r)
       if (holder_[r] < 0) return r;
-    for (int r = 0; r < kRegs; ++r)
+    for (int r = 0; r < regs_; ++r)
       if (!((pinned_ >> r) & 1u) && last_[holder_[r]] < now_) {
         unbind(r);
         return r;
       }
     int best = -1;
     int32_t far = -2;
-    for (int r = 0; r < kRegs; ++r)
+    for (int r = 0; r < regs_; ++r)
       if (!((pinned_ >> r) & 1u) && last_[holder_[r]] > far) far = last_[holder_[r]], best = r;
     KILN_ASSERT(best >= 0);
     const int32_t k = holder_[best];
@@ -372,6 +380,14 @@ class Generator : public Xbyak::CodeGenerator {
     pinned_ = 0;
     now_ = static_cast<int32_t>(prog_.size());
     const Xbyak::Ymm v = use(reg);
+    if (lanes_in_regs_) {
+      vcvtps2pd(t0_, Xbyak::Xmm(v.getIdx()));
+      vaddpd(lane0_, lane0_, t0_);
+      vextractf128(Xbyak::Xmm(t1_.getIdx()), v, 1);
+      vcvtps2pd(t1_, Xbyak::Xmm(t1_.getIdx()));
+      vaddpd(lane1_, lane1_, t1_);
+      return;
+    }
     vcvtps2pd(t0_, Xbyak::Xmm(v.getIdx()));
     vaddpd(t0_, t0_, ptr[r14]);
     vmovupd(ptr[r14], t0_);
@@ -384,7 +400,7 @@ class Generator : public Xbyak::CodeGenerator {
   // Every register's value still to be read (from now_ on) to its slot;
   // all registers free.
   void spill_all() {
-    for (int r = 0; r < kRegs; ++r) {
+    for (int r = 0; r < regs_; ++r) {
       const int32_t k = holder_[r];
       if (k >= 0 && !in_slot_[k] && last_[k] >= now_) vmovups(slot(k), Xbyak::Ymm(r)), in_slot_[k] = 1;
       unbind(r);
@@ -419,6 +435,10 @@ class Generator : public Xbyak::CodeGenerator {
     spill_all();
     // Everything else, 8 elements an iteration; outputs stored last, so an
     // output may share memory with an input it reads element for element.
+    if (lanes_in_regs_) {
+      vmovupd(lane0_, ptr[r14]);
+      vmovupd(lane1_, ptr[r14 + 32]);
+    }
     Xbyak::Label loop, done;
     L(loop);
     cmp(r12, r13);
@@ -429,12 +449,16 @@ class Generator : public Xbyak::CodeGenerator {
     else store_output(n - 1, ins_.output, nin);
     for (size_t e = 0; e < ins_.extra_outputs.size(); ++e)
       store_output(ins_.extra_outputs[e].reg, ins_.extra_outputs[e].out, nin + 1 + static_cast<int32_t>(e));
-    for (int r = 0; r < kRegs; ++r) unbind(r);  // the next iteration starts as this one did
+    for (int r = 0; r < regs_; ++r) unbind(r);  // the next iteration starts as this one did
     for (int32_t k = 0; k < n; ++k)
       if (!invariant_[k]) in_slot_[k] = 0;
     add(r12, 8);
     jmp(loop, T_NEAR);
     L(done);
+    if (lanes_in_regs_) {
+      vmovupd(ptr[r14], lane0_);
+      vmovupd(ptr[r14 + 32], lane1_);
+    }
     vzeroupper();
     mov(rsp, rbp);
     pop(r15), pop(r14), pop(r13), pop(r12), pop(rbp), pop(rbx);
@@ -450,6 +474,8 @@ class Generator : public Xbyak::CodeGenerator {
   int32_t holder_[kRegs] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   uint32_t pinned_ = 0;
   int32_t now_ = 0;  // the step being emitted (program.size(): the stores)
+  bool lanes_in_regs_ = false;
+  int regs_ = kRegs;  // registers that hold values
 };
 
 bool cpu_has_avx2() {

@@ -271,13 +271,23 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   const float* b = as_f32_operand(B, in[1], wide_b);
   float* c = out_ptr<float>(ins, out);
   Mat la = gemm_layout(A.view, ta), lb = gemm_layout(B.view, tb);
+  std::vector<int64_t> ao = batch_offsets(A.view, out_batch), bo = batch_offsets(B.view, out_batch);
+  // B shared by every batch and A's batches stacked row-major: one GEMM.
+  bool b_shared = std::all_of(bo.begin(), bo.end(), [&](int64_t o) { return o == bo[0]; });
+  bool a_stacked = !la.trans && la.ld == K;
+  for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * M * K;
+  const bool one_gemm = nb == 1 || (b_shared && a_stacked);
   // A bias (compiler/simplify.cpp folds `product + bias` into the product):
-  // every row of c starts as the bias and the GEMM adds to it.
+  // the matmul primitive adds a contiguous one itself; otherwise every row
+  // of c starts as the bias and the GEMM adds to it.
   const bool bias = ins.inputs.size() == 3;
   if (bias) {
     const Operand& V = ins.inputs[2];
     const float* v = reinterpret_cast<const float*>(in[2]) + V.view.offset;
     const int64_t vs = V.view.strides.empty() ? 1 : V.view.strides[0];
+    if (one_gemm && K > 0 && vs == 1 && prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K) &&
+        matmul_primitive(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N, v, false))
+      return;
 #pragma omp parallel for schedule(static) if (nb * M * N > 65536)
     for (int64_t r = 0; r < nb * M; ++r) {
       float* row = c + r * N;
@@ -289,12 +299,10 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
     if (!bias) std::fill(c, c + nb * M * N, 0.0f);
     return;
   }
-  std::vector<int64_t> ao = batch_offsets(A.view, out_batch), bo = batch_offsets(B.view, out_batch);
-  // B shared by every batch and A's batches stacked row-major: one GEMM.
-  bool b_shared = std::all_of(bo.begin(), bo.end(), [&](int64_t o) { return o == bo[0]; });
-  bool a_stacked = !la.trans && la.ld == K;
-  for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * M * K;
-  if (nb == 1 || (b_shared && a_stacked)) {
+  if (one_gemm) {
+    if (prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K) &&
+        matmul_primitive(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N, nullptr, bias))
+      return;
     KILN_CHECK(sgemm(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N, bias),
                "matmul: oneDNN sgemm failed for M=", M * nb, " N=", N, " K=", K);
     return;
