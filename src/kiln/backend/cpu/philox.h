@@ -46,6 +46,24 @@ struct Philox {
 #else
   static constexpr int kLanes = 8;
 #endif
+  // Philox's 10 rounds (philox_round) on vectors of counters, one block a
+  // lane: mul(x, m, hi, lo) gives the high and low words of each lane's
+  // 32x32->64-bit product, xor_key(a, b, k) = a ^ b ^ k in every lane.
+  template <typename V, typename Mul, typename XorKey>
+  static inline void rounds(V& c0, V& c1, V& c2, V& c3, V m0, V m1, uint64_t seed, Mul mul, XorKey xor_key) {
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    for (int r = 0; r < 10; ++r) {
+      V hi0, lo0, hi1, lo1;
+      mul(c0, m0, hi0, lo0);
+      mul(c2, m1, hi1, lo1);
+      c0 = xor_key(hi1, c1, k0);
+      c2 = xor_key(hi0, c3, k1);
+      c1 = lo1;
+      c3 = lo0;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+  }
   static inline void generate_lanes(uint64_t seed, uint64_t offset, uint64_t block0, uint32_t out[4][kLanes]) {
 #ifdef __AVX512F__
     // As the AVX2 path below, in zmm registers; the carry compare is unsigned.
@@ -58,24 +76,16 @@ struct Philox {
     __m512i c2 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(offset)));
     __m512i c3 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(offset >> 32)));
     const __m512i m0 = _mm512_set1_epi64(0xD2511F53u), m1 = _mm512_set1_epi64(0xCD9E8D57u);
-    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
     // hi, lo: the high and low words of the 32x32->64-bit products, lane by lane.
-    auto mul = [&](__m512i x, __m512i m, __m512i& hi, __m512i& lo) {
+    auto mul = [](__m512i x, __m512i m, __m512i& hi, __m512i& lo) {
       const __m512i even = _mm512_mul_epu32(x, m), odd = _mm512_mul_epu32(_mm512_srli_epi64(x, 32), m);
       lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
       hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-    };    for (int r = 0; r < 10; ++r) {
-      __m512i hi0, lo0, hi1, lo1;
-      mul(c0, m0, hi0, lo0);
-      mul(c2, m1, hi1, lo1);
-      const __m512i vk0 = _mm512_set1_epi32(static_cast<int>(k0)), vk1 = _mm512_set1_epi32(static_cast<int>(k1));
-      c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), vk0);
-      c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), vk1);
-      c1 = lo1;
-      c3 = lo0;
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
-    }
+    };
+    auto xor_key = [](__m512i a, __m512i b, uint32_t k) {
+      return _mm512_xor_si512(_mm512_xor_si512(a, b), _mm512_set1_epi32(static_cast<int>(k)));
+    };
+    rounds(c0, c1, c2, c3, m0, m1, seed, mul, xor_key);
     _mm512_storeu_si512(out[0], c0);
     _mm512_storeu_si512(out[1], c1);
     _mm512_storeu_si512(out[2], c2);
@@ -94,24 +104,15 @@ struct Philox {
     __m256i c3 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(offset >> 32)));
     const __m256i m0 = _mm256_set1_epi64x(0xD2511F53u), m1 = _mm256_set1_epi64x(0xCD9E8D57u);
     const __m256i low = _mm256_set1_epi64x(0xFFFFFFFFll), high = _mm256_set1_epi64x(static_cast<long long>(0xFFFFFFFF00000000ull));
-    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
     auto mul = [&](__m256i x, __m256i m, __m256i& hi, __m256i& lo) {
       __m256i even = _mm256_mul_epu32(x, m), odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), m);
       lo = _mm256_or_si256(_mm256_and_si256(even, low), _mm256_slli_epi64(odd, 32));
       hi = _mm256_or_si256(_mm256_srli_epi64(even, 32), _mm256_and_si256(odd, high));
     };
-    for (int r = 0; r < 10; ++r) {
-      __m256i hi0, lo0, hi1, lo1;
-      mul(c0, m0, hi0, lo0);
-      mul(c2, m1, hi1, lo1);
-      const __m256i vk0 = _mm256_set1_epi32(static_cast<int>(k0)), vk1 = _mm256_set1_epi32(static_cast<int>(k1));
-      c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), vk0);
-      c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), vk1);
-      c1 = lo1;
-      c3 = lo0;
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
-    }
+    auto xor_key = [](__m256i a, __m256i b, uint32_t k) {
+      return _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_set1_epi32(static_cast<int>(k)));
+    };
+    rounds(c0, c1, c2, c3, m0, m1, seed, mul, xor_key);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[0]), c0);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[1]), c1);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[2]), c2);
