@@ -166,7 +166,6 @@ class Generator : public Xbyak::CodeGenerator {
     lanes_in_regs_ = ins.op == Op::Sum && std::none_of(prog_.begin(), prog_.end(), [](const FusedStep& s) {
       return callee(s) != nullptr;
     });
-    if (lanes_in_regs_) regs_ = kRegs - 2;
     emit();
   }
 
@@ -174,6 +173,8 @@ class Generator : public Xbyak::CodeGenerator {
   static constexpr int kRegs = 14;  // ymm0-13 hold values; ymm14, ymm15 are scratch
   const Xbyak::Ymm t0_{14}, t1_{15};
   const Xbyak::Ymm lane0_{12}, lane1_{13};  // a reduction's lanes 0-3 and 4-7, when in registers
+
+  int regs() const { return lanes_in_regs_ ? kRegs - 2 : kRegs; }  // registers that hold values
 
   Xbyak::Address slot(int32_t k) { return ptr[rsp + 32 * (kConstSlots + k)]; }
   Xbyak::Address cslot(ConstSlot c) { return ptr[rsp + 32 * static_cast<int>(c)]; }
@@ -189,16 +190,16 @@ class Generator : public Xbyak::CodeGenerator {
   // A free register, one whose value nothing reads any more, or the one
   // whose value is read last (stored to its slot first unless it is there).
   int alloc() {
-    for (int r = 0; r < regs_; ++r)
+    for (int r = 0; r < regs(); ++r)
       if (holder_[r] < 0) return r;
-    for (int r = 0; r < regs_; ++r)
+    for (int r = 0; r < regs(); ++r)
       if (!((pinned_ >> r) & 1u) && last_[holder_[r]] < now_) {
         unbind(r);
         return r;
       }
     int best = -1;
     int32_t far = -2;
-    for (int r = 0; r < regs_; ++r)
+    for (int r = 0; r < regs(); ++r)
       if (!((pinned_ >> r) & 1u) && last_[holder_[r]] > far) far = last_[holder_[r]], best = r;
     KILN_ASSERT(best >= 0);
     const int32_t k = holder_[best];
@@ -400,7 +401,7 @@ class Generator : public Xbyak::CodeGenerator {
   // Every register's value still to be read (from now_ on) to its slot;
   // all registers free.
   void spill_all() {
-    for (int r = 0; r < regs_; ++r) {
+    for (int r = 0; r < regs(); ++r) {
       const int32_t k = holder_[r];
       if (k >= 0 && !in_slot_[k] && last_[k] >= now_) vmovups(slot(k), Xbyak::Ymm(r)), in_slot_[k] = 1;
       unbind(r);
@@ -449,7 +450,7 @@ class Generator : public Xbyak::CodeGenerator {
     else store_output(n - 1, ins_.output, nin);
     for (size_t e = 0; e < ins_.extra_outputs.size(); ++e)
       store_output(ins_.extra_outputs[e].reg, ins_.extra_outputs[e].out, nin + 1 + static_cast<int32_t>(e));
-    for (int r = 0; r < regs_; ++r) unbind(r);  // the next iteration starts as this one did
+    for (int r = 0; r < regs(); ++r) unbind(r);  // the next iteration starts as this one did
     for (int32_t k = 0; k < n; ++k)
       if (!invariant_[k]) in_slot_[k] = 0;
     add(r12, 8);
@@ -475,7 +476,6 @@ class Generator : public Xbyak::CodeGenerator {
   uint32_t pinned_ = 0;
   int32_t now_ = 0;  // the step being emitted (program.size(): the stores)
   bool lanes_in_regs_ = false;
-  int regs_ = kRegs;  // registers that hold values
 };
 
 bool cpu_has_avx2() {

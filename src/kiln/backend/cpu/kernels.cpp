@@ -277,6 +277,7 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   bool a_stacked = !la.trans && la.ld == K;
   for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * M * K;
   const bool one_gemm = nb == 1 || (b_shared && a_stacked);
+  const bool primitive = one_gemm && K > 0 && prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K);
   // A bias (compiler/simplify.cpp folds `product + bias` into the product):
   // the matmul primitive adds a contiguous one itself; otherwise every row
   // of c starts as the bias and the GEMM adds to it.
@@ -285,7 +286,7 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
     const Operand& V = ins.inputs[2];
     const float* v = reinterpret_cast<const float*>(in[2]) + V.view.offset;
     const int64_t vs = V.view.strides.empty() ? 1 : V.view.strides[0];
-    if (one_gemm && K > 0 && vs == 1 && prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K) &&
+    if (primitive && vs == 1 &&
         matmul_primitive(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N, v, false))
       return;
 #pragma omp parallel for schedule(static) if (nb * M * N > 65536)
@@ -300,7 +301,7 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
     return;
   }
   if (one_gemm) {
-    if (prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K) &&
+    if (primitive &&
         matmul_primitive(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N, nullptr, bias))
       return;
     KILN_CHECK(sgemm(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N, bias),
