@@ -485,6 +485,19 @@ TEST(Cli, HostMemoryCacheLimitFromTheEnvironment) {
   EXPECT_CONTAINS(slurp(w.path() / "bad"), "found 'lots'");
 }
 
+// Huge pages for large blocks: off is the same training, a malformed value
+// an error that names the variable.
+TEST(Cli, HugePagesFromTheEnvironment) {
+  Workdir w;
+  const std::string bench = "bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1 --json";
+  ASSERT_EQ(kiln(bench, w.path() / "on", "KILN_HUGE_PAGES=on"), 0) << slurp(w.path() / "on");
+  ASSERT_EQ(kiln(bench, w.path() / "off", "KILN_HUGE_PAGES=0"), 0) << slurp(w.path() / "off");
+  auto loss = [](const std::string& log) { return log.substr(log.find("\"loss\"")); };
+  EXPECT_EQ(loss(slurp(w.path() / "on")), loss(slurp(w.path() / "off")));
+  EXPECT_NE(kiln(bench, w.path() / "bad", "KILN_HUGE_PAGES=maybe"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "bad"), "KILN_HUGE_PAGES: expected 0, 1, on or off, found 'maybe'");
+}
+
 // KILN_JIT: 0 interprets every fused group (the same loss: both paths give
 // the same bits), anything but 0/1/on/off is an error that names it.
 TEST(Cli, CompiledLoopsCanBeTurnedOffFromTheEnvironment) {

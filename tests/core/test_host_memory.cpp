@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <memory>
 
 #include "kiln/core/buffer.h"
@@ -46,6 +48,23 @@ TEST(HostMemory, AFreedLargeBlockServesTheNextRequestOfItsSize) {
   EXPECT_EQ(hm::stats().fresh, before.fresh + 1);
   hm::release(b, n);
   hm::release(c, 2 * hm::kCachedBlock);
+}
+
+// Blocks from 2 MiB start on a 2 MiB boundary (where huge pages can back
+// them); smaller large blocks only on a page. Neither is rounded up.
+TEST(HostMemory, BlocksFromTwoMebibytesAreAlignedForHugePages) {
+  const char* env = std::getenv("KILN_HUGE_PAGES");
+  if (env && (std::string(env) == "0" || std::string(env) == "off")) GTEST_SKIP() << "KILN_HUGE_PAGES is off";
+  CacheLimit limit(0);
+  for (size_t n : {hm::kHugeBlock, hm::kHugeBlock + 4096 * 90 + 7, 5 * hm::kHugeBlock}) {
+    void* a = hm::allocate(n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % hm::kHugeBlock, 0u) << n;
+    std::memset(a, 1, n);  // every byte is usable
+    hm::release(a, n);
+  }
+  void* b = hm::allocate(hm::kHugeBlock - 4096);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 4096, 0u);
+  hm::release(b, hm::kHugeBlock - 4096);
 }
 
 TEST(HostMemory, SmallBlocksAreNotKept) {

@@ -66,9 +66,10 @@ std::string instr_label(const Instr& ins) {
   return s;
 }
 
-void profile_add(const Instr& ins, double seconds) {
+void profile_add(const Instr& ins, double seconds, const char* note) {
   Profile& p = profile();
   std::string key = instr_label(ins);
+  if (note) key += std::string(" (") + note + ")";
   std::lock_guard<std::mutex> lock(p.mu);
   auto& e = p.entries[key];
   e.seconds += seconds;

@@ -16,8 +16,9 @@ bool profiling();
 // "fused[add mul ...] +N outputs [shape]" or the op's name and output shape.
 std::string instr_label(const Instr& ins);
 
-// Adds one timed run of `ins` to the table (thread-safe).
-void profile_add(const Instr& ins, double seconds);
+// Adds one timed run of `ins` to the table (thread-safe); a note, such as
+// "interpreted", makes a separate row.
+void profile_add(const Instr& ins, double seconds, const char* note = nullptr);
 
 // Empties the table: `kiln bench` calls it after its warm-up steps, so the
 // table covers the measured steps only (no first-touch page faults, no

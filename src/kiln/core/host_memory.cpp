@@ -1,11 +1,13 @@
 #include "kiln/core/host_memory.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <list>
 #include <mutex>
 #include <new>
@@ -26,6 +28,7 @@ namespace kiln::host_memory {
 namespace {
 
 constexpr size_t kPage = 4096;
+constexpr size_t kHugePage = kHugeBlock;
 
 size_t default_limit() {
   const char* env = std::getenv("KILN_HOST_CACHE_MB");
@@ -138,6 +141,27 @@ Cache& cache() {
 
 size_t block_bytes(size_t nbytes) { return (nbytes + kPage - 1) / kPage * kPage; }
 
+// KILN_HUGE_PAGES: unset, 1 or on (the default), 0 or off.
+bool read_huge_pages_env() {
+  const char* v = std::getenv("KILN_HUGE_PAGES");
+  if (!v || !*v || std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0) return true;
+  if (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0) return false;
+  throw Error(std::string("KILN_HUGE_PAGES: expected 0, 1, on or off, found '") + v + "'");
+}
+
+// Blocks of 2 MiB and more start on a 2 MiB boundary and ask the kernel for
+// transparent huge pages (where it is set to "madvise", Debian's default): a
+// step streams gigabytes through parameters, gradients and optimizer state,
+// and 4 KiB pages make that a TLB miss every 4 KiB. The tail past the last
+// whole 2 MiB stays in small pages, so no memory is added.
+void* fresh_block(size_t bytes) {
+  static const bool huge = read_huge_pages_env();
+  if (bytes < kHugePage || !huge) return std::aligned_alloc(kPage, bytes);
+  void* p = std::aligned_alloc(kHugePage, bytes);
+  if (p) ::madvise(p, bytes, MADV_HUGEPAGE);  // advice: a kernel without THP just says no
+  return p;
+}
+
 }  // namespace
 
 void* allocate(size_t nbytes) {
@@ -149,10 +173,10 @@ void* allocate(size_t nbytes) {
   if (nbytes > SIZE_MAX - kPage) throw std::bad_alloc();
   const size_t bytes = block_bytes(nbytes);
   if (void* p = cache().take(bytes)) return p;
-  void* p = std::aligned_alloc(kPage, bytes);
+  void* p = fresh_block(bytes);
   if (!p) {  // what is cached may be what the system lacks
     cache().empty();
-    p = std::aligned_alloc(kPage, bytes);
+    p = fresh_block(bytes);
   }
   if (!p) throw std::bad_alloc();
   return p;

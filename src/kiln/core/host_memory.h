@@ -12,10 +12,14 @@ namespace kiln::host_memory {
 
 // Blocks of at least this many bytes are page-aligned and cached.
 constexpr size_t kCachedBlock = size_t(1) << 20;
+// Fresh blocks of at least this many bytes are aligned to it and advised to
+// use transparent huge pages (KILN_HUGE_PAGES=0 turns that off).
+constexpr size_t kHugeBlock = size_t(2) << 20;
 
-// 64-byte aligned memory of at least nbytes (page-aligned from kCachedBlock).
-// Throws std::bad_alloc when the system has none, and kiln::Error (at the
-// first large request) when KILN_HOST_CACHE_MB is malformed.
+// 64-byte aligned memory of at least nbytes (page-aligned from kCachedBlock,
+// 2 MiB-aligned from kHugeBlock). Throws std::bad_alloc when the system has
+// none, and kiln::Error (at the first large request) when KILN_HOST_CACHE_MB
+// or KILN_HUGE_PAGES is malformed.
 void* allocate(size_t nbytes);
 // Returns memory from allocate(nbytes) (the same nbytes).
 void release(void* ptr, size_t nbytes) noexcept;

@@ -67,7 +67,9 @@ void execute(const compiler::Program& program, const Plan* plan, std::span<void*
       pending.emplace_back(ins.output.slot, start_collective(ins, in, out));
     else run_kernel(ins, in, out);
     if (!pending.empty() && pending.back().first != ins.output.slot) ++overlapped;
-    if (timed) compiler::profile_add(ins, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (timed)  // which fused programs the JIT did not take
+      compiler::profile_add(ins, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                            ins.fused && !compiled ? "interpreted" : nullptr);
   }
   while (!pending.empty()) await_slot(pending.front().first);
   if (overlapped) dist::record_overlap(overlapped);
