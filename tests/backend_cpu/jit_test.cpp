@@ -17,6 +17,7 @@ namespace {
 struct Executed {
   std::vector<std::vector<char>> outputs;
   int32_t compiled = 0;  // instructions that ran as compiled loops
+  int32_t fused = 0;     // fused elementwise instructions in the program
 };
 
 // The results' program, executed with the compiled loops or the interpreter.
@@ -34,6 +35,7 @@ Executed execute(const std::vector<Tensor>& results, bool jit) {
   backend::cpu::execute(p, plan.get(), traced.params, out_ptrs, mem.get(p.arena_bytes));
   Executed run;
   run.compiled = plan->compiled();
+  for (const auto& ins : p.instrs) run.fused += ins.fused && ins.op != ir::Op::Sum;
   for (size_t o = 0; o < out_ptrs.size(); ++o) {
     const char* b = static_cast<const char*>(out_ptrs[o]);
     run.outputs.emplace_back(b, b + p.output_nbytes[o]);
@@ -116,6 +118,38 @@ TEST(CpuJit, BroadcastScalarsAndStoredMasksAreInputs) {
   mark_step();
   expect_same_bits({x * s + s, where(mask, x * s, y), cast(mask, DType::f32) + x, logical_not(mask)},
                    "scalars and masks");
+}
+
+// Inputs whose rows along the last axis are contiguous but not the whole
+// (a broadcast scale and shift, heads transposed out of a projection, a
+// slice of the last axis, a broadcast mask) run compiled, a call per row,
+// when rows are a whole number of 8-value steps and at least 256 values
+// long; shorter rows stay interpreted. The same bits either way.
+TEST(CpuJit, RowStridedInputsRunCompiled) {
+  if (!backend::cpu::jit_enabled()) GTEST_SKIP() << "compiled loops are off (KILN_JIT=0 or no AVX2)";
+  for (int64_t L : {13, 64, 256, 768}) {
+    const int64_t B = 3, T = 23;  // B·T·L over 32768 at 768: several threads
+    Tensor x = Tensor::from_vector(awkward_values(B * T * L, 6), {B, T, L});
+    Tensor y = Tensor::from_vector(awkward_values(B * T * L, 7), {B, T, L});
+    Tensor gamma = Tensor::from_vector(awkward_values(L, 8), {L});
+    Tensor beta = Tensor::from_vector(awkward_values(L, 9), {L});
+    Tensor wide = Tensor::from_vector(awkward_values(B * T * (L + 24), 11), {B, T, L + 24});
+    Tensor row_mask = gt(gamma, beta);
+    mark_step();
+    const std::vector<Tensor> results = {x * gamma + beta, slice(wide, 2, 16, 16 + L) - x,
+                                         where(row_mask, x, y) + gamma, x * 2.0};
+    const std::string what = "rows of " + std::to_string(L);
+    expect_same_bits(results, what.c_str());
+    const Executed run = execute(results, true);
+    if (L >= 256) EXPECT_EQ(run.compiled, run.fused) << what << ": a fused group was interpreted";
+    else EXPECT_EQ(run.compiled, 1) << what << ": only x * 2 runs compiled";
+    // Heads of 8 values transposed into rows of L: the copy's rows are 8 long.
+    if (L % 8 == 0) {
+      Tensor heads = Tensor::from_vector(awkward_values(B * T * L, 10), {B, L / 8, T, 8});
+      expect_same_bits({reshape(permute(heads, {0, 2, 1, 3}), {B, T, L}) * y + gamma, x * 3.0},
+                       (what + ", heads").c_str());
+    }
+  }
 }
 
 // Values that are the same for every element (computed once, before the

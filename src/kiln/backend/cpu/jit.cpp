@@ -105,6 +105,19 @@ bool supported(const FusedStep& s) {
   }
 }
 
+// Whether an elementwise instruction's input is read row by row (run_rows):
+// not contiguous, but each row of the output's last axis is a contiguous run
+// of the input (a broadcast bias, LayerNorm's scale and shift, a slice of the
+// last axis), rows a whole number of 8-value steps long and at least
+// kMinRow values: the loop is called once per row, and on BERT's 64-value
+// head rows the calls cost more than the interpreter's copies.
+constexpr int64_t kMinRow = 256;
+bool row_strided(const Instr& ins, const compiler::View& v) {
+  const Shape& out = ins.output.view.shape;
+  return ins.op != Op::Sum && !out.empty() && out.back() % 8 == 0 && out.back() >= kMinRow && v.shape == out &&
+         v.strides.back() == 1 && !v.is_contiguous();
+}
+
 // Whether the code generator takes the instruction (see jit.h).
 bool compilable(const Instr& ins) {
   const bool sum = ins.op == Op::Sum;
@@ -117,7 +130,8 @@ bool compilable(const Instr& ins) {
     if (!supported(s) || s.dtype == DType::bf16) return false;
     if (s.op == Op::Data) {
       const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
-      if (!loadable(in.dtype) || !(in.view.is_contiguous() || in.view.is_broadcast_scalar())) return false;
+      if (!loadable(in.dtype) || !(in.view.is_contiguous() || in.view.is_broadcast_scalar() || row_strided(ins, in.view)))
+        return false;
     }
   }
   return true;
@@ -548,6 +562,44 @@ void run_jit_sum(const JitKernel& kernel, const Instr& ins, std::span<const char
   });
 }
 
+// An elementwise loop with row-strided inputs (compilable's row_strided):
+// the loop is called once per row of the output's last axis (L values, a
+// multiple of 8), each such input's pointer moved so that the loop's element
+// i of row r, which it reads at pointer + i, is the row's element i - r·L.
+// The compiled code is the contiguous loop's: only the pointers change.
+void run_rows(const JitKernel& kernel, const Instr& ins, const std::vector<const char*>& ptrs,
+              const std::vector<size_t>& strided, int64_t n, int64_t block) {
+  const Shape& shape = ins.output.view.shape;
+  const int64_t L = shape.back(), rows = n / L, rank = static_cast<int64_t>(shape.size());
+  const int64_t rows_a_block = std::max<int64_t>(1, block / L);
+#pragma omp parallel if (n > 32768)
+  {
+    std::vector<const char*> mine(ptrs);
+    std::vector<int64_t> idx(static_cast<size_t>(rank));
+#pragma omp for schedule(static)
+    for (int64_t r0 = 0; r0 < rows; r0 += rows_a_block) {
+      // The multi-index of row r0's first element over the outer axes.
+      int64_t rem = r0;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        idx[d] = rem % shape[d];
+        rem /= shape[d];
+      }
+      for (int64_t r = r0; r < std::min(rows, r0 + rows_a_block); ++r) {
+        for (size_t k : strided) {
+          const compiler::View& v = ins.inputs[k].view;
+          int64_t at = 0;  // the row's first element, in elements from the operand's first
+          for (int64_t d = 0; d + 1 < rank; ++d) at += idx[d] * v.strides[d];
+          const auto size = static_cast<int64_t>(dtype_size(ins.inputs[k].dtype));
+          mine[k] = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(ptrs[k]) +
+                                                  static_cast<uintptr_t>((at - r * L) * size));
+        }
+        kernel.fn(mine.data(), r * L, (r + 1) * L);
+        for (int64_t d = rank - 2; d >= 0 && ++idx[d] == shape[d]; --d) idx[d] = 0;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void run_jit(const JitKernel& kernel, const Instr& ins, std::span<char* const> inputs, char* output,
@@ -562,8 +614,14 @@ void run_jit(const JitKernel& kernel, const Instr& ins, std::span<char* const> i
   ptrs.push_back(first(output, ins.output));
   for (size_t e = 0; e < extra.size(); ++e) ptrs.push_back(first(extra[e], ins.extra_outputs[e].out));
   const int64_t n = numel(ins.output.view.shape);
-  const int64_t body = n & ~int64_t{7};
   constexpr int64_t kBlock = 8192;
+  std::vector<size_t> strided;  // inputs read row by row
+  for (size_t k = 0; k < ins.inputs.size(); ++k) {
+    const compiler::View& v = ins.inputs[k].view;
+    if (!v.is_contiguous() && !v.is_broadcast_scalar()) strided.push_back(k);
+  }
+  if (!strided.empty()) return run_rows(kernel, ins, ptrs, strided, n, kBlock);
+  const int64_t body = n & ~int64_t{7};
   const int64_t blocks = (body + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n > 32768)
   for (int64_t b = 0; b < blocks; ++b) kernel.fn(ptrs.data(), b * kBlock, std::min(body, (b + 1) * kBlock));
