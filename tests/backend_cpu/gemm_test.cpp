@@ -1,10 +1,17 @@
 // The CPU backend's products: oneDNN's sgemm, and its matmul primitive for
-// the shapes prefers_matmul_primitive names, against a reference in double.
+// the shapes prefers_matmul_primitive names, against a reference in double;
+// products paired to run side by side.
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kiln/backend/cpu/executor.h"
+#include "kiln/backend/cpu/jit.h"
+#include "kiln/compiler/compile.h"
 #include "kiln/runtime/ops.h"
+#include "support/program_util.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -95,6 +102,54 @@ TEST(CpuGemm, ProductsThePrimitiveRunsMatchTheReference) {
   const auto want_s = reference(false, true, M, N, K, xv, K, wv, K, bias_s.data(), nullptr, N);
   expect_close((matmul(x, w, false, true) + contiguous_bias).to_vector<float>(), want_c, M, N, N, "contiguous bias");
   expect_close((matmul(x, w, false, true) + strided_bias).to_vector<float>(), want_s, M, N, N, "strided bias");
+}
+
+// Paired products (compiler::Instr::with_next) run side by side on two
+// threads, one each: the executor gives the values of the same program
+// without pairs, within a product's rounding (one thread's sgemm may split
+// its work differently from two threads').
+TEST(CpuGemm, PairedProductsGiveTheUnpairedValues) {
+  Generator gen(8);
+  Tensor x = randn({384, 512}, gen), w = randn({512, 512}, gen), y = randn({384, 512}, gen), v = randn({256, 512}, gen);
+  mark_step();
+  Tensor t = exp(x * 0.1);
+  const std::vector<Tensor> results = {matmul(t, w) + 1.0, matmul(y, v, false, true), matmul(x, y, true, false)};
+  std::vector<ir::NodePtr> params, nodes;
+  for (const auto& r : results) nodes.push_back(r.node());
+  const ir::Graph graph = ir::flatten(nodes, &params);
+  std::vector<void*> param_ptrs;
+  for (const auto& n : params) {
+    n->data->wait();
+    param_ptrs.push_back(n->data->storage->data());
+  }
+  auto run = [&](bool pairs, int* paired) {
+    const compiler::Program p = compiler::compile(graph, {.concurrent_products = pairs});
+    *paired = static_cast<int>(std::count_if(p.instrs.begin(), p.instrs.end(), [](const auto& i) { return i.with_next; }));
+    testing::HostMemory mem;
+    std::vector<void*> outs;
+    for (size_t n : p.output_nbytes) outs.push_back(mem.get(n));
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(2);  // pairs run side by side on exactly two threads
+    auto plan = backend::cpu::prepare(p);
+    backend::cpu::execute(p, plan.get(), param_ptrs, outs, mem.get(p.arena_bytes));
+    omp_set_num_threads(threads);
+    std::vector<std::vector<float>> got;
+    for (size_t o = 0; o < outs.size(); ++o) {
+      const float* f = static_cast<const float*>(outs[o]);
+      got.emplace_back(f, f + p.output_nbytes[o] / sizeof(float));
+    }
+    return got;
+  };
+  int with = 0, without = 0;
+  const auto a = run(true, &with), b = run(false, &without);
+  EXPECT_GE(with, 1);
+  EXPECT_EQ(without, 0);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t o = 0; o < a.size(); ++o) {
+    ASSERT_EQ(a[o].size(), b[o].size());
+    for (size_t i = 0; i < a[o].size(); ++i)
+      ASSERT_NEAR(a[o][i], b[o][i], 1e-4 * (1.0 + std::abs(b[o][i]))) << "output " << o << " at " << i;
+  }
 }
 
 }  // namespace

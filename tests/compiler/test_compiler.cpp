@@ -332,6 +332,89 @@ TEST(Compiler, AttentionReadsProjectedHeadsInPlace) {
   EXPECT_GE(copied(cuda).second, 3) << cuda.dump();
 }
 
+// concurrent_products (the CPU's): a linear layer's weight and input
+// gradients become a pair (Instr::with_next), the second moved up over the
+// weight gradient's square sum; the memory plan keeps everything either
+// reads or writes apart, and the pairs survive the program record.
+TEST(Compiler, IndependentProductsArePairedAndKeptApart) {
+  Generator gen(4);
+  Tensor x = randn({512, 256}, gen), w1 = randn({512, 256}, gen), b1 = randn({512}, gen);
+  Tensor w2 = randn({256, 512}, gen), b2 = randn({256}, gen);
+  mark_step();
+  for (Tensor* t : {&w1, &b1, &w2, &b2}) t->requires_grad_();
+  Tensor y = linear(gelu(linear(x, w1, b1)), w2, b2);
+  sum(y * y).backward();
+  std::vector<ir::NodePtr> outs, params;
+  {
+    NoGradGuard ng;
+    Tensor norm = sum(w1.grad() * w1.grad()) + sum(w2.grad() * w2.grad());  // as clip_grad_norm's
+    for (Tensor* t : {&w1, &b1, &w2, &b2}) outs.push_back((*t - t->grad() * norm).node());
+  }
+  const ir::Graph graph = ir::flatten(outs, &params);
+  const compiler::Program plain = compiler::compile(graph, {.fuse_sum_inputs = true});
+  const compiler::Program paired = compiler::compile(graph, {.fuse_sum_inputs = true, .concurrent_products = true});
+  EXPECT_TRUE(std::none_of(plain.instrs.begin(), plain.instrs.end(), [](const auto& i) { return i.with_next; }));
+  int pairs = 0;
+  auto bytes = [&](const compiler::Operand& o) {  // a temporary's bytes in the arena, else none
+    const compiler::Slot& s = paired.slots[o.slot];
+    return s.kind == compiler::SlotKind::Temp ? std::pair<size_t, size_t>{s.offset, s.offset + s.nbytes}
+                                              : std::pair<size_t, size_t>{0, 0};
+  };
+  auto apart = [&](const compiler::Operand& a, const compiler::Operand& b) {
+    const auto [a0, a1] = bytes(a);
+    const auto [b0, b1] = bytes(b);
+    return a.slot != b.slot && (a1 <= b0 || b1 <= a0);
+  };
+  for (size_t k = 0; k + 1 < paired.instrs.size(); ++k) {
+    if (!paired.instrs[k].with_next) continue;
+    ++pairs;
+    const compiler::Instr &a = paired.instrs[k], &b = paired.instrs[k + 1];
+    EXPECT_EQ(a.op, ir::Op::MatMul);
+    EXPECT_EQ(b.op, ir::Op::MatMul);
+    EXPECT_FALSE(b.with_next) << "a product in two pairs";
+    for (const auto& in : b.inputs) EXPECT_TRUE(apart(in, a.output)) << paired.dump();
+    for (const auto& in : a.inputs) EXPECT_TRUE(apart(in, b.output)) << paired.dump();
+    EXPECT_TRUE(apart(a.output, b.output)) << paired.dump();
+  }
+  EXPECT_EQ(pairs, 1) << paired.dump();  // two of the three products of the backward pass
+  EXPECT_EQ(paired.instrs.size(), plain.instrs.size());
+  const auto back = compiler::deserialize_program(compiler::serialize_program(graph, paired), graph);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->dump(), paired.dump());
+  compiler::Program bad = paired;
+  bad.instrs.back().with_next = true;  // paired with nothing
+  EXPECT_THROW(compiler::deserialize_program(compiler::serialize_program(graph, bad), graph), Error);
+}
+
+// The memory a pair's first product reads last is not its partner's result,
+// as it would be one after the other.
+TEST(Compiler, APairsPartnerDoesNotWriteWhatTheFirstReads) {
+  Generator gen(5);
+  Tensor x = randn({512, 512}, gen), w = randn({512, 512}, gen), y = randn({512, 512}, gen);
+  mark_step();
+  Tensor t = exp(x);  // a temporary read last by the first product
+  Tensor out = matmul(t, w) + matmul(y, w, false, true);
+  std::vector<ir::NodePtr> params;
+  const ir::Graph graph = ir::flatten({out.node()}, &params);
+  const compiler::Program plain = compiler::compile(graph, {});
+  const compiler::Program paired = compiler::compile(graph, {.concurrent_products = true});
+  auto offsets = [](const compiler::Program& p) {  // the exp's result and the second product's
+    std::vector<size_t> o;
+    for (const auto& ins : p.instrs)
+      if (ins.op == ir::Op::MatMul) {
+        o.push_back(p.slots[ins.inputs[0].slot].offset);
+        o.push_back(p.slots[ins.output.slot].offset);
+      }
+    return o;
+  };
+  ASSERT_TRUE(paired.instrs.size() >= 3 && paired.instrs[1].with_next) << paired.dump();
+  const auto po = offsets(plain), qo = offsets(paired);
+  ASSERT_EQ(po.size(), 4u);
+  EXPECT_EQ(po[0], po[3]) << "the plain plan reuses exp(x)'s memory:\n" << plain.dump();
+  EXPECT_NE(qo[0], qo[3]) << paired.dump();
+  EXPECT_GT(paired.arena_bytes, plain.arena_bytes);
+}
+
 // A program with a fused reduction survives the on-disk record (its shape too).
 TEST(Compiler, FusedReductionsRoundTripThroughTheProgramRecord) {
   Tensor x = Tensor::from_vector(std::vector<float>(20000, 0.5f), {20, 1000});

@@ -83,6 +83,7 @@ class Lowering {
         emit_copy(node, slot);
       }
     }
+    if (options_.concurrent_products) pair_products();
     plan_memory();
     donate();
     return std::move(prog_);
@@ -398,6 +399,52 @@ class Lowering {
     push(std::move(ins));
   }
 
+  // CompileOptions::concurrent_products: a product is paired with a later
+  // one, up to kLookAhead instructions on, that reads none of the results in
+  // between; that one moves up next to it (what it skips does not read it:
+  // it came first). Both at least kMinPairFlops and neither over twice the
+  // other (a pair takes as long as its longer product). A linear layer's
+  // weight gradient is followed by its norm's square sum before the input
+  // gradient; the look-ahead steps over it.
+  void pair_products() {
+    constexpr double kMinPairFlops = 2.0 * 128 * 128 * 128 * 16;
+    constexpr size_t kLookAhead = 3;
+    auto flops = [](const Instr& ins) {
+      const bool ta = ins.attrs.ints[0] != 0;
+      const Shape& a = ins.inputs[0].view.shape;
+      const double K = static_cast<double>(a.size() >= 2 ? a[a.size() - (ta ? 2 : 1)] : 1);
+      return 2.0 * K * static_cast<double>(numel(ins.output.view.shape));
+    };
+    auto product = [&](const Instr& ins) {
+      return ins.op == Op::MatMul && !ins.fused && ins.inputs.size() >= 2 && flops(ins) >= kMinPairFlops;
+    };
+    auto writes = [](const Instr& ins, int32_t slot) {
+      if (ins.output.slot == slot) return true;
+      return std::any_of(ins.extra_outputs.begin(), ins.extra_outputs.end(),
+                         [&](const ExtraOutput& e) { return e.out.slot == slot; });
+    };
+    auto& instrs = prog_.instrs;
+    for (size_t k = 0; k + 1 < instrs.size(); ++k) {
+      if (!product(instrs[k])) continue;
+      const double fa = flops(instrs[k]);
+      for (size_t j = k + 1; j < instrs.size() && j <= k + kLookAhead; ++j) {
+        const Instr& b = instrs[j];
+        const Op op = b.op;
+        if (op == Op::AllReduce || op == Op::BroadcastFrom) break;  // collectives keep their place
+        if (!product(b) || std::max(fa, flops(b)) > 2 * std::min(fa, flops(b))) continue;
+        bool independent = true;  // b reads nothing written from k on
+        for (size_t m = k; m < j && independent; ++m)
+          for (const Operand& in : b.inputs) independent = independent && !writes(instrs[m], in.slot);
+        if (!independent) continue;
+        std::rotate(instrs.begin() + static_cast<std::ptrdiff_t>(k + 1), instrs.begin() + static_cast<std::ptrdiff_t>(j),
+                    instrs.begin() + static_cast<std::ptrdiff_t>(j + 1));
+        instrs[k].with_next = true;
+        ++k;  // the moved product is taken
+        break;
+      }
+    }
+  }
+
   void plan_memory() {
     for (size_t k = 0; k < prog_.instrs.size(); ++k) {
       const Instr& ins = prog_.instrs[k];
@@ -409,6 +456,16 @@ class Lowering {
       };
       written(ins.output);
       for (const auto& e : ins.extra_outputs) written(e.out);
+    }
+    // A pair (Instr::with_next) runs at once: what either reads or writes
+    // lives through both, so neither's result takes the other's operands.
+    for (size_t k = 0; k + 1 < prog_.instrs.size(); ++k) {
+      if (!prog_.instrs[k].with_next) continue;
+      const auto first = static_cast<int32_t>(k), second = first + 1;
+      for (Slot& slot : prog_.slots) {
+        if (slot.last == first) slot.last = second;
+        if (slot.first == second) slot.first = first;
+      }
     }
     // Greedy best-fit: largest first, each at the lowest offset free of every
     // placed temporary whose lifetime overlaps.
@@ -478,6 +535,13 @@ class Lowering {
         for (int32_t p = 0; p < g_.num_params; ++p) {
           if (!g_.donated[p] || taken[p] || param_bytes[p] != prog_.slots[out.slot].nbytes) continue;
           if (param_last[p] > writer[o]) continue;
+          if (writer[o] > 0 && prog_.instrs[writer[o] - 1].with_next &&  // its pair's first product reads p
+              std::any_of(prog_.instrs[writer[o] - 1].inputs.begin(), prog_.instrs[writer[o] - 1].inputs.end(),
+                          [&](const Operand& in) {
+                            const Slot& s = prog_.slots[in.slot];
+                            return s.kind == SlotKind::Param && s.index == p;
+                          }))
+            continue;
           // A fused instruction loads every chunk of its inputs before it stores
           // that chunk of any output, so reading p element for element is safe.
           bool reads_elementwise = true, reads = false;
@@ -579,6 +643,7 @@ std::string Program::dump() const {
     for (size_t i = 0; i < ins.inputs.size(); ++i) os << (i ? ", " : "") << operand(ins.inputs[i]);
     os << ")";
     for (const auto& e : ins.extra_outputs) os << ", " << operand(e.out) << " = r" << e.reg;
+    if (ins.with_next) os << " (with the next)";
     os << "\n";
   }
   os << "arena " << arena_bytes << " bytes (unplanned " << temp_bytes_total << ")\n";

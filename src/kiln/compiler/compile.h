@@ -17,6 +17,12 @@ struct CompileOptions {
   // projection are not copied out). Backends whose attention kernels read
   // contiguous heads (CUDA today) leave it off.
   bool strided_attention_operands = false;
+  // Adjacent matrix products that do not depend on each other (a linear
+  // layer's input and weight gradients, the attention's q, k and v
+  // projections) are paired with Instr::with_next, so an executor may run
+  // them side by side, a thread each (CPU: on two threads one product per
+  // thread beats two products on both threads one after the other).
+  bool concurrent_products = false;
 };
 
 Program compile(const ir::Graph& graph, const CompileOptions& options = {});

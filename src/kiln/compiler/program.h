@@ -74,6 +74,10 @@ struct Instr {
   std::vector<FusedStep> program;
   Shape program_shape;                     // fused reduction only
   std::vector<ExtraOutput> extra_outputs;  // fused only
+  // May run at the same time as the next instruction, which does not read
+  // this one's result (CompileOptions::concurrent_products): the memory plan
+  // keeps both instructions' operands apart.
+  bool with_next = false;
 };
 
 // Fused programs, for the backends' interpreters. The last step that reads

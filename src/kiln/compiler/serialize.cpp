@@ -215,6 +215,7 @@ std::string serialize_program(const ir::Graph& graph, const Program& p) {
       w.pod(e.reg);
       w.operand(e.out);
     }
+    w.pod<uint8_t>(ins.with_next);
   }
   w.pod<uint64_t>(p.arena_bytes);
   w.pod(p.num_params);
@@ -307,7 +308,13 @@ std::optional<Program> deserialize_program(const std::string& bytes, const ir::G
       KILN_CHECK(e.reg >= 0 && e.reg < steps, "compiled program record: extra output of register ", e.reg);
       e.out = operand();
     }
+    const auto with_next = r.pod<uint8_t>();
+    KILN_CHECK(with_next <= 1, "compiled program record: instruction ", &ins - p.instrs.data(), " pairing flag ",
+               int(with_next));
+    ins.with_next = with_next != 0;
   }
+  KILN_CHECK(p.instrs.empty() || !p.instrs.back().with_next,
+             "compiled program record: the last instruction is paired with one after it");
   p.arena_bytes = r.pod<uint64_t>();
   p.num_params = r.pod<int32_t>();
   p.output_nbytes.resize(r.count());

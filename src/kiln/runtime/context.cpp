@@ -171,10 +171,12 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
   std::string reason = compile_reason(g, params);
   auto t0 = std::chrono::steady_clock::now();
   auto exe = std::make_shared<Executable>();
-  // Fused reductions and strided attention heads are the CPU executor's (the
-  // CUDA one has no kernel for them yet).
+  // Fused reductions, strided attention heads and paired products are the
+  // CPU executor's (the CUDA one has no kernel for the first two yet, and its
+  // products run one after the other on the device's stream).
   const bool cpu = device_.kind == DeviceKind::CPU;
-  const compiler::CompileOptions options{.fuse_sum_inputs = cpu, .strided_attention_operands = cpu};
+  const compiler::CompileOptions options{
+      .fuse_sum_inputs = cpu, .strided_attention_operands = cpu, .concurrent_products = cpu};
   std::optional<compiler::Program> cached = load_cached_program(g, options);
   const bool from_disk = cached.has_value();
   if (from_disk) {

@@ -1,7 +1,10 @@
 #include "kiln/backend/cpu/executor.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,49 @@
 namespace kiln::backend::cpu {
 
 using compiler::SlotKind;
+
+namespace {
+
+// Two products of a pair (compiler::Instr::with_next) side by side, one per
+// thread of the two: inside the parallel region each product's sgemm runs
+// single-threaded. `await` waits for a collective writing a slot. The first
+// error wins.
+template <typename Await>
+void run_pair(const compiler::Instr& first, const compiler::Instr& second, const std::vector<char*>& base,
+              const std::vector<char*>& first_in, Await await) {
+  std::vector<char*> second_in;
+  for (const auto& op : second.inputs) {
+    await(op.slot);
+    second_in.push_back(base[op.slot]);
+  }
+  const compiler::Instr* pair[2] = {&first, &second};
+  const std::vector<char*>* inputs[2] = {&first_in, &second_in};
+  std::exception_ptr error[2];
+  double seconds[2] = {0, 0};
+  const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(2)
+  {
+    const int t = omp_get_thread_num();
+    if (t < 2) {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        run_kernel(*pair[t], *inputs[t], base[pair[t]->output.slot]);
+      } catch (...) {
+        error[t] = std::current_exception();
+      }
+      seconds[t] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  }
+  for (auto& e : error)
+    if (e) std::rethrow_exception(e);
+  if (compiler::profiling()) {  // the pair's time, shared in proportion to each product's own
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double both = std::max(seconds[0] + seconds[1], 1e-12);
+    for (int t = 0; t < 2; ++t) compiler::profile_add(*pair[t], wall * seconds[t] / both, "paired");
+  }
+}
+
+}  // namespace
 
 void execute(const compiler::Program& program, const Plan* plan, std::span<void* const> params,
              std::span<void* const> outputs, void* arena) {
@@ -58,6 +104,13 @@ void execute(const compiler::Program& program, const Plan* plan, std::span<void*
       in.push_back(base[op.slot]);
     }
     char* out = base[ins.output.slot];
+    if (ins.with_next && i + 1 < program.instrs.size() && omp_get_max_threads() == 2) {
+      run_pair(program.instrs[i], program.instrs[i + 1], base, in, [&](int32_t slot) {
+        if (!pending.empty()) await_slot(slot);
+      });
+      ++i;
+      continue;
+    }
     const bool timed = compiler::profiling();
     auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     const JitKernel* compiled = plan ? plan->kernels[i].get() : nullptr;

@@ -277,7 +277,9 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   bool a_stacked = !la.trans && la.ld == K;
   for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * M * K;
   const bool one_gemm = nb == 1 || (b_shared && a_stacked);
-  const bool primitive = one_gemm && K > 0 && prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K);
+  // (Not inside a parallel region: a paired product runs on one thread.)
+  const bool primitive =
+      one_gemm && K > 0 && !omp_in_parallel() && prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K);
   // A bias (compiler/simplify.cpp folds `product + bias` into the product):
   // the matmul primitive adds a contiguous one itself; otherwise every row
   // of c starts as the bias and the GEMM adds to it.
