@@ -39,8 +39,10 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "usage: kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]\n"
     "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--device cpu|cuda:N]\n"
-    "                  [--gradient_checkpointing] [--tf32] [--bf16] [--gemm_shapes] [--json]\n"
-    "  --gemm_shapes: also print the GFLOP/s of every GEMM shape the peak was measured at, without and with a bias";
+    "                  [--gradient_checkpointing] [--tf32] [--bf16] [--gemm_shapes] [--sync] [--json]\n"
+    "  --gemm_shapes: also print the GFLOP/s of every GEMM shape the peak was measured at, without and with a bias\n"
+    "  --sync: read each step's loss before tracing the next (by default step N+1 is traced while step N runs,\n"
+    "          as the Trainer does)";
 
 // A JSON number, or null for NaN and infinities (which JSON cannot hold).
 std::string json_number(double x) {
@@ -99,7 +101,7 @@ int run_bench(const std::vector<std::string>& args) {
   cli::Flags flags("bench",
                    {{"model", true, true}, {"task"}, {"batch"}, {"seq"}, {"target_len"}, {"steps"}, {"warmup"},
                     {"device"}, {"gradient_checkpointing", false}, {"tf32", false}, {"bf16", false},
-                    {"gemm_shapes", false}, {"json", false}},
+                    {"gemm_shapes", false}, {"sync", false}, {"json", false}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -197,6 +199,7 @@ int run_bench(const std::vector<std::string>& args) {
   double loss = 0;
   // As the Trainer does, step s + 1 is traced while step s runs: a step's
   // time is from one loss being ready to the next.
+  const bool sync = flags.has("sync");
   Tensor pending;
   auto last_done = std::chrono::steady_clock::now();
   auto finish = [&](int64_t s) {  // step s's loss is read
@@ -227,8 +230,12 @@ int run_bench(const std::vector<std::string>& args) {
     if (s >= warmup) trace_times.push_back(seconds_since(t0));  // mark_step returns before the step runs
     if (pending.defined()) finish(s - 1);
     pending = l;
+    if (sync) {
+      finish(s);
+      pending = Tensor();
+    }
   }
-  finish(warmup + steps - 1);
+  if (pending.defined()) finish(warmup + steps - 1);
   auto median_of = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -273,7 +280,8 @@ int run_bench(const std::vector<std::string>& args) {
   std::printf("  median step      %.4f s (fastest %.4f; %lld steps after %lld warm-up; loss %.4f)\n", median,
               *std::min_element(times.begin(), times.end()), (long long)steps,
               (long long)warmup, loss);
-  std::printf("  host tracing     %.4f s of the step (median; built while the step before runs)\n", median_trace);
+  std::printf("  host tracing     %.4f s of the step (median; %s)\n", median_trace,
+              sync ? "before the step runs" : "while the step before runs");
   std::printf("  tokens/s         %.1f\n", tokens / median);
   std::printf("  model FLOP/s     %.1f GFLOP/s (6 x parameters in matrix products x tokens/s)\n", model_gflops);
   std::printf("  GEMM peak        %.1f GFLOP/s at %s%s -> model FLOP/s is %.0f %% of it\n", peak_gflops,

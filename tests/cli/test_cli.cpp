@@ -498,6 +498,21 @@ TEST(Cli, HugePagesFromTheEnvironment) {
   EXPECT_CONTAINS(slurp(w.path() / "bad"), "KILN_HUGE_PAGES: expected 0, 1, on or off, found 'maybe'");
 }
 
+// --sync reads each step's loss before tracing the next: the same losses.
+TEST(Cli, BenchSyncStepsGiveTheSameLoss) {
+  Workdir w;
+  const std::string bench = "bench --model bert-tiny --batch 2 --seq 16 --steps 2 --warmup 1";
+  ASSERT_EQ(kiln(bench, w.path() / "async"), 0) << slurp(w.path() / "async");
+  ASSERT_EQ(kiln(bench + " --sync", w.path() / "sync"), 0) << slurp(w.path() / "sync");
+  EXPECT_CONTAINS(slurp(w.path() / "async"), "while the step before runs");
+  EXPECT_CONTAINS(slurp(w.path() / "sync"), "before the step runs");
+  auto loss = [](const std::string& out) {
+    const size_t at = out.find("loss ");
+    return at == std::string::npos ? std::string("none") : out.substr(at, out.find(')', at) - at);
+  };
+  EXPECT_EQ(loss(slurp(w.path() / "async")), loss(slurp(w.path() / "sync")));
+}
+
 // KILN_JIT: 0 interprets every fused group (the same loss: both paths give
 // the same bits), anything but 0/1/on/off is an error that names it.
 TEST(Cli, CompiledLoopsCanBeTurnedOffFromTheEnvironment) {
