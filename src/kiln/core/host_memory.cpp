@@ -157,8 +157,11 @@ bool read_huge_pages_env() {
 void* fresh_block(size_t bytes) {
   static const bool huge = read_huge_pages_env();
   if (bytes < kHugePage || !huge) return std::aligned_alloc(kPage, bytes);
-  void* p = std::aligned_alloc(kHugePage, bytes);
-  if (p) ::madvise(p, bytes, MADV_HUGEPAGE);  // advice: a kernel without THP just says no
+  // (posix_memalign: aligned_alloc wants a size that is a multiple of the
+  // alignment, and rounding up would add up to 2 MiB a block.)
+  void* p = nullptr;
+  if (::posix_memalign(&p, kHugePage, bytes) != 0) return nullptr;
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // advice: a kernel without THP just says no
   return p;
 }
 
