@@ -410,10 +410,7 @@ class Lowering {
     constexpr double kMinPairFlops = 2.0 * 128 * 128 * 128 * 16;
     constexpr size_t kLookAhead = 3;
     auto flops = [](const Instr& ins) {
-      const bool ta = ins.attrs.ints[0] != 0;
-      const Shape& a = ins.inputs[0].view.shape;
-      const double K = static_cast<double>(a.size() >= 2 ? a[a.size() - (ta ? 2 : 1)] : 1);
-      return 2.0 * K * static_cast<double>(numel(ins.output.view.shape));
+      return 2.0 * static_cast<double>(reduction_length(ins)) * static_cast<double>(numel(ins.output.view.shape));
     };
     auto product = [&](const Instr& ins) {
       return ins.op == Op::MatMul && !ins.fused && ins.inputs.size() >= 2 && flops(ins) >= kMinPairFlops;
@@ -431,7 +428,8 @@ class Lowering {
         const Instr& b = instrs[j];
         const Op op = b.op;
         if (op == Op::AllReduce || op == Op::BroadcastFrom) break;  // collectives keep their place
-        if (!product(b) || std::max(fa, flops(b)) > 2 * std::min(fa, flops(b))) continue;
+        const double fb = product(b) ? flops(b) : 0.0;
+        if (fb == 0.0 || std::max(fa, fb) > 2 * std::min(fa, fb)) continue;
         bool independent = true;  // b reads nothing written from k on
         for (size_t m = k; m < j && independent; ++m)
           for (const Operand& in : b.inputs) independent = independent && !writes(instrs[m], in.slot);
@@ -535,19 +533,19 @@ class Lowering {
         for (int32_t p = 0; p < g_.num_params; ++p) {
           if (!g_.donated[p] || taken[p] || param_bytes[p] != prog_.slots[out.slot].nbytes) continue;
           if (param_last[p] > writer[o]) continue;
-          if (writer[o] > 0 && prog_.instrs[writer[o] - 1].with_next &&  // its pair's first product reads p
-              std::any_of(prog_.instrs[writer[o] - 1].inputs.begin(), prog_.instrs[writer[o] - 1].inputs.end(),
-                          [&](const Operand& in) {
-                            const Slot& s = prog_.slots[in.slot];
-                            return s.kind == SlotKind::Param && s.index == p;
-                          }))
-            continue;
+          auto is_p = [&](const Operand& in) {
+            const Slot& s = prog_.slots[in.slot];
+            return s.kind == SlotKind::Param && s.index == p;
+          };
+          if (writer[o] > 0) {  // the first product of the writer's pair runs at the same time
+            const Instr& first = prog_.instrs[writer[o] - 1];
+            if (first.with_next && std::any_of(first.inputs.begin(), first.inputs.end(), is_p)) continue;
+          }
           // A fused instruction loads every chunk of its inputs before it stores
           // that chunk of any output, so reading p element for element is safe.
           bool reads_elementwise = true, reads = false;
           for (const auto& in : ins.inputs) {
-            const Slot& s = prog_.slots[in.slot];
-            if (s.kind != SlotKind::Param || s.index != p) continue;
+            if (!is_p(in)) continue;
             reads = true;
             reads_elementwise = reads_elementwise && ins.fused && in.view == out.view &&
                                 dtype_size(in.dtype) == dtype_size(out.dtype);
@@ -602,6 +600,12 @@ std::vector<uint8_t> invariant_steps(const Instr& fused) {
     else if (s.op != Op::RandUniform && s.op != Op::RandNormal) invariant[k] = args && all_invariant;
   }
   return invariant;
+}
+
+int64_t reduction_length(const Instr& matmul) {
+  const bool ta = matmul.attrs.ints[0] != 0;
+  const Shape& a = matmul.inputs[0].view.shape;
+  return a.size() >= 2 ? a[a.size() - (ta ? 2 : 1)] : 0;
 }
 
 bool computes_in_double(const Instr& fused) {

@@ -58,9 +58,7 @@ std::string instr_label(const Instr& ins) {
   s += " " + to_string(ins.output.view.shape);
   if (ins.op == ir::Op::MatMul && ins.inputs.size() >= 2) {  // which product: "NT K=768 +bias"
     const bool ta = ins.attrs.ints[0] != 0, tb = ins.attrs.ints[1] != 0;
-    const Shape& a = ins.inputs[0].view.shape;
-    const int64_t K = a.size() >= 2 ? a[a.size() - (ta ? 2 : 1)] : 0;
-    s += std::string(" ") + (ta ? "T" : "N") + (tb ? "T" : "N") + " K=" + std::to_string(K);
+    s += std::string(" ") + (ta ? "T" : "N") + (tb ? "T" : "N") + " K=" + std::to_string(reduction_length(ins));
     if (ins.inputs.size() == 3) s += " +bias";
   }
   return s;

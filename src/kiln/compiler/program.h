@@ -90,6 +90,9 @@ std::vector<int32_t> last_reads(const Instr& fused);
 std::vector<uint8_t> invariant_steps(const Instr& fused);
 // Groups with integer values run in double, so ids stay exact; others in f32.
 bool computes_in_double(const Instr& fused);
+// A MatMul instruction's reduction length K (its first operand's last axis,
+// or the one before when it is read transposed).
+int64_t reduction_length(const Instr& matmul);
 // What an instruction computes, for dumps and profiles: "matmul",
 // "fused[data mul add]", or a fused reduction's "sum of fused[data mul]".
 std::string op_label(const Instr& ins);

@@ -7,12 +7,12 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <list>
 #include <mutex>
 #include <new>
 #include <string>
 
+#include "kiln/core/env.h"
 #include "kiln/core/error.h"
 
 #ifdef __SANITIZE_ADDRESS__
@@ -141,21 +141,13 @@ Cache& cache() {
 
 size_t block_bytes(size_t nbytes) { return (nbytes + kPage - 1) / kPage * kPage; }
 
-// KILN_HUGE_PAGES: unset, 1 or on (the default), 0 or off.
-bool read_huge_pages_env() {
-  const char* v = std::getenv("KILN_HUGE_PAGES");
-  if (!v || !*v || std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0) return true;
-  if (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0) return false;
-  throw Error(std::string("KILN_HUGE_PAGES: expected 0, 1, on or off, found '") + v + "'");
-}
-
 // Blocks of 2 MiB and more start on a 2 MiB boundary and ask the kernel for
 // transparent huge pages (where it is set to "madvise", Debian's default): a
 // step streams gigabytes through parameters, gradients and optimizer state,
 // and 4 KiB pages make that a TLB miss every 4 KiB. The tail past the last
 // whole 2 MiB stays in small pages, so no memory is added.
 void* fresh_block(size_t bytes) {
-  static const bool huge = read_huge_pages_env();
+  static const bool huge = env_switch("KILN_HUGE_PAGES");  // on unless 0 or off
   if (bytes < kHugePage || !huge) return std::aligned_alloc(kPage, bytes);
   // (posix_memalign: aligned_alloc wants a size that is a multiple of the
   // alignment, and rounding up would add up to 2 MiB a block.)

@@ -10,13 +10,13 @@
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/vecmath.h"
+#include "kiln/core/env.h"
 #include "kiln/core/error.h"
 
 namespace kiln::backend::cpu {
@@ -42,13 +42,6 @@ class JitKernel {
 };
 
 namespace {
-
-int read_jit_env() {
-  const char* v = std::getenv("KILN_JIT");
-  if (!v || !*v || std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0) return 1;
-  if (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0) return 0;
-  throw Error(std::string("KILN_JIT: expected 0, 1, on or off, found '") + v + "'");
-}
 
 std::atomic<int> g_enabled{-1};  // -1: not read from KILN_JIT yet
 
@@ -505,7 +498,7 @@ bool cpu_has_avx2() { return false; }
 bool jit_enabled() {
   int e = g_enabled.load();
   if (e < 0) {
-    const int read = read_jit_env();
+    const int read = env_switch("KILN_JIT") ? 1 : 0;
     e = g_enabled.compare_exchange_strong(e, read) ? read : g_enabled.load();  // set_jit_enabled wins
   }
   return e == 1 && cpu_has_avx2();
