@@ -450,7 +450,8 @@ TEST(Cli, FusedAttentionTrainsModelsAsTheComposite) {
 
 // KILN_PROFILE=1: the per-kernel table at exit names each product's variant
 // (transposes, inner size, folded bias), and under `kiln bench` counts the
-// measured steps only: the word embeddings' AdamW update runs once a step.
+// measured steps only: the word embeddings' AdamW update runs once a step;
+// fused groups the JIT did not take are marked "(interpreted)".
 TEST(Cli, ProfileTableCountsTheMeasuredStepsAndNamesProducts) {
   Workdir w;
   const fs::path log = w.path() / "profile";
@@ -460,6 +461,7 @@ TEST(Cli, ProfileTableCountsTheMeasuredStepsAndNamesProducts) {
   EXPECT_CONTAINS(text, "kiln profile (KILN_PROFILE=1):");
   EXPECT_CONTAINS(text, "matmul [2,16,128] NT K=128 +bias");
   EXPECT_CONTAINS(text, "matmul [128,128] TN K=32");
+  EXPECT_CONTAINS(text, "fused[rand_uniform constant ge] [2,16,128] (interpreted)");  // dropout masks
   bool found = false;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);)
