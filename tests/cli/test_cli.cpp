@@ -461,7 +461,15 @@ TEST(Cli, ProfileTableCountsTheMeasuredStepsAndNamesProducts) {
   EXPECT_CONTAINS(text, "kiln profile (KILN_PROFILE=1):");
   EXPECT_CONTAINS(text, "matmul [2,16,128] NT K=128 +bias");
   EXPECT_CONTAINS(text, "matmul [128,128] TN K=32");
-  EXPECT_CONTAINS(text, "fused[rand_uniform constant ge] [2,16,128] (interpreted)");  // dropout masks
+  // Random draws always stay interpreted (the table shows its 40 longest rows).
+  int interpreted = 0;
+  std::istringstream rows(text);
+  for (std::string line; std::getline(rows, line);)
+    if (line.find("(interpreted)") != std::string::npos) {
+      ++interpreted;
+      EXPECT_CONTAINS(line, "fused[");
+    }
+  EXPECT_GT(interpreted, 0) << text;
   bool found = false;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);)
