@@ -438,4 +438,30 @@ TEST(Compiler, FusedReductionsRoundTripThroughTheProgramRecord) {
 }
 
 }  // namespace
+// A result nothing reads, much smaller than its operand (the loss), is
+// computed as soon as its operand exists, not after the backward pass: the
+// logits then die at their gradient, which takes their memory in place.
+TEST(Compiler, TheLossIsComputedWhereItsLogitsAre) {
+  Generator gen(6);
+  Tensor x = randn({64, 32}, gen), w = randn({500, 32}, gen), w2 = randn({32, 32}, gen);
+  Tensor labels = Tensor::from_vector(std::vector<int64_t>(64, 3), {64});
+  mark_step();
+  for (Tensor* t : {&w, &w2}) t->requires_grad_();
+  Tensor loss = cross_entropy(matmul(matmul(x, w2), w, false, true), labels);
+  loss.backward();
+  std::vector<ir::NodePtr> params;
+  // The updates first, as a step's results are ordered (newest last, visited first).
+  const ir::Graph graph = ir::flatten({loss.node(), (w - w.grad()).node(), (w2 - w2.grad()).node()}, &params);
+  const compiler::Program p = compiler::compile(graph, {.in_place = true});
+  int64_t forward = -1, grad = -1;
+  for (size_t k = 0; k < p.instrs.size(); ++k) {
+    if (p.instrs[k].op == ir::Op::CrossEntropy) forward = static_cast<int64_t>(k);
+    if (p.instrs[k].op == ir::Op::CrossEntropyGrad) grad = static_cast<int64_t>(k);
+  }
+  ASSERT_GE(forward, 1) << p.dump();
+  ASSERT_GT(grad, forward) << p.dump();
+  EXPECT_EQ(p.instrs[forward - 1].output.slot, p.instrs[forward].inputs[0].slot) << "right after the logits\n" << p.dump();
+  EXPECT_EQ(p.instrs[grad].output.slot, p.instrs[grad].inputs[0].slot) << "the gradient over the logits\n" << p.dump();
+}
+
 }  // namespace kiln

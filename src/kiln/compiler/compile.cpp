@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <sstream>
 
@@ -465,11 +466,12 @@ class Lowering {
         if (slot.first == second) slot.first = first;
       }
     }
+    if (options_.in_place) share_dying_operands();
     // Greedy best-fit: largest first, each at the lowest offset free of every
     // placed temporary whose lifetime overlaps.
     std::vector<int32_t> temps;
     for (size_t s = 0; s < prog_.slots.size(); ++s)
-      if (prog_.slots[s].kind == SlotKind::Temp) {
+      if (prog_.slots[s].kind == SlotKind::Temp && prog_.slots[s].first >= 0) {  // not merged into another
         temps.push_back(static_cast<int32_t>(s));
         prog_.temp_bytes_total += prog_.slots[s].nbytes;
       }
@@ -494,6 +496,70 @@ class Lowering {
       slot.offset = offset;
       prog_.arena_bytes = std::max(prog_.arena_bytes, offset + align(slot.nbytes));
       placed.push_back(s);
+    }
+  }
+
+  // Whether instruction `ins` may write its result over operand k
+  // (CompileOptions::in_place): it reads each element (fused groups) or each
+  // row (the row kernels: the whole row before any of it is written) of the
+  // operand before it writes that part of the result.
+  static bool overwritable(const Instr& ins, size_t k) {
+    if (ins.fused) return true;
+    switch (ins.op) {
+      case Op::Normalize: return k == 0;
+      case Op::NormalizeGrad: return k <= 1;    // x and dy: both rows are read (statistics) before dx's is written
+      case Op::CrossEntropyGrad: return k == 0;  // the logits
+      case Op::IndexAdd: return k == 2;          // the base (copied first when apart)
+      default: return false;
+    }
+  }
+
+  // CompileOptions::in_place. Runs on the lifetimes, before placement. A
+  // merged result's slot is left unused (first = -1) and every operand that
+  // named it names the operand's slot, whose lifetime grows to the result's:
+  // a chain of elementwise groups shares one slot.
+  void share_dying_operands() {
+    auto& slots = prog_.slots;
+    auto& instrs = prog_.instrs;
+    std::vector<int32_t> into(slots.size());
+    std::iota(into.begin(), into.end(), 0);
+    auto rename = [&](Operand& o) { o.slot = into[o.slot]; };
+    for (size_t k = 0; k < instrs.size(); ++k) {
+      Instr& ins = instrs[k];
+      for (Operand& in : ins.inputs) rename(in);  // earlier results merged into their operands
+      Slot& out = slots[ins.output.slot];
+      if (out.kind != SlotKind::Temp || out.first != static_cast<int32_t>(k) || ins.with_next ||
+          !ins.output.view.is_contiguous())
+        continue;
+      const int64_t n = numel(ins.output.view.shape);
+      // The operand read in the result's element order: contiguous from the
+      // same offset, as many elements of the same size.
+      auto aligned = [&](const Operand& in) {
+        return in.view.is_contiguous() && in.view.offset == ins.output.view.offset && numel(in.view.shape) == n &&
+               dtype_size(in.dtype) == dtype_size(ins.output.dtype);
+      };
+      for (size_t i = 0; i < ins.inputs.size(); ++i) {
+        const int32_t s = ins.inputs[i].slot;
+        Slot& src = slots[s];
+        if (!overwritable(ins, i) || src.kind != SlotKind::Temp || src.last != static_cast<int32_t>(k) ||
+            src.nbytes != out.nbytes)
+          continue;
+        // Every read of that slot here (an operand may come twice, or as a transpose) in that order.
+        bool ok = true;
+        for (size_t j = 0; j < ins.inputs.size(); ++j)
+          if (ins.inputs[j].slot == s) ok = ok && overwritable(ins, j) && aligned(ins.inputs[j]);
+        if (!ok) continue;
+        into[ins.output.slot] = s;
+        src.last = out.last;
+        out.first = out.last = -1;
+        rename(ins.output);
+        break;
+      }
+    }
+    for (Instr& ins : instrs) {  // results merged after their readers were renamed
+      for (Operand& in : ins.inputs) rename(in);
+      rename(ins.output);
+      for (ExtraOutput& e : ins.extra_outputs) rename(e.out);
     }
   }
 

@@ -23,11 +23,20 @@ struct CompileOptions {
   // them side by side, a thread each (CPU: on two threads one product per
   // thread beats two products on both threads one after the other).
   bool concurrent_products = false;
+  // A temporary result takes the memory of a temporary operand that is read
+  // for the last time by the instruction writing it, when the instruction
+  // reads that operand in the result's element order before writing it: a
+  // fused group (every chunk is loaded before it is stored), LayerNorm and
+  // its gradient, the cross-entropy gradient over its logits (row kernels
+  // that read a row before writing it), an IndexAdd over its base. The arena shrinks, and the result
+  // lands where its operand was just read, in cache. Backends whose kernels
+  // have not been checked for it (CUDA today) leave it off.
+  bool in_place = false;
 };
 
 Program compile(const ir::Graph& graph, const CompileOptions& options = {});
 
 // Passes, exposed for tests.
-ir::Graph simplify(const ir::Graph& graph);  // CSE, identity removal, DCE
+ir::Graph simplify(const ir::Graph& graph);  // CSE, identity removal, DCE, small results placed early
 
 }  // namespace kiln::compiler

@@ -24,7 +24,9 @@
 //   IndexSelect   inputs (table, ids): rows of table (axis 0) at ids; ints[0] = padding_idx
 //                 (-1: none), whose row gets no gradient (nn.Embedding's padding_idx)
 //   IndexAdd      inputs (ids, src): zeros of node's shape, src rows added at ids,
-//                 except id ints[0] (padding_idx, -1: none)
+//                 except id ints[0] (padding_idx, -1: none). A third input (made by
+//                 the compiler only): a base of the node's shape that each id's sum
+//                 of rows is added to, as Add(base, IndexAdd(ids, src)) adds them
 //   Gather        inputs (x, index); ints[0] = dim (torch.gather)
 //   ScatterAdd    inputs (base, index, src); ints[0] = dim
 //   MatMul        ints = {transpose_a, transpose_b}; batch dims broadcast. A third

@@ -424,7 +424,10 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
     case Op::IndexAdd: {
       KILN_CHECK(ins.output.dtype == DType::f32, "index_add: expected f32");
       const int64_t V = os[0], R = numel(os) / std::max<int64_t>(V, 1), n = numel(ins.inputs[0].view.shape);
-      KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, numel(os) * es, s));
+      if (ins.inputs.size() == 3)  // the compiler's fold of Add(base, IndexAdd): the sums go onto the base
+        KILN_CUDA_CHECK(cudaMemcpyAsync(o, inp(2), numel(os) * es, cudaMemcpyDeviceToDevice, s));
+      else
+        KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, numel(os) * es, s));
       return kernels::index_add(inp(0), code(ins.inputs[0].dtype), reinterpret_cast<const float*>(inp(1)),
                                 reinterpret_cast<float*>(o), V, R, n, ins.attrs.ints[0], report,
                                 plan.scratch ? plan.scratch->ptr : nullptr, s);

@@ -273,7 +273,8 @@ __global__ void index_select_kernel(const E* table, const void* ids, uint8_t id_
 // block finds the first bad id (the CPU's error: the smallest position);
 // (2) the ids, as int32 keys with padding and bad ids last, are sorted with
 // their positions (a stable radix sort: positions stay in order within an
-// id); (3) a block per id sums its rows in position order, as the CPU does.
+// id); (3) a block per id sums its rows in position order, as the CPU does,
+// and adds the sum to the output (zeros, or the base the caller copied there).
 __global__ void index_check_kernel(const void* ids, uint8_t id_dtype, int64_t V, int64_t n, int64_t padding_idx,
                                    ErrorReport* report) {
   int64_t first = n;
@@ -305,7 +306,7 @@ __global__ void index_sum_kernel(const int32_t* keys, const int32_t* positions, 
     for (int64_t c = threadIdx.x; c < R; c += blockDim.x) {
       float acc = 0.0f;
       for (int64_t q = p; q < n && keys[q] == key; ++q) acc += src[positions[q] * R + c];
-      out[key * R + c] = acc;
+      out[key * R + c] += acc;  // onto zeros, or onto a base (ir/op.h)
     }
   }
 }

@@ -36,9 +36,10 @@ void slice_grad(const void* dy, void* out, int elem_bytes, Split p, int64_t coun
 // table (V, R), ids (n) -> out (n, R).
 void index_select(const void* table, const void* ids, uint8_t id_dtype, void* out, int elem_bytes, int64_t V,
                   int64_t R, int64_t n, ErrorReport* report, cudaStream_t stream);
-// ids (n), src (n, R) -> out (V, R), which the caller zeroed: rows summed
-// per id in position order (deterministic, as on the CPU), skipping
-// padding_idx. scratch: index_add_scratch_bytes(V, n).
+// ids (n), src (n, R) -> out (V, R), which the caller zeroed or filled with
+// a base: rows summed per id in position order (deterministic, as on the
+// CPU), skipping padding_idx, and each sum added to its row of out.
+// scratch: index_add_scratch_bytes(V, n).
 void index_add(const void* ids, uint8_t id_dtype, const float* src, float* out, int64_t V, int64_t R, int64_t n,
                int64_t padding_idx, ErrorReport* report, void* scratch, cudaStream_t stream);
 size_t index_add_scratch_bytes(int64_t V, int64_t n);
