@@ -8,6 +8,7 @@
 
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/jit.h"
+#include "kiln/compiler/serialize.h"
 #include "support/program_util.h"
 #include "support/test_util.h"
 
@@ -20,9 +21,10 @@ struct Executed {
   std::vector<ir::Op> overwrote;  // instructions whose result took an operand's slot
 };
 
-Executed run(const std::vector<Tensor>& results, bool in_place, bool jit) {
-  const testing::TracedProgram traced =
-      testing::trace_program(results, {.fuse_sum_inputs = true, .concurrent_products = true, .in_place = in_place});
+Executed run(const std::vector<Tensor>& results, bool in_place, bool jit, bool loss_with_gradient = false) {
+  const testing::TracedProgram traced = testing::trace_program(
+      results, {.fuse_sum_inputs = true, .concurrent_products = true, .in_place = in_place,
+                .loss_with_gradient = loss_with_gradient});
   const compiler::Program& p = traced.program;
   Executed r;
   r.arena = p.arena_bytes;
@@ -175,6 +177,51 @@ TEST(CpuInPlace, TiedEmbeddingRowsAreAddedOntoTheProjectionsGradient) {
   ASSERT_EQ(both.size(), rows.size());
   for (size_t i = 0; i < both.size(); ++i) ASSERT_EQ(both[i], projected[i] + rows[i]) << "at " << i;
   EXPECT_EQ(folded, 1) << p.dump();
+}
+
+// CompileOptions::loss_with_gradient: the cross-entropy gradient's pass also
+// writes the loss (an extra output of its instruction), with the bits of the
+// loss computed alone: label smoothing, ignored rows, in place or not. The
+// merged program survives the program record.
+TEST(CpuLossWithGradient, TheGradientsPassWritesTheLossWithTheSameBits) {
+  Generator gen(16);
+  Tensor h = randn({96, 40}, gen);
+  const std::vector<float> wv = (randn({700, 40}, gen) * 0.2).to_vector<float>();
+  std::vector<int64_t> ids(96);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 37 % 700);
+  ids[3] = ids[50] = -100;
+  for (double smoothing : {0.0, 0.1}) {
+    SCOPED_TRACE(smoothing);
+    Tensor w = Tensor::from_vector(wv, {700, 40}).requires_grad_();
+    Tensor loss = cross_entropy(matmul(h, w, false, true), Tensor::from_vector(ids, {96}), -100, smoothing);
+    loss.backward();
+    const std::vector<Tensor> results{loss, w.grad()};
+    const Executed apart = run(results, false, true, false);
+    for (bool in_place : {false, true}) {
+      const Executed merged = run(results, in_place, true, true);
+      ASSERT_EQ(merged.outputs.size(), 2u);
+      EXPECT_TRUE(merged.outputs[0] == apart.outputs[0]) << "the loss";
+      EXPECT_TRUE(merged.outputs[1] == apart.outputs[1]) << "the weight's gradient";
+    }
+    const testing::TracedProgram traced = testing::trace_program(results, {.loss_with_gradient = true});
+    const compiler::Program& p = traced.program;
+    int losses = 0, merged = 0;
+    for (const auto& ins : p.instrs) {
+      losses += ins.op == ir::Op::CrossEntropy;
+      merged += ins.op == ir::Op::CrossEntropyGrad && ins.extra_outputs.size() == 1;
+    }
+    EXPECT_EQ(losses, 0) << p.dump();
+    EXPECT_EQ(merged, 1) << p.dump();
+    std::vector<ir::NodePtr> params;
+    const ir::Graph graph = ir::flatten(traced.outputs, &params);
+    const auto back = compiler::deserialize_program(compiler::serialize_program(graph, p), graph);
+    ASSERT_TRUE(back.has_value());
+    EXPECT_EQ(back->dump(), p.dump());
+    compiler::Program bad = p;  // a register on a kernel's extra output
+    for (auto& ins : bad.instrs)
+      for (auto& e : ins.extra_outputs) e.reg = 0;
+    EXPECT_THROW(compiler::deserialize_program(compiler::serialize_program(graph, bad), graph), Error);
+  }
 }
 
 }  // namespace

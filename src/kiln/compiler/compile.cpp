@@ -84,6 +84,7 @@ class Lowering {
         emit_copy(node, slot);
       }
     }
+    if (options_.loss_with_gradient) merge_losses_into_gradients();
     if (options_.concurrent_products) pair_products();
     plan_memory();
     donate();
@@ -400,6 +401,35 @@ class Lowering {
     push(std::move(ins));
   }
 
+  // CompileOptions::loss_with_gradient: a CrossEntropy whose gradient
+  // (CrossEntropyGrad over the same logits and labels, same attributes)
+  // comes later, with nothing in between reading the loss, is computed by
+  // the gradient's instruction as its extra output.
+  void merge_losses_into_gradients() {
+    auto& instrs = prog_.instrs;
+    for (size_t k = 0; k < instrs.size(); ++k) {
+      Instr& grad = instrs[k];
+      if (grad.op != Op::CrossEntropyGrad || !grad.extra_outputs.empty()) continue;
+      for (size_t j = k; j-- > 0;) {
+        const Instr& loss = instrs[j];
+        if (loss.op != Op::CrossEntropy || loss.attrs != grad.attrs || loss.inputs[0] != grad.inputs[0] ||
+            loss.inputs[1] != grad.inputs[1])
+          continue;
+        const int32_t slot = loss.output.slot;
+        const bool read_between = std::any_of(instrs.begin() + static_cast<std::ptrdiff_t>(j + 1),
+                                              instrs.begin() + static_cast<std::ptrdiff_t>(k), [&](const Instr& i) {
+                                                return std::any_of(i.inputs.begin(), i.inputs.end(),
+                                                                   [&](const Operand& o) { return o.slot == slot; });
+                                              });
+        if (read_between) break;
+        grad.extra_outputs.push_back(ExtraOutput{-1, loss.output});
+        instrs.erase(instrs.begin() + static_cast<std::ptrdiff_t>(j));
+        --k;
+        break;
+      }
+    }
+  }
+
   // CompileOptions::concurrent_products: a product is paired with a later
   // one, up to kLookAhead instructions on, that reads none of the results in
   // between; that one moves up next to it (what it skips does not read it:
@@ -712,7 +742,10 @@ std::string Program::dump() const {
     os << "(";
     for (size_t i = 0; i < ins.inputs.size(); ++i) os << (i ? ", " : "") << operand(ins.inputs[i]);
     os << ")";
-    for (const auto& e : ins.extra_outputs) os << ", " << operand(e.out) << " = r" << e.reg;
+    for (const auto& e : ins.extra_outputs) {
+      os << ", " << operand(e.out);
+      if (e.reg >= 0) os << " = r" << e.reg;
+    }
     if (ins.with_next) os << " (with the next)";
     os << "\n";
   }

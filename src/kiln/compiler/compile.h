@@ -32,6 +32,12 @@ struct CompileOptions {
   // lands where its operand was just read, in cache. Backends whose kernels
   // have not been checked for it (CUDA today) leave it off.
   bool in_place = false;
+  // A step that takes the cross-entropy and its gradient over the same
+  // logits computes both in the gradient's instruction (the loss is its
+  // extra output, ExtraOutput::reg -1), when nothing reads the loss in
+  // between: one pass over the logits instead of two (CPU; the CUDA
+  // executor runs the two kernels apart).
+  bool loss_with_gradient = false;
 };
 
 Program compile(const ir::Graph& graph, const CompileOptions& options = {});

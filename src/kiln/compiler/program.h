@@ -41,6 +41,7 @@ struct Operand {
   int32_t slot = -1;
   View view;
   DType dtype = DType::f32;
+  bool operator==(const Operand&) const = default;
 };
 
 // One step of a fused elementwise program; the value lands in the register
@@ -58,7 +59,7 @@ struct FusedStep {
 // which has the main output's shape (multi-output fusion: AdamW's parameter,
 // first and second moment in one pass).
 struct ExtraOutput {
-  int32_t reg = -1;
+  int32_t reg = -1;  // the register stored; -1 on a kernel (its op says what it writes there)
   Operand out;
 };
 

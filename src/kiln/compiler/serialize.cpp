@@ -305,7 +305,8 @@ std::optional<Program> deserialize_program(const std::string& bytes, const ir::G
     ins.extra_outputs.resize(r.count());
     for (ExtraOutput& e : ins.extra_outputs) {
       e.reg = r.pod<int32_t>();
-      KILN_CHECK(e.reg >= 0 && e.reg < steps, "compiled program record: extra output of register ", e.reg);
+      KILN_CHECK(ins.fused ? e.reg >= 0 && e.reg < steps : e.reg == -1 && ins.op == ir::Op::CrossEntropyGrad,
+                 "compiled program record: extra output of register ", e.reg);
       e.out = operand();
     }
     const auto with_next = r.pod<uint8_t>();

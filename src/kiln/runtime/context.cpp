@@ -171,15 +171,17 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
   std::string reason = compile_reason(g, params);
   auto t0 = std::chrono::steady_clock::now();
   auto exe = std::make_shared<Executable>();
-  // Fused reductions, strided attention heads, paired products and results
-  // written over their operands are the CPU executor's (the CUDA one has no
-  // kernel for the first two yet, its products run one after the other on
-  // the device's stream, and its kernels have not been checked in place).
+  // Fused reductions, strided attention heads, paired products, results
+  // written over their operands and the loss from its gradient's pass are
+  // the CPU executor's (the CUDA one has no kernel for the first two yet, its
+  // products run one after the other on the device's stream, its kernels
+  // have not been checked in place, and its cross-entropy kernels run apart).
   const bool cpu = device_.kind == DeviceKind::CPU;
   const compiler::CompileOptions options{.fuse_sum_inputs = cpu,
                                          .strided_attention_operands = cpu,
                                          .concurrent_products = cpu,
-                                         .in_place = cpu};
+                                         .in_place = cpu,
+                                         .loss_with_gradient = cpu};
   std::optional<compiler::Program> cached = load_cached_program(g, options);
   const bool from_disk = cached.has_value();
   if (from_disk) {

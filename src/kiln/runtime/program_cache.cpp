@@ -20,9 +20,10 @@ fs::path record_path(const ir::Graph& graph, const compiler::CompileOptions& opt
   const fs::path dir = io::cache_dir("programs");
   if (dir.empty()) return {};
   char name[64];
-  std::snprintf(name, sizeof name, "%016llx%s%s%s%s.kprog", static_cast<unsigned long long>(graph.hash()),
+  std::snprintf(name, sizeof name, "%016llx%s%s%s%s%s.kprog", static_cast<unsigned long long>(graph.hash()),
                 options.fuse_sum_inputs ? "-sum" : "", options.strided_attention_operands ? "-heads" : "",
-                options.concurrent_products ? "-pairs" : "", options.in_place ? "-inplace" : "");
+                options.concurrent_products ? "-pairs" : "", options.in_place ? "-inplace" : "",
+                options.loss_with_gradient ? "-loss" : "");
   return dir / name;
 }
 

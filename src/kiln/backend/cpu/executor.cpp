@@ -116,7 +116,7 @@ void execute(const compiler::Program& program, const Plan* plan, std::span<void*
     else if (ins.fused) run_fused(ins, in, out, extra);
     else if (ins.op == ir::Op::AllReduce || ins.op == ir::Op::BroadcastFrom)
       pending.emplace_back(ins.output.slot, start_collective(ins, in, out));
-    else run_kernel(ins, in, out);
+    else run_kernel(ins, in, out, extra);
     if (!pending.empty() && pending.back().first != ins.output.slot) ++overlapped;
     if (timed)  // which fused programs the JIT did not take
       compiler::profile_add(ins, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),

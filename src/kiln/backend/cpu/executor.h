@@ -31,7 +31,10 @@ void run_fused_range(const compiler::Instr& ins, std::span<char* const> inputs, 
 // len), len <= 512, into `values` (a compiled reduction's ragged end).
 void run_fused_values(const compiler::Instr& ins, std::span<char* const> inputs, int64_t start, int64_t len,
                       float* values);
-void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
+// `extra`: the extra outputs' memory (a CrossEntropyGrad's loss,
+// CompileOptions::loss_with_gradient).
+void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
+                std::span<char* const> extra = {});
 // Sums of long rows (the Sum kernel's and fused reductions') go in blocks of
 // this many values, each in double, then the blocks in order: the same
 // result on any number of threads.

@@ -521,8 +521,13 @@ void check_labels(const Instr& ins, std::span<char* const> in, int64_t N, int64_
 }
 
 // logits (N, C), labels (N) -> mean over non-ignored rows of
-// (1-ε)·(lse - x_y) + ε·(lse - mean_c x_c)
-void cross_entropy_kernel(const Instr& ins, std::span<char* const> in, char* out, bool grad) {
+// (1-ε)·(lse - x_y) + ε·(lse - mean_c x_c). The gradient:
+// dx = g/count · (p_c - (1-ε)[c = y] - ε/C); ignored rows get 0. With
+// `loss` (CompileOptions::loss_with_gradient) the gradient's instruction
+// also writes the loss, from the same pass: the same rows, threads and sums
+// as the loss alone, so the same bits. dx may be the logits' own memory
+// (CompileOptions::in_place): a row is read before it is written.
+void cross_entropy_kernel(const Instr& ins, std::span<char* const> in, char* out, bool grad, float* loss_out) {
   const float* x = in_ptr<float>(ins, in, 0);
   const Shape& s = ins.inputs[0].view.shape;
   int64_t N = s[0], C = s[1];
@@ -531,56 +536,46 @@ void cross_entropy_kernel(const Instr& ins, std::span<char* const> in, char* out
   check_labels(ins, in, N, C, ignore);
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) count += read_index(ins.inputs[1], in[1], n) != ignore;
-  if (!grad) {
-    double total = 0;
+  float* dx = grad ? out_ptr<float>(ins, out) : nullptr;
+  float* loss = grad ? loss_out : out_ptr<float>(ins, out);
+  const double scale = grad && count ? *in_ptr<float>(ins, in, 2) / static_cast<double>(count) : 0.0;
+  double total = 0;
 #pragma omp parallel reduction(+ : total) if (N * C > 16384)
-    {
-      std::vector<float> e(C);
+  {
+    std::vector<float> e(grad ? 0 : C);
 #pragma omp for
-      for (int64_t n = 0; n < N; ++n) {
-        int64_t y = read_index(ins.inputs[1], in[1], n);
-        if (y == ignore) continue;
-        const float* xr = x + n * C;
-        float m = row_max(xr, C);
-        double lse = m + std::log(exp_shifted_sum(xr, m, e.data(), C));
-        double loss = lse - xr[y];
-        if (eps > 0) {
-          double mean = 0;
-          for (int64_t c = 0; c < C; ++c) mean += xr[c];
-          loss = (1 - eps) * loss + eps * (lse - mean / C);
-        }
-        total += loss;
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t y = read_index(ins.inputs[1], in[1], n);
+      const float* xr = x + n * C;
+      float* dr = grad ? dx + n * C : e.data();
+      if (y == ignore) {
+        if (grad) std::fill(dr, dr + C, 0.0f);
+        continue;
       }
+      const float m = row_max(xr, C);
+      const float xy = xr[y];
+      double mean = 0;
+      if (loss && eps > 0)
+        for (int64_t c = 0; c < C; ++c) mean += xr[c];
+      const double sum = exp_shifted_sum(xr, m, dr, C);  // dr = exp(x - m); xr may be dr from here on
+      if (loss) {
+        const double lse = m + std::log(sum);
+        total += eps > 0 ? (1 - eps) * (lse - xy) + eps * (lse - mean / C) : lse - xy;
+      }
+      if (!grad) continue;
+      const float a = static_cast<float>(scale / sum), b = static_cast<float>(scale * eps / C);
+      for (int64_t c = 0; c < C; ++c) dr[c] = a * dr[c] - b;
+      dr[y] -= static_cast<float>(scale * (1 - eps));
     }
-    *out_ptr<float>(ins, out) = static_cast<float>(count ? total / count : std::nan(""));
-    return;
   }
-  // dx = g/count · (p_c - (1-ε)[c = y] - ε/C); ignored rows get 0
-  float g = *in_ptr<float>(ins, in, 2);
-  float* dx = out_ptr<float>(ins, out);
-  double scale = count ? g / static_cast<double>(count) : 0.0;
-#pragma omp parallel for if (N * C > 16384)
-  for (int64_t n = 0; n < N; ++n) {
-    int64_t y = read_index(ins.inputs[1], in[1], n);
-    const float* xr = x + n * C;
-    float* dr = dx + n * C;
-    if (y == ignore) {
-      std::fill(dr, dr + C, 0.0f);
-      continue;
-    }
-    float m = row_max(xr, C);
-    double sum = exp_shifted_sum(xr, m, dr, C);  // dr = exp(x - m)
-    float a = static_cast<float>(scale / sum), b = static_cast<float>(scale * eps / C);
-    for (int64_t c = 0; c < C; ++c) dr[c] = a * dr[c] - b;
-    dr[y] -= static_cast<float>(scale * (1 - eps));
-  }
+  if (loss) *loss = static_cast<float>(count ? total / count : std::nan(""));
 }
 
 void copy_elems(char* dst, const char* src, int64_t n, size_t es) { std::memcpy(dst, src, n * es); }
 
 }  // namespace
 
-void run_kernel(const Instr& ins, std::span<char* const> in, char* out) {
+void run_kernel(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const> extra) {
   const Shape& os = ins.output.view.shape;
   size_t es = dtype_size(ins.output.dtype);
   char* o = out + ins.output.view.offset * es;
@@ -749,8 +744,11 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out) {
     case Op::LogSoftmaxGrad: return softmax_grad_kernel(ins, in, out, true);
     case Op::Normalize: return normalize_kernel(ins, in, out);
     case Op::NormalizeGrad: return normalize_grad_kernel(ins, in, out);
-    case Op::CrossEntropy: return cross_entropy_kernel(ins, in, out, false);
-    case Op::CrossEntropyGrad: return cross_entropy_kernel(ins, in, out, true);
+    case Op::CrossEntropy: return cross_entropy_kernel(ins, in, out, false, nullptr);
+    case Op::CrossEntropyGrad: {
+      float* loss = extra.empty() ? nullptr : reinterpret_cast<float*>(extra[0]) + ins.extra_outputs[0].out.view.offset;
+      return cross_entropy_kernel(ins, in, out, true, loss);
+    }
     case Op::Attention: return attention_kernel(ins, in, out, false);
     case Op::AttentionGrad: return attention_kernel(ins, in, out, true);
     default:

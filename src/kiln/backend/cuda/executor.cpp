@@ -224,6 +224,8 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
             break;
           case Op::CrossEntropy:
           case Op::CrossEntropyGrad:
+            KILN_CHECK(ins.extra_outputs.empty(), "the CUDA backend computes the loss apart from its gradient "
+                       "(compile without CompileOptions::loss_with_gradient)");
             st.report = plan->num_reports++;
             scratch_bytes = std::max<size_t>(scratch_bytes, (ins.inputs[0].view.shape[0] + 1) * sizeof(double));
             break;
