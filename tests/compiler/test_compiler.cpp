@@ -464,4 +464,35 @@ TEST(Compiler, TheLossIsComputedWhereItsLogitsAre) {
   EXPECT_EQ(p.instrs[grad].output.slot, p.instrs[grad].inputs[0].slot) << "the gradient over the logits\n" << p.dump();
 }
 
+// A reshape of a strided view is a view where the strides allow it (the
+// dimensions it merges are one stride apart: GPT-2's q, k and v heads split
+// from a slice of their projection), and a copy where they do not (a
+// transpose flattened).
+TEST(Compiler, ReshapesOfStridedViewsAreViewsWhereTheStridesAllow) {
+  std::vector<float> xv(2 * 5 * 12);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(i);
+  Tensor x = Tensor::from_vector(xv, {2, 5, 12});
+  Tensor heads = reshape(slice(x, 2, 4, 8), {2, 5, 2, 2});  // a view: [60, 12, 2, 1] from offset 4
+  Tensor rows = reshape(slice(x, 2, 4, 8), {10, 4});         // a view: [12, 1]
+  Tensor flat = reshape(transpose(reshape(x, {10, 12}), 0, 1), {120});  // a copy
+  const std::vector<Tensor> results{heads * 2.0, rows * 3.0, flat * 4.0};
+  std::vector<ir::NodePtr> params, nodes;
+  for (const auto& r : results) nodes.push_back(r.node());
+  const compiler::Program p = compiler::compile(ir::flatten(nodes, &params), {});
+  int copies = 0;
+  for (const auto& ins : p.instrs) copies += ins.fused && ins.program.size() == 1;
+  EXPECT_EQ(copies, 1) << p.dump();
+  const std::vector<float> h = results[0].to_vector<float>(), r = results[1].to_vector<float>(),
+                           f = results[2].to_vector<float>();
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 5; ++t)
+      for (int64_t c = 0; c < 4; ++c) {
+        const float want = xv[(b * 5 + t) * 12 + 4 + c];
+        EXPECT_EQ(h[(b * 5 + t) * 4 + c], 2 * want);
+        EXPECT_EQ(r[(b * 5 + t) * 4 + c], 3 * want);
+      }
+  for (int64_t c = 0; c < 12; ++c)
+    for (int64_t row = 0; row < 10; ++row) EXPECT_EQ(f[c * 10 + row], 4 * xv[row * 12 + c]);
+}
+
 }  // namespace kiln

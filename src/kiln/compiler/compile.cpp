@@ -65,6 +65,38 @@ bool heads_readable(const View& v) {
   return (v.strides[3] == 1 || D == 1) && (T == 1 || v.strides[2] >= D) && v.strides[0] >= 0 && v.strides[1] >= 0;
 }
 
+// The strides under which view v, reshaped to `shape`, reads the same
+// elements in the same order without a copy, if there are such: each run of
+// v's dimensions that the reshape merges or splits must be one stride apart
+// in v (GPT-2's q, k and v: a [B, T, 768] slice of the [B, T, 2304]
+// projection, split into [B, T, 12, 64] heads). Walks v's dimensions from the
+// last, matching each such run to the new dimensions of the same count.
+std::optional<std::vector<int64_t>> reshaped_strides(const View& v, const Shape& shape) {
+  if (v.is_contiguous()) return contiguous_strides(shape);
+  if (numel(v.shape) == 0) return contiguous_strides(shape);
+  std::vector<int64_t> out(shape.size(), 0);
+  int64_t d = static_cast<int64_t>(shape.size()) - 1;  // the next new dimension to give a stride, from the last
+  int64_t base = v.strides.empty() ? 1 : v.strides.back();  // the stride of the current run's last dimension
+  int64_t run = 1, made = 1;                                 // the run's elements in v, in the new dimensions
+  for (int64_t k = static_cast<int64_t>(v.shape.size()) - 1; k >= 0; --k) {
+    run *= v.shape[k];
+    const bool run_ends = k == 0 || (v.shape[k - 1] != 1 && v.strides[k - 1] != run * base);
+    if (!run_ends) continue;
+    while (d >= 0 && (made < run || shape[d] == 1)) {
+      out[d] = made * base;
+      made *= shape[d];
+      --d;
+    }
+    if (made != run) return std::nullopt;
+    if (k > 0) {
+      base = v.strides[k - 1];
+      run = made = 1;
+    }
+  }
+  if (d != -1) return std::nullopt;
+  return out;
+}
+
 class Lowering {
  public:
   Lowering(const Graph& g, const CompileOptions& options) : g_(g), n_(g.nodes.size()), options_(options) {}
@@ -246,8 +278,13 @@ class Lowering {
     View& v = op.view;
     switch (n.op) {
       case Op::Reshape:
-        if (!v.is_contiguous()) op = contiguous(src);
-        op.view = View::contiguous(n.shape, op.view.offset);
+        if (std::optional<std::vector<int64_t>> strides = reshaped_strides(v, n.shape)) {
+          v.shape = n.shape;
+          v.strides = std::move(*strides);
+        } else {
+          op = contiguous(src);
+          op.view = View::contiguous(n.shape, op.view.offset);
+        }
         break;
       case Op::Permute: {
         View p = v;
