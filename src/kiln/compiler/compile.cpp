@@ -72,8 +72,7 @@ bool heads_readable(const View& v) {
 // projection, split into [B, T, 12, 64] heads). Walks v's dimensions from the
 // last, matching each such run to the new dimensions of the same count.
 std::optional<std::vector<int64_t>> reshaped_strides(const View& v, const Shape& shape) {
-  if (v.is_contiguous()) return contiguous_strides(shape);
-  if (numel(v.shape) == 0) return contiguous_strides(shape);
+  if (v.is_contiguous() || numel(v.shape) == 0) return contiguous_strides(shape);
   std::vector<int64_t> out(shape.size(), 0);
   int64_t d = static_cast<int64_t>(shape.size()) - 1;  // the next new dimension to give a stride, from the last
   int64_t base = v.strides.empty() ? 1 : v.strides.back();  // the stride of the current run's last dimension
@@ -277,15 +276,16 @@ class Lowering {
     Operand op = *loc_[src];
     View& v = op.view;
     switch (n.op) {
-      case Op::Reshape:
-        if (std::optional<std::vector<int64_t>> strides = reshaped_strides(v, n.shape)) {
-          v.shape = n.shape;
-          v.strides = std::move(*strides);
-        } else {
+      case Op::Reshape: {
+        std::optional<std::vector<int64_t>> strides = reshaped_strides(v, n.shape);
+        if (!strides) {  // a copy, then a view of it
           op = contiguous(src);
-          op.view = View::contiguous(n.shape, op.view.offset);
+          strides = contiguous_strides(n.shape);
         }
+        v.shape = n.shape;
+        v.strides = std::move(*strides);
         break;
+      }
       case Op::Permute: {
         View p = v;
         for (size_t k = 0; k < n.attrs.ints.size(); ++k) {

@@ -28,9 +28,10 @@ struct CompileOptions {
   // reads that operand in the result's element order before writing it: a
   // fused group (every chunk is loaded before it is stored), LayerNorm and
   // its gradient, the cross-entropy gradient over its logits (row kernels
-  // that read a row before writing it), an IndexAdd over its base. The arena shrinks, and the result
-  // lands where its operand was just read, in cache. Backends whose kernels
-  // have not been checked for it (CUDA today) leave it off.
+  // that read a row before writing it), an IndexAdd over its base. The
+  // arena shrinks, and the result lands where its operand was just read, in
+  // cache. Backends whose kernels have not been checked for it (CUDA today)
+  // leave it off.
   bool in_place = false;
   // A step that takes the cross-entropy and its gradient over the same
   // logits computes both in the gradient's instruction (the loss is its

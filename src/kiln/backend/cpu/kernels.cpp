@@ -662,26 +662,11 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out, std::spa
       float* y = reinterpret_cast<float*>(o);
       const float* src = reinterpret_cast<const float*>(inp(1));
       const int64_t padding_idx = ins.attrs.ints[0];
-      if (ins.inputs.size() == 2) {
-        std::fill(y, y + V * R, 0.0f);
-        // Threads own column ranges, so no two write the same element.
-#pragma omp parallel if (n * R > 32768)
-        {
-          int t = omp_get_thread_num(), nt = omp_get_num_threads();
-          int64_t c0 = R * t / nt, c1 = R * (t + 1) / nt;
-          for (int64_t i = 0; i < n; ++i) {
-            int64_t id = read_index(ins.inputs[0], in[0], i);
-            if (id == padding_idx) continue;
-            for (int64_t c = c0; c < c1; ++c) y[id * R + c] += src[i * R + c];
-          }
-        }
-        return;
-      }
-      // A base (the compiler's fold of Add(base, IndexAdd)): each id's rows
-      // are summed in position order from zero, as above, then added to its
-      // base row. The output may be the base's own memory.
-      const float* base = reinterpret_cast<const float*>(inp(2));
-      if (y != base) copy_elems(o, inp(2), V * R, es);
+      // Each id's rows are summed in position order from zero, then added to
+      // its row of the output: zeros, or a base (the compiler's fold of
+      // Add(base, IndexAdd)), which the output may be the memory of.
+      if (ins.inputs.size() == 2) std::fill(y, y + V * R, 0.0f);
+      else if (y != reinterpret_cast<const float*>(inp(2))) copy_elems(o, inp(2), V * R, es);
       std::vector<std::pair<int64_t, int64_t>> rows;  // (id, position), by id then position
       rows.reserve(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) {
@@ -690,6 +675,7 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out, std::spa
       }
       std::sort(rows.begin(), rows.end());
       const int64_t m = static_cast<int64_t>(rows.size());
+      // Threads own column ranges, so no two write the same element.
 #pragma omp parallel if (m * R > 32768)
       {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
