@@ -28,7 +28,7 @@ TEST(Philox, RangesEqualElementByElement) {
   // Unaligned starts, short and long runs, and a block counter whose low word wraps.
   const uint64_t wrap = 4 * ((uint64_t{1} << 32) - 5) - 3;
   for (uint64_t first : {uint64_t{0}, uint64_t{1}, uint64_t{6}, uint64_t{1000003}, wrap})
-    for (int64_t n : {1, 3, 31, 32, 33, 63, 64, 65, 127, 129, 517}) {
+    for (int64_t n : {1, 3, 9, 31, 32, 33, 48, 63, 64, 65, 80, 127, 129, 517}) {
       std::vector<float> u(n), z(n);
       Philox::uniform_range(7, 3, first, n, u.data());
       Philox::normal_range(7, 3, first, n, z.data());

@@ -1,13 +1,17 @@
 // The CPU backend's vector exp: masked scores (-FLT_MAX) and other inputs
 // below libmvec's fast range give the same values as before, lane by lane,
-// whatever else shares their vector.
+// whatever else shares their vector. The 16-lane exp of the softmax rows
+// (AVX-512) stays within its stated error, and the rows' exp-and-sum step
+// gives each exponential and their sum at every row length.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/vecmath.h"
 
 namespace kiln::backend::cpu {
@@ -49,6 +53,65 @@ TEST(VecMath, ExpLanesDoNotDependOnTheirNeighbours) {
       EXPECT_EQ(a[j], b[j]) << "lane " << j;
       EXPECT_NEAR(a[j], std::exp(static_cast<double>(plain[j])), 4e-7 * a[j]);
     }
+  }
+}
+
+#ifdef __AVX512F__
+// x's error in units in the last place of the float nearest `want`.
+double ulps(float x, double want) {
+  const float w = static_cast<float>(want);
+  const double ulp = std::nextafter(std::fabs(w), INFINITY) - std::fabs(w);
+  return std::fabs(x - want) / ulp;
+}
+
+TEST(VecMath, SixteenLaneExpIsWithinOneUlpAndKeepsTheSpecialValues) {
+  double worst = 0;
+  for (float x0 = -103.0f; x0 < 88.5f; x0 += 0.0173f) {
+    alignas(64) float xs[16], ys[16];
+    for (int l = 0; l < 16; ++l) xs[l] = x0 + 0.001f * static_cast<float>(l);
+    _mm512_store_ps(ys, vec::exp16(_mm512_load_ps(xs)));
+    for (int l = 0; l < 16; ++l) worst = std::max(worst, ulps(ys[l], std::exp(static_cast<double>(xs[l]))));
+  }
+  EXPECT_LE(worst, 1.05);
+  const float special[16] = {NAN, -INFINITY, INFINITY, -FLT_MAX, 0.0f, -0.0f, 88.72f, 88.73f,
+                             -87.4f, -103.9f, -104.5f, -1e30f, 1e30f, FLT_MAX, 1.0f, -1.0f};
+  alignas(64) float xs[16], ys[16];
+  std::copy(special, special + 16, xs);
+  _mm512_store_ps(ys, vec::exp16(_mm512_load_ps(xs)));
+  EXPECT_TRUE(std::isnan(ys[0]));
+  EXPECT_EQ(ys[1], 0.0f);
+  EXPECT_EQ(ys[2], INFINITY);
+  EXPECT_EQ(ys[3], 0.0f);
+  EXPECT_EQ(ys[4], 1.0f);
+  EXPECT_EQ(ys[5], 1.0f);
+  EXPECT_LE(ulps(ys[6], std::exp(static_cast<double>(xs[6]))), 1.05);
+  EXPECT_EQ(ys[7], INFINITY);
+  EXPECT_LE(ulps(ys[8], std::exp(static_cast<double>(xs[8]))), 1.05);  // a normal float just above the subnormals
+  EXPECT_EQ(ys[9], std::exp(-103.9f));            // the least subnormal
+  EXPECT_EQ(ys[10], 0.0f);
+  EXPECT_EQ(ys[11], 0.0f);
+  EXPECT_EQ(ys[12], INFINITY);
+  EXPECT_EQ(ys[13], INFINITY);
+  EXPECT_EQ(ys[14], std::exp(1.0f));
+  EXPECT_EQ(ys[15], std::exp(-1.0f));
+}
+#endif
+
+TEST(VecMath, ExpShiftedSumGivesEachValueAndTheSumAtEveryLength) {
+  for (int64_t n : {1, 7, 15, 16, 17, 33, 511, 512, 513, 1100}) {
+    std::vector<float> x(static_cast<size_t>(n)), e(x.size(), -1.0f);
+    for (int64_t j = 0; j < n; ++j) x[j] = std::sin(0.7f * static_cast<float>(j)) * 6.0f;
+    x[n / 2] = -FLT_MAX;  // a masked score
+    const float m = 6.0f;
+    const double sum = exp_shifted_sum(x.data(), m, e.data(), n);
+    double want_sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double want = std::exp(static_cast<double>(x[j] - m));
+      EXPECT_NEAR(e[j], want, 5e-7 * want) << "n " << n << " j " << j;
+      want_sum += want;
+    }
+    EXPECT_EQ(e[n / 2], 0.0f);
+    EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum) << "n " << n;
   }
 }
 

@@ -85,11 +85,15 @@ Block block_of(const Geometry& g, int64_t bh, int64_t blk) {
 }
 
 // The block's softmax probabilities into p (rows × keys) and, with dropout,
-// each element's factor (0 or 1 / (1 - dropout)) into keep. A causal row
-// whose visible keys are all masked (largest score at most float lowest)
-// spreads its weight over the later keys too, as the composite's does: then
-// the block is redone with every key (x.keys = Tk).
-bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, float* p, float* keep) {
+// each element's factor (0 or 1 / (1 - dropout)) into keep. extent[r]: the
+// keys of row r that may have weight (a causal row's first i + 1, rounded up
+// to whole 16-key steps), past which p and keep are 0 and nothing else is
+// computed. A causal row whose visible keys are all masked (largest score
+// at most float lowest) spreads its weight over the later keys too, as the
+// composite's does: then the block is redone with every key (x.keys = Tk)
+// and that row takes them all.
+bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, float* p, float* keep,
+                   int64_t* extent) {
   const float lowest = std::numeric_limits<float>::lowest();
   const int64_t n = x.keys;
   if (!sgemm(false, true, x.rows, n, g.D, q.at(x.b, x.h, x.i0), q.ld, k.at(x.b, x.h), k.ld, p, n, false))
@@ -98,46 +102,71 @@ bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, 
   for (int64_t r = 0; r < x.rows; ++r) {
     const int64_t i = x.i0 + r;
     float* pr = p + r * n;
+    int64_t e = g.causal ? std::min(n, (i + 16) / 16 * 16) : n;
+    auto scores = [&](int64_t j0, int64_t j1) {  // scaled, causal, masked: the composite's steps
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) pr[j] *= g.scale;
-    if (g.causal)
-      for (int64_t j = i + 1; j < n; ++j) pr[j] = lowest;
-    if (mask) {
+      for (int64_t j = j0; j < j1; ++j) pr[j] *= g.scale;
+      if (g.causal) std::fill(pr + std::clamp(i + 1, j0, j1), pr + j1, lowest);
+      if (mask) {
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) pr[j] += mask[j];
+        for (int64_t j = j0; j < j1; ++j) pr[j] += mask[j];
+      }
+    };
+    scores(0, e);
+    float m = row_max(pr, e);
+    if (e < n && !(m > lowest)) {
+      if (n < g.Tk) {
+        x.keys = g.Tk;
+        return probabilities(g, q, k, x, p, keep, extent);
+      }
+      scores(e, n);
+      m = row_max(pr, n);
+      e = n;
     }
-    const float m = row_max(pr, n);
-    if (n < g.Tk && !(m > lowest)) {
-      x.keys = g.Tk;
-      return probabilities(g, q, k, x, p, keep);
-    }
-    const float inv = static_cast<float>(1.0 / exp_shifted_sum(pr, m, pr, n));
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) pr[j] *= inv;
+    extent[r] = e;
+    // (Past e, exp(lowest - m) is 0: m > lowest there.)
+    const float inv = static_cast<float>(1.0 / exp_shifted_sum(pr, m, pr, e));
+    std::fill(pr + e, pr + n, 0.0f);
     if (keep) {  // dropout() numbers the [B, H, Tq, Tk] elements from key[2]
       float* kr = keep + r * n;
       const uint64_t first = static_cast<uint64_t>(g.key[2] + ((x.b * g.H + x.h) * g.Tq + i) * g.Tk);
-      Philox::uniform_range(static_cast<uint64_t>(g.key[0]), static_cast<uint64_t>(g.key[1]), first, n, kr);
+      Philox::uniform_range(static_cast<uint64_t>(g.key[0]), static_cast<uint64_t>(g.key[1]), first, e, kr);
       const float drop = g.dropout, factor = g.inv_keep;
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) kr[j] = kr[j] >= drop ? factor : 0.0f;
+      for (int64_t j = 0; j < e; ++j) {
+        pr[j] *= inv;
+        kr[j] = kr[j] >= drop ? factor : 0.0f;
+      }
+      std::fill(kr + e, kr + n, 0.0f);
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < e; ++j) pr[j] *= inv;
     }
   }
   return true;
 }
 
-// The probabilities the product with v reads: dropped (p · factor, 0 where
-// dropped even if p is NaN, as dropout()'s where) and, for bf16 inputs,
-// rounded.
-void dropped(const Geometry& g, const float* p, const float* keep, float* out, int64_t n) {
-  if (keep) {
+// The probabilities the product with v reads, row by row over each row's
+// extent (p and keep are 0 past it): dropped (p · factor, 0 where dropped
+// even if p is NaN, as dropout()'s where) and, for bf16 inputs, rounded.
+void dropped(const Geometry& g, const Block& x, const int64_t* extent, const float* p, const float* keep,
+             float* out) {
+  const int64_t n = x.keys;
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* pr = p + r * n;
+    float* o = out + r * n;
+    const int64_t e = extent[r];
+    if (keep) {
+      const float* kr = keep + r * n;
 #pragma omp simd
-    for (int64_t e = 0; e < n; ++e) out[e] = keep[e] != 0.0f ? p[e] * keep[e] : 0.0f;
-  } else if (out != p) {
-    std::copy(p, p + n, out);
+      for (int64_t j = 0; j < e; ++j) o[j] = kr[j] != 0.0f ? pr[j] * kr[j] : 0.0f;
+    } else if (o != pr) {
+      std::copy(pr, pr + e, o);
+    }
+    if (g.bf16)
+      for (int64_t j = 0; j < e; ++j) o[j] = round_to_bf16(o[j]);
+    if (o != pr) std::fill(o + e, o + n, 0.0f);
   }
-  if (g.bf16)
-    for (int64_t e = 0; e < n; ++e) out[e] = round_to_bf16(out[e]);
 }
 
 // A thread's scratch rows, kept between calls: blocks of 128 KB and more
@@ -167,12 +196,13 @@ void forward(const Instr& ins, std::span<char* const> in, char* out) {
     const size_t n = static_cast<size_t>(g.block * g.Tk);
     float* p = scratch(0, n);
     float* keep = g.key ? scratch(1, n) : nullptr;
+    std::vector<int64_t> extent(static_cast<size_t>(g.block));
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh)
       for (int64_t blk = 0; blk < blocks; ++blk) {
         Block x = block_of(g, bh, blk);
-        ok = ok && probabilities(g, q, k, x, p, keep);
-        dropped(g, p, keep, p, x.rows * x.keys);
+        ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
+        if (keep || g.bf16) dropped(g, x, extent.data(), p, keep, p);
         ok = ok && sgemm(false, false, x.rows, g.D, x.keys, p, x.keys, v.at(x.b, x.h), v.ld,
                          y + (bh * g.Tq + x.i0) * g.D, g.D, false);
       }
@@ -209,6 +239,7 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
   {
     const size_t n = static_cast<size_t>(g.block * g.Tk);
     float *p = scratch(0, n), *keep = g.key ? scratch(1, n) : nullptr, *pd = scratch(2, n), *ds = scratch(3, n);
+    std::vector<int64_t> extent(static_cast<size_t>(g.block));
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
       float* dkh = dk + bh * g.Tk * g.D;
@@ -217,11 +248,11 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
       std::fill(dvh, dvh + g.Tk * g.D, 0.0f);
       for (int64_t blk = 0; blk < blocks; ++blk) {
         Block x = block_of(g, bh, blk);
-        ok = ok && probabilities(g, q, k, x, p, keep);
+        ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
         const int64_t m = x.keys;
         const float* pdp = p;  // the probabilities as the forward's product read them
         if (keep || g.bf16) {
-          dropped(g, p, keep, pd, x.rows * m);
+          dropped(g, x, extent.data(), p, keep, pd);
           pdp = pd;
         }
         const float* dyb = dy.at(x.b, x.h, x.i0);
@@ -231,23 +262,24 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
         for (int64_t r = 0; r < x.rows; ++r) {
           const float* pr = p + r * m;
           float* dr = ds + r * m;
+          const int64_t e = extent[r];  // (past it p is 0: so is the gradient of the scores)
           if (g.bf16)  // the gradient of autocast's bf16 probabilities
-            for (int64_t j = 0; j < m; ++j) dr[j] = round_to_bf16(dr[j]);
+            for (int64_t j = 0; j < e; ++j) dr[j] = round_to_bf16(dr[j]);
           if (keep) {
             const float* kr = keep + r * m;
 #pragma omp simd
-            for (int64_t j = 0; j < m; ++j) dr[j] = kr[j] != 0.0f ? dr[j] * kr[j] : 0.0f;
+            for (int64_t j = 0; j < e; ++j) dr[j] = kr[j] != 0.0f ? dr[j] * kr[j] : 0.0f;
           }
           double delta = 0;
 #pragma omp simd reduction(+ : delta)
-          for (int64_t j = 0; j < m; ++j) delta += static_cast<double>(dr[j]) * pr[j];
+          for (int64_t j = 0; j < e; ++j) delta += static_cast<double>(dr[j]) * pr[j];
 #pragma omp simd
-          for (int64_t j = 0; j < m; ++j)
+          for (int64_t j = 0; j < e; ++j)
             dr[j] = static_cast<float>(pr[j] * (static_cast<double>(dr[j]) - delta)) * g.scale;
-          if (g.causal)  // later keys hold a constant: no gradient, even where a row spread its weight there
-            std::fill(dr + std::min(m, x.i0 + r + 1), dr + m, 0.0f);
+          // Later keys hold a constant: no gradient, even where a row spread its weight there.
+          std::fill(dr + (g.causal ? std::min(e, x.i0 + r + 1) : e), dr + m, 0.0f);
           if (g.bf16)
-            for (int64_t j = 0; j < m; ++j) dr[j] = round_to_bf16(dr[j]);
+            for (int64_t j = 0; j < e; ++j) dr[j] = round_to_bf16(dr[j]);
         }
         ok = ok && sgemm(false, false, x.rows, g.D, m, ds, m, k.at(x.b, x.h), k.ld,
                          dq + (bh * g.Tq + x.i0) * g.D, g.D, false);

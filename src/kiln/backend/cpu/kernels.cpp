@@ -333,8 +333,10 @@ Rows rows_of(const Shape& s, int64_t axis) { return Rows{split_axes(s, axis, axi
 }  // namespace
 
 // Contiguous rows: the largest value, and e = exp(x - m) with its sum — the
-// exponentials through the vector math library, each block of 512 summed in
-// float and the blocks in double (a row of 50k logits loses nothing visible).
+// exponentials 16 lanes at a time through vec::exp16 on AVX-512 (the rest,
+// and every value without it, through vec::exp), each block of 512 summed
+// in float and the blocks in double (a row of 50k logits loses nothing
+// visible).
 // NaNs are skipped, as std::max(m, x) skips them (GCC leaves that loop
 // scalar, so the lanes are spelled out: maxps returns its second operand
 // when the first is NaN).
@@ -361,13 +363,29 @@ double exp_shifted_sum(const float* x, float m, float* e, int64_t n) {
   constexpr int64_t kBlock = 512;
   double sum = 0;
   for (int64_t k0 = 0; k0 < n; k0 += kBlock) {
-    int64_t len = std::min(kBlock, n - k0);
-    for (int64_t k = 0; k < len; ++k) e[k0 + k] = x[k0 + k] - m;
-    vec::exp(e + k0, e + k0, len);
+    const int64_t len = std::min(kBlock, n - k0);
+    const float* xb = x + k0;
+    float* eb = e + k0;
+#ifdef __AVX512F__
+    // One pass: subtract, exponentiate, store and add up, 16 lanes at a time
+    // (the last len % 16 values in masked lanes).
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < len; k += 16) {
+      const __mmask16 lanes = len - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (len - k)) - 1);
+      const __m512 v = vec::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, xb + k), mv));
+      _mm512_mask_storeu_ps(eb + k, lanes, v);
+      acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(lanes, v));
+    }
+    sum += vec::sum16(acc);
+#else
+    for (int64_t k = 0; k < len; ++k) eb[k] = xb[k] - m;
+    vec::exp(eb, eb, len);
     float part = 0;
 #pragma omp simd reduction(+ : part)
-    for (int64_t k = 0; k < len; ++k) part += e[k0 + k];
+    for (int64_t k = 0; k < len; ++k) part += eb[k];
     sum += part;
+#endif
   }
   return sum;
 }

@@ -3,6 +3,7 @@
 // 3"): a counter-based generator. Element i of a random tensor depends only
 // on (seed, offset, i), so streams are reproducible whatever the number of
 // threads or replicas.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -193,6 +194,17 @@ struct Philox {
       for (int l = 0; l < kLanes; ++l)
         for (int k = 0; k < 4; ++k) out[j + 4 * l + k] = static_cast<T>(to_uniform(lanes[k][l]));
     }
+#ifdef __AVX2__
+    if constexpr (std::is_same_v<T, float>) {
+      if (n - j > 8) {  // a short ragged end (an attention row's last keys): one more group, partly kept
+        alignas(64) float group[4 * kLanes];
+        generate_lanes(seed, offset, (first + static_cast<uint64_t>(j)) >> 2, lanes);
+        store_uniform_lanes(lanes, group);
+        std::copy(group, group + (n - j), out + j);
+        return;
+      }
+    }
+#endif
     for (; j < n;) {
       const uint64_t i = first + static_cast<uint64_t>(j);
       generate(seed, offset, i >> 2, w);

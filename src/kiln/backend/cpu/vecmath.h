@@ -51,6 +51,43 @@ inline __m256 exp8(__m256 x) {
   }
   return _mm256_load_ps(ys);
 }
+#ifdef __AVX512F__
+// e^x on 16 lanes for the softmax rows (exp_shifted_sum, the attention
+// rows), 2.4x libmvec's 8-lane expf per value on AVX-512 (0.15 vs 0.37 ns,
+// one thread). ≤ 1.02 ulp against the double exp over every 97th float in
+// [-110, 90]; NaN stays NaN, below -104 the result is 0 and above 89 ∞.
+// n = round(x / ln 2), r = x - n ln 2 in two steps (ln 2's high part has
+// 16 significant bits, so n·hi is exact), e^r by Cephes' expf minimax
+// polynomial (1 + r + r²·P(r)), then scaled by 2ⁿ with vscalefps, which
+// rounds into the subnormals as the scalar expf does.
+// (GCC 12 warns, wrongly, that the "undefined" pass-through operand inside
+// the AVX-512 intrinsics is or may be used uninitialised.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  // (maxps returns its second operand, x, when x is NaN)
+  x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+// The sum of the 16 lanes (in halves: 8 + 8, 4 + 4, ...).
+inline float sum16(__m512 v) { return _mm512_reduce_add_ps(v); }
+// exp16 on 8 lanes, in the low half of a zmm (a zmm step costs what a ymm
+// one does on this hardware).
+inline __m256 exp16_low8(__m256 x) { return _mm512_castps512_ps256(exp16(_mm512_zextps256_ps512(x))); }
+#pragma GCC diagnostic pop
+#endif
 inline __m256 erf8(__m256 x) { return _ZGVdN8v_erff(x); }
 inline __m256 tanh8(__m256 x) { return _ZGVdN8v_tanhf(x); }
 inline __m256 log8(__m256 x) { return _ZGVdN8v_logf(x); }
@@ -80,17 +117,24 @@ constexpr float kGeluCubic = 0.044715f, kGeluCubic3 = 3.0f * 0.044715f;
 
 // 1 / (1 + e^-x)
 inline float sigmoid1(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-// ½x(1 + erf(x/√2))  (tanh form: ½x(1 + tanh(√(2/π)(x + 0.044715x³))))
+// ½x(1 + erf(x/√2))  (tanh form: ½x(1 + tanh u), u = √(2/π)(x + 0.044715x³),
+// computed as x·σ(2u) = x / (1 + e^-2u): the same function, without the
+// cancellation of 1 + tanh u where tanh u nears -1. Measured over [-6, 6]
+// against the double form: 2.6e-6 relative error at most, where the float
+// ½x(1 + tanh u) (PyTorch's) reaches 100 % (0 for x < -5.5); its gradient
+// 9.1e-6 against 3.8e-4. Through the exponential it is also 1.5-2x as fast.)
 inline float tanh_arg1(float x) { return kSqrt2OverPi * (x + kGeluCubic * x * x * x); }
+inline float gelu_sigmoid1(float x) { return 1.0f / (1.0f + std::exp(-2.0f * tanh_arg1(x))); }
 inline float gelu1(float x, bool tanh_form) {
-  const float t = tanh_form ? std::tanh(tanh_arg1(x)) : std::erf(x * kInvSqrt2);
-  return 0.5f * x * (1.0f + t);
+  if (tanh_form) return x * gelu_sigmoid1(x);
+  return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
 }
-// dy · gelu'(x): ½(1 + erf(x/√2)) + x·φ(x)  (tanh form: its derivative)
+// dy · gelu'(x): ½(1 + erf(x/√2)) + x·φ(x)  (tanh form: its derivative,
+// with s = σ(2u): ½(1 + tanh u) = s and ½(1 - tanh² u) = 2s(1 - s))
 inline float gelu_grad1(float x, float dy, bool tanh_form) {
   if (tanh_form) {
-    const float t = std::tanh(tanh_arg1(x));
-    return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + kGeluCubic3 * x * x));
+    const float s = gelu_sigmoid1(x);
+    return dy * (s + 2.0f * x * (s * (1.0f - s)) * kSqrt2OverPi * (1.0f + kGeluCubic3 * x * x));
   }
   const float t = std::erf(x * kInvSqrt2), u = std::exp(-0.5f * x * x);
   return dy * (0.5f * (1.0f + t) + x * u * kInvSqrt2Pi);
@@ -107,16 +151,28 @@ inline __m256 sigmoid8(__m256 x) { return _mm256_div_ps(k8(1.0f), add8(k8(1.0f),
 inline __m256 tanh_arg8(__m256 x) {
   return mul8(k8(kSqrt2OverPi), add8(x, mul8(mul8(mul8(k8(kGeluCubic), x), x), x)));
 }
+// e^x for the tanh-form GELU: exp16_low8 where the build has AVX-512, else
+// exp8.
+inline __m256 gelu_exp8(__m256 x) {
+#ifdef __AVX512F__
+  return exp16_low8(x);
+#else
+  return exp8(x);
+#endif
+}
+inline __m256 gelu_sigmoid8(__m256 x) {
+  return _mm256_div_ps(k8(1.0f), add8(k8(1.0f), gelu_exp8(mul8(k8(-2.0f), tanh_arg8(x)))));
+}
 inline __m256 gelu8(__m256 x, bool tanh_form) {
-  const __m256 t = tanh_form ? tanh8(tanh_arg8(x)) : erf8(mul8(x, k8(kInvSqrt2)));
-  return mul8(mul8(k8(0.5f), x), add8(k8(1.0f), t));
+  if (tanh_form) return mul8(x, gelu_sigmoid8(x));
+  return mul8(mul8(k8(0.5f), x), add8(k8(1.0f), erf8(mul8(x, k8(kInvSqrt2)))));
 }
 inline __m256 gelu_grad8(__m256 x, __m256 dy, bool tanh_form) {
   if (tanh_form) {
-    const __m256 t = tanh8(tanh_arg8(x));
-    const __m256 slope = mul8(mul8(mul8(mul8(k8(0.5f), x), sub8(k8(1.0f), mul8(t, t))), k8(kSqrt2OverPi)),
+    const __m256 s = gelu_sigmoid8(x);
+    const __m256 slope = mul8(mul8(mul8(mul8(k8(2.0f), x), mul8(s, sub8(k8(1.0f), s))), k8(kSqrt2OverPi)),
                               add8(k8(1.0f), mul8(mul8(k8(kGeluCubic3), x), x)));
-    return mul8(dy, add8(mul8(k8(0.5f), add8(k8(1.0f), t)), slope));
+    return mul8(dy, add8(s, slope));
   }
   const __m256 t = erf8(mul8(x, k8(kInvSqrt2))), u = exp8(mul8(mul8(k8(-0.5f), x), x));
   return mul8(dy, add8(mul8(k8(0.5f), add8(k8(1.0f), t)), mul8(mul8(x, u), k8(kInvSqrt2Pi))));
