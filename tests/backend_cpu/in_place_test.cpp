@@ -19,15 +19,22 @@ struct Executed {
   std::vector<std::vector<char>> outputs;
   size_t arena = 0;
   std::vector<ir::Op> overwrote;  // instructions whose result took an operand's slot
+  size_t copies = 0, concats = 0;  // fused instructions that only copy, Concat instructions
 };
 
-Executed run(const std::vector<Tensor>& results, bool in_place, bool jit, bool loss_with_gradient = false) {
+Executed run(const std::vector<Tensor>& results, bool in_place, bool jit, bool loss_with_gradient = false,
+             bool token_major_attention = false) {
   const testing::TracedProgram traced = testing::trace_program(
-      results, {.fuse_sum_inputs = true, .concurrent_products = true, .in_place = in_place,
-                .loss_with_gradient = loss_with_gradient});
+      results, {.fuse_sum_inputs = true, .strided_attention_operands = true, .concurrent_products = true,
+                .in_place = in_place, .loss_with_gradient = loss_with_gradient,
+                .token_major_attention = token_major_attention});
   const compiler::Program& p = traced.program;
   Executed r;
   r.arena = p.arena_bytes;
+  for (const auto& ins : p.instrs) {
+    r.copies += ins.fused && ins.program.size() == 1 && ins.program[0].op == ir::Op::Data;
+    r.concats += !ins.fused && ins.op == ir::Op::Concat;
+  }
   for (const auto& ins : p.instrs)
     for (const auto& in : ins.inputs)
       if (in.slot == ins.output.slot) {
@@ -221,6 +228,38 @@ TEST(CpuLossWithGradient, TheGradientsPassWritesTheLossWithTheSameBits) {
     for (auto& ins : bad.instrs)
       for (auto& e : ins.extra_outputs) e.reg = 0;
     EXPECT_THROW(compiler::deserialize_program(compiler::serialize_program(graph, bad), graph), Error);
+  }
+}
+
+// CompileOptions::token_major_attention: GPT-2's attention block (heads cut
+// from one projection, merged back for the output projection) gives the
+// same bits with the attention's result token-major and its gradient
+// interleaved, without the copies of the heads out of the result and of
+// their gradients, and without the concatenation of those gradients.
+TEST(CpuTokenMajorAttention, GivesTheSameBitsWithoutCopyingHeads) {
+  const int64_t B = 2, T = 40, H = 3, D = 8, C = H * D;
+  for (bool jit : {true, false}) {
+    SCOPED_TRACE(jit ? "compiled loops" : "interpreter");
+    Generator gen(5);
+    Tensor x = randn({B, T, C}, gen), w = randn({C, 3 * C}, gen) * 0.2, wo = randn({C, C}, gen) * 0.2;
+    Tensor dy = randn({B, T, C}, gen);
+    mark_step();
+    w.requires_grad_();
+    wo.requires_grad_();
+    Tensor qkv = matmul(x, w);
+    auto heads = [&](int64_t i) { return permute(reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, T, H, D}), {0, 2, 1, 3}); };
+    Tensor y = fused_attention(heads(0), heads(1), heads(2), {Tensor(), true, 0.35, 0.1, &gen});
+    Tensor loss = sum(matmul(reshape(permute(y, {0, 2, 1, 3}), {B, T, C}), wo) * dy);
+    loss.backward();
+    const std::vector<Tensor> results{loss, w.grad(), wo.grad()};
+    const Executed apart = run(results, true, jit, true, false), tokens = run(results, true, jit, true, true);
+    EXPECT_EQ(apart.concats, 1u);
+    EXPECT_EQ(tokens.concats, 0u);
+    EXPECT_EQ(tokens.copies + 4, apart.copies) << "the result's heads, and dq, dk and dv";
+    EXPECT_LT(tokens.arena, apart.arena);
+    ASSERT_EQ(tokens.outputs.size(), apart.outputs.size());
+    for (size_t o = 0; o < apart.outputs.size(); ++o)
+      EXPECT_TRUE(tokens.outputs[o] == apart.outputs[o]) << "output " << o << " differs";
   }
 }
 

@@ -265,6 +265,7 @@ class Lowering {
         if (group_[i] == i && !summed_[i]) emit_group(i);
         return;
       case Cls::Kernel:
+        if (n.op == Op::Concat && options_.token_major_attention && concat_as_view(i)) return;
         emit_kernel(i);
         return;
     }
@@ -424,9 +425,11 @@ class Lowering {
     for (int32_t in : n.inputs) {
       const size_t k = ins.inputs.size();
       const bool matrix = n.op == Op::MatMul && k < 2;  // not the bias
+      // (AttentionGrad's forward result, k = size - 2, is not read by the CPU
+      // kernel: whatever its layout, no copy.)
       const bool heads = options_.strided_attention_operands &&
                          ((n.op == Op::Attention && k < 3) ||
-                          (n.op == Op::AttentionGrad && (k < 3 || k + 1 == n.inputs.size())));
+                          (n.op == Op::AttentionGrad && (k < 3 || k + 2 >= n.inputs.size())));
       if ((matrix && gemm_readable(loc_[in]->view)) || (heads && heads_readable(loc_[in]->view)))
         ins.inputs.push_back(*loc_[in]);
       else
@@ -434,8 +437,53 @@ class Lowering {
     }
     int32_t slot = result_slot(i);
     ins.output = whole(slot, i);
+    if (options_.token_major_attention && prog_.slots[slot].kind == SlotKind::Temp)
+      ins.output.view = token_major(i, ins.output.view);
     loc_[i] = ins.output;
     push(std::move(ins));
+  }
+
+  // CompileOptions::token_major_attention: an Attention result that a
+  // [0, 2, 1, 3] permutation reads is laid out as [B, T, H, D]; an
+  // interleaved gradient ([3, B, H, T, D], see interleave_attention_grads)
+  // as [B, T, 3, H, D].
+  View token_major(int32_t i, View v) const {
+    const GraphNode& n = g_.nodes[i];
+    const auto to_tokens = [&](int32_t u) {
+      return g_.nodes[u].op == Op::Permute && g_.nodes[u].attrs.ints == std::vector<int64_t>{0, 2, 1, 3};
+    };
+    if (n.op == Op::Attention && std::any_of(users_[i].begin(), users_[i].end(), to_tokens)) {
+      const int64_t H = n.shape[1], T = n.shape[2], D = n.shape[3];
+      v.strides = {T * H * D, D, H * D, 1};
+    } else if (n.op == Op::AttentionGrad && n.shape.size() == 5) {
+      const int64_t H = n.shape[2], T = n.shape[3], D = n.shape[4];
+      v.strides = {H * D, T * 3 * H * D, D, 3 * H * D, 1};
+    }
+    return v;
+  }
+
+  // CompileOptions::token_major_attention: a Concat whose parts are views of
+  // one buffer with the same strides, each starting where the one before
+  // ends along the dim, is a view of that buffer (the interleaved attention
+  // gradient's dq, dk and dv, merged back into [B, T, 3·H·D]).
+  bool concat_as_view(int32_t i) {
+    const GraphNode& n = g_.nodes[i];
+    const size_t d = static_cast<size_t>(n.attrs.ints[0]);
+    const Operand& first = *loc_[n.inputs[0]];
+    int64_t at = first.view.offset;
+    for (int32_t in : n.inputs) {
+      const Operand& p = *loc_[in];
+      if (p.slot != first.slot || p.dtype != first.dtype || p.view.strides != first.view.strides ||
+          p.view.offset != at)
+        return false;
+      for (size_t k = 0; k < n.shape.size(); ++k)
+        if (k != d && p.view.shape[k] != first.view.shape[k]) return false;
+      at += p.view.shape[d] * p.view.strides[d];
+    }
+    Operand whole_view = first;
+    whole_view.view.shape = n.shape;
+    loc_[i] = whole_view;
+    return true;
   }
 
   // CompileOptions::loss_with_gradient: a CrossEntropy whose gradient
@@ -692,10 +740,50 @@ class Lowering {
   }
 };
 
+// CompileOptions::token_major_attention: a self-attention gradient (q, k
+// and v of one [B, H, T, D] shape), not a result, read only by its three
+// slices [s·n, (s + 1)·n) (autodiff's dq, dk, dv), each read only by
+// reshapes and not a result, gets the shape [3, B, H, T, D] and its slices
+// [s, s + 1) of the first dim: the same values, in a shape the lowering can
+// lay out token by token (Lowering::token_major).
+void interleave_attention_grads(Graph& g) {
+  const size_t n = g.nodes.size();
+  std::vector<std::vector<int32_t>> users(n);
+  for (size_t i = 0; i < n; ++i)
+    for (int32_t in : g.nodes[i].inputs)
+      if (users[in].empty() || users[in].back() != static_cast<int32_t>(i)) users[in].push_back(static_cast<int32_t>(i));
+  std::vector<bool> result(n, false);
+  for (int32_t o : g.outputs) result[o] = true;
+  for (size_t i = 0; i < n; ++i) {
+    GraphNode& ag = g.nodes[i];
+    if (ag.op != Op::AttentionGrad || result[i]) continue;
+    const Shape qs = g.nodes[ag.inputs[0]].shape;
+    if (qs.size() != 4 || g.nodes[ag.inputs[1]].shape != qs || g.nodes[ag.inputs[2]].shape != qs) continue;
+    const int64_t count = numel(qs);
+    const auto reshapes_only = [&](int32_t s) {
+      return std::all_of(users[s].begin(), users[s].end(), [&](int32_t u) { return g.nodes[u].op == Op::Reshape; });
+    };
+    const auto part = [&](int32_t s) {
+      const GraphNode& sl = g.nodes[s];
+      return sl.op == Op::Slice && sl.attrs.ints[0] == 0 && sl.attrs.ints[3] == 1 && sl.attrs.ints[1] % count == 0 &&
+             sl.attrs.ints[2] == sl.attrs.ints[1] + count && !result[s] && reshapes_only(s);
+    };
+    if (users[i].empty() || !std::all_of(users[i].begin(), users[i].end(), part)) continue;
+    ag.shape = {3, qs[0], qs[1], qs[2], qs[3]};
+    for (int32_t s : users[i]) {
+      GraphNode& sl = g.nodes[s];
+      const int64_t which = sl.attrs.ints[1] / count;
+      sl.attrs.ints = {0, which, which + 1, 1};
+      sl.shape = {1, qs[0], qs[1], qs[2], qs[3]};
+    }
+  }
+}
+
 }  // namespace
 
 Program compile(const Graph& graph, const CompileOptions& options) {
   Graph g = simplify(graph);
+  if (options.token_major_attention) interleave_attention_grads(g);
   return Lowering(g, options).run();
 }
 

@@ -39,6 +39,16 @@ struct CompileOptions {
   // between: one pass over the logits instead of two (CPU; the CUDA
   // executor runs the two kernels apart).
   bool loss_with_gradient = false;
+  // Attention writes its result token-major ([B, T, H, D] in memory) when
+  // the result is permuted to [B, T, H, D] (the heads merged back into
+  // [B, T, H·D]), and a self-attention gradient (q, k, v of one shape, read
+  // only through its three slices, each only reshaped) is laid out as
+  // [3, B, H, T, D] over [B, T, 3, H, D] memory; a Concat of views that
+  // lie side by side in one buffer, in order, is a view of it. GPT-2: no
+  // copy of the heads out of the result (one a layer), none of dq, dk and
+  // dv, and no concatenation into its [B, T, 3·H·D] projection's gradient
+  // (CPU; the CUDA kernels write contiguous heads).
+  bool token_major_attention = false;
 };
 
 Program compile(const ir::Graph& graph, const CompileOptions& options = {});

@@ -175,13 +175,15 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
   // written over their operands and the loss from its gradient's pass are
   // the CPU executor's (the CUDA one has no kernel for the first two yet, its
   // products run one after the other on the device's stream, its kernels
-  // have not been checked in place, and its cross-entropy kernels run apart).
+  // have not been checked in place, its cross-entropy kernels run apart, and
+  // its attention kernels write contiguous heads).
   const bool cpu = device_.kind == DeviceKind::CPU;
   const compiler::CompileOptions options{.fuse_sum_inputs = cpu,
                                          .strided_attention_operands = cpu,
                                          .concurrent_products = cpu,
                                          .in_place = cpu,
-                                         .loss_with_gradient = cpu};
+                                         .loss_with_gradient = cpu,
+                                         .token_major_attention = cpu};
   std::optional<compiler::Program> cached = load_cached_program(g, options);
   const bool from_disk = cached.has_value();
   if (from_disk) {

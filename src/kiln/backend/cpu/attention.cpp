@@ -16,7 +16,9 @@
 // where autocast's composite rounds them.
 // q, k, v and dy may be strided views of [B, H, T, D] (a head's rows D
 // floats apart or more): the heads of a [B, T, H·D] projection are read in
-// place (CompileOptions::strided_attention_operands).
+// place (CompileOptions::strided_attention_operands). The result may be
+// token-major, and the gradient's dq, dk and dv interleaved token by token
+// (CompileOptions::token_major_attention): see result_heads.
 #include <omp.h>
 
 #include <algorithm>
@@ -58,12 +60,36 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   return g;
 }
 
-// An operand's heads: element (b, h, t, d) at base + b·sb + h·sh + t·ld + d.
-struct Heads {
-  const float* base = nullptr;
+// An operand's (a result's) heads: element (b, h, t, d) at base + b·sb + h·sh
+// + t·ld + d.
+template <typename T>
+struct HeadsOf {
+  T* base = nullptr;
   int64_t sb = 0, sh = 0, ld = 0;
-  const float* at(int64_t b, int64_t h, int64_t t = 0) const { return base + b * sb + h * sh + t * ld; }
+  T* at(int64_t b, int64_t h, int64_t t = 0) const { return base + b * sb + h * sh + t * ld; }
+  void zero(int64_t B, int64_t H, int64_t rows, int64_t D) const {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < rows; ++t) std::fill(at(b, h, t), at(b, h, t) + D, 0.0f);
+  }
 };
+using Heads = HeadsOf<const float>;
+using OutHeads = HeadsOf<float>;
+
+// The result's heads: y [B, H, Tq, D], contiguous or token-major ([B, Tq, H,
+// D] in memory, CompileOptions::token_major_attention); for the gradient,
+// dq, dk and dv (which = 0, 1, 2), one after the other in a flat result or
+// interleaved token by token in a [3, B, H, T, D] one ([B, T, 3, H, D] in
+// memory).
+OutHeads result_heads(const Instr& ins, char* out, const Geometry& g, int which = -1) {
+  float* base = reinterpret_cast<float*>(out) + ins.output.view.offset;
+  const compiler::View& v = ins.output.view;
+  if (v.shape.size() == 4) return {base, v.strides[0], v.strides[1], v.strides[2]};
+  if (v.shape.size() == 5) return {base + which * v.strides[0], v.strides[1], v.strides[2], v.strides[3]};
+  const int64_t T = which == 0 ? g.Tq : g.Tk;
+  const int64_t before = which == 0 ? 0 : g.B * g.H * (g.Tq + (which - 1) * g.Tk) * g.D;
+  return {base + before, g.H * T * g.D, T * g.D, g.D};
+}
 
 // Operand k (f32 as stored; bf16 widened exactly into `wide`).
 Heads heads(const Instr& ins, std::span<char* const> in, size_t k, std::vector<float>& wide) {
@@ -182,9 +208,9 @@ int64_t blocks_of(const Geometry& g) { return (g.Tq + g.block - 1) / g.block; }
 
 void forward(const Instr& ins, std::span<char* const> in, char* out) {
   const Geometry g = geometry(ins, in);
-  float* y = reinterpret_cast<float*>(out) + ins.output.view.offset;
+  const OutHeads y = result_heads(ins, out, g);
   if (g.Tk == 0 || g.D == 0) {  // an empty softmax row: the product is zero, as the composite's
-    std::fill(y, y + g.B * g.H * g.Tq * g.D, 0.0f);
+    y.zero(g.B, g.H, g.Tq, g.D);
     return;
   }
   std::vector<float> wq, wk, wv;
@@ -204,7 +230,7 @@ void forward(const Instr& ins, std::span<char* const> in, char* out) {
         ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
         if (keep || g.bf16) dropped(g, x, extent.data(), p, keep, p);
         ok = ok && sgemm(false, false, x.rows, g.D, x.keys, p, x.keys, v.at(x.b, x.h), v.ld,
-                         y + (bh * g.Tq + x.i0) * g.D, g.D, false);
+                         y.at(x.b, x.h, x.i0), y.ld, false);
       }
   }
   KILN_CHECK(ok, "attention: oneDNN sgemm failed for a head of [", g.Tq, "x", g.D, "]·[", g.D, "x", g.Tk, "]");
@@ -212,11 +238,10 @@ void forward(const Instr& ins, std::span<char* const> in, char* out) {
 
 void backward(const Instr& ins, std::span<char* const> in, char* out) {
   const Geometry g = geometry(ins, in);
-  float* dq = reinterpret_cast<float*>(out) + ins.output.view.offset;
-  float* dk = dq + g.B * g.H * g.Tq * g.D;
-  float* dv = dk + g.B * g.H * g.Tk * g.D;
+  const OutHeads dq = result_heads(ins, out, g, 0), dk = result_heads(ins, out, g, 1),
+                 dv = result_heads(ins, out, g, 2);
   if (g.Tk == 0 || g.D == 0) {
-    std::fill(dq, dq + g.B * g.H * g.Tq * g.D, 0.0f);
+    dq.zero(g.B, g.H, g.Tq, g.D);
     return;
   }
   std::vector<float> wq, wk, wv, wdy;
@@ -242,10 +267,13 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
     std::vector<int64_t> extent(static_cast<size_t>(g.block));
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
-      float* dkh = dk + bh * g.Tk * g.D;
-      float* dvh = dv + bh * g.Tk * g.D;
-      std::fill(dkh, dkh + g.Tk * g.D, 0.0f);
-      std::fill(dvh, dvh + g.Tk * g.D, 0.0f);
+      const int64_t b = bh / g.H, h = bh % g.H;
+      float* dkh = dk.at(b, h);
+      float* dvh = dv.at(b, h);
+      for (int64_t t = 0; t < g.Tk; ++t) {
+        std::fill(dkh + t * dk.ld, dkh + t * dk.ld + g.D, 0.0f);
+        std::fill(dvh + t * dv.ld, dvh + t * dv.ld + g.D, 0.0f);
+      }
       for (int64_t blk = 0; blk < blocks; ++blk) {
         Block x = block_of(g, bh, blk);
         ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
@@ -258,7 +286,7 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
         const float* dyb = dy.at(x.b, x.h, x.i0);
         // dP (into ds) and dv
         ok = ok && sgemm(false, true, x.rows, m, g.D, dyb, dy.ld, v.at(x.b, x.h), v.ld, ds, m, false);
-        ok = ok && sgemm(true, false, m, g.D, x.rows, pdp, m, dyb, dy.ld, dvh, g.D, true);
+        ok = ok && sgemm(true, false, m, g.D, x.rows, pdp, m, dyb, dy.ld, dvh, dv.ld, true);
         for (int64_t r = 0; r < x.rows; ++r) {
           const float* pr = p + r * m;
           float* dr = ds + r * m;
@@ -282,8 +310,8 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
             for (int64_t j = 0; j < e; ++j) dr[j] = round_to_bf16(dr[j]);
         }
         ok = ok && sgemm(false, false, x.rows, g.D, m, ds, m, k.at(x.b, x.h), k.ld,
-                         dq + (bh * g.Tq + x.i0) * g.D, g.D, false);
-        ok = ok && sgemm(true, false, m, g.D, x.rows, ds, m, q.at(x.b, x.h, x.i0), q.ld, dkh, g.D, true);
+                         dq.at(x.b, x.h, x.i0), dq.ld, false);
+        ok = ok && sgemm(true, false, m, g.D, x.rows, ds, m, q.at(x.b, x.h, x.i0), q.ld, dkh, dk.ld, true);
       }
     }
   }
