@@ -96,6 +96,15 @@ std::optional<std::vector<int64_t>> reshaped_strides(const View& v, const Shape&
   return out;
 }
 
+// Each node's readers, in order, each once.
+std::vector<std::vector<int32_t>> users_of(const Graph& g) {
+  std::vector<std::vector<int32_t>> users(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int32_t in : g.nodes[i].inputs)
+      if (users[in].empty() || users[in].back() != static_cast<int32_t>(i)) users[in].push_back(static_cast<int32_t>(i));
+  return users;
+}
+
 class Lowering {
  public:
   Lowering(const Graph& g, const CompileOptions& options) : g_(g), n_(g.nodes.size()), options_(options) {}
@@ -139,20 +148,14 @@ class Lowering {
 
   void analyse() {
     cls_.resize(n_);
-    users_.resize(n_);
+    users_ = users_of(g_);
     outputs_of_.resize(n_);
     output_slot_of_.assign(g_.outputs.size(), -1);
     inline_gen_.assign(n_, false);
     group_.assign(n_, -1);
     loc_.resize(n_);
     contiguous_copy_.resize(n_);
-    for (size_t i = 0; i < n_; ++i) {
-      cls_[i] = classify(g_.nodes[i].op);
-      for (int32_t in : g_.nodes[i].inputs) {
-        auto& u = users_[in];
-        if (u.empty() || u.back() != static_cast<int32_t>(i)) u.push_back(static_cast<int32_t>(i));
-      }
-    }
+    for (size_t i = 0; i < n_; ++i) cls_[i] = classify(g_.nodes[i].op);
     for (size_t o = 0; o < g_.outputs.size(); ++o) outputs_of_[g_.outputs[o]].push_back(static_cast<int32_t>(o));
     for (size_t i = 0; i < n_; ++i) {
       if (cls_[i] != Cls::Generator || !outputs_of_[i].empty()) continue;
@@ -748,10 +751,7 @@ class Lowering {
 // lay out token by token (Lowering::token_major).
 void interleave_attention_grads(Graph& g) {
   const size_t n = g.nodes.size();
-  std::vector<std::vector<int32_t>> users(n);
-  for (size_t i = 0; i < n; ++i)
-    for (int32_t in : g.nodes[i].inputs)
-      if (users[in].empty() || users[in].back() != static_cast<int32_t>(i)) users[in].push_back(static_cast<int32_t>(i));
+  const std::vector<std::vector<int32_t>> users = users_of(g);
   std::vector<bool> result(n, false);
   for (int32_t o : g.outputs) result[o] = true;
   for (size_t i = 0; i < n; ++i) {

@@ -67,10 +67,12 @@ struct HeadsOf {
   T* base = nullptr;
   int64_t sb = 0, sh = 0, ld = 0;
   T* at(int64_t b, int64_t h, int64_t t = 0) const { return base + b * sb + h * sh + t * ld; }
+  void zero_head(int64_t b, int64_t h, int64_t rows, int64_t D) const {
+    for (int64_t t = 0; t < rows; ++t) std::fill(at(b, h, t), at(b, h, t) + D, 0.0f);
+  }
   void zero(int64_t B, int64_t H, int64_t rows, int64_t D) const {
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t t = 0; t < rows; ++t) std::fill(at(b, h, t), at(b, h, t) + D, 0.0f);
+      for (int64_t h = 0; h < H; ++h) zero_head(b, h, rows, D);
   }
 };
 using Heads = HeadsOf<const float>;
@@ -268,12 +270,10 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
       const int64_t b = bh / g.H, h = bh % g.H;
+      dk.zero_head(b, h, g.Tk, g.D);
+      dv.zero_head(b, h, g.Tk, g.D);
       float* dkh = dk.at(b, h);
       float* dvh = dv.at(b, h);
-      for (int64_t t = 0; t < g.Tk; ++t) {
-        std::fill(dkh + t * dk.ld, dkh + t * dk.ld + g.D, 0.0f);
-        std::fill(dvh + t * dv.ld, dvh + t * dv.ld + g.D, 0.0f);
-      }
       for (int64_t blk = 0; blk < blocks; ++blk) {
         Block x = block_of(g, bh, blk);
         ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
