@@ -2,7 +2,8 @@
 // below libmvec's fast range give the same values as before, lane by lane,
 // whatever else shares their vector. The 16-lane exp of the softmax rows
 // (AVX-512) stays within its stated error, and the rows' exp-and-sum step
-// gives each exponential and their sum at every row length.
+// gives each exponential and their sum at every row length. The tanh-form
+// GELU keeps its relative accuracy where 1 + tanh u cancels.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -96,6 +97,28 @@ TEST(VecMath, SixteenLaneExpIsWithinOneUlpAndKeepsTheSpecialValues) {
   EXPECT_EQ(ys[15], std::exp(-1.0f));
 }
 #endif
+
+// The tanh-form GELU as x·σ(2u): accurate where ½x(1 + tanh u) cancels
+// (x < -5.5, where the float 1 + tanh u is 0), and its gradient with it.
+TEST(VecMath, TanhGeluKeepsItsRelativeAccuracyForNegativeInputs) {
+  std::vector<float> x, dy;
+  for (float v = -9.0f; v <= 3.0f; v += 0.25f) {
+    x.push_back(v);
+    dy.push_back(1.0f);
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> g(x.size()), dg(x.size());
+  vec::gelu(x.data(), g.data(), n, true);
+  vec::gelu_grad(x.data(), dy.data(), dg.data(), n, true);
+  for (int64_t j = 0; j < n; ++j) {
+    const double v = x[j], u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+    const double s = 1.0 / (1.0 + std::exp(-2.0 * u));  // ½(1 + tanh u)
+    const double want = v * s;
+    const double want_grad = s + 2.0 * v * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * v * v);
+    EXPECT_NEAR(g[j], want, 1e-5 * std::fabs(want) + 1e-30) << "x " << v;
+    EXPECT_NEAR(dg[j], want_grad, 2e-5 * std::fabs(want_grad) + 1e-7) << "x " << v;
+  }
+}
 
 TEST(VecMath, ExpShiftedSumGivesEachValueAndTheSumAtEveryLength) {
   for (int64_t n : {1, 7, 15, 16, 17, 33, 511, 512, 513, 1100}) {
