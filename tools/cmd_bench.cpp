@@ -6,7 +6,9 @@
 // model on synthetic tokens and prints the median step time, tokens/s, model
 // FLOP/s (6 x parameters x tokens per second) and its fraction of the best
 // single-GEMM FLOP/s measured at the model's own GEMM shapes, the compile
-// time and the peak resident memory.
+// time and the peak resident memory. Under KILN_PROFILE=1 it also splits the
+// measured steps' kernel time into matrix products (and their GFLOP/s),
+// attention and the rest.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -236,6 +238,8 @@ int run_bench(const std::vector<std::string>& args) {
     }
   }
   if (pending.defined()) finish(warmup + steps - 1);
+  // (Read before the peak's products below add to the table.)
+  const compiler::ProfileTotals kernels = compiler::profile_totals();
   auto median_of = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -287,6 +291,14 @@ int run_bench(const std::vector<std::string>& args) {
   std::printf("  GEMM peak        %.1f GFLOP/s at %s%s -> model FLOP/s is %.0f %% of it\n", peak_gflops,
               peak_shape.c_str(), bf16 ? " (bf16)" : "", 100.0 * model_gflops / std::max(peak_gflops, 1e-9));
   if (flags.has("gemm_shapes")) std::printf("%s", every_shape.c_str());
+  if (compiler::profiling()) {  // where the step's time goes: products against the peak, and the rest
+    const double n = static_cast<double>(steps), product_gflops = kernels.product_flops /
+                                                                   std::max(kernels.product_seconds, 1e-12) / 1e9;
+    std::printf("  kernels a step   products %.3f s (%.1f GFLOP/s, %.0f %% of the peak), attention %.3f s, "
+                "other kernels %.3f s (KILN_PROFILE)\n",
+                kernels.product_seconds / n, product_gflops, 100.0 * product_gflops / std::max(peak_gflops, 1e-9),
+                kernels.attention_seconds / n, kernels.other_seconds / n);
+  }
   std::printf("  compile          %.3f s (%lld compiles, %lld from the disk cache); step arena %.0f MB\n",
               m.compile_seconds, (long long)m.compiles, (long long)m.compiles_from_disk,
               static_cast<double>(m.arena_bytes) / 1e6);

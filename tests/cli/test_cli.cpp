@@ -450,7 +450,8 @@ TEST(Cli, FusedAttentionTrainsModelsAsTheComposite) {
 
 // KILN_PROFILE=1: the per-kernel table at exit names each product's variant
 // (transposes, inner size, folded bias), and under `kiln bench` counts the
-// measured steps only: the word embeddings' AdamW update runs once a step;
+// measured steps only (and the bench prints their products, attention and
+// other kernels a step): the word embeddings' AdamW update runs once a step;
 // fused groups the JIT did not take are marked "(interpreted)".
 TEST(Cli, ProfileTableCountsTheMeasuredStepsAndNamesProducts) {
   Workdir w;
@@ -459,6 +460,8 @@ TEST(Cli, ProfileTableCountsTheMeasuredStepsAndNamesProducts) {
       << slurp(log);
   const std::string text = slurp(log);
   EXPECT_CONTAINS(text, "kiln profile (KILN_PROFILE=1):");
+  EXPECT_CONTAINS(text, "kernels a step   products ");  // the bench's split of the step
+  EXPECT_CONTAINS(text, "other kernels");
   EXPECT_CONTAINS(text, "matmul [2,16,128] NT K=128 +bias");
   EXPECT_CONTAINS(text, "matmul [128,128] TN K=32");
   // Random draws always stay interpreted (the table shows its 40 longest rows).

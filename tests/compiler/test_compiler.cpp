@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "kiln/compiler/compile.h"
+#include "kiln/compiler/profile.h"
 #include "kiln/compiler/serialize.h"
 #include "support/test_util.h"
 
@@ -330,6 +331,47 @@ TEST(Compiler, AttentionReadsProjectedHeadsInPlace) {
   const compiler::Program cuda = compiler::compile(graph, {});
   EXPECT_EQ(copied(cuda).first, 0) << cuda.dump();
   EXPECT_GE(copied(cuda).second, 3) << cuda.dump();
+}
+
+// The profile's totals (kiln bench's "kernels a step" line): products with
+// their 2·M·N·K operations (a transposed operand's K is its row count, a
+// batch counts every matrix), the attention pair, the rest; reset empties
+// them with the table.
+TEST(Compiler, ProfileTotalsSplitProductsAttentionAndTheRest) {
+  Tensor a = Tensor::from_vector(std::vector<float>(3 * 4 * 5, 1.0f), {3, 4, 5}).requires_grad_();
+  Tensor b = Tensor::from_vector(std::vector<float>(5 * 6, 1.0f), {5, 6}).requires_grad_();
+  auto heads = [](float x) { return Tensor::from_vector(std::vector<float>(1 * 2 * 7 * 4, x), {1, 2, 7, 4}); };
+  Tensor y = fused_attention(heads(1), heads(2), heads(3), {Tensor(), true, 0.5});
+  Tensor c = matmul(a, b);
+  sum(c * c).backward();
+  std::vector<ir::NodePtr> params;
+  const compiler::Program p = compiler::compile(ir::flatten({y.node(), c.node(), b.grad().node()}, &params), {});
+  compiler::profile_reset();
+  double flops = 0;
+  int products = 0, attention = 0, others = 0;
+  for (const auto& ins : p.instrs) {
+    compiler::profile_add(ins, 1.0);
+    if (ins.op == ir::Op::MatMul) {
+      ++products;
+      // [3,4,5]·[5,6] forward, 3·4·6 outputs of 5 terms; bᵀ's gradient [5,6] sums 12 rows.
+      flops += 2.0 * numel(ins.output.view.shape) * (numel(ins.output.view.shape) == 30 ? 12 : 5);
+    } else if (ins.op == ir::Op::Attention) {
+      ++attention;
+    } else {
+      ++others;
+    }
+  }
+  ASSERT_EQ(products, 2) << p.dump();
+  ASSERT_EQ(attention, 1) << p.dump();
+  const compiler::ProfileTotals t = compiler::profile_totals();
+  EXPECT_EQ(t.product_seconds, 2.0);
+  EXPECT_EQ(t.product_flops, 2.0 * 72 * 5 + 2.0 * 30 * 12);
+  EXPECT_EQ(t.product_flops, flops);
+  EXPECT_EQ(t.attention_seconds, 1.0);
+  EXPECT_EQ(t.other_seconds, static_cast<double>(others));
+  compiler::profile_reset();
+  EXPECT_EQ(compiler::profile_totals().product_seconds, 0.0);
+  EXPECT_EQ(compiler::profile_totals().product_flops, 0.0);
 }
 
 // concurrent_products (the CPU's): a linear layer's weight and input

@@ -23,6 +23,7 @@ struct Profile {
   };
   std::mutex mu;
   std::map<std::string, Entry> entries;
+  ProfileTotals totals;
   ~Profile() {
     if (entries.empty()) return;
     std::vector<std::pair<std::string, Entry>> rows(entries.begin(), entries.end());
@@ -72,12 +73,27 @@ void profile_add(const Instr& ins, double seconds, const char* note) {
   auto& e = p.entries[key];
   e.seconds += seconds;
   ++e.calls;
+  if (ins.op == ir::Op::MatMul) {
+    p.totals.product_seconds += seconds;
+    p.totals.product_flops += 2.0 * static_cast<double>(numel(ins.output.view.shape)) * reduction_length(ins);
+  } else if (ins.op == ir::Op::Attention || ins.op == ir::Op::AttentionGrad) {
+    p.totals.attention_seconds += seconds;
+  } else {
+    p.totals.other_seconds += seconds;
+  }
+}
+
+ProfileTotals profile_totals() {
+  Profile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mu);
+  return p.totals;
 }
 
 void profile_reset() {
   Profile& p = profile();
   std::lock_guard<std::mutex> lock(p.mu);
   p.entries.clear();
+  p.totals = {};
 }
 
 }  // namespace kiln::compiler

@@ -25,4 +25,12 @@ void profile_add(const Instr& ins, double seconds, const char* note = nullptr);
 // parameter initialisation).
 void profile_reset();
 
+// What the table holds so far, in three parts: matrix products (with their
+// floating-point operations, 2·M·N·K each), the fused attention and its
+// gradient, and every other kernel. `kiln bench` prints them per step.
+struct ProfileTotals {
+  double product_seconds = 0, product_flops = 0, attention_seconds = 0, other_seconds = 0;
+};
+ProfileTotals profile_totals();
+
 }  // namespace kiln::compiler
