@@ -7,6 +7,7 @@
 
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/jit.h"
+#include "kiln/compiler/profile.h"
 #include "kiln/runtime/context.h"
 #include "support/program_util.h"
 #include "support/test_util.h"
@@ -252,6 +253,47 @@ TEST(CpuJit, GeluGradientsMatchTheInterpreterBitForBit) {
     Tensor dy = Tensor::from_vector(testing::uniform_values(n, 13), {n});
     sum(gelu(x * 3.0, form) * dy).backward();
     expect_same_bits({x.grad()}, form);
+  }
+}
+
+// GPT-2's MLP activation and its gradient as programs of their own (the
+// gradient's dy from a product): with AVX-512 they run 16 lanes at a time
+// over whole ranges (wide_gelu), and must give the compiled loop's bits (8
+// lanes, then the last n % 8 one by one) at every length.
+TEST(CpuJit, WideGeluGivesTheCompiledLoopsBits) {
+  if (!backend::cpu::jit_enabled()) GTEST_SKIP() << "compiled loops are off (KILN_JIT=0 or no AVX2)";
+  for (int64_t rows : {1, 5, 129, 5003}) {  // 8, 40, 1032 and 40024 values, several threads
+    const int64_t n = rows * 8;
+    Tensor x = Tensor::from_vector(awkward_values(n, 21), {rows, 8}).requires_grad_();
+    Tensor w = Tensor::from_vector(testing::uniform_values(64, 22), {8, 8});
+    Tensor y = gelu(x, "tanh");
+    sum(matmul(y, w)).backward();
+    const testing::TracedProgram traced = testing::trace_program({y, x.grad()}, {.fuse_sum_inputs = true});
+    int wide = 0;
+    for (const auto& ins : traced.program.instrs) {
+      if (!backend::cpu::wide_gelu(ins)) continue;
+      ++wide;
+      std::vector<std::vector<float>> inputs;
+      std::vector<char*> in;
+      for (size_t k = 0; k < ins.inputs.size(); ++k) {
+        inputs.push_back(awkward_values(ins.inputs[k].view.offset + n, 23 + k));
+        in.push_back(reinterpret_cast<char*>(inputs.back().data()));
+      }
+      const int64_t at = ins.output.view.offset;
+      std::vector<char> wide_out((at + n) * 4, 0), compiled_out((at + n) * 4, 0);
+      backend::cpu::run_fused(ins, in, wide_out.data(), {});
+      const auto kernel = backend::cpu::jit_compile(ins);
+      ASSERT_NE(kernel, nullptr) << "the compiled loop declined the program";
+      backend::cpu::run_jit(*kernel, ins, in, compiled_out.data(), {});
+      for (int64_t j = at; j < at + n; ++j)
+        ASSERT_TRUE(same_bits(wide_out, compiled_out, static_cast<size_t>(j) * 4, true))
+            << compiler::instr_label(ins) << ": value " << j - at << " of " << n;
+    }
+#if defined(__AVX512F__)
+    EXPECT_EQ(wide, 2) << traced.program.dump();  // the activation and its gradient
+#else
+    EXPECT_EQ(wide, 0);
+#endif
   }
 }
 

@@ -381,7 +381,51 @@ void copy_rows(const Instr& ins, std::span<char* const> inputs, char* output) {
   }
 }
 
+// wide_gelu's program over the whole output: blocks of a multiple of 16
+// values, so the values computed one by one (the last n % 8) are the
+// compiled loop's.
+void run_wide_gelu(const Instr& ins, std::span<char* const> inputs, char* output) {
+  const auto& prog = ins.program;
+  const FusedStep& s = prog.back();
+  auto operand = [&](int32_t step) {
+    const auto k = static_cast<size_t>(prog[static_cast<size_t>(step)].load);
+    return reinterpret_cast<const float*>(inputs[k]) + ins.inputs[k].view.offset;
+  };
+  const float* x = operand(s.a);
+  const float* dy = s.op == Op::GeluGrad ? operand(s.b) : nullptr;
+  float* r = reinterpret_cast<float*>(output) + ins.output.view.offset;
+  const int64_t n = numel(ins.output.view.shape), block = 16384, blocks = (n + block - 1) / block;
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t start = i * block, len = std::min(block, n - start);
+    if (dy) vec::gelu_grad(x + start, dy + start, r + start, len, true);
+    else vec::gelu(x + start, r + start, len, true);
+  }
+}
+
 }  // namespace
+
+bool wide_gelu(const Instr& ins) {
+#if defined(__AVX512F__) && defined(KILN_HAVE_LIBMVEC)
+  const auto& prog = ins.program;
+  if (!ins.fused || ins.op == Op::Sum || !ins.extra_outputs.empty() || ins.output.dtype != DType::f32 ||
+      !ins.output.view.is_contiguous() || prog.empty())
+    return false;
+  const FusedStep& s = prog.back();
+  const size_t loads = s.op == Op::Gelu ? 1 : s.op == Op::GeluGrad ? 2 : 0;
+  if (loads == 0 || prog.size() != loads + 1 || s.attrs.ints.empty() || s.attrs.ints[0] != 1 || s.dtype != DType::f32)
+    return false;
+  for (size_t k = 0; k < loads; ++k) {
+    if (prog[k].op != Op::Data) return false;
+    const Operand& op = ins.inputs[static_cast<size_t>(prog[k].load)];
+    if (op.dtype != DType::f32 || op.view.shape != ins.output.view.shape || !op.view.is_contiguous()) return false;
+  }
+  return s.a >= 0 && s.a < static_cast<int32_t>(loads) && (loads == 1 || (s.b >= 0 && s.b < 2));
+#else
+  (void)ins;
+  return false;
+#endif
+}
 
 void run_fused_sum(const Instr& ins, std::span<char* const> inputs, char* output) {
   KILN_ASSERT(ins.op == Op::Sum && !ins.program.empty() && ins.output.dtype == DType::f32);
@@ -411,6 +455,7 @@ void run_fused_range(const Instr& ins, std::span<char* const> inputs, char* outp
 void run_fused(const Instr& ins, std::span<char* const> inputs, char* output, std::span<char* const> extra) {
   KILN_ASSERT(extra.size() == ins.extra_outputs.size());
   if (copies_rows(ins)) return copy_rows(ins, inputs, output);
+  if (wide_gelu(ins)) return run_wide_gelu(ins, inputs, output);
   if (compiler::computes_in_double(ins)) run_program<double>(ins, inputs, output, extra);
   else run_program<float>(ins, inputs, output, extra);
 }
