@@ -78,11 +78,12 @@ void sum_fused_blocks(const compiler::Instr& ins, float* y, MakeBlock make_block
     y[o] = static_cast<float>(acc);
   }
 }
-// A fused program that is one tanh-form GELU, or its gradient, of contiguous
-// f32 operands of the output's shape (GPT-2's MLP activation and its
-// backward): run_fused runs it 16 lanes at a time over whole ranges where the
-// build has AVX-512, with the bits of the compiled loop's 8 lanes (vecmath.h),
-// and prepare() leaves it to run_fused. False elsewhere.
+// A fused program that is one GELU (either form), or its gradient, of
+// contiguous f32 operands of the output's shape (BERT's and GPT-2's MLP
+// activation and its backward): run_fused runs it 16 lanes at a time over
+// whole ranges where the build has AVX-512, with the bits of the compiled
+// loop's 8 lanes (vecmath.h), and prepare() leaves it to run_fused. False
+// elsewhere.
 bool wide_gelu(const compiler::Instr& ins);
 // A Sum that carries an elementwise program (fused.cpp).
 void run_fused_sum(const compiler::Instr& ins, std::span<char* const> inputs, char* output);

@@ -393,13 +393,14 @@ void run_wide_gelu(const Instr& ins, std::span<char* const> inputs, char* output
   };
   const float* x = operand(s.a);
   const float* dy = s.op == Op::GeluGrad ? operand(s.b) : nullptr;
+  const bool tanh_form = s.attrs.ints[0] == 1;
   float* r = reinterpret_cast<float*>(output) + ins.output.view.offset;
   const int64_t n = numel(ins.output.view.shape), block = 16384, blocks = (n + block - 1) / block;
 #pragma omp parallel for schedule(static) if (n > 32768)
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t start = i * block, len = std::min(block, n - start);
-    if (dy) vec::gelu_grad(x + start, dy + start, r + start, len, true);
-    else vec::gelu(x + start, r + start, len, true);
+    if (dy) vec::gelu_grad(x + start, dy + start, r + start, len, tanh_form);
+    else vec::gelu(x + start, r + start, len, tanh_form);
   }
 }
 
@@ -413,8 +414,7 @@ bool wide_gelu(const Instr& ins) {
     return false;
   const FusedStep& s = prog.back();
   const size_t loads = s.op == Op::Gelu ? 1 : s.op == Op::GeluGrad ? 2 : 0;
-  if (loads == 0 || prog.size() != loads + 1 || s.attrs.ints.empty() || s.attrs.ints[0] != 1 || s.dtype != DType::f32)
-    return false;
+  if (loads == 0 || prog.size() != loads + 1 || s.attrs.ints.empty() || s.dtype != DType::f32) return false;
   for (size_t k = 0; k < loads; ++k) {
     if (prog[k].op != Op::Data) return false;
     const Operand& op = ins.inputs[static_cast<size_t>(prog[k].load)];

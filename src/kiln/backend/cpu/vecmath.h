@@ -12,6 +12,9 @@ __m256 _ZGVdN8v_expf(__m256);
 __m256 _ZGVdN8v_logf(__m256);
 __m256 _ZGVdN8v_tanhf(__m256);
 __m256 _ZGVdN8v_erff(__m256);
+#ifdef __AVX512F__
+__m512 _ZGVeN16v_erff(__m512);
+#endif
 }
 #define KILN_HAVE_LIBMVEC 1
 #endif
@@ -27,7 +30,6 @@ namespace kiln::backend::cpu::vec {
   }
 KILN_VEC_FN(log, _ZGVdN8v_logf, std::log)
 KILN_VEC_FN(tanh, _ZGVdN8v_tanhf, std::tanh)
-KILN_VEC_FN(erf, _ZGVdN8v_erff, std::erf)
 #undef KILN_VEC_FN
 
 // libmvec's expf sends lanes below -87.33654 (its range check, 0x42AEAC4F)
@@ -88,7 +90,20 @@ inline float sum16(__m512 v) { return _mm512_reduce_add_ps(v); }
 inline __m256 exp16_low8(__m256 x) { return _mm512_castps512_ps256(exp16(_mm512_zextps256_ps512(x))); }
 #pragma GCC diagnostic pop
 #endif
+#ifdef __AVX512F__
+// erf: libmvec's AVX-512 erff, also for 8 lanes (in a zmm's low half), so
+// the 8- and 16-lane paths give the same bits. (Its AVX2 erff is another
+// approximation: they differ in the last bits for about half of all floats.
+// Both are within libmvec's 4 ulp.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+inline __m512 erf16(__m512 x) { return _ZGVeN16v_erff(x); }
+inline __m256 erf8(__m256 x) { return _mm512_castps512_ps256(erf16(_mm512_zextps256_ps512(x))); }
+#pragma GCC diagnostic pop
+#else
 inline __m256 erf8(__m256 x) { return _ZGVdN8v_erff(x); }
+#endif
 inline __m256 tanh8(__m256 x) { return _ZGVdN8v_tanhf(x); }
 inline __m256 log8(__m256 x) { return _ZGVdN8v_logf(x); }
 
@@ -96,6 +111,14 @@ inline void exp(const float* a, float* r, int64_t n) {
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) _mm256_storeu_ps(r + j, exp8(_mm256_loadu_ps(a + j)));
   for (; j < n; ++j) r[j] = std::exp(a[j]);
+}
+inline void erf(const float* a, float* r, int64_t n) {
+  int64_t j = 0;
+#ifdef __AVX512F__
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(r + j, erf16(_mm512_loadu_ps(a + j)));
+#endif
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(r + j, erf8(_mm256_loadu_ps(a + j)));
+  for (; j < n; ++j) r[j] = std::erf(a[j]);
 }
 #else
 inline void exp(const float* a, float* r, int64_t n) { for (int64_t j = 0; j < n; ++j) r[j] = std::exp(a[j]); }
@@ -105,8 +128,8 @@ inline void erf(const float* a, float* r, int64_t n) { for (int64_t j = 0; j < n
 #endif
 
 // The composites of the fused programs (sigmoid, GELU and its gradient in
-// both forms), 8 lanes at a time through the functions above (the tanh-form
-// GELU 16 where the build has AVX-512) and one by one for the last n % 8
+// both forms), 8 lanes at a time through the functions above (GELU and erf
+// 16 where the build has AVX-512) and one by one for the last n % 8
 // values, each in one fixed order of float operations: the interpreter
 // (fused.cpp) and the compiled loops (jit.cpp, which call the 8-lane forms)
 // give the same bits. Both files are built with
@@ -179,10 +202,9 @@ inline __m256 gelu_grad8(__m256 x, __m256 dy, bool tanh_form) {
   return mul8(dy, add8(mul8(k8(0.5f), add8(k8(1.0f), t)), mul8(mul8(x, u), k8(kInvSqrt2Pi))));
 }
 #ifdef __AVX512F__
-// The tanh form on 16 lanes: the 8-lane forms' operations in their order,
-// lane for lane (exp16 is what gelu_exp8 computes), so the same bits at
-// twice the width. (The erf form stays 8 lanes: libmvec's AVX-512 erff is
-// another polynomial.)
+// Both forms on 16 lanes: the 8-lane forms' operations in their order, lane
+// for lane (exp16 is what gelu_exp8 computes, erf16 what erf8 computes, and
+// exp8 runs on each half), so the same bits at twice the width.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -192,8 +214,22 @@ inline __m512 gelu_sigmoid16(__m512 x) {
       k16(kSqrt2OverPi), _mm512_add_ps(x, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(k16(kGeluCubic), x), x), x)));
   return _mm512_div_ps(k16(1.0f), _mm512_add_ps(k16(1.0f), exp16(_mm512_mul_ps(k16(-2.0f), u))));
 }
-inline __m512 gelu_tanh16(__m512 x) { return _mm512_mul_ps(x, gelu_sigmoid16(x)); }
-inline __m512 gelu_grad_tanh16(__m512 x, __m512 dy) {
+inline __m512 exp8_halves(__m512 x) {
+  const __m256 lo = exp8(_mm512_castps512_ps256(x)), hi = exp8(_mm512_extractf32x8_ps(x, 1));
+  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+inline __m512 gelu16(__m512 x, bool tanh_form) {
+  if (tanh_form) return _mm512_mul_ps(x, gelu_sigmoid16(x));
+  return _mm512_mul_ps(_mm512_mul_ps(k16(0.5f), x),
+                       _mm512_add_ps(k16(1.0f), erf16(_mm512_mul_ps(x, k16(kInvSqrt2)))));
+}
+inline __m512 gelu_grad16(__m512 x, __m512 dy, bool tanh_form) {
+  if (!tanh_form) {
+    const __m512 t = erf16(_mm512_mul_ps(x, k16(kInvSqrt2))),
+                 u = exp8_halves(_mm512_mul_ps(_mm512_mul_ps(k16(-0.5f), x), x));
+    return _mm512_mul_ps(dy, _mm512_add_ps(_mm512_mul_ps(k16(0.5f), _mm512_add_ps(k16(1.0f), t)),
+                                           _mm512_mul_ps(_mm512_mul_ps(x, u), k16(kInvSqrt2Pi))));
+  }
   const __m512 s = gelu_sigmoid16(x);
   const __m512 slope = _mm512_mul_ps(
       _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(k16(2.0f), x), _mm512_mul_ps(s, _mm512_sub_ps(k16(1.0f), s))),
@@ -216,8 +252,7 @@ inline void sigmoid(const float* a, float* r, int64_t n) {
 inline void gelu(const float* a, float* r, int64_t n, bool tanh_form) {
   int64_t j = 0;
 #if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
-  if (tanh_form)
-    for (; j + 16 <= n; j += 16) _mm512_storeu_ps(r + j, gelu_tanh16(_mm512_loadu_ps(a + j)));
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(r + j, gelu16(_mm512_loadu_ps(a + j), tanh_form));
 #endif
 #ifdef KILN_HAVE_LIBMVEC
   for (; j + 8 <= n; j += 8) _mm256_storeu_ps(r + j, gelu8(_mm256_loadu_ps(a + j), tanh_form));
@@ -227,9 +262,8 @@ inline void gelu(const float* a, float* r, int64_t n, bool tanh_form) {
 inline void gelu_grad(const float* a, const float* b, float* r, int64_t n, bool tanh_form) {
   int64_t j = 0;
 #if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
-  if (tanh_form)
-    for (; j + 16 <= n; j += 16)
-      _mm512_storeu_ps(r + j, gelu_grad_tanh16(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j)));
+  for (; j + 16 <= n; j += 16)
+    _mm512_storeu_ps(r + j, gelu_grad16(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), tanh_form));
 #endif
 #ifdef KILN_HAVE_LIBMVEC
   for (; j + 8 <= n; j += 8)
