@@ -165,80 +165,84 @@ inline float gelu_grad1(float x, float dy, bool tanh_form) {
 }
 
 #ifdef KILN_HAVE_LIBMVEC
-inline __m256 neg8(__m256 x) { return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)); }
-inline __m256 add8(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
-inline __m256 sub8(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
-inline __m256 mul8(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
-inline __m256 k8(float v) { return _mm256_set1_ps(v); }
-
-inline __m256 sigmoid8(__m256 x) { return _mm256_div_ps(k8(1.0f), add8(k8(1.0f), exp8(neg8(x)))); }
-inline __m256 tanh_arg8(__m256 x) {
-  return mul8(k8(kSqrt2OverPi), add8(x, mul8(mul8(mul8(k8(kGeluCubic), x), x), x)));
-}
-// e^x for the tanh-form GELU: exp16_low8 where the build has AVX-512, else
-// exp8.
-inline __m256 gelu_exp8(__m256 x) {
+// The GELU composites at either width W: 8 lanes in a __m256 (the compiled
+// loops call these) or 16 in a __m512 (where the build has AVX-512): one
+// sequence of operations through Lanes<W>, so both widths give the same
+// bits lane for lane. Lanes<W>::gelu_exp is the tanh form's e^x (exp16 in
+// every lane where the build has AVX-512, else exp8), erf is erf8 / erf16
+// (one libmvec erff) and exp is exp8 (on each half of a zmm).
+template <int W>
+struct Lanes;
+template <>
+struct Lanes<8> {
+  using V = __m256;
+  static __m256 k(float v) { return _mm256_set1_ps(v); }
+  static __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+  static __m256 sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+  static __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+  static __m256 div(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
 #ifdef __AVX512F__
-  return exp16_low8(x);
+  static __m256 gelu_exp(__m256 x) { return exp16_low8(x); }
 #else
-  return exp8(x);
+  static __m256 gelu_exp(__m256 x) { return exp8(x); }
 #endif
-}
-inline __m256 gelu_sigmoid8(__m256 x) {
-  return _mm256_div_ps(k8(1.0f), add8(k8(1.0f), gelu_exp8(mul8(k8(-2.0f), tanh_arg8(x)))));
-}
-inline __m256 gelu8(__m256 x, bool tanh_form) {
-  if (tanh_form) return mul8(x, gelu_sigmoid8(x));
-  return mul8(mul8(k8(0.5f), x), add8(k8(1.0f), erf8(mul8(x, k8(kInvSqrt2)))));
-}
-inline __m256 gelu_grad8(__m256 x, __m256 dy, bool tanh_form) {
-  if (tanh_form) {
-    const __m256 s = gelu_sigmoid8(x);
-    const __m256 slope = mul8(mul8(mul8(mul8(k8(2.0f), x), mul8(s, sub8(k8(1.0f), s))), k8(kSqrt2OverPi)),
-                              add8(k8(1.0f), mul8(mul8(k8(kGeluCubic3), x), x)));
-    return mul8(dy, add8(s, slope));
-  }
-  const __m256 t = erf8(mul8(x, k8(kInvSqrt2))), u = exp8(mul8(mul8(k8(-0.5f), x), x));
-  return mul8(dy, add8(mul8(k8(0.5f), add8(k8(1.0f), t)), mul8(mul8(x, u), k8(kInvSqrt2Pi))));
-}
+  static __m256 exp(__m256 x) { return exp8(x); }
+  static __m256 erf(__m256 x) { return erf8(x); }
+};
 #ifdef __AVX512F__
-// Both forms on 16 lanes: the 8-lane forms' operations in their order, lane
-// for lane (exp16 is what gelu_exp8 computes, erf16 what erf8 computes, and
-// exp8 runs on each half), so the same bits at twice the width.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-inline __m512 k16(float v) { return _mm512_set1_ps(v); }
-inline __m512 gelu_sigmoid16(__m512 x) {
-  const __m512 u = _mm512_mul_ps(
-      k16(kSqrt2OverPi), _mm512_add_ps(x, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(k16(kGeluCubic), x), x), x)));
-  return _mm512_div_ps(k16(1.0f), _mm512_add_ps(k16(1.0f), exp16(_mm512_mul_ps(k16(-2.0f), u))));
-}
-inline __m512 exp8_halves(__m512 x) {
-  const __m256 lo = exp8(_mm512_castps512_ps256(x)), hi = exp8(_mm512_extractf32x8_ps(x, 1));
-  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-}
-inline __m512 gelu16(__m512 x, bool tanh_form) {
-  if (tanh_form) return _mm512_mul_ps(x, gelu_sigmoid16(x));
-  return _mm512_mul_ps(_mm512_mul_ps(k16(0.5f), x),
-                       _mm512_add_ps(k16(1.0f), erf16(_mm512_mul_ps(x, k16(kInvSqrt2)))));
-}
-inline __m512 gelu_grad16(__m512 x, __m512 dy, bool tanh_form) {
-  if (!tanh_form) {
-    const __m512 t = erf16(_mm512_mul_ps(x, k16(kInvSqrt2))),
-                 u = exp8_halves(_mm512_mul_ps(_mm512_mul_ps(k16(-0.5f), x), x));
-    return _mm512_mul_ps(dy, _mm512_add_ps(_mm512_mul_ps(k16(0.5f), _mm512_add_ps(k16(1.0f), t)),
-                                           _mm512_mul_ps(_mm512_mul_ps(x, u), k16(kInvSqrt2Pi))));
+template <>
+struct Lanes<16> {
+  using V = __m512;
+  static __m512 k(float v) { return _mm512_set1_ps(v); }
+  static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static __m512 sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+  static __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+  static __m512 div(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
+  static __m512 gelu_exp(__m512 x) { return exp16(x); }
+  static __m512 exp(__m512 x) {
+    const __m256 lo = exp8(_mm512_castps512_ps256(x)), hi = exp8(_mm512_extractf32x8_ps(x, 1));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
   }
-  const __m512 s = gelu_sigmoid16(x);
-  const __m512 slope = _mm512_mul_ps(
-      _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(k16(2.0f), x), _mm512_mul_ps(s, _mm512_sub_ps(k16(1.0f), s))),
-                    k16(kSqrt2OverPi)),
-      _mm512_add_ps(k16(1.0f), _mm512_mul_ps(_mm512_mul_ps(k16(kGeluCubic3), x), x)));
-  return _mm512_mul_ps(dy, _mm512_add_ps(s, slope));
-}
+  static __m512 erf(__m512 x) { return erf16(x); }
+};
 #pragma GCC diagnostic pop
 #endif
+
+inline __m256 sigmoid8(__m256 x) {
+  using L = Lanes<8>;
+  return L::div(L::k(1.0f), L::add(L::k(1.0f), exp8(_mm256_xor_ps(x, L::k(-0.0f)))));
+}
+
+// σ(2u), u = √(2/π)(x + 0.044715x³)
+template <int W, typename V = typename Lanes<W>::V>
+V gelu_sigmoid(V x) {
+  using L = Lanes<W>;
+  const V u = L::mul(L::k(kSqrt2OverPi), L::add(x, L::mul(L::mul(L::mul(L::k(kGeluCubic), x), x), x)));
+  return L::div(L::k(1.0f), L::add(L::k(1.0f), L::gelu_exp(L::mul(L::k(-2.0f), u))));
+}
+template <int W, typename V = typename Lanes<W>::V>
+V gelu(V x, bool tanh_form) {
+  using L = Lanes<W>;
+  if (tanh_form) return L::mul(x, gelu_sigmoid<W>(x));
+  return L::mul(L::mul(L::k(0.5f), x), L::add(L::k(1.0f), L::erf(L::mul(x, L::k(kInvSqrt2)))));
+}
+template <int W, typename V = typename Lanes<W>::V>
+V gelu_grad(V x, V dy, bool tanh_form) {
+  using L = Lanes<W>;
+  if (tanh_form) {
+    const V s = gelu_sigmoid<W>(x);
+    const V slope = L::mul(L::mul(L::mul(L::mul(L::k(2.0f), x), L::mul(s, L::sub(L::k(1.0f), s))), L::k(kSqrt2OverPi)),
+                           L::add(L::k(1.0f), L::mul(L::mul(L::k(kGeluCubic3), x), x)));
+    return L::mul(dy, L::add(s, slope));
+  }
+  const V t = L::erf(L::mul(x, L::k(kInvSqrt2))), u = L::exp(L::mul(L::mul(L::k(-0.5f), x), x));
+  return L::mul(dy, L::add(L::mul(L::k(0.5f), L::add(L::k(1.0f), t)), L::mul(L::mul(x, u), L::k(kInvSqrt2Pi))));
+}
+inline __m256 gelu8(__m256 x, bool tanh_form) { return gelu<8>(x, tanh_form); }
+inline __m256 gelu_grad8(__m256 x, __m256 dy, bool tanh_form) { return gelu_grad<8>(x, dy, tanh_form); }
 #endif
 
 // r = f(a) (gelu_grad: f(a, b)) over n values; r may alias a or b.
@@ -252,7 +256,7 @@ inline void sigmoid(const float* a, float* r, int64_t n) {
 inline void gelu(const float* a, float* r, int64_t n, bool tanh_form) {
   int64_t j = 0;
 #if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
-  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(r + j, gelu16(_mm512_loadu_ps(a + j), tanh_form));
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(r + j, gelu<16>(_mm512_loadu_ps(a + j), tanh_form));
 #endif
 #ifdef KILN_HAVE_LIBMVEC
   for (; j + 8 <= n; j += 8) _mm256_storeu_ps(r + j, gelu8(_mm256_loadu_ps(a + j), tanh_form));
@@ -263,7 +267,7 @@ inline void gelu_grad(const float* a, const float* b, float* r, int64_t n, bool 
   int64_t j = 0;
 #if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
   for (; j + 16 <= n; j += 16)
-    _mm512_storeu_ps(r + j, gelu_grad16(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), tanh_form));
+    _mm512_storeu_ps(r + j, gelu_grad<16>(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), tanh_form));
 #endif
 #ifdef KILN_HAVE_LIBMVEC
   for (; j + 8 <= n; j += 8)
