@@ -333,6 +333,59 @@ TEST(Compiler, AttentionReadsProjectedHeadsInPlace) {
   EXPECT_GE(copied(cuda).second, 3) << cuda.dump();
 }
 
+// strided_row_sums (the CPU's): a Sum down the rows of a column slice (a
+// bias gradient cut from a wider one) reads the slice where it lies, and
+// sums the right elements, through both of the CPU kernel's row paths (rows
+// of 16+ values summed a block at a time, shorter ones column by column);
+// without the option, and for views the kernel cannot walk (a step along
+// the row, the summed axes not one stride apart), the operand is copied.
+TEST(Compiler, RowSumsReadColumnSlicesInPlace) {
+  const int64_t B = 2, T = 150, C = 60;
+  std::vector<float> values(static_cast<size_t>(B * T * C));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.37f * static_cast<float>(i)) + 0.001f * (i % 7);
+  Tensor a = Tensor::from_vector(values, {B, T, C});
+  auto expected = [&](int64_t c0, int64_t c1, int64_t step) {
+    std::vector<double> want;
+    for (int64_t c = c0; c < c1; c += step) {
+      double acc = 0;
+      for (int64_t r = 0; r < B * T; ++r) acc += values[static_cast<size_t>(r * C + c)];
+      want.push_back(acc);
+    }
+    return want;
+  };
+  // The program's Sum reads the parameter itself, not a copy of it.
+  auto sums_in_place = [](const compiler::Program& p) {
+    for (const auto& ins : p.instrs)
+      if (ins.op == ir::Op::Sum) return p.slots[ins.inputs[0].slot].kind == compiler::SlotKind::Param;
+    return false;
+  };
+  struct Case {
+    int64_t c0, c1, step;
+    bool in_place;
+  };
+  for (const Case& c : {Case{20, 40, 1, true}, Case{35, 40, 1, true}, Case{0, 60, 2, false}}) {
+    Tensor y = sum(slice(a, 2, c.c0, c.c1, c.step), {0, 1});
+    std::vector<ir::NodePtr> params;
+    const ir::Graph graph = ir::flatten({y.node()}, &params);
+    const compiler::Program cpu = compiler::compile(graph, {.strided_row_sums = true});
+    EXPECT_EQ(sums_in_place(cpu), c.in_place) << cpu.dump();
+    const compiler::Program other = compiler::compile(graph, {});
+    EXPECT_FALSE(sums_in_place(other)) << other.dump();
+    const std::vector<float> got = y.to_vector<float>();
+    const std::vector<double> want = expected(c.c0, c.c1, c.step);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5 * (1 + std::abs(want[k]))) << k;
+  }
+  // The summed axes not one stride apart: [B, T, C] permuted to [T, B, C].
+  Tensor y = sum(slice(permute(a, {1, 0, 2}), 2, 20, 40), {0, 1});
+  std::vector<ir::NodePtr> params;
+  const compiler::Program p = compiler::compile(ir::flatten({y.node()}, &params), {.strided_row_sums = true});
+  EXPECT_FALSE(sums_in_place(p)) << p.dump();
+  const std::vector<float> got = y.to_vector<float>();
+  const std::vector<double> want = expected(20, 40, 1);
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5 * (1 + std::abs(want[k]))) << k;
+}
+
 // The profile's totals (kiln bench's "kernels a step" line): products with
 // their 2·M·N·K operations (a transposed operand's K is its row count, a
 // batch counts every matrix), the attention pair, the rest; reset empties

@@ -433,7 +433,9 @@ class Lowering {
       const bool heads = options_.strided_attention_operands &&
                          ((n.op == Op::Attention && k < 3) ||
                           (n.op == Op::AttentionGrad && (k < 3 || k + 2 >= n.inputs.size())));
-      if ((matrix && gemm_readable(loc_[in]->view)) || (heads && heads_readable(loc_[in]->view)))
+      const bool rows = options_.strided_row_sums && n.op == Op::Sum && n.dtype == DType::f32 &&
+                        summed_row_stride(loc_[in]->view, n.attrs.ints.front(), n.attrs.ints.back()) > 0;
+      if ((matrix && gemm_readable(loc_[in]->view)) || (heads && heads_readable(loc_[in]->view)) || rows)
         ins.inputs.push_back(*loc_[in]);
       else
         ins.inputs.push_back(contiguous(in));
@@ -827,6 +829,25 @@ int64_t reduction_length(const Instr& matmul) {
   const bool ta = matmul.attrs.ints[0] != 0;
   const Shape& a = matmul.inputs[0].view.shape;
   return a.size() >= 2 ? a[a.size() - (ta ? 2 : 1)] : 0;
+}
+
+int64_t summed_row_stride(const View& v, int64_t a0, int64_t a1) {
+  const auto rank = static_cast<int64_t>(v.shape.size());
+  if (a0 != 0 || a1 < 0 || a1 >= rank - 1 || v.strides.size() != v.shape.size()) return 0;
+  int64_t inner = 1;
+  for (int64_t d = rank - 1; d > a1; --d) {  // the kept axes: one contiguous row
+    if (v.shape[d] != 1 && v.strides[d] != inner) return 0;
+    inner *= v.shape[d];
+  }
+  int64_t ld = 0, next = 0;  // the summed axes: rows ld apart, in order
+  for (int64_t d = a1; d >= 0; --d) {
+    if (v.shape[d] == 1) continue;
+    if (ld == 0) ld = v.strides[d];
+    else if (v.strides[d] != next) return 0;
+    next = v.strides[d] * v.shape[d];
+  }
+  if (ld == 0) ld = inner;  // one row
+  return inner >= 2 && ld >= inner ? ld : 0;
 }
 
 bool computes_in_double(const Instr& fused) {

@@ -17,6 +17,12 @@ struct CompileOptions {
   // projection are not copied out). Backends whose attention kernels read
   // contiguous heads (CUDA today) leave it off.
   bool strided_attention_operands = false;
+  // A Sum over leading axes reads its operand as a strided view when the
+  // view's rows are contiguous and evenly spaced (summed_row_stride; CPU:
+  // BERT's q, k and v bias gradients are summed where they lie in the
+  // interleaved attention gradient, not copied out first). Backends whose
+  // reductions read contiguous operands (CUDA today) leave it off.
+  bool strided_row_sums = false;
   // Adjacent matrix products that do not depend on each other (a linear
   // layer's input and weight gradients, the attention's q, k and v
   // projections) are paired with Instr::with_next, so an executor may run

@@ -94,6 +94,12 @@ bool computes_in_double(const Instr& fused);
 // A MatMul instruction's reduction length K (its first operand's last axis,
 // or the one before when it is read transposed).
 int64_t reduction_length(const Instr& matmul);
+// A Sum over leading axes [0, a1] of a view whose kept axes are contiguous
+// rows (at least 2 values) and whose summed rows are evenly spaced (BERT's
+// q, k and v bias gradients, read where they lie in the interleaved attention
+// gradient, CompileOptions::strided_row_sums): the distance between rows, in
+// elements. 0 when the view or the axes are not such.
+int64_t summed_row_stride(const View& v, int64_t a0, int64_t a1);
 // What an instruction computes, for dumps and profiles: "matmul",
 // "fused[data mul add]", or a fused reduction's "sum of fused[data mul]".
 std::string op_label(const Instr& ins);

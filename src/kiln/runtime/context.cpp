@@ -171,15 +171,17 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
   std::string reason = compile_reason(g, params);
   auto t0 = std::chrono::steady_clock::now();
   auto exe = std::make_shared<Executable>();
-  // Fused reductions, strided attention heads, paired products, results
-  // written over their operands and the loss from its gradient's pass are
-  // the CPU executor's (the CUDA one has no kernel for the first two yet, its
+  // Fused reductions, strided attention heads and row sums, paired products,
+  // results written over their operands and the loss from its gradient's
+  // pass are the CPU executor's (the CUDA one has no kernel for the first
+  // three yet, its
   // products run one after the other on the device's stream, its kernels
   // have not been checked in place, its cross-entropy kernels run apart, and
   // its attention kernels write contiguous heads).
   const bool cpu = device_.kind == DeviceKind::CPU;
   const compiler::CompileOptions options{.fuse_sum_inputs = cpu,
                                          .strided_attention_operands = cpu,
+                                         .strided_row_sums = cpu,
                                          .concurrent_products = cpu,
                                          .in_place = cpu,
                                          .loss_with_gradient = cpu,

@@ -45,7 +45,12 @@ void reduce_kernel(const Instr& ins, const T* x, T* y) {
   const Shape& s = ins.inputs[0].view.shape;
   AxisSplit p = split_axes(s, ins.attrs.ints.front(), ins.attrs.ints.back());
   bool is_max = ins.op == Op::ReduceMax;
-  // x (outer, axis, inner) -> y (outer, inner)
+  // x (outer, axis, inner) -> y (outer, inner); rows of inner values ld
+  // apart (a strided view: outer is 1, CompileOptions::strided_row_sums)
+  const compiler::View& v = ins.inputs[0].view;
+  const int64_t ld = v.is_contiguous() ? p.inner
+                                       : compiler::summed_row_stride(v, ins.attrs.ints.front(), ins.attrs.ints.back());
+  KILN_ASSERT(ld == p.inner || (ld > 0 && p.outer == 1));
   if (!is_max && p.inner >= 16 && p.axis >= 128) {
     // Sums down the rows of a wide matrix (bias gradients: [B*T, C] -> [C]):
     // each block of kRows rows is summed row by row into a vector of partial
@@ -61,7 +66,7 @@ void reduce_kernel(const Instr& ins, const T* x, T* y) {
         double* acc = partial.data() + b * p.inner;
         std::fill(acc, acc + p.inner, 0.0);
         for (int64_t a = b * kRows; a < std::min(p.axis, (b + 1) * kRows); ++a) {
-          const T* row = xo + a * p.inner;
+          const T* row = xo + a * ld;
 #pragma omp simd
           for (int64_t i = 0; i < p.inner; ++i) acc[i] += static_cast<double>(row[i]);
         }
@@ -101,14 +106,14 @@ void reduce_kernel(const Instr& ins, const T* x, T* y) {
 #pragma omp parallel for collapse(2) if (p.outer * p.inner * p.axis > 32768)
   for (int64_t o = 0; o < p.outer; ++o)
     for (int64_t i = 0; i < p.inner; ++i) {
-      const T* row = x + o * p.axis * p.inner + i;
+      const T* row = x + o * p.axis * ld + i;
       if (is_max) {
         T m = row[0];
-        for (int64_t a = 1; a < p.axis; ++a) m = std::max(m, row[a * p.inner]);
+        for (int64_t a = 1; a < p.axis; ++a) m = std::max(m, row[a * ld]);
         y[o * p.inner + i] = m;
       } else {
         double acc = 0;
-        for (int64_t a = 0; a < p.axis; ++a) acc += static_cast<double>(row[a * p.inner]);
+        for (int64_t a = 0; a < p.axis; ++a) acc += static_cast<double>(row[a * ld]);
         y[o * p.inner + i] = static_cast<T>(acc);
       }
     }
