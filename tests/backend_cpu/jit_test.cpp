@@ -7,6 +7,7 @@
 
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/jit.h"
+#include "kiln/backend/cpu/philox.h"
 #include "kiln/compiler/profile.h"
 #include "kiln/runtime/context.h"
 #include "support/program_util.h"
@@ -298,6 +299,44 @@ TEST(CpuJit, WideGeluGivesTheCompiledLoopsBits) {
     EXPECT_EQ(wide, 0);
 #endif
   }
+}
+
+// A dropout mask as a program of its own (rand_uniform >= p into bytes)
+// runs its own loop (dropout_mask), not compiled, and keeps element i at
+// exactly Philox's uniform number i of the key's stream >= p: at lengths
+// around the loop's blocks, from a stream position that is not a multiple
+// of 4, and at keep probabilities of all, none and between.
+TEST(CpuJit, DropoutMasksKeepPhiloxsElements) {
+  Generator gen(3);
+  for (double p : {0.1, 0.5, 0.0, 1.0})
+    for (int64_t n : {1, 63, 2049, 40000}) {
+      Tensor r = rand({n}, gen);
+      Tensor mask = ge(r, scalar_like(p, r));
+      const testing::TracedProgram traced = testing::trace_program({mask});
+      int masks = 0;
+      for (const auto& ins : traced.program.instrs) {
+        if (!backend::cpu::dropout_mask(ins)) continue;
+        ++masks;
+        EXPECT_FALSE(backend::cpu::jit_compile(ins)) << "a random draw compiled";
+        std::vector<std::vector<int64_t>> keys;
+        std::vector<char*> in;
+        const uint64_t seed = 0x5EEDu + static_cast<uint64_t>(n), offset = 77, first = 4 * 1000003 + 3;
+        for (const auto& op : ins.inputs) {
+          keys.emplace_back(static_cast<size_t>(op.view.offset), 0);
+          for (uint64_t v : {seed, offset, first}) keys.back().push_back(static_cast<int64_t>(v));
+          in.push_back(reinterpret_cast<char*>(keys.back().data()));
+        }
+        const int64_t at = ins.output.view.offset;
+        std::vector<char> out(static_cast<size_t>(at + n), 7);
+        backend::cpu::run_fused(ins, in, out.data(), {});
+        for (int64_t j = 0; j < n; ++j) {
+          const bool keep = backend::cpu::Philox::uniform(seed, offset, first + static_cast<uint64_t>(j)) >=
+                            static_cast<float>(p);
+          ASSERT_EQ(out[static_cast<size_t>(at + j)], keep ? 1 : 0) << "p " << p << ", element " << j << " of " << n;
+        }
+      }
+      EXPECT_EQ(masks, 1) << traced.program.dump();
+    }
 }
 
 // Programs with random numbers stay with the interpreter.

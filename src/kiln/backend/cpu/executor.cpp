@@ -120,7 +120,7 @@ void execute(const compiler::Program& program, const Plan* plan, std::span<void*
     if (!pending.empty() && pending.back().first != ins.output.slot) ++overlapped;
     if (timed)  // which fused programs the JIT did not take
       compiler::profile_add(ins, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                            ins.fused && !compiled && !wide_gelu(ins) ? "interpreted" : nullptr);
+                            ins.fused && !compiled && !own_loop(ins) ? "interpreted" : nullptr);
   }
   while (!pending.empty()) await_slot(pending.front().first);
   if (overlapped) dist::record_overlap(overlapped);

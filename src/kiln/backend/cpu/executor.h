@@ -85,6 +85,15 @@ void sum_fused_blocks(const compiler::Instr& ins, float* y, MakeBlock make_block
 // loop's 8 lanes (vecmath.h), and prepare() leaves it to run_fused. False
 // elsewhere.
 bool wide_gelu(const compiler::Instr& ins);
+// A fused program that is only a dropout mask, rand_uniform(key) >= p into a
+// contiguous b8 output: run_fused draws the numbers a block at a time into a
+// buffer in L1 and compares them there (the interpreter's chunks would fill
+// the constant and store the comparison as floats first). The same values.
+bool dropout_mask(const compiler::Instr& ins);
+// wide_gelu or dropout_mask: a program run_fused runs with a loop of its
+// own, which prepare() does not compile and the profile does not call
+// interpreted.
+inline bool own_loop(const compiler::Instr& ins) { return wide_gelu(ins) || dropout_mask(ins); }
 // A Sum that carries an elementwise program (fused.cpp).
 void run_fused_sum(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
 // The slot of a GEMM or attention operand as f32: `base` as stored (f32), or

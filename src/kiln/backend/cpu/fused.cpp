@@ -404,7 +404,39 @@ void run_wide_gelu(const Instr& ins, std::span<char* const> inputs, char* output
   }
 }
 
+// dropout_mask's program: the numbers drawn a block at a time into a buffer
+// the L1 cache holds, compared there, as bytes into the output.
+void run_dropout_mask(const Instr& ins, std::span<char* const> inputs, char* output) {
+  const FusedStep& draw = ins.program[0];
+  const Operand& key_op = ins.inputs[static_cast<size_t>(draw.load)];
+  const int64_t* key = reinterpret_cast<const int64_t*>(inputs[static_cast<size_t>(draw.load)]) + key_op.view.offset;
+  const auto seed = static_cast<uint64_t>(key[0]), offset = static_cast<uint64_t>(key[1]);
+  const int64_t first = numel(key_op.view.shape) > 2 ? key[2] : 0;
+  const float p = static_cast<float>(ins.program[1].attrs.floats[0]);  // the interpreter's constant, as float
+  uint8_t* out = reinterpret_cast<uint8_t*>(output) + ins.output.view.offset;
+  const int64_t n = numel(ins.output.view.shape), block = 2048, blocks = (n + block - 1) / block;
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < blocks; ++i) {
+    alignas(64) float u[block];
+    const int64_t start = i * block, len = std::min(block, n - start);
+    Philox::uniform_range(seed, offset, static_cast<uint64_t>(first + start), len, u);
+    uint8_t* o = out + start;
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) o[j] = u[j] >= p ? 1 : 0;
+  }
+}
+
 }  // namespace
+
+bool dropout_mask(const Instr& ins) {
+  const auto& prog = ins.program;
+  if (!ins.fused || ins.op == Op::Sum || !ins.extra_outputs.empty() || ins.output.dtype != DType::b8 ||
+      !ins.output.view.is_contiguous() || prog.size() != 3)
+    return false;
+  const FusedStep &draw = prog[0], &p = prog[1], &ge = prog[2];
+  return draw.op == Op::RandUniform && draw.dtype == DType::f32 && p.op == Op::Constant && p.dtype == DType::f32 &&
+         !p.attrs.floats.empty() && ge.op == Op::Ge && ge.a == 0 && ge.b == 1;
+}
 
 bool wide_gelu(const Instr& ins) {
 #if defined(__AVX512F__) && defined(KILN_HAVE_LIBMVEC)
@@ -456,6 +488,7 @@ void run_fused(const Instr& ins, std::span<char* const> inputs, char* output, st
   KILN_ASSERT(extra.size() == ins.extra_outputs.size());
   if (copies_rows(ins)) return copy_rows(ins, inputs, output);
   if (wide_gelu(ins)) return run_wide_gelu(ins, inputs, output);
+  if (dropout_mask(ins)) return run_dropout_mask(ins, inputs, output);
   if (compiler::computes_in_double(ins)) run_program<double>(ins, inputs, output, extra);
   else run_program<float>(ins, inputs, output, extra);
 }

@@ -625,7 +625,7 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program) {
   auto plan = std::make_shared<Plan>();
   plan->kernels.reserve(program.instrs.size());
   for (const auto& ins : program.instrs)
-    plan->kernels.push_back((ins.fused || !ins.program.empty()) && !wide_gelu(ins) ? jit_compile(ins) : nullptr);
+    plan->kernels.push_back((ins.fused || !ins.program.empty()) && !own_loop(ins) ? jit_compile(ins) : nullptr);
   return plan;
 }
 
