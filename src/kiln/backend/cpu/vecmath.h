@@ -168,9 +168,10 @@ inline float gelu_grad1(float x, float dy, bool tanh_form) {
 // The GELU composites at either width W: 8 lanes in a __m256 (the compiled
 // loops call these) or 16 in a __m512 (where the build has AVX-512): one
 // sequence of operations through Lanes<W>, so both widths give the same
-// bits lane for lane. Lanes<W>::gelu_exp is the tanh form's e^x (exp16 in
-// every lane where the build has AVX-512, else exp8), erf is erf8 / erf16
-// (one libmvec erff) and exp is exp8 (on each half of a zmm).
+// bits lane for lane. Lanes<W>::gelu_exp is the e^x of both forms (the
+// tanh form's sigmoid, the erf form's gradient's e^(-x²/2)): exp16 in every
+// lane where the build has AVX-512, else exp8; erf is erf8 / erf16 (one
+// libmvec erff).
 template <int W>
 struct Lanes;
 template <>
@@ -186,7 +187,6 @@ struct Lanes<8> {
 #else
   static __m256 gelu_exp(__m256 x) { return exp8(x); }
 #endif
-  static __m256 exp(__m256 x) { return exp8(x); }
   static __m256 erf(__m256 x) { return erf8(x); }
 };
 #ifdef __AVX512F__
@@ -202,10 +202,6 @@ struct Lanes<16> {
   static __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
   static __m512 div(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
   static __m512 gelu_exp(__m512 x) { return exp16(x); }
-  static __m512 exp(__m512 x) {
-    const __m256 lo = exp8(_mm512_castps512_ps256(x)), hi = exp8(_mm512_extractf32x8_ps(x, 1));
-    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-  }
   static __m512 erf(__m512 x) { return erf16(x); }
 };
 #pragma GCC diagnostic pop
@@ -238,7 +234,7 @@ V gelu_grad(V x, V dy, bool tanh_form) {
                            L::add(L::k(1.0f), L::mul(L::mul(L::k(kGeluCubic3), x), x)));
     return L::mul(dy, L::add(s, slope));
   }
-  const V t = L::erf(L::mul(x, L::k(kInvSqrt2))), u = L::exp(L::mul(L::mul(L::k(-0.5f), x), x));
+  const V t = L::erf(L::mul(x, L::k(kInvSqrt2))), u = L::gelu_exp(L::mul(L::mul(L::k(-0.5f), x), x));
   return L::mul(dy, L::add(L::mul(L::k(0.5f), L::add(L::k(1.0f), t)), L::mul(L::mul(x, u), L::k(kInvSqrt2Pi))));
 }
 inline __m256 gelu8(__m256 x, bool tanh_form) { return gelu<8>(x, tanh_form); }
