@@ -339,6 +339,34 @@ TEST(CpuJit, DropoutMasksKeepPhiloxsElements) {
     }
 }
 
+// A copy of a view with contiguous rows (heads permuted to [B, T, H, D])
+// runs as row copies (copies_rows, one of own_loop's: not compiled, not
+// noted as interpreted in the profile); the values are the view's.
+TEST(CpuJit, RowCopiesRunAsRowsNotLoops) {
+  const int64_t B = 2, H = 3, T = 5, D = 16;
+  const std::vector<float> values = testing::uniform_values(B * H * T * D, 31);
+  Tensor x = Tensor::from_vector(values, {B, H, T, D});
+  Tensor y = permute(x, {0, 2, 1, 3});  // a result: copied into its output
+  const testing::TracedProgram traced = testing::trace_program({y});
+  int copies = 0;
+  for (const auto& ins : traced.program.instrs) {
+    copies += backend::cpu::copies_rows(ins);
+    EXPECT_EQ(backend::cpu::own_loop(ins), backend::cpu::copies_rows(ins));  // (the executor's profile note)
+  }
+  EXPECT_EQ(copies, 1) << traced.program.dump();
+  EXPECT_EQ(backend::cpu::prepare(traced.program)->compiled(), 0) << traced.program.dump();
+  const Executed run = execute({y}, true);
+  ASSERT_EQ(run.outputs.size(), 1u);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          float got;
+          std::memcpy(&got, &run.outputs[0][static_cast<size_t>((((b * T + t) * H + h) * D + d) * 4)], 4);
+          ASSERT_EQ(got, values[static_cast<size_t>(((b * H + h) * T + t) * D + d)]) << b << " " << t << " " << h;
+        }
+}
+
 // Programs with random numbers stay with the interpreter.
 TEST(CpuJit, RandomNumbersStayInterpreted) {
   if (!backend::cpu::jit_enabled()) GTEST_SKIP() << "compiled loops are off (KILN_JIT=0 or no AVX2)";

@@ -90,10 +90,15 @@ bool wide_gelu(const compiler::Instr& ins);
 // buffer in L1 and compares them there (the interpreter's chunks would fill
 // the constant and store the comparison as floats first). The same values.
 bool dropout_mask(const compiler::Instr& ins);
-// wide_gelu or dropout_mask: a program run_fused runs with a loop of its
-// own, which prepare() does not compile and the profile does not call
-// interpreted.
-inline bool own_loop(const compiler::Instr& ins) { return wide_gelu(ins) || dropout_mask(ins); }
+// A program that only copies a view whose rows (the last axis) are
+// contiguous into the contiguous output (a transpose of [B, T, H, D] heads,
+// a slice): run_fused copies it row by row with memmove rather than element
+// by element.
+bool copies_rows(const compiler::Instr& ins);
+// wide_gelu, dropout_mask or copies_rows: a program run_fused runs with a
+// loop of its own, which prepare() does not compile and the profile does
+// not call interpreted.
+inline bool own_loop(const compiler::Instr& ins) { return wide_gelu(ins) || dropout_mask(ins) || copies_rows(ins); }
 // A Sum that carries an elementwise program (fused.cpp).
 void run_fused_sum(const compiler::Instr& ins, std::span<char* const> inputs, char* output);
 // The slot of a GEMM or attention operand as f32: `base` as stored (f32), or

@@ -350,9 +350,8 @@ void run_program_sum(const Instr& ins, std::span<char* const> inputs, float* y) 
   });
 }
 
-// A program that only copies a view whose rows (the last axis) are
-// contiguous into the contiguous output (a transpose of [B, T, H, D] heads,
-// a slice): row by row with memmove rather than element by element.
+}  // namespace
+
 bool copies_rows(const Instr& ins) {
   if (ins.program.size() != 1 || ins.program[0].op != Op::Data || !ins.extra_outputs.empty()) return false;
   const Operand& in = ins.inputs[static_cast<size_t>(ins.program[0].load)];
@@ -360,6 +359,8 @@ bool copies_rows(const Instr& ins) {
   return in.dtype == ins.output.dtype && ins.output.view.is_contiguous() && v.shape == ins.output.view.shape &&
          v.shape.size() >= 2 && v.shape.back() >= 16 && v.strides.back() == 1;
 }
+
+namespace {
 
 void copy_rows(const Instr& ins, std::span<char* const> inputs, char* output) {
   const Operand& in = ins.inputs[static_cast<size_t>(ins.program[0].load)];
