@@ -169,23 +169,39 @@ int run_bench(const std::vector<std::string>& args) {
 
   // FLOPs count the parameters that take part in matrix products: not the
   // embedding tables (a lookup), but the vocabulary projection of a language
-  // model head (tied or not) once.
+  // model head (tied or not) once. Each such parameter does 6 FLOPs a token
+  // it sees (forward 2, backward 4): B x T tokens, but for a sequence-to-
+  // sequence model the decoder's weights and the head see the B x Tt target
+  // tokens (the cross-attention's keys and values still the encoder's B x T).
   auto is_table = [](const std::string& name) {
     for (const char* t : {"embeddings", "wte", "wpe", "shared", "relative_attention_bias"})
       if (name.find(t) != std::string::npos) return true;
     return false;
   };
+  const bool seq2seq = task == "seq2seq";
+  auto tokens_seen = [&](const std::string& name, bool head) {
+    const bool target = seq2seq && (head || (name.rfind("decoder.", 0) == 0 &&
+                                             name.find("EncDecAttention.k.") == std::string::npos &&
+                                             name.find("EncDecAttention.v.") == std::string::npos));
+    return static_cast<double>(B * (target ? Tt : T));
+  };
   int64_t num_params = 0, flop_params = 0;
+  double step_flops = 0;  // the model's FLOPs a step, 6 a parameter and token
   bool has_head = false;
   for (const auto& [name, p] : model->named_parameters()) {
     num_params += p.numel();
-    if (!is_table(name)) flop_params += p.numel();
-    has_head = has_head || (p.shape().size() == 2 && p.shape()[0] == V && !is_table(name));
+    const bool head = p.shape().size() == 2 && p.shape()[0] == V && !is_table(name);
+    if (!is_table(name)) {
+      flop_params += p.numel();
+      step_flops += 6.0 * static_cast<double>(p.numel()) * tokens_seen(name, head);
+    }
+    has_head = has_head || head;
   }
   if (task != "text-classification" && !has_head)  // tied: the table is also the head
     for (const auto& [name, p] : model->named_parameters())
       if (p.shape().size() == 2 && p.shape()[0] == V) {
         flop_params += p.numel();
+        step_flops += 6.0 * static_cast<double>(p.numel()) * tokens_seen(name, true);
         break;
       }
   model->train();
@@ -277,7 +293,7 @@ int run_bench(const std::vector<std::string>& args) {
   }
 
   const double tokens = static_cast<double>(B * T);
-  const double model_gflops = 6.0 * flop_params * tokens / median / 1e9;
+  const double model_gflops = step_flops / median / 1e9;
   std::printf("kiln bench: %s, %s, batch %lld x %lld, %lld parameters (%lld in matrix products), %s, %d threads\n",
               model->architecture().c_str(), task.c_str(), (long long)B, (long long)T, (long long)num_params,
               (long long)flop_params, bf16 ? "bf16 products" : "fp32", omp_get_max_threads());
@@ -286,8 +302,12 @@ int run_bench(const std::vector<std::string>& args) {
               (long long)warmup, loss);
   std::printf("  host tracing     %.4f s of the step (median; %s)\n", median_trace,
               sync ? "before the step runs" : "while the step before runs");
-  std::printf("  tokens/s         %.1f\n", tokens / median);
-  std::printf("  model FLOP/s     %.1f GFLOP/s (6 x parameters in matrix products x tokens/s)\n", model_gflops);
+  if (seq2seq)
+    std::printf("  tokens/s         %.1f (source; target %.1f)\n", tokens / median, static_cast<double>(B * Tt) / median);
+  else
+    std::printf("  tokens/s         %.1f\n", tokens / median);
+  std::printf("  model FLOP/s     %.1f GFLOP/s (6 x parameters in matrix products x tokens/s%s)\n", model_gflops,
+              seq2seq ? ": the decoder's and the head's target tokens" : "");
   std::printf("  GEMM peak        %.1f GFLOP/s at %s%s -> model FLOP/s is %.0f %% of it\n", peak_gflops,
               peak_shape.c_str(), bf16 ? " (bf16)" : "", 100.0 * model_gflops / std::max(peak_gflops, 1e-9));
   if (flags.has("gemm_shapes")) std::printf("%s", every_shape.c_str());
@@ -314,11 +334,11 @@ int run_bench(const std::vector<std::string>& args) {
   }
   if (flags.has("json"))
     std::printf(
-        "{\"model\": \"%s\", \"task\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"flop_parameters\": %lld, \"median_step_s\": %.6f, \"host_tracing_s\": %.6f, "
+        "{\"model\": \"%s\", \"task\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"flop_parameters\": %lld, \"model_flops_per_step\": %.0f, \"median_step_s\": %.6f, \"host_tracing_s\": %.6f, "
         "\"tokens_per_s\": %.2f, \"model_gflops\": %.2f, \"gemm_peak_gflops\": %.2f, \"fraction_of_gemm_peak\": %.4f, "
         "\"compile_s\": %.4f, \"compiles\": %lld, \"compiles_from_disk\": %lld, \"peak_rss_mb\": %.1f, \"bf16\": %s, "
         "\"loss\": %s}\n",
-        model->architecture().c_str(), task.c_str(), (long long)B, (long long)T, (long long)num_params, (long long)flop_params, median, median_trace,
+        model->architecture().c_str(), task.c_str(), (long long)B, (long long)T, (long long)num_params, (long long)flop_params, step_flops, median, median_trace,
         tokens / median, model_gflops, peak_gflops, model_gflops / std::max(peak_gflops, 1e-9), m.compile_seconds,
         (long long)m.compiles, (long long)m.compiles_from_disk, peak_rss_mb, bf16 ? "true" : "false", json_number(loss).c_str());
   return 0;

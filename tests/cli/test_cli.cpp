@@ -576,5 +576,30 @@ TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   EXPECT_CONTAINS(slurp(w.path() / "log3"), "neither a model directory nor a preset");
 }
 
+// A sequence-to-sequence step's model FLOPs: 6 a parameter and token, the
+// encoder's weights (and the cross-attention's keys and values, which read
+// the encoder's output) over the B x T source tokens, the rest of the
+// decoder and the tied head over the B x Tt target tokens. t5-tiny: d_model
+// 64, 4 heads of 16, d_ff 128, 2 layers a stack, vocabulary 32128.
+TEST(Cli, BenchCountsSeq2SeqFlopsOverSourceAndTargetTokens) {
+  Workdir w;
+  ASSERT_EQ(kiln("bench --model t5-tiny --task seq2seq --batch 2 --seq 16 --target_len 4 --steps 1 --warmup 1 --json",
+                 w.path() / "log"),
+            0)
+      << slurp(w.path() / "log");
+  const std::string log = slurp(w.path() / "log");
+  const std::string line = log.substr(log.find("{\"model\""));
+  const auto j = nlohmann::json::parse(line.substr(0, line.find('\n')));
+  const int64_t D = 64, inner = 4 * 16, F = 128, V = 32128, L = 2;
+  const int64_t encoder = L * (4 * D * inner + 2 * D * F + 2 * D) + D;  // attention, feed-forward, norms; final norm
+  const int64_t cross_kv = L * 2 * D * inner;
+  const int64_t decoder = L * (8 * D * inner + 2 * D * F + 3 * D) + D - cross_kv;  // self and cross attention
+  const int64_t head = V * D;  // the shared table, once
+  EXPECT_EQ(j["flop_parameters"].get<int64_t>(), encoder + cross_kv + decoder + head);
+  EXPECT_EQ(j["model_flops_per_step"].get<double>(), 6.0 * ((encoder + cross_kv) * 2 * 16 + (decoder + head) * 2 * 4));
+  EXPECT_CONTAINS(log, "tokens/s ");
+  EXPECT_CONTAINS(log, "(source; target ");
+}
+
 }  // namespace
 }  // namespace kiln
