@@ -154,6 +154,42 @@ TEST(CpuJit, RowStridedInputsRunCompiled) {
   }
 }
 
+// One value per row broadcast along the last axis (RMSNorm's factor, T5's
+// layer norm, and its gradient) runs compiled with rows of 256 values and
+// more: the loop, called once per row, broadcasts the row's value and
+// computes what depends only on it (exp of it here) once per call. The same
+// bits as the interpreter; rows of 64 stay interpreted.
+TEST(CpuJit, RowBroadcastValuesRunCompiled) {
+  if (!backend::cpu::jit_enabled()) GTEST_SKIP() << "compiled loops are off (KILN_JIT=0 or no AVX2)";
+  for (int64_t L : {64, 256, 768}) {
+    const int64_t B = 3, T = 23;  // B·T·L over 32768 at 768: several threads
+    Tensor x = Tensor::from_vector(awkward_values(B * T * L, 12), {B, T, L}).requires_grad_();
+    Tensor g = Tensor::from_vector(awkward_values(B * T * L, 13), {B, T, L});
+    Tensor r = Tensor::from_vector(awkward_values(B * T, 14), {B, T, 1});
+    Tensor w = Tensor::from_vector(testing::uniform_values(L, 15), {L}).requires_grad_();
+    Tensor rms = x * rsqrt(mean(x * x, {-1}, true) + 1e-6) * w;
+    sum(rms * g).backward();
+    const std::vector<Tensor> results = {x * r + g, g * exp(r) - r, rms, x.grad()};
+    const std::string what = "rows of " + std::to_string(L);
+    expect_same_bits(results, what.c_str());
+    // The fused groups that read r or the norm's factor, and that the interpreter runs.
+    const testing::TracedProgram traced = testing::trace_program(results, {.fuse_sum_inputs = true});
+    const auto plan = backend::cpu::prepare(traced.program);
+    int row_broadcasts = 0, interpreted = 0;
+    for (size_t i = 0; i < traced.program.instrs.size(); ++i) {
+      const auto& ins = traced.program.instrs[i];
+      if (!ins.fused) continue;
+      bool reads = false;
+      for (const auto& op : ins.inputs)
+        reads = reads || (op.view.shape.size() == 3 && op.view.strides.back() == 0 && !op.view.is_broadcast_scalar());
+      row_broadcasts += reads;
+      interpreted += reads && !plan->kernels[i];
+    }
+    EXPECT_GE(row_broadcasts, 3) << what << "\n" << traced.program.dump();
+    EXPECT_EQ(interpreted, L >= 256 ? 0 : row_broadcasts) << what << "\n" << traced.program.dump();
+  }
+}
+
 // Values that are the same for every element (computed once, before the
 // loop) read by the loop and by other such values: the last reader of a
 // broadcast value may come after loop steps that read it too. Sizes under

@@ -111,6 +111,37 @@ bool row_strided(const Instr& ins, const compiler::View& v) {
          v.strides.back() == 1 && !v.is_contiguous();
 }
 
+// Whether an elementwise instruction's input holds one value per row of the
+// output's last axis (RMSNorm's [B, T, 1] factor broadcast over [B, T, C]),
+// rows as row_strided's: the loop, called once per row, broadcasts the
+// row's value like a scalar's.
+bool row_broadcast(const Instr& ins, const compiler::View& v) {
+  const Shape& out = ins.output.view.shape;
+  return ins.op != Op::Sum && !out.empty() && out.back() % 8 == 0 && out.back() >= kMinRow && v.shape == out &&
+         v.strides.back() == 0 && !v.is_broadcast_scalar();
+}
+
+// The steps the loop computes once per call, before it: compiler::
+// invariant_steps' (constants, broadcast scalars and ops of those), and
+// row_broadcast loads and ops of those and of invariants (a call is one row
+// when an input is read row by row).
+std::vector<uint8_t> loop_invariant_steps(const Instr& ins) {
+  std::vector<uint8_t> invariant = compiler::invariant_steps(ins);
+  for (size_t k = 0; k < ins.program.size(); ++k) {
+    const FusedStep& s = ins.program[k];
+    if (invariant[k] || s.op == Op::RandUniform || s.op == Op::RandNormal || s.op == Op::Constant) continue;
+    if (s.op == Op::Data) {
+      invariant[k] = row_broadcast(ins, ins.inputs[static_cast<size_t>(s.load)].view);
+      continue;
+    }
+    bool args = false, all = true;
+    for (int32_t x : {s.a, s.b, s.c})
+      if (x >= 0) args = true, all = all && invariant[static_cast<size_t>(x)];
+    invariant[k] = args && all;
+  }
+  return invariant;
+}
+
 // Whether the code generator takes the instruction (see jit.h).
 bool compilable(const Instr& ins) {
   const bool sum = ins.op == Op::Sum;
@@ -123,7 +154,8 @@ bool compilable(const Instr& ins) {
     if (!supported(s) || s.dtype == DType::bf16) return false;
     if (s.op == Op::Data) {
       const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
-      if (!loadable(in.dtype) || !(in.view.is_contiguous() || in.view.is_broadcast_scalar() || row_strided(ins, in.view)))
+      if (!loadable(in.dtype) || !(in.view.is_contiguous() || in.view.is_broadcast_scalar() ||
+                                   row_strided(ins, in.view) || row_broadcast(ins, in.view)))
         return false;
     }
   }
@@ -142,7 +174,7 @@ std::string signature(const Instr& ins) {
     if (s.op == Op::Constant) put(static_cast<float>(s.attrs.floats[0]));
     if (s.op == Op::Data) {
       const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
-      put(in.dtype), put(in.view.is_broadcast_scalar());
+      put(in.dtype), put(in.view.is_broadcast_scalar()), put(row_broadcast(ins, in.view));
     }
   }
   put(ins.op == Op::Sum), put(ins.inputs.size()), put(ins.output.dtype);
@@ -162,7 +194,7 @@ class Generator : public Xbyak::CodeGenerator {
       : Xbyak::CodeGenerator(size, Xbyak::DontSetProtectRWE),
         ins_(ins),
         prog_(ins.program),
-        invariant_(compiler::invariant_steps(ins)),
+        invariant_(loop_invariant_steps(ins)),
         last_(compiler::last_reads(ins)) {
     const int32_t n = static_cast<int32_t>(prog_.size());
     reg_of_.assign(n, -1);
@@ -240,7 +272,7 @@ class Generator : public Xbyak::CodeGenerator {
     const Operand& in = ins_.inputs[static_cast<size_t>(s.load)];
     mov(rax, ptr[rbx + 8 * s.load]);
     const Xbyak::Xmm x(d.getIdx());
-    if (invariant_[k]) {  // one value for every element
+    if (invariant_[k]) {  // one value for every element (of the call's row: row_broadcast)
       if (in.dtype == DType::f32) {
         vbroadcastss(d, dword[rax]);
       } else {  // b8
@@ -559,7 +591,9 @@ void run_jit_sum(const JitKernel& kernel, const Instr& ins, std::span<const char
 // the loop is called once per row of the output's last axis (L values, a
 // multiple of 8), each such input's pointer moved so that the loop's element
 // i of row r, which it reads at pointer + i, is the row's element i - r·L.
-// The compiled code is the contiguous loop's: only the pointers change.
+// The compiled code is the contiguous loop's: only the pointers change. A
+// row_broadcast input's pointer is its row's value, which the loop
+// broadcasts.
 void run_rows(const JitKernel& kernel, const Instr& ins, const std::vector<const char*>& ptrs,
               const std::vector<size_t>& strided, int64_t n, int64_t block) {
   const Shape& shape = ins.output.view.shape;
@@ -583,6 +617,7 @@ void run_rows(const JitKernel& kernel, const Instr& ins, const std::vector<const
           int64_t at = 0;  // the row's first element, in elements from the operand's first
           for (int64_t d = 0; d + 1 < rank; ++d) at += idx[d] * v.strides[d];
           const auto size = static_cast<int64_t>(dtype_size(ins.inputs[k].dtype));
+          if (v.strides.back() == 0) at += r * L;  // row_broadcast: the value itself
           mine[k] = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(ptrs[k]) +
                                                   static_cast<uintptr_t>((at - r * L) * size));
         }
