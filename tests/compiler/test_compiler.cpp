@@ -376,6 +376,16 @@ TEST(Compiler, RowSumsReadColumnSlicesInPlace) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5 * (1 + std::abs(want[k]))) << k;
   }
+  // One row broadcast down the summed axis (stride 0): copied, not read 300 rows apart.
+  {
+    Tensor row = Tensor::from_vector(std::vector<float>(values.begin(), values.begin() + 20), {20});
+    Tensor y = sum(broadcast_to(row, {300, 20}), {0});
+    std::vector<ir::NodePtr> params;
+    const compiler::Program p = compiler::compile(ir::flatten({y.node()}, &params), {.strided_row_sums = true});
+    EXPECT_FALSE(sums_in_place(p)) << p.dump();
+    const std::vector<float> got = y.to_vector<float>();
+    for (size_t k = 0; k < 20; ++k) EXPECT_NEAR(got[k], 300.0 * values[k], 1e-4 * (1 + std::abs(300.0 * values[k]))) << k;
+  }
   // The summed axes not one stride apart: [B, T, C] permuted to [T, B, C].
   Tensor y = sum(slice(permute(a, {1, 0, 2}), 2, 20, 40), {0, 1});
   std::vector<ir::NodePtr> params;

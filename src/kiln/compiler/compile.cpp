@@ -839,15 +839,15 @@ int64_t summed_row_stride(const View& v, int64_t a0, int64_t a1) {
     if (v.shape[d] != 1 && v.strides[d] != inner) return 0;
     inner *= v.shape[d];
   }
-  int64_t ld = 0, next = 0;  // the summed axes: rows ld apart, in order
+  int64_t ld = inner, next = 0;  // the summed axes: rows ld apart, in order (one row: any ld)
+  bool first = true;
   for (int64_t d = a1; d >= 0; --d) {
     if (v.shape[d] == 1) continue;
-    if (ld == 0) ld = v.strides[d];
+    if (first) ld = v.strides[d], first = false;
     else if (v.strides[d] != next) return 0;
     next = v.strides[d] * v.shape[d];
   }
-  if (ld == 0) ld = inner;  // one row
-  return inner >= 2 && ld >= inner ? ld : 0;
+  return inner >= 2 && ld >= inner ? ld : 0;  // (a broadcast row, stride 0, is no such view)
 }
 
 bool computes_in_double(const Instr& fused) {
