@@ -807,7 +807,7 @@ std::vector<int32_t> last_reads(const Instr& fused) {
   return last;
 }
 
-std::vector<uint8_t> invariant_steps(const Instr& fused) {
+std::vector<uint8_t> invariant_steps(const Instr& fused, bool (*also)(const Instr&, const View&)) {
   const auto& prog = fused.program;
   std::vector<uint8_t> invariant(prog.size(), 0);
   for (size_t k = 0; k < prog.size(); ++k) {
@@ -819,7 +819,8 @@ std::vector<uint8_t> invariant_steps(const Instr& fused) {
         all_invariant = all_invariant && invariant[x];
       }
     if (s.op == Op::Constant) invariant[k] = 1;
-    else if (s.op == Op::Data) invariant[k] = fused.inputs[s.load].view.is_broadcast_scalar();
+    else if (s.op == Op::Data)
+      invariant[k] = fused.inputs[s.load].view.is_broadcast_scalar() || (also && also(fused, fused.inputs[s.load].view));
     else if (s.op != Op::RandUniform && s.op != Op::RandNormal) invariant[k] = args && all_invariant;
   }
   return invariant;

@@ -87,8 +87,10 @@ struct Instr {
 std::vector<int32_t> last_reads(const Instr& fused);
 // The steps whose value is the same for every element: constants,
 // broadcast-scalar loads and ops of those only (never a random draw). Both
-// CPU executors compute them once per thread / kernel.
-std::vector<uint8_t> invariant_steps(const Instr& fused);
+// CPU executors compute them once per thread / kernel. `also`, when given,
+// names more loads to count as invariant (the compiled loops': an operand
+// with one value per row, when a call is one row).
+std::vector<uint8_t> invariant_steps(const Instr& fused, bool (*also)(const Instr&, const View&) = nullptr);
 // Groups with integer values run in double, so ids stay exact; others in f32.
 bool computes_in_double(const Instr& fused);
 // A MatMul instruction's reduction length K (its first operand's last axis,

@@ -121,27 +121,6 @@ bool row_broadcast(const Instr& ins, const compiler::View& v) {
          v.strides.back() == 0 && !v.is_broadcast_scalar();
 }
 
-// The steps the loop computes once per call, before it: compiler::
-// invariant_steps' (constants, broadcast scalars and ops of those), and
-// row_broadcast loads and ops of those and of invariants (a call is one row
-// when an input is read row by row).
-std::vector<uint8_t> loop_invariant_steps(const Instr& ins) {
-  std::vector<uint8_t> invariant = compiler::invariant_steps(ins);
-  for (size_t k = 0; k < ins.program.size(); ++k) {
-    const FusedStep& s = ins.program[k];
-    if (invariant[k] || s.op == Op::RandUniform || s.op == Op::RandNormal || s.op == Op::Constant) continue;
-    if (s.op == Op::Data) {
-      invariant[k] = row_broadcast(ins, ins.inputs[static_cast<size_t>(s.load)].view);
-      continue;
-    }
-    bool args = false, all = true;
-    for (int32_t x : {s.a, s.b, s.c})
-      if (x >= 0) args = true, all = all && invariant[static_cast<size_t>(x)];
-    invariant[k] = args && all;
-  }
-  return invariant;
-}
-
 // Whether the code generator takes the instruction (see jit.h).
 bool compilable(const Instr& ins) {
   const bool sum = ins.op == Op::Sum;
@@ -194,7 +173,7 @@ class Generator : public Xbyak::CodeGenerator {
       : Xbyak::CodeGenerator(size, Xbyak::DontSetProtectRWE),
         ins_(ins),
         prog_(ins.program),
-        invariant_(loop_invariant_steps(ins)),
+        invariant_(compiler::invariant_steps(ins, row_broadcast)),  // computed once per call (a row's, there)
         last_(compiler::last_reads(ins)) {
     const int32_t n = static_cast<int32_t>(prog_.size());
     reg_of_.assign(n, -1);
@@ -617,9 +596,9 @@ void run_rows(const JitKernel& kernel, const Instr& ins, const std::vector<const
           int64_t at = 0;  // the row's first element, in elements from the operand's first
           for (int64_t d = 0; d + 1 < rank; ++d) at += idx[d] * v.strides[d];
           const auto size = static_cast<int64_t>(dtype_size(ins.inputs[k].dtype));
-          if (v.strides.back() == 0) at += r * L;  // row_broadcast: the value itself
+          const int64_t from = v.strides.back() == 0 ? at : at - r * L;  // row_broadcast: the value itself
           mine[k] = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(ptrs[k]) +
-                                                  static_cast<uintptr_t>((at - r * L) * size));
+                                                  static_cast<uintptr_t>(from * size));
         }
         kernel.fn(mine.data(), r * L, (r + 1) * L);
         for (int64_t d = rank - 2; d >= 0 && ++idx[d] == shape[d]; --d) idx[d] = 0;
