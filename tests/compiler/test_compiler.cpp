@@ -333,6 +333,47 @@ TEST(Compiler, AttentionReadsProjectedHeadsInPlace) {
   EXPECT_GE(copied(cuda).second, 3) << cuda.dump();
 }
 
+// attention_probabilities (the CPU's): an f32 Attention whose gradient
+// follows keeps B·H·Tq·(Tk + 1) floats for it, which the gradient reads in
+// place of the forward's result; not past 256 × 256 scores a head, not
+// without the option.
+TEST(Compiler, AttentionKeepsItsProbabilitiesForTheGradient) {
+  auto compiled = [](int64_t T, bool option) {
+    const int64_t B = 2, H = 3, D = 4;
+    auto head = [&](float x) {
+      return Tensor::from_vector(std::vector<float>(B * H * T * D, x), {B, H, T, D}).requires_grad_();
+    };
+    Tensor q = head(1), k = head(2), v = head(3);
+    Tensor y = fused_attention(q, k, v, {Tensor(), true, 0.5});
+    sum(y * y).backward();
+    std::vector<ir::NodePtr> params;
+    const ir::Graph graph = ir::flatten({y.node(), q.grad().node()}, &params);
+    return compiler::compile(graph, {.attention_probabilities = option});
+  };
+  const compiler::Program p = compiled(256, true);
+  const compiler::Instr* fwd = nullptr;
+  const compiler::Instr* grad = nullptr;
+  for (const auto& ins : p.instrs) {
+    if (ins.op == ir::Op::Attention) fwd = &ins;
+    if (ins.op == ir::Op::AttentionGrad) grad = &ins;
+  }
+  ASSERT_TRUE(fwd && grad) << p.dump();
+  ASSERT_EQ(fwd->extra_outputs.size(), 1u) << p.dump();
+  const compiler::Operand& kept = fwd->extra_outputs[0].out;
+  EXPECT_EQ(fwd->extra_outputs[0].reg, -1);
+  EXPECT_EQ(kept.view.shape, (Shape{2 * 3 * 256 * 257}));
+  EXPECT_EQ(p.slots[kept.slot].nbytes, size_t{2 * 3 * 256 * 257} * sizeof(float));
+  EXPECT_EQ(grad->inputs[grad->inputs.size() - 2], kept) << p.dump();
+  EXPECT_EQ(fwd->attrs.ints, (std::vector<int64_t>{1, 0, 0, 1}));
+  EXPECT_EQ(grad->attrs.ints, (std::vector<int64_t>{1, 0, 0, 1}));
+  for (const auto& [T, option] : {std::pair{257, true}, std::pair{256, false}})
+    for (const auto& ins : compiled(T, option).instrs)
+      if (ins.op == ir::Op::Attention || ins.op == ir::Op::AttentionGrad) {
+        EXPECT_TRUE(ins.extra_outputs.empty()) << T;
+        EXPECT_EQ(ins.attrs.ints.size(), 3u) << T;
+      }
+}
+
 // strided_row_sums (the CPU's): a Sum down the rows of a column slice (a
 // bias gradient cut from a wider one) reads the slice where it lies, and
 // sums the right elements, through both of the CPU kernel's row paths (rows

@@ -4,7 +4,9 @@
 // dropout, matmul), the same dropout masks, bf16 products under Autocast,
 // sequences long enough for several blocks of query rows, heads read in
 // place from a [B, T, H, D] projection, finite differences, and clear errors
-// for operands it does not take.
+// for operands it does not take. Heads of up to 256 × 256 scores keep their
+// probabilities for the gradient (CompileOptions::attention_probabilities);
+// longer ones (the 300-row and 260-row cases) recompute them: both paths run.
 #include <cmath>
 #include <limits>
 
@@ -118,6 +120,10 @@ TEST(FusedAttention, RowsWithEveryVisibleKeyMaskedFollowTheComposite) {
   Case c;
   c.B = 1, c.H = 2, c.Tq = 200, c.Tk = 200, c.D = 4, c.causal = true;  // several blocks of rows
   c.mask_values.assign(200, 0.0f);
+  c.mask_values[0] = -inf;
+  expect_matches_composite(c, false, 1e-5);
+  c.Tq = c.Tk = 260;  // past the kept probabilities' limit: the gradient redoes the block too
+  c.mask_values.assign(260, 0.0f);
   c.mask_values[0] = -inf;
   expect_matches_composite(c, false, 1e-5);
   c.Tq = c.Tk = 3;

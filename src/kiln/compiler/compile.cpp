@@ -125,6 +125,7 @@ class Lowering {
       }
     }
     if (options_.loss_with_gradient) merge_losses_into_gradients();
+    if (options_.attention_probabilities) keep_attention_probabilities();
     if (options_.concurrent_products) pair_products();
     plan_memory();
     donate();
@@ -517,6 +518,36 @@ class Lowering {
         --k;
         break;
       }
+    }
+  }
+
+  // CompileOptions::attention_probabilities: an AttentionGrad's forward
+  // result (input size - 2) names the Attention that wrote it; that one
+  // keeps its probabilities in a new temporary, which the gradient reads
+  // instead.
+  void keep_attention_probabilities() {
+    auto& instrs = prog_.instrs;
+    for (Instr& grad : instrs) {
+      if (grad.op != Op::AttentionGrad || grad.inputs.size() < 5 || grad.attrs.ints.size() != 3 ||
+          grad.inputs[0].dtype != DType::f32)
+        continue;
+      const Shape& q = grad.inputs[0].view.shape;
+      const int64_t tk = grad.inputs[1].view.shape[2];
+      if (q[2] * tk > CompileOptions::kKeptProbabilities) continue;
+      Operand& result = grad.inputs[grad.inputs.size() - 2];
+      const auto fwd = std::find_if(instrs.begin(), instrs.end(), [&](const Instr& i) {
+        return i.op == Op::Attention && i.output.slot == result.slot && i.extra_outputs.empty() &&
+               i.attrs == grad.attrs && i.inputs.size() + 2 == grad.inputs.size() &&
+               std::equal(i.inputs.begin(), i.inputs.end(), grad.inputs.begin());
+      });
+      if (fwd == instrs.end()) continue;
+      const int64_t n = q[0] * q[1] * q[2] * (tk + 1);
+      const Operand kept{new_slot(SlotKind::Temp, 0, static_cast<size_t>(n) * sizeof(float)), View::contiguous({n}),
+                         DType::f32};
+      fwd->extra_outputs.push_back(ExtraOutput{-1, kept});
+      fwd->attrs.ints.push_back(1);
+      grad.attrs.ints.push_back(1);
+      result = kept;
     }
   }
 

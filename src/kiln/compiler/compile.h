@@ -55,6 +55,16 @@ struct CompileOptions {
   // dv, and no concatenation into its [B, T, 3·H·D] projection's gradient
   // (CPU; the CUDA kernels write contiguous heads).
   bool token_major_attention = false;
+  // An f32 Attention whose gradient comes later keeps its softmax
+  // probabilities for it, as an extra output (ExtraOutput::reg -1) of
+  // B·H·Tq·(Tk + 1) floats that the gradient's instruction reads in place of
+  // the forward's result (its input size - 2), when a head's Tq·Tk is at most
+  // kKeptProbabilities: the gradient does not recompute the scores, the
+  // softmax and the dropout's draw. Both instructions' attrs.ints gain a
+  // fourth value, 1. Longer sequences recompute (the store grows with Tq·Tk).
+  // CPU; the CUDA kernels recompute.
+  bool attention_probabilities = false;
+  static constexpr int64_t kKeptProbabilities = 256 * 256;
 };
 
 Program compile(const ir::Graph& graph, const CompileOptions& options = {});

@@ -172,12 +172,12 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
   auto t0 = std::chrono::steady_clock::now();
   auto exe = std::make_shared<Executable>();
   // Fused reductions, strided attention heads and row sums, paired products,
-  // results written over their operands and the loss from its gradient's
-  // pass are the CPU executor's (the CUDA one has no kernel for the first
-  // three yet, its
-  // products run one after the other on the device's stream, its kernels
-  // have not been checked in place, its cross-entropy kernels run apart, and
-  // its attention kernels write contiguous heads).
+  // results written over their operands, the loss from its gradient's pass
+  // and kept attention probabilities are the CPU executor's (the CUDA one
+  // has no kernel for the first three yet, its products run one after the
+  // other on the device's stream, its kernels have not been checked in
+  // place, its cross-entropy kernels run apart, and its attention kernels
+  // write contiguous heads and recompute the probabilities).
   const bool cpu = device_.kind == DeviceKind::CPU;
   const compiler::CompileOptions options{.fuse_sum_inputs = cpu,
                                          .strided_attention_operands = cpu,
@@ -185,7 +185,8 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
                                          .concurrent_products = cpu,
                                          .in_place = cpu,
                                          .loss_with_gradient = cpu,
-                                         .token_major_attention = cpu};
+                                         .token_major_attention = cpu,
+                                         .attention_probabilities = cpu};
   std::optional<compiler::Program> cached = load_cached_program(g, options);
   const bool from_disk = cached.has_value();
   if (from_disk) {

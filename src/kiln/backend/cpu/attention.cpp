@@ -5,9 +5,11 @@
 //   forward, per block of rows of one head: S = q kᵀ (sgemm), the softmax
 //   rows with the kernels.cpp softmax's own steps, the dropout factors from
 //   the same Philox elements dropout() draws, y = P v (sgemm);
-//   backward, per head: the same P recomputed block by block, then
+//   backward, per head: the same P block by block (kept by the forward,
+//   CompileOptions::attention_probabilities, else recomputed), then
 //   dP = dy vᵀ, dv += Pᵀ dy, dS = P (dP - Σ P dP) · scale, dq = dS k,
-//   dk += dSᵀ q (sgemm each), with dk and dv summed over the blocks in order.
+//   dk += dSᵀ q (sgemm each), with dk and dv summed over the blocks in order
+//   (the first block to reach a key sets its rows).
 // Causal blocks stop at their last row's key: the keys past it have
 // probability 0 (unless a row's visible keys are all masked: then the block
 // takes every key, as the composite's softmax does). Results do not depend
@@ -19,10 +21,13 @@
 // place (CompileOptions::strided_attention_operands). The result may be
 // token-major, and the gradient's dq, dk and dv interleaved token by token
 // (CompileOptions::token_major_attention): see result_heads.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "kiln/backend/attention_args.h"
@@ -43,6 +48,7 @@ struct Geometry : AttentionArgs {
   const float* mask = nullptr;  // [B or 1, Tk]
   const int64_t* key = nullptr;
   int64_t block = 0;  // query rows a block
+  bool kept = false;  // the probabilities are kept for the gradient (CompileOptions::attention_probabilities)
 };
 
 Geometry geometry(const Instr& ins, std::span<char* const> in) {
@@ -57,8 +63,24 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   // rows measured alike and 128 10-15 % slower (its blocks reach 75 % of the
   // keys, 64's 62.5 %).
   g.block = std::clamp<int64_t>(16384 / std::max<int64_t>(g.Tk, 1), 16, 128);
+  g.kept = ins.attrs.ints.size() > 3 && ins.attrs.ints[3] == 1;
+  KILN_ASSERT(!g.kept || !g.bf16);
   return g;
 }
+
+// The kept probabilities (CompileOptions::attention_probabilities):
+// B·H·Tq·Tk floats, then B·H·Tq int32s. Block (head bh, rows [i0, i0 +
+// rows)) lies at (bh·Tq + i0)·Tk as rows × keys (its own key count, ld
+// keys). Each value is the softmax probability; with dropout, a dropped
+// one's sign bit is set (−|p|: the sign of a NaN row's values says too). The
+// int32s are the rows' extents.
+struct Kept {
+  float* p = nullptr;
+  int32_t* extent = nullptr;
+  Kept(char* base, const compiler::Operand& op, const Geometry& g)
+      : p(reinterpret_cast<float*>(base) + op.view.offset),
+        extent(reinterpret_cast<int32_t*>(p + g.B * g.H * g.Tq * g.Tk)) {}
+};
 
 // An operand's (a result's) heads: element (b, h, t, d) at base + b·sb + h·sh
 // + t·ld + d.
@@ -197,6 +219,45 @@ void dropped(const Geometry& g, const Block& x, const int64_t* extent, const flo
   }
 }
 
+// dropped() from kept probabilities: 0 where the sign bit is set, else
+// p · factor.
+void kept_dropped(const Geometry& g, const Block& x, const int64_t* extent, const float* p, float* out) {
+  const int64_t n = x.keys;
+  const float factor = g.inv_keep;
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* pr = p + r * n;
+    float* o = out + r * n;
+#pragma omp simd
+    for (int64_t j = 0; j < extent[r]; ++j) o[j] = std::signbit(pr[j]) ? 0.0f : pr[j] * factor;
+    std::fill(o + extent[r], o + n, 0.0f);
+  }
+}
+
+// A block's n probabilities into the kept ones at `to`, with dropout (keep)
+// a dropped one's sign bit set (p is 0 or more, or NaN of either sign: −|p|
+// marks it, |p| keeps it). Streamed past the cache where the build has
+// AVX-512: the gradient reads them long after.
+void keep_block(const float* p, const float* keep, int64_t n, float* to) {
+  auto one = [&](int64_t j) {
+    to[j] = !keep ? p[j] : keep[j] != 0.0f ? std::fabs(p[j]) : -std::fabs(p[j]);
+  };
+  int64_t j = 0;
+#ifdef __AVX512F__
+  for (; j < n && reinterpret_cast<uintptr_t>(to + j) % 64 != 0; ++j) one(j);
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (; j + 16 <= n; j += 16) {
+    __m512 v = _mm512_loadu_ps(p + j);
+    if (keep) {  // |p|, then the sign bit where keep is 0
+      v = _mm512_andnot_ps(sign, v);
+      const __mmask16 drop = _mm512_cmp_ps_mask(_mm512_loadu_ps(keep + j), _mm512_setzero_ps(), _CMP_EQ_OQ);
+      v = _mm512_mask_or_ps(v, drop, v, sign);
+    }
+    _mm512_stream_ps(to + j, v);
+  }
+#endif
+  for (; j < n; ++j) one(j);
+}
+
 // A thread's scratch rows, kept between calls: blocks of 128 KB and more
 // would otherwise be fresh mmap'd pages, faulted in on every call.
 float* scratch(size_t which, size_t n) {
@@ -208,9 +269,12 @@ float* scratch(size_t which, size_t n) {
 
 int64_t blocks_of(const Geometry& g) { return (g.Tq + g.block - 1) / g.block; }
 
-void forward(const Instr& ins, std::span<char* const> in, char* out) {
+void forward(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const> extra) {
   const Geometry g = geometry(ins, in);
   const OutHeads y = result_heads(ins, out, g);
+  KILN_ASSERT(extra.size() == (g.kept ? 1u : 0u));
+  const std::optional<Kept> kept = g.kept ? std::optional<Kept>(std::in_place, extra[0], ins.extra_outputs[0].out, g)
+                                          : std::nullopt;
   if (g.Tk == 0 || g.D == 0) {  // an empty softmax row: the product is zero, as the composite's
     y.zero(g.B, g.H, g.Tq, g.D);
     return;
@@ -230,10 +294,17 @@ void forward(const Instr& ins, std::span<char* const> in, char* out) {
       for (int64_t blk = 0; blk < blocks; ++blk) {
         Block x = block_of(g, bh, blk);
         ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
+        if (kept) {
+          keep_block(p, keep, x.rows * x.keys, kept->p + (bh * g.Tq + x.i0) * g.Tk);
+          for (int64_t r = 0; r < x.rows; ++r) kept->extent[bh * g.Tq + x.i0 + r] = static_cast<int32_t>(extent[r]);
+        }
         if (keep || g.bf16) dropped(g, x, extent.data(), p, keep, p);
         ok = ok && sgemm(false, false, x.rows, g.D, x.keys, p, x.keys, v.at(x.b, x.h), v.ld,
                          y.at(x.b, x.h, x.i0), y.ld, false);
       }
+#ifdef __AVX512F__
+    _mm_sfence();  // keep_block's streamed stores, before the gradient reads them
+#endif
   }
   KILN_CHECK(ok, "attention: oneDNN sgemm failed for a head of [", g.Tq, "x", g.D, "]·[", g.D, "x", g.Tk, "]");
 }
@@ -249,6 +320,8 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
   std::vector<float> wq, wk, wv, wdy;
   const Heads q = heads(ins, in, 0, wq), k = heads(ins, in, 1, wk), v = heads(ins, in, 2, wv);
   const size_t last = ins.inputs.size() - 1;
+  const std::optional<Kept> kept =
+      g.kept ? std::optional<Kept>(std::in_place, in[last - 1], ins.inputs[last - 1], g) : std::nullopt;
   Heads dy = heads(ins, in, last, wdy);
   std::vector<float> rounded;
   if (g.bf16) {  // autocast's products read the output gradient in bf16
@@ -270,40 +343,71 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
       const int64_t b = bh / g.H, h = bh % g.H;
-      dk.zero_head(b, h, g.Tk, g.D);
-      dv.zero_head(b, h, g.Tk, g.D);
       float* dkh = dk.at(b, h);
       float* dvh = dv.at(b, h);
+      int64_t written = 0;  // dk and dv rows [0, written) hold a block's sum
+      // dk or dv (d) += xᵀ y over the block's m keys: the rows no block wrote
+      // yet are set (β = 0, the bits of adding to zeros) rather than zeroed first.
+      const auto add_keys = [&](const float* x, const float* y, int64_t ldy, float* d, int64_t ldd, int64_t rows,
+                                int64_t m) {
+        const int64_t old = std::min(written, m);
+        const bool fine = old == 0 || sgemm(true, false, old, g.D, rows, x, m, y, ldy, d, ldd, true);
+        return fine && (old == m || sgemm(true, false, m - old, g.D, rows, x + old, m, y, ldy, d + old * ldd, ldd, false));
+      };
       for (int64_t blk = 0; blk < blocks; ++blk) {
         Block x = block_of(g, bh, blk);
-        ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
+        const float* pr0 = p;  // the block's probabilities (kept: dropped ones with their sign bit set)
+        if (kept) {
+          pr0 = kept->p + (bh * g.Tq + x.i0) * g.Tk;
+          for (int64_t r = 0; r < x.rows; ++r) {  // (a block redone with every key has rows that reach Tk)
+            extent[r] = kept->extent[bh * g.Tq + x.i0 + r];
+            x.keys = std::max(x.keys, extent[r]);
+          }
+        } else {
+          ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
+        }
         const int64_t m = x.keys;
-        const float* pdp = p;  // the probabilities as the forward's product read them
-        if (keep || g.bf16) {
+        const float* pdp = pr0;  // the probabilities as the forward's product read them
+        if (kept && g.key) {
+          kept_dropped(g, x, extent.data(), pr0, pd);
+          pdp = pd;
+        } else if (keep || g.bf16) {
           dropped(g, x, extent.data(), p, keep, pd);
           pdp = pd;
         }
         const float* dyb = dy.at(x.b, x.h, x.i0);
         // dP (into ds) and dv
         ok = ok && sgemm(false, true, x.rows, m, g.D, dyb, dy.ld, v.at(x.b, x.h), v.ld, ds, m, false);
-        ok = ok && sgemm(true, false, m, g.D, x.rows, pdp, m, dyb, dy.ld, dvh, dv.ld, true);
+        ok = ok && add_keys(pdp, dyb, dy.ld, dvh, dv.ld, x.rows, m);
         for (int64_t r = 0; r < x.rows; ++r) {
-          const float* pr = p + r * m;
+          const float* pr = pr0 + r * m;
           float* dr = ds + r * m;
           const int64_t e = extent[r];  // (past it p is 0: so is the gradient of the scores)
           if (g.bf16)  // the gradient of autocast's bf16 probabilities
             for (int64_t j = 0; j < e; ++j) dr[j] = round_to_bf16(dr[j]);
-          if (keep) {
-            const float* kr = keep + r * m;
+          if (kept && g.key) {  // the dropped ones' sign bits
+            const float factor = g.inv_keep;
 #pragma omp simd
-            for (int64_t j = 0; j < e; ++j) dr[j] = kr[j] != 0.0f ? dr[j] * kr[j] : 0.0f;
-          }
-          double delta = 0;
+            for (int64_t j = 0; j < e; ++j) dr[j] = std::signbit(pr[j]) ? 0.0f : dr[j] * factor;
+            double delta = 0;
 #pragma omp simd reduction(+ : delta)
-          for (int64_t j = 0; j < e; ++j) delta += static_cast<double>(dr[j]) * pr[j];
+            for (int64_t j = 0; j < e; ++j) delta += static_cast<double>(dr[j]) * std::fabs(pr[j]);
 #pragma omp simd
-          for (int64_t j = 0; j < e; ++j)
-            dr[j] = static_cast<float>(pr[j] * (static_cast<double>(dr[j]) - delta)) * g.scale;
+            for (int64_t j = 0; j < e; ++j)
+              dr[j] = static_cast<float>(std::fabs(pr[j]) * (static_cast<double>(dr[j]) - delta)) * g.scale;
+          } else {
+            if (keep) {
+              const float* kr = keep + r * m;
+#pragma omp simd
+              for (int64_t j = 0; j < e; ++j) dr[j] = kr[j] != 0.0f ? dr[j] * kr[j] : 0.0f;
+            }
+            double delta = 0;
+#pragma omp simd reduction(+ : delta)
+            for (int64_t j = 0; j < e; ++j) delta += static_cast<double>(dr[j]) * pr[j];
+#pragma omp simd
+            for (int64_t j = 0; j < e; ++j)
+              dr[j] = static_cast<float>(pr[j] * (static_cast<double>(dr[j]) - delta)) * g.scale;
+          }
           // Later keys hold a constant: no gradient, even where a row spread its weight there.
           std::fill(dr + (g.causal ? std::min(e, x.i0 + r + 1) : e), dr + m, 0.0f);
           if (g.bf16)
@@ -311,7 +415,12 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
         }
         ok = ok && sgemm(false, false, x.rows, g.D, m, ds, m, k.at(x.b, x.h), k.ld,
                          dq.at(x.b, x.h, x.i0), dq.ld, false);
-        ok = ok && sgemm(true, false, m, g.D, x.rows, ds, m, q.at(x.b, x.h, x.i0), q.ld, dkh, dk.ld, true);
+        ok = ok && add_keys(ds, q.at(x.b, x.h, x.i0), q.ld, dkh, dk.ld, x.rows, m);
+        written = std::max(written, m);
+      }
+      for (int64_t t = written; t < g.Tk; ++t) {  // (no query rows: no block wrote them)
+        std::fill(dkh + t * dk.ld, dkh + t * dk.ld + g.D, 0.0f);
+        std::fill(dvh + t * dv.ld, dvh + t * dv.ld + g.D, 0.0f);
       }
     }
   }
@@ -321,9 +430,10 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
 
 }  // namespace
 
-void attention_kernel(const Instr& ins, std::span<char* const> in, char* out, bool grad) {
+void attention_kernel(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const> extra,
+                      bool grad) {
   if (grad) backward(ins, in, out);
-  else forward(ins, in, out);
+  else forward(ins, in, out, extra);
 }
 
 }  // namespace kiln::backend::cpu

@@ -120,8 +120,10 @@ bool matmul_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f
 // with its sum (float blocks of 512, the blocks in double).
 float row_max(const float* x, int64_t n);
 double exp_shifted_sum(const float* x, float m, float* e, int64_t n);
-// Attention (grad = false) / AttentionGrad (attention.cpp).
-void attention_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output, bool grad);
+// Attention (grad = false; `extra`: its kept probabilities, if any) /
+// AttentionGrad (attention.cpp).
+void attention_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
+                      std::span<char* const> extra, bool grad);
 // Collectives (AllReduce, BroadcastFrom): copies the inputs into the output
 // and starts the collective on the replica's collective thread; the output is
 // ready when the future is.

@@ -758,8 +758,8 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out, std::spa
       float* loss = extra.empty() ? nullptr : reinterpret_cast<float*>(extra[0]) + ins.extra_outputs[0].out.view.offset;
       return cross_entropy_kernel(ins, in, out, true, loss);
     }
-    case Op::Attention: return attention_kernel(ins, in, out, false);
-    case Op::AttentionGrad: return attention_kernel(ins, in, out, true);
+    case Op::Attention: return attention_kernel(ins, in, out, extra, false);
+    case Op::AttentionGrad: return attention_kernel(ins, in, out, extra, true);
     default:
       throw Error(std::string("cpu backend: no kernel for op ") + ir::op_name(ins.op));
   }
