@@ -336,7 +336,7 @@ TEST(Compiler, AttentionReadsProjectedHeadsInPlace) {
 // attention_probabilities (the CPU's): an f32 Attention whose gradient
 // follows keeps B·H·Tq·(Tk + 1) floats for it, which the gradient reads in
 // place of the forward's result; not past 256 × 256 scores a head, not
-// without the option.
+// without the option. The on-disk cache's record keeps the extra output.
 TEST(Compiler, AttentionKeepsItsProbabilitiesForTheGradient) {
   auto compiled = [](int64_t T, bool option) {
     const int64_t B = 2, H = 3, D = 4;
@@ -347,10 +347,11 @@ TEST(Compiler, AttentionKeepsItsProbabilitiesForTheGradient) {
     Tensor y = fused_attention(q, k, v, {Tensor(), true, 0.5});
     sum(y * y).backward();
     std::vector<ir::NodePtr> params;
-    const ir::Graph graph = ir::flatten({y.node(), q.grad().node()}, &params);
-    return compiler::compile(graph, {.attention_probabilities = option});
+    ir::Graph graph = ir::flatten({y.node(), q.grad().node()}, &params);
+    compiler::Program program = compiler::compile(graph, {.attention_probabilities = option});
+    return std::pair{std::move(graph), std::move(program)};
   };
-  const compiler::Program p = compiled(256, true);
+  const auto [graph, p] = compiled(256, true);
   const compiler::Instr* fwd = nullptr;
   const compiler::Instr* grad = nullptr;
   for (const auto& ins : p.instrs) {
@@ -366,8 +367,11 @@ TEST(Compiler, AttentionKeepsItsProbabilitiesForTheGradient) {
   EXPECT_EQ(grad->inputs[grad->inputs.size() - 2], kept) << p.dump();
   EXPECT_EQ(fwd->attrs.ints, (std::vector<int64_t>{1, 0, 0, 1}));
   EXPECT_EQ(grad->attrs.ints, (std::vector<int64_t>{1, 0, 0, 1}));
+  const auto back = compiler::deserialize_program(compiler::serialize_program(graph, p), graph);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->dump(), p.dump());
   for (const auto& [T, option] : {std::pair{257, true}, std::pair{256, false}})
-    for (const auto& ins : compiled(T, option).instrs)
+    for (const auto& ins : compiled(T, option).second.instrs)
       if (ins.op == ir::Op::Attention || ins.op == ir::Op::AttentionGrad) {
         EXPECT_TRUE(ins.extra_outputs.empty()) << T;
         EXPECT_EQ(ins.attrs.ints.size(), 3u) << T;

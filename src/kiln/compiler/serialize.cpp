@@ -305,7 +305,10 @@ std::optional<Program> deserialize_program(const std::string& bytes, const ir::G
     ins.extra_outputs.resize(r.count());
     for (ExtraOutput& e : ins.extra_outputs) {
       e.reg = r.pod<int32_t>();
-      KILN_CHECK(ins.fused ? e.reg >= 0 && e.reg < steps : e.reg == -1 && ins.op == ir::Op::CrossEntropyGrad,
+      // (A kernel's extra output: the loss of CompileOptions::loss_with_gradient,
+      // the probabilities of CompileOptions::attention_probabilities.)
+      KILN_CHECK(ins.fused ? e.reg >= 0 && e.reg < steps
+                           : e.reg == -1 && (ins.op == ir::Op::CrossEntropyGrad || ins.op == ir::Op::Attention),
                  "compiled program record: extra output of register ", e.reg);
       e.out = operand();
     }
