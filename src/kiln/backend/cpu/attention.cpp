@@ -64,7 +64,7 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   // keys, 64's 62.5 %).
   g.block = std::clamp<int64_t>(16384 / std::max<int64_t>(g.Tk, 1), 16, 128);
   g.kept = ins.attrs.ints.size() > 3 && ins.attrs.ints[3] == 1;
-  KILN_ASSERT(!g.kept || !g.bf16);
+  KILN_CHECK(!g.kept || !g.bf16, "attention: kept probabilities are for f32 operands, got bf16");
   return g;
 }
 
@@ -77,9 +77,13 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
 struct Kept {
   float* p = nullptr;
   int32_t* extent = nullptr;
-  Kept(char* base, const compiler::Operand& op, const Geometry& g)
-      : p(reinterpret_cast<float*>(base) + op.view.offset),
-        extent(reinterpret_cast<int32_t*>(p + g.B * g.H * g.Tq * g.Tk)) {}
+  Kept(char* base, const compiler::Operand& op, const Geometry& g) {
+    const int64_t need = g.B * g.H * g.Tq * (g.Tk + 1);
+    KILN_CHECK(op.dtype == DType::f32 && op.view.is_contiguous() && numel(op.view.shape) >= need,
+               "attention: kept probabilities need ", need, " contiguous f32 values, got ", numel(op.view.shape));
+    p = reinterpret_cast<float*>(base) + op.view.offset;
+    extent = reinterpret_cast<int32_t*>(p + g.B * g.H * g.Tq * g.Tk);
+  }
 };
 
 // An operand's (a result's) heads: element (b, h, t, d) at base + b·sb + h·sh
@@ -272,7 +276,8 @@ int64_t blocks_of(const Geometry& g) { return (g.Tq + g.block - 1) / g.block; }
 void forward(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const> extra) {
   const Geometry g = geometry(ins, in);
   const OutHeads y = result_heads(ins, out, g);
-  KILN_ASSERT(extra.size() == (g.kept ? 1u : 0u));
+  KILN_CHECK(extra.size() == (g.kept ? 1u : 0u) && extra.size() == ins.extra_outputs.size(),
+             "attention: ", extra.size(), " extra outputs for ", g.kept ? "kept" : "no", " probabilities");
   const std::optional<Kept> kept = g.kept ? std::optional<Kept>(std::in_place, extra[0], ins.extra_outputs[0].out, g)
                                           : std::nullopt;
   if (g.Tk == 0 || g.D == 0) {  // an empty softmax row: the product is zero, as the composite's
