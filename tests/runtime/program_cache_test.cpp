@@ -94,6 +94,38 @@ TEST(CompileCache, ASecondRunLoadsTheStepAndComputesTheSame) {
   EXPECT_EQ(io::read_file(saved[0]), good);
 }
 
+// The CPU's programs carry kernels' extra outputs (the cross-entropy loss
+// in its gradient's pass, the attention's kept probabilities): a causal
+// attention step with dropout, loaded from its record, gives the same
+// gradients as when compiled.
+TEST(CompileCache, AnAttentionStepLoadsWithItsKeptProbabilities) {
+  auto step = [] {
+    std::vector<float> v(2 * 3 * 20 * 8);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.29f * static_cast<float>(i));
+    Tensor q = Tensor::from_vector(v, {2, 3, 20, 8}).requires_grad_();
+    Tensor k = (q * 0.5).detach().requires_grad_();
+    Generator gen(3);
+    Tensor y = fused_attention(q, k, q * 2.0, {Tensor(), true, 0.35, 0.2, &gen});
+    sum(y * y).backward();
+    mark_step();
+    return std::pair{q.grad().to_vector<float>(), k.grad().to_vector<float>()};
+  };
+  runtime::DeviceContext::get(Device::cpu()).clear_cache();
+  const auto want = step();
+  testing::TempDir dir;
+  CacheEnv env(dir.path());
+  runtime::DeviceContext::get(Device::cpu()).clear_cache();
+  EXPECT_EQ(step(), want);
+  ASSERT_FALSE(records(dir.path()).empty());
+  runtime::DeviceContext::get(Device::cpu()).clear_cache();
+  metrics::reset();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(step(), want);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_GE(metrics::snapshot().compiles_from_disk, 1);
+  EXPECT_EQ(metrics::snapshot().compiles_from_disk, metrics::snapshot().compiles);
+}
+
 TEST(CompileCache, OffWritesNothingAndSlowCompilesOnlyAreSaved) {
   testing::TempDir dir;
   {
