@@ -390,29 +390,22 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
           const int64_t e = extent[r];  // (past it p is 0: so is the gradient of the scores)
           if (g.bf16)  // the gradient of autocast's bf16 probabilities
             for (int64_t j = 0; j < e; ++j) dr[j] = round_to_bf16(dr[j]);
-          if (kept && g.key) {  // the dropped ones' sign bits
+          if (kept && g.key) {  // dropped where the sign bit is set
             const float factor = g.inv_keep;
 #pragma omp simd
             for (int64_t j = 0; j < e; ++j) dr[j] = std::signbit(pr[j]) ? 0.0f : dr[j] * factor;
-            double delta = 0;
-#pragma omp simd reduction(+ : delta)
-            for (int64_t j = 0; j < e; ++j) delta += static_cast<double>(dr[j]) * std::fabs(pr[j]);
+          } else if (keep) {
+            const float* kr = keep + r * m;
 #pragma omp simd
-            for (int64_t j = 0; j < e; ++j)
-              dr[j] = static_cast<float>(std::fabs(pr[j]) * (static_cast<double>(dr[j]) - delta)) * g.scale;
-          } else {
-            if (keep) {
-              const float* kr = keep + r * m;
-#pragma omp simd
-              for (int64_t j = 0; j < e; ++j) dr[j] = kr[j] != 0.0f ? dr[j] * kr[j] : 0.0f;
-            }
-            double delta = 0;
-#pragma omp simd reduction(+ : delta)
-            for (int64_t j = 0; j < e; ++j) delta += static_cast<double>(dr[j]) * pr[j];
-#pragma omp simd
-            for (int64_t j = 0; j < e; ++j)
-              dr[j] = static_cast<float>(pr[j] * (static_cast<double>(dr[j]) - delta)) * g.scale;
+            for (int64_t j = 0; j < e; ++j) dr[j] = kr[j] != 0.0f ? dr[j] * kr[j] : 0.0f;
           }
+          // |p|: p itself (0 or more, or NaN), less a kept one's dropped mark.
+          double delta = 0;
+#pragma omp simd reduction(+ : delta)
+          for (int64_t j = 0; j < e; ++j) delta += static_cast<double>(dr[j]) * std::fabs(pr[j]);
+#pragma omp simd
+          for (int64_t j = 0; j < e; ++j)
+            dr[j] = static_cast<float>(std::fabs(pr[j]) * (static_cast<double>(dr[j]) - delta)) * g.scale;
           // Later keys hold a constant: no gradient, even where a row spread its weight there.
           std::fill(dr + (g.causal ? std::min(e, x.i0 + r + 1) : e), dr + m, 0.0f);
           if (g.bf16)
