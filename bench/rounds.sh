@@ -1,7 +1,17 @@
-# Sourced by bench/*/run.sh, which define kiln_side (kiln's output, its first
-# line the JSON result) and torch_side (PyTorch's JSON line), then call
-# run_rounds: ROUNDS (default 1) alternating pairs, each ratio and, for
-# several, the medians (bench/ratios.py). Both sides get the same threads.
+# Sourced by bench/*/run.sh, which read their arguments with bench_args,
+# define kiln_side (kiln's output, its first line the JSON result) and
+# torch_side (PyTorch's JSON line), then call run_rounds: ROUNDS (default 1)
+# alternating pairs, each ratio and, for several, the medians
+# (bench/ratios.py). Both sides get the same threads.
+
+# bench_args "$@": a run.sh's arguments, [BUILD_DIR] [-- flags for both
+# sides], into build and flags.
+bench_args() {
+  build=${1:-build}
+  shift || true
+  [ "${1:-}" = "--" ] && shift
+  flags=("$@")
+}
 rounds=${ROUNDS:-1}
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a positive whole number, got '$rounds'" >&2; exit 2; }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}

@@ -5,11 +5,9 @@
 # ROUNDS (default 1) alternates the two ROUNDS times and prints each round's
 # ratio and the median: on a shared machine a slow minute moves one round.
 set -euo pipefail
-build=${1:-build}
-shift || true
-[ "${1:-}" = "--" ] && shift
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../rounds.sh"
+bench_args "$@"
 kiln_side() { "$build/bin/bench_gpt2" "$@"; }
 torch_side() { /usr/bin/python3 "$here/gpt2_train_step.py" $(echo "$@" | sed 's/--gen_tokens [0-9]*//'); }
-run_rounds "$@"
+run_rounds "${flags[@]}"

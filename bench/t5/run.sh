@@ -6,12 +6,10 @@
 # ROUNDS (default 1) alternates the two ROUNDS times and prints each round's
 # ratio and the median.
 set -euo pipefail
-build=${1:-build}
-shift || true
-[ "${1:-}" = "--" ] && shift
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../rounds.sh"
+bench_args "$@"
 defaults=(--batch 8 --seq 128 --target_len 32 --steps 5)
 kiln_side() { "$build/bin/kiln" bench --model t5-small --task seq2seq "${defaults[@]}" "$@" --json | grep '^{'; }
 torch_side() { /usr/bin/python3 "$here/t5_train_step.py" "${defaults[@]}" "$@"; }
-run_rounds "$@"
+run_rounds "${flags[@]}"
