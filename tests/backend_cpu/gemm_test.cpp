@@ -75,6 +75,31 @@ TEST(CpuGemm, MatmulPrimitiveMatchesTheReference) {
   }
 }
 
+// One-row products (a decode step's projections and head) run on the
+// backend's own loops: eight outputs or eight rows of B a pass, then the
+// rest; both threads' column ranges; B's rows padded; into c from scratch
+// (c holding NaN must not leak in) or onto the bias rows already in c.
+TEST(CpuGemm, MatrixVectorLoopsMatchTheReference) {
+  struct Case {
+    int64_t N, K, pad;
+  };
+  for (bool tb : {true, false})
+    for (const Case& t : {Case{1, 1, 0}, Case{13, 7, 0}, Case{8, 77, 3}, Case{1003, 300, 0}, Case{517, 203, 5},
+                          Case{3000, 40, 1}}) {
+      SCOPED_TRACE(std::string(tb ? "NT" : "NN") + " N=" + std::to_string(t.N) + " K=" + std::to_string(t.K));
+      const int64_t brows = tb ? t.N : t.K, bcols = tb ? t.K : t.N, ldb = bcols + t.pad;
+      std::vector<float> a = testing::uniform_values(t.K, 11), b = testing::uniform_values(brows * ldb, 12);
+      std::vector<float> c0 = testing::uniform_values(t.N, 13);
+      for (bool accumulate : {false, true}) {
+        std::vector<float> c = accumulate ? c0 : std::vector<float>(t.N, std::nanf(""));
+        ASSERT_TRUE(backend::cpu::sgemm(false, tb, 1, t.N, t.K, a.data(), t.K, b.data(), ldb, c.data(), t.N,
+                                        accumulate));
+        const auto want = reference(false, tb, 1, t.N, t.K, a, t.K, b, ldb, nullptr, accumulate ? &c0 : nullptr, t.N);
+        expect_close(c, want, 1, t.N, t.N, accumulate ? "accumulate" : "plain");
+      }
+    }
+}
+
 TEST(CpuGemm, PrimitiveTakesLongReductionsIntoSmallOutputs) {
   EXPECT_TRUE(prefers_matmul_primitive(false, true, 1024, 768, 3072));   // BERT's FFN down-projection
   EXPECT_TRUE(prefers_matmul_primitive(false, true, 1024, 768, 2304));   // GPT-2's c_attn input gradient
