@@ -77,15 +77,16 @@ TEST(CpuGemm, MatmulPrimitiveMatchesTheReference) {
 
 // One-row products (a decode step's projections and head) run on the
 // backend's own loops: eight outputs or eight rows of B a pass, then the
-// rest; both threads' column ranges; B's rows padded; into c from scratch
-// (c holding NaN must not leak in) or onto the bias rows already in c.
+// rest; short rows summed in eight parts of B's rows, long ones in each
+// thread's column range; B's rows padded; into c from scratch (c holding
+// NaN must not leak in) or onto the bias rows already in c.
 TEST(CpuGemm, MatrixVectorLoopsMatchTheReference) {
   struct Case {
     int64_t N, K, pad;
   };
   for (bool tb : {true, false})
     for (const Case& t : {Case{1, 1, 0}, Case{13, 7, 0}, Case{8, 77, 3}, Case{1003, 300, 0}, Case{517, 203, 5},
-                          Case{3000, 40, 1}}) {
+                          Case{3000, 40, 1}, Case{5000, 20, 2}}) {
       SCOPED_TRACE(std::string(tb ? "NT" : "NN") + " N=" + std::to_string(t.N) + " K=" + std::to_string(t.K));
       const int64_t brows = tb ? t.N : t.K, bcols = tb ? t.K : t.N, ldb = bcols + t.pad;
       std::vector<float> a = testing::uniform_values(t.K, 11), b = testing::uniform_values(brows * ldb, 12);

@@ -134,6 +134,42 @@ void argmax_kernel(const Instr& ins, const T* x, int64_t* y) {
     }
 }
 
+// c[n] += Σ_{k0 <= k < k1} a[k] · b[k·ldb + n] for n in [n0, n1), k in
+// order. Eight rows a pass: c is loaded and stored once for eight of them
+// (the same adds in the same order as one row a pass), and eight streams
+// from memory are in flight.
+void add_scaled_rows(const float* a, const float* b, int64_t ldb, int64_t k0, int64_t k1, int64_t n0, int64_t n1,
+                     float* c) {
+  int64_t k = k0;
+  for (; k + 8 <= k1; k += 8) {
+    const float* bk[8];
+    float ak[8];
+    for (int j = 0; j < 8; ++j) {
+      bk[j] = b + (k + j) * ldb;
+      ak[j] = a[k + j];
+    }
+#pragma omp simd
+    for (int64_t n = n0; n < n1; ++n) {
+      float v = c[n];
+      v += ak[0] * bk[0][n];
+      v += ak[1] * bk[1][n];
+      v += ak[2] * bk[2][n];
+      v += ak[3] * bk[3][n];
+      v += ak[4] * bk[4][n];
+      v += ak[5] * bk[5][n];
+      v += ak[6] * bk[6][n];
+      v += ak[7] * bk[7][n];
+      c[n] = v;
+    }
+  }
+  for (; k < k1; ++k) {
+    const float* bk = b + k * ldb;
+    const float ak = a[k];
+#pragma omp simd
+    for (int64_t n = n0; n < n1; ++n) c[n] += ak * bk[n];
+  }
+}
+
 // GEMM: oneDNN's sgemm (row-major), chosen by bench/gemm: at BERT-base shapes
 // it led OpenBLAS 0.3.21 by ~7% per layer and BLIS by ~3%, and by 16-25% on
 // the small batched attention products, run from our own OpenMP loop.
@@ -142,7 +178,7 @@ void argmax_kernel(const Instr& ins, const T* x, int64_t* y) {
 // OpenMP batch loop). They are bound by reading B, so M == 1 takes eight of
 // B's rows a pass (eight dot products, or eight rows scaled into c), and the
 // dot products prefetch the group after next: GPT-2's decode products ran
-// at 11-22 GB/s one row a pass, 23-41 GB/s now, with the same bits.
+// at 11-22 GB/s one row a pass; 37-53 GB/s now.
 // accumulate: c += a·b (c holds the bias rows), else c = a·b.
 void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
                 int64_t ldb, float* c, int64_t ldc, bool accumulate) {
@@ -186,43 +222,32 @@ void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* 
         const float sums[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
         for (int j = 0; j < 8; ++j) c[n + j] = accumulate ? c[n + j] + sums[j] : sums[j];
       }
+    } else if (N <= 4096 && N * K > 65536) {  // B(k, n) = b[k·ldb + n], short rows: B's rows in parts
+      // A decode step's projections: each of eight fixed parts of B's rows is
+      // summed into its own vector (in L1) by whichever thread takes it, and
+      // the parts are then added in order, so whole rows stream from memory
+      // and the bits do not depend on the threads (GPT-2's MLP c_proj: 23-31
+      // GB/s with column ranges per thread, 41-53 in parts).
+      constexpr int64_t kParts = 8;
+      thread_local std::vector<float> scratch;  // (a fresh 128 KB block each call would be mapped afresh)
+      scratch.assign(static_cast<size_t>(kParts * N), 0.0f);
+      float* part = scratch.data();  // (the OpenMP threads see their own thread_local)
+#pragma omp parallel for schedule(static)
+      for (int64_t p = 0; p < kParts; ++p)
+        add_scaled_rows(av.data(), b, ldb, K * p / kParts, K * (p + 1) / kParts, 0, N, part + p * N);
+      for (int64_t n = 0; n < N; ++n) c[n] = accumulate ? c[n] + part[n] : part[n];
+      for (int64_t p = 1; p < kParts; ++p) {
+        const float* pp = part + p * N;
+#pragma omp simd
+        for (int64_t n = 0; n < N; ++n) c[n] += pp[n];
+      }
     } else {  // B(k, n) = b[k·ldb + n]: rows of B scaled and summed, threads own column ranges
 #pragma omp parallel if (N * K > 65536)
       {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
         int64_t n0 = N * t / nt, n1 = N * (t + 1) / nt;
         if (!accumulate) std::fill(c + n0, c + n1, 0.0f);
-        // Eight rows a pass: c is loaded and stored once for eight of them
-        // (the same adds in the same order as one row a pass), and eight
-        // streams from memory are in flight.
-        int64_t k = 0;
-        for (; k + 8 <= K; k += 8) {
-          const float* bk[8];
-          float ak[8];
-          for (int j = 0; j < 8; ++j) {
-            bk[j] = b + (k + j) * ldb;
-            ak[j] = av[k + j];
-          }
-#pragma omp simd
-          for (int64_t n = n0; n < n1; ++n) {
-            float v = c[n];
-            v += ak[0] * bk[0][n];
-            v += ak[1] * bk[1][n];
-            v += ak[2] * bk[2][n];
-            v += ak[3] * bk[3][n];
-            v += ak[4] * bk[4][n];
-            v += ak[5] * bk[5][n];
-            v += ak[6] * bk[6][n];
-            v += ak[7] * bk[7][n];
-            c[n] = v;
-          }
-        }
-        for (; k < K; ++k) {
-          const float* bk = b + k * ldb;
-          const float ak = av[k];
-#pragma omp simd
-          for (int64_t n = n0; n < n1; ++n) c[n] += ak * bk[n];
-        }
+        add_scaled_rows(av.data(), b, ldb, 0, K, n0, n1, c);
       }
     }
     return;
