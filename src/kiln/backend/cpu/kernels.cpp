@@ -189,18 +189,8 @@ void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* 
     if (tb) {  // B(k, n) = b[n·ldb + k]: a dot product per output, eight outputs at a time
       const int64_t groups = N / 8;
 #pragma omp parallel for if (N * K > 65536)
-      for (int64_t q = 0; q <= groups; ++q) {
+      for (int64_t q = 0; q < groups; ++q) {
         const int64_t n = q * 8;
-        if (q == groups) {  // the last N % 8 outputs
-          for (int64_t r = n; r < N; ++r) {
-            const float* br = b + r * ldb;
-            float acc = 0;
-#pragma omp simd reduction(+ : acc)
-            for (int64_t k = 0; k < K; ++k) acc += av[k] * br[k];
-            c[r] = accumulate ? c[r] + acc : acc;  // (never 0 · c: c may hold NaN before it is written)
-          }
-          continue;
-        }
         const float* br[8];
         for (int j = 0; j < 8; ++j) br[j] = b + (n + j) * ldb;
         if (n + 24 <= N) {  // the group after next, into the cache (measured 5.3 -> 4.1-4.6 ms for GPT-2's head)
@@ -221,6 +211,13 @@ void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* 
         }
         const float sums[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
         for (int j = 0; j < 8; ++j) c[n + j] = accumulate ? c[n + j] + sums[j] : sums[j];
+      }
+      for (int64_t n = groups * 8; n < N; ++n) {  // the last N % 8 outputs
+        const float* bn = b + n * ldb;
+        float acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t k = 0; k < K; ++k) acc += av[k] * bn[k];
+        c[n] = accumulate ? c[n] + acc : acc;  // (never 0 · c: c may hold NaN before it is written)
       }
     } else if (N <= 4096 && N * K > 65536) {  // B(k, n) = b[k·ldb + n], short rows: B's rows in parts
       // A decode step's projections: each of eight fixed parts of B's rows is
