@@ -1,5 +1,6 @@
 // from_pretrained / save_pretrained: round trips, HF checkpoint layouts, and
 // errors that name the offending tensor or field.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -164,15 +165,20 @@ TEST(Pretrained, BadConfigsAreClearErrors) {
   EXPECT_NE(load_error(dir.path()).find("config.json"), std::string::npos);
 }
 
-TEST(Pretrained, Gpt2RoundTripAndTiedLmHead) {
-  TempDir dir;
+// gpt2-tiny with 60 words and 16 positions, in eval mode.
+std::unique_ptr<models::PreTrainedModel> tiny_gpt2() {
   auto c = models::preset_config("gpt2-tiny");
-  auto* g = dynamic_cast<models::GPT2Config*>(c.get());
-  ASSERT_NE(g, nullptr);
-  g->vocab_size = 60;
-  g->n_positions = 16;
+  auto& g = dynamic_cast<models::GPT2Config&>(*c);
+  g.vocab_size = 60;
+  g.n_positions = 16;
   auto model = models::create_model("GPT2LMHeadModel", *c, 4);
   model->eval();
+  return model;
+}
+
+TEST(Pretrained, Gpt2RoundTripAndTiedLmHead) {
+  TempDir dir;
+  auto model = tiny_gpt2();
   model->save_pretrained(dir.path());
   auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
   EXPECT_NE(file.find("transformer.wte.weight"), nullptr);
@@ -184,6 +190,81 @@ TEST(Pretrained, Gpt2RoundTripAndTiedLmHead) {
   in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 1}, {2, 3});
   EXPECT_EQ(model->forward(in).logits.to_vector<float>(), loaded->forward(in).logits.to_vector<float>());
   EXPECT_EQ(io::read_json_file(dir.path() / "config.json")["model_type"], "gpt2");
+}
+
+// token_type_ids in GPT-2 are looked up in the word embeddings and added, as
+// HF's GPT2Model does: the same as adding those rows to the positions'.
+TEST(Pretrained, Gpt2TokenTypeIdsAddTheirWordEmbeddings) {
+  auto model = tiny_gpt2();
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9}, {1, 3});
+  const std::vector<float> plain = model->forward(in).logits.to_vector<float>();
+  const std::vector<int64_t> types{2, 0, 41};
+  in.token_type_ids = Tensor::from_vector(types, {1, 3});
+  const std::vector<float> typed = model->forward(in).logits.to_vector<float>();
+  EXPECT_NE(typed, plain);
+  Tensor wte, wpe;
+  for (auto& [name, p] : model->named_parameters()) {
+    if (name == "transformer.wte.weight") wte = p;
+    if (name == "transformer.wpe.weight") wpe = p;
+  }
+  ASSERT_TRUE(wte.defined() && wpe.defined());
+  std::vector<float> pos = wpe.to_vector<float>();
+  const std::vector<float> words = wte.to_vector<float>();
+  const int64_t C = wpe.dim(1);
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t k = 0; k < C; ++k) pos[t * C + k] += words[types[t] * C + k];
+  wpe.set_data(Tensor::from_vector(pos, wpe.shape()));
+  in.token_type_ids = Tensor();
+  const std::vector<float> moved = model->forward(in).logits.to_vector<float>();
+  ASSERT_EQ(moved.size(), typed.size());
+  for (size_t i = 0; i < typed.size(); ++i) EXPECT_NEAR(moved[i], typed[i], 1e-5) << i;
+  in.token_type_ids = Tensor::from_vector(std::vector<int64_t>{1, 2}, {1, 2});
+  EXPECT_CONTAINS(testing::error_of([&] { model->forward(in); }), "token_type_ids [1,2] must be integer ids like input_ids [1,3]");
+}
+
+// Inputs a model's HF forward has no argument for are errors, not ignored.
+TEST(Pretrained, InputsAModelDoesNotTakeAreNamed) {
+  auto gpt2 = models::create_model("GPT2LMHeadModel", *models::preset_config("gpt2-tiny"), 4);
+  auto bert = models::create_model("BertForSequenceClassification", tiny_config(), 4);
+  auto qa = models::create_model("BertForQuestionAnswering", tiny_config(), 4);
+  auto t5 = models::create_model("T5ForConditionalGeneration", kiln::testing::tiny_t5(), 3);
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7}, {1, 2});
+  in.decoder_input_ids = Tensor::from_vector(std::vector<int64_t>{1}, {1, 1});
+  EXPECT_CONTAINS(testing::error_of([&] { gpt2->forward(in); }), "GPT2LMHeadModel takes no decoder_input_ids (its inputs: input_ids, "
+                                       "attention_mask, token_type_ids, labels)");
+  EXPECT_CONTAINS(testing::error_of([&] { bert->forward(in); }), "BertForSequenceClassification takes no decoder_input_ids");
+  EXPECT_NO_THROW(t5->forward(in));
+  in.decoder_input_ids = Tensor();
+  in.token_type_ids = Tensor::from_vector(std::vector<int64_t>{0, 1}, {1, 2});
+  EXPECT_CONTAINS(testing::error_of([&] { t5->forward(in); }), "T5ForConditionalGeneration takes no token_type_ids");
+  EXPECT_NO_THROW(bert->forward(in));
+  in.labels = Tensor::from_vector(std::vector<int64_t>{1}, {1});
+  EXPECT_CONTAINS(testing::error_of([&] { qa->forward(in); }), "BertForQuestionAnswering takes no labels");
+  in.labels = Tensor();
+  in.start_positions = Tensor::from_vector(std::vector<int64_t>{1}, {1});
+  in.end_positions = Tensor::from_vector(std::vector<int64_t>{1}, {1});
+  EXPECT_NO_THROW(qa->forward(in));
+  EXPECT_CONTAINS(testing::error_of([&] { bert->forward(in); }), "BertForSequenceClassification takes no start_positions");
+  models::ModelInputs t5in;
+  t5in.input_ids = in.input_ids;
+  t5in.labels = Tensor::from_vector(std::vector<int64_t>{1}, {1});
+  EXPECT_CONTAINS(testing::error_of([&] { t5->forward(t5in); }), "labels must be [batch, target_len] with at least one target token, got [1]");
+}
+
+// An empty sequence gives empty logits (the products have no rows) and, with
+// labels, a NaN loss: the mean over no tokens, as PyTorch's.
+TEST(Pretrained, AnEmptySequenceGivesEmptyLogits) {
+  auto model = models::create_model("GPT2LMHeadModel", *models::preset_config("gpt2-tiny"), 4);
+  model->eval();
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{}, {1, 0});
+  in.labels = in.input_ids;
+  const models::ModelOutputs out = model->forward(in);
+  EXPECT_EQ(out.logits.shape(), (Shape{1, 0, 50257}));
+  EXPECT_TRUE(out.logits.to_vector<float>().empty());
+  EXPECT_TRUE(std::isnan(out.loss.item()));
 }
 
 TEST(Pretrained, T5RelativePositionBucketsAsHuggingFace) {

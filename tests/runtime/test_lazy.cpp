@@ -140,6 +140,21 @@ TEST(Lazy, ShapeAndDtypeErrorsNameOpAndShapes) {
   EXPECT_THROW(Tensor().shape(), Error);
 }
 
+// Products with an empty side give empty results (oneDNN refuses such a
+// call; the backend skips it), and with K = 0 zeros, as PyTorch's.
+TEST(Lazy, ProductsWithAnEmptySideAreEmptyOrZero) {
+  Tensor a = ones({0, 3}), b = ones({3, 4}), c = ones({2, 3}), d = ones({3, 0});
+  Tensor rows = matmul(a, b), cols = matmul(c, d), inner = matmul(ones({2, 0}), ones({0, 4}));
+  Tensor biased = linear(a, ones({4, 3}), ones({4}));
+  mark_step();
+  EXPECT_EQ(rows.shape(), (Shape{0, 4}));
+  EXPECT_TRUE(rows.to_vector<float>().empty());
+  EXPECT_EQ(cols.shape(), (Shape{2, 0}));
+  EXPECT_TRUE(cols.to_vector<float>().empty());
+  EXPECT_EQ(inner.to_vector<float>(), std::vector<float>(8, 0.0f));
+  EXPECT_EQ(biased.shape(), (Shape{0, 4}));
+}
+
 TEST(Lazy, EagerModeGivesTheSameTraining) {
   std::vector<float> lazy_losses, eager_losses;
   for (bool eager : {false, true}) {

@@ -199,6 +199,10 @@ BertForTask::BertForTask(std::string architecture, const BertConfig& config, uin
 }
 
 ModelOutputs BertForTask::forward(const ModelInputs& in) {
+  if (head_ == Head::None) check_accepts(in, {"input_ids", "attention_mask", "token_type_ids"});
+  else if (head_ == Head::QuestionAnswering)
+    check_accepts(in, {"input_ids", "attention_mask", "token_type_ids", "start_positions", "end_positions"});
+  else check_accepts(in, {"input_ids", "attention_mask", "token_type_ids", "labels"});
   // A sequence classifier reads position 0 of the last layer only.
   BertBackbone::Out h = backbone_->forward(in, head_ == Head::SequenceClassification);
   ModelOutputs out;

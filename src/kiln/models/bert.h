@@ -69,6 +69,7 @@ class BertForTask : public PreTrainedModel {
   ModelOutputs forward(const ModelInputs& inputs) override;
   std::string architecture() const override { return architecture_; }
   std::string base_model_prefix() const override { return prefix_; }
+  bool tokenizer_gives_token_types() const override { return !roberta_; }  // RoBERTa's tokenizer gives none
   BertBackbone& backbone() { return *backbone_; }
   Generator& dropout_generator() override { return *ctx_.gen; }
   void set_gradient_checkpointing(bool on) override { backbone_->gradient_checkpointing = on; }

@@ -183,9 +183,15 @@ Tensor GPT2ForTask::transformer(const ModelInputs& in) {
   KILN_CHECK(T <= c.n_positions, "forward: sequence length ", T, " exceeds n_positions ", c.n_positions);
   KILN_CHECK(!in.attention_mask.defined() || in.attention_mask.shape() == ids.shape(), "forward: attention_mask ",
              to_string(in.attention_mask.shape()), " does not match input_ids ", to_string(ids.shape()));
+  KILN_CHECK(!in.token_type_ids.defined() ||
+                 (in.token_type_ids.shape() == ids.shape() && is_integral(in.token_type_ids.dtype())),
+             "forward: token_type_ids ", to_string(in.token_type_ids.shape()), " must be integer ids like input_ids ",
+             to_string(ids.shape()));
   Device dev = ids.device();
   Tensor pos = broadcast_to(reshape(arange(T, DType::i64, dev), {1, T}), {B, T});
-  Tensor x = drop_->forward(wte_->forward(ids) + wpe_->forward(pos));
+  Tensor x = wte_->forward(ids) + wpe_->forward(pos);
+  if (in.token_type_ids.defined()) x = x + wte_->forward(in.token_type_ids);  // as HF's GPT2Model: from wte
+  x = drop_->forward(x);
   Tensor idx = arange(T, DType::i64, dev);
   Tensor causal = reshape(le(reshape(idx, {1, T}), reshape(idx, {T, 1})), {1, 1, T, T});  // key <= query
   Tensor mask;
@@ -212,6 +218,8 @@ Tensor GPT2ForTask::decode_step(const Tensor& token, const Tensor& pos, std::vec
 
 ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {
   const GPT2Config& c = gpt2_config();
+  if (head_ == Head::None) check_accepts(in, {"input_ids", "attention_mask", "token_type_ids"});
+  else check_accepts(in, {"input_ids", "attention_mask", "token_type_ids", "labels"});
   Tensor h = transformer(in);
   ModelOutputs out;
   const int64_t B = h.dim(0), T = h.dim(1);
@@ -230,7 +238,9 @@ ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {
                    " must match input_ids ", to_string(in.input_ids.shape()));
         Tensor logits = reshape(out.logits, {-1, c.vocab_size});
         Tensor ignored = full({B, 1}, -100.0, in.labels.dtype(), in.labels.device());
-        Tensor labels = reshape(T > 1 ? concat({slice(in.labels, 1, 1, T), ignored}, 1) : ignored, {-1});
+        // (An empty sequence keeps its empty labels: no token, no loss term.)
+        Tensor labels =
+            reshape(T > 1 ? concat({slice(in.labels, 1, 1, T), ignored}, 1) : T == 1 ? ignored : in.labels, {-1});
         out.loss = cross_entropy(logits, labels);
       }
       return out;

@@ -1,5 +1,6 @@
 #include "kiln/models/model.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "kiln/core/error.h"
@@ -26,6 +27,31 @@ std::map<std::string, Tensor> ModelOutputs::named() const {
   put("pooler_output", pooler_output);
   put("encoder_last_hidden_state", encoder_last_hidden_state);
   return m;
+}
+
+std::vector<std::string> ModelInputs::given() const {
+  std::vector<std::string> names;
+  auto put = [&](const char* k, const Tensor& t) {
+    if (t.defined()) names.emplace_back(k);
+  };
+  put("input_ids", input_ids);
+  put("attention_mask", attention_mask);
+  put("token_type_ids", token_type_ids);
+  put("labels", labels);
+  put("start_positions", start_positions);
+  put("end_positions", end_positions);
+  put("decoder_input_ids", decoder_input_ids);
+  put("decoder_attention_mask", decoder_attention_mask);
+  return names;
+}
+
+void PreTrainedModel::check_accepts(const ModelInputs& inputs, std::initializer_list<std::string_view> accepted) const {
+  for (const std::string& name : inputs.given()) {
+    if (std::find(accepted.begin(), accepted.end(), name) != accepted.end()) continue;
+    std::string list;
+    for (std::string_view a : accepted) list += (list.empty() ? "" : ", ") + std::string(a);
+    KILN_CHECK(false, "forward: ", architecture(), " takes no ", name, " (its inputs: ", list, ")");
+  }
 }
 
 void PreTrainedModel::save_pretrained(const fs::path& dir) const {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "kiln/models/config.h"
 #include "kiln/nn/module.h"
@@ -20,6 +21,8 @@ struct ModelInputs {
   Tensor labels;          // task-dependent (optional)
   Tensor start_positions, end_positions;  // question answering (optional)
   Tensor decoder_input_ids, decoder_attention_mask;  // encoder-decoder (optional: derived from labels)
+  // The given (defined) fields, by HF's argument names.
+  std::vector<std::string> given() const;
 };
 
 struct ModelOutputs {
@@ -35,6 +38,13 @@ class PreTrainedModel : public nn::Module {
  public:
   explicit PreTrainedModel(std::unique_ptr<PretrainedConfig> config) : config_(std::move(config)) {}
   virtual ModelOutputs forward(const ModelInputs& inputs) = 0;
+  // Whether the model's HF tokenizer returns token_type_ids (its
+  // model_input_names: BERT's do; GPT-2's and T5's do not), so the Trainer
+  // passes the data's token types to this model only.
+  virtual bool tokenizer_gives_token_types() const { return false; }
+  // An error naming any given input outside `accepted` (HF's forward would
+  // refuse the argument; ignoring it would change nothing silently).
+  void check_accepts(const ModelInputs& inputs, std::initializer_list<std::string_view> accepted) const;
   virtual std::string architecture() const = 0;
   // The backbone's attribute name ("bert", "roberta"); keys under it belong to the base model.
   virtual std::string base_model_prefix() const = 0;

@@ -422,6 +422,11 @@ Tensor T5ForTask::lm_logits(const Tensor& h) const {
 
 ModelOutputs T5ForTask::forward(const ModelInputs& in) {
   const T5Config& c = t5_config();
+  if (encoder_only_) check_accepts(in, {"input_ids", "attention_mask"});
+  else check_accepts(in, {"input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask", "labels"});
+  KILN_CHECK(!in.labels.defined() || (in.labels.rank() == 2 && in.labels.dim(1) > 0),
+             "forward: labels must be [batch, target_len] with at least one target token, got ",
+             to_string(in.labels.shape()));
   ModelOutputs out;
   Tensor enc = encode(in.input_ids, in.attention_mask);
   if (encoder_only_) {

@@ -271,7 +271,9 @@ models::ModelInputs Trainer::inputs_of(const data::DeviceBatch& b) const {
   models::ModelInputs in;
   in.input_ids = get("input_ids");
   in.attention_mask = get("attention_mask");
-  in.token_type_ids = get("token_type_ids");
+  // As HF's tokenizers and Trainer: token types only for models whose
+  // tokenizer gives them (a GPT-2 would add them to its embeddings).
+  if (model_.tokenizer_gives_token_types()) in.token_type_ids = get("token_type_ids");
   in.labels = get("labels");
   return in;
 }
