@@ -110,7 +110,8 @@ int run_train(const std::vector<std::string>& raw_args) {
   const bool mlm = task == "masked-lm", clm = task == "causal-lm", lm = mlm || clm || s2s;
   data::LabelMap labels;
   if (!lm) {
-    KILN_CHECK(train_ds.has_labels, f["train_file"], ": no label column '", dopt.label_column, "'");
+    KILN_CHECK(train_ds.has_labels, f["train_file"], ": no labels to train on (column '", dopt.label_column,
+               "' is missing, or empty in every row)");
     labels = data::LabelMap::from_dataset(train_ds);
   }
 

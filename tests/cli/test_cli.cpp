@@ -99,13 +99,28 @@ TEST(Cli, TrainPredictAndBadInput) {
   // Unknown flag: named, with a suggestion.
   EXPECT_NE(kiln(train_args(data, w.path() / "o2") + " --learning_rat 1", w.path() / "log4"), 0);
   EXPECT_NE(slurp(w.path() / "log4").find("did you mean --learning_rate"), std::string::npos) << slurp(w.path() / "log4");
-  // Missing column.
-  std::ofstream(w.path() / "bad.csv") << "text,category\nhello,a\n";
-  EXPECT_NE(kiln("train --config_name " + (data / "model_config.json").string() + " --tokenizer_name " + data.string() +
-                     " --train_file " + (w.path() / "bad.csv").string() + " --output_dir " + (w.path() / "o3").string(),
-                 w.path() / "log5"),
+  // No labels: the column missing, or present with no values (not "no label column").
+  auto from_scratch_on = [&](const std::string& csv, const std::string& name) {
+    std::ofstream(w.path() / (name + ".csv")) << csv;
+    EXPECT_NE(kiln("train --config_name " + (data / "model_config.json").string() + " --tokenizer_name " +
+                       data.string() + " --train_file " + (w.path() / (name + ".csv")).string() + " --output_dir " +
+                       (w.path() / ("o_" + name)).string(),
+                   w.path() / ("log_" + name)),
+              0);
+    return slurp(w.path() / ("log_" + name));
+  };
+  EXPECT_CONTAINS(from_scratch_on("text,category\nhello,a\n", "bad"),
+                  "bad.csv: no labels to train on (column 'label' is missing, or empty in every row)");
+  EXPECT_CONTAINS(from_scratch_on("sentence,label\nhello,\nworld,\n", "unlabeled"),
+                  "unlabeled.csv: no labels to train on");
+  // A best-model metric the evaluation does not compute: an error at the first evaluation, as HF's.
+  EXPECT_NE(kiln(train_args(data, w.path() / "o5") + " --max_steps 2 --eval_strategy steps --eval_steps 1 " +
+                     "--save_steps 1 --metric_for_best_model acuracy --validation_file " +
+                     (data / "validation.csv").string(),
+                 w.path() / "log7"),
             0);
-  EXPECT_NE(slurp(w.path() / "log5").find("label"), std::string::npos) << slurp(w.path() / "log5");
+  EXPECT_CONTAINS(slurp(w.path() / "log7"), "--metric_for_best_model 'acuracy': the evaluation has no 'eval_acuracy' "
+                                            "(its metrics: eval_accuracy, ");
 }
 
 TEST(Cli, MaskedLmTrainsAndReportsPerplexity) {

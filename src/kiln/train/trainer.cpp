@@ -581,6 +581,14 @@ std::map<std::string, double> Trainer::train() {
       wait_device_ops(device_);
       eval_metrics = evaluate("eval");
       model_.train();
+      if (args_.metric_for_best_model) {  // as HF's Trainer: a metric the evaluation has not is an error
+        const std::string& m = *args_.metric_for_best_model;
+        const std::string name = m.rfind("eval_", 0) == 0 ? m : "eval_" + m;
+        std::string have;
+        for (const auto& [k, v] : eval_metrics) have += (have.empty() ? "" : ", ") + k;
+        KILN_CHECK(eval_metrics.count(name), "--metric_for_best_model '", m, "': the evaluation has no '", name,
+                   "' (its metrics: ", have, ")");
+      }
     }
     bool save_now = (args_.save_strategy == "steps" && state_.save_steps > 0 && step % state_.save_steps == 0) ||
                     (args_.save_strategy == "epoch" && epoch_end);
