@@ -60,7 +60,7 @@ TEST(Errors, WrongFieldType) {
   e = error_of([] {
     Tokenizer::from_json_string(R"({"model": {"vocab": {"a": 0}, "merges": ["a b"]}})", "t.json");
   });
-  EXPECT_NE(e.find("merge 0 'a b'"), std::string::npos) << e;
+  EXPECT_NE(e.find("t.json: model.merges: BPE: merge 0 'a b'"), std::string::npos) << e;
   e = error_of([] {
     Tokenizer::from_json_string(R"({"model": {"type": "WordLevel", "vocab": {}},
         "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}})",
@@ -69,6 +69,26 @@ TEST(Errors, WrongFieldType) {
   EXPECT_NE(e.find("invalid regex '(unclosed'"), std::string::npos) << e;
   e = error_of([] { Tokenizer::from_json_string("[1, 2]", "t.json"); });
   EXPECT_NE(e.find("expected a JSON object at the top level"), std::string::npos) << e;
+}
+
+// Token ids are integers in [0, 2^24): a negative or huge one (which would
+// size a dense table) is named, wherever it is.
+TEST(Errors, TokenIdsOutOfRange) {
+  auto load = [](const std::string& json) {
+    return error_of([&] { Tokenizer::from_json_string(json, "t.json"); });
+  };
+  std::string e = load(R"({"model": {"type": "WordLevel", "vocab": {"a": -5, "[UNK]": 1}, "unk_token": "[UNK]"}})");
+  EXPECT_NE(e.find("t.json: model.vocab['a']: id -5 out of range (expected 0 <= id < 16777216)"), std::string::npos)
+      << e;
+  e = load(R"({"model": {"type": "WordLevel", "vocab": {"a": 4294967295, "[UNK]": 1}, "unk_token": "[UNK]"}})");
+  EXPECT_NE(e.find("model.vocab['a']: id 4294967295 out of range"), std::string::npos) << e;
+  e = load(R"({"model": {"type": "WordLevel", "vocab": {"a": "0", "[UNK]": 1}, "unk_token": "[UNK]"}})");
+  EXPECT_NE(e.find("model.vocab['a']: expected an integer id, found a string"), std::string::npos) << e;
+  e = load(R"({"model": {"type": "WordLevel", "vocab": {"a": 0}}, "added_tokens": [{"id": -1, "content": "x"}]})");
+  EXPECT_NE(e.find("added_tokens[0].id: id -1 out of range"), std::string::npos) << e;
+  e = load(R"({"model": {"type": "WordLevel", "vocab": {"a": 0}},
+               "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", -2], "cls": ["[CLS]", 1]}})");
+  EXPECT_NE(e.find("post_processor.sep[1]: id -2 out of range"), std::string::npos) << e;
 }
 
 TEST(Errors, InvalidUtf8Input) {

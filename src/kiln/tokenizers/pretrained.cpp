@@ -130,9 +130,7 @@ Tokenizer load_byte_level_bpe(const fs::path& dir, const json& cfg, const std::s
   KILN_CHECK(vj.is_object(), vocab_path.string(), ": expected an object of token -> id");
   Vocab vocab;
   for (auto it = vj.begin(); it != vj.end(); ++it) {
-    KILN_CHECK(it.value().is_number_integer(), vocab_path.string(), ": token '", it.key(),
-               "': expected an integer id");
-    vocab.set(it.key(), it.value().get<uint32_t>());
+    vocab.set(it.key(), token_id_from_json(it.value(), vocab_path.string() + ": token '" + it.key() + "'"));
   }
   std::ifstream in(merges_path);
   KILN_CHECK(in, merges_path.string(), ": cannot open file");

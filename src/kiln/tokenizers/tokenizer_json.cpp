@@ -118,7 +118,7 @@ SpecialToken special_pair(const json& j, const char* key, const std::string& whe
   const json& v = require(j, key, where);
   KILN_CHECK(v.is_array() && v.size() == 2 && v[0].is_string() && v[1].is_number_integer(), where,
              ".", key, ": expected [token, id], found ", v.dump());
-  return {v[0].get<std::string>(), v[1].get<uint32_t>()};
+  return {v[0].get<std::string>(), token_id_from_json(v[1], where + "." + key + "[1]")};
 }
 
 template <typename T, typename F>
@@ -133,6 +133,14 @@ std::vector<T> list_of(const json& j, const char* key, const std::string& where,
 }
 
 }  // namespace
+
+uint32_t token_id_from_json(const json& v, const std::string& where) {
+  KILN_CHECK(v.is_number_integer(), where, ": expected an integer id, found ", type_name(v));
+  const bool negative = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
+  KILN_CHECK(!negative && v.get<uint64_t>() < (uint64_t{1} << 24), where, ": id ", v.dump(),
+             " out of range (expected 0 <= id < 16777216)");
+  return static_cast<uint32_t>(v.get<uint64_t>());
+}
 
 std::string base64_decode(std::string_view in, const std::string& where) {
   auto val = [](char c) -> int {
@@ -249,9 +257,7 @@ static Vocab vocab_object(const json& j, const std::string& where) {
              type_name(v));
   Vocab vocab;
   for (auto it = v.begin(); it != v.end(); ++it) {
-    KILN_CHECK(it.value().is_number_unsigned() || it.value().is_number_integer(), where,
-               ".vocab['", it.key(), "']: expected an integer id, found ", type_name(it.value()));
-    vocab.set(it.key(), it.value().get<uint32_t>());
+    vocab.set(it.key(), token_id_from_json(it.value(), where + ".vocab['" + it.key() + "']"));
   }
   return vocab;
 }
@@ -321,7 +327,13 @@ ModelPtr model_from_json(const json& j, const std::string& where) {
         merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
       }
     }
-    return std::make_shared<Bpe>(vocab_object(j, where), merges, o);
+    try {
+      return std::make_shared<Bpe>(vocab_object(j, where), merges, o);
+    } catch (const Error& e) {  // a merge of unknown tokens: name the file and field
+      const std::string what = e.what();
+      if (what.rfind(where, 0) == 0) throw;
+      throw Error(detail::concat(where, ".merges: ", what));
+    }
   }
   if (type == "Unigram") {
     const json& v = require(j, "vocab", where);
@@ -404,8 +416,11 @@ PostProcessorPtr post_processor_from_json(const json& j, const std::string& wher
         const json& ids = require(it.value(), "ids", w);
         const json& toks = require(it.value(), "tokens", w);
         KILN_CHECK(ids.is_array() && toks.is_array(), w, ": ids and tokens must be arrays");
-        for (const auto& id : ids) s.ids.push_back(id.get<uint32_t>());
-        for (const auto& t : toks) s.tokens.push_back(t.get<std::string>());
+        for (const auto& id : ids) s.ids.push_back(token_id_from_json(id, w + ".ids"));
+        for (const auto& t : toks) {
+          KILN_CHECK(t.is_string(), w, ".tokens: expected strings, found ", type_name(t));
+          s.tokens.push_back(t.get<std::string>());
+        }
         specials[get_string(it.value(), "id", it.key(), w)] = std::move(s);
       }
     }
@@ -485,8 +500,7 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
       AddedToken tok;
       tok.content = require_string(e, "content", w);
       const json& id = require(e, "id", w);
-      KILN_CHECK(id.is_number_integer(), w, ".id: expected an integer, found ", type_name(id));
-      tok.id = id.get<uint32_t>();
+      tok.id = token_id_from_json(id, w + ".id");
       tok.single_word = get_bool(e, "single_word", false, w);
       tok.lstrip = get_bool(e, "lstrip", false, w);
       tok.rstrip = get_bool(e, "rstrip", false, w);

@@ -20,4 +20,10 @@ DecoderPtr decoder_from_json(const nlohmann::json& j, const std::string& where);
 
 std::string base64_decode(std::string_view in, const std::string& where);
 
+// A token id from JSON: an integer in [0, 2^24). Ids index dense tables, and
+// 2^24 is far past any real vocabulary (a few hundred thousand entries) and
+// far below what would exhaust memory. Anything else is an error naming
+// `where`.
+uint32_t token_id_from_json(const nlohmann::json& v, const std::string& where);
+
 }  // namespace kiln::tokenizers
