@@ -80,6 +80,38 @@ TEST(Trainer, TwentyStepsEqualTenPlusResumePlusTenBitwise) {
   EXPECT_EQ(la[3]["loss"], lb[3]["loss"]);
 }
 
+// A damaged checkpoint is an error naming the file, before any step runs.
+TEST(Trainer, DamagedCheckpointFilesAreNamed) {
+  auto feats = features(30);
+  TempDir d;
+  {
+    auto m = models::create_model("BertForSequenceClassification", tiny(), 1);
+    train::Trainer t(*m, args_for(d.path()), train::Task::TextClassification, feats, nullptr, collator());
+    t.stop_after_step(10);
+    t.train();
+  }
+  const fs::path ck = d.path() / "checkpoint-10";
+  auto resume_error = [&] {
+    auto m = models::create_model("BertForSequenceClassification", tiny(), 1);
+    auto args = args_for(d.path());
+    args.resume_from_checkpoint = ck.string();
+    train::Trainer t(*m, args, train::Task::TextClassification, feats, nullptr, collator());
+    return testing::error_of([&] { t.train(); });
+  };
+  auto rng = io::read_json_file(ck / "rng_state.json");
+  auto bad = rng;
+  bad["data_position"] = 99999;
+  io::write_json_file_atomic(ck / "rng_state.json", bad);
+  EXPECT_CONTAINS(resume_error(), "checkpoint-10/rng_state.json: DataLoader::seek: epoch ");
+  bad = rng;
+  bad.erase("dropout_offset");
+  io::write_json_file_atomic(ck / "rng_state.json", bad);
+  EXPECT_CONTAINS(resume_error(), "checkpoint-10/rng_state.json: malformed");
+  io::write_json_file_atomic(ck / "rng_state.json", rng);
+  fs::remove(ck / "optimizer.safetensors");
+  EXPECT_CONTAINS(resume_error(), "optimizer.safetensors is missing: not a complete checkpoint");
+}
+
 TEST(Trainer, SaveTotalLimitRotatesCheckpoints) {
   TempDir d;
   auto m = models::create_model("BertForSequenceClassification", tiny(), 1);

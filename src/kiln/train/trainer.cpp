@@ -413,7 +413,11 @@ void Trainer::load_checkpoint(const fs::path& dir) {
         data_position_ = rows / now;
       }
     }
-    loader_->seek(data_epoch_, data_position_);
+    try {
+      loader_->seek(data_epoch_, data_position_);
+    } catch (const Error& e) {  // a position past this data set's epoch: name the file it came from
+      throw Error((dir / "rng_state.json").string() + ": " + e.what());
+    }
   } catch (const json::exception& e) {
     throw Error((dir / "rng_state.json").string() + ": malformed: " + e.what());
   }
