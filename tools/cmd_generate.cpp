@@ -45,17 +45,20 @@ int run_generate(const std::vector<std::string>& args) {
              " cannot generate text; it needs a language-model head (GPT2LMHeadModel or T5ForConditionalGeneration)");
   cli::TokenizerBundle tok = cli::load_tokenizer(flags.get("model"));
   models::GenerationConfig g;
-  auto number = [&](const char* k, double fallback) { return flags.has(k) ? std::stod(flags.get(k)) : fallback; };
-  g.max_new_tokens = static_cast<int64_t>(number("max_new_tokens", 20));
+  // (Ranges the generation checks itself, with HF's messages: max_new_tokens, top_k.)
+  g.max_new_tokens = flags.integer("max_new_tokens", 20);
   g.do_sample = flags.has("do_sample");
-  g.temperature = number("temperature", 1.0);
-  g.top_k = static_cast<int64_t>(number("top_k", 0));
-  g.top_p = number("top_p", 1.0);
-  g.seed = static_cast<uint64_t>(number("seed", 0));
+  g.temperature = flags.number("temperature", 1.0);
+  g.top_k = flags.integer("top_k", 0);
+  g.top_p = flags.number("top_p", 1.0);
+  g.seed = static_cast<uint64_t>(flags.integer("seed", 0, 0));
   g.use_cache = !flags.has("no_cache");
-  const double batch_size = number("batch_size", 8);
-  KILN_CHECK(batch_size >= 1, "generate: --batch_size must be >= 1, got ", flags.get("batch_size"));
-  const auto batch = static_cast<size_t>(batch_size);
+  if (!g.do_sample)  // as HF's generate warns: greedy decoding reads none of them
+    for (const char* k : {"temperature", "top_k", "top_p", "seed"})
+      if (flags.has(k))
+        std::fprintf(stderr, "kiln generate: warning: --%s only applies with --do_sample (greedy decoding ignores it)\n",
+                     k);
+  const auto batch = static_cast<size_t>(flags.integer("batch_size", 8, 1));
   // A causal LM continues the raw text; T5's encoder input ends with </s>, as HF's tokenizer(text) gives it.
   std::vector<std::vector<int64_t>> ids;
   for (const auto& p : prompts) {

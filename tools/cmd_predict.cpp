@@ -38,12 +38,12 @@ int run_predict(const std::vector<std::string>& args) {
   dopt.text_pair_column = flags.get("text_pair_column");
   dopt.label_column = "";  // predictions need no labels
   data::Dataset ds = data::load_dataset(flags.get("input"), dopt);
-  int64_t max_len = std::stoll(flags.get("max_seq_length", "128"));
+  const int64_t max_len = flags.integer("max_seq_length", 128, 3);
   data::Features feats = data::tokenize_dataset(ds, tok.tokenizer, max_len, nullptr);
 
   train::TrainingArguments ta;
   ta.output_dir = dir.string();
-  ta.per_device_eval_batch_size = std::stoll(flags.get("batch_size", "32"));
+  ta.per_device_eval_batch_size = flags.integer("batch_size", 32, 1);
   ta.bf16 = flags.has("bf16");  // products in bf16, as Trainer.predict under HF's --bf16
   data::CollatorOptions co;
   co.pad_token_id = tok.pad_id;

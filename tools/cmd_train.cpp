@@ -196,7 +196,13 @@ int run_train(const std::vector<std::string>& raw_args) {
     co.mask_token_id = tok.mask_id;
     co.vocab_size = static_cast<int64_t>(tok.tokenizer.vocab_size());
     co.special_token_ids = tok.special_ids;
-    if (f.count("mlm_probability")) co.mlm_probability = std::stod(f["mlm_probability"]);
+    if (f.count("mlm_probability")) {
+      const std::string& v = f["mlm_probability"];
+      char* end = nullptr;
+      co.mlm_probability = std::strtod(v.c_str(), &end);
+      KILN_CHECK(!v.empty() && *end == 0 && co.mlm_probability >= 0 && co.mlm_probability <= 1,
+                 "--mlm_probability must be a number in [0, 1], got '", v, "'");
+    }
   }
   co.seed = ta.seed;
 

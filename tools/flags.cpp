@@ -1,6 +1,8 @@
 #include "flags.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 
 #include "kiln/core/error.h"
 #include "kiln/train/training_args.h"
@@ -55,6 +57,27 @@ void Flags::parse(const std::vector<std::string>& args) {
 std::string Flags::get(const std::string& name, const std::string& fallback) const {
   auto it = values_.find(name);
   return it == values_.end() ? fallback : it->second;
+}
+
+int64_t Flags::integer(const std::string& name, int64_t fallback, int64_t min) const {
+  if (!has(name)) return fallback;
+  const std::string& v = values_.at(name);
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  KILN_CHECK(!v.empty() && *end == 0 && errno == 0, command_, ": --", name, ": invalid value '", v,
+             "' (expected an integer)");
+  KILN_CHECK(n >= min, command_, ": --", name, " must be >= ", min, ", got ", n);
+  return n;
+}
+
+double Flags::number(const std::string& name, double fallback) const {
+  if (!has(name)) return fallback;
+  const std::string& v = values_.at(name);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  KILN_CHECK(!v.empty() && *end == 0, command_, ": --", name, ": invalid value '", v, "' (expected a number)");
+  return x;
 }
 
 }  // namespace kiln::cli

@@ -2,6 +2,7 @@
 // Command-line flags of the `kiln` subcommands: "--name value", "--name=value"
 // and switches. An unknown flag is an error that suggests the closest valid
 // name; a missing value or required flag names the flag.
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,6 +23,11 @@ class Flags {
   const std::string& usage() const { return usage_; }
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string get(const std::string& name, const std::string& fallback = "") const;
+  // The flag's value as a whole integer (at least `min`) or a whole number;
+  // `fallback` when absent. Anything else ("3abc", "2.7" for an integer, a
+  // value below min) is an error naming the command, flag and value.
+  int64_t integer(const std::string& name, int64_t fallback, int64_t min = INT64_MIN) const;
+  double number(const std::string& name, double fallback) const;
 
  private:
   std::string command_, usage_;

@@ -165,6 +165,21 @@ TEST(Cli, CausalLmTrainsAGpt2) {
             0);
   EXPECT_EQ(slurp(w.path() / "g1"), slurp(w.path() / "g2"));
   EXPECT_EQ(slurp(w.path() / "g1").rfind("the battery is", 0), 0u) << slurp(w.path() / "g1");
+  // Numeric flags are whole numbers or errors naming the flag (not "stod", not 3 from "3abc").
+  for (const auto& [flag, message] :
+       {std::pair{"--top_k 3abc", "generate: --top_k: invalid value '3abc' (expected an integer)"},
+        {"--max_new_tokens 2.7", "generate: --max_new_tokens: invalid value '2.7' (expected an integer)"},
+        {"--top_p abc --do_sample", "generate: --top_p: invalid value 'abc' (expected a number)"},
+        {"--seed -1", "generate: --seed must be >= 0, got -1"}}) {
+    EXPECT_NE(kiln("generate --model " + out.string() + " --prompt 'the battery is' " + flag, w.path() / "g3"), 0);
+    EXPECT_CONTAINS(slurp(w.path() / "g3"), message);
+  }
+  // Sampling flags without --do_sample: greedy, with a warning (as HF's).
+  ASSERT_EQ(kiln("generate --model " + out.string() + " --prompt 'the battery is' --max_new_tokens 6 --top_k 5",
+                 w.path() / "g4"),
+            0);
+  EXPECT_CONTAINS(slurp(w.path() / "g4"), "warning: --top_k only applies with --do_sample");
+  EXPECT_CONTAINS(slurp(w.path() / "g4"), slurp(w.path() / "g1"));
   // A BERT checkpoint cannot do causal LM: a clear error.
   EXPECT_NE(kiln("train --task causal-lm --config_name bert-tiny --tokenizer_name " + data.string() + " --train_file " +
                      (data / "train.csv").string() + " --output_dir " + (w.path() / "x").string(),

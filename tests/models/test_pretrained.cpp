@@ -113,6 +113,16 @@ TEST(Pretrained, MissingExtraOrMisShapedTensorsAreNamed) {
   edit_weights(dir.path(), [&](auto& t) { t["bert.encoder.layer.0.extra.weight"] = zeros({2}); });
   e = load_error(dir.path());
   EXPECT_NE(e.find("unexpected tensor 'bert.encoder.layer.0.extra.weight'"), std::string::npos) << e;
+
+  // A config.json of another width: every tensor differs; the first 20 are listed.
+  models::BertConfig wider = tiny_config();
+  wider.hidden_size = 32;
+  models::create_model("BertForSequenceClassification", wider, 3)->save_pretrained(dir.path());
+  models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path() / "small");
+  fs::copy_file(dir.path() / "small" / "config.json", dir.path() / "config.json", fs::copy_options::overwrite_existing);
+  e = load_error(dir.path());
+  EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 22) << e;  // the file, 20 tensors, the rest
+  EXPECT_CONTAINS(e, " more (does config.json describe this checkpoint?)");
 }
 
 TEST(Pretrained, HeadModelFromBaseCheckpointInitialisesTheNewHead) {

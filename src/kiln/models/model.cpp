@@ -233,8 +233,17 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
     if (in_backbone && !pooler) errors += "  unexpected tensor '" + u + "' " + to_string(dict.at(u).shape()) + "\n";
     else other_heads.push_back(u);
   }
-  if (!errors.empty())
+  if (!errors.empty()) {
+    // The first 20 problems: a config.json for another size gives one per tensor.
+    size_t lines = 0, at = 0;
+    while (at < errors.size() && lines < 20) at = errors.find('\n', at) + 1, ++lines;
+    if (at < errors.size()) {
+      const auto more = std::count(errors.begin() + static_cast<std::ptrdiff_t>(at), errors.end(), '\n');
+      errors = errors.substr(0, at) + "  ... and " + std::to_string(more) +
+               " more (does config.json describe this checkpoint?)\n";
+    }
     throw Error(file + " does not fit " + arch + " (" + (dir / "config.json").string() + "):\n" + errors);
+  }
   if (!new_head.empty()) {
     std::string names;
     for (const auto& n : new_head) names += " " + n;
