@@ -234,6 +234,23 @@ int run_train(const std::vector<std::string>& raw_args) {
   return 0;
 }
 
+// The task a saved model is evaluated on: --task when given (it must fit the
+// architecture), else the one its architecture was trained for.
+std::string eval_task(const std::string& arch, const std::map<std::string, std::string>& f) {
+  const auto ends = [&](const char* s) { return arch.ends_with(s); };
+  const std::string fits = ends("ForSequenceClassification") ? "text-classification"
+                           : ends("ForMaskedLM")              ? "masked-lm"
+                           : arch == "GPT2LMHeadModel"        ? "causal-lm"
+                           : arch == "T5ForConditionalGeneration" ? "seq2seq"
+                                                                  : "";
+  KILN_CHECK(!fits.empty(), "eval: cannot evaluate a ", arch,
+             " (a *ForSequenceClassification, *ForMaskedLM, GPT2LMHeadModel or T5ForConditionalGeneration can be)");
+  if (auto it = f.find("task"); it != f.end())
+    KILN_CHECK(it->second == fits, "eval: --task ", it->second, " does not fit the model's ", arch,
+               " (its task is ", fits, ")");
+  return fits;
+}
+
 int run_eval(const std::vector<std::string>& args) {
   std::map<std::string, std::string> f;
   std::vector<std::string> a = args;
@@ -249,22 +266,43 @@ int run_eval(const std::vector<std::string>& args) {
   fs::path dir = f["model_name_or_path"];
   cli::TokenizerBundle tok = cli::load_tokenizer(f.count("tokenizer_name") ? fs::path(f["tokenizer_name"]) : dir);
   auto model = models::from_pretrained(dir, {});
-  const bool mlm = model->architecture().find("MaskedLM") != std::string::npos;
+  const std::string task = eval_task(model->architecture(), f);
+  const bool mlm = task == "masked-lm", clm = task == "causal-lm", s2s = task == "seq2seq";
+  if (s2s) {  // as kiln train: the source and target columns are each row's text pair
+    f["text_column"] = f.count("source_column") ? f["source_column"] : "source";
+    f["text_pair_column"] = f.count("target_column") ? f["target_column"] : "target";
+    f["label_column"] = "";
+  }
   data::Dataset ds = data::load_dataset(f["validation_file"], cli::dataset_options(f));
   const int64_t max_len = int_flag(f, "max_seq_length", 128);
+  KILN_CHECK(max_len > 2, "--max_seq_length must be > 2, got ", max_len);
   std::vector<std::string> names;
   for (auto& [id, l] : model->config().id2label) names.push_back(l);
   data::LabelMap labels = data::LabelMap::from_labels(names);
-  auto feats = std::make_shared<data::Features>(mlm ? data::group_texts(ds, tok.tokenizer, max_len, true)
-                                                    : data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
+  std::shared_ptr<data::Features> feats;
+  if (s2s)
+    feats = std::make_shared<data::Features>(data::tokenize_seq2seq(
+        ds, tok.tokenizer, int_flag(f, "max_source_length", max_len), int_flag(f, "max_target_length", max_len),
+        f.count("source_prefix") ? f["source_prefix"] : ""));
+  else if (mlm || clm)
+    feats = std::make_shared<data::Features>(data::group_texts(ds, tok.tokenizer, max_len, mlm));
+  else {
+    KILN_CHECK(ds.has_labels, f["validation_file"], ": no labels to evaluate against (column '",
+               cli::dataset_options(f).label_column, "' is missing, or empty in every row)");
+    feats = std::make_shared<data::Features>(data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
+  }
   data::CollatorOptions co;
   co.pad_token_id = tok.pad_id;
   co.max_length = max_len;
   co.mlm = mlm;
+  co.causal_lm = clm;
   co.mask_token_id = tok.mask_id;
   co.vocab_size = static_cast<int64_t>(tok.tokenizer.vocab_size());
   co.special_token_ids = tok.special_ids;
-  train::Trainer trainer(*model, ta, mlm ? train::Task::MaskedLM : train::Task::TextClassification, nullptr, feats, co);
+  co.max_target_length = int_flag(f, "max_target_length", 0);
+  const train::Task t = mlm ? train::Task::MaskedLM : clm ? train::Task::CausalLM : s2s ? train::Task::Seq2Seq
+                                                                                       : train::Task::TextClassification;
+  train::Trainer trainer(*model, ta, t, nullptr, feats, co);
   auto m = trainer.evaluate("eval");
   for (auto& [k, v] : m) std::printf("%s = %.4f\n", k.c_str(), v);
   return 0;

@@ -44,6 +44,12 @@ std::string train_args(const fs::path& data, const fs::path& out) {
          " --output_dir " + out.string() + " --per_device_train_batch_size 16 --learning_rate 1e-3 --seed 3";
 }
 
+// The value of a "name = value" line a command printed (NaN when absent).
+double printed_value(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " = ");
+  return at == std::string::npos ? std::nan("") : std::strtod(text.c_str() + at + name.size() + 4, nullptr);
+}
+
 TEST(Cli, TrainPredictAndBadInput) {
   Workdir w;
   fs::path data = w.path() / "data", out = w.path() / "out";
@@ -180,6 +186,15 @@ TEST(Cli, CausalLmTrainsAGpt2) {
             0);
   EXPECT_CONTAINS(slurp(w.path() / "g4"), "warning: --top_k only applies with --do_sample");
   EXPECT_CONTAINS(slurp(w.path() / "g4"), slurp(w.path() / "g1"));
+  // kiln eval evaluates the saved LM as a causal LM (it used to read the file as labelled sentences).
+  const std::string eval = "eval --model_name_or_path " + out.string() + " --validation_file " +
+                           (data / "validation.csv").string() + " --max_seq_length 32";
+  ASSERT_EQ(kiln(eval + " --output_dir " + (w.path() / "ev").string(), w.path() / "e1"), 0) << slurp(w.path() / "e1");
+  const double perplexity = io::read_json_file(out / "eval_results.json")["perplexity"].get<double>();
+  EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "perplexity"), perplexity, 1e-4 * perplexity);
+  EXPECT_NE(kiln(eval + " --task text-classification", w.path() / "e2"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "e2"), "eval: --task text-classification does not fit the model's GPT2LMHeadModel "
+                                          "(its task is causal-lm)");
   // A BERT checkpoint cannot do causal LM: a clear error.
   EXPECT_NE(kiln("train --task causal-lm --config_name bert-tiny --tokenizer_name " + data.string() + " --train_file " +
                      (data / "train.csv").string() + " --output_dir " + (w.path() / "x").string(),
@@ -207,6 +222,15 @@ TEST(Cli, Seq2SeqTrainsAT5) {
   EXPECT_TRUE(io::read_json_file(out / "eval_results.json").contains("perplexity"));
   // The config ends targets where the tokenizer does ([SEP] in the demo vocabulary).
   EXPECT_EQ(io::read_json_file(out / "config.json")["eos_token_id"], 3);
+  // kiln eval reads the same columns and reports the training run's evaluation.
+  ASSERT_EQ(kiln("eval --model_name_or_path " + out.string() + " --validation_file " + (data / "validation.csv").string() +
+                     " --source_column sentence --target_column label --source_prefix 'sentiment: '" +
+                     " --max_source_length 32 --max_target_length 4 --output_dir " + (w.path() / "ev").string(),
+                 w.path() / "e1"),
+            0)
+      << slurp(w.path() / "e1");
+  const double eval_loss = io::read_json_file(out / "eval_results.json")["eval_loss"].get<double>();
+  EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "eval_loss"), eval_loss, 1e-4);
   // Generation from the trained model: the cache and the full recomputation agree.
   std::ofstream(w.path() / "prompts.txt") << "sentiment: the battery is great\nsentiment: it broke after a day\n";
   std::string gen = "generate --model " + out.string() + " --prompts_file " + (w.path() / "prompts.txt").string() +
