@@ -30,7 +30,7 @@ const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name
                                               "label_column", "max_seq_length", "pad_to_multiple_of",
                                               "mlm_probability", "source_column", "target_column", "source_prefix",
                                               "max_source_length", "max_target_length"};
-const std::vector<std::string> kExtraSwitches = {"pad_to_max_length"};
+const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes"};
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const char* name, int64_t fallback) {
   auto it = f.find(name);
@@ -138,6 +138,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     lo.device = device;
     lo.architecture = arch_for(*base);
     if (!lm) lo.num_labels = num_labels;
+    lo.ignore_mismatched_sizes = f.count("ignore_mismatched_sizes") > 0;
     model = models::from_pretrained(f["model_name_or_path"], lo);
   } else {
     std::unique_ptr<models::PretrainedConfig> c = models::preset_config(f["config_name"]);
@@ -279,6 +280,9 @@ int run_eval(const std::vector<std::string>& args) {
   std::vector<std::string> names;
   for (auto& [id, l] : model->config().id2label) names.push_back(l);
   data::LabelMap labels = data::LabelMap::from_labels(names);
+  // A regression head (as HF decides: problem_type, or one label without it) reads numbers.
+  const auto& problem = model->config().problem_type;
+  if (problem ? *problem == "regression" : model->config().num_labels() == 1) labels = data::LabelMap{{}, true};
   std::shared_ptr<data::Features> feats;
   if (s2s)
     feats = std::make_shared<data::Features>(data::tokenize_seq2seq(

@@ -78,6 +78,25 @@ TEST(Cli, TrainPredictAndBadInput) {
       << slurp(w.path() / "log2");
   std::string pred = slurp(w.path() / "pred.jsonl");
   EXPECT_NE(pred.find("\"label\":"), std::string::npos) << pred;
+  // The 2-label classifier fine-tuned into a regression (real-valued labels):
+  // its head has another shape, so --ignore_mismatched_sizes; kiln eval then
+  // reads the labels as numbers, as the regression head needs.
+  std::ofstream(w.path() / "scores.csv") << "sentence,label\ngreat,4.5\nawful,1.0\nfine,3.5\nmeh,2.5\n";
+  const std::string scores = (w.path() / "scores.csv").string();
+  const std::string regress = "train --model_name_or_path " + out.string() + " --train_file " + scores +
+                              " --validation_file " + scores + " --max_seq_length 16 --max_steps 2" +
+                              " --per_device_train_batch_size 2 --output_dir " + (w.path() / "reg").string();
+  EXPECT_NE(kiln(regress, w.path() / "r0"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "r0"), "--ignore_mismatched_sizes");
+  ASSERT_EQ(kiln(regress + " --ignore_mismatched_sizes", w.path() / "r1"), 0) << slurp(w.path() / "r1");
+  EXPECT_CONTAINS(slurp(w.path() / "r1"), "because the shapes did not match");
+  ASSERT_EQ(kiln("eval --model_name_or_path " + (w.path() / "reg").string() + " --validation_file " + scores +
+                     " --max_seq_length 16",
+                 w.path() / "r2"),
+            0)
+      << slurp(w.path() / "r2");
+  EXPECT_NEAR(printed_value(slurp(w.path() / "r2"), "eval_loss"),
+              io::read_json_file(w.path() / "reg" / "eval_results.json")["eval_loss"].get<double>(), 1e-4);
   // --bf16: the same rows, scores within bf16's precision.
   ASSERT_EQ(kiln("predict --bf16 --model " + out.string() + " --input " + (data / "test.txt").string() + " --output " +
                      (w.path() / "pred16.jsonl").string(),

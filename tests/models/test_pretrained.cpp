@@ -121,7 +121,7 @@ TEST(Pretrained, MissingExtraOrMisShapedTensorsAreNamed) {
   models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path() / "small");
   fs::copy_file(dir.path() / "small" / "config.json", dir.path() / "config.json", fs::copy_options::overwrite_existing);
   e = load_error(dir.path());
-  EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 22) << e;  // the file, 20 tensors, the rest
+  EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 23) << e;  // the file, 20 tensors, the rest, the hint
   EXPECT_CONTAINS(e, " more (does config.json describe this checkpoint?)");
 }
 
@@ -137,6 +137,27 @@ TEST(Pretrained, HeadModelFromBaseCheckpointInitialisesTheNewHead) {
   EXPECT_EQ(sd.at("classifier.weight").shape(), (Shape{4, 16}));
   EXPECT_EQ(sd.at("bert.embeddings.word_embeddings.weight").to_vector<float>(),
             base->state_dict().at("embeddings.word_embeddings.weight").to_vector<float>());
+}
+
+// A classifier fine-tuned again with another number of labels: an error
+// that names ignore_mismatched_sizes, which then initialises the head anew
+// and keeps the backbone (HF's ignore_mismatched_sizes).
+TEST(Pretrained, IgnoreMismatchedSizesInitialisesTheResizedHead) {
+  TempDir dir;
+  auto three = models::create_model("BertForSequenceClassification", tiny_config(), 5);  // 3 labels
+  three->save_pretrained(dir.path());
+  models::LoadOptions opts;
+  opts.num_labels = 2;
+  const std::string e = testing::error_of([&] { models::from_pretrained(dir.path(), opts); });
+  EXPECT_CONTAINS(e, "classifier.weight: checkpoint [3,16], model [2,16]");
+  EXPECT_CONTAINS(e, "kiln train's --ignore_mismatched_sizes");
+  opts.ignore_mismatched_sizes = true;
+  auto two = models::from_pretrained(dir.path(), opts);
+  auto sd = two->state_dict();
+  EXPECT_EQ(sd.at("classifier.weight").shape(), (Shape{2, 16}));
+  EXPECT_EQ(sd.at("classifier.bias").to_vector<float>(), std::vector<float>(2, 0.0f));  // as HF initialises a bias
+  EXPECT_EQ(sd.at("bert.encoder.layer.1.output.dense.weight").to_vector<float>(),
+            three->state_dict().at("bert.encoder.layer.1.output.dense.weight").to_vector<float>());
 }
 
 TEST(Pretrained, LegacyGammaBetaNamesLoad) {

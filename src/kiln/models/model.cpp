@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "kiln/core/error.h"
 #include "kiln/io/json_file.h"
@@ -209,12 +210,27 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
                            "lm_head.decoder.bias", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"})
     dict.erase(tied);
 
+  std::set<std::string> resized;  // ignore_mismatched_sizes: tensors of another shape, left as initialised
+  std::string resized_lines;
+  if (options.ignore_mismatched_sizes)
+    for (auto it = dict.begin(); it != dict.end();) {
+      auto p = params.find(it->first);
+      if (p == params.end() || p->second.shape() == it->second.shape()) {
+        ++it;
+        continue;
+      }
+      resized_lines += "  " + it->first + ": checkpoint " + to_string(it->second.shape()) + ", model " +
+                       to_string(p->second.shape()) + "\n";
+      resized.insert(it->first);
+      it = dict.erase(it);
+    }
   nn::LoadReport report = model->load_state_dict(dict, false);
   std::string file = (dir / "model.safetensors").string();
   std::string errors;
   for (const auto& m : report.mismatched) errors += "  tensor " + m + "\n";
   std::vector<std::string> new_head;
   for (const auto& m : report.missing) {
+    if (resized.count(m)) continue;
     bool in_backbone = model_has_prefix ? starts_with(m, prefix) : true;
     if (in_backbone) errors += "  missing tensor '" + m + "' " + to_string(params.at(m).shape()) + "\n";
     else new_head.push_back(m);
@@ -242,8 +258,16 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
       errors = errors.substr(0, at) + "  ... and " + std::to_string(more) +
                " more (does config.json describe this checkpoint?)\n";
     }
+    if (!report.mismatched.empty())
+      errors += "(ignore_mismatched_sizes, kiln train's --ignore_mismatched_sizes, initialises tensors of another "
+                "shape anew, as HF's does)\n";
     throw Error(file + " does not fit " + arch + " (" + (dir / "config.json").string() + "):\n" + errors);
   }
+  if (!resized_lines.empty())
+    std::fprintf(stderr,
+                 "kiln: warning: some weights of %s were not initialized from %s because the shapes did not match "
+                 "(ignore_mismatched_sizes); they are newly initialized:\n%s",
+                 arch.c_str(), file.c_str(), resized_lines.c_str());
   if (!new_head.empty()) {
     std::string names;
     for (const auto& n : new_head) names += " " + n;

@@ -72,6 +72,10 @@ struct LoadOptions {
   // Architecture to build; empty: config.json's first architecture.
   std::string architecture;
   int64_t num_labels = 0;  // > 0: override (a new classification head)
+  // HF's ignore_mismatched_sizes: a checkpoint tensor whose shape differs
+  // from the model's (a head with another number of labels) is left as
+  // initialised, with a warning, instead of failing the load.
+  bool ignore_mismatched_sizes = false;
 };
 
 // The loss of a sequence-classification head, as HF picks it from
