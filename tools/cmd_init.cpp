@@ -15,13 +15,6 @@ constexpr const char* kUsage =
     "usage: kiln init --config FILE_OR_PRESET --output_dir DIR [--architecture ARCH] [--num_labels N] [--seed S]\n"
     "presets: bert-tiny, bert-mini, bert-small, bert-base, roberta-base, gpt2, gpt2-tiny, t5-small, t5-tiny, t5-v1_1-tiny";
 
-int64_t parse_int(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  long long n = std::strtoll(v.c_str(), &end, 10);
-  KILN_CHECK(!v.empty() && *end == 0, "init: --", flag, " expects an integer, got '", v, "'");
-  return n;
-}
-
 int run_init(const std::vector<std::string>& args) {
   kiln::cli::Flags flags("init",
                          {{"config", true, true}, {"output_dir", true, true}, {"architecture"}, {"num_labels"}, {"seed"}},
@@ -38,10 +31,10 @@ int run_init(const std::vector<std::string>& args) {
                "' is neither a preset (bert-tiny, bert-mini, bert-small, bert-base, roberta-base, gpt2, gpt2-tiny, t5-small, t5-tiny, t5-v1_1-tiny) nor a file");
     config = kiln::models::load_config(source);
   }
-  if (flags.has("num_labels")) config->set_num_labels(parse_int("num_labels", flags.get("num_labels")));
+  if (flags.has("num_labels")) config->set_num_labels(flags.integer("num_labels", 0));
   std::string arch = flags.get("architecture", config->architectures.empty() ? "" : config->architectures[0]);
   KILN_CHECK(!arch.empty(), "init: the config names no architecture; pass --architecture");
-  uint64_t seed = flags.has("seed") ? static_cast<uint64_t>(parse_int("seed", flags.get("seed"))) : 42;
+  const auto seed = static_cast<uint64_t>(flags.integer("seed", 42, 0));
   auto model = kiln::models::create_model(arch, *config, seed);
   model->save_pretrained(flags.get("output_dir"));
   size_t count = 0;

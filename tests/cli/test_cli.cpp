@@ -316,6 +316,9 @@ TEST(Cli, GenerateWithAT5) {
   ASSERT_EQ(kiln("init --config bert-tiny --output_dir " + bert.string(), w.path() / "log2"), 0);
   EXPECT_NE(kiln("generate --model " + bert.string() + " --prompt hello", w.path() / "e2"), 0);
   EXPECT_NE(slurp(w.path() / "e2").find("cannot generate text"), std::string::npos) << slurp(w.path() / "e2");
+  // init's numbers: whole, and a seed is never negative (it was cast to an unsigned).
+  EXPECT_NE(kiln("init --config bert-tiny --seed -3 --output_dir " + (w.path() / "s").string(), w.path() / "i1"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "i1"), "init: --seed must be >= 0, got -3");
 }
 
 TEST(Cli, CorruptCheckpointIsAClearErrorOnResume) {
