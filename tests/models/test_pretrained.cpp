@@ -172,6 +172,25 @@ TEST(Pretrained, LegacyGammaBetaNamesLoad) {
   EXPECT_NO_THROW(models::from_pretrained(dir.path()));
 }
 
+// Values whose math would give NaN or an out-of-range lookup later: a
+// negative LayerNorm epsilon, T5 buckets whose log range is empty or
+// negative, a decoder start id outside the vocabulary.
+TEST(Pretrained, ConfigValuesThatBreakTheMathAreErrors) {
+  auto error = [](auto parse) { return testing::error_of(parse); };
+  EXPECT_CONTAINS(error([] { models::BertConfig::from_json({{"layer_norm_eps", -1}}, "b.json"); }),
+                  "b.json: 'layer_norm_eps' must be >= 0, got -1");
+  EXPECT_CONTAINS(error([] { models::GPT2Config::from_json({{"layer_norm_epsilon", -1e-5}}, "g.json"); }),
+                  "g.json: 'layer_norm_epsilon' must be >= 0");
+  EXPECT_CONTAINS(error([] { models::T5Config::from_json({{"relative_attention_max_distance", 0}}, "t.json"); }),
+                  "t.json: 'relative_attention_max_distance' must be greater than relative_attention_num_buckets / 2 "
+                  "(16), got 0");
+  EXPECT_CONTAINS(error([] { models::T5Config::from_json({{"decoder_start_token_id", -5}}, "t.json"); }),
+                  "t.json: decoder_start_token_id -5 out of range [0, 32128)");
+  EXPECT_CONTAINS(error([] { models::T5Config::from_json({{"layer_norm_epsilon", -1}}, "t.json"); }),
+                  "'layer_norm_epsilon' must be >= 0");
+  EXPECT_NO_THROW(models::T5Config::from_json(nlohmann::json::object(), "t.json"));
+}
+
 TEST(Pretrained, BadConfigsAreClearErrors) {
   TempDir dir;
   models::create_model("BertForSequenceClassification", tiny_config(), 3)->save_pretrained(dir.path());

@@ -149,6 +149,7 @@ void BertConfig::validate(const std::string& src) const {
   KILN_CHECK(pad_token_id >= 0 && pad_token_id < vocab_size, src, ": pad_token_id ", pad_token_id,
              " out of range [0, ", vocab_size, ")");
   auto prob = [&](const char* k, double v) { KILN_CHECK(v >= 0 && v < 1, src, ": '", k, "' must be in [0, 1), got ", v); };
+  KILN_CHECK(layer_norm_eps >= 0, src, ": 'layer_norm_eps' must be >= 0, got ", layer_norm_eps);
   prob("hidden_dropout_prob", hidden_dropout_prob);
   prob("attention_probs_dropout_prob", attention_probs_dropout_prob);
   if (classifier_dropout) prob("classifier_dropout", *classifier_dropout);

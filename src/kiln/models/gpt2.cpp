@@ -60,6 +60,7 @@ void GPT2Config::validate(const std::string& src) const {
   for (auto [k, v] : {std::pair{"resid_pdrop", resid_pdrop}, {"embd_pdrop", embd_pdrop}, {"attn_pdrop", attn_pdrop}})
     KILN_CHECK(v >= 0 && v < 1, src, ": '", k, "' must be in [0, 1), got ", v);
   KILN_CHECK(!reorder_and_upcast_attn, src, ": reorder_and_upcast_attn is not supported");
+  KILN_CHECK(layer_norm_epsilon >= 0, src, ": 'layer_norm_epsilon' must be >= 0, got ", layer_norm_epsilon);
   if (pad_token_id) KILN_CHECK(*pad_token_id >= 0 && *pad_token_id < vocab_size, src, ": pad_token_id ", *pad_token_id,
                                " out of range [0, ", vocab_size, ")");
   config_json::validate_common(*this, src);

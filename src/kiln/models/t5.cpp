@@ -196,6 +196,14 @@ void T5Config::validate(const std::string& src) const {
     KILN_CHECK(v > 0, src, ": '", k, "' must be positive, got ", v);
   KILN_CHECK(decoder_layers() > 0, src, ": 'num_decoder_layers' must be positive");
   KILN_CHECK(dropout_rate >= 0 && dropout_rate < 1, src, ": 'dropout_rate' must be in [0, 1), got ", dropout_rate);
+  KILN_CHECK(layer_norm_epsilon >= 0, src, ": 'layer_norm_epsilon' must be >= 0, got ", layer_norm_epsilon);
+  // Distances past the exact buckets (half of them, each way or causal) are
+  // binned by log(d / exact) / log(max_distance / exact): it must exceed them.
+  KILN_CHECK(relative_attention_max_distance > relative_attention_num_buckets / 2, src,
+             ": 'relative_attention_max_distance' must be greater than relative_attention_num_buckets / 2 (",
+             relative_attention_num_buckets / 2, "), got ", relative_attention_max_distance);
+  for (auto [k, v] : {std::pair{"pad_token_id", pad_token_id}, {"decoder_start_token_id", decoder_start_token_id}})
+    KILN_CHECK(v >= 0 && v < vocab_size, src, ": ", k, " ", v, " out of range [0, ", vocab_size, ")");
   const std::string a = gated() ? feed_forward_proj.substr(6) : feed_forward_proj;
   KILN_CHECK(a == "relu" || a == "gelu" || a == "gelu_new", src, ": feed_forward_proj '", feed_forward_proj,
              "' is not supported (relu, gelu, gated-relu, gated-gelu)");
