@@ -409,6 +409,10 @@ TEST(SafetensorsDir, MalformedIndex) {
   EXPECT_TRUE(throws_with([&] { load_safetensors(dir.path()); }, {"model.safetensors.index.json", "'a.weight'"}));
   write_json_file_atomic(dir / "model.safetensors.index.json", {{"weight_map", {{"a.weight", "/etc/passwd"}}}});
   EXPECT_TRUE(throws_with([&] { load_safetensors(dir.path()); }, {"model.safetensors.index.json", "relative"}));
+  // A relative path that climbs out of the directory is refused too, before anything is opened.
+  write_json_file_atomic(dir / "model.safetensors.index.json",
+                         {{"weight_map", {{"a.weight", "../" + dir.path().filename().string() + "/model-00001-of-00002.safetensors"}}}});
+  EXPECT_TRUE(throws_with([&] { load_safetensors(dir.path()); }, {"model.safetensors.index.json", "(inside it)"}));
   write_file_atomic(dir / "model.safetensors.index.json", "{\"weight_map\": ");
   EXPECT_TRUE(throws_with([&] { load_safetensors(dir.path()); }, {"model.safetensors.index.json:1:"}));
 }

@@ -381,8 +381,9 @@ std::map<std::string, Tensor> load_sharded(const std::filesystem::path& index_pa
   std::map<std::string, std::string> shard_of;  // tensor -> shard it was loaded from
   for (const auto& [shard, tensors] : tensors_of_shard) {
     std::filesystem::path shard_rel(shard);
-    KILN_CHECK(!shard.empty() && shard_rel.is_relative(), file, ": shard '", shard,
-               "' must be a file name relative to the index's directory");
+    const bool climbs = std::any_of(shard_rel.begin(), shard_rel.end(), [](const auto& part) { return part == ".."; });
+    KILN_CHECK(!shard.empty() && shard_rel.is_relative() && !climbs, file, ": shard '", shard,
+               "' must be a file name relative to the index's directory (inside it)");
     const auto shard_path = dir / shard_rel;
     std::error_code ec;
     KILN_CHECK(std::filesystem::is_regular_file(shard_path, ec), file, ": shard '", shard, "' (holding '",
