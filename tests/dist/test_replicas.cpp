@@ -9,6 +9,7 @@
 #include "kiln/optim/optimizer.h"
 #include "kiln/dist/collectives.h"
 #include "kiln/dist/replica.h"
+#include "kiln/dist/threads.h"
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/metrics.h"
 #include "kiln/runtime/ops.h"
@@ -53,6 +54,24 @@ TEST(Spawn, RendezvousWaitsForEveryReplica) {
       },
       4);
   EXPECT_TRUE(all_arrived_first);
+}
+
+// More replicas than cores still run (one thread each), with a warning that
+// says so; as many as the cores, none.
+TEST(Spawn, MoreReplicasThanCoresWarn) {
+  const int cores = dist::default_threads();
+  for (int n : {cores, cores + 1}) {
+    ::testing::internal::CaptureStderr();
+    std::atomic<int> ran{0};
+    spawn([&](int) { ++ran; }, n);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(ran.load(), n);
+    if (n > cores)
+      EXPECT_CONTAINS(err, std::to_string(n) + " replicas share " + std::to_string(cores) +
+                               " cores (one thread each): the cores are oversubscribed");
+    else
+      EXPECT_EQ(err.find("oversubscribed"), std::string::npos) << err;
+  }
 }
 
 TEST(Spawn, DifferentRendezvousTagsAreAnErrorNotAHang) {

@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -410,6 +411,11 @@ void spawn(const std::function<void(int)>& fn, int n) {
   KILN_CHECK(n >= 1, "spawn: the number of replicas must be at least 1, got ", n);
   dist::mpi::init();
   const int threads_each = n == 1 ? dist::default_threads() : std::max(1, dist::default_threads() / n);
+  if (n > dist::default_threads())  // each still runs one thread: more threads than cores
+    std::fprintf(stderr,
+                 "kiln: warning: %d replicas share %d cores (one thread each): the cores are oversubscribed; "
+                 "%d replicas or fewer avoid it\n",
+                 n, dist::default_threads(), dist::default_threads());
   auto g = dist::new_group(n, threads_each);
   std::vector<std::exception_ptr> errors(n);
   std::atomic<int> origin{-1};
