@@ -259,8 +259,8 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
                " more (does config.json describe this checkpoint?)\n";
     }
     if (!report.mismatched.empty())
-      errors += "(ignore_mismatched_sizes, kiln train's --ignore_mismatched_sizes, initialises tensors of another "
-                "shape anew, as HF's does)\n";
+      errors += "(a head of another size, e.g. for another number of labels: ignore_mismatched_sizes, kiln "
+                "train's --ignore_mismatched_sizes, initialises it anew, as HF's does)\n";
     throw Error(file + " does not fit " + arch + " (" + (dir / "config.json").string() + "):\n" + errors);
   }
   if (!resized_lines.empty())

@@ -42,8 +42,8 @@ class PreTrainedModel : public nn::Module {
   // model_input_names: BERT's do; GPT-2's and T5's do not), so the Trainer
   // passes the data's token types to this model only.
   virtual bool tokenizer_gives_token_types() const { return false; }
-  // An error naming any given input outside `accepted` (HF's forward would
-  // refuse the argument; ignoring it would change nothing silently).
+  // An error naming any given input outside `accepted`: HF's forward has no
+  // such argument and refuses it, and ignoring it would hide the mistake.
   void check_accepts(const ModelInputs& inputs, std::initializer_list<std::string_view> accepted) const;
   virtual std::string architecture() const = 0;
   // The backbone's attribute name ("bert", "roberta"); keys under it belong to the base model.

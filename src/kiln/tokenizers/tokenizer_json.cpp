@@ -136,7 +136,7 @@ std::vector<T> list_of(const json& j, const char* key, const std::string& where,
 
 uint32_t token_id_from_json(const json& v, const std::string& where) {
   KILN_CHECK(v.is_number_integer(), where, ": expected an integer id, found ", type_name(v));
-  const bool negative = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
+  const bool negative = !v.is_number_unsigned() && v.get<int64_t>() < 0;
   KILN_CHECK(!negative && v.get<uint64_t>() < (uint64_t{1} << 24), where, ": id ", v.dump(),
              " out of range (expected 0 <= id < 16777216)");
   return static_cast<uint32_t>(v.get<uint64_t>());
