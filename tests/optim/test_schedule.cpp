@@ -90,11 +90,29 @@ TEST(Schedule, PolynomialIsAbsoluteRateOverBaseLr) {
   EXPECT_DOUBLE_EQ(s.multiplier(100), end / base);
 }
 
+TEST(Schedule, RestartsAndInverseSqrtByHand) {
+  LRSchedule r("cosine_with_restarts", 2.0, 4, 104);
+  EXPECT_DOUBLE_EQ(r.multiplier(2), 0.5);
+  EXPECT_DOUBLE_EQ(r.multiplier(4), 1.0);
+  EXPECT_NEAR(r.multiplier(54), 0.5, 1e-15);  // halfway down one full cosine cycle
+  EXPECT_DOUBLE_EQ(r.multiplier(104), 0.0);  // progress 1: 0, and 0 after
+  EXPECT_DOUBLE_EQ(r.multiplier(150), 0.0);
+  LRSchedule q("inverse_sqrt", 1.0, 10, 0);  // the total is not used
+  EXPECT_DOUBLE_EQ(q.multiplier(5), 0.5);
+  EXPECT_DOUBLE_EQ(q.multiplier(10), 1.0);
+  EXPECT_DOUBLE_EQ(q.multiplier(40), 0.5);  // sqrt(10 / 40)
+  LRSchedule z("inverse_sqrt", 1.0, 0, 0);  // no warmup: timescale 10000
+  EXPECT_DOUBLE_EQ(z.multiplier(0), 1.0);
+  EXPECT_DOUBLE_EQ(z.multiplier(30000), 0.5);
+}
+
 TEST(Schedule, Errors) {
   std::string e = error_of([] { LRSchedule("cosine_warm", 1e-3, 0, 10); });
   EXPECT_NE(e.find("'cosine_warm'"), std::string::npos) << e;
-  EXPECT_NE(e.find("linear, cosine, constant, constant_with_warmup, polynomial"), std::string::npos) << e;
-  e = error_of([] { LRSchedule("inverse_sqrt", 1e-3, 0, 10); });
+  EXPECT_NE(e.find("linear, cosine, constant, constant_with_warmup, polynomial, cosine_with_restarts, inverse_sqrt"),
+            std::string::npos)
+      << e;
+  e = error_of([] { LRSchedule("cosine_with_min_lr", 1e-3, 0, 10); });  // needs lr_scheduler_kwargs
   EXPECT_NE(e.find("kiln does not implement"), std::string::npos) << e;
   e = error_of([] { LRSchedule("polynomial", 1e-8, 0, 10); });
   EXPECT_NE(e.find("lr_end"), std::string::npos) << e;

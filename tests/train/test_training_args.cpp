@@ -278,7 +278,7 @@ TEST(TrainingArgs, BadValuesNameTheFlag) {
   EXPECT_HAS(e, "no, steps, epoch");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--save_strategy", "step"}), "did you mean 'steps'?");
   e = parse_error({"--output_dir", "o", "--lr_scheduler_type", "cosin"});
-  EXPECT_HAS(e, "linear, cosine, constant, constant_with_warmup, polynomial");
+  EXPECT_HAS(e, "linear, cosine, constant, constant_with_warmup, polynomial, cosine_with_restarts, inverse_sqrt");
   EXPECT_HAS(e, "did you mean 'cosine'?");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--seed", "-3"}), "--seed: invalid value '-3' (expected a non-negative integer)");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--max_steps", "1.5"}), "--max_steps: invalid value '1.5' (expected an integer)");
@@ -425,7 +425,7 @@ TEST(TrainingArgs, ValidateHandBuilt) {
   a.per_device_eval_batch_size = 0;
   EXPECT_EQ(error_of([&] { a.validate(); }), "per_device_eval_batch_size must be a positive integer, got 0");
   a.per_device_eval_batch_size = 8;
-  a.lr_scheduler_type = "inverse_sqrt";
+  a.lr_scheduler_type = "warmup_stable_decay";  // HF's, but it needs lr_scheduler_kwargs
   EXPECT_HAS(error_of([&] { a.validate(); }), "lr_scheduler_type must be one of");
 }
 

@@ -39,6 +39,23 @@ def cosine(current_step, *, num_warmup_steps, num_training_steps, num_cycles=0.5
     return max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(num_cycles) * 2.0 * progress)))
 
 
+def cosine_with_restarts(current_step, *, num_warmup_steps, num_training_steps, num_cycles=1):
+    if current_step < num_warmup_steps:
+        return float(current_step) / float(max(1, num_warmup_steps))
+    progress = float(current_step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
+    if progress >= 1.0:
+        return 0.0
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * ((float(num_cycles) * progress) % 1.0))))
+
+
+def inverse_sqrt(current_step, *, num_warmup_steps, timescale):
+    if current_step < num_warmup_steps:
+        return float(current_step) / float(max(1, num_warmup_steps))
+    shift = timescale - num_warmup_steps
+    decay = 1.0 / math.sqrt((current_step + shift) / timescale)
+    return decay
+
+
 def constant(_):
     return 1
 
@@ -63,12 +80,17 @@ def polynomial(current_step, *, num_warmup_steps, num_training_steps, lr_end=1e-
 
 
 def get_scheduler(name, optimizer, num_warmup_steps, num_training_steps):
-    """HF's get_scheduler for the five types kiln implements."""
+    """HF's get_scheduler for the seven types kiln implements (no lr_scheduler_kwargs)."""
     if name == "constant":
         return LambdaLR(optimizer, constant)
     if name == "constant_with_warmup":
         return LambdaLR(optimizer, partial(constant_with_warmup, num_warmup_steps=num_warmup_steps))
+    if name == "inverse_sqrt":  # HF passes no total; timescale defaults to the warmup, or 10000 without one
+        timescale = num_warmup_steps or 10_000
+        return LambdaLR(optimizer, partial(inverse_sqrt, num_warmup_steps=num_warmup_steps, timescale=timescale))
     kw = dict(num_warmup_steps=num_warmup_steps, num_training_steps=num_training_steps)
+    if name == "cosine_with_restarts":
+        return LambdaLR(optimizer, partial(cosine_with_restarts, **kw))
     if name == "linear":
         return LambdaLR(optimizer, partial(linear, **kw))
     if name == "cosine":
@@ -97,6 +119,12 @@ CASES = [
     ("polynomial", 5e-5, 0, 10),
     ("polynomial", 3e-4, 6, 2),
     ("polynomial", 2e-7, 2, 11),
+    ("cosine_with_restarts", 5e-5, 10, 100),
+    ("cosine_with_restarts", 3e-4, 0, 9),
+    ("cosine_with_restarts", 1e-3, 4, 4),
+    ("inverse_sqrt", 5e-5, 10, 100),
+    ("inverse_sqrt", 3e-4, 0, 9),
+    ("inverse_sqrt", 1e-3, 7, 3),
 ]
 EXTRA_STEPS = 4  # evaluate past total_steps too
 
@@ -123,6 +151,10 @@ def main():
     assert abs(cos[55] - 2.5e-5) < 1e-18 and abs(cos[100]) < 1e-20
     poly = by[("polynomial", 5, 30)]
     assert poly[5] == 1e-3 and abs(poly[30] - 1e-7) < 1e-20 and abs(poly[33] - 1e-7) < 1e-20
+    restarts = by[("cosine_with_restarts", 10, 100)]
+    assert restarts[10] == 5e-5 and abs(restarts[55] - 2.5e-5) < 1e-18 and restarts[100] == 0.0
+    inv = by[("inverse_sqrt", 10, 100)]
+    assert inv[10] == 5e-5 and abs(inv[40] - 2.5e-5) < 1e-18
     with open(OUT_PATH, "w") as f:
         json.dump({"generator": "tools/goldens/gen_schedule_goldens.py", "torch": torch.__version__, "cases": cases},
                   f, indent=1)

@@ -11,8 +11,8 @@ namespace {
 
 // HF's SchedulerType values that kiln does not implement: named in the error
 // so that a valid HF name is not reported as a typo.
-const std::vector<std::string> kUnsupportedHfTypes = {"cosine_with_restarts", "inverse_sqrt", "reduce_lr_on_plateau",
-                                                      "cosine_with_min_lr", "warmup_stable_decay"};
+const std::vector<std::string> kUnsupportedHfTypes = {"reduce_lr_on_plateau", "cosine_with_min_lr",
+                                                      "warmup_stable_decay"};
 
 // kiln builds with -march=native, where GCC contracts a * b + c into one FMA
 // (a single rounding); Python rounds the product first. A volatile store
@@ -31,7 +31,9 @@ std::string joined(const std::vector<std::string>& names) {
 }  // namespace
 
 const std::vector<std::string>& LRSchedule::types() {
-  static const std::vector<std::string> names = {"linear", "cosine", "constant", "constant_with_warmup", "polynomial"};
+  static const std::vector<std::string> names = {"linear",     "cosine",         "constant",
+                                                 "constant_with_warmup", "polynomial", "cosine_with_restarts",
+                                                 "inverse_sqrt"};
   return names;
 }
 
@@ -77,6 +79,17 @@ double LRSchedule::multiplier(int64_t step) const {
     }
     case Kind::ConstantWithWarmup:
       return 1.0;
+    case Kind::CosineWithRestarts: {  // HF's default num_cycles = 1: one full descent, then 0
+      constexpr double num_cycles = 1.0;
+      const double progress = (s - w) / std::max(1.0, t - w);
+      if (progress >= 1.0) return 0.0;
+      return std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * std::fmod(num_cycles * progress, 1.0))));
+    }
+    case Kind::InverseSqrt: {  // timescale: the warmup, or 10000 without one; the total is not used
+      const int64_t timescale = warmup_steps_ > 0 ? warmup_steps_ : 10000;
+      const int64_t shift = timescale - warmup_steps_;
+      return 1.0 / std::sqrt(static_cast<double>(step + shift) / static_cast<double>(timescale));
+    }
     case Kind::Polynomial: {
       if (step > total_steps_) return kPolynomialLrEnd / base_lr_;
       double lr_range = base_lr_ - kPolynomialLrEnd;

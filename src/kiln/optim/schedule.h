@@ -11,6 +11,10 @@
 //   cosine                     m = max(0, 0.5 (1 + cos(pi * 2 * 0.5 * (step - W) / max(1, T - W))))
 //   constant                   m = 1 (no warmup, as HF's get_constant_schedule ignores it)
 //   constant_with_warmup       m = 1 after warmup
+//   cosine_with_restarts (num_cycles 1)
+//                              p = (step - W) / max(1, T - W); m = 0 when p >= 1,
+//                              else max(0, 0.5 (1 + cos(pi * ((num_cycles * p) % 1))))
+//   inverse_sqrt               m = 1 / sqrt((step + S - W) / S), S = W or 10000 when W = 0
 //   polynomial (lr_end 1e-7, power 1)
 //                              step > T:  m = lr_end / base_lr
 //                              otherwise: m = ((base_lr - lr_end) * (1 - (step - W) / (T - W))^power + lr_end) / base_lr
@@ -48,7 +52,7 @@ class LRSchedule {
   static constexpr double kPolynomialPower = 1.0;
 
  private:
-  enum class Kind { Linear, Cosine, Constant, ConstantWithWarmup, Polynomial };
+  enum class Kind { Linear, Cosine, Constant, ConstantWithWarmup, Polynomial, CosineWithRestarts, InverseSqrt };
   std::string type_;
   Kind kind_;
   double base_lr_;

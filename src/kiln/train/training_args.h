@@ -25,7 +25,8 @@ struct TrainingArguments {
   double learning_rate = 5e-5, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8,
          max_grad_norm = 1.0, num_train_epochs = 3.0;
   int64_t max_steps = -1;
-  std::string lr_scheduler_type = "linear";  // linear, cosine, constant, constant_with_warmup, polynomial
+  // linear, cosine, constant, constant_with_warmup, polynomial, cosine_with_restarts, inverse_sqrt
+  std::string lr_scheduler_type = "linear";
   double warmup_ratio = 0.0;
   int64_t warmup_steps = 0;
   double logging_steps = 500;          // HF allows a float < 1 = ratio of total steps
