@@ -79,6 +79,13 @@ const json kHfDefaults = {
     {"tf32", false},
     {"bf16", false},
     {"ddp_bucket_cap_mb", 25.0},
+    {"report_to", "all"},
+    {"logging_dir", nullptr},
+    {"run_name", nullptr},
+    {"disable_tqdm", nullptr},
+    {"optim", "adamw_torch"},
+    {"save_safetensors", true},
+    {"push_to_hub", false},
     {"num_replicas", 1},
     {"shard_optimizer_state", false},
     {"metrics_debug", false},
@@ -89,6 +96,7 @@ const json kHfDefaults = {
 struct FlagCase {
   std::string name, text;
   json expected;
+  bool only_default = false;  // kiln accepts only HF's default (save_safetensors, push_to_hub)
 };
 const std::vector<FlagCase> kEveryFlag = {
     {"output_dir", "runs/a b", "runs/a b"},
@@ -130,6 +138,13 @@ const std::vector<FlagCase> kEveryFlag = {
     {"tf32", "", true},
     {"bf16", "", true},
     {"ddp_bucket_cap_mb", "0.5", 0.5},
+    {"report_to", "none", "none"},
+    {"logging_dir", "logs/run1", "logs/run1"},
+    {"run_name", "first", "first"},
+    {"disable_tqdm", "true", true},
+    {"optim", "adamw_torch_fused", "adamw_torch_fused"},
+    {"save_safetensors", "true", true, true},
+    {"push_to_hub", "false", false, true},
     {"num_replicas", "2", 2},
     {"shard_optimizer_state", "", true},
     {"metrics_debug", "", true},
@@ -166,7 +181,8 @@ TEST(TrainingArgs, EveryFlagSetsItsField) {
     if (c.name == "tf32") args.insert(args.end(), {"--device", "cuda"});  // TF32 is a CUDA mode
     json j = parse(args).to_json();
     EXPECT_EQ(j[c.name], c.expected) << c.name;
-    EXPECT_NE(j[c.name], kHfDefaults[c.name]) << c.name << ": the test value must differ from the default";
+    if (!c.only_default)
+      EXPECT_NE(j[c.name], kHfDefaults[c.name]) << c.name << ": the test value must differ from the default";
     // The --name=value form sets the same.
     if (!c.text.empty()) {
       Args eq = args;
@@ -415,6 +431,17 @@ TEST(TrainingArgs, JsonErrors) {
   TrainingArguments full = parse({"--output_dir", "o", "--lr_scheduler_type", "polynomial", "--seed", "9"});
   auto good = dir.write("training_args.json", full.to_json().dump(2));
   EXPECT_EQ(TrainingArguments::from_json_file(good), full);
+}
+
+// HF flags kiln accepts so HF command lines run, and the values it cannot honour.
+TEST(TrainingArgs, HfIntegrationFlags) {
+  EXPECT_EQ(parse_error({"--output_dir", "o", "--report_to", "wandb"}),
+            "--report_to: invalid value 'wandb' (expected one of: all, none)");
+  EXPECT_EQ(parse_error({"--output_dir", "o", "--optim", "adafactor"}),
+            "--optim: invalid value 'adafactor' (expected one of: adamw_torch, adamw_torch_fused)");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--save_safetensors", "false"}),
+             "--save_safetensors must be true: kiln writes model.safetensors only");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--push_to_hub"}), "--push_to_hub is not supported");
 }
 
 TEST(TrainingArgs, ValidateHandBuilt) {

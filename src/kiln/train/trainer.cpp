@@ -154,7 +154,7 @@ Trainer::Trainer(models::PreTrainedModel& model, TrainingArguments args, Task ta
   KILN_CHECK(args_.num_replicas == replica_.local_count, "Trainer: num_replicas is ", args_.num_replicas, " but ",
              replica_.local_count, " replica(s) run in this process: construct one Trainer per replica inside "
              "kiln::spawn(fn, num_replicas)");
-  progress_tty_ = ::isatty(STDERR_FILENO) && replica_.is_master();
+  progress_tty_ = ::isatty(STDERR_FILENO) && replica_.is_master() && !args_.disable_tqdm.value_or(false);
   if (args_.gradient_checkpointing) model_.set_gradient_checkpointing(true);  // as HF's Trainer does
   if (args_.tf32) set_allow_tf32(true);  // HF: torch.backends.cuda.matmul.allow_tf32 = True
   build_optimizer();

@@ -74,6 +74,13 @@ const std::vector<Field>& fields() {
       {"tf32", &TA::tf32, {}},
       {"bf16", &TA::bf16, {}},
       {"ddp_bucket_cap_mb", &TA::ddp_bucket_cap_mb, {}},
+      {"report_to", &TA::report_to, {"all", "none"}},
+      {"logging_dir", &TA::logging_dir, {}},
+      {"run_name", &TA::run_name, {}},
+      {"disable_tqdm", &TA::disable_tqdm, {}},
+      {"optim", &TA::optim, {"adamw_torch", "adamw_torch_fused"}},
+      {"save_safetensors", &TA::save_safetensors, {}},
+      {"push_to_hub", &TA::push_to_hub, {}},
       {"num_replicas", &TA::num_replicas, {}},
       {"shard_optimizer_state", &TA::shard_optimizer_state, {}},
       {"metrics_debug", &TA::metrics_debug, {}},
@@ -278,6 +285,9 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
   };
   interval("logging_steps", a.logging_steps, true);
   interval("save_steps", a.save_steps, a.save_strategy == "steps");
+  if (!a.save_safetensors)
+    throw fail("save_safetensors", "must be true: kiln writes model.safetensors only (no pytorch_model.bin)");
+  if (a.push_to_hub) throw fail("push_to_hub", "is not supported: kiln never uses the network");
   if (a.metric_for_best_model && a.metric_for_best_model->empty())
     throw fail("metric_for_best_model", "must not be empty");
   try {

@@ -52,6 +52,20 @@ struct TrainingArguments {
   // bf16 with f32 sums; weights, gradients and optimizer state in f32.
   bool bf16 = false;
   double ddp_bucket_cap_mb = 25;  // gradient all-reduce buckets (HF: None means DDP's 25)
+  // HF's bookkeeping and integration fields, accepted so HF command lines run
+  // as they are. kiln has no logging integrations: report_to is "all" (HF's
+  // default: every installed one, of which kiln has none) or "none"; the log
+  // history goes to trainer_state.json and stderr. logging_dir and run_name
+  // are recorded in training_args.json and read by nothing (HF's TensorBoard
+  // and W&B writers use them). disable_tqdm turns off the progress line.
+  std::string report_to = "all";
+  std::optional<std::string> logging_dir, run_name;
+  std::optional<bool> disable_tqdm;
+  // AdamW as torch.optim.AdamW: adamw_torch (HF's default) or its fused
+  // variant, the same math. Other optimizers are an error naming these.
+  std::string optim = "adamw_torch";
+  bool save_safetensors = true;  // kiln writes safetensors only: false is an error
+  bool push_to_hub = false;      // no network: true is an error
   // kiln additions (also flags): replicas and debugging
   int64_t num_replicas = 1;
   // With several replicas: each keeps the AdamW state of its share of the
