@@ -38,7 +38,9 @@ int run_predict(const std::vector<std::string>& args) {
   dopt.text_pair_column = flags.get("text_pair_column");
   dopt.label_column = "";  // predictions need no labels
   data::Dataset ds = data::load_dataset(flags.get("input"), dopt);
-  const int64_t max_len = flags.integer("max_seq_length", 128, 3);
+  const int64_t max_len = cli::sequence_length(
+      flags.has("max_seq_length") ? std::optional(flags.integer("max_seq_length", 128, 3)) : std::nullopt,
+      model->config(), "predict");
   data::Features feats = data::tokenize_dataset(ds, tok.tokenizer, max_len, nullptr);
 
   train::TrainingArguments ta;

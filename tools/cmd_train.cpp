@@ -41,6 +41,14 @@ int64_t int_flag(const std::map<std::string, std::string>& f, const char* name, 
   return v;
 }
 
+// --max_seq_length when given: an integer above 2.
+std::optional<int64_t> max_seq_length_flag(const std::map<std::string, std::string>& f) {
+  if (!f.count("max_seq_length")) return std::nullopt;
+  const int64_t n = int_flag(f, "max_seq_length", 128);
+  KILN_CHECK(n > 2, "--max_seq_length must be > 2, got ", n);
+  return n;
+}
+
 // --args_file F.json: the JSON object's fields as flags (HF's parse_json_file),
 // before the command line's own, which win.
 std::vector<std::string> expand_args_file(const std::vector<std::string>& args) {
@@ -104,8 +112,13 @@ int run_train(const std::vector<std::string>& raw_args) {
   data::Dataset train_ds = data::load_dataset(f["train_file"], dopt);
   std::optional<data::Dataset> eval_ds;
   if (f.count("validation_file")) eval_ds = data::load_dataset(f["validation_file"], dopt);
-  const int64_t max_len = int_flag(f, "max_seq_length", 128);
-  KILN_CHECK(max_len > 2, "--max_seq_length must be > 2, got ", max_len);
+  // The model's config (to fit --max_seq_length to its positions): the
+  // checkpoint's, the preset or the config file.
+  std::unique_ptr<models::PretrainedConfig> run_config =
+      f.count("model_name_or_path") ? models::load_config(fs::path(f["model_name_or_path"]) / "config.json")
+                                    : models::preset_config(f["config_name"]);
+  if (!run_config) run_config = models::load_config(f["config_name"]);
+  const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), *run_config, "train");
 
   const bool mlm = task == "masked-lm", clm = task == "causal-lm", lm = mlm || clm || s2s;
   data::LabelMap labels;
@@ -275,8 +288,7 @@ int run_eval(const std::vector<std::string>& args) {
     f["label_column"] = "";
   }
   data::Dataset ds = data::load_dataset(f["validation_file"], cli::dataset_options(f));
-  const int64_t max_len = int_flag(f, "max_seq_length", 128);
-  KILN_CHECK(max_len > 2, "--max_seq_length must be > 2, got ", max_len);
+  const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), model->config(), "eval");
   std::vector<std::string> names;
   for (auto& [id, l] : model->config().id2label) names.push_back(l);
   data::LabelMap labels = data::LabelMap::from_labels(names);

@@ -1,5 +1,7 @@
 #include "train_common.h"
 
+#include <cstdio>
+
 #include "kiln/core/error.h"
 
 namespace kiln::cli {
@@ -22,6 +24,18 @@ TokenizerBundle load_tokenizer(const fs::path& dir) {
   for (const char* n : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<s>", "</s>", "<pad>", "<unk>", "<mask>"})
     if (auto i = b.tokenizer.token_to_id(n)) b.special_ids.push_back(*i);
   return b;
+}
+
+int64_t sequence_length(std::optional<int64_t> asked, const models::PretrainedConfig& config, const char* command) {
+  const int64_t want = asked.value_or(128);
+  const std::optional<int64_t> limit = config.max_positions();
+  if (!limit || want <= *limit) return want;
+  if (asked)
+    std::fprintf(stderr,
+                 "kiln %s: warning: --max_seq_length %lld is larger than the model's %lld positions; using %lld\n",
+                 command, static_cast<long long>(want), static_cast<long long>(*limit),
+                 static_cast<long long>(*limit));
+  return *limit;
 }
 
 data::DatasetOptions dataset_options(const std::map<std::string, std::string>& flags) {

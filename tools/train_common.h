@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "kiln/data/features.h"
 #include "kiln/data/labels.h"
 #include "kiln/data/loader.h"
+#include "kiln/models/config.h"
 #include "kiln/tokenizers/tokenizer.h"
 
 namespace kiln::cli {
@@ -26,5 +28,10 @@ struct TokenizerBundle {
 TokenizerBundle load_tokenizer(const std::filesystem::path& dir);
 
 data::DatasetOptions dataset_options(const std::map<std::string, std::string>& flags);
+
+// --max_seq_length against the model's positions (HF's run_glue): `asked`
+// (absent: 128) if the position embeddings cover it; else their length, with
+// a warning when the value was asked for (the default is lowered silently).
+int64_t sequence_length(std::optional<int64_t> asked, const models::PretrainedConfig& config, const char* command);
 
 }  // namespace kiln::cli

@@ -78,6 +78,14 @@ TEST(Cli, TrainPredictAndBadInput) {
       << slurp(w.path() / "log2");
   std::string pred = slurp(w.path() / "pred.jsonl");
   EXPECT_NE(pred.find("\"label\":"), std::string::npos) << pred;
+  // A --max_seq_length past the model's positions is lowered to them with a warning (HF's run_glue).
+  ASSERT_EQ(kiln("predict --model " + out.string() + " --input " + (data / "test.txt").string() +
+                     " --max_seq_length 100000 --output " + (w.path() / "pred2.jsonl").string(),
+                 w.path() / "log2b"),
+            0)
+      << slurp(w.path() / "log2b");
+  EXPECT_CONTAINS(slurp(w.path() / "log2b"), "warning: --max_seq_length 100000 is larger than the model's");
+  EXPECT_EQ(slurp(w.path() / "pred2.jsonl"), pred);
   // The 2-label classifier fine-tuned into a regression (real-valued labels):
   // its head has another shape, so --ignore_mismatched_sizes; kiln eval then
   // reads the labels as numbers, as the regression head needs.

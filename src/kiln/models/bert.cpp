@@ -98,7 +98,7 @@ BertBackbone::Out BertBackbone::forward(const ModelInputs& in, bool first_only) 
   const int64_t B = ids.dim(0), T = ids.dim(1);
   Device dev = ids.device();
   bool roberta = config_.model_type == "roberta";
-  int64_t max_pos = config_.max_position_embeddings - (roberta ? config_.pad_token_id + 1 : 0);
+  const int64_t max_pos = *config_.max_positions();
   KILN_CHECK(T <= max_pos, "forward: sequence length ", T, " exceeds the model's ", max_pos, " positions");
   auto check_like_ids = [&](const Tensor& t, const char* name) {
     KILN_CHECK(!t.defined() || t.shape() == ids.shape(), "forward: ", name, " ", to_string(t.shape()),

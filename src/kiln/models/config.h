@@ -30,6 +30,9 @@ struct PretrainedConfig {
   virtual std::unique_ptr<PretrainedConfig> clone() const = 0;
   // The HF class-name prefix of this model type: "Bert", "Roberta", "GPT2".
   virtual std::string class_prefix() const = 0;
+  // The longest sequence the model's position embeddings cover (none for
+  // relative positions: T5).
+  virtual std::optional<int64_t> max_positions() const { return std::nullopt; }
 };
 
 // AutoConfig: reads config.json and builds the config of its model_type
@@ -67,6 +70,10 @@ struct BertConfig : PretrainedConfig {
   nlohmann::json to_json() const override;
   std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<BertConfig>(*this); }
   std::string class_prefix() const override { return model_type == "roberta" ? "Roberta" : "Bert"; }
+  // RoBERTa's positions start past padding_idx.
+  std::optional<int64_t> max_positions() const override {
+    return max_position_embeddings - (model_type == "roberta" ? pad_token_id + 1 : 0);
+  }
   void validate(const std::string& source) const;
 };
 
