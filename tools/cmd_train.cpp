@@ -145,17 +145,15 @@ int run_train(const std::vector<std::string>& raw_args) {
   auto make_model = [&](Device device) {
   std::unique_ptr<models::PreTrainedModel> model;
   if (f.count("model_name_or_path")) {
-    auto base = models::load_config(fs::path(f["model_name_or_path"]) / "config.json");
     models::LoadOptions lo;
     lo.seed = ta.seed;
     lo.device = device;
-    lo.architecture = arch_for(*base);
+    lo.architecture = arch_for(*run_config);
     if (!lm) lo.num_labels = num_labels;
     lo.ignore_mismatched_sizes = f.count("ignore_mismatched_sizes") > 0;
     model = models::from_pretrained(f["model_name_or_path"], lo);
   } else {
-    std::unique_ptr<models::PretrainedConfig> c = models::preset_config(f["config_name"]);
-    if (!c) c = models::load_config(f["config_name"]);
+    std::unique_ptr<models::PretrainedConfig> c = run_config->clone();  // each replica's own, set below
     const int64_t vocab = static_cast<int64_t>(tok.tokenizer.vocab_size());
     if (auto* b = dynamic_cast<models::BertConfig*>(c.get())) {
       b->vocab_size = vocab;
@@ -287,7 +285,8 @@ int run_eval(const std::vector<std::string>& args) {
     f["text_pair_column"] = f.count("target_column") ? f["target_column"] : "target";
     f["label_column"] = "";
   }
-  data::Dataset ds = data::load_dataset(f["validation_file"], cli::dataset_options(f));
+  const data::DatasetOptions dopt = cli::dataset_options(f);
+  data::Dataset ds = data::load_dataset(f["validation_file"], dopt);
   const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), model->config(), "eval");
   std::vector<std::string> names;
   for (auto& [id, l] : model->config().id2label) names.push_back(l);
@@ -303,8 +302,8 @@ int run_eval(const std::vector<std::string>& args) {
   else if (mlm || clm)
     feats = std::make_shared<data::Features>(data::group_texts(ds, tok.tokenizer, max_len, mlm));
   else {
-    KILN_CHECK(ds.has_labels, f["validation_file"], ": no labels to evaluate against (column '",
-               cli::dataset_options(f).label_column, "' is missing, or empty in every row)");
+    KILN_CHECK(ds.has_labels, f["validation_file"], ": no labels to evaluate against (column '", dopt.label_column,
+               "' is missing, or empty in every row)");
     feats = std::make_shared<data::Features>(data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
   }
   data::CollatorOptions co;

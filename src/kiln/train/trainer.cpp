@@ -263,6 +263,15 @@ double Trainer::loss_items(const data::Batch& b) const {
   return static_cast<double>(b.batch_size);
 }
 
+namespace {
+// The evaluation metric that picks the best checkpoint, as HF names it:
+// metric_for_best_model (default "loss") with the "eval_" prefix.
+std::string best_metric_name(const TrainingArguments& a) {
+  const std::string m = a.metric_for_best_model.value_or("loss");
+  return m.rfind("eval_", 0) == 0 ? m : "eval_" + m;
+}
+}  // namespace
+
 models::ModelInputs Trainer::inputs_of(const data::DeviceBatch& b) const {
   auto get = [&](const char* k) {
     auto it = b.tensors.find(k);
@@ -586,20 +595,18 @@ std::map<std::string, double> Trainer::train() {
       eval_metrics = evaluate("eval");
       model_.train();
       if (args_.metric_for_best_model) {  // as HF's Trainer: a metric the evaluation has not is an error
-        const std::string& m = *args_.metric_for_best_model;
-        const std::string name = m.rfind("eval_", 0) == 0 ? m : "eval_" + m;
+        const std::string name = best_metric_name(args_);
         std::string have;
         for (const auto& [k, v] : eval_metrics) have += (have.empty() ? "" : ", ") + k;
-        KILN_CHECK(eval_metrics.count(name), "--metric_for_best_model '", m, "': the evaluation has no '", name,
-                   "' (its metrics: ", have, ")");
+        KILN_CHECK(eval_metrics.count(name), "--metric_for_best_model '", *args_.metric_for_best_model,
+                   "': the evaluation has no '", name, "' (its metrics: ", have, ")");
       }
     }
     bool save_now = (args_.save_strategy == "steps" && state_.save_steps > 0 && step % state_.save_steps == 0) ||
                     (args_.save_strategy == "epoch" && epoch_end);
     if (save_now) {
       if (args_.metric_for_best_model || args_.load_best_model_at_end) {
-        std::string name = args_.metric_for_best_model.value_or("loss");
-        if (name.rfind("eval_", 0) != 0) name = "eval_" + name;
+        const std::string name = best_metric_name(args_);
         auto it = eval_metrics.find(name);
         if (it != eval_metrics.end()) {
           bool greater = args_.greater_is_better.value_or(name.size() < 4 || name.substr(name.size() - 4) != "loss");
