@@ -33,15 +33,22 @@ TEST(Schedule, MatchesTorchLambdaLRGoldensExactly) {
   auto goldens = nlohmann::json::parse(in);
   ASSERT_GE(goldens["cases"].size(), 10u);
   std::set<std::string> types_seen;
+  int with_kwargs = 0;
   for (const auto& c : goldens["cases"]) {
-    LRSchedule s(c["type"], c["base_lr"], c["warmup_steps"], c["total_steps"]);
+    LRSchedule::Kwargs kwargs;
+    const nlohmann::json given = c.value("lr_scheduler_kwargs", nlohmann::json::object());
+    for (const auto& [k, v] : given.items()) kwargs[k] = v;
+    with_kwargs += !kwargs.empty();
+    LRSchedule s(c["type"], c["base_lr"], c["warmup_steps"], c["total_steps"], kwargs);
     types_seen.insert(s.type());
     const auto& lrs = c["lrs"];
     for (size_t step = 0; step < lrs.size(); ++step)
       EXPECT_EQ(s.lr(static_cast<int64_t>(step)), lrs[step].get<double>())
-          << c["type"] << " warmup " << c["warmup_steps"] << " total " << c["total_steps"] << " step " << step;
+          << c["type"] << " warmup " << c["warmup_steps"] << " total " << c["total_steps"] << " kwargs "
+          << given.dump() << " step " << step;
   }
   EXPECT_EQ(types_seen.size(), LRSchedule::types().size());
+  EXPECT_GE(with_kwargs, 10);
 }
 
 TEST(Schedule, LinearByHand) {
@@ -106,13 +113,51 @@ TEST(Schedule, RestartsAndInverseSqrtByHand) {
   EXPECT_DOUBLE_EQ(z.multiplier(30000), 0.5);
 }
 
+TEST(Schedule, KwargsByHand) {
+  LRSchedule c("cosine", 1.0, 0, 100, {{"num_cycles", 1.0}});  // a full cosine: back to the top at the end
+  EXPECT_NEAR(c.multiplier(50), 0.0, 1e-15);
+  EXPECT_NEAR(c.multiplier(100), 1.0, 1e-15);
+  LRSchedule m("cosine_with_min_lr", 2.0, 0, 10, {{"min_lr", 0.5}});  // rate 0.25
+  EXPECT_DOUBLE_EQ(m.lr(0), 2.0);
+  EXPECT_DOUBLE_EQ(m.lr(10), 0.5);
+  EXPECT_DOUBLE_EQ(m.lr(5), 2.0 * (0.5 * 0.75 + 0.25));
+  LRSchedule p("polynomial", 1.0, 0, 10, {{"lr_end", 0.1}, {"power", 2.0}});
+  EXPECT_DOUBLE_EQ(p.lr(5), 0.9 * 0.25 + 0.1);
+  EXPECT_DOUBLE_EQ(p.lr(20), 0.1);
+  LRSchedule r("cosine_with_restarts", 1.0, 0, 100, {{"num_cycles", 2.0}});  // restarts at the halfway point
+  EXPECT_NEAR(r.multiplier(49), 0.5 * (1 + std::cos(std::numbers::pi * 0.98)), 1e-15);
+  EXPECT_DOUBLE_EQ(r.multiplier(50), 1.0);
+  LRSchedule q("inverse_sqrt", 1.0, 10, 0, {{"timescale", 50}});  // HF 4.40 builds it without kwargs
+  EXPECT_EQ(q.ignored_kwargs(), std::vector<std::string>{"timescale"});
+  EXPECT_DOUBLE_EQ(q.multiplier(40), 0.5);
+  EXPECT_TRUE(c.ignored_kwargs().empty());
+}
+
+TEST(Schedule, KwargErrors) {
+  std::string e = error_of([] { LRSchedule("linear", 1e-3, 0, 10, {{"num_cycles", 2}}); });
+  EXPECT_NE(e.find("'linear' takes no keyword arguments; got 'num_cycles'"), std::string::npos) << e;
+  e = error_of([] { LRSchedule("cosine", 1e-3, 0, 10, {{"num_cycle", 2}}); });
+  EXPECT_NE(e.find("takes only num_cycles; got 'num_cycle'"), std::string::npos) << e;
+  e = error_of([] { LRSchedule("polynomial", 1e-3, 0, 10, {{"min_lr", 2}}); });
+  EXPECT_NE(e.find("takes only lr_end, power"), std::string::npos) << e;
+  e = error_of([] { LRSchedule("cosine_with_min_lr", 1e-3, 0, 10); });
+  EXPECT_NE(e.find("needs min_lr or min_lr_rate"), std::string::npos) << e;
+  e = error_of([] { LRSchedule("cosine_with_min_lr", 1e-3, 0, 10, {{"min_lr", 1e-5}, {"min_lr_rate", 0.1}}); });
+  EXPECT_NE(e.find("not both"), std::string::npos) << e;
+  e = error_of([] { LRSchedule("polynomial", 1e-3, 0, 10, {{"lr_end", 1e-3}}); });
+  EXPECT_NE(e.find("lr_end (0.001) must be smaller"), std::string::npos) << e;
+  e = error_of([] { LRSchedule("cosine", 1e-3, 0, 10, {{"num_cycles", HUGE_VAL}}); });
+  EXPECT_NE(e.find("'num_cycles' must be a finite number"), std::string::npos) << e;
+}
+
 TEST(Schedule, Errors) {
   std::string e = error_of([] { LRSchedule("cosine_warm", 1e-3, 0, 10); });
   EXPECT_NE(e.find("'cosine_warm'"), std::string::npos) << e;
-  EXPECT_NE(e.find("linear, cosine, constant, constant_with_warmup, polynomial, cosine_with_restarts, inverse_sqrt"),
+  EXPECT_NE(e.find("linear, cosine, constant, constant_with_warmup, polynomial, cosine_with_restarts, inverse_sqrt, "
+                   "cosine_with_min_lr"),
             std::string::npos)
       << e;
-  e = error_of([] { LRSchedule("cosine_with_min_lr", 1e-3, 0, 10); });  // needs lr_scheduler_kwargs
+  e = error_of([] { LRSchedule("warmup_stable_decay", 1e-3, 0, 10); });
   EXPECT_NE(e.find("kiln does not implement"), std::string::npos) << e;
   e = error_of([] { LRSchedule("polynomial", 1e-8, 0, 10); });
   EXPECT_NE(e.find("lr_end"), std::string::npos) << e;

@@ -59,13 +59,20 @@ const json kHfDefaults = {
     {"num_train_epochs", 3.0},
     {"max_steps", -1},
     {"lr_scheduler_type", "linear"},
+    {"lr_scheduler_kwargs", json::object()},
     {"warmup_ratio", 0.0},
     {"warmup_steps", 0},
+    {"logging_strategy", "steps"},
     {"logging_steps", 500},
     {"logging_first_step", false},
+    {"logging_nan_inf_filter", true},
+    {"eval_delay", 0},
+    {"eval_on_start", false},
+    {"eval_accumulation_steps", nullptr},
     {"save_strategy", "steps"},
     {"save_steps", 500},
     {"save_total_limit", nullptr},
+    {"save_only_model", false},
     {"seed", 42},
     {"data_seed", nullptr},
     {"dataloader_drop_last", false},
@@ -78,6 +85,9 @@ const json kHfDefaults = {
     {"gradient_checkpointing", false},
     {"tf32", false},
     {"bf16", false},
+    {"fp16", false},
+    {"use_cpu", false},
+    {"include_num_input_tokens_seen", false},
     {"ddp_bucket_cap_mb", 25.0},
     {"report_to", "all"},
     {"logging_dir", nullptr},
@@ -90,13 +100,17 @@ const json kHfDefaults = {
     {"shard_optimizer_state", false},
     {"metrics_debug", false},
     {"device", "cpu"},
+    // kiln's flags for HF's EarlyStoppingCallback
+    {"early_stopping_patience", nullptr},
+    {"early_stopping_threshold", 0.0},
 };
 
 // A non-default value for every field: the flag text and what to_json() then holds.
 struct FlagCase {
   std::string name, text;
   json expected;
-  bool only_default = false;  // kiln accepts only HF's default (save_safetensors, push_to_hub)
+  bool only_default = false;  // kiln accepts only HF's default (save_safetensors, push_to_hub, fp16)
+  bool alone = false;         // conflicts with another case's value (use_cpu with device cuda:1)
 };
 const std::vector<FlagCase> kEveryFlag = {
     {"output_dir", "runs/a b", "runs/a b"},
@@ -118,13 +132,20 @@ const std::vector<FlagCase> kEveryFlag = {
     {"num_train_epochs", "2.5", 2.5},
     {"max_steps", "1000", 1000},
     {"lr_scheduler_type", "cosine", "cosine"},
+    {"lr_scheduler_kwargs", R"({"num_cycles": 2})", {{"num_cycles", 2}}},
     {"warmup_ratio", "0.1", 0.1},
     {"warmup_steps", "50", 50},
+    {"logging_strategy", "epoch", "epoch"},
     {"logging_steps", "0.05", 0.05},
     {"logging_first_step", "", true},
+    {"logging_nan_inf_filter", "false", false},
+    {"eval_delay", "2", 2.0},
+    {"eval_on_start", "", true},
+    {"eval_accumulation_steps", "4", 4},
     {"save_strategy", "epoch", "epoch"},
     {"save_steps", "0.25", 0.25},
     {"save_total_limit", "2", 2},
+    {"save_only_model", "", true},
     {"seed", "18446744073709551615", UINT64_MAX},
     {"data_seed", "7", 7},
     {"dataloader_drop_last", "", true},
@@ -137,6 +158,9 @@ const std::vector<FlagCase> kEveryFlag = {
     {"gradient_checkpointing", "", true},
     {"tf32", "", true},
     {"bf16", "", true},
+    {"fp16", "false", false, true},
+    {"use_cpu", "", true, false, true},
+    {"include_num_input_tokens_seen", "", true},
     {"ddp_bucket_cap_mb", "0.5", 0.5},
     {"report_to", "none", "none"},
     {"logging_dir", "logs/run1", "logs/run1"},
@@ -149,6 +173,8 @@ const std::vector<FlagCase> kEveryFlag = {
     {"shard_optimizer_state", "", true},
     {"metrics_debug", "", true},
     {"device", "cuda:1", "cuda:1"},
+    {"early_stopping_patience", "3", 3},
+    {"early_stopping_threshold", "0.01", 0.01},
 };
 
 Args with_flag(const FlagCase& c) {
@@ -179,6 +205,9 @@ TEST(TrainingArgs, EveryFlagSetsItsField) {
     if (c.name == "load_best_model_at_end")
       args.insert(args.end(), {"--eval_strategy", "epoch", "--save_strategy", "epoch"});
     if (c.name == "tf32") args.insert(args.end(), {"--device", "cuda"});  // TF32 is a CUDA mode
+    if (c.name == "lr_scheduler_kwargs") args.insert(args.end(), {"--lr_scheduler_type", "cosine"});
+    if (c.name == "early_stopping_patience")  // compares evaluations with saved checkpoints' metric
+      args.insert(args.end(), {"--metric_for_best_model", "accuracy", "--eval_strategy", "epoch"});
     json j = parse(args).to_json();
     EXPECT_EQ(j[c.name], c.expected) << c.name;
     if (!c.only_default)
@@ -197,12 +226,14 @@ TEST(TrainingArgs, EveryFlagSetsItsField) {
 TEST(TrainingArgs, AllFlagsRoundTripThroughJson) {
   Args args;
   for (const auto& c : kEveryFlag) {
+    if (c.alone) continue;
     args.push_back("--" + c.name);
     if (!c.text.empty()) args.push_back(c.text);
   }
   TrainingArguments a = parse(args);
   json j = a.to_json();
-  for (const auto& c : kEveryFlag) EXPECT_EQ(j[c.name], c.expected) << c.name;
+  for (const auto& c : kEveryFlag)
+    if (!c.alone) EXPECT_EQ(j[c.name], c.expected) << c.name;
   TrainingArguments back = TrainingArguments::from_json(j, "training_args.json");
   EXPECT_EQ(back, a);
   EXPECT_EQ(back.to_json(), j);
@@ -256,6 +287,77 @@ TEST(TrainingArgs, EvaluationStrategyAlias) {
   EXPECT_EQ(TrainingArguments::from_json(j, "a.json").eval_strategy, "epoch");  // HF: the old name overrides
   j["evaluation_strategy"] = nullptr;  // as HF 4.40 writes it
   EXPECT_EQ(TrainingArguments::from_json(j, "a.json").eval_strategy, "no");
+}
+
+TEST(TrainingArgs, UseCpuAndItsOldName) {
+  EXPECT_TRUE(parse({"--output_dir", "o", "--use_cpu"}).use_cpu);
+  EXPECT_TRUE(parse({"--output_dir", "o", "--no_cuda"}).use_cpu);  // HF's deprecated name
+  EXPECT_EQ(parse({"--output_dir", "o", "--no_cuda"}).to_json().count("no_cuda"), 0u);
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--use_cpu", "--device", "cuda"}),
+             "--use_cpu asks for the CPU, but device is 'cuda'");
+  json j = {{"output_dir", "o"}, {"no_cuda", false}, {"use_cpu", true}};  // HF writes both
+  EXPECT_TRUE(TrainingArguments::from_json(j, "a.json").use_cpu);
+  j = {{"output_dir", "o"}, {"no_cuda", true}};
+  EXPECT_TRUE(TrainingArguments::from_json(j, "a.json").use_cpu);
+}
+
+TEST(TrainingArgs, LrSchedulerKwargs) {
+  TrainingArguments a = parse({"--output_dir", "o", "--lr_scheduler_type", "polynomial", "--lr_scheduler_kwargs",
+                               R"({"lr_end": 1e-6, "power": 2})"});
+  EXPECT_EQ(a.schedule_kwargs(), (std::map<std::string, double>{{"lr_end", 1e-6}, {"power", 2.0}}));
+  // JSON: an object, its text (HF accepts a str and json.loads it) or null for {}.
+  json j = {{"output_dir", "o"}, {"lr_scheduler_type", "cosine_with_min_lr"},
+            {"lr_scheduler_kwargs", {{"min_lr_rate", 0.1}}}};
+  EXPECT_EQ(TrainingArguments::from_json(j, "a.json").schedule_kwargs().at("min_lr_rate"), 0.1);
+  j["lr_scheduler_kwargs"] = R"({"min_lr": 1e-6})";
+  EXPECT_EQ(TrainingArguments::from_json(j, "a.json").schedule_kwargs().at("min_lr"), 1e-6);
+  j["lr_scheduler_type"] = "linear";
+  j["lr_scheduler_kwargs"] = nullptr;
+  EXPECT_TRUE(TrainingArguments::from_json(j, "a.json").schedule_kwargs().empty());
+  // Errors name the flag or file and key.
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--lr_scheduler_kwargs", "num_cycles=2"}),
+             "--lr_scheduler_kwargs: invalid value 'num_cycles=2' (expected a JSON object");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--lr_scheduler_kwargs", "[2]"}), "expected a JSON object");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--lr_scheduler_type", "cosine", "--lr_scheduler_kwargs",
+                          R"({"num_cycles": "two"})"}),
+             "--lr_scheduler_kwargs 'num_cycles' must be a number, got string \"two\"");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--lr_scheduler_kwargs", R"({"num_cycles": 2})"}),
+             "lr schedule 'linear' takes no keyword arguments; got 'num_cycles'");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--lr_scheduler_type", "cosine_with_min_lr"}),
+             "needs min_lr or min_lr_rate");
+  j = {{"output_dir", "o"}, {"lr_scheduler_type", "cosine"}, {"lr_scheduler_kwargs", {{"num_cycle", 2}}}};
+  EXPECT_HAS(error_of([&] { TrainingArguments::from_json(j, "a.json"); }),
+             "a.json: lr_scheduler_kwargs: lr schedule 'cosine' takes only num_cycles; got 'num_cycle'");
+  // Schedules HF builds without them take any (the trainer warns).
+  EXPECT_NO_THROW(parse({"--output_dir", "o", "--lr_scheduler_type", "constant", "--lr_scheduler_kwargs", R"({"x": 1})"}));
+}
+
+TEST(TrainingArgs, FlowFieldRules) {
+  // logging_steps may be 0 when logging is not by steps (HF's rule).
+  EXPECT_NO_THROW(parse({"--output_dir", "o", "--logging_strategy", "epoch", "--logging_steps", "0"}));
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--logging_steps", "0"}), "--logging_steps must be > 0");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--logging_strategy", "often"}), "no, steps, epoch");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_delay", "-1"}), "--eval_delay must be >= 0");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_accumulation_steps", "0"}),
+             "--eval_accumulation_steps must be a positive integer");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--fp16"}), "--fp16 is not supported: kiln's mixed precision is bf16");
+  EXPECT_FALSE(parse({"--output_dir", "o", "--fp16", "false"}).fp16);
+  // Early stopping: HF's callback assertions, and a save strategy so there is a best metric to compare with.
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--early_stopping_patience", "2", "--eval_strategy", "epoch"}),
+             "--early_stopping_patience needs --metric_for_best_model");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--early_stopping_patience", "2", "--metric_for_best_model", "loss"}),
+             "eval_strategy is 'no'");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--early_stopping_patience", "2", "--metric_for_best_model", "loss",
+                          "--eval_strategy", "epoch", "--save_strategy", "no"}),
+             "save_strategy is 'no'");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--early_stopping_patience", "0", "--load_best_model_at_end",
+                          "--eval_strategy", "epoch", "--save_strategy", "epoch"}),
+             "--early_stopping_patience must be a positive integer");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--early_stopping_threshold", "-0.1"}),
+             "--early_stopping_threshold must be in [0, inf)");
+  // load_best_model_at_end implies metric_for_best_model = loss, which is enough.
+  EXPECT_NO_THROW(parse({"--output_dir", "o", "--early_stopping_patience", "2", "--load_best_model_at_end",
+                         "--eval_strategy", "epoch", "--save_strategy", "epoch"}));
 }
 
 TEST(TrainingArgs, HfPostInitDefaults) {
@@ -398,9 +500,11 @@ TEST(TrainingArgs, JsonErrors) {
   EXPECT_HAS(from(json::array()), "args.json: expected a JSON object");
   EXPECT_EQ(from({{"output_dir", "o"}, {"learning_rat", 1e-4}}),
             "args.json: unknown TrainingArguments key 'learning_rat' (did you mean 'learning_rate'?)");
-  EXPECT_EQ(from({{"output_dir", "o"}, {"fp16", true}, {"learning_rat", 1e-4}}),
-            "args.json: unknown TrainingArguments keys 'fp16' (did you mean 'bf16'?), 'learning_rat' (did you mean "
-            "'learning_rate'?)");  // kiln trains in bf16, not fp16 (no loss scaling)
+  EXPECT_EQ(from({{"output_dir", "o"}, {"bf61", true}, {"learning_rat", 1e-4}}),
+            "args.json: unknown TrainingArguments keys 'bf61' (did you mean 'bf16'?), 'learning_rat' (did you mean "
+            "'learning_rate'?)");
+  EXPECT_EQ(from({{"output_dir", "o"}, {"fp16", true}}),  // kiln trains in bf16, not fp16 (no loss scaling)
+            "args.json: fp16 is not supported: kiln's mixed precision is bf16 (--bf16), which needs no loss scaling");
   EXPECT_EQ(from({{"output_dir", "o"}, {"learning_rate", "abc"}}),
             "args.json: key 'learning_rate': expected a number, found string \"abc\"");
   EXPECT_HAS(from({{"output_dir", "o"}, {"seed", -1}}), "key 'seed': expected a non-negative integer");

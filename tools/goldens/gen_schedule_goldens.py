@@ -48,6 +48,15 @@ def cosine_with_restarts(current_step, *, num_warmup_steps, num_training_steps, 
     return max(0.0, 0.5 * (1.0 + math.cos(math.pi * ((float(num_cycles) * progress) % 1.0))))
 
 
+def cosine_with_min_lr(current_step, *, num_warmup_steps, num_training_steps, num_cycles=0.5, min_lr_rate=0.0):
+    if current_step < num_warmup_steps:
+        return float(current_step) / float(max(1, num_warmup_steps))
+    progress = float(current_step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
+    factor = 0.5 * (1.0 + math.cos(math.pi * float(num_cycles) * 2.0 * progress))
+    factor = factor * (1 - min_lr_rate) + min_lr_rate
+    return max(0, factor)
+
+
 def inverse_sqrt(current_step, *, num_warmup_steps, timescale):
     if current_step < num_warmup_steps:
         return float(current_step) / float(max(1, num_warmup_steps))
@@ -79,8 +88,9 @@ def polynomial(current_step, *, num_warmup_steps, num_training_steps, lr_end=1e-
         return decay / lr_init  # as LambdaLR multiplies by lr_init
 
 
-def get_scheduler(name, optimizer, num_warmup_steps, num_training_steps):
-    """HF's get_scheduler for the seven types kiln implements (no lr_scheduler_kwargs)."""
+def get_scheduler(name, optimizer, num_warmup_steps, num_training_steps, scheduler_specific_kwargs):
+    """HF's get_scheduler for the types kiln implements.  As in HF 4.40, constant, constant_with_warmup and
+    inverse_sqrt are built without scheduler_specific_kwargs (lr_scheduler_kwargs); the others get them."""
     if name == "constant":
         return LambdaLR(optimizer, constant)
     if name == "constant_with_warmup":
@@ -88,7 +98,7 @@ def get_scheduler(name, optimizer, num_warmup_steps, num_training_steps):
     if name == "inverse_sqrt":  # HF passes no total; timescale defaults to the warmup, or 10000 without one
         timescale = num_warmup_steps or 10_000
         return LambdaLR(optimizer, partial(inverse_sqrt, num_warmup_steps=num_warmup_steps, timescale=timescale))
-    kw = dict(num_warmup_steps=num_warmup_steps, num_training_steps=num_training_steps)
+    kw = dict(num_warmup_steps=num_warmup_steps, num_training_steps=num_training_steps, **scheduler_specific_kwargs)
     if name == "cosine_with_restarts":
         return LambdaLR(optimizer, partial(cosine_with_restarts, **kw))
     if name == "linear":
@@ -97,13 +107,20 @@ def get_scheduler(name, optimizer, num_warmup_steps, num_training_steps):
         return LambdaLR(optimizer, partial(cosine, **kw))
     if name == "polynomial":
         lr_init = optimizer.defaults["lr"]
-        assert lr_init > 1e-7
+        assert lr_init > kw.get("lr_end", 1e-7)
         return LambdaLR(optimizer, partial(polynomial, lr_init=lr_init, **kw))
+    if name == "cosine_with_min_lr":  # HF's get_cosine_with_min_lr_schedule_with_warmup
+        min_lr = kw.pop("min_lr", None)
+        min_lr_rate = kw.pop("min_lr_rate", None)
+        assert (min_lr is None) != (min_lr_rate is None)
+        if min_lr is not None:
+            min_lr_rate = min_lr / optimizer.defaults["lr"]
+        return LambdaLR(optimizer, partial(cosine_with_min_lr, min_lr_rate=min_lr_rate, **kw))
     raise ValueError(name)
 
 
-# (type, base_lr, warmup_steps, total_steps): warmup boundaries, no warmup,
-# warmup == total, warmup > total, odd totals.
+# (type, base_lr, warmup_steps, total_steps[, lr_scheduler_kwargs]): warmup
+# boundaries, no warmup, warmup == total, warmup > total, odd totals.
 CASES = [
     ("linear", 5e-5, 10, 100),
     ("linear", 5e-5, 0, 7),
@@ -125,16 +142,28 @@ CASES = [
     ("inverse_sqrt", 5e-5, 10, 100),
     ("inverse_sqrt", 3e-4, 0, 9),
     ("inverse_sqrt", 1e-3, 7, 3),
+    ("cosine", 5e-5, 10, 100, {"num_cycles": 2.0}),
+    ("cosine", 3e-4, 3, 17, {"num_cycles": 0.25}),
+    ("cosine_with_restarts", 5e-5, 10, 100, {"num_cycles": 3}),
+    ("cosine_with_restarts", 3e-4, 0, 13, {"num_cycles": 2.5}),
+    ("polynomial", 1e-3, 5, 30, {"lr_end": 1e-5, "power": 2.0}),
+    ("polynomial", 5e-5, 0, 10, {"power": 0.5}),
+    ("cosine_with_min_lr", 5e-5, 10, 100, {"min_lr_rate": 0.1}),
+    ("cosine_with_min_lr", 3e-4, 0, 9, {"min_lr": 1e-5}),
+    ("cosine_with_min_lr", 1e-3, 4, 21, {"min_lr_rate": 0.05, "num_cycles": 1.5}),
+    ("inverse_sqrt", 5e-5, 10, 100, {"timescale": 50}),  # ignored, as in HF 4.40
+    ("constant_with_warmup", 5e-5, 4, 20, {"num_cycles": 3}),  # ignored
 ]
 EXTRA_STEPS = 4  # evaluate past total_steps too
 
 
 def main():
     cases = []
-    for name, base_lr, warmup, total in CASES:
+    for name, base_lr, warmup, total, *rest in CASES:
+        kwargs = rest[0] if rest else {}
         param = torch.nn.Parameter(torch.zeros(1))
         opt = torch.optim.SGD([param], lr=base_lr)
-        sched = get_scheduler(name, opt, warmup, total)
+        sched = get_scheduler(name, opt, warmup, total, kwargs)
         lrs = []
         for step in range(max(total, warmup) + EXTRA_STEPS):
             lr = opt.param_groups[0]["lr"]
@@ -142,9 +171,13 @@ def main():
             lrs.append(lr)
             opt.step()
             sched.step()
-        cases.append({"type": name, "base_lr": base_lr, "warmup_steps": warmup, "total_steps": total, "lrs": lrs})
+        case = {"type": name, "base_lr": base_lr, "warmup_steps": warmup, "total_steps": total}
+        if kwargs:
+            case["lr_scheduler_kwargs"] = kwargs
+        cases.append(dict(case, lrs=lrs))
     # Self-checks against hand-derived values.
-    by = {(c["type"], c["warmup_steps"], c["total_steps"]): c["lrs"] for c in cases}
+    by = {(c["type"], c["warmup_steps"], c["total_steps"]): c["lrs"] for c in cases if "lr_scheduler_kwargs" not in c}
+    kw = {(c["type"], c["warmup_steps"], c["total_steps"]): c["lrs"] for c in cases if "lr_scheduler_kwargs" in c}
     lin = by[("linear", 10, 100)]
     assert lin[0] == 0.0 and abs(lin[5] - 2.5e-5) < 1e-18 and lin[10] == 5e-5 and lin[100] == 0.0
     cos = by[("cosine", 10, 100)]
@@ -155,6 +188,11 @@ def main():
     assert restarts[10] == 5e-5 and abs(restarts[55] - 2.5e-5) < 1e-18 and restarts[100] == 0.0
     inv = by[("inverse_sqrt", 10, 100)]
     assert inv[10] == 5e-5 and abs(inv[40] - 2.5e-5) < 1e-18
+    two = kw[("cosine", 10, 100)]  # two full cycles: back to the top halfway
+    assert abs(two[55] - 5e-5) < 1e-18 and abs(two[100] - 5e-5) < 1e-18 and two[32] < 1e-6
+    floor = kw[("cosine_with_min_lr", 10, 100)]
+    assert abs(floor[100] - 5e-6) < 1e-18 and abs(floor[55] - 2.75e-5) < 1e-18
+    assert kw[("inverse_sqrt", 10, 100)] == by[("inverse_sqrt", 10, 100)]
     with open(OUT_PATH, "w") as f:
         json.dump({"generator": "tools/goldens/gen_schedule_goldens.py", "torch": torch.__version__, "cases": cases},
                   f, indent=1)

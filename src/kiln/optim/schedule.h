@@ -18,10 +18,20 @@
 //   polynomial (lr_end 1e-7, power 1)
 //                              step > T:  m = lr_end / base_lr
 //                              otherwise: m = ((base_lr - lr_end) * (1 - (step - W) / (T - W))^power + lr_end) / base_lr
+//   cosine_with_min_lr (num_cycles 0.5; min_lr_rate r, or min_lr / base_lr)
+//                              m = max(0, c * (1 - r) + r), c the cosine factor above
 // The polynomial multiplier is an absolute rate divided by base_lr, which
 // LambdaLR multiplies back; lr() does the same two roundings, so its values
 // are bit-identical to PyTorch's.
+//
+// lr_scheduler_kwargs (HF's TrainingArguments field) are the schedule
+// functions' keyword arguments, passed as HF 4.40's get_scheduler passes them:
+// cosine and cosine_with_restarts take num_cycles, polynomial lr_end and
+// power, cosine_with_min_lr num_cycles and exactly one of min_lr / min_lr_rate,
+// linear none (HF raises TypeError on any). constant, constant_with_warmup and
+// inverse_sqrt are built without them: they are ignored (ignored_kwargs()).
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,10 +39,13 @@ namespace kiln::optim {
 
 class LRSchedule {
  public:
+  using Kwargs = std::map<std::string, double>;
   // Throws kiln::Error for an unknown type (listing the valid ones), negative
-  // step counts, and polynomial with base_lr <= lr_end (HF's check) or with
-  // total_steps == warmup_steps (HF divides by T - W: ZeroDivisionError).
-  LRSchedule(std::string type, double base_lr, int64_t warmup_steps, int64_t total_steps);
+  // step counts, a keyword the schedule does not take (naming the ones it
+  // does), polynomial with base_lr <= lr_end (HF's check) or with total_steps
+  // == warmup_steps (HF divides by T - W: ZeroDivisionError), and
+  // cosine_with_min_lr with neither or both of min_lr and min_lr_rate.
+  LRSchedule(std::string type, double base_lr, int64_t warmup_steps, int64_t total_steps, const Kwargs& kwargs = {});
 
   // The learning rate for optimizer step `step` (0-based): base_lr * multiplier(step).
   double lr(int64_t step) const;
@@ -46,17 +59,33 @@ class LRSchedule {
 
   // The schedule names kiln implements, as HF's SchedulerType spells them.
   static const std::vector<std::string>& types();
+  // The keyword arguments HF passes to `type`'s schedule function.
+  static std::vector<std::string> kwarg_names(const std::string& type);
+  // Keywords given for a schedule HF builds without them (constant,
+  // constant_with_warmup, inverse_sqrt): accepted and not used, as in HF.
+  const std::vector<std::string>& ignored_kwargs() const { return ignored_; }
 
   // HF's polynomial defaults (get_polynomial_decay_schedule_with_warmup).
   static constexpr double kPolynomialLrEnd = 1e-7;
   static constexpr double kPolynomialPower = 1.0;
 
  private:
-  enum class Kind { Linear, Cosine, Constant, ConstantWithWarmup, Polynomial, CosineWithRestarts, InverseSqrt };
+  enum class Kind {
+    Linear,
+    Cosine,
+    Constant,
+    ConstantWithWarmup,
+    Polynomial,
+    CosineWithRestarts,
+    InverseSqrt,
+    CosineWithMinLr
+  };
   std::string type_;
   Kind kind_;
   double base_lr_;
   int64_t warmup_steps_, total_steps_;
+  double num_cycles_ = 0.5, lr_end_ = kPolynomialLrEnd, power_ = kPolynomialPower, min_lr_rate_ = 0.0;
+  std::vector<std::string> ignored_;
 };
 
 }  // namespace kiln::optim

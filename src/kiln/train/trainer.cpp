@@ -99,7 +99,10 @@ json TrainerState::to_json() const {
               {"log_history", log_history},
               {"logging_steps", logging_steps},
               {"max_steps", max_steps},
-              {"num_input_tokens_seen", 0},
+              {"num_input_tokens_seen", num_input_tokens_seen},
+              {"stateful_callbacks",
+               {{"EarlyStoppingCallback",
+                 {{"attributes", {{"early_stopping_patience_counter", early_stopping_patience_counter}}}}}}},
               {"num_train_epochs", num_train_epochs},
               {"save_steps", save_steps},
               {"total_flos", 0},
@@ -120,6 +123,12 @@ TrainerState TrainerState::from_json(const json& j, const std::string& src) {
     s.save_steps = j.value("save_steps", 0);
     s.train_batch_size = j.value("train_batch_size", 0);
     for (const auto& e : j.at("log_history")) s.log_history.push_back(e);
+    s.num_input_tokens_seen = j.value("num_input_tokens_seen", int64_t{0});
+    if (j.contains("stateful_callbacks") && j["stateful_callbacks"].contains("EarlyStoppingCallback")) {
+      const json& cb = j["stateful_callbacks"]["EarlyStoppingCallback"];
+      s.early_stopping_patience_counter =
+          cb.at("attributes").value("early_stopping_patience_counter", int64_t{0});
+    }
     if (j.contains("best_metric") && !j["best_metric"].is_null()) s.best_metric = j["best_metric"].get<double>();
     if (j.contains("best_model_checkpoint") && !j["best_model_checkpoint"].is_null())
       s.best_model_checkpoint = j["best_model_checkpoint"].get<std::string>();
@@ -270,6 +279,11 @@ std::string best_metric_name(const TrainingArguments& a) {
   const std::string m = a.metric_for_best_model.value_or("loss");
   return m.rfind("eval_", 0) == 0 ? m : "eval_" + m;
 }
+// Whether a larger best metric is better: greater_is_better, else HF's rule (not for names ending in "loss").
+bool greater_is_better(const TrainingArguments& a) {
+  const std::string name = best_metric_name(a);
+  return a.greater_is_better.value_or(name.size() < 4 || name.substr(name.size() - 4) != "loss");
+}
 }  // namespace
 
 models::ModelInputs Trainer::inputs_of(const data::DeviceBatch& b) const {
@@ -289,6 +303,9 @@ models::ModelInputs Trainer::inputs_of(const data::DeviceBatch& b) const {
 
 void Trainer::record_log(json entry, int64_t step) {
   std::lock_guard<std::mutex> lock(log_mu_);
+  // Step closures bring the count of their step; the others log now.
+  if (args_.include_num_input_tokens_seen && !entry.contains("num_input_tokens_seen"))
+    entry["num_input_tokens_seen"] = state_.num_input_tokens_seen;
   entry["step"] = step;
   if (!replica_.is_master()) return;  // one replica speaks for all
   if (progress_tty_) std::fprintf(stderr, "\r\033[K");
@@ -339,17 +356,20 @@ void Trainer::save_checkpoint(const std::vector<std::pair<std::string, Tensor>>&
   fs::create_directories(tmp);
   save_model(tmp);
   save_delay();
-  // Optimizer state by parameter name.
-  io::save_safetensors(tmp / "optimizer.safetensors", opt, {{"step", std::to_string(optimizer_->steps_taken())}});
-  save_delay();
-  io::write_json_file_atomic(tmp / "scheduler.json", json{{"type", args_.lr_scheduler_type}, {"last_epoch", state_.global_step}});
-  Generator& gen = model_.dropout_generator();
-  io::write_json_file_atomic(tmp / "rng_state.json",
-                             json{{"dropout_seed", gen.seed()}, {"dropout_offset", gen.offset()},
-                                  {"data_epoch", data_epoch_},
-                                  {"data_position", data_position_},
-                                  {"data_batch_size", loader_->options().batch_size},
-                                  {"data_batches_per_epoch", loader_->batches_per_epoch()}});
+  if (!args_.save_only_model) {  // what resuming needs besides the model
+    // Optimizer state by parameter name.
+    io::save_safetensors(tmp / "optimizer.safetensors", opt, {{"step", std::to_string(optimizer_->steps_taken())}});
+    save_delay();
+    io::write_json_file_atomic(tmp / "scheduler.json",
+                               json{{"type", args_.lr_scheduler_type}, {"last_epoch", state_.global_step}});
+    Generator& gen = model_.dropout_generator();
+    io::write_json_file_atomic(tmp / "rng_state.json",
+                               json{{"dropout_seed", gen.seed()}, {"dropout_offset", gen.offset()},
+                                    {"data_epoch", data_epoch_},
+                                    {"data_position", data_position_},
+                                    {"data_batch_size", loader_->options().batch_size},
+                                    {"data_batches_per_epoch", loader_->batches_per_epoch()}});
+  }
   io::write_json_file_atomic(tmp / "training_args.json", args_.to_json());
   io::write_json_file_atomic(tmp / "trainer_state.json", state_.to_json());
   save_delay();
@@ -379,6 +399,13 @@ void Trainer::rotate_checkpoints() {
 
 void Trainer::load_checkpoint(const fs::path& dir) {
   if (replica_.is_master()) std::fprintf(stderr, "kiln train: resuming from %s\n", dir.string().c_str());
+  if (!fs::exists(dir / "optimizer.safetensors") && fs::exists(dir / "training_args.json")) {
+    json saved = io::read_json_file(dir / "training_args.json");
+    KILN_CHECK(!(saved.is_object() && saved.value("save_only_model", false)), "resume_from_checkpoint: ",
+               dir.string(), " was saved with save_only_model: it holds the model but no optimizer state or data ",
+               "position, so training cannot resume from it (start a new run with --model_name_or_path ",
+               dir.string(), ")");
+  }
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer_state.json", "rng_state.json"})
     KILN_CHECK(fs::exists(dir / f), "resume_from_checkpoint: ", (dir / f).string(), " is missing: not a complete checkpoint");
   auto weights = io::load_safetensors(dir / "model.safetensors", device_);
@@ -456,7 +483,14 @@ std::map<std::string, double> Trainer::train() {
                                       : static_cast<int64_t>(std::ceil(args_.num_train_epochs * updates_per_epoch));
   KILN_CHECK(total > 0, "train: no optimizer steps to take (num_train_epochs ", args_.num_train_epochs, ", max_steps ",
              args_.max_steps, ")");
-  optim::LRSchedule schedule(args_.lr_scheduler_type, args_.learning_rate, args_.num_warmup_steps(total), total);
+  optim::LRSchedule schedule(args_.lr_scheduler_type, args_.learning_rate, args_.num_warmup_steps(total), total,
+                             args_.schedule_kwargs());
+  if (!schedule.ignored_kwargs().empty() && replica_.is_master()) {
+    std::string names;
+    for (const auto& k : schedule.ignored_kwargs()) names += (names.empty() ? "" : ", ") + k;
+    std::fprintf(stderr, "kiln train: warning: lr_scheduler_kwargs %s ignored: HF builds the '%s' schedule without "
+                 "keyword arguments\n", names.c_str(), args_.lr_scheduler_type.c_str());
+  }
   state_.max_steps = total;
   state_.num_train_epochs = args_.max_steps > 0 ? (total + updates_per_epoch - 1) / updates_per_epoch
                                                 : static_cast<int64_t>(std::ceil(args_.num_train_epochs));
@@ -482,6 +516,13 @@ std::map<std::string, double> Trainer::train() {
   if (!progress_tty_ && replica_.is_master())
     std::fprintf(stderr, "kiln train: %lld optimizer steps (%lld per epoch), batch %lld, %lld examples\n",
                  (long long)total, (long long)updates_per_epoch, (long long)samples_per_step, (long long)train_->size());
+  if (args_.eval_on_start) {  // HF's sanity check: one evaluation before the first step
+    KILN_CHECK(eval_ && eval_->size() > 0, "--eval_on_start needs an evaluation set (--validation_file)");
+    if (replica_.is_master()) {
+      evaluate("eval");
+      model_.train();
+    }
+  }
   while (state_.global_step < total) {
     if (world > 1) dist::throw_if_aborted();
     // The step's batches first: each loss is weighted by its share of what the
@@ -489,14 +530,20 @@ std::map<std::string, double> Trainer::train() {
     // every micro-batch of every replica, so the gradient is the mean over the
     // global batch however it is split (HF's num_items_in_batch).
     std::vector<data::DeviceBatch> batches;
-    double local_items = 0;
+    double local_items = 0, local_tokens = 0;
     std::vector<double> items;
     for (int64_t micro = 0; micro < accum; ++micro) {
       batches.push_back(device_loader.next());
       items.push_back(loss_items(batches.back().host));
       local_items += items.back();
+      const data::Batch& host = batches.back().host;
+      if (host.weight != 0) local_tokens += static_cast<double>(host.input_ids.size());
     }
     const double step_items = world > 1 ? dist::all_reduce_host(local_items) : local_items;
+    if (args_.include_num_input_tokens_seen)  // HF: input_ids' elements, padding included, over every replica
+      state_.num_input_tokens_seen +=
+          static_cast<int64_t>(world > 1 ? dist::all_reduce_host(local_tokens) : local_tokens);
+    const int64_t tokens_seen = state_.num_input_tokens_seen;
     Tensor loss_sum, grad_norm;
     double epoch_now = 0;
     // Dropout masks are keyed by the sample's place in the global batch, with
@@ -550,9 +597,11 @@ std::map<std::string, double> Trainer::train() {
           double l = loss_sum.item();
           double gn = grad_norm.defined() ? grad_norm.item() : 0.0;
           std::lock_guard<std::mutex> lock(log_mu_);
-          loss_sum_ += l;
+          // HF's logging_nan_inf_filter: a NaN/inf step adds the window's loss so far over its steps + 1.
+          const double counted = args_.logging_nan_inf_filter && !std::isfinite(l) ? loss_sum_ / (loss_count_ + 1) : l;
+          loss_sum_ += counted;
           ++loss_count_;
-          total_loss_ += l;
+          total_loss_ += counted;
           ++total_loss_count_;
           last_loss_ = l;
           last_grad_norm_ = gn;
@@ -567,10 +616,14 @@ std::map<std::string, double> Trainer::train() {
         },
         device_);
 
-    bool log_now = (args_.logging_first_step && step == 1) || (state_.logging_steps > 0 && step % state_.logging_steps == 0);
+    bool epoch_end = std::abs(epoch_now - std::round(epoch_now)) < 1e-9;
+    // HF's DefaultFlowCallback: what this step logs, evaluates and saves.
+    bool log_now = (args_.logging_first_step && step == 1) ||
+                   (args_.logging_strategy == "steps" && state_.logging_steps > 0 && step % state_.logging_steps == 0) ||
+                   (args_.logging_strategy == "epoch" && epoch_end);
     if (log_now && replica_.is_master()) {
       add_step_closure(
-          [this, lr, epoch_now, step] {
+          [this, lr, epoch_now, step, tokens_seen] {
             double avg;
             double gn;
             {
@@ -580,15 +633,18 @@ std::map<std::string, double> Trainer::train() {
               loss_sum_ = 0;
               loss_count_ = 0;
             }
-            record_log(json{{"loss", std::round(avg * 1e4) / 1e4}, {"grad_norm", gn}, {"learning_rate", lr},
-                            {"epoch", std::round(epoch_now * 100) / 100}},
-                       step);
+            json entry{{"loss", std::round(avg * 1e4) / 1e4}, {"grad_norm", gn}, {"learning_rate", lr},
+                       {"epoch", std::round(epoch_now * 100) / 100}};
+            if (args_.include_num_input_tokens_seen) entry["num_input_tokens_seen"] = tokens_seen;
+            record_log(std::move(entry), step);
           },
           device_);
     }
-    bool epoch_end = std::abs(epoch_now - std::round(epoch_now)) < 1e-9;
-    bool eval_now = eval_ && ((args_.eval_strategy == "steps" && state_.eval_steps > 0 && step % state_.eval_steps == 0) ||
-                              (args_.eval_strategy == "epoch" && epoch_end));
+    bool eval_now =
+        eval_ && ((args_.eval_strategy == "steps" && state_.eval_steps > 0 && step % state_.eval_steps == 0 &&
+                   args_.eval_delay <= static_cast<double>(step)) ||
+                  (args_.eval_strategy == "epoch" && epoch_end && args_.eval_delay <= epoch_now));
+    bool stop_early = false;
     std::map<std::string, double> eval_metrics;
     if (eval_now && replica_.is_master()) {  // the master evaluates the (identical) model for all
       wait_device_ops(device_);
@@ -601,7 +657,11 @@ std::map<std::string, double> Trainer::train() {
         KILN_CHECK(eval_metrics.count(name), "--metric_for_best_model '", *args_.metric_for_best_model,
                    "': the evaluation has no '", name, "' (its metrics: ", have, ")");
       }
+      if (args_.early_stopping_patience) stop_early = early_stopping_says_stop(eval_metrics);
     }
+    // The master decides for every replica.
+    if (eval_now && args_.early_stopping_patience && world > 1)
+      stop_early = dist::all_reduce_host(stop_early ? 1.0 : 0.0) > 0;
     bool save_now = (args_.save_strategy == "steps" && state_.save_steps > 0 && step % state_.save_steps == 0) ||
                     (args_.save_strategy == "epoch" && epoch_end);
     if (save_now) {
@@ -609,7 +669,7 @@ std::map<std::string, double> Trainer::train() {
         const std::string name = best_metric_name(args_);
         auto it = eval_metrics.find(name);
         if (it != eval_metrics.end()) {
-          bool greater = args_.greater_is_better.value_or(name.size() < 4 || name.substr(name.size() - 4) != "loss");
+          const bool greater = greater_is_better(args_);
           if (!state_.best_metric || (greater ? it->second > *state_.best_metric : it->second < *state_.best_metric)) {
             state_.best_metric = it->second;
             state_.best_model_checkpoint = checkpoint_dir(step).string();
@@ -619,6 +679,13 @@ std::map<std::string, double> Trainer::train() {
       auto opt_state = optimizer_state();
       if (replica_.is_master()) save_checkpoint(opt_state);
       if (world > 1) rendezvous("checkpoint-" + std::to_string(step));
+    }
+    if (stop_early) {
+      if (replica_.is_master())
+        std::fprintf(stderr, "kiln train: early stopping at step %lld: %s did not improve for %lld evaluation%s\n",
+                     (long long)step, best_metric_name(args_).c_str(), (long long)*args_.early_stopping_patience,
+                     *args_.early_stopping_patience == 1 ? "" : "s");
+      break;
     }
     if (stop_after_ >= 0 && state_.global_step >= stop_after_) break;
   }
@@ -658,6 +725,18 @@ std::map<std::string, double> Trainer::train() {
   return metrics;
 }
 
+bool Trainer::early_stopping_says_stop(const std::map<std::string, double>& eval_metrics) {
+  auto it = eval_metrics.find(best_metric_name(args_));
+  if (it == eval_metrics.end()) return false;  // checked by the caller: the metric exists
+  const double value = it->second;
+  const bool greater = greater_is_better(args_);
+  const bool improved = !state_.best_metric ||
+                        ((greater ? value > *state_.best_metric : value < *state_.best_metric) &&
+                         std::abs(value - *state_.best_metric) > args_.early_stopping_threshold);
+  state_.early_stopping_patience_counter = improved ? 0 : state_.early_stopping_patience_counter + 1;
+  return state_.early_stopping_patience_counter >= *args_.early_stopping_patience;
+}
+
 std::map<std::string, double> Trainer::evaluate(const std::string& prefix) {
   KILN_CHECK(eval_ && eval_->size() > 0, "evaluate: the evaluation set is empty");
   model_.eval();
@@ -667,9 +746,24 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix) {
   data::CollatorOptions co = collator_;
   data::DataLoader loader(eval_, lo, co);
   const int64_t batches = loader.batches_per_epoch();
-  std::vector<Tensor> losses, preds;
+  std::vector<Tensor> losses, preds;  // on the device until moved to the host
   std::vector<int64_t> sizes;
-  std::vector<int64_t> gold;
+  std::vector<int64_t> gold, pred;
+  double loss_total = 0;
+  int64_t n = 0;
+  auto to_host = [&] {  // HF's eval_accumulation_steps: every N batches, or at the end
+    for (size_t i = 0; i < losses.size(); ++i) {
+      loss_total += losses[i].item() * sizes[i];
+      n += sizes[i];
+    }
+    for (auto& p : preds) {
+      auto v = p.to_vector<int64_t>();
+      pred.insert(pred.end(), v.begin(), v.end());
+    }
+    losses.clear();
+    sizes.clear();
+    preds.clear();
+  };
   auto t0 = std::chrono::steady_clock::now();
   {
     NoGradGuard no_grad;
@@ -688,23 +782,14 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix) {
         gold.insert(gold.end(), batch.host.labels.begin(), batch.host.labels.end());
       }
       mark_step(device_);
+      if (args_.eval_accumulation_steps && (b + 1) % *args_.eval_accumulation_steps == 0) to_host();
     }
   }
-  double loss_total = 0;
-  int64_t n = 0;
-  for (size_t i = 0; i < losses.size(); ++i) {
-    loss_total += losses[i].item() * sizes[i];
-    n += sizes[i];
-  }
+  to_host();
   std::map<std::string, double> m;
   m[prefix + "_loss"] = loss_total / std::max<int64_t>(n, 1);
   if (task_ != Task::TextClassification) m["perplexity"] = std::exp(m[prefix + "_loss"]);
-  if (!preds.empty()) {
-    std::vector<int64_t> pred;
-    for (auto& p : preds) {
-      auto v = p.to_vector<int64_t>();
-      pred.insert(pred.end(), v.begin(), v.end());
-    }
+  if (!gold.empty()) {
     auto [acc, f1] = accuracy_f1(pred, gold, model_.config().num_labels());
     m[prefix + "_accuracy"] = acc;
     m[prefix + "_f1"] = f1;
@@ -727,7 +812,24 @@ Predictions Trainer::predict(const data::Features& features) {
   lo.batch_size = args_.per_device_eval_batch_size;
   lo.shuffle = false;
   data::DataLoader loader(shared, lo, collator_);
-  std::vector<Tensor> outs;
+  std::vector<Tensor> outs;  // on the device until moved to the host
+  Predictions p;
+  auto to_host = [&] {  // HF's eval_accumulation_steps: every N batches, or at the end
+    for (auto& t : outs) {
+      auto v = t.to_vector<float>();
+      int64_t C = t.dim(-1), rows = t.numel() / C;
+      for (int64_t r = 0; r < rows; ++r) {
+        if (C == 1) {
+          p.values.push_back(v[r]);
+          continue;
+        }
+        std::vector<float> row(v.begin() + r * C, v.begin() + (r + 1) * C);
+        p.labels.push_back(std::max_element(row.begin(), row.end()) - row.begin());
+        p.probabilities.push_back(std::move(row));
+      }
+    }
+    outs.clear();
+  };
   {
     NoGradGuard no_grad;
     Bf16Scope bf16(args_.bf16);
@@ -738,22 +840,10 @@ Predictions Trainer::predict(const data::Features& features) {
       Tensor logits = model_.forward(in).logits;
       outs.push_back(logits.dim(-1) > 1 ? softmax(logits, -1) : logits);
       mark_step(device_);
+      if (args_.eval_accumulation_steps && (b + 1) % *args_.eval_accumulation_steps == 0) to_host();
     }
   }
-  Predictions p;
-  for (auto& t : outs) {
-    auto v = t.to_vector<float>();
-    int64_t C = t.dim(-1), rows = t.numel() / C;
-    for (int64_t r = 0; r < rows; ++r) {
-      if (C == 1) {
-        p.values.push_back(v[r]);
-        continue;
-      }
-      std::vector<float> row(v.begin() + r * C, v.begin() + (r + 1) * C);
-      p.labels.push_back(std::max_element(row.begin(), row.end()) - row.begin());
-      p.probabilities.push_back(std::move(row));
-    }
-  }
+  to_host();
   return p;
 }
 

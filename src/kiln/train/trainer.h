@@ -41,6 +41,10 @@ struct TrainerState {
   std::vector<nlohmann::json> log_history;
   std::optional<double> best_metric;
   std::string best_model_checkpoint;
+  int64_t num_input_tokens_seen = 0;
+  // HF's EarlyStoppingCallback state (stateful_callbacks in trainer_state.json):
+  // evaluations in a row without improvement.
+  int64_t early_stopping_patience_counter = 0;
   nlohmann::json to_json() const;
   static TrainerState from_json(const nlohmann::json& j, const std::string& source);
 };
@@ -101,6 +105,8 @@ class Trainer {
   void load_checkpoint(const std::filesystem::path& dir);
   void rotate_checkpoints();
   void record_log(nlohmann::json entry, int64_t step);
+  // HF's EarlyStoppingCallback.on_evaluate: true when training should stop.
+  bool early_stopping_says_stop(const std::map<std::string, double>& eval_metrics);
   std::filesystem::path checkpoint_dir(int64_t step) const;
   std::filesystem::path find_checkpoint(const std::string& which) const;
 

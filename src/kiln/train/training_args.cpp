@@ -24,7 +24,7 @@ using json = nlohmann::json;
 // `choices`, so a typo fails at the flag that has it).
 using Member = std::variant<std::string TA::*, bool TA::*, int64_t TA::*, uint64_t TA::*, double TA::*,
                             std::optional<int64_t> TA::*, std::optional<uint64_t> TA::*,
-                            std::optional<std::string> TA::*, std::optional<bool> TA::*>;
+                            std::optional<std::string> TA::*, std::optional<bool> TA::*, json TA::*>;
 struct Field {
   std::string name;
   Member member;
@@ -54,13 +54,20 @@ const std::vector<Field>& fields() {
       {"num_train_epochs", &TA::num_train_epochs, {}},
       {"max_steps", &TA::max_steps, {}},
       {"lr_scheduler_type", &TA::lr_scheduler_type, optim::LRSchedule::types()},
+      {"lr_scheduler_kwargs", &TA::lr_scheduler_kwargs, {}},
       {"warmup_ratio", &TA::warmup_ratio, {}},
       {"warmup_steps", &TA::warmup_steps, {}},
+      {"logging_strategy", &TA::logging_strategy, kStrategies},
       {"logging_steps", &TA::logging_steps, {}},
       {"logging_first_step", &TA::logging_first_step, {}},
+      {"logging_nan_inf_filter", &TA::logging_nan_inf_filter, {}},
+      {"eval_delay", &TA::eval_delay, {}},
+      {"eval_on_start", &TA::eval_on_start, {}},
+      {"eval_accumulation_steps", &TA::eval_accumulation_steps, {}},
       {"save_strategy", &TA::save_strategy, kStrategies},
       {"save_steps", &TA::save_steps, {}},
       {"save_total_limit", &TA::save_total_limit, {}},
+      {"save_only_model", &TA::save_only_model, {}},
       {"seed", &TA::seed, {}},
       {"data_seed", &TA::data_seed, {}},
       {"dataloader_drop_last", &TA::dataloader_drop_last, {}},
@@ -73,6 +80,9 @@ const std::vector<Field>& fields() {
       {"gradient_checkpointing", &TA::gradient_checkpointing, {}},
       {"tf32", &TA::tf32, {}},
       {"bf16", &TA::bf16, {}},
+      {"fp16", &TA::fp16, {}},
+      {"use_cpu", &TA::use_cpu, {}},
+      {"include_num_input_tokens_seen", &TA::include_num_input_tokens_seen, {}},
       {"ddp_bucket_cap_mb", &TA::ddp_bucket_cap_mb, {}},
       {"report_to", &TA::report_to, {"all", "none"}},
       {"logging_dir", &TA::logging_dir, {}},
@@ -85,15 +95,20 @@ const std::vector<Field>& fields() {
       {"shard_optimizer_state", &TA::shard_optimizer_state, {}},
       {"metrics_debug", &TA::metrics_debug, {}},
       {"device", &TA::device, {}},
+      {"early_stopping_patience", &TA::early_stopping_patience, {}},
+      {"early_stopping_threshold", &TA::early_stopping_threshold, {}},
   };
   return table;
 }
 
-// The deprecated HF name of eval_strategy (still accepted by transformers 4.40).
+// The deprecated HF names of eval_strategy and use_cpu (still accepted by transformers 4.40).
 constexpr const char* kEvalStrategyAlias = "evaluation_strategy";
+constexpr const char* kUseCpuAlias = "no_cuda";
 
 const Field* find_field(const std::string& name) {
-  const std::string& canonical = name == kEvalStrategyAlias ? std::string("eval_strategy") : name;
+  const std::string canonical = name == kEvalStrategyAlias ? std::string("eval_strategy")
+                                : name == kUseCpuAlias     ? std::string("use_cpu")
+                                                           : name;
   for (const auto& f : fields())
     if (f.name == canonical) return &f;
   return nullptr;
@@ -157,6 +172,10 @@ void set_from_text(TA& a, const Field& f, const std::string& value, const std::s
           auto n = parse_number<uint64_t>(value);
           if (!n) throw bad("a non-negative integer");
           a.*member = *n;
+        } else if constexpr (std::is_same_v<M, json>) {
+          json j = json::parse(value, nullptr, false);
+          if (j.is_discarded() || !j.is_object()) throw bad("a JSON object, e.g. '{\"num_cycles\": 2}'");
+          a.*member = j;
         } else {
           static_assert(std::is_same_v<M, double>);
           auto n = parse_number<double>(value);
@@ -183,7 +202,13 @@ void set_from_json(TA& a, const Field& f, const json& v, const std::string& wher
         using M = std::remove_reference_t<decltype(a.*member)>;
         constexpr bool optional = !std::is_same_v<M, std::string> && !std::is_same_v<M, bool> &&
                                   !std::is_same_v<M, int64_t> && !std::is_same_v<M, uint64_t> &&
-                                  !std::is_same_v<M, double>;
+                                  !std::is_same_v<M, double> && !std::is_same_v<M, json>;
+        if constexpr (std::is_same_v<M, json>) {  // an object; HF also takes its JSON text, and null for {}
+          json obj = v.is_null() ? json::object() : v.is_string() ? json::parse(v.get<std::string>(), nullptr, false) : v;
+          if (!obj.is_object()) throw bad("a JSON object");
+          a.*member = obj;
+          return;
+        }
         if constexpr (optional) {
           if (v.is_null()) {
             a.*member = std::nullopt;
@@ -283,8 +308,43 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
                            " (a ratio of the total steps when < 1)" + got(v));
     if (v > 1 && v != std::floor(v)) throw fail(name, "must be an integer if bigger than 1" + got(v));
   };
-  interval("logging_steps", a.logging_steps, true);
+  interval("logging_steps", a.logging_steps, a.logging_strategy == "steps");
+  if (!std::isfinite(a.eval_delay) || a.eval_delay < 0)
+    throw fail("eval_delay", "must be >= 0 (steps or epochs before the first evaluation)" + got(a.eval_delay));
+  if (a.eval_accumulation_steps) positive_int("eval_accumulation_steps", *a.eval_accumulation_steps);
+  if (a.fp16)
+    throw fail("fp16", "is not supported: kiln's mixed precision is bf16 (--bf16), which needs no loss scaling");
+  if (a.use_cpu && a.device.rfind("cuda", 0) == 0)
+    throw fail("use_cpu", "asks for the CPU, but device is '" + a.device + "'");
+  if (a.early_stopping_patience) {
+    positive_int("early_stopping_patience", *a.early_stopping_patience);
+    // HF's EarlyStoppingCallback asserts the first two; it compares with the best metric of the checkpoints
+    // saved so far, which never exists without saves, so it would silently never stop.
+    if (!a.metric_for_best_model)
+      throw fail("early_stopping_patience", "needs --metric_for_best_model (or --load_best_model_at_end)");
+    if (a.eval_strategy == "no") throw fail("early_stopping_patience", "needs evaluations, but eval_strategy is 'no'");
+    if (a.save_strategy == "no")
+      throw fail("early_stopping_patience", "compares each evaluation with the best saved checkpoint's metric, "
+                                            "but save_strategy is 'no'");
+  }
+  in_range("early_stopping_threshold", a.early_stopping_threshold, 0, inf, false, "[0, inf)");
   interval("save_steps", a.save_steps, a.save_strategy == "steps");
+  // lr_scheduler_kwargs: numbers, with the names the schedule takes (checked by building it, as HF does at the
+  // first step; a throwaway total of 1 step).
+  {
+    optim::LRSchedule::Kwargs kwargs;
+    for (const auto& [k, v] : a.lr_scheduler_kwargs.items()) {
+      if (!v.is_number() || v.is_boolean())
+        throw fail("lr_scheduler_kwargs", "'" + k + "' must be a number, got " + json_kind(v));
+      kwargs[k] = v.get<double>();
+    }
+    try {
+      (void)optim::LRSchedule(a.lr_scheduler_type, a.learning_rate, 0, a.lr_scheduler_type == "polynomial" ? 1 : 0,
+                              kwargs);
+    } catch (const Error& e) {
+      throw Error(where + e.what());
+    }
+  }
   if (!a.save_safetensors)
     throw fail("save_safetensors", "must be true: kiln writes model.safetensors only (no pytorch_model.bin)");
   if (a.push_to_hub) throw fail("push_to_hub", "is not supported: kiln never uses the network");
@@ -434,6 +494,7 @@ TrainingArguments TrainingArguments::from_json(const nlohmann::json& j, const st
     }
     // HF writes "evaluation_strategy": null next to eval_strategy; a value overrides eval_strategy (HF).
     if (key == kEvalStrategyAlias && value.is_null()) continue;
+    if (key == kUseCpuAlias && value == false) continue;  // HF writes no_cuda: false next to use_cpu
     set_from_json(a, *f, value, source + ": key '" + key + "'");
   }
   if (!unknown.empty())
@@ -454,7 +515,7 @@ nlohmann::json TrainingArguments::to_json() const {
           const auto& v = this->*member;
           using M = std::remove_cvref_t<decltype(v)>;
           if constexpr (std::is_same_v<M, std::string> || std::is_same_v<M, bool> || std::is_same_v<M, int64_t> ||
-                        std::is_same_v<M, uint64_t> || std::is_same_v<M, double>) {
+                        std::is_same_v<M, uint64_t> || std::is_same_v<M, double> || std::is_same_v<M, json>) {
             j[f.name] = v;
           } else {
             j[f.name] = v ? json(*v) : json(nullptr);
@@ -493,12 +554,18 @@ int64_t TrainingArguments::steps_from_ratio(double v, int64_t total_steps) const
   return static_cast<int64_t>(v);
 }
 
+std::map<std::string, double> TrainingArguments::schedule_kwargs() const {
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : lr_scheduler_kwargs.items()) out[k] = v.get<double>();
+  return out;
+}
+
 int64_t TrainingArguments::eval_interval(int64_t total_steps) const {
   return eval_steps ? *eval_steps : steps_from_ratio(logging_steps, total_steps);
 }
 
 std::string TrainingArguments::help() {
-  static const char* kinds[] = {"STR", "", "INT", "UINT", "FLOAT", "INT", "UINT", "STR", ""};
+  static const char* kinds[] = {"STR", "", "INT", "UINT", "FLOAT", "INT", "UINT", "STR", "", "JSON"};
   json defaults = TrainingArguments{}.to_json();
   std::string out;
   for (const auto& f : fields()) {

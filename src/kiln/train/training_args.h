@@ -25,15 +25,32 @@ struct TrainingArguments {
   double learning_rate = 5e-5, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8,
          max_grad_norm = 1.0, num_train_epochs = 3.0;
   int64_t max_steps = -1;
-  // linear, cosine, constant, constant_with_warmup, polynomial, cosine_with_restarts, inverse_sqrt
+  // linear, cosine, constant, constant_with_warmup, polynomial, cosine_with_restarts, inverse_sqrt,
+  // cosine_with_min_lr
   std::string lr_scheduler_type = "linear";
+  // The schedule's keyword arguments (HF's dict; a JSON object on the command line), e.g. {"num_cycles": 2},
+  // {"lr_end": 1e-6, "power": 2}, {"min_lr_rate": 0.1}: see optim::LRSchedule.
+  nlohmann::json lr_scheduler_kwargs = nlohmann::json::object();
   double warmup_ratio = 0.0;
   int64_t warmup_steps = 0;
+  std::string logging_strategy = "steps";  // "no" | "steps" | "epoch"
   double logging_steps = 500;          // HF allows a float < 1 = ratio of total steps
   bool logging_first_step = false;
+  // A step whose loss is NaN or inf counts as the mean of the logging
+  // window's other steps in the logged loss and train_loss (HF's default).
+  bool logging_nan_inf_filter = true;
+  // Steps (eval_strategy steps) or epochs (epoch) before the first evaluation.
+  double eval_delay = 0;
+  bool eval_on_start = false;          // evaluate once before the first step
+  // Move predictions and losses to the host every N evaluation batches
+  // (unset: at the end of the evaluation).
+  std::optional<int64_t> eval_accumulation_steps;
   std::string save_strategy = "steps"; // "no" | "steps" | "epoch"
   double save_steps = 500;             // float < 1 = ratio
   std::optional<int64_t> save_total_limit;
+  // Checkpoints hold the model only: no optimizer state, no data position,
+  // so they cannot be resumed (HF's save_only_model).
+  bool save_only_model = false;
   uint64_t seed = 42;
   std::optional<uint64_t> data_seed;
   bool dataloader_drop_last = false;
@@ -51,6 +68,13 @@ struct TrainingArguments {
   // bf16 mixed precision (HF's bf16, torch.autocast): matrix products in
   // bf16 with f32 sums; weights, gradients and optimizer state in f32.
   bool bf16 = false;
+  bool fp16 = false;  // HF's fp16 (CUDA AMP with a loss scaler): kiln has bf16 only, so true is an error
+  // Train on the CPU even when a GPU is present (HF's use_cpu; the older no_cuda is accepted for it). kiln's
+  // default device is the CPU already; use_cpu with --device cuda is an error.
+  bool use_cpu = false;
+  // Count input_ids tokens (padding included, every replica) in trainer_state.json's num_input_tokens_seen and
+  // add it to every log entry (HF's include_num_input_tokens_seen).
+  bool include_num_input_tokens_seen = false;
   double ddp_bucket_cap_mb = 25;  // gradient all-reduce buckets (HF: None means DDP's 25)
   // HF's bookkeeping and integration fields, accepted so HF command lines run
   // as they are. kiln has no logging integrations: report_to is "all" (HF's
@@ -73,6 +97,11 @@ struct TrainingArguments {
   bool shard_optimizer_state = false;
   bool metrics_debug = false;
   std::string device = "cpu";
+  // HF's EarlyStoppingCallback as flags: stop when metric_for_best_model has
+  // not improved (by more than the threshold) on the best saved checkpoint's
+  // for this many evaluations in a row.
+  std::optional<int64_t> early_stopping_patience;
+  double early_stopping_threshold = 0.0;
 
   // "--name value", "--name=value", and for bools "--name" alone or "--name true|false|1|0" (HF's yes/no/t/f/y/n
   // too). HF's dashed spellings (--per-device-train-batch-size) are accepted. Numbers/strings are validated (an
@@ -101,7 +130,8 @@ struct TrainingArguments {
 
   // Derived
   int64_t train_batch_size() const { return per_device_train_batch_size * num_replicas; }
-  int64_t num_warmup_steps(int64_t total_steps) const;   // warmup_steps if > 0 else ceil(warmup_ratio * total) (HF)
+  int64_t num_warmup_steps(int64_t total_steps) const;
+  std::map<std::string, double> schedule_kwargs() const;  // lr_scheduler_kwargs (validated: numbers)   // warmup_steps if > 0 else ceil(warmup_ratio * total) (HF)
   int64_t steps_from_ratio(double v, int64_t total_steps) const;  // v < 1 -> ceil(v * total) (HF), else v
   // Steps between logs / evaluations / saves for a run of total_steps (eval falls back to logging_steps).
   int64_t logging_interval(int64_t total_steps) const { return steps_from_ratio(logging_steps, total_steps); }

@@ -1,0 +1,245 @@
+// The Trainer's flow controls, as HF's DefaultFlowCallback and Trainer have
+// them: logging_strategy, logging_nan_inf_filter, eval_delay, eval_on_start,
+// eval_accumulation_steps, save_only_model, include_num_input_tokens_seen,
+// and early stopping (HF's EarlyStoppingCallback).
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "kiln/io/json_file.h"
+#include "kiln/models/model.h"
+#include "kiln/train/trainer.h"
+#include "support/temp_dir.h"
+#include "support/test_util.h"
+#include "tiny_bert.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::TempDir;
+
+// 16 rows, batch 4: 4 optimizer steps an epoch.
+std::shared_ptr<data::Features> rows(int n = 16) { return testing::tiny_classification_features(n); }
+
+train::TrainingArguments args_for(const fs::path& out) {
+  train::TrainingArguments a;
+  a.output_dir = out.string();
+  a.max_steps = 8;
+  a.save_strategy = "no";
+  a.logging_steps = 500;
+  a.per_device_train_batch_size = 4;
+  a.per_device_eval_batch_size = 4;
+  a.learning_rate = 1e-3;
+  a.seed = 7;
+  return a;
+}
+
+data::CollatorOptions collator() {
+  data::CollatorOptions c;
+  c.max_length = 12;
+  c.pad_to_max_length = true;  // every batch [4, 12]
+  return c;
+}
+
+// Trains a fresh tiny BERT with `a` and returns trainer_state.json.
+json train_with(train::TrainingArguments a, std::shared_ptr<data::Features> eval = nullptr) {
+  a.resolve_defaults();
+  auto m = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 1);
+  train::Trainer t(*m, a, train::Task::TextClassification, rows(), std::move(eval), collator());
+  t.train();
+  return io::read_json_file(fs::path(a.output_dir) / "trainer_state.json");
+}
+
+// The steps of the log entries that have `key`.
+std::vector<int64_t> steps_with(const json& state, const std::string& key) {
+  std::vector<int64_t> out;
+  for (const auto& e : state["log_history"])
+    if (e.contains(key)) out.push_back(e["step"].get<int64_t>());
+  return out;
+}
+
+using Steps = std::vector<int64_t>;
+
+TEST(TrainerFlow, LoggingStrategy) {
+  TempDir d;
+  auto a = args_for(d.path());
+  a.logging_strategy = "epoch";
+  EXPECT_EQ(steps_with(train_with(a), "loss"), (Steps{4, 8}));
+  a.logging_strategy = "no";
+  a.logging_first_step = true;  // still logs step 1, as HF
+  a.overwrite_output_dir = true;
+  EXPECT_EQ(steps_with(train_with(a), "loss"), (Steps{1}));
+  a.logging_strategy = "steps";
+  a.logging_first_step = false;
+  a.logging_steps = 3;
+  EXPECT_EQ(steps_with(train_with(a), "loss"), (Steps{3, 6}));
+}
+
+TEST(TrainerFlow, NanAndInfLossesAreFilteredFromTheLoggedMeanAsHf) {
+  // A learning rate of 1e30 wrecks the model after the first update: the
+  // following losses are NaN or inf. Logged every step without the filter,
+  // each step's own loss; logged every 4 with it, HF's running substitute.
+  TempDir raw_dir, filtered_dir;
+  auto a = args_for(raw_dir.path());
+  a.learning_rate = 1e30;
+  a.max_grad_norm = 0;
+  a.max_steps = 4;
+  a.logging_steps = 1;
+  a.logging_nan_inf_filter = false;
+  json raw = train_with(a);
+  std::vector<std::optional<double>> per_step;  // null: NaN or inf (JSON has neither)
+  for (const auto& e : raw["log_history"])
+    if (e.contains("loss")) per_step.push_back(e["loss"].is_number() ? std::optional(e["loss"].get<double>()) : std::nullopt);
+  ASSERT_EQ(per_step.size(), 4u);
+  ASSERT_TRUE(per_step[0].has_value());
+  int non_finite = 0;
+  for (auto& l : per_step) non_finite += !l.has_value();
+  ASSERT_GE(non_finite, 1) << "the test needs a step with a NaN or inf loss";
+
+  a.output_dir = filtered_dir.path().string();
+  a.logging_steps = 4;
+  a.logging_nan_inf_filter = true;
+  json filtered = train_with(a);
+  double sum = 0;
+  for (size_t k = 0; k < per_step.size(); ++k) sum += per_step[k] ? *per_step[k] : sum / (k + 1);
+  const json& logged = filtered["log_history"][0];
+  ASSERT_TRUE(logged["loss"].is_number()) << logged;
+  const double tolerance = 1e-3 + 1e-5 * std::abs(sum / 4);  // logged losses have 4 decimals
+  EXPECT_NEAR(logged["loss"].get<double>(), sum / 4, tolerance);
+  const json results = io::read_json_file(filtered_dir.path() / "train_results.json");
+  EXPECT_NEAR(results["train_loss"].get<double>(), sum / 4, tolerance);
+}
+
+TEST(TrainerFlow, EvalDelayCountsStepsOrEpochs) {
+  TempDir d;
+  auto a = args_for(d.path());
+  a.eval_strategy = "steps";
+  a.eval_steps = 2;
+  a.eval_delay = 5;
+  EXPECT_EQ(steps_with(train_with(a, rows(8)), "eval_loss"), (Steps{6, 8}));
+  a.overwrite_output_dir = true;
+  a.eval_strategy = "epoch";
+  a.eval_steps.reset();
+  a.max_steps = 12;
+  a.eval_delay = 1.5;  // epochs: the first evaluation ends epoch 2
+  EXPECT_EQ(steps_with(train_with(a, rows(8)), "eval_loss"), (Steps{8, 12}));
+}
+
+TEST(TrainerFlow, EvalOnStartEvaluatesBeforeTheFirstStep) {
+  TempDir d;
+  auto a = args_for(d.path());
+  a.eval_on_start = true;
+  json state = train_with(a, rows(8));
+  EXPECT_EQ(steps_with(state, "eval_loss"), (Steps{0}));
+  EXPECT_TRUE(state["log_history"][0].contains("eval_loss"));
+  a.overwrite_output_dir = true;
+  EXPECT_CONTAINS(testing::error_of([&] { train_with(a); }), "--eval_on_start needs an evaluation set");
+}
+
+TEST(TrainerFlow, EvalAccumulationStepsGivesTheSameMetrics) {
+  TempDir d;
+  auto a = args_for(d.path());
+  a.per_device_eval_batch_size = 2;  // 5 batches
+  auto metrics_with = [&](std::optional<int64_t> n) {
+    a.eval_accumulation_steps = n;
+    auto m = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 1);
+    train::Trainer t(*m, a, train::Task::TextClassification, nullptr, rows(10), collator());
+    auto out = t.evaluate();
+    out.erase("eval_runtime");
+    out.erase("eval_samples_per_second");
+    return out;
+  };
+  auto whole = metrics_with(std::nullopt);
+  EXPECT_EQ(whole.at("eval_samples"), 10);
+  EXPECT_EQ(metrics_with(1), whole);
+  EXPECT_EQ(metrics_with(2), whole);
+  EXPECT_EQ(metrics_with(7), whole);
+}
+
+TEST(TrainerFlow, SaveOnlyModelCheckpointsHoldTheModelAndRefuseToResume) {
+  TempDir d;
+  auto a = args_for(d.path());
+  a.save_strategy = "steps";
+  a.save_steps = 4;
+  a.save_only_model = true;
+  train_with(a);
+  const fs::path ck = d.path() / "checkpoint-4";
+  EXPECT_TRUE(fs::exists(ck / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(ck / "config.json"));
+  EXPECT_TRUE(fs::exists(ck / "trainer_state.json"));
+  EXPECT_FALSE(fs::exists(ck / "optimizer.safetensors"));
+  EXPECT_FALSE(fs::exists(ck / "rng_state.json"));
+  a.resume_from_checkpoint = ck.string();
+  EXPECT_CONTAINS(testing::error_of([&] { train_with(a); }),
+                  "checkpoint-4 was saved with save_only_model: it holds the model but no optimizer state");
+}
+
+TEST(TrainerFlow, IncludeNumInputTokensSeen) {
+  TempDir d;
+  auto a = args_for(d.path());
+  a.logging_steps = 2;
+  a.include_num_input_tokens_seen = true;
+  json state = train_with(a);
+  EXPECT_EQ(state["num_input_tokens_seen"], 8 * 4 * 12);  // steps x rows x padded length
+  for (const auto& e : state["log_history"])
+    EXPECT_EQ(e["num_input_tokens_seen"], e["step"].get<int64_t>() * 4 * 12) << e;
+  a.include_num_input_tokens_seen = false;
+  a.overwrite_output_dir = true;
+  state = train_with(a);
+  EXPECT_EQ(state["num_input_tokens_seen"], 0);
+  EXPECT_FALSE(state["log_history"][0].contains("num_input_tokens_seen"));
+}
+
+TEST(TrainerFlow, EarlyStoppingAfterPatienceEvaluationsWithoutImprovement) {
+  // A learning rate of 0 never changes the model: every evaluation equals the
+  // first, which sets the best metric when its checkpoint is saved. Patience
+  // 2: the evaluations at steps 4 and 6 do not improve, so step 6 stops.
+  TempDir d;
+  auto a = args_for(d.path());
+  a.learning_rate = 0;
+  a.max_steps = 20;
+  a.eval_strategy = a.save_strategy = "steps";
+  a.eval_steps = 2;
+  a.save_steps = 2;
+  a.load_best_model_at_end = true;
+  a.early_stopping_patience = 2;
+  json state = train_with(a, rows(8));
+  EXPECT_EQ(state["global_step"], 6);
+  EXPECT_EQ(steps_with(state, "eval_loss"), (Steps{2, 4, 6}));
+  EXPECT_EQ(state["stateful_callbacks"]["EarlyStoppingCallback"]["attributes"]["early_stopping_patience_counter"], 2);
+  EXPECT_EQ(state["best_model_checkpoint"], (d.path() / "checkpoint-2").string());
+
+  // Resumed at step 4, the counter (1) comes back from trainer_state.json.
+  TempDir r;
+  a.output_dir = r.path().string();
+  {
+    auto m = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 1);
+    train::TrainingArguments b = a;
+    b.resolve_defaults();
+    train::Trainer t(*m, b, train::Task::TextClassification, rows(), rows(8), collator());
+    t.stop_after_step(4);
+    t.train();
+  }
+  EXPECT_EQ(io::read_json_file(r.path() / "checkpoint-4" / "trainer_state.json")["stateful_callbacks"]
+                ["EarlyStoppingCallback"]["attributes"]["early_stopping_patience_counter"],
+            1);
+  a.resume_from_checkpoint = "latest";
+  EXPECT_EQ(train_with(a, rows(8))["global_step"], 6);
+
+  // A threshold larger than any change keeps a learning model from counting as improving.
+  TempDir t;
+  a.output_dir = t.path().string();
+  a.resume_from_checkpoint.clear();
+  a.learning_rate = 1e-3;
+  a.early_stopping_threshold = 1e9;
+  EXPECT_EQ(train_with(a, rows(8))["global_step"], 6);
+  a.overwrite_output_dir = true;
+  a.early_stopping_threshold = 0;
+  a.early_stopping_patience.reset();
+  EXPECT_EQ(train_with(a, rows(8))["global_step"], 20);
+}
+
+}  // namespace
+}  // namespace kiln
