@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 
 #include "dataset/util.h"
@@ -131,6 +132,57 @@ TEST(DataLoaderTest, SeekResumesExactly) {
   }
   DataLoader dl(f, {.batch_size = 4}, {});
   EXPECT_CONTAINS(error_of([&] { dl.seek(0, 7); }), "position 7 is out of range (6 batches per epoch)");
+}
+
+TEST(DataLoaderTest, LengthGroupedAsHfsLengthGroupedSampler) {
+  // 10 rows, batch 2: megabatches of min(10 / 8, 50) = 1 batch. Each sorted
+  // longest first (ties keep their order); the longest row of all (row 4,
+  // length 9) swaps places with the first row.
+  const std::vector<int64_t> lengths{1, 5, 3, 3, 9, 2, 4, 4, 7, 0};
+  std::vector<int64_t> order(10);
+  std::iota(order.begin(), order.end(), 0);
+  EXPECT_EQ(length_grouped(order, lengths, 2), (std::vector<int64_t>{4, 0, 2, 3, 1, 5, 6, 7, 8, 9}));
+  // 100 rows, batch 2: megabatches of min(100 / 8, 50) = 12 batches (24 rows).
+  std::vector<int64_t> many(100);
+  for (int64_t i = 0; i < 100; ++i) many[i] = (i * 37) % 100;
+  std::vector<int64_t> len(100);
+  for (int64_t i = 0; i < 100; ++i) len[i] = (i * 13) % 29;
+  auto grouped = length_grouped(many, len, 2);
+  EXPECT_TRUE(std::is_permutation(grouped.begin(), grouped.end(), many.begin()));
+  EXPECT_EQ(len[grouped[0]], 28);  // the longest first
+  for (int64_t begin = 0; begin < 100; begin += 24) {
+    std::set<int64_t> was(many.begin() + begin, many.begin() + std::min<int64_t>(begin + 24, 100));
+    for (int64_t i = begin + 1; i < std::min<int64_t>(begin + 24, 100); ++i) {
+      EXPECT_TRUE(was.count(grouped[i])) << "row " << grouped[i] << " left its megabatch";
+      if (i > begin + 1) EXPECT_GE(len[grouped[i - 1]], len[grouped[i]]) << i;
+    }
+  }
+  EXPECT_CONTAINS(error_of([&] { length_grouped(many, len, 0); }), "batch_size must be positive");
+}
+
+TEST(DataLoaderTest, LengthGroupingPadsLessAndResumesExactly) {
+  // Rows of 3 to 6 tokens: dynamic padding pads each batch to its longest row.
+  auto f = rows(64);
+  auto padded_tokens = [&](int64_t grouped) {
+    DataLoader dl(f, {.batch_size = 4, .seed = 3, .length_grouped_batch = grouped}, {});
+    int64_t tokens = 0;
+    std::set<int64_t> seen;
+    for (int b = 0; b < dl.batches_per_epoch(); ++b) {
+      Batch batch = dl.next();
+      tokens += static_cast<int64_t>(batch.input_ids.size());
+      seen.insert(batch.indices.begin(), batch.indices.end());
+    }
+    EXPECT_EQ(seen.size(), 64u);  // still every row once an epoch
+    return tokens;
+  };
+  EXPECT_LT(padded_tokens(4), padded_tokens(0));
+  // A pure function of (seed, epoch), so seek() resumes it exactly.
+  LoaderOptions o{.batch_size = 4, .seed = 5, .length_grouped_batch = 8};
+  DataLoader straight(f, o, {});
+  auto all = take(straight, 30);
+  DataLoader resumed(f, o, {});
+  resumed.seek(1, 5);
+  expect_same(std::vector<Batch>(all.begin() + 21, all.end()), take(resumed, 9));
 }
 
 TEST(DataLoaderTest, WorkerErrorsReachTheCaller) {

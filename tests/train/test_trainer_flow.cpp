@@ -192,6 +192,26 @@ TEST(TrainerFlow, IncludeNumInputTokensSeen) {
   EXPECT_FALSE(state["log_history"][0].contains("num_input_tokens_seen"));
 }
 
+TEST(TrainerFlow, GroupByLengthPadsLess) {
+  // Dynamic padding (no pad_to_max_length): each batch pads to its longest row.
+  TempDir d;
+  auto a = args_for(d.path());
+  a.include_num_input_tokens_seen = true;
+  a.max_steps = 16;
+  auto tokens = [&](bool group) {
+    a.group_by_length = group;
+    a.overwrite_output_dir = true;
+    auto m = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 1);
+    data::CollatorOptions c = collator();
+    c.pad_to_max_length = false;
+    train::Trainer t(*m, a, train::Task::TextClassification, rows(64), nullptr, c);
+    auto metrics = t.train();
+    EXPECT_TRUE(std::isfinite(metrics.at("train_loss")));
+    return t.state().num_input_tokens_seen;
+  };
+  EXPECT_LT(tokens(true), tokens(false));
+}
+
 TEST(TrainerFlow, EarlyStoppingAfterPatienceEvaluationsWithoutImprovement) {
   // A learning rate of 0 never changes the model: every evaluation equals the
   // first, which sets the best metric when its checkpoint is saved. Patience

@@ -1,5 +1,6 @@
 #include "kiln/data/loader.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "kiln/core/error.h"
@@ -20,6 +21,24 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch, 
   return p;
 }
 
+std::vector<int64_t> length_grouped(std::vector<int64_t> order, const std::vector<int64_t>& lengths,
+                                    int64_t batch_size) {
+  KILN_CHECK(batch_size > 0, "length_grouped: batch_size must be positive, got ", batch_size);
+  const auto n = static_cast<int64_t>(order.size());
+  if (n == 0) return order;
+  const int64_t mult = std::max<int64_t>(std::min<int64_t>(n / (batch_size * 4), 50), 1);
+  const int64_t mega = mult * batch_size;
+  auto len = [&](int64_t row) { return lengths.at(static_cast<size_t>(row)); };
+  int64_t longest_at = 0;  // first element of the megabatch whose first element is longest (torch.argmax: first)
+  for (int64_t begin = 0; begin < n; begin += mega) {
+    auto first = order.begin() + begin, last = order.begin() + std::min(begin + mega, n);
+    std::stable_sort(first, last, [&](int64_t a, int64_t b) { return len(a) > len(b); });
+    if (len(*first) > len(order[longest_at])) longest_at = begin;
+  }
+  std::swap(order[0], order[longest_at]);
+  return order;
+}
+
 DataLoader::DataLoader(std::shared_ptr<const Features> features, LoaderOptions options, CollatorOptions collator)
     : features_(std::move(features)), options_(options), collator_(std::move(collator)) {
   KILN_CHECK(features_ != nullptr, "DataLoader: no features");
@@ -32,6 +51,8 @@ DataLoader::DataLoader(std::shared_ptr<const Features> features, LoaderOptions o
                                           : (n + options_.batch_size - 1) / options_.batch_size;
   KILN_CHECK(batches_per_epoch_ > 0, "DataLoader: ", n, " rows make no batch of ", options_.batch_size,
              options_.drop_last ? " with drop_last" : "");
+  if (options_.length_grouped_batch > 0)  // HF's lengths: each row's input_ids
+    for (const auto& ids : features_->input_ids) lengths_.push_back(static_cast<int64_t>(ids.size()));
   if (options_.num_workers > 0) {
     window_ = 2 * options_.num_workers;
     for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
@@ -51,8 +72,10 @@ std::shared_ptr<const std::vector<int64_t>> DataLoader::permutation(int64_t epoc
   std::lock_guard<std::mutex> lock(perm_mu_);
   auto it = perms_.find(epoch);
   if (it != perms_.end()) return it->second;
-  auto p = std::make_shared<const std::vector<int64_t>>(
-      epoch_permutation(static_cast<int64_t>(features_->size()), options_.seed, epoch, options_.shuffle));
+  std::vector<int64_t> order =
+      epoch_permutation(static_cast<int64_t>(features_->size()), options_.seed, epoch, options_.shuffle);
+  if (options_.length_grouped_batch > 0) order = length_grouped(std::move(order), lengths_, options_.length_grouped_batch);
+  auto p = std::make_shared<const std::vector<int64_t>>(std::move(order));
   perms_[epoch] = p;
   while (perms_.size() > 3) perms_.erase(perms_.begin()->first < epoch ? perms_.begin() : std::prev(perms_.end()));
   return p;

@@ -39,11 +39,23 @@ struct LoaderOptions {
   // batch's last row with weight 0 (Batch::weight), so every replica still
   // runs the step.
   int shard = 0, num_shards = 1;
+  // > 0: HF's group_by_length (LengthGroupedSampler) with this batch size
+  // (the global batch times gradient accumulation): see length_grouped.
+  int64_t length_grouped_batch = 0;
 };
 
 // The order of rows in `epoch`: identity without shuffle, else a Fisher-Yates
 // permutation drawn from (seed, epoch) — the same on every run and platform.
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch, bool shuffle);
+
+// HF's get_length_grouped_indices applied to a shuffled order: cut `order`
+// into megabatches of mult * batch_size rows (mult = min(n / (4 * batch_size),
+// 50), at least 1), sort each by length, longest first (stable), and swap the
+// longest row of all to the very front, so the largest batch runs first and
+// an out-of-memory shows at once. Rows of similar length share batches, so
+// dynamic padding pads less.
+std::vector<int64_t> length_grouped(std::vector<int64_t> order, const std::vector<int64_t>& lengths,
+                                    int64_t batch_size);
 
 class DataLoader {
  public:
@@ -77,6 +89,7 @@ class DataLoader {
   LoaderOptions options_;
   CollatorOptions collator_;
   int64_t batches_per_epoch_ = 0;
+  std::vector<int64_t> lengths_;  // per row, when grouping by length
 
   // Permutations of the epochs in use (workers near an epoch boundary need two).
   mutable std::mutex perm_mu_;

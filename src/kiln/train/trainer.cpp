@@ -475,9 +475,10 @@ std::map<std::string, double> Trainer::train() {
   lo.num_workers = static_cast<int>(args_.dataloader_num_workers);
   lo.shard = replica_.global_rank();
   lo.num_shards = world;
+  const int64_t accum = args_.gradient_accumulation_steps;
+  if (args_.group_by_length) lo.length_grouped_batch = global_batch * accum;
   loader_ = std::make_unique<data::DataLoader>(train_, lo, collator_);
 
-  const int64_t accum = args_.gradient_accumulation_steps;
   const int64_t updates_per_epoch = std::max<int64_t>(loader_->batches_per_epoch() / accum, 1);
   int64_t total = args_.max_steps > 0 ? args_.max_steps
                                       : static_cast<int64_t>(std::ceil(args_.num_train_epochs * updates_per_epoch));

@@ -72,6 +72,7 @@ const std::vector<Field>& fields() {
       {"data_seed", &TA::data_seed, {}},
       {"dataloader_drop_last", &TA::dataloader_drop_last, {}},
       {"dataloader_num_workers", &TA::dataloader_num_workers, {}},
+      {"group_by_length", &TA::group_by_length, {}},
       {"load_best_model_at_end", &TA::load_best_model_at_end, {}},
       {"metric_for_best_model", &TA::metric_for_best_model, {}},
       {"greater_is_better", &TA::greater_is_better, {}},

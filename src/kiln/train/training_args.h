@@ -55,6 +55,9 @@ struct TrainingArguments {
   std::optional<uint64_t> data_seed;
   bool dataloader_drop_last = false;
   int64_t dataloader_num_workers = 0;
+  // Batch rows of similar length together (HF's LengthGroupedSampler over the global batch times
+  // gradient_accumulation_steps): less padding with dynamic padding; no effect with pad_to_max_length.
+  bool group_by_length = false;
   bool load_best_model_at_end = false;
   std::optional<std::string> metric_for_best_model;  // default "loss" when load_best_model_at_end (HF)
   std::optional<bool> greater_is_better;             // default: false for names ending in "loss", else true (HF)
