@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "command.h"
+#include "flags.h"
 #include "kiln/core/error.h"
 #include "kiln/dist/replica.h"
 #include "kiln/io/json_file.h"
@@ -32,21 +33,49 @@ const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name
                                               "max_source_length", "max_target_length"};
 const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes"};
 
+// kiln train's own numeric flags: the smallest value each takes.
+const std::map<std::string, int64_t> kIntegerFlags = {
+    {"max_seq_length", 3}, {"pad_to_multiple_of", 0}, {"max_source_length", 1}, {"max_target_length", 1}};
+
 int64_t int_flag(const std::map<std::string, std::string>& f, const char* name, int64_t fallback) {
   auto it = f.find(name);
-  if (it == f.end()) return fallback;
-  char* end = nullptr;
-  long long v = std::strtoll(it->second.c_str(), &end, 10);
-  KILN_CHECK(!it->second.empty() && *end == 0, "--", name, " expects an integer, got '", it->second, "'");
-  return v;
+  return it == f.end() ? fallback : cli::integer_value("train", name, it->second, kIntegerFlags.at(name));
 }
 
-// --max_seq_length when given: an integer above 2.
+// A switch (kExtraSwitches) that is on: "--pad_to_max_length" or "--pad_to_max_length true", not "... false".
+bool switch_on(const std::map<std::string, std::string>& f, const char* name) {
+  auto it = f.find(name);
+  return it != f.end() && it->second == "true";
+}
+
+// --max_seq_length when given.
 std::optional<int64_t> max_seq_length_flag(const std::map<std::string, std::string>& f) {
   if (!f.count("max_seq_length")) return std::nullopt;
-  const int64_t n = int_flag(f, "max_seq_length", 128);
-  KILN_CHECK(n > 2, "--max_seq_length must be > 2, got ", n);
-  return n;
+  return int_flag(f, "max_seq_length", 128);
+}
+
+// Every value checked before any data is read, and a flag the task does not
+// use is a warning (kiln train serves run_glue, run_mlm, run_clm and
+// run_summarization's flags at once, so it is not an error).
+void check_task_flags(const std::map<std::string, std::string>& f, const std::string& task) {
+  for (const auto& [name, min] : kIntegerFlags) int_flag(f, name.c_str(), 0);
+  if (f.count("mlm_probability")) cli::number_value("train", "mlm_probability", f.at("mlm_probability"), 0, 1);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> only = {
+      {"masked-lm", {"mlm_probability"}},
+      {"seq2seq", {"source_column", "target_column", "source_prefix", "max_source_length", "max_target_length"}},
+      {"text-classification", {"label_column", "text_pair_column"}}};
+  if (task == "seq2seq")
+    for (const char* name : {"text_column", "text_pair_column", "label_column"})
+      if (f.count(name))
+        std::fprintf(stderr, "kiln train: warning: --%s is ignored with --task seq2seq, which reads "
+                     "--source_column and --target_column\n", name);
+  for (const auto& [for_task, names] : only) {
+    if (for_task == task || (task == "seq2seq" && for_task == "text-classification")) continue;
+    for (const auto& name : names)
+      if (f.count(name))
+        std::fprintf(stderr, "kiln train: warning: --%s is for --task %s; ignored with --task %s\n", name.c_str(),
+                     for_task.c_str(), task.c_str());
+  }
 }
 
 // --args_file F.json: the JSON object's fields as flags (HF's parse_json_file),
@@ -86,6 +115,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   const std::string task = f.count("task") ? f["task"] : "text-classification";
   KILN_CHECK(task == "text-classification" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
              "train: --task must be text-classification, masked-lm, causal-lm or seq2seq, got '", task, "'");
+  check_task_flags(f, task);
   const bool s2s = task == "seq2seq";
   if (s2s) {  // --source_column / --target_column are the text pair of each row
     f["text_column"] = f.count("source_column") ? f["source_column"] : "source";
@@ -150,7 +180,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     lo.device = device;
     lo.architecture = arch_for(*run_config);
     if (!lm) lo.num_labels = num_labels;
-    lo.ignore_mismatched_sizes = f.count("ignore_mismatched_sizes") > 0;
+    lo.ignore_mismatched_sizes = switch_on(f, "ignore_mismatched_sizes");
     model = models::from_pretrained(f["model_name_or_path"], lo);
   } else {
     std::unique_ptr<models::PretrainedConfig> c = run_config->clone();  // each replica's own, set below
@@ -199,7 +229,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   data::CollatorOptions co;
   co.pad_token_id = tok.pad_id;
   co.max_length = max_len;
-  co.pad_to_max_length = f.count("pad_to_max_length") > 0;
+  co.pad_to_max_length = switch_on(f, "pad_to_max_length");
   co.pad_to_multiple_of = int_flag(f, "pad_to_multiple_of", 0);
   co.mlm = mlm;
   co.causal_lm = clm;
@@ -208,13 +238,8 @@ int run_train(const std::vector<std::string>& raw_args) {
     co.mask_token_id = tok.mask_id;
     co.vocab_size = static_cast<int64_t>(tok.tokenizer.vocab_size());
     co.special_token_ids = tok.special_ids;
-    if (f.count("mlm_probability")) {
-      const std::string& v = f["mlm_probability"];
-      char* end = nullptr;
-      co.mlm_probability = std::strtod(v.c_str(), &end);
-      KILN_CHECK(!v.empty() && *end == 0 && co.mlm_probability >= 0 && co.mlm_probability <= 1,
-                 "--mlm_probability must be a number in [0, 1], got '", v, "'");
-    }
+    if (f.count("mlm_probability"))  // checked by check_task_flags
+      co.mlm_probability = cli::number_value("train", "mlm_probability", f["mlm_probability"], 0, 1);
   }
   co.seed = ta.seed;
 

@@ -59,25 +59,32 @@ std::string Flags::get(const std::string& name, const std::string& fallback) con
   return it == values_.end() ? fallback : it->second;
 }
 
-int64_t Flags::integer(const std::string& name, int64_t fallback, int64_t min) const {
-  if (!has(name)) return fallback;
-  const std::string& v = values_.at(name);
+int64_t integer_value(const std::string& command, const std::string& name, const std::string& v, int64_t min) {
   char* end = nullptr;
   errno = 0;
   const long long n = std::strtoll(v.c_str(), &end, 10);
-  KILN_CHECK(!v.empty() && *end == 0 && errno == 0, command_, ": --", name, ": invalid value '", v,
+  KILN_CHECK(!v.empty() && *end == 0 && errno == 0, command, ": --", name, ": invalid value '", v,
              "' (expected an integer)");
-  KILN_CHECK(n >= min, command_, ": --", name, " must be >= ", min, ", got ", n);
+  KILN_CHECK(n >= min, command, ": --", name, " must be >= ", min, ", got ", n);
   return n;
 }
 
-double Flags::number(const std::string& name, double fallback) const {
-  if (!has(name)) return fallback;
-  const std::string& v = values_.at(name);
+double number_value(const std::string& command, const std::string& name, const std::string& v, double min,
+                    double max) {
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
-  KILN_CHECK(!v.empty() && *end == 0, command_, ": --", name, ": invalid value '", v, "' (expected a number)");
+  KILN_CHECK(!v.empty() && *end == 0 && std::isfinite(x), command, ": --", name, ": invalid value '", v,
+             "' (expected a number)");
+  KILN_CHECK(x >= min && x <= max, command, ": --", name, " must be in [", min, ", ", max, "], got ", v);
   return x;
+}
+
+int64_t Flags::integer(const std::string& name, int64_t fallback, int64_t min) const {
+  return has(name) ? integer_value(command_, name, values_.at(name), min) : fallback;
+}
+
+double Flags::number(const std::string& name, double fallback) const {
+  return has(name) ? number_value(command_, name, values_.at(name)) : fallback;
 }
 
 }  // namespace kiln::cli

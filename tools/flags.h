@@ -2,6 +2,7 @@
 // Command-line flags of the `kiln` subcommands: "--name value", "--name=value"
 // and switches. An unknown flag is an error that suggests the closest valid
 // name; a missing value or required flag names the flag.
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -35,6 +36,14 @@ class Flags {
   std::map<std::string, std::string> values_;
   bool help_ = false;
 };
+
+// A flag's text as a whole integer >= min, or a whole finite number in
+// [min, max]: anything else is an error naming the command, flag and value.
+// Flags::integer/number and kiln train's own flags use them.
+int64_t integer_value(const std::string& command, const std::string& name, const std::string& text,
+                      int64_t min = INT64_MIN);
+double number_value(const std::string& command, const std::string& name, const std::string& text,
+                    double min = -HUGE_VAL, double max = HUGE_VAL);
 
 // The candidate nearest to `word` by edit distance ("" when none is close).
 std::string closest(const std::string& word, const std::vector<std::string>& candidates);

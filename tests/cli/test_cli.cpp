@@ -154,6 +154,29 @@ TEST(Cli, TrainPredictAndBadInput) {
             0);
   EXPECT_CONTAINS(slurp(w.path() / "log7"), "--metric_for_best_model 'acuracy': the evaluation has no 'eval_acuracy' "
                                             "(its metrics: eval_accuracy, ");
+  // kiln train's own flags: checked before the data is read; those of another task are a warning.
+  for (auto [flag, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--pad_to_multiple_of -3", "train: --pad_to_multiple_of must be >= 0, got -3"},
+           {"--max_seq_length 2", "train: --max_seq_length must be >= 3, got 2"},
+           {"--max_target_length 0", "train: --max_target_length must be >= 1, got 0"},
+           {"--mlm_probability 0.5x", "train: --mlm_probability: invalid value '0.5x' (expected a number)"},
+           {"--mlm_probability 1.5", "train: --mlm_probability must be in [0, 1], got 1.5"}}) {
+    EXPECT_NE(kiln(train_args(data, w.path() / "o6") + " " + flag, w.path() / "log8"), 0) << flag;
+    EXPECT_CONTAINS(slurp(w.path() / "log8"), message);
+  }
+  // "--pad_to_max_length false" turns the switch off (the last one wins): fewer tokens than 32 a row.
+  for (const char* pad : {"", " --pad_to_max_length false"}) {
+    fs::path o = w.path() / (std::string("o7") + (*pad ? "b" : "a"));
+    ASSERT_EQ(kiln(train_args(data, o) + " --max_steps 2 --include_num_input_tokens_seen --mlm_probability 0.2" + pad,
+                   w.path() / "log9"),
+              0)
+        << slurp(w.path() / "log9");
+    EXPECT_CONTAINS(slurp(w.path() / "log9"),
+                    "warning: --mlm_probability is for --task masked-lm; ignored with --task text-classification");
+    const auto seen = io::read_json_file(o / "trainer_state.json")["num_input_tokens_seen"].get<int64_t>();
+    if (*pad) EXPECT_LT(seen, 2 * 16 * 32);
+    else EXPECT_EQ(seen, 2 * 16 * 32);
+  }
 }
 
 TEST(Cli, MaskedLmTrainsAndReportsPerplexity) {
