@@ -258,7 +258,9 @@ TEST(TrainerFlow, EarlyStoppingAfterPatienceEvaluationsWithoutImprovement) {
   a.overwrite_output_dir = true;
   a.early_stopping_threshold = 0;
   a.early_stopping_patience.reset();
-  EXPECT_EQ(train_with(a, rows(8))["global_step"], 20);
+  json plain = train_with(a, rows(8));
+  EXPECT_EQ(plain["global_step"], 20);
+  EXPECT_FALSE(plain.contains("stateful_callbacks"));  // transformers 4.40's TrainerState has no such field
 }
 
 }  // namespace

@@ -88,27 +88,29 @@ void save_delay() {
 }  // namespace
 
 json TrainerState::to_json() const {
-  return json{{"best_metric", best_metric ? json(*best_metric) : json(nullptr)},
-              {"best_model_checkpoint", best_model_checkpoint.empty() ? json(nullptr) : json(best_model_checkpoint)},
-              {"epoch", epoch},
-              {"eval_steps", eval_steps},
-              {"global_step", global_step},
-              {"is_hyper_param_search", false},
-              {"is_local_process_zero", true},
-              {"is_world_process_zero", true},
-              {"log_history", log_history},
-              {"logging_steps", logging_steps},
-              {"max_steps", max_steps},
-              {"num_input_tokens_seen", num_input_tokens_seen},
-              {"stateful_callbacks",
-               {{"EarlyStoppingCallback",
-                 {{"attributes", {{"early_stopping_patience_counter", early_stopping_patience_counter}}}}}}},
-              {"num_train_epochs", num_train_epochs},
-              {"save_steps", save_steps},
-              {"total_flos", 0},
-              {"train_batch_size", train_batch_size},
-              {"trial_name", nullptr},
-              {"trial_params", nullptr}};
+  json j{{"best_metric", best_metric ? json(*best_metric) : json(nullptr)},
+         {"best_model_checkpoint", best_model_checkpoint.empty() ? json(nullptr) : json(best_model_checkpoint)},
+         {"epoch", epoch},
+         {"eval_steps", eval_steps},
+         {"global_step", global_step},
+         {"is_hyper_param_search", false},
+         {"is_local_process_zero", true},
+         {"is_world_process_zero", true},
+         {"log_history", log_history},
+         {"logging_steps", logging_steps},
+         {"max_steps", max_steps},
+         {"num_input_tokens_seen", num_input_tokens_seen},
+         {"num_train_epochs", num_train_epochs},
+         {"save_steps", save_steps},
+         {"total_flos", 0},
+         {"train_batch_size", train_batch_size},
+         {"trial_name", nullptr},
+         {"trial_params", nullptr}};
+  // Only with early stopping: transformers 4.40's TrainerState has no such field and would refuse it.
+  if (early_stopping_patience_counter)
+    j["stateful_callbacks"] = {{"EarlyStoppingCallback",
+                                {{"attributes", {{"early_stopping_patience_counter", *early_stopping_patience_counter}}}}}};
+  return j;
 }
 
 TrainerState TrainerState::from_json(const json& j, const std::string& src) {
@@ -126,8 +128,7 @@ TrainerState TrainerState::from_json(const json& j, const std::string& src) {
     s.num_input_tokens_seen = j.value("num_input_tokens_seen", int64_t{0});
     if (j.contains("stateful_callbacks") && j["stateful_callbacks"].contains("EarlyStoppingCallback")) {
       const json& cb = j["stateful_callbacks"]["EarlyStoppingCallback"];
-      s.early_stopping_patience_counter =
-          cb.at("attributes").value("early_stopping_patience_counter", int64_t{0});
+      s.early_stopping_patience_counter = cb.at("attributes").at("early_stopping_patience_counter").get<int64_t>();
     }
     if (j.contains("best_metric") && !j["best_metric"].is_null()) s.best_metric = j["best_metric"].get<double>();
     if (j.contains("best_model_checkpoint") && !j["best_model_checkpoint"].is_null())
@@ -734,7 +735,7 @@ bool Trainer::early_stopping_says_stop(const std::map<std::string, double>& eval
   const bool improved = !state_.best_metric ||
                         ((greater ? value > *state_.best_metric : value < *state_.best_metric) &&
                          std::abs(value - *state_.best_metric) > args_.early_stopping_threshold);
-  state_.early_stopping_patience_counter = improved ? 0 : state_.early_stopping_patience_counter + 1;
+  state_.early_stopping_patience_counter = improved ? 0 : state_.early_stopping_patience_counter.value_or(0) + 1;
   return state_.early_stopping_patience_counter >= *args_.early_stopping_patience;
 }
 

@@ -43,8 +43,8 @@ struct TrainerState {
   std::string best_model_checkpoint;
   int64_t num_input_tokens_seen = 0;
   // HF's EarlyStoppingCallback state (stateful_callbacks in trainer_state.json):
-  // evaluations in a row without improvement.
-  int64_t early_stopping_patience_counter = 0;
+  // evaluations in a row without improvement; set once early stopping has judged an evaluation.
+  std::optional<int64_t> early_stopping_patience_counter;
   nlohmann::json to_json() const;
   static TrainerState from_json(const nlohmann::json& j, const std::string& source);
 };
