@@ -7,6 +7,7 @@
 //              [--max_seq_length 128] [--pad_to_max_length] [--pad_to_multiple_of N] [--mlm_probability 0.15]
 //              --output_dir DIR [TrainingArguments flags...]
 //   kiln train --args_file run.json [flags...]   (the same names as JSON; the command line wins)
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -14,7 +15,9 @@
 #include "flags.h"
 #include "kiln/core/error.h"
 #include "kiln/dist/replica.h"
+#include "kiln/io/atomic_file.h"
 #include "kiln/io/json_file.h"
+#include "kiln/models/generation.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
@@ -30,7 +33,7 @@ const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name
                                               "train_file", "validation_file", "text_column", "text_pair_column",
                                               "label_column", "max_seq_length", "pad_to_multiple_of",
                                               "mlm_probability", "source_column", "target_column", "source_prefix",
-                                              "max_source_length", "max_target_length"};
+                                              "max_source_length", "max_target_length", "test_file"};
 const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes"};
 
 // kiln train's own numeric flags: the smallest value each takes.
@@ -107,6 +110,45 @@ std::vector<std::string> expand_args_file(const std::vector<std::string>& args) 
   return out;
 }
 
+// run_glue's predict_results: "index<TAB>prediction" per test row, the label's name (or the value, "%3.3f",
+// for regression).
+void write_predictions(const train::Predictions& p, const data::LabelMap& labels, const fs::path& path) {
+  std::string text = "index\tprediction\n";
+  const size_t rows = p.values.empty() ? p.labels.size() : p.values.size();
+  for (size_t i = 0; i < rows; ++i) {
+    char value[64];
+    if (!p.values.empty()) std::snprintf(value, sizeof value, "%3.3f", static_cast<double>(p.values[i]));
+    text += std::to_string(i) + "\t" +
+            (p.values.empty() ? labels.labels.at(static_cast<size_t>(p.labels[i])) : std::string(value)) + "\n";
+  }
+  io::write_file_atomic(path, text);
+  std::fprintf(stderr, "kiln train: %zu predictions -> %s\n", rows, path.string().c_str());
+}
+
+// run_summarization's generated_predictions.txt: each test source's greedy
+// output, decoded without special tokens, one per line.
+void write_generated(models::PreTrainedModel& model, const data::Features& test, const train::TrainingArguments& ta,
+                     int64_t max_target_length, const cli::TokenizerBundle& tok, const fs::path& path) {
+  model.eval();
+  models::GenerationConfig g;
+  g.max_new_tokens = ta.generation_max_length.value_or(max_target_length);
+  std::string text;
+  const auto batch = static_cast<size_t>(ta.per_device_eval_batch_size);
+  for (size_t i = 0; i < test.size(); i += batch) {
+    std::vector<std::vector<int64_t>> chunk(test.input_ids.begin() + static_cast<std::ptrdiff_t>(i),
+                                            test.input_ids.begin() + static_cast<std::ptrdiff_t>(std::min(test.size(), i + batch)));
+    for (const auto& seq : models::generate(model, chunk, g)) {
+      std::vector<uint32_t> ids(seq.begin(), seq.end());
+      std::string line = tok.tokenizer.decode(ids, true);
+      std::replace(line.begin(), line.end(), '\n', ' ');  // one prediction per line
+      const size_t first = line.find_first_not_of(" \t"), last = line.find_last_not_of(" \t");
+      text += (first == std::string::npos ? "" : line.substr(first, last - first + 1)) + "\n";  // HF strips
+    }
+  }
+  io::write_file_atomic(path, text);
+  std::fprintf(stderr, "kiln train: %zu generated predictions -> %s\n", test.size(), path.string().c_str());
+}
+
 int run_train(const std::vector<std::string>& raw_args) {
   std::map<std::string, std::string> f;
   std::vector<std::string> args = expand_args_file(raw_args);
@@ -123,6 +165,16 @@ int run_train(const std::vector<std::string>& raw_args) {
     f["label_column"] = "";
   }
   KILN_CHECK(f.count("train_file"), "train: --train_file is required");
+  // --do_predict: run_glue's predictions for --test_file, or run_summarization's generated outputs.
+  if (ta.do_predict) {
+    KILN_CHECK(f.count("test_file"), "train: --do_predict needs --test_file (the rows to predict)");
+    KILN_CHECK(task == "text-classification" || task == "seq2seq", "train: --do_predict is for --task ",
+               "text-classification or seq2seq (HF's run_mlm and run_clm have no prediction step), not ", task);
+  } else if (f.count("test_file")) {
+    std::fprintf(stderr, "kiln train: warning: --test_file is read only with --do_predict\n");
+  }
+  if (ta.predict_with_generate && !s2s)
+    std::fprintf(stderr, "kiln train: warning: --predict_with_generate is for --task seq2seq; ignored\n");
   KILN_CHECK(f.count("model_name_or_path") || f.count("config_name"),
              "train: pass --model_name_or_path DIR (fine-tune) or --config_name PRESET_OR_FILE with --tokenizer_name DIR (from scratch)");
 
@@ -224,6 +276,16 @@ int run_train(const std::vector<std::string>& raw_args) {
   auto train_f = features(train_ds);
   std::shared_ptr<data::Features> eval_f;
   if (eval_ds) eval_f = features(*eval_ds);
+  // The test rows, read before training so a bad file fails at once. As run_glue, classification
+  // predicts without labels; seq2seq keeps its targets for predict_loss.
+  std::shared_ptr<data::Features> test_f;
+  if (ta.do_predict) {
+    data::DatasetOptions topt = dopt;
+    if (!s2s) topt.label_column = "";
+    const data::Dataset test_ds = data::load_dataset(f["test_file"], topt);
+    test_f = s2s ? features(test_ds)
+                 : std::make_shared<data::Features>(data::tokenize_dataset(test_ds, tok.tokenizer, max_len, nullptr));
+  }
   if (eval_f && ta.eval_strategy == "no") ta.do_eval = true;
 
   data::CollatorOptions co;
@@ -264,6 +326,19 @@ int run_train(const std::vector<std::string>& raw_args) {
     io::write_json_file_atomic(out / "eval_results.json", ej);
     for (const char* k : {"eval_accuracy", "eval_f1", "eval_loss", "perplexity"})
       if (m.count(k)) std::printf("%s = %.4f\n", k, m[k]);
+  }
+  if (test_f) {
+    nlohmann::json pj = nlohmann::json::object();
+    if (s2s) {  // run_summarization: the test loss, and with predict_with_generate the outputs
+      auto m = trainer.evaluate("predict", test_f);
+      m.erase("perplexity");
+      for (auto& [k, v] : m) pj[k] = all[k] = v;
+      if (ta.predict_with_generate) write_generated(*model, *test_f, ta, int_flag(f, "max_target_length", max_len),
+                                                    tok, out / "generated_predictions.txt");
+    } else {
+      write_predictions(trainer.predict(*test_f), labels, out / "predict_results.txt");
+    }
+    if (!pj.empty()) io::write_json_file_atomic(out / "predict_results.json", pj);
   }
   io::write_json_file_atomic(out / "all_results.json", all);
   std::printf("model saved to %s\n", out.string().c_str());

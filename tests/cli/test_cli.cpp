@@ -55,7 +55,7 @@ TEST(Cli, TrainPredictAndBadInput) {
   fs::path data = w.path() / "data", out = w.path() / "out";
   ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0) << slurp(w.path() / "log0");
   ASSERT_EQ(kiln(train_args(data, out) + " --max_steps 6 --save_steps 3 --logging_steps 2 --validation_file " +
-                     (data / "validation.csv").string(),
+                     (data / "validation.csv").string() + " --do_predict --test_file " + (data / "test.txt").string(),
                  w.path() / "log1"),
             0)
       << slurp(w.path() / "log1");
@@ -78,6 +78,19 @@ TEST(Cli, TrainPredictAndBadInput) {
       << slurp(w.path() / "log2");
   std::string pred = slurp(w.path() / "pred.jsonl");
   EXPECT_NE(pred.find("\"label\":"), std::string::npos) << pred;
+  {  // --do_predict wrote run_glue's predict_results: the labels kiln predict gives
+    std::ifstream results(out / "predict_results.txt"), lines(w.path() / "pred.jsonl");
+    std::string row, line;
+    std::getline(results, row);
+    EXPECT_EQ(row, "index\tprediction");
+    int n = 0;
+    while (std::getline(lines, line)) {
+      ASSERT_TRUE(std::getline(results, row)) << "predict_results.txt is short";
+      EXPECT_EQ(row, std::to_string(n++) + "\t" + nlohmann::json::parse(line)["label"].get<std::string>());
+    }
+    EXPECT_GE(n, 5);
+    EXPECT_FALSE(std::getline(results, row)) << "predict_results.txt is long";
+  }
   // A --max_seq_length past the model's positions is lowered to them with a warning (HF's run_glue).
   ASSERT_EQ(kiln("predict --model " + out.string() + " --input " + (data / "test.txt").string() +
                      " --max_seq_length 100000 --output " + (w.path() / "pred2.jsonl").string(),
@@ -154,6 +167,18 @@ TEST(Cli, TrainPredictAndBadInput) {
             0);
   EXPECT_CONTAINS(slurp(w.path() / "log7"), "--metric_for_best_model 'acuracy': the evaluation has no 'eval_acuracy' "
                                             "(its metrics: eval_accuracy, ");
+  // --do_predict needs a test file, and a task that predicts.
+  EXPECT_NE(kiln(train_args(data, w.path() / "o6") + " --do_predict", w.path() / "log8"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "log8"), "train: --do_predict needs --test_file");
+  EXPECT_NE(kiln(train_args(data, w.path() / "o6") + " --task masked-lm --do_predict --test_file x.txt",
+                 w.path() / "log8"),
+            0);
+  EXPECT_CONTAINS(slurp(w.path() / "log8"), "--do_predict is for --task text-classification or seq2seq");
+  EXPECT_NE(kiln(train_args(data, w.path() / "o6") + " --do_predict --test_file " + (w.path() / "none.csv").string(),
+                 w.path() / "log8"),
+            0);
+  EXPECT_CONTAINS(slurp(w.path() / "log8"), "none.csv");
+  EXPECT_FALSE(fs::exists(w.path() / "o6" / "model.safetensors"));  // failed before training
   // kiln train's own flags: checked before the data is read; those of another task are a warning.
   for (auto [flag, message] : std::vector<std::pair<std::string, std::string>>{
            {"--pad_to_multiple_of -3", "train: --pad_to_multiple_of must be >= 0, got -3"},
@@ -257,12 +282,19 @@ TEST(Cli, Seq2SeqTrainsAT5) {
   Workdir w;
   fs::path data = w.path() / "data", out = w.path() / "s2s";
   ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  {  // the first 5 validation rows as a test set
+    std::ifstream in(data / "validation.csv");
+    std::ofstream test(w.path() / "test.csv");
+    std::string line;
+    for (int i = 0; i < 6 && std::getline(in, line); ++i) test << line << "\n";
+  }
   // The sentence is the source, its label word the target.
   ASSERT_EQ(kiln("train --task seq2seq --config_name t5-tiny --tokenizer_name " + data.string() + " --train_file " +
                      (data / "train.csv").string() + " --validation_file " + (data / "validation.csv").string() +
                      " --source_column sentence --target_column label --source_prefix 'sentiment: '" +
                      " --max_source_length 32 --max_target_length 4 --output_dir " + out.string() +
-                     " --max_steps 40 --logging_steps 10 --per_device_train_batch_size 16 --learning_rate 3e-3",
+                     " --max_steps 40 --logging_steps 10 --per_device_train_batch_size 16 --learning_rate 3e-3" +
+                     " --do_predict --test_file " + (w.path() / "test.csv").string() + " --predict_with_generate",
                  w.path() / "log1"),
             0)
       << slurp(w.path() / "log1");
@@ -290,6 +322,32 @@ TEST(Cli, Seq2SeqTrainsAT5) {
   EXPECT_EQ(slurp(w.path() / "g1"), slurp(w.path() / "g2"));
   std::string g1 = slurp(w.path() / "g1");
   EXPECT_EQ(std::count(g1.begin(), g1.end(), '\n'), 2) << g1;
+  // --do_predict --predict_with_generate: run_summarization's outputs for the test rows, what kiln generate gives
+  // for the same sources (prefix included) and target length; and the test loss.
+  EXPECT_TRUE(io::read_json_file(out / "predict_results.json").contains("predict_loss"));
+  {
+    std::ifstream in(w.path() / "test.csv");
+    std::ofstream prompts(w.path() / "test_prompts.txt");
+    std::string line;
+    std::getline(in, line);  // header: sentence,label
+    while (std::getline(in, line)) {
+      std::string sentence = line.substr(0, line.rfind(','));
+      if (sentence.front() == '"') {  // a quoted CSV field ("" is a quote)
+        sentence = sentence.substr(1, sentence.size() - 2);
+        for (size_t at; (at = sentence.find("\"\"")) != std::string::npos;) sentence.erase(at, 1);
+      }
+      prompts << "sentiment: " << sentence << "\n";
+    }
+  }
+  ASSERT_EQ(kiln("generate --model " + out.string() + " --prompts_file " + (w.path() / "test_prompts.txt").string() +
+                     " --max_new_tokens 4",
+                 w.path() / "g3"),
+            0)
+      << slurp(w.path() / "g3");
+  std::string generated = slurp(out / "generated_predictions.txt");
+  EXPECT_EQ(std::count(generated.begin(), generated.end(), '\n'), 5) << generated;
+  std::string expected = slurp(w.path() / "g3");
+  EXPECT_EQ(generated, expected);
 }
 
 // kiln generate with a T5 (both variants) and the t5-small tokenizer: the

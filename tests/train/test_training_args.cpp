@@ -97,6 +97,9 @@ const json kHfDefaults = {
     {"optim", "adamw_torch"},
     {"save_safetensors", true},
     {"push_to_hub", false},
+    {"predict_with_generate", false},
+    {"generation_max_length", nullptr},
+    {"generation_num_beams", nullptr},
     {"num_replicas", 1},
     {"shard_optimizer_state", false},
     {"metrics_debug", false},
@@ -171,6 +174,9 @@ const std::vector<FlagCase> kEveryFlag = {
     {"optim", "adamw_torch_fused", "adamw_torch_fused"},
     {"save_safetensors", "true", true, true},
     {"push_to_hub", "false", false, true},
+    {"predict_with_generate", "", true},
+    {"generation_max_length", "64", 64},
+    {"generation_num_beams", "1", 1},
     {"num_replicas", "2", 2},
     {"shard_optimizer_state", "", true},
     {"metrics_debug", "", true},
@@ -212,8 +218,9 @@ TEST(TrainingArgs, EveryFlagSetsItsField) {
       args.insert(args.end(), {"--metric_for_best_model", "accuracy", "--eval_strategy", "epoch"});
     json j = parse(args).to_json();
     EXPECT_EQ(j[c.name], c.expected) << c.name;
-    if (!c.only_default)
+    if (!c.only_default) {
       EXPECT_NE(j[c.name], kHfDefaults[c.name]) << c.name << ": the test value must differ from the default";
+    }
     // The --name=value form sets the same.
     if (!c.text.empty()) {
       Args eq = args;
@@ -235,7 +242,9 @@ TEST(TrainingArgs, AllFlagsRoundTripThroughJson) {
   TrainingArguments a = parse(args);
   json j = a.to_json();
   for (const auto& c : kEveryFlag)
-    if (!c.alone) EXPECT_EQ(j[c.name], c.expected) << c.name;
+    if (!c.alone) {
+      EXPECT_EQ(j[c.name], c.expected) << c.name;
+    }
   TrainingArguments back = TrainingArguments::from_json(j, "training_args.json");
   EXPECT_EQ(back, a);
   EXPECT_EQ(back.to_json(), j);
@@ -344,6 +353,9 @@ TEST(TrainingArgs, FlowFieldRules) {
              "--eval_accumulation_steps must be a positive integer");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--fp16"}), "--fp16 is not supported: kiln's mixed precision is bf16");
   EXPECT_FALSE(parse({"--output_dir", "o", "--fp16", "false"}).fp16);
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--generation_num_beams", "4"}),
+             "--generation_num_beams must be 1: kiln generates greedily (no beam search), got 4");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--generation_max_length", "0"}), "--generation_max_length must be a");
   // Early stopping: HF's callback assertions, and a save strategy so there is a best metric to compare with.
   EXPECT_HAS(parse_error({"--output_dir", "o", "--early_stopping_patience", "2", "--eval_strategy", "epoch"}),
              "--early_stopping_patience needs --metric_for_best_model");

@@ -739,14 +739,16 @@ bool Trainer::early_stopping_says_stop(const std::map<std::string, double>& eval
   return state_.early_stopping_patience_counter >= *args_.early_stopping_patience;
 }
 
-std::map<std::string, double> Trainer::evaluate(const std::string& prefix) {
-  KILN_CHECK(eval_ && eval_->size() > 0, "evaluate: the evaluation set is empty");
+std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
+                                               std::shared_ptr<const data::Features> features) {
+  if (!features) features = eval_;
+  KILN_CHECK(features && features->size() > 0, "evaluate: the evaluation set is empty");
   model_.eval();
   data::LoaderOptions lo;
   lo.batch_size = args_.per_device_eval_batch_size;
   lo.shuffle = false;
   data::CollatorOptions co = collator_;
-  data::DataLoader loader(eval_, lo, co);
+  data::DataLoader loader(features, lo, co);
   const int64_t batches = loader.batches_per_epoch();
   std::vector<Tensor> losses, preds;  // on the device until moved to the host
   std::vector<int64_t> sizes;

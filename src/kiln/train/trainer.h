@@ -74,8 +74,10 @@ class Trainer {
   // eval_strategy says, saves checkpoints and the final model in output_dir.
   // Returns the train metrics (train_loss, train_runtime, ...).
   std::map<std::string, double> train();
-  // Metrics on the eval set, prefixed ("eval_loss", "eval_accuracy", "eval_f1").
-  std::map<std::string, double> evaluate(const std::string& prefix = "eval");
+  // Metrics on the eval set, or on `features` when given, prefixed
+  // ("eval_loss", "eval_accuracy", "eval_f1"; "predict_loss" for a test set).
+  std::map<std::string, double> evaluate(const std::string& prefix = "eval",
+                                         std::shared_ptr<const data::Features> features = nullptr);
   Predictions predict(const data::Features& features);
 
   // Files copied into every checkpoint and the final model (tokenizer files).
