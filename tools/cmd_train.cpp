@@ -1,8 +1,9 @@
-// kiln train: fine-tune (or train from scratch) with run_glue / run_mlm style
-// flags plus every TrainingArguments field:
+// kiln train: fine-tune (or train from scratch) with run_glue / run_ner / run_mlm / run_clm /
+// run_summarization style flags plus the TrainingArguments fields:
 //
 //   kiln train --model_name_or_path DIR | --config_name PRESET_OR_FILE --tokenizer_name DIR
-//              --task text-classification|masked-lm --train_file F [--validation_file F]
+//              --task text-classification|token-classification|masked-lm|causal-lm|seq2seq
+//              --train_file F [--validation_file F]
 //              [--text_column C] [--text_pair_column C] [--label_column C]
 //              [--max_seq_length 128] [--pad_to_max_length] [--pad_to_multiple_of N] [--mlm_probability 0.15]
 //              --output_dir DIR [TrainingArguments flags...]
@@ -34,7 +35,7 @@ const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name
                                               "label_column", "max_seq_length", "pad_to_multiple_of",
                                               "mlm_probability", "source_column", "target_column", "source_prefix",
                                               "max_source_length", "max_target_length", "test_file"};
-const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes"};
+const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes", "label_all_tokens"};
 
 // kiln train's own numeric flags: the smallest value each takes.
 const std::map<std::string, int64_t> kIntegerFlags = {
@@ -66,14 +67,18 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
   const std::vector<std::pair<std::string, std::vector<std::string>>> only = {
       {"masked-lm", {"mlm_probability"}},
       {"seq2seq", {"source_column", "target_column", "source_prefix", "max_source_length", "max_target_length"}},
-      {"text-classification", {"label_column", "text_pair_column"}}};
+      {"token-classification", {"label_all_tokens"}},
+      {"text-classification", {"text_pair_column"}}};
+  if (task != "text-classification" && task != "token-classification" && f.count("label_column"))
+    std::fprintf(stderr, "kiln train: warning: --label_column is for classification; ignored with --task %s\n",
+                 task.c_str());
   if (task == "seq2seq")
-    for (const char* name : {"text_column", "text_pair_column", "label_column"})
+    for (const char* name : {"text_column", "text_pair_column"})
       if (f.count(name))
         std::fprintf(stderr, "kiln train: warning: --%s is ignored with --task seq2seq, which reads "
                      "--source_column and --target_column\n", name);
   for (const auto& [for_task, names] : only) {
-    if (for_task == task || (task == "seq2seq" && for_task == "text-classification")) continue;
+    if (for_task == task) continue;
     for (const auto& name : names)
       if (f.count(name))
         std::fprintf(stderr, "kiln train: warning: --%s is for --task %s; ignored with --task %s\n", name.c_str(),
@@ -155,8 +160,10 @@ int run_train(const std::vector<std::string>& raw_args) {
   train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, kExtraFlags, kExtraSwitches);
   ta.do_train = true;
   const std::string task = f.count("task") ? f["task"] : "text-classification";
-  KILN_CHECK(task == "text-classification" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
-             "train: --task must be text-classification, masked-lm, causal-lm or seq2seq, got '", task, "'");
+  KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "masked-lm" ||
+                 task == "causal-lm" || task == "seq2seq",
+             "train: --task must be text-classification, token-classification, masked-lm, causal-lm or seq2seq, got '",
+             task, "'");
   check_task_flags(f, task);
   const bool s2s = task == "seq2seq";
   if (s2s) {  // --source_column / --target_column are the text pair of each row
@@ -169,7 +176,8 @@ int run_train(const std::vector<std::string>& raw_args) {
   if (ta.do_predict) {
     KILN_CHECK(f.count("test_file"), "train: --do_predict needs --test_file (the rows to predict)");
     KILN_CHECK(task == "text-classification" || task == "seq2seq", "train: --do_predict is for --task ",
-               "text-classification or seq2seq (HF's run_mlm and run_clm have no prediction step), not ", task);
+               "text-classification or seq2seq (HF's run_mlm and run_clm have no prediction step; kiln does not ",
+               "write run_ner's predictions yet), not ", task);
   } else if (f.count("test_file")) {
     std::fprintf(stderr, "kiln train: warning: --test_file is read only with --do_predict\n");
   }
@@ -190,7 +198,9 @@ int run_train(const std::vector<std::string>& raw_args) {
   KILN_CHECK(!tok_dir.empty(), "train: --tokenizer_name DIR is required with --config_name");
   cli::TokenizerBundle tok = cli::load_tokenizer(tok_dir);
 
+  const bool ner = task == "token-classification";
   data::DatasetOptions dopt = cli::dataset_options(f);
+  dopt.split_into_words = ner;  // run_ner: a list of words and a list of tags per row
   data::Dataset train_ds = data::load_dataset(f["train_file"], dopt);
   std::optional<data::Dataset> eval_ds;
   if (f.count("validation_file")) eval_ds = data::load_dataset(f["validation_file"], dopt);
@@ -207,7 +217,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   if (!lm) {
     KILN_CHECK(train_ds.has_labels, f["train_file"], ": no labels to train on (column '", dopt.label_column,
                "' is missing, or empty in every row)");
-    labels = data::LabelMap::from_dataset(train_ds);
+    labels = ner ? data::LabelMap::from_word_labels(train_ds) : data::LabelMap::from_dataset(train_ds);
   }
 
   // The architecture follows the task: <Type>ForSequenceClassification, <Type>ForMaskedLM, GPT2LMHeadModel.
@@ -220,7 +230,10 @@ int run_train(const std::vector<std::string>& raw_args) {
       KILN_CHECK(c.model_type == "t5", "seq2seq: needs a t5 model, got model_type '", c.model_type, "'");
       return std::string("T5ForConditionalGeneration");
     }
-    return c.class_prefix() + (mlm ? "ForMaskedLM" : "ForSequenceClassification");
+    if (ner)  // run_ner's models; RoBERTa's byte-level tokenizer needs add_prefix_space for split words
+      KILN_CHECK(c.model_type == "bert", "token-classification: kiln trains BertForTokenClassification ",
+                 "(model_type bert), got model_type '", c.model_type, "'");
+    return c.class_prefix() + (mlm ? "ForMaskedLM" : ner ? "ForTokenClassification" : "ForSequenceClassification");
   };
   const int64_t num_labels = labels.is_regression ? 1 : static_cast<int64_t>(labels.labels.size());
   // One model per replica, on the replica's device.
@@ -270,6 +283,9 @@ int run_train(const std::vector<std::string>& raw_args) {
       return std::make_shared<data::Features>(data::tokenize_seq2seq(
           ds, tok.tokenizer, int_flag(f, "max_source_length", max_len), int_flag(f, "max_target_length", max_len),
           f.count("source_prefix") ? f["source_prefix"] : ""));
+    if (ner)
+      return std::make_shared<data::Features>(
+          data::tokenize_words(ds, tok.tokenizer, max_len, &labels, switch_on(f, "label_all_tokens")));
     return std::make_shared<data::Features>(lm ? data::group_texts(ds, tok.tokenizer, max_len, mlm)
                                                : data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
   };
@@ -306,8 +322,11 @@ int run_train(const std::vector<std::string>& raw_args) {
   co.seed = ta.seed;
 
   co.max_target_length = int_flag(f, "max_target_length", 0);
-  train::Task t = mlm ? train::Task::MaskedLM : clm ? train::Task::CausalLM : s2s ? train::Task::Seq2Seq
-                                                                                  : train::Task::TextClassification;
+  train::Task t = mlm   ? train::Task::MaskedLM
+                   : clm ? train::Task::CausalLM
+                   : s2s ? train::Task::Seq2Seq
+                   : ner ? train::Task::TokenClassification
+                         : train::Task::TextClassification;
   // --num_replicas N: N replicas in this process (and as many in every
   // process mpirun started); the data and tokenizer above are shared.
   spawn([&](int) {
@@ -350,13 +369,15 @@ int run_train(const std::vector<std::string>& raw_args) {
 // architecture), else the one its architecture was trained for.
 std::string eval_task(const std::string& arch, const std::map<std::string, std::string>& f) {
   const auto ends = [&](const char* s) { return arch.ends_with(s); };
-  const std::string fits = ends("ForSequenceClassification") ? "text-classification"
-                           : ends("ForMaskedLM")              ? "masked-lm"
-                           : arch == "GPT2LMHeadModel"        ? "causal-lm"
+  const std::string fits = ends("ForSequenceClassification")      ? "text-classification"
+                           : ends("ForTokenClassification")       ? "token-classification"
+                           : ends("ForMaskedLM")                  ? "masked-lm"
+                           : arch == "GPT2LMHeadModel"            ? "causal-lm"
                            : arch == "T5ForConditionalGeneration" ? "seq2seq"
                                                                   : "";
   KILN_CHECK(!fits.empty(), "eval: cannot evaluate a ", arch,
-             " (a *ForSequenceClassification, *ForMaskedLM, GPT2LMHeadModel or T5ForConditionalGeneration can be)");
+             " (a *ForSequenceClassification, *ForTokenClassification, *ForMaskedLM, GPT2LMHeadModel or ",
+             "T5ForConditionalGeneration can be)");
   if (auto it = f.find("task"); it != f.end())
     KILN_CHECK(it->second == fits, "eval: --task ", it->second, " does not fit the model's ", arch,
                " (its task is ", fits, ")");
@@ -379,13 +400,15 @@ int run_eval(const std::vector<std::string>& args) {
   cli::TokenizerBundle tok = cli::load_tokenizer(f.count("tokenizer_name") ? fs::path(f["tokenizer_name"]) : dir);
   auto model = models::from_pretrained(dir, {});
   const std::string task = eval_task(model->architecture(), f);
-  const bool mlm = task == "masked-lm", clm = task == "causal-lm", s2s = task == "seq2seq";
+  const bool mlm = task == "masked-lm", clm = task == "causal-lm", s2s = task == "seq2seq",
+             ner = task == "token-classification";
   if (s2s) {  // as kiln train: the source and target columns are each row's text pair
     f["text_column"] = f.count("source_column") ? f["source_column"] : "source";
     f["text_pair_column"] = f.count("target_column") ? f["target_column"] : "target";
     f["label_column"] = "";
   }
-  const data::DatasetOptions dopt = cli::dataset_options(f);
+  data::DatasetOptions dopt = cli::dataset_options(f);
+  dopt.split_into_words = ner;
   data::Dataset ds = data::load_dataset(f["validation_file"], dopt);
   const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), model->config(), "eval");
   std::vector<std::string> names;
@@ -401,7 +424,11 @@ int run_eval(const std::vector<std::string>& args) {
         f.count("source_prefix") ? f["source_prefix"] : ""));
   else if (mlm || clm)
     feats = std::make_shared<data::Features>(data::group_texts(ds, tok.tokenizer, max_len, mlm));
-  else {
+  else if (ner) {
+    KILN_CHECK(ds.has_labels, f["validation_file"], ": no tags to evaluate against (a list of tags per row)");
+    feats = std::make_shared<data::Features>(
+        data::tokenize_words(ds, tok.tokenizer, max_len, &labels, switch_on(f, "label_all_tokens")));
+  } else {
     KILN_CHECK(ds.has_labels, f["validation_file"], ": no labels to evaluate against (column '", dopt.label_column,
                "' is missing, or empty in every row)");
     feats = std::make_shared<data::Features>(data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
@@ -415,8 +442,11 @@ int run_eval(const std::vector<std::string>& args) {
   co.vocab_size = static_cast<int64_t>(tok.tokenizer.vocab_size());
   co.special_token_ids = tok.special_ids;
   co.max_target_length = int_flag(f, "max_target_length", 0);
-  const train::Task t = mlm ? train::Task::MaskedLM : clm ? train::Task::CausalLM : s2s ? train::Task::Seq2Seq
-                                                                                       : train::Task::TextClassification;
+  const train::Task t = mlm   ? train::Task::MaskedLM
+                         : clm ? train::Task::CausalLM
+                         : s2s ? train::Task::Seq2Seq
+                         : ner ? train::Task::TokenClassification
+                               : train::Task::TextClassification;
   train::Trainer trainer(*model, ta, t, nullptr, feats, co);
   auto m = trainer.evaluate("eval");
   for (auto& [k, v] : m) std::printf("%s = %.4f\n", k.c_str(), v);

@@ -350,6 +350,79 @@ TEST(Cli, Seq2SeqTrainsAT5) {
   EXPECT_EQ(generated, expected);
 }
 
+// run_ner: --task token-classification on JSON rows of words and tags. The
+// demo vocabulary's product nouns are B-PROD; "incredibly"/"very" + adjective
+// is B-QUAL I-QUAL, a bare adjective B-QUAL. A tiny BERT learns it; kiln eval
+// reports the same seqeval scores as the run's final evaluation.
+TEST(Cli, TokenClassificationTrainsABertAndScoresEntities) {
+  Workdir w;
+  fs::path data = w.path() / "data", out = w.path() / "ner";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  const std::vector<std::string> products = {"backpack", "battery", "blender", "cable", "camera", "chair",
+                                             "charger",  "drill",   "fan",     "grill", "headset", "heater"};
+  const std::vector<std::string> qualities = {"amazing", "awful",   "cheap",    "comfortable", "excellent",
+                                              "flimsy",  "fragile", "horrible", "impressive"};
+  auto write_rows = [&](const fs::path& path, int n, int salt) {
+    std::ofstream f(path);
+    for (int i = 0; i < n; ++i) {
+      nlohmann::json tokens = {"my", "new", products[(i * 7 + salt) % products.size()]};
+      nlohmann::json tags = {"O", "O", "B-PROD"};
+      tokens.push_back((i + salt) % 2 ? "seems" : "is");
+      tags.push_back("O");
+      if (i % 3 == 0) {
+        tokens.push_back(i % 2 ? "incredibly" : "very");
+        tags.push_back("B-QUAL");
+        tokens.push_back(qualities[(i * 5 + salt) % qualities.size()]);
+        tags.push_back("I-QUAL");
+      } else {
+        tokens.push_back(qualities[(i * 5 + salt) % qualities.size()]);
+        tags.push_back("B-QUAL");
+      }
+      f << nlohmann::json{{"id", i}, {"tokens", tokens}, {"ner_tags", tags}}.dump() << "\n";
+    }
+  };
+  write_rows(w.path() / "train.jsonl", 240, 0);
+  write_rows(w.path() / "dev.jsonl", 40, 3);
+  const std::string validation = (w.path() / "dev.jsonl").string();
+  ASSERT_EQ(kiln("train --task token-classification --config_name " + (data / "model_config.json").string() +
+                     " --tokenizer_name " + data.string() + " --train_file " + (w.path() / "train.jsonl").string() +
+                     " --validation_file " + validation + " --max_seq_length 16 --output_dir " + out.string() +
+                     " --max_steps 60 --logging_steps 20 --per_device_train_batch_size 16 --learning_rate 3e-3" +
+                     " --eval_strategy steps --eval_steps 30 --save_strategy no --seed 5",
+                 w.path() / "log1"),
+            0)
+      << slurp(w.path() / "log1");
+  const auto config = io::read_json_file(out / "config.json");
+  EXPECT_EQ(config["architectures"][0], "BertForTokenClassification");
+  EXPECT_EQ(config["id2label"], (nlohmann::json{{"0", "B-PROD"}, {"1", "B-QUAL"}, {"2", "I-QUAL"}, {"3", "O"}}));
+  const auto results = io::read_json_file(out / "eval_results.json");
+  for (const char* k : {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy", "eval_loss"})
+    EXPECT_TRUE(results.contains(k)) << k << " in " << results;
+  EXPECT_FALSE(results.contains("perplexity"));
+  EXPECT_GT(results["eval_f1"].get<double>(), 0.9) << results;
+  EXPECT_GT(results["eval_accuracy"].get<double>(), 0.9) << results;
+  ASSERT_EQ(kiln("eval --model_name_or_path " + out.string() + " --validation_file " + validation +
+                     " --max_seq_length 16 --output_dir " + (w.path() / "ev").string(),
+                 w.path() / "e1"),
+            0)
+      << slurp(w.path() / "e1");
+  EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "eval_f1"), results["eval_f1"].get<double>(), 1e-4);
+  EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "eval_loss"), results["eval_loss"].get<double>(), 1e-4);
+  // Only BERT (and JSON rows) for now.
+  EXPECT_NE(kiln("train --task token-classification --config_name gpt2-tiny --tokenizer_name " + data.string() +
+                     " --train_file " + (w.path() / "train.jsonl").string() + " --output_dir " +
+                     (w.path() / "g").string(),
+                 w.path() / "e2"),
+            0);
+  EXPECT_CONTAINS(slurp(w.path() / "e2"), "token-classification: kiln trains BertForTokenClassification");
+  EXPECT_NE(kiln("train --task token-classification --config_name " + (data / "model_config.json").string() +
+                     " --tokenizer_name " + data.string() + " --train_file " + (data / "train.csv").string() +
+                     " --output_dir " + (w.path() / "c").string(),
+                 w.path() / "e3"),
+            0);
+  EXPECT_CONTAINS(slurp(w.path() / "e3"), "train.csv: token classification reads .jsonl or .json");
+}
+
 // kiln generate with a T5 (both variants) and the t5-small tokenizer: the
 // prompt is the encoder input with </s> appended, each line is what
 // models::generate gives, decoded without special tokens.

@@ -4,6 +4,7 @@
 
 #include "dataset/util.h"
 #include "kiln/data/dataset.h"
+#include "kiln/data/labels.h"
 
 using namespace kiln::data;
 using kiln::testing::error_of;
@@ -190,4 +191,48 @@ TEST(TextTest, OneExamplePerNonBlankLine) {
   EXPECT_EQ(ds.rows[2].text, "last");
   EXPECT_FALSE(ds.has_labels);
   EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("e.txt", "\n\n")); }), "empty dataset (no rows)");
+}
+
+// run_ner's files: a list of words and a list of tags per JSON row.
+TEST(WordsTest, TokensAndNerTagsPerRow) {
+  TempDir d;
+  DatasetOptions o;
+  o.split_into_words = true;
+  Dataset ds = load_dataset(d.write("t.jsonl", "{\"id\": 0, \"tokens\": [\"EU\", \"rejects\"], \"ner_tags\": [\"B-ORG\", \"O\"]}\n"
+                                               "{\"id\": 1, \"tokens\": [\"Peter\"], \"ner_tags\": [\"B-PER\"]}\n"),
+                            o);
+  ASSERT_EQ(ds.rows.size(), 2u);
+  EXPECT_TRUE(ds.has_labels);
+  EXPECT_EQ(ds.rows[0].words, (std::vector<std::string>{"EU", "rejects"}));
+  EXPECT_EQ(ds.rows[0].word_labels, (std::vector<std::string>{"B-ORG", "O"}));
+  EXPECT_EQ(LabelMap::from_word_labels(ds).labels, (std::vector<std::string>{"B-ORG", "B-PER", "O"}));
+  // Integer tags (a datasets export of ClassLabel ids) sort numerically; other column names by flag.
+  o.text_column = "words";
+  o.label_column = "tags";
+  ds = load_dataset(d.write("i.json", "[{\"words\": [\"a\", \"b\", \"c\"], \"tags\": [10, 2, 0]}]"), o);
+  EXPECT_EQ(LabelMap::from_word_labels(ds).labels, (std::vector<std::string>{"0", "2", "10"}));
+  // Unlabeled rows: words only.
+  o = DatasetOptions{};
+  o.split_into_words = true;
+  ds = load_dataset(d.write("u.jsonl", "{\"tokens\": [\"a\"]}\n"), o);
+  EXPECT_FALSE(ds.has_labels);
+  EXPECT_CONTAINS(error_of([&] { LabelMap::from_word_labels(ds); }), "u.jsonl: no tags");
+}
+
+TEST(WordsTest, ErrorsNameTheRowAndKey) {
+  TempDir d;
+  DatasetOptions o;
+  o.split_into_words = true;
+  auto error = [&](const std::string& name, const std::string& text) {
+    return error_of([&] { load_dataset(d.write(name, text), o); });
+  };
+  EXPECT_CONTAINS(error("a.jsonl", "{\"tokens\": [\"a\", \"b\"], \"ner_tags\": [\"O\"]}\n"),
+                  "a.jsonl:1: 2 words in 'tokens' but 1 tags in 'ner_tags' (one tag per word)");
+  EXPECT_CONTAINS(error("b.jsonl", "{\"tokens\": \"a b\", \"ner_tags\": [\"O\"]}\n"),
+                  "b.jsonl:1: key 'tokens': expected a list of words, found \"a b\"");
+  EXPECT_CONTAINS(error("c.jsonl", "{\"tokens\": [\"a\", 3], \"ner_tags\": [\"O\", \"O\"]}\n"),
+                  "c.jsonl:1: key 'tokens': expected strings in the list, found 3");
+  EXPECT_CONTAINS(error("d.jsonl", "{\"tokens\": [\"a\"], \"ner_tags\": [\"O\"]}\n{\"tokens\": [\"b\"]}\n"),
+                  "d.jsonl: 1 of 2 rows have no 'ner_tags'");
+  EXPECT_CONTAINS(error("e.csv", "tokens,ner_tags\na,O\n"), "e.csv: token classification reads .jsonl or .json");
 }

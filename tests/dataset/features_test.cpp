@@ -102,3 +102,35 @@ TEST(GroupTextsTest, BlocksWithAndWithoutSpecials) {
   EXPECT_EQ(one.input_ids[0], (std::vector<int64_t>{2, 10, 11, 3}));
   EXPECT_FALSE(error_of([&] { group_texts(ds, tok, 2, true); }).empty());
 }
+
+// run_ner's tokenize_and_align_labels: "cats" is two tokens (cat ##s); its
+// first token takes the word's tag, the second -100 (or, with
+// label_all_tokens, the tag with B- made I-); specials are -100.
+TEST(TokenizeWordsTest, AlignsTagsWithTheFirstTokenOfEachWord) {
+  TempDir d;
+  auto tok = tiny_tokenizer(d);
+  Dataset ds;
+  ds.source = "mem.jsonl";
+  ds.has_labels = true;
+  Example e;
+  e.words = {"the", "cats", "sat"};
+  e.word_labels = {"O", "B-ANIMAL", "O"};
+  ds.rows.push_back(e);
+  const LabelMap labels = LabelMap::from_labels({"B-ANIMAL", "I-ANIMAL", "O"});
+  Features f = tokenize_words(ds, tok, 0, &labels, false);
+  EXPECT_EQ(f.input_ids[0], (std::vector<int64_t>{2, 5, 6, 14, 7, 3}));  // [CLS] the cat ##s sat [SEP]
+  EXPECT_EQ(f.word_ids[0], (std::vector<int64_t>{-1, 0, 1, 1, 2, -1}));
+  EXPECT_EQ(f.token_labels[0], (std::vector<int64_t>{-100, 2, 0, -100, 2, -100}));
+  f = tokenize_words(ds, tok, 0, &labels, true);
+  EXPECT_EQ(f.token_labels[0], (std::vector<int64_t>{-100, 2, 0, 1, 2, -100}));  // ##s: I-ANIMAL
+  // Truncation keeps the specials; the cut word's tags go with it.
+  f = tokenize_words(ds, tok, 4, &labels, false);
+  EXPECT_EQ(f.input_ids[0], (std::vector<int64_t>{2, 5, 6, 3}));
+  EXPECT_EQ(f.token_labels[0], (std::vector<int64_t>{-100, 2, 0, -100}));
+  // Unlabeled rows (prediction) get no tags; an unknown tag names the row.
+  ds.has_labels = false;
+  EXPECT_TRUE(tokenize_words(ds, tok, 0, &labels, false).token_labels.empty());
+  ds.has_labels = true;
+  ds.rows[0].word_labels[1] = "B-PLANT";
+  EXPECT_CONTAINS(error_of([&] { tokenize_words(ds, tok, 0, &labels, false); }), "mem.jsonl row 1");
+}

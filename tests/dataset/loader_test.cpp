@@ -154,7 +154,9 @@ TEST(DataLoaderTest, LengthGroupedAsHfsLengthGroupedSampler) {
     std::set<int64_t> was(many.begin() + begin, many.begin() + std::min<int64_t>(begin + 24, 100));
     for (int64_t i = begin + 1; i < std::min<int64_t>(begin + 24, 100); ++i) {
       EXPECT_TRUE(was.count(grouped[i])) << "row " << grouped[i] << " left its megabatch";
-      if (i > begin + 1) EXPECT_GE(len[grouped[i - 1]], len[grouped[i]]) << i;
+      if (i > begin + 1) {
+        EXPECT_GE(len[grouped[i - 1]], len[grouped[i]]) << i;
+      }
     }
   }
   EXPECT_CONTAINS(error_of([&] { length_grouped(many, len, 0); }), "batch_size must be positive");

@@ -93,6 +93,13 @@ Batch collate(const Features& f, const std::vector<int64_t>& rows, const Collato
       std::copy(t.begin(), t.end(), b.labels.begin() + i * static_cast<int64_t>(Tt));
     }
     b.target_len = static_cast<int64_t>(Tt);
+  } else if (!f.token_labels.empty()) {
+    // Token classification (DataCollatorForTokenClassification): tags padded with -100.
+    b.labels.assign(B * T, -100);
+    for (int64_t i = 0; i < B; ++i) {
+      const auto& tags = f.token_labels[rows[i]];
+      std::copy(tags.begin(), tags.end(), b.labels.begin() + i * T);
+    }
   } else if (o.causal_lm) {
     // DataCollatorForLanguageModeling(mlm=False): labels are the ids, padding ignored.
     b.labels.assign(B * T, -100);

@@ -193,7 +193,11 @@ Columns resolve_columns(const std::vector<std::string>& names, const DatasetOpti
   };
   Columns c;
   if (!o.label_column.empty() && has(o.label_column)) c.label = o.label_column;
-  if (!o.text_column.empty()) {
+  // run_ner's defaults: "tokens" and "ner_tags".
+  if (o.split_into_words && o.label_column == "label" && c.label.empty() && has("ner_tags")) c.label = "ner_tags";
+  if (o.split_into_words && o.text_column.empty() && has("tokens")) {
+    c.text = "tokens";
+  } else if (!o.text_column.empty()) {
     if (!has(o.text_column)) throw missing("text", o.text_column);
     c.text = o.text_column;
   } else {
@@ -286,6 +290,26 @@ std::string json_cell(const ordered_json& obj, const std::string& key, bool labe
                              ", found ", v.dump()));
 }
 
+// A JSON list of strings (numbers written out when `numbers`), for split_into_words.
+std::vector<std::string> json_list(const ordered_json& obj, const std::string& key, bool numbers,
+                                   const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    std::vector<std::string> keys;
+    for (auto k = obj.begin(); k != obj.end(); ++k) keys.push_back(k.key());
+    throw Error(detail::concat(where, ": missing key '", key, "' (keys: ", join(keys), ")"));
+  }
+  KILN_CHECK(it->is_array(), where, ": key '", key, "': expected a list of ", numbers ? "tags" : "words",
+             ", found ", it->dump());
+  std::vector<std::string> out;
+  for (const auto& v : *it) {
+    KILN_CHECK(v.is_string() || (numbers && v.is_number()), where, ": key '", key, "': expected ",
+               numbers ? "strings or integers" : "strings", " in the list, found ", v.dump());
+    out.push_back(v.is_string() ? v.get<std::string>() : number_string(v));
+  }
+  return out;
+}
+
 Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o, const std::string& where) {
   std::vector<ordered_json> objects;
   std::vector<std::string> row_where;
@@ -328,6 +352,24 @@ Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o,
   Dataset ds;
   ds.source = where;
   ds.rows.reserve(objects.size());
+  if (o.split_into_words) {  // run_ner: a list of words and a list of tags per row
+    size_t labeled = 0;
+    for (size_t r = 0; r < objects.size(); ++r) {
+      Example e;
+      e.words = json_list(objects[r], c.text, false, row_where[r]);
+      if (!c.label.empty() && objects[r].contains(c.label) && !objects[r][c.label].is_null()) {
+        e.word_labels = json_list(objects[r], c.label, true, row_where[r]);
+        KILN_CHECK(e.word_labels.size() == e.words.size(), row_where[r], ": ", e.words.size(), " words in '", c.text,
+                   "' but ", e.word_labels.size(), " tags in '", c.label, "' (one tag per word)");
+        ++labeled;
+      }
+      ds.rows.push_back(std::move(e));
+    }
+    KILN_CHECK(labeled == 0 || labeled == ds.rows.size(), where, ": ", ds.rows.size() - labeled, " of ",
+               ds.rows.size(), " rows have no '", c.label, "' (other rows are labeled)");
+    ds.has_labels = labeled > 0;
+    return ds;
+  }
   for (size_t r = 0; r < objects.size(); ++r) {
     Example e;
     e.text = json_cell(objects[r], c.text, false, row_where[r]);
@@ -368,6 +410,9 @@ Dataset load_dataset(const fs::path& path, const DatasetOptions& options) {
   std::string_view s(bytes);
   if (s.substr(0, 3) == "\xEF\xBB\xBF") s.remove_prefix(3);
   check_utf8(s, where);
+  KILN_CHECK(!options.split_into_words || ext == ".json" || ext == ".jsonl", where, ": token classification reads ",
+             ".jsonl or .json rows holding a list of words and a list of tags (e.g. {\"tokens\": [\"EU\", ",
+             "\"rejects\"], \"ner_tags\": [\"B-ORG\", \"O\"]}), not '", ext, "'");
   if (ext == ".csv") return from_table(parse_csv(s, where), options, where);
   if (ext == ".tsv") return from_table(parse_tsv(s), options, where);
   if (ext == ".txt") return load_text(s, where);

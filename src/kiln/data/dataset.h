@@ -13,6 +13,9 @@ struct Example {
   std::string text;
   std::string text_pair;
   std::string label;  // "" = none
+  // Token classification (DatasetOptions::split_into_words): the row's words
+  // and one tag per word (empty when unlabeled).
+  std::vector<std::string> words = {}, word_labels = {};
 };
 
 struct DatasetOptions {
@@ -24,6 +27,10 @@ struct DatasetOptions {
   // "" or absent in the file = unlabeled (prediction). A label column whose
   // cells are all empty also reads as unlabeled.
   std::string label_column = "label";
+  // Token classification (run_ner): JSON rows whose text column is a list of
+  // words and whose label column is a list of tags, one per word (strings or
+  // integers). CSV, TSV and text files are an error.
+  bool split_into_words = false;
 };
 
 struct Dataset {

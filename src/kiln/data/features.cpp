@@ -78,6 +78,60 @@ Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, i
   return f;
 }
 
+Features tokenize_words(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length,
+                        const LabelMap* labels, bool label_all_tokens) {
+  tokenizers::Tokenizer t = truncating(tok, max_length);
+  std::vector<std::vector<std::string>> batch;
+  batch.reserve(ds.rows.size());
+  for (const auto& r : ds.rows) batch.push_back(r.words);
+  std::vector<tokenizers::Encoding> enc;
+  try {
+    enc = t.encode_batch_words(batch, true);
+  } catch (const Error& e) {
+    throw Error(detail::concat(ds.source, ": tokenizing: ", e.what()));
+  }
+  // Tag ids, and HF's b_to_i_label: B-X's id -> I-X's id when I-X is a label.
+  std::unordered_map<std::string, int64_t> ids;
+  std::vector<int64_t> b_to_i;
+  const bool tagged = labels && ds.has_labels;
+  if (tagged) {
+    for (size_t k = 0; k < labels->labels.size(); ++k) ids.emplace(labels->labels[k], static_cast<int64_t>(k));
+    for (size_t k = 0; k < labels->labels.size(); ++k) {
+      const std::string& l = labels->labels[k];
+      auto inside = l.rfind("B-", 0) == 0 ? ids.find("I-" + l.substr(2)) : ids.end();
+      b_to_i.push_back(inside != ids.end() ? inside->second : static_cast<int64_t>(k));
+    }
+  }
+  Features f;
+  for (size_t r = 0; r < enc.size(); ++r) {
+    const tokenizers::Encoding& e = enc[r];
+    f.input_ids.push_back(widen(e.ids));
+    f.token_type_ids.push_back(widen(e.type_ids));
+    std::vector<int64_t> words(e.ids.size(), -1), tags;
+    for (size_t k = 0; k < e.ids.size(); ++k)
+      if (k < e.word_ids.size() && e.word_ids[k]) words[k] = *e.word_ids[k];  // specials have none
+    if (tagged) {
+      const Example& row = ds.rows[r];
+      int64_t previous = -1;
+      for (int64_t w : words) {
+        if (w < 0) {
+          tags.push_back(-100);
+        } else {
+          auto it = ids.find(row.word_labels[static_cast<size_t>(w)]);
+          const int64_t id = it != ids.end() ? it->second
+                                             : labels->id(row.word_labels[static_cast<size_t>(w)],
+                                                          detail::concat(ds.source, " row ", r + 1));
+          tags.push_back(w != previous ? id : label_all_tokens ? b_to_i[static_cast<size_t>(id)] : -100);
+        }
+        previous = w;
+      }
+      f.token_labels.push_back(std::move(tags));
+    }
+    f.word_ids.push_back(std::move(words));
+  }
+  return f;
+}
+
 Features group_texts(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t block_size,
                      bool add_special_tokens) {
   KILN_CHECK(block_size > 0, "group_texts: block_size must be positive, got ", block_size);

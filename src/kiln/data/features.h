@@ -16,6 +16,9 @@ struct Features {
   std::vector<int64_t> labels;      // class ids (or empty)
   std::vector<float> float_labels;  // regression (or empty)
   std::vector<std::vector<int64_t>> target_ids;  // seq2seq targets (or empty)
+  std::vector<std::vector<int64_t>> token_labels;  // token classification: a class id or -100 per token (or empty)
+  // token classification: the word each token belongs to (-1 for specials), to read predictions per word
+  std::vector<std::vector<int64_t>> word_ids;
   size_t size() const { return input_ids.size(); }
 };
 
@@ -27,6 +30,16 @@ struct Features {
 // Encodes on all cores (the tokenizer's batch encode).
 Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length,
                           const LabelMap* labels);
+
+// Token classification (run_ner's tokenize_and_align_labels): each row's
+// words encoded as pre-split input (is_split_into_words) with specials,
+// truncated to max_length tokens. The first token of a word gets the word's
+// tag id; specials get -100, and so do a word's other tokens unless
+// label_all_tokens, which gives them the tag with B- turned into I- when the
+// label map has that I- tag (HF's b_to_i_label). Tags through `labels`; none
+// when `labels` is null or `ds` is unlabeled.
+Features tokenize_words(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length,
+                        const LabelMap* labels, bool label_all_tokens);
 
 // Causal / masked LM text (run_clm / run_mlm "group_texts"): every row encoded
 // without special tokens, concatenated, and cut into blocks; with

@@ -49,6 +49,20 @@ LabelMap LabelMap::from_dataset(const Dataset& train) {
   return m;
 }
 
+LabelMap LabelMap::from_word_labels(const Dataset& train) {
+  KILN_CHECK(train.has_labels && !train.rows.empty(), train.source,
+             ": no tags (token classification needs a list of tags per row, e.g. 'ner_tags')");
+  std::set<std::string> distinct;
+  for (const auto& r : train.rows) distinct.insert(r.word_labels.begin(), r.word_labels.end());
+  LabelMap m;
+  m.labels.assign(distinct.begin(), distinct.end());  // std::set: byte order
+  if (std::all_of(m.labels.begin(), m.labels.end(), is_integer_label))  // an int column sorts numerically
+    std::stable_sort(m.labels.begin(), m.labels.end(), [](const std::string& a, const std::string& b) {
+      return std::stoll(a) < std::stoll(b);
+    });
+  return m;
+}
+
 LabelMap LabelMap::from_labels(std::vector<std::string> labels) {
   std::set<std::string> seen;
   for (const auto& l : labels) KILN_CHECK(seen.insert(l).second, "id2label: label '", l, "' appears twice");

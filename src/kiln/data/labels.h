@@ -18,6 +18,9 @@ struct LabelMap {
   // int column); regression when every label is a number and at least one is
   // not an integer ("3.5"). kiln::Error when `train` has no labels.
   static LabelMap from_dataset(const Dataset& train);
+  // Token classification: every word tag of `train` (run_ner's
+  // get_label_list), in the same order; never regression.
+  static LabelMap from_word_labels(const Dataset& train);
   // From a model's id2label (ids 0..n-1 in order).
   static LabelMap from_labels(std::vector<std::string> labels);
 

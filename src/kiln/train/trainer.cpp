@@ -18,6 +18,7 @@
 #include "kiln/runtime/autocast.h"
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/metrics.h"
+#include "kiln/train/seqeval.h"
 
 namespace kiln::train {
 
@@ -262,7 +263,8 @@ double Trainer::loss_items(const data::Batch& b) const {
   switch (task_) {
     case Task::TextClassification: return static_cast<double>(b.batch_size);
     case Task::MaskedLM:
-    case Task::Seq2Seq: return count(b.labels.begin(), b.labels.end());
+    case Task::Seq2Seq:
+    case Task::TokenClassification: return count(b.labels.begin(), b.labels.end());
     case Task::CausalLM: {  // the model predicts token t+1 from t: the first label of a row is never a target
       double n = 0;
       for (int64_t i = 0; i < b.batch_size; ++i)
@@ -753,6 +755,8 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
   std::vector<Tensor> losses, preds;  // on the device until moved to the host
   std::vector<int64_t> sizes;
   std::vector<int64_t> gold, pred;
+  std::vector<std::vector<int64_t>> gold_rows, pred_rows;  // token classification: a tag id per token
+  const bool tokens = task_ == Task::TokenClassification;
   double loss_total = 0;
   int64_t n = 0;
   auto to_host = [&] {  // HF's eval_accumulation_steps: every N batches, or at the end
@@ -762,7 +766,12 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
     }
     for (auto& p : preds) {
       auto v = p.to_vector<int64_t>();
-      pred.insert(pred.end(), v.begin(), v.end());
+      if (tokens) {
+        const int64_t T = p.dim(1);
+        for (int64_t r = 0; r < p.dim(0); ++r) pred_rows.emplace_back(v.begin() + r * T, v.begin() + (r + 1) * T);
+      } else {
+        pred.insert(pred.end(), v.begin(), v.end());
+      }
     }
     losses.clear();
     sizes.clear();
@@ -784,6 +793,11 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
       if (task_ == Task::TextClassification && single_label && out.logits.defined() && out.logits.dim(-1) > 1) {
         preds.push_back(argmax(out.logits, -1));
         gold.insert(gold.end(), batch.host.labels.begin(), batch.host.labels.end());
+      } else if (tokens) {
+        preds.push_back(argmax(out.logits, -1));  // [B, T]
+        const auto& l = batch.host.labels;
+        const int64_t T = batch.host.seq_len;
+        for (int64_t r = 0; r < batch.host.batch_size; ++r) gold_rows.emplace_back(l.begin() + r * T, l.begin() + (r + 1) * T);
       }
       mark_step(device_);
       if (args_.eval_accumulation_steps && (b + 1) % *args_.eval_accumulation_steps == 0) to_host();
@@ -792,7 +806,29 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
   to_host();
   std::map<std::string, double> m;
   m[prefix + "_loss"] = loss_total / std::max<int64_t>(n, 1);
-  if (task_ != Task::TextClassification) m["perplexity"] = std::exp(m[prefix + "_loss"]);
+  if (task_ != Task::TextClassification && !tokens) m["perplexity"] = std::exp(m[prefix + "_loss"]);
+  if (tokens) {  // run_ner's compute_metrics: seqeval over the labelled tokens, tags by name
+    const auto& names = model_.config().id2label;
+    auto name = [&](int64_t id) {
+      auto it = names.find(id);
+      return it != names.end() ? it->second : "LABEL_" + std::to_string(id);
+    };
+    std::vector<std::vector<std::string>> refs, hyps;
+    for (size_t r = 0; r < gold_rows.size(); ++r) {
+      refs.emplace_back();
+      hyps.emplace_back();
+      for (size_t k = 0; k < gold_rows[r].size(); ++k)
+        if (gold_rows[r][k] != -100) {
+          refs.back().push_back(name(gold_rows[r][k]));
+          hyps.back().push_back(name(pred_rows[r][k]));
+        }
+    }
+    const SeqevalScores s = seqeval(refs, hyps);
+    m[prefix + "_precision"] = s.precision;
+    m[prefix + "_recall"] = s.recall;
+    m[prefix + "_f1"] = s.f1;
+    m[prefix + "_accuracy"] = s.accuracy;
+  }
   if (!gold.empty()) {
     auto [acc, f1] = accuracy_f1(pred, gold, model_.config().num_labels());
     m[prefix + "_accuracy"] = acc;

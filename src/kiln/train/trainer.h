@@ -28,7 +28,7 @@
 
 namespace kiln::train {
 
-enum class Task { TextClassification, MaskedLM, CausalLM, Seq2Seq };
+enum class Task { TextClassification, MaskedLM, CausalLM, Seq2Seq, TokenClassification };
 
 // trainer_state.json, with HF's field names.
 struct TrainerState {
