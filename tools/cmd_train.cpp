@@ -130,6 +130,26 @@ void write_predictions(const train::Predictions& p, const data::LabelMap& labels
   std::fprintf(stderr, "kiln train: %zu predictions -> %s\n", rows, path.string().c_str());
 }
 
+// run_ner's predictions.txt: per test row, the tag of each word (its first
+// token's prediction), space-separated.
+void write_word_predictions(const train::Predictions& p, const data::Features& test, const data::LabelMap& labels,
+                            const fs::path& path) {
+  std::string text;
+  for (size_t r = 0; r < p.token_labels.size(); ++r) {
+    std::string line;
+    int64_t previous = -1;
+    for (size_t k = 0; k < p.token_labels[r].size(); ++k) {
+      const int64_t word = test.word_ids[r][k];
+      if (word >= 0 && word != previous)
+        line += (line.empty() ? "" : " ") + labels.labels.at(static_cast<size_t>(p.token_labels[r][k]));
+      previous = word;
+    }
+    text += line + "\n";
+  }
+  io::write_file_atomic(path, text);
+  std::fprintf(stderr, "kiln train: %zu tagged rows -> %s\n", p.token_labels.size(), path.string().c_str());
+}
+
 // run_summarization's generated_predictions.txt: each test source's greedy
 // output, decoded without special tokens, one per line.
 void write_generated(models::PreTrainedModel& model, const data::Features& test, const train::TrainingArguments& ta,
@@ -175,9 +195,9 @@ int run_train(const std::vector<std::string>& raw_args) {
   // --do_predict: run_glue's predictions for --test_file, or run_summarization's generated outputs.
   if (ta.do_predict) {
     KILN_CHECK(f.count("test_file"), "train: --do_predict needs --test_file (the rows to predict)");
-    KILN_CHECK(task == "text-classification" || task == "seq2seq", "train: --do_predict is for --task ",
-               "text-classification or seq2seq (HF's run_mlm and run_clm have no prediction step; kiln does not ",
-               "write run_ner's predictions yet), not ", task);
+    KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "seq2seq",
+               "train: --do_predict is for --task text-classification, token-classification or seq2seq (HF's ",
+               "run_mlm and run_clm have no prediction step), not ", task);
   } else if (f.count("test_file")) {
     std::fprintf(stderr, "kiln train: warning: --test_file is read only with --do_predict\n");
   }
@@ -297,10 +317,15 @@ int run_train(const std::vector<std::string>& raw_args) {
   std::shared_ptr<data::Features> test_f;
   if (ta.do_predict) {
     data::DatasetOptions topt = dopt;
-    if (!s2s) topt.label_column = "";
+    if (!s2s && !ner) topt.label_column = "";
     const data::Dataset test_ds = data::load_dataset(f["test_file"], topt);
-    test_f = s2s ? features(test_ds)
-                 : std::make_shared<data::Features>(data::tokenize_dataset(test_ds, tok.tokenizer, max_len, nullptr));
+    if (ner)  // run_ner keeps the tags for predict_* scores; a file without them is predicted only
+      test_f = test_ds.has_labels ? features(test_ds)
+                                  : std::make_shared<data::Features>(data::tokenize_words(
+                                        test_ds, tok.tokenizer, max_len, nullptr, false));
+    else
+      test_f = s2s ? features(test_ds)
+                   : std::make_shared<data::Features>(data::tokenize_dataset(test_ds, tok.tokenizer, max_len, nullptr));
   }
   if (eval_f && ta.eval_strategy == "no") ta.do_eval = true;
 
@@ -354,6 +379,10 @@ int run_train(const std::vector<std::string>& raw_args) {
       for (auto& [k, v] : m) pj[k] = all[k] = v;
       if (ta.predict_with_generate) write_generated(*model, *test_f, ta, int_flag(f, "max_target_length", max_len),
                                                     tok, out / "generated_predictions.txt");
+    } else if (ner) {  // run_ner: predict_* scores when the test rows are tagged, and predictions.txt
+      if (!test_f->token_labels.empty())
+        for (auto& [k, v] : trainer.evaluate("predict", test_f)) pj[k] = all[k] = v;
+      write_word_predictions(trainer.predict(*test_f), *test_f, labels, out / "predictions.txt");
     } else {
       write_predictions(trainer.predict(*test_f), labels, out / "predict_results.txt");
     }

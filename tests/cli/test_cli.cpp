@@ -173,7 +173,7 @@ TEST(Cli, TrainPredictAndBadInput) {
   EXPECT_NE(kiln(train_args(data, w.path() / "o6") + " --task masked-lm --do_predict --test_file x.txt",
                  w.path() / "log8"),
             0);
-  EXPECT_CONTAINS(slurp(w.path() / "log8"), "--do_predict is for --task text-classification or seq2seq");
+  EXPECT_CONTAINS(slurp(w.path() / "log8"), "--do_predict is for --task text-classification, token-classification or seq2seq");
   EXPECT_NE(kiln(train_args(data, w.path() / "o6") + " --do_predict --test_file " + (w.path() / "none.csv").string(),
                  w.path() / "log8"),
             0);
@@ -388,7 +388,8 @@ TEST(Cli, TokenClassificationTrainsABertAndScoresEntities) {
                      " --tokenizer_name " + data.string() + " --train_file " + (w.path() / "train.jsonl").string() +
                      " --validation_file " + validation + " --max_seq_length 16 --output_dir " + out.string() +
                      " --max_steps 60 --logging_steps 20 --per_device_train_batch_size 16 --learning_rate 3e-3" +
-                     " --eval_strategy steps --eval_steps 30 --save_strategy no --seed 5",
+                     " --eval_strategy steps --eval_steps 30 --save_strategy no --seed 5" +
+                     " --do_predict --test_file " + validation,
                  w.path() / "log1"),
             0)
       << slurp(w.path() / "log1");
@@ -408,6 +409,39 @@ TEST(Cli, TokenClassificationTrainsABertAndScoresEntities) {
       << slurp(w.path() / "e1");
   EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "eval_f1"), results["eval_f1"].get<double>(), 1e-4);
   EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "eval_loss"), results["eval_loss"].get<double>(), 1e-4);
+  // --do_predict: run_ner's predict_* scores (the test rows are the validation rows) and predictions.txt, one
+  // tag per word, as kiln predict tags the same rows (JSON rows, or the same words as text lines).
+  EXPECT_NEAR(io::read_json_file(out / "predict_results.json")["predict_f1"].get<double>(),
+              results["eval_f1"].get<double>(), 1e-9);
+  ASSERT_EQ(kiln("predict --model " + out.string() + " --input " + validation + " --output " +
+                     (w.path() / "tags.jsonl").string(),
+                 w.path() / "p1"),
+            0)
+      << slurp(w.path() / "p1");
+  {
+    std::ifstream predicted(out / "predictions.txt"), tagged(w.path() / "tags.jsonl"), rows(validation);
+    std::ofstream text(w.path() / "dev.txt");
+    std::string line, json_line, row;
+    int n = 0;
+    while (std::getline(tagged, json_line) && std::getline(rows, row)) {
+      ASSERT_TRUE(std::getline(predicted, line));
+      const auto j = nlohmann::json::parse(json_line), r = nlohmann::json::parse(row);
+      EXPECT_EQ(j["words"], r["tokens"]);
+      std::string joined, words;
+      for (const auto& t : j["tags"]) joined += (joined.empty() ? "" : " ") + t.get<std::string>();
+      for (const auto& t : r["tokens"]) words += (words.empty() ? "" : " ") + t.get<std::string>();
+      EXPECT_EQ(line, joined);
+      text << "  " << words << "\n";
+      ++n;
+    }
+    EXPECT_EQ(n, 40);
+  }
+  ASSERT_EQ(kiln("predict --model " + out.string() + " --input " + (w.path() / "dev.txt").string() + " --output " +
+                     (w.path() / "tags_txt.jsonl").string(),
+                 w.path() / "p2"),
+            0)
+      << slurp(w.path() / "p2");
+  EXPECT_EQ(slurp(w.path() / "tags_txt.jsonl"), slurp(w.path() / "tags.jsonl"));
   // Only BERT (and JSON rows) for now.
   EXPECT_NE(kiln("train --task token-classification --config_name gpt2-tiny --tokenizer_name " + data.string() +
                      " --train_file " + (w.path() / "train.jsonl").string() + " --output_dir " +

@@ -853,9 +853,25 @@ Predictions Trainer::predict(const data::Features& features) {
   lo.shuffle = false;
   data::DataLoader loader(shared, lo, collator_);
   std::vector<Tensor> outs;  // on the device until moved to the host
+  std::vector<std::vector<int64_t>> out_rows;  // the feature rows of each
   Predictions p;
   auto to_host = [&] {  // HF's eval_accumulation_steps: every N batches, or at the end
-    for (auto& t : outs) {
+    for (size_t o = 0; o < outs.size(); ++o) {
+      const Tensor& t = outs[o];
+      if (t.rank() == 3) {  // token classification: [B, T, C] -> each row's argmax per token
+        const int64_t T = t.dim(1), C = t.dim(2);
+        auto v = t.to_vector<float>();
+        for (int64_t r = 0; r < t.dim(0); ++r) {
+          const auto len = static_cast<int64_t>(features.input_ids[static_cast<size_t>(out_rows[o][r])].size());
+          std::vector<int64_t> tags;
+          for (int64_t k = 0; k < len; ++k) {
+            auto first = v.begin() + (r * T + k) * C;
+            tags.push_back(std::max_element(first, first + C) - first);
+          }
+          p.token_labels.push_back(std::move(tags));
+        }
+        continue;
+      }
       auto v = t.to_vector<float>();
       int64_t C = t.dim(-1), rows = t.numel() / C;
       for (int64_t r = 0; r < rows; ++r) {
@@ -869,16 +885,19 @@ Predictions Trainer::predict(const data::Features& features) {
       }
     }
     outs.clear();
+    out_rows.clear();
   };
   {
     NoGradGuard no_grad;
     Bf16Scope bf16(args_.bf16);
     data::DeviceLoader dl(loader, device_);
     for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
-      models::ModelInputs in = inputs_of(dl.next());
+      data::DeviceBatch batch = dl.next();
+      models::ModelInputs in = inputs_of(batch);
       in.labels = {};
       Tensor logits = model_.forward(in).logits;
-      outs.push_back(logits.dim(-1) > 1 ? softmax(logits, -1) : logits);
+      outs.push_back(logits.rank() == 3 ? logits : logits.dim(-1) > 1 ? softmax(logits, -1) : logits);
+      out_rows.push_back(batch.host.indices);
       mark_step(device_);
       if (args_.eval_accumulation_steps && (b + 1) % *args_.eval_accumulation_steps == 0) to_host();
     }

@@ -53,6 +53,8 @@ struct Predictions {
   std::vector<int64_t> labels;                 // argmax per row (classification)
   std::vector<std::vector<float>> probabilities;  // softmax per row
   std::vector<float> values;                   // regression outputs
+  // Token classification: per row, the argmax tag of each of its tokens (specials included).
+  std::vector<std::vector<int64_t>> token_labels;
 };
 
 // The device of the calling replica under `args`: args.device for a lone
