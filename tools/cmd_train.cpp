@@ -250,9 +250,9 @@ int run_train(const std::vector<std::string>& raw_args) {
       KILN_CHECK(c.model_type == "t5", "seq2seq: needs a t5 model, got model_type '", c.model_type, "'");
       return std::string("T5ForConditionalGeneration");
     }
-    if (ner)  // run_ner's models; RoBERTa's byte-level tokenizer needs add_prefix_space for split words
-      KILN_CHECK(c.model_type == "bert", "token-classification: kiln trains BertForTokenClassification ",
-                 "(model_type bert), got model_type '", c.model_type, "'");
+    if (ner)  // run_ner's BERT and RoBERTa models
+      KILN_CHECK(c.model_type == "bert" || c.model_type == "roberta", "token-classification: kiln trains ",
+                 "BertForTokenClassification and RobertaForTokenClassification, got model_type '", c.model_type, "'");
     return c.class_prefix() + (mlm ? "ForMaskedLM" : ner ? "ForTokenClassification" : "ForSequenceClassification");
   };
   const int64_t num_labels = labels.is_regression ? 1 : static_cast<int64_t>(labels.labels.size());

@@ -442,13 +442,14 @@ TEST(Cli, TokenClassificationTrainsABertAndScoresEntities) {
             0)
       << slurp(w.path() / "p2");
   EXPECT_EQ(slurp(w.path() / "tags_txt.jsonl"), slurp(w.path() / "tags.jsonl"));
-  // Only BERT (and JSON rows) for now.
+  // BERT and RoBERTa only, and JSON rows.
   EXPECT_NE(kiln("train --task token-classification --config_name gpt2-tiny --tokenizer_name " + data.string() +
                      " --train_file " + (w.path() / "train.jsonl").string() + " --output_dir " +
                      (w.path() / "g").string(),
                  w.path() / "e2"),
             0);
-  EXPECT_CONTAINS(slurp(w.path() / "e2"), "token-classification: kiln trains BertForTokenClassification");
+  EXPECT_CONTAINS(slurp(w.path() / "e2"), "token-classification: kiln trains BertForTokenClassification and "
+                                          "RobertaForTokenClassification, got model_type 'gpt2'");
   EXPECT_NE(kiln("train --task token-classification --config_name " + (data / "model_config.json").string() +
                      " --tokenizer_name " + data.string() + " --train_file " + (data / "train.csv").string() +
                      " --output_dir " + (w.path() / "c").string(),

@@ -42,7 +42,8 @@ models::ModelInputs tiny_batch() {
 }
 
 TEST(Pretrained, SaveThenLoadGivesIdenticalTensorsAndLogits) {
-  for (const char* arch : {"BertForSequenceClassification", "RobertaForMaskedLM", "BertForQuestionAnswering"}) {
+  for (const char* arch : {"BertForSequenceClassification", "RobertaForMaskedLM", "BertForQuestionAnswering",
+                           "RobertaForTokenClassification"}) {
     SCOPED_TRACE(arch);
     TempDir dir;
     bool roberta = std::string(arch).rfind("Roberta", 0) == 0;
@@ -65,6 +66,21 @@ TEST(Pretrained, SaveThenLoadGivesIdenticalTensorsAndLogits) {
     // Unknown config fields survive the round trip.
     EXPECT_EQ(io::read_json_file(dir.path() / "config.json")["my_custom_field"], nlohmann::json({1, 2, 3}));
   }
+}
+
+// HF's RobertaForTokenClassification: roberta (no pooler), dropout, classifier.
+TEST(Pretrained, RobertaTokenClassifierHasHuggingFacesNames) {
+  auto model = models::create_model("RobertaForTokenClassification", tiny_config("roberta"), 7);
+  auto names = model->state_dict();
+  EXPECT_TRUE(names.count("roberta.embeddings.word_embeddings.weight"));
+  EXPECT_TRUE(names.count("classifier.weight"));
+  EXPECT_TRUE(names.count("classifier.bias"));
+  for (auto& [name, t] : names) EXPECT_EQ(name.find("pooler"), std::string::npos) << name;
+  auto in = tiny_batch();
+  in.labels = Tensor::from_vector(std::vector<int64_t>{1, 0, 2, -100, 1, 0, 1, -100, -100, -100}, {2, 5});
+  auto out = model->forward(in);
+  EXPECT_EQ(out.logits.shape(), (Shape{2, 5, model->config().num_labels()}));
+  EXPECT_TRUE(std::isfinite(out.loss.item()));
 }
 
 TEST(Pretrained, TiedDecoderIsSavedOnceAsHuggingFaceDoes) {

@@ -98,6 +98,30 @@ TEST(PreSplitInput, WordIdsAreWordIndices) {
   EXPECT_EQ(batch[1].ids, (std::vector<uint32_t>{3, 1, 1, 0, 4}));
 }
 
+// run_ner loads byte-level tokenizers with add_prefix_space=True: each
+// pre-split word then encodes as it does after a space in running text.
+TEST(PreSplitInput, AddPrefixSpaceGivesEachWordItsLeadingSpace) {
+  const std::string file = kShared + "/gpt2/tokenizer.json";
+  if (!fs::exists(file)) GTEST_SKIP() << file << " is not here";
+  Tokenizer t = Tokenizer::from_file(file);
+  const std::vector<std::string> words = {"Hello", "world", "EU", "rejects"};
+  const Encoding before = t.encode_words(words, false);
+  t.set_add_prefix_space();
+  const Encoding after = t.encode_words(words, false);
+  EXPECT_EQ(after.ids, t.encode(" Hello world EU rejects", false).ids);
+  EXPECT_NE(after.ids, before.ids);
+  EXPECT_EQ(after.word_ids, (std::vector<std::optional<uint32_t>>{0, 1, 2, 3}));
+  t.set_add_prefix_space();  // twice: no change
+  EXPECT_EQ(t.encode_words(words, false).ids, after.ids);
+  // WordPiece has no byte-level part: unchanged.
+  const std::string bert = kShared + "/bert-base-uncased/tokenizer.json";
+  if (!fs::exists(bert)) return;
+  Tokenizer b = Tokenizer::from_file(bert);
+  const auto ids = b.encode_words(words, true).ids;
+  b.set_add_prefix_space();
+  EXPECT_EQ(b.encode_words(words, true).ids, ids);
+}
+
 TEST(PreSplitInput, InvalidUtf8NamesTheWord) {
   Tokenizer tok = word_level();
   try {

@@ -81,6 +81,7 @@ Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, i
 Features tokenize_words(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length,
                         const LabelMap* labels, bool label_all_tokens) {
   tokenizers::Tokenizer t = truncating(tok, max_length);
+  t.set_add_prefix_space();  // byte-level BPE (RoBERTa): each word with its leading space, as run_ner loads it
   std::vector<std::vector<std::string>> batch;
   batch.reserve(ds.rows.size());
   for (const auto& r : ds.rows) batch.push_back(r.words);

@@ -32,7 +32,8 @@ Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, i
                           const LabelMap* labels);
 
 // Token classification (run_ner's tokenize_and_align_labels): each row's
-// words encoded as pre-split input (is_split_into_words) with specials,
+// words encoded as pre-split input (is_split_into_words; a byte-level
+// tokenizer with add_prefix_space, as run_ner loads RoBERTa's) with specials,
 // truncated to max_length tokens. The first token of a word gets the word's
 // tag id; specials get -100, and so do a word's other tokens unless
 // label_all_tokens, which gives them the tag with B- turned into I- when the

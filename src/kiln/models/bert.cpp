@@ -146,7 +146,7 @@ BertForTask::BertForTask(std::string architecture, const BertConfig& config, uin
   std::string kind = a.substr(roberta_ ? 7 : 4);  // after "Roberta" / "Bert"
   if (kind == "Model") head_ = Head::None;
   else if (kind == "ForSequenceClassification") head_ = Head::SequenceClassification;
-  else if (kind == "ForTokenClassification" && !roberta_) head_ = Head::TokenClassification;
+  else if (kind == "ForTokenClassification") head_ = Head::TokenClassification;
   else if (kind == "ForQuestionAnswering" && !roberta_) head_ = Head::QuestionAnswering;
   else if (kind == "ForMaskedLM") head_ = Head::MaskedLM;
   else throw Error("unsupported architecture '" + a + "'");

@@ -85,6 +85,7 @@ std::vector<std::string> supported_architectures() {
           "BertForMaskedLM",
           "RobertaModel",
           "RobertaForSequenceClassification",
+          "RobertaForTokenClassification",
           "RobertaForMaskedLM",
           "GPT2Model",
           "GPT2LMHeadModel",

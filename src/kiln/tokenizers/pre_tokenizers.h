@@ -10,13 +10,17 @@
 
 namespace kiln::tokenizers {
 
+class PreTokenizer;
+using PreTokenizerPtr = std::shared_ptr<const PreTokenizer>;
+
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
   virtual void pre_tokenize(PreTokenizedString& s) const = 0;
+  // This pre-tokenizer with its byte-level parts adding a leading space (what
+  // transformers' add_prefix_space=True rebuilds), or null when nothing changes.
+  virtual PreTokenizerPtr with_prefix_space() const { return nullptr; }
 };
-
-using PreTokenizerPtr = std::shared_ptr<const PreTokenizer>;
 
 // Whitespace removed, then every punctuation character isolated.
 class BertPreTokenizer : public PreTokenizer {
@@ -47,6 +51,9 @@ class ByteLevelPreTokenizer : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex);
   void pre_tokenize(PreTokenizedString& s) const override;
+  PreTokenizerPtr with_prefix_space() const override {
+    return add_prefix_space_ ? nullptr : std::make_shared<ByteLevelPreTokenizer>(true, use_regex_);
+  }
 
  private:
   bool add_prefix_space_, use_regex_;
@@ -119,6 +126,16 @@ class SequencePreTokenizer : public PreTokenizer {
   explicit SequencePreTokenizer(std::vector<PreTokenizerPtr> parts) : parts_(std::move(parts)) {}
   void pre_tokenize(PreTokenizedString& s) const override {
     for (const auto& p : parts_) p->pre_tokenize(s);
+  }
+  PreTokenizerPtr with_prefix_space() const override {
+    std::vector<PreTokenizerPtr> parts = parts_;
+    bool changed = false;
+    for (auto& p : parts)
+      if (auto q = p->with_prefix_space()) {
+        p = std::move(q);
+        changed = true;
+      }
+    return changed ? std::make_shared<SequencePreTokenizer>(std::move(parts)) : nullptr;
   }
 
  private:

@@ -53,6 +53,13 @@ class Tokenizer {
 
   void set_normalizer(NormalizerPtr n);
   void set_pre_tokenizer(PreTokenizerPtr p) { pre_tokenizer_ = std::move(p); }
+  // Byte-level pre-tokenizers add a leading space to every word, as a
+  // transformers tokenizer loaded with add_prefix_space=True (what run_ner
+  // does for RoBERTa and GPT-2 to encode pre-split words). Others: unchanged.
+  void set_add_prefix_space() {
+    if (pre_tokenizer_)
+      if (auto p = pre_tokenizer_->with_prefix_space()) pre_tokenizer_ = std::move(p);
+  }
   void set_model(ModelPtr m) { model_ = std::move(m); }
   void set_post_processor(PostProcessorPtr p) { post_processor_ = std::move(p); }
   void set_decoder(DecoderPtr d) { decoder_ = std::move(d); }
