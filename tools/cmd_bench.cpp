@@ -110,14 +110,7 @@ int run_bench(const std::vector<std::string>& args) {
     std::printf("%s\n", kUsage);
     return 0;
   }
-  auto integer = [&](const char* k, int64_t fallback) {
-    if (!flags.has(k)) return fallback;
-    const std::string v = flags.get(k);
-    char* end = nullptr;
-    long long n = std::strtoll(v.c_str(), &end, 10);
-    KILN_CHECK(!v.empty() && *end == 0 && n > 0, "bench: --", k, " expects a positive integer, got '", v, "'");
-    return static_cast<int64_t>(n);
-  };
+  auto integer = [&](const char* k, int64_t fallback) { return flags.integer(k, fallback, 1); };
   const std::string task = flags.has("task") ? flags.get("task") : "text-classification";
   KILN_CHECK(task == "text-classification" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
              "bench: --task must be text-classification, masked-lm, causal-lm or seq2seq, got '", task, "'");

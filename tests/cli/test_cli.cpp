@@ -818,6 +818,12 @@ TEST(Cli, CompiledLoopsCanBeTurnedOffFromTheEnvironment) {
 
 TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   Workdir w;
+  for (auto [flag, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--batch 0", "bench: --batch must be >= 1, got 0"},
+           {"--steps 2x", "bench: --steps: invalid value '2x' (expected an integer)"}}) {
+    EXPECT_NE(kiln("bench --model bert-tiny " + flag, w.path() / "bad"), 0) << flag;
+    EXPECT_CONTAINS(slurp(w.path() / "bad"), message);
+  }
   ASSERT_EQ(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 2 --warmup 1 --json", w.path() / "log"), 0)
       << slurp(w.path() / "log");
   std::string log = slurp(w.path() / "log");
