@@ -59,8 +59,8 @@ std::optional<int64_t> max_seq_length_flag(const std::map<std::string, std::stri
 }
 
 // Every value checked before any data is read, and a flag the task does not
-// use is a warning (kiln train serves run_glue, run_mlm, run_clm and
-// run_summarization's flags at once, so it is not an error).
+// use is a warning (kiln train serves run_glue, run_ner, run_mlm, run_clm
+// and run_summarization's flags at once, so it is not an error).
 void check_task_flags(const std::map<std::string, std::string>& f, const std::string& task) {
   for (const auto& [name, min] : kIntegerFlags) int_flag(f, name.c_str(), 0);
   if (f.count("mlm_probability")) cli::number_value("train", "mlm_probability", f.at("mlm_probability"), 0, 1);
