@@ -9,6 +9,7 @@
 //              --output_dir DIR [TrainingArguments flags...]
 //   kiln train --args_file run.json [flags...]   (the same names as JSON; the command line wins)
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -34,12 +35,15 @@ const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name
                                               "train_file", "validation_file", "text_column", "text_pair_column",
                                               "label_column", "max_seq_length", "pad_to_multiple_of",
                                               "mlm_probability", "source_column", "target_column", "source_prefix",
-                                              "max_source_length", "max_target_length", "test_file"};
+                                              "max_source_length", "max_target_length", "test_file",
+                                              "max_train_samples", "max_eval_samples", "max_predict_samples",
+                                              "validation_split_percentage"};
 const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes", "label_all_tokens"};
 
 // kiln train's own numeric flags: the smallest value each takes.
 const std::map<std::string, int64_t> kIntegerFlags = {
-    {"max_seq_length", 3}, {"pad_to_multiple_of", 0}, {"max_source_length", 1}, {"max_target_length", 1}};
+    {"max_seq_length", 3},    {"pad_to_multiple_of", 0}, {"max_source_length", 1},   {"max_target_length", 1},
+    {"max_train_samples", 1}, {"max_eval_samples", 1},   {"max_predict_samples", 1}, {"validation_split_percentage", 1}};
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const char* name, int64_t fallback) {
   auto it = f.find(name);
@@ -198,8 +202,9 @@ int run_train(const std::vector<std::string>& raw_args) {
     KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "seq2seq",
                "train: --do_predict is for --task text-classification, token-classification or seq2seq (HF's ",
                "run_mlm and run_clm have no prediction step), not ", task);
-  } else if (f.count("test_file")) {
-    std::fprintf(stderr, "kiln train: warning: --test_file is read only with --do_predict\n");
+  } else {
+    for (const char* flag : {"test_file", "max_predict_samples"})
+      if (f.count(flag)) std::fprintf(stderr, "kiln train: warning: --%s is read only with --do_predict\n", flag);
   }
   if (ta.predict_with_generate && !s2s)
     std::fprintf(stderr, "kiln train: warning: --predict_with_generate is for --task seq2seq; ignored\n");
@@ -224,6 +229,23 @@ int run_train(const std::vector<std::string>& raw_args) {
   data::Dataset train_ds = data::load_dataset(f["train_file"], dopt);
   std::optional<data::Dataset> eval_ds;
   if (f.count("validation_file")) eval_ds = data::load_dataset(f["validation_file"], dopt);
+  if (f.count("validation_split_percentage")) {  // run_mlm / run_clm: train[:p%] validates, train[p%:] trains
+    const int64_t pct = int_flag(f, "validation_split_percentage", 5);
+    KILN_CHECK(pct < 100, "train: --validation_split_percentage must be below 100, got ", pct);
+    if (eval_ds) {
+      std::fprintf(stderr, "kiln train: warning: --validation_split_percentage is ignored: --validation_file is given\n");
+    } else {
+      // datasets' percent slices round to the closest row (ties to even, as Python's round).
+      const auto cut = static_cast<size_t>(std::nearbyint(static_cast<double>(train_ds.rows.size()) * pct / 100.0));
+      KILN_CHECK(cut > 0 && cut < train_ds.rows.size(), "train: --validation_split_percentage ", pct, " of ",
+                 train_ds.rows.size(), " rows leaves ", cut, " for validation and ", train_ds.rows.size() - cut,
+                 " for training; both need rows");
+      eval_ds = train_ds;
+      eval_ds->rows.resize(cut);
+      train_ds.rows.erase(train_ds.rows.begin(), train_ds.rows.begin() + static_cast<std::ptrdiff_t>(cut));
+      eval_ds->source = train_ds.source + " [:" + std::to_string(pct) + "%]";
+    }
+  }
   // The model's config (to fit --max_seq_length to its positions): the
   // checkpoint's, the preset or the config file.
   std::unique_ptr<models::PretrainedConfig> run_config =
@@ -309,9 +331,14 @@ int run_train(const std::vector<std::string>& raw_args) {
     return std::make_shared<data::Features>(lm ? data::group_texts(ds, tok.tokenizer, max_len, mlm)
                                                : data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
   };
-  auto train_f = features(train_ds);
+  // --max_*_samples: the first N rows after preprocessing (blocks for language models), as HF's scripts select them.
+  auto at_most = [&](std::shared_ptr<data::Features> rows, const char* flag) {
+    if (f.count(flag)) rows = std::make_shared<data::Features>(rows->head(static_cast<size_t>(int_flag(f, flag, 0))));
+    return rows;
+  };
+  auto train_f = at_most(features(train_ds), "max_train_samples");
   std::shared_ptr<data::Features> eval_f;
-  if (eval_ds) eval_f = features(*eval_ds);
+  if (eval_ds) eval_f = at_most(features(*eval_ds), "max_eval_samples");
   // The test rows, read before training so a bad file fails at once. As run_glue, classification
   // predicts without labels; seq2seq keeps its targets for predict_loss.
   std::shared_ptr<data::Features> test_f;
@@ -326,6 +353,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     else
       test_f = s2s ? features(test_ds)
                    : std::make_shared<data::Features>(data::tokenize_dataset(test_ds, tok.tokenizer, max_len, nullptr));
+    test_f = at_most(test_f, "max_predict_samples");
   }
   if (eval_f && ta.eval_strategy == "no") ta.do_eval = true;
 

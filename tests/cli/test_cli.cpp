@@ -204,6 +204,42 @@ TEST(Cli, TrainPredictAndBadInput) {
   }
 }
 
+// run_glue's --max_train_samples / --max_eval_samples / --max_predict_samples
+// (the first N rows) and run_mlm's --validation_split_percentage (train[:p%]
+// validates, train[p%:] trains) on the demo's 3000 training rows.
+TEST(Cli, SampleLimitsAndValidationSplit) {
+  Workdir w;
+  fs::path data = w.path() / "data";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  const std::string base = train_args(data, w.path() / "a") + " --max_steps 2";
+  ASSERT_EQ(kiln(base + " --validation_split_percentage 10", w.path() / "log1"), 0) << slurp(w.path() / "log1");
+  auto results = io::read_json_file(w.path() / "a" / "all_results.json");
+  EXPECT_EQ(results["train_samples"], 2700);
+  EXPECT_EQ(results["eval_samples"], 300);
+  ASSERT_EQ(kiln(train_args(data, w.path() / "b") + " --max_steps 2 --validation_split_percentage 10" +
+                     " --max_train_samples 100 --max_eval_samples 50 --do_predict --max_predict_samples 3 --test_file " +
+                     (data / "test.txt").string(),
+                 w.path() / "log2"),
+            0)
+      << slurp(w.path() / "log2");
+  results = io::read_json_file(w.path() / "b" / "all_results.json");
+  EXPECT_EQ(results["train_samples"], 100);
+  EXPECT_EQ(results["eval_samples"], 50);
+  const std::string predicted = slurp(w.path() / "b" / "predict_results.txt");
+  EXPECT_EQ(std::count(predicted.begin(), predicted.end(), '\n'), 4) << predicted;  // header + 3 rows
+  // A validation file wins (with a warning); bad values are errors.
+  ASSERT_EQ(kiln(train_args(data, w.path() / "c") + " --max_steps 1 --validation_split_percentage 10 --validation_file " +
+                     (data / "validation.csv").string(),
+                 w.path() / "log3"),
+            0);
+  EXPECT_CONTAINS(slurp(w.path() / "log3"), "warning: --validation_split_percentage is ignored");
+  const std::string fresh = train_args(data, w.path() / "d") + " --max_steps 2";  // (a exists: that error comes first)
+  EXPECT_NE(kiln(fresh + " --validation_split_percentage 100", w.path() / "log4"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "log4"), "--validation_split_percentage must be below 100, got 100");
+  EXPECT_NE(kiln(fresh + " --max_train_samples 0", w.path() / "log5"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "log5"), "--max_train_samples must be >= 1, got 0");
+}
+
 TEST(Cli, MaskedLmTrainsAndReportsPerplexity) {
   Workdir w;
   fs::path data = w.path() / "data", out = w.path() / "mlm";

@@ -212,6 +212,33 @@ TEST(TrainerFlow, GroupByLengthPadsLess) {
   EXPECT_LT(tokens(true), tokens(false));
 }
 
+// Resumed at step 6 (epoch 1, 2 of its 4 batches taken). Straight on, step 12
+// takes the last batch of epoch 2. With ignore_data_skip epoch 1 starts again
+// from its first batch, so step 12 takes batch 2 of epoch 2. The data position
+// in checkpoint-12 says which happened.
+TEST(TrainerFlow, IgnoreDataSkipRestartsTheEpoch) {
+  for (bool ignore : {false, true}) {
+    TempDir d;
+    auto a = args_for(d.path());
+    a.max_steps = 12;
+    a.save_strategy = "steps";
+    a.save_steps = 6;
+    a.resolve_defaults();
+    {
+      auto m = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 1);
+      train::Trainer t(*m, a, train::Task::TextClassification, rows(), nullptr, collator());
+      t.stop_after_step(6);
+      t.train();
+    }
+    a.resume_from_checkpoint = "latest";
+    a.ignore_data_skip = ignore;
+    train_with(a);
+    const json rng = io::read_json_file(d.path() / "checkpoint-12" / "rng_state.json");
+    EXPECT_EQ(rng["data_epoch"], 2) << ignore;
+    EXPECT_EQ(rng["data_position"], ignore ? 2 : 4) << ignore;
+  }
+}
+
 TEST(TrainerFlow, EarlyStoppingAfterPatienceEvaluationsWithoutImprovement) {
   // A learning rate of 0 never changes the model: every evaluation equals the
   // first, which sets the best metric when its checkpoint is saved. Patience

@@ -25,6 +25,22 @@ tokenizers::Tokenizer truncating(const tokenizers::Tokenizer& tok, int64_t max_l
 }
 }  // namespace
 
+Features Features::head(size_t n) const {
+  auto cut = [n](auto v) {
+    if (v.size() > n) v.resize(n);
+    return v;
+  };
+  Features f;
+  f.input_ids = cut(input_ids);
+  f.token_type_ids = cut(token_type_ids);
+  f.labels = cut(labels);
+  f.float_labels = cut(float_labels);
+  f.target_ids = cut(target_ids);
+  f.token_labels = cut(token_labels);
+  f.word_ids = cut(word_ids);
+  return f;
+}
+
 Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length,
                           const LabelMap* labels) {
   tokenizers::Tokenizer t = truncating(tok, max_length);

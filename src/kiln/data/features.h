@@ -20,6 +20,8 @@ struct Features {
   // token classification: the word each token belongs to (-1 for specials), to read predictions per word
   std::vector<std::vector<int64_t>> word_ids;
   size_t size() const { return input_ids.size(); }
+  // The first n rows (all when n >= size()): HF's dataset.select(range(n)).
+  Features head(size_t n) const;
 };
 
 // Special tokens added, pairs when any row has a text_pair, truncation to

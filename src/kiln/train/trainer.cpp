@@ -452,6 +452,8 @@ void Trainer::load_checkpoint(const fs::path& dir) {
         data_position_ = rows / now;
       }
     }
+    // HF's ignore_data_skip: an unfinished epoch again from its first batch (a finished one is done).
+    if (args_.ignore_data_skip && data_position_ < loader_->batches_per_epoch()) data_position_ = 0;
     try {
       loader_->seek(data_epoch_, data_position_);
     } catch (const Error& e) {  // a position past this data set's epoch: name the file it came from

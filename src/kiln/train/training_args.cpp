@@ -77,6 +77,7 @@ const std::vector<Field>& fields() {
       {"metric_for_best_model", &TA::metric_for_best_model, {}},
       {"greater_is_better", &TA::greater_is_better, {}},
       {"resume_from_checkpoint", &TA::resume_from_checkpoint, {}},
+      {"ignore_data_skip", &TA::ignore_data_skip, {}},
       {"label_smoothing_factor", &TA::label_smoothing_factor, {}},
       {"gradient_checkpointing", &TA::gradient_checkpointing, {}},
       {"tf32", &TA::tf32, {}},

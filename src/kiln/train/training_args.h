@@ -62,6 +62,9 @@ struct TrainingArguments {
   std::optional<std::string> metric_for_best_model;  // default "loss" when load_best_model_at_end (HF)
   std::optional<bool> greater_is_better;             // default: false for names ending in "loss", else true (HF)
   std::string resume_from_checkpoint;                // "" | DIR | "latest"
+  // Resuming: start the checkpoint's epoch from its first batch instead of where the run stopped (HF's
+  // ignore_data_skip; quicker to start with a slow data source, no longer an exact continuation).
+  bool ignore_data_skip = false;
   double label_smoothing_factor = 0.0;
   // Recompute each transformer layer in the backward pass instead of keeping
   // its activations (model.gradient_checkpointing_enable()).
