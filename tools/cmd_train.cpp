@@ -246,6 +246,10 @@ int run_train(const std::vector<std::string>& raw_args) {
       eval_ds->source = train_ds.source + " [:" + std::to_string(pct) + "%]";
     }
   }
+  // run_glue: --do_eval (set too by an eval_strategy) requires a validation set.
+  KILN_CHECK(!ta.do_eval || eval_ds, "train: ",
+             ta.eval_strategy != "no" ? "--eval_strategy " + ta.eval_strategy : std::string("--do_eval"),
+             " needs a validation set: --validation_file F, or --validation_split_percentage P");
   // The model's config (to fit --max_seq_length to its positions): the
   // checkpoint's, the preset or the config file.
   std::unique_ptr<models::PretrainedConfig> run_config =

@@ -238,6 +238,11 @@ TEST(Cli, SampleLimitsAndValidationSplit) {
   EXPECT_CONTAINS(slurp(w.path() / "log4"), "--validation_split_percentage must be below 100, got 100");
   EXPECT_NE(kiln(fresh + " --max_train_samples 0", w.path() / "log5"), 0);
   EXPECT_CONTAINS(slurp(w.path() / "log5"), "--max_train_samples must be >= 1, got 0");
+  // Evaluations without a validation set: an error, not a run that never evaluates.
+  EXPECT_NE(kiln(fresh + " --eval_strategy steps --eval_steps 1", w.path() / "log6"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "log6"), "train: --eval_strategy steps needs a validation set");
+  EXPECT_NE(kiln(fresh + " --do_eval", w.path() / "log6"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "log6"), "train: --do_eval needs a validation set");
 }
 
 TEST(Cli, MaskedLmTrainsAndReportsPerplexity) {

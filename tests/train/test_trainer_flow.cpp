@@ -136,6 +136,10 @@ TEST(TrainerFlow, EvalOnStartEvaluatesBeforeTheFirstStep) {
   EXPECT_TRUE(state["log_history"][0].contains("eval_loss"));
   a.overwrite_output_dir = true;
   EXPECT_CONTAINS(testing::error_of([&] { train_with(a); }), "--eval_on_start needs an evaluation set");
+  a.eval_on_start = false;
+  a.eval_strategy = "epoch";  // as HF's Trainer: evaluations that could never run are an error
+  EXPECT_CONTAINS(testing::error_of([&] { train_with(a); }),
+                  "train: eval_strategy is 'epoch' but there is no evaluation set");
 }
 
 TEST(TrainerFlow, EvalAccumulationStepsGivesTheSameMetrics) {

@@ -466,6 +466,9 @@ void Trainer::load_checkpoint(const fs::path& dir) {
 
 std::map<std::string, double> Trainer::train() {
   KILN_CHECK(train_ && train_->size() > 0, "train: the training set is empty");
+  // HF's Trainer refuses this too: the evaluations would silently never happen.
+  KILN_CHECK(args_.eval_strategy == "no" || (eval_ && eval_->size() > 0), "train: eval_strategy is '",
+             args_.eval_strategy, "' but there is no evaluation set (--validation_file)");
   const fs::path out(args_.output_dir);
   fs::create_directories(out);
 
