@@ -457,6 +457,11 @@ int run_eval(const std::vector<std::string>& args) {
   train::TrainingArguments ta = train::TrainingArguments::parse(a, &f, kExtraFlags, kExtraSwitches);
   KILN_CHECK(f.count("model_name_or_path"), "eval: --model_name_or_path DIR is required");
   KILN_CHECK(f.count("validation_file"), "eval: --validation_file is required");
+  // kiln train's flags that evaluating does not use: named, not silently dropped.
+  for (const char* flag : {"train_file", "test_file", "config_name", "max_train_samples", "max_predict_samples",
+                           "validation_split_percentage", "ignore_mismatched_sizes"})
+    if (f.count(flag)) std::fprintf(stderr, "kiln eval: warning: --%s is for kiln train; ignored\n", flag);
+  for (const auto& [name, min] : kIntegerFlags) int_flag(f, name.c_str(), 0);  // bad values fail before loading
   fs::path dir = f["model_name_or_path"];
   cli::TokenizerBundle tok = cli::load_tokenizer(f.count("tokenizer_name") ? fs::path(f["tokenizer_name"]) : dir);
   auto model = models::from_pretrained(dir, {});
@@ -503,6 +508,13 @@ int run_eval(const std::vector<std::string>& args) {
   co.vocab_size = static_cast<int64_t>(tok.tokenizer.vocab_size());
   co.special_token_ids = tok.special_ids;
   co.max_target_length = int_flag(f, "max_target_length", 0);
+  // The data flags as kiln train reads them (run_mlm evaluates with the same masking probability).
+  co.pad_to_max_length = switch_on(f, "pad_to_max_length");
+  co.pad_to_multiple_of = int_flag(f, "pad_to_multiple_of", 0);
+  if (f.count("mlm_probability")) co.mlm_probability = cli::number_value("eval", "mlm_probability", f["mlm_probability"], 0, 1);
+  co.seed = ta.seed;
+  if (f.count("max_eval_samples"))
+    feats = std::make_shared<data::Features>(feats->head(static_cast<size_t>(int_flag(f, "max_eval_samples", 0))));
   const train::Task t = mlm   ? train::Task::MaskedLM
                          : clm ? train::Task::CausalLM
                          : s2s ? train::Task::Seq2Seq

@@ -227,6 +227,15 @@ TEST(Cli, SampleLimitsAndValidationSplit) {
   EXPECT_EQ(results["eval_samples"], 50);
   const std::string predicted = slurp(w.path() / "b" / "predict_results.txt");
   EXPECT_EQ(std::count(predicted.begin(), predicted.end(), '\n'), 4) << predicted;  // header + 3 rows
+  // kiln eval takes --max_eval_samples too, and names the train-only flags it ignores.
+  ASSERT_EQ(kiln("eval --model_name_or_path " + (w.path() / "b").string() + " --validation_file " +
+                     (data / "validation.csv").string() + " --max_seq_length 32 --max_eval_samples 50 --train_file x" +
+                     " --output_dir " + (w.path() / "ev").string(),
+                 w.path() / "log2b"),
+            0)
+      << slurp(w.path() / "log2b");
+  EXPECT_EQ(printed_value(slurp(w.path() / "log2b"), "eval_samples"), 50);
+  EXPECT_CONTAINS(slurp(w.path() / "log2b"), "kiln eval: warning: --train_file is for kiln train; ignored");
   // A validation file wins (with a warning); bad values are errors.
   ASSERT_EQ(kiln(train_args(data, w.path() / "c") + " --max_steps 1 --validation_split_percentage 10 --validation_file " +
                      (data / "validation.csv").string(),
