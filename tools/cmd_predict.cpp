@@ -76,12 +76,7 @@ int run_predict(const std::vector<std::string>& args) {
     std::string out;
     for (size_t r = 0; r < feats.size(); ++r) {
       nlohmann::json tags = nlohmann::json::array();
-      int64_t previous = -1;
-      for (size_t k = 0; k < p.token_labels[r].size(); ++k) {
-        const int64_t word = feats.word_ids[r][k];
-        if (word >= 0 && word != previous) tags.push_back(label_name(p.token_labels[r][k]));
-        previous = word;
-      }
+      for (int64_t tag : data::per_word(p.token_labels[r], feats.word_ids[r])) tags.push_back(label_name(tag));
       out += nlohmann::json{{"words", ds.rows[r].words}, {"tags", tags}}.dump() + "\n";
     }
     io::write_file_atomic(flags.get("output"), out);

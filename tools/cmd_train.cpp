@@ -141,13 +141,8 @@ void write_word_predictions(const train::Predictions& p, const data::Features& t
   std::string text;
   for (size_t r = 0; r < p.token_labels.size(); ++r) {
     std::string line;
-    int64_t previous = -1;
-    for (size_t k = 0; k < p.token_labels[r].size(); ++k) {
-      const int64_t word = test.word_ids[r][k];
-      if (word >= 0 && word != previous)
-        line += (line.empty() ? "" : " ") + labels.labels.at(static_cast<size_t>(p.token_labels[r][k]));
-      previous = word;
-    }
+    for (int64_t tag : data::per_word(p.token_labels[r], test.word_ids[r]))
+      line += (line.empty() ? "" : " ") + labels.labels.at(static_cast<size_t>(tag));
     text += line + "\n";
   }
   io::write_file_atomic(path, text);

@@ -120,6 +120,8 @@ TEST(TokenizeWordsTest, AlignsTagsWithTheFirstTokenOfEachWord) {
   Features f = tokenize_words(ds, tok, 0, &labels, false);
   EXPECT_EQ(f.input_ids[0], (std::vector<int64_t>{2, 5, 6, 14, 7, 3}));  // [CLS] the cat ##s sat [SEP]
   EXPECT_EQ(f.word_ids[0], (std::vector<int64_t>{-1, 0, 1, 1, 2, -1}));
+  // Per-token values back to one per word: each word's first token.
+  EXPECT_EQ(per_word({20, 21, 22, 23, 24, 25}, f.word_ids[0]), (std::vector<int64_t>{21, 22, 24}));
   EXPECT_EQ(f.token_labels[0], (std::vector<int64_t>{-100, 2, 0, -100, 2, -100}));
   f = tokenize_words(ds, tok, 0, &labels, true);
   EXPECT_EQ(f.token_labels[0], (std::vector<int64_t>{-100, 2, 0, 1, 2, -100}));  // ##s: I-ANIMAL

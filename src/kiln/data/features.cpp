@@ -23,6 +23,15 @@ tokenizers::Tokenizer truncating(const tokenizers::Tokenizer& tok, int64_t max_l
     t.set_truncation(std::nullopt);
   return t;
 }
+// encode()'s encodings, its error prefixed with the data set's file ("tokenizing<what>: ...").
+template <typename Encode>
+std::vector<tokenizers::Encoding> encoded(const Dataset& ds, const char* what, Encode&& encode) {
+  try {
+    return encode();
+  } catch (const Error& e) {
+    throw Error(detail::concat(ds.source, ": tokenizing", what, ": ", e.what()));
+  }
+}
 }  // namespace
 
 Features Features::head(size_t n) const {
@@ -47,22 +56,18 @@ Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, i
 
   bool pairs = false;
   for (const auto& r : ds.rows) pairs = pairs || !r.text_pair.empty();
-  std::vector<tokenizers::Encoding> enc;
-  try {
+  const std::vector<tokenizers::Encoding> enc = encoded(ds, "", [&] {
     if (pairs) {
       std::vector<std::pair<std::string, std::string>> texts;
       texts.reserve(ds.rows.size());
       for (const auto& r : ds.rows) texts.emplace_back(r.text, r.text_pair);
-      enc = t.encode_batch_pairs(texts, true);
-    } else {
-      std::vector<std::string> texts;
-      texts.reserve(ds.rows.size());
-      for (const auto& r : ds.rows) texts.push_back(r.text);
-      enc = t.encode_batch(texts, true);
+      return t.encode_batch_pairs(texts, true);
     }
-  } catch (const Error& e) {
-    throw Error(detail::concat(ds.source, ": tokenizing: ", e.what()));
-  }
+    std::vector<std::string> texts;
+    texts.reserve(ds.rows.size());
+    for (const auto& r : ds.rows) texts.push_back(r.text);
+    return t.encode_batch(texts, true);
+  });
 
   Features f;
   f.input_ids.reserve(enc.size());
@@ -101,12 +106,7 @@ Features tokenize_words(const Dataset& ds, const tokenizers::Tokenizer& tok, int
   std::vector<std::vector<std::string>> batch;
   batch.reserve(ds.rows.size());
   for (const auto& r : ds.rows) batch.push_back(r.words);
-  std::vector<tokenizers::Encoding> enc;
-  try {
-    enc = t.encode_batch_words(batch, true);
-  } catch (const Error& e) {
-    throw Error(detail::concat(ds.source, ": tokenizing: ", e.what()));
-  }
+  const std::vector<tokenizers::Encoding> enc = encoded(ds, "", [&] { return t.encode_batch_words(batch, true); });
   // Tag ids, and HF's b_to_i_label: B-X's id -> I-X's id when I-X is a label.
   std::unordered_map<std::string, int64_t> ids;
   std::vector<int64_t> b_to_i;
@@ -149,6 +149,16 @@ Features tokenize_words(const Dataset& ds, const tokenizers::Tokenizer& tok, int
   return f;
 }
 
+std::vector<int64_t> per_word(const std::vector<int64_t>& token_values, const std::vector<int64_t>& word_ids) {
+  std::vector<int64_t> out;
+  int64_t previous = -1;
+  for (size_t k = 0; k < std::min(token_values.size(), word_ids.size()); ++k) {
+    if (word_ids[k] >= 0 && word_ids[k] != previous) out.push_back(token_values[k]);
+    previous = word_ids[k];
+  }
+  return out;
+}
+
 Features group_texts(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t block_size,
                      bool add_special_tokens) {
   KILN_CHECK(block_size > 0, "group_texts: block_size must be positive, got ", block_size);
@@ -178,12 +188,7 @@ Features group_texts(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_
   std::vector<std::string> texts;
   texts.reserve(ds.rows.size());
   for (const auto& r : ds.rows) texts.push_back(r.text);
-  std::vector<tokenizers::Encoding> enc;
-  try {
-    enc = t.encode_batch(texts, false);
-  } catch (const Error& e) {
-    throw Error(detail::concat(ds.source, ": tokenizing: ", e.what()));
-  }
+  const std::vector<tokenizers::Encoding> enc = encoded(ds, "", [&] { return t.encode_batch(texts, false); });
   std::vector<int64_t> all;
   for (const auto& e : enc) all.insert(all.end(), e.ids.begin(), e.ids.end());
   KILN_CHECK(!all.empty(), ds.source, ": group_texts: the dataset has no tokens");
@@ -205,11 +210,7 @@ Features group_texts(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_
 Features tokenize_seq2seq(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_source_length,
                           int64_t max_target_length, const std::string& source_prefix) {
   auto encode = [&](const std::vector<std::string>& texts, int64_t max_length, const char* what) {
-    try {
-      return truncating(tok, max_length).encode_batch(texts, true);
-    } catch (const Error& e) {
-      throw Error(detail::concat(ds.source, ": tokenizing the ", what, ": ", e.what()));
-    }
+    return encoded(ds, what, [&] { return truncating(tok, max_length).encode_batch(texts, true); });
   };
   std::vector<std::string> sources, targets;
   for (size_t r = 0; r < ds.rows.size(); ++r) {
@@ -218,11 +219,11 @@ Features tokenize_seq2seq(const Dataset& ds, const tokenizers::Tokenizer& tok, i
     targets.push_back(ds.rows[r].text_pair);
   }
   Features f;
-  for (const auto& e : encode(sources, max_source_length, "sources")) {
+  for (const auto& e : encode(sources, max_source_length, " the sources")) {
     f.input_ids.push_back(widen(e.ids));
     f.token_type_ids.push_back(std::vector<int64_t>(e.ids.size(), 0));
   }
-  for (const auto& e : encode(targets, max_target_length, "targets")) f.target_ids.push_back(widen(e.ids));
+  for (const auto& e : encode(targets, max_target_length, " the targets")) f.target_ids.push_back(widen(e.ids));
   return f;
 }
 

@@ -44,6 +44,12 @@ Features tokenize_dataset(const Dataset& ds, const tokenizers::Tokenizer& tok, i
 Features tokenize_words(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length,
                         const LabelMap* labels, bool label_all_tokens);
 
+// One value per word of a row: the value of the word's first token (how a
+// token classifier's per-token predictions become one tag per word).
+// `word_ids` is the row's Features::word_ids (-1 for specials); a word cut by
+// truncation has no token and no value.
+std::vector<int64_t> per_word(const std::vector<int64_t>& token_values, const std::vector<int64_t>& word_ids);
+
 // Causal / masked LM text (run_clm / run_mlm "group_texts"): every row encoded
 // without special tokens, concatenated, and cut into blocks; with
 // add_special_tokens each block is wrapped in the tokenizer's own single-

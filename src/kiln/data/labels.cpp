@@ -26,26 +26,32 @@ bool parse_number_label(const std::string& s, double* out) {
   return true;
 }
 
+namespace {
+// Distinct labels in Python's sorted() order: byte order (std::set's), or
+// numeric when every one is an integer (an int column).
+std::vector<std::string> sorted_labels(const std::set<std::string>& distinct) {
+  std::vector<std::string> labels(distinct.begin(), distinct.end());
+  if (std::all_of(labels.begin(), labels.end(), is_integer_label))
+    std::stable_sort(labels.begin(), labels.end(),
+                     [](const std::string& a, const std::string& b) { return std::stoll(a) < std::stoll(b); });
+  return labels;
+}
+}  // namespace
+
 LabelMap LabelMap::from_dataset(const Dataset& train) {
   KILN_CHECK(train.has_labels && !train.rows.empty(), train.source,
              ": no labels (a training set needs a label column)");
   std::set<std::string> distinct;
   for (const auto& r : train.rows) distinct.insert(r.label);
   LabelMap m;
-  bool all_int = true, all_number = true;
-  for (const auto& l : distinct) {
-    all_int = all_int && is_integer_label(l);
-    all_number = all_number && parse_number_label(l, nullptr);
-  }
+  const bool all_int = std::all_of(distinct.begin(), distinct.end(), is_integer_label);
+  const bool all_number =
+      std::all_of(distinct.begin(), distinct.end(), [](const std::string& l) { return parse_number_label(l, nullptr); });
   if (!all_int && all_number) {
     m.is_regression = true;
     return m;
   }
-  m.labels.assign(distinct.begin(), distinct.end());  // std::set: byte order
-  if (all_int)
-    std::stable_sort(m.labels.begin(), m.labels.end(), [](const std::string& a, const std::string& b) {
-      return std::stoll(a) < std::stoll(b);
-    });
+  m.labels = sorted_labels(distinct);
   return m;
 }
 
@@ -55,11 +61,7 @@ LabelMap LabelMap::from_word_labels(const Dataset& train) {
   std::set<std::string> distinct;
   for (const auto& r : train.rows) distinct.insert(r.word_labels.begin(), r.word_labels.end());
   LabelMap m;
-  m.labels.assign(distinct.begin(), distinct.end());  // std::set: byte order
-  if (std::all_of(m.labels.begin(), m.labels.end(), is_integer_label))  // an int column sorts numerically
-    std::stable_sort(m.labels.begin(), m.labels.end(), [](const std::string& a, const std::string& b) {
-      return std::stoll(a) < std::stoll(b);
-    });
+  m.labels = sorted_labels(distinct);
   return m;
 }
 

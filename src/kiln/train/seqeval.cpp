@@ -63,13 +63,13 @@ SeqevalScores seqeval(const std::vector<std::vector<std::string>>& references,
     pred.insert(pred.end(), predictions[s].begin(), predictions[s].end());
     pred.emplace_back("O");
   }
+  using Entities = std::set<std::tuple<std::string, int64_t, int64_t>>;
   const auto g = get_entities(gold), p = get_entities(pred);
-  const std::set<std::tuple<std::string, int64_t, int64_t>> truth(g.begin(), g.end());
+  const Entities truth(g.begin(), g.end()), found(p.begin(), p.end());
   int64_t hits = 0;
-  for (const auto& e : std::set<std::tuple<std::string, int64_t, int64_t>>(p.begin(), p.end())) hits += truth.count(e);
+  for (const auto& e : found) hits += truth.count(e);
   SeqevalScores out;
-  const auto found = static_cast<double>(std::set<std::tuple<std::string, int64_t, int64_t>>(p.begin(), p.end()).size());
-  out.precision = found > 0 ? hits / found : 0.0;
+  out.precision = found.empty() ? 0.0 : hits / static_cast<double>(found.size());
   out.recall = truth.empty() ? 0.0 : hits / static_cast<double>(truth.size());
   out.f1 = out.precision + out.recall > 0 ? 2 * out.precision * out.recall / (out.precision + out.recall) : 0.0;
   out.accuracy = tokens > 0 ? static_cast<double>(correct) / tokens : 0.0;
