@@ -345,13 +345,10 @@ int run_train(const std::vector<std::string>& raw_args) {
     data::DatasetOptions topt = dopt;
     if (!s2s && !ner) topt.label_column = "";
     const data::Dataset test_ds = data::load_dataset(f["test_file"], topt);
-    if (ner)  // run_ner keeps the tags for predict_* scores; a file without them is predicted only
-      test_f = test_ds.has_labels ? features(test_ds)
-                                  : std::make_shared<data::Features>(data::tokenize_words(
-                                        test_ds, tok.tokenizer, max_len, nullptr, false));
-    else
-      test_f = s2s ? features(test_ds)
-                   : std::make_shared<data::Features>(data::tokenize_dataset(test_ds, tok.tokenizer, max_len, nullptr));
+    // run_ner keeps the tags for predict_* scores (an untagged file is predicted only), seq2seq its targets.
+    test_f = s2s || ner ? features(test_ds)
+                        : std::make_shared<data::Features>(
+                              data::tokenize_dataset(test_ds, tok.tokenizer, max_len, nullptr));
     test_f = at_most(test_f, "max_predict_samples");
   }
   if (eval_f && ta.eval_strategy == "no") ta.do_eval = true;
