@@ -642,11 +642,20 @@ double worst_relative(const fs::path& a, const fs::path& b, std::string* which) 
 // suppression can name them): in sanitizer builds the MPI processes skip the
 // leak check, not the memory-error checks.
 int mpirun_kiln(int seconds, const std::string& args, const fs::path& log) {
+  // Each run keeps its Open MPI session directory in a folder of its own: ctest runs the MPI tests side by side,
+  // and with the shared default (/tmp/ompi.<host>.<uid>) one run's cleanup can remove the folder while the other
+  // creates its own inside it ("A call to mkdir was unable to create the desired directory"). Short, as the
+  // session directory holds Unix sockets.
+  char session[] = "/tmp/kiln-mpi-XXXXXX";
+  if (!::mkdtemp(session)) return -1;
   const std::string cmd = "timeout " + std::to_string(seconds) +
                           " mpirun -np 2 --oversubscribe --bind-to none -x ASAN_OPTIONS=detect_leaks=0" +
-                          (geteuid() == 0 ? " --allow-run-as-root" : "") + " " KILN_BIN " " + args + " > " +
-                          log.string() + " 2>&1";
-  return std::system(cmd.c_str());
+                          " --mca orte_tmpdir_base " + session + (geteuid() == 0 ? " --allow-run-as-root" : "") +
+                          " " KILN_BIN " " + args + " > " + log.string() + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::error_code ec;
+  fs::remove_all(session, ec);
+  return rc;
 }
 
 // Ten steps with a global batch of 8 on one replica, two replicas in one
