@@ -1,6 +1,8 @@
 // kiln predict --model DIR --input FILE --output FILE.jsonl [--max_seq_length N] [--text_column C]
 // One JSON line per input row: {"label": "positive", "score": 0.98} (regression: {"score": x}); a token
-// classifier gives {"words": [...], "tags": [...]}, one tag per word.
+// classifier gives {"words": [...], "tags": [...]}, one tag per word; a question-answering model
+// {"id": ..., "answer": "...", "start": c, "end": c, "score": p} (characters of the context).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -19,14 +21,18 @@ namespace {
 using namespace kiln;
 constexpr const char* kUsage =
     "usage: kiln predict --model DIR --input FILE --output FILE.jsonl [--max_seq_length N] [--text_column C] "
-    "[--text_pair_column C] [--batch_size N] [--bf16]\n"
+    "[--text_pair_column C] [--batch_size N] [--bf16] [--doc_stride N] [--max_answer_length N] "
+    "[--version_2_with_negative]\n"
     "A sequence classifier reads CSV/TSV/JSON rows or text lines; a token classifier reads JSON rows with a list "
-    "of words (--text_column, default 'tokens') or text lines split at whitespace.";
+    "of words (--text_column, default 'tokens') or text lines split at whitespace; a question-answering model "
+    "reads JSON rows with a question and a context (--text_column, default 'question'; --text_pair_column, "
+    "default 'context').";
 
 int run_predict(const std::vector<std::string>& args) {
   cli::Flags flags("predict",
                    {{"model", true, true}, {"input", true, true}, {"output", true, true}, {"max_seq_length"},
-                    {"text_column"}, {"text_pair_column"}, {"batch_size"}, {"bf16", false}},
+                    {"text_column"}, {"text_pair_column"}, {"batch_size"}, {"bf16", false}, {"doc_stride"},
+                    {"max_answer_length"}, {"version_2_with_negative", false}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -36,8 +42,13 @@ int run_predict(const std::vector<std::string>& args) {
   std::filesystem::path dir = flags.get("model");
   auto model = models::from_pretrained(dir, {});
   const bool tokens = model->architecture().ends_with("ForTokenClassification");
-  KILN_CHECK(tokens || model->architecture().find("SequenceClassification") != std::string::npos, "predict: ",
-             model->architecture(), " is not a sequence or token classification model");
+  const bool qa = model->architecture().ends_with("ForQuestionAnswering");
+  KILN_CHECK(tokens || qa || model->architecture().find("SequenceClassification") != std::string::npos, "predict: ",
+             model->architecture(), " is not a sequence classification, token classification or question-answering ",
+             "model");
+  for (const char* name : {"doc_stride", "max_answer_length", "version_2_with_negative"})
+    if (!qa && flags.has(name))
+      std::fprintf(stderr, "kiln predict: warning: --%s is for question-answering models; ignored\n", name);
   cli::TokenizerBundle tok = cli::load_tokenizer(dir);
   data::DatasetOptions dopt;
   dopt.text_column = flags.get("text_column");
@@ -46,6 +57,7 @@ int run_predict(const std::vector<std::string>& args) {
   // A token classifier reads JSON rows of words, or text lines split at whitespace.
   const bool text_lines = std::filesystem::path(flags.get("input")).extension() == ".txt";
   dopt.split_into_words = tokens && !text_lines;
+  dopt.question_answering = qa;
   data::Dataset ds = data::load_dataset(flags.get("input"), dopt);
   if (tokens && text_lines)
     for (auto& row : ds.rows) {
@@ -54,9 +66,12 @@ int run_predict(const std::vector<std::string>& args) {
     }
   const int64_t max_len = cli::sequence_length(
       flags.has("max_seq_length") ? std::optional(flags.integer("max_seq_length", 128, 3)) : std::nullopt,
-      model->config(), "predict");
-  data::Features feats = tokens ? data::tokenize_words(ds, tok.tokenizer, max_len, nullptr, false)
-                                : data::tokenize_dataset(ds, tok.tokenizer, max_len, nullptr);
+      model->config(), "predict", qa ? 384 : 128);
+  data::Features feats =
+      qa ? data::tokenize_qa(std::make_shared<const data::Dataset>(ds), tok.tokenizer, max_len,
+                             flags.integer("doc_stride", std::min<int64_t>(128, max_len / 3), 0))
+      : tokens ? data::tokenize_words(ds, tok.tokenizer, max_len, nullptr, false)
+               : data::tokenize_dataset(ds, tok.tokenizer, max_len, nullptr);
 
   train::TrainingArguments ta;
   ta.output_dir = dir.string();
@@ -65,9 +80,36 @@ int run_predict(const std::vector<std::string>& args) {
   data::CollatorOptions co;
   co.pad_token_id = tok.pad_id;
   co.max_length = max_len;
-  train::Trainer trainer(*model, ta, tokens ? train::Task::TokenClassification : train::Task::TextClassification,
+  train::Trainer trainer(*model, ta,
+                         qa       ? train::Task::QuestionAnswering
+                         : tokens ? train::Task::TokenClassification
+                                  : train::Task::TextClassification,
                          nullptr, nullptr, co);
   train::Predictions p = trainer.predict(feats);
+  if (qa) {  // each question's best span over its context's windows (run_qa's post-processing)
+    train::QaOptions qo;
+    qo.max_answer_length = flags.integer("max_answer_length", 30, 1);
+    qo.version_2_with_negative = flags.has("version_2_with_negative");
+    const train::QaPredictions answers = train::postprocess_qa_predictions(feats, p.start_logits, p.end_logits, qo);
+    std::string out;
+    for (size_t e = 0; e < answers.ids.size(); ++e) {
+      // The answer's own candidate (the null answer is "" with the null score's probability).
+      const auto& nbest = answers.nbest[e];
+      auto it = std::find_if(nbest.begin(), nbest.end(), [&](const train::QaCandidate& c) {
+        return c.text == answers.answers[e] && (c.text.empty() == (c.offsets == std::pair<int64_t, int64_t>{0, 0}));
+      });
+      nlohmann::ordered_json line = {{"id", answers.ids[e]}, {"answer", answers.answers[e]}};
+      if (it != nbest.end()) {
+        line["start"] = it->text.empty() ? 0 : it->offsets.first;
+        line["end"] = it->text.empty() ? 0 : it->offsets.second;
+        line["score"] = it->probability;
+      }
+      out += line.dump() + "\n";
+    }
+    io::write_file_atomic(flags.get("output"), out);
+    std::fprintf(stderr, "kiln predict: %zu answers -> %s\n", answers.ids.size(), flags.get("output").c_str());
+    return 0;
+  }
   auto label_name = [&](int64_t id) {
     auto it = model->config().id2label.find(id);
     return it != model->config().id2label.end() ? it->second : std::to_string(id);
@@ -103,4 +145,4 @@ int run_predict(const std::vector<std::string>& args) {
 
 }  // namespace
 
-KILN_COMMAND(predict, "predict labels for a file of texts with a trained classifier", run_predict);
+KILN_COMMAND(predict, "predict labels, tags or answers for a file of texts with a trained model", run_predict);

@@ -1,8 +1,8 @@
-// kiln train: fine-tune (or train from scratch) with run_glue / run_ner / run_mlm / run_clm /
+// kiln train: fine-tune (or train from scratch) with run_glue / run_ner / run_qa / run_mlm / run_clm /
 // run_summarization style flags plus the TrainingArguments fields:
 //
 //   kiln train --model_name_or_path DIR | --config_name PRESET_OR_FILE --tokenizer_name DIR
-//              --task text-classification|token-classification|masked-lm|causal-lm|seq2seq
+//              --task text-classification|token-classification|question-answering|masked-lm|causal-lm|seq2seq
 //              --train_file F [--validation_file F]
 //              [--text_column C] [--text_pair_column C] [--label_column C]
 //              [--max_seq_length 128] [--pad_to_max_length] [--pad_to_multiple_of N] [--mlm_probability 0.15]
@@ -37,13 +37,17 @@ const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name
                                               "mlm_probability", "source_column", "target_column", "source_prefix",
                                               "max_source_length", "max_target_length", "test_file",
                                               "max_train_samples", "max_eval_samples", "max_predict_samples",
-                                              "validation_split_percentage"};
-const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes", "label_all_tokens"};
+                                              "validation_split_percentage", "doc_stride", "n_best_size",
+                                              "max_answer_length", "null_score_diff_threshold", "question_column",
+                                              "context_column", "answer_column"};
+const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes", "label_all_tokens",
+                                                 "version_2_with_negative"};
 
 // kiln train's own numeric flags: the smallest value each takes.
 const std::map<std::string, int64_t> kIntegerFlags = {
     {"max_seq_length", 3},    {"pad_to_multiple_of", 0}, {"max_source_length", 1},   {"max_target_length", 1},
-    {"max_train_samples", 1}, {"max_eval_samples", 1},   {"max_predict_samples", 1}, {"validation_split_percentage", 1}};
+    {"max_train_samples", 1}, {"max_eval_samples", 1},   {"max_predict_samples", 1}, {"validation_split_percentage", 1},
+    {"doc_stride", 0},        {"n_best_size", 1},        {"max_answer_length", 1}};
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const char* name, int64_t fallback) {
   auto it = f.find(name);
@@ -68,11 +72,21 @@ std::optional<int64_t> max_seq_length_flag(const std::map<std::string, std::stri
 void check_task_flags(const std::map<std::string, std::string>& f, const std::string& task) {
   for (const auto& [name, min] : kIntegerFlags) int_flag(f, name.c_str(), 0);
   if (f.count("mlm_probability")) cli::number_value("train", "mlm_probability", f.at("mlm_probability"), 0, 1);
+  if (f.count("null_score_diff_threshold"))
+    cli::number_value("train", "null_score_diff_threshold", f.at("null_score_diff_threshold"));
   const std::vector<std::pair<std::string, std::vector<std::string>>> only = {
       {"masked-lm", {"mlm_probability"}},
+      {"question-answering",
+       {"doc_stride", "n_best_size", "max_answer_length", "null_score_diff_threshold", "version_2_with_negative",
+        "question_column", "context_column", "answer_column"}},
       {"seq2seq", {"source_column", "target_column", "source_prefix", "max_source_length", "max_target_length"}},
       {"token-classification", {"label_all_tokens"}},
       {"text-classification", {"text_pair_column"}}};
+  if (task == "question-answering")
+    for (const char* name : {"text_column", "text_pair_column"})
+      if (f.count(name))
+        std::fprintf(stderr, "kiln train: warning: --%s is ignored with --task question-answering, which reads "
+                     "--question_column, --context_column and --answer_column\n", name);
   if (task != "text-classification" && task != "token-classification" && f.count("label_column"))
     std::fprintf(stderr, "kiln train: warning: --label_column is for classification; ignored with --task %s\n",
                  task.c_str());
@@ -88,6 +102,36 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
         std::fprintf(stderr, "kiln train: warning: --%s is for --task %s; ignored with --task %s\n", name.c_str(),
                      for_task.c_str(), task.c_str());
   }
+}
+
+// run_qa's post-processing flags.
+train::QaOptions qa_options(const std::map<std::string, std::string>& f, const char* command) {
+  train::QaOptions o;
+  if (f.count("n_best_size")) o.n_best_size = cli::integer_value(command, "n_best_size", f.at("n_best_size"), 1);
+  if (f.count("max_answer_length"))
+    o.max_answer_length = cli::integer_value(command, "max_answer_length", f.at("max_answer_length"), 1);
+  o.version_2_with_negative = switch_on(f, "version_2_with_negative");
+  if (f.count("null_score_diff_threshold"))
+    o.null_score_diff_threshold = cli::number_value(command, "null_score_diff_threshold", f.at("null_score_diff_threshold"));
+  return o;
+}
+
+// The question, context and answers columns of a question-answering file
+// (run_qa's "question", "context", "answers" unless named).
+void qa_columns(const std::map<std::string, std::string>& f, data::DatasetOptions& o) {
+  o.question_answering = true;
+  auto get = [&](const char* name, const std::string& fallback) {
+    auto it = f.find(name);
+    return it == f.end() ? fallback : it->second;
+  };
+  o.text_column = get("question_column", "");
+  o.text_pair_column = get("context_column", "");
+  o.label_column = get("answer_column", "label");
+}
+
+// --doc_stride: run_qa's 128, or a third of a shorter --max_seq_length (128 of 384) when not given.
+int64_t doc_stride(const std::map<std::string, std::string>& f, int64_t max_len) {
+  return int_flag(f, "doc_stride", std::min<int64_t>(128, max_len / 3));
 }
 
 // --args_file F.json: the JSON object's fields as flags (HF's parse_json_file),
@@ -179,10 +223,10 @@ int run_train(const std::vector<std::string>& raw_args) {
   train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, kExtraFlags, kExtraSwitches);
   ta.do_train = true;
   const std::string task = f.count("task") ? f["task"] : "text-classification";
-  KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "masked-lm" ||
-                 task == "causal-lm" || task == "seq2seq",
-             "train: --task must be text-classification, token-classification, masked-lm, causal-lm or seq2seq, got '",
-             task, "'");
+  KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
+                 task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
+             "train: --task must be text-classification, token-classification, question-answering, masked-lm, ",
+             "causal-lm or seq2seq, got '", task, "'");
   check_task_flags(f, task);
   const bool s2s = task == "seq2seq";
   if (s2s) {  // --source_column / --target_column are the text pair of each row
@@ -194,8 +238,10 @@ int run_train(const std::vector<std::string>& raw_args) {
   // --do_predict: run_glue's predictions for --test_file, or run_summarization's generated outputs.
   if (ta.do_predict) {
     KILN_CHECK(f.count("test_file"), "train: --do_predict needs --test_file (the rows to predict)");
-    KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "seq2seq",
-               "train: --do_predict is for --task text-classification, token-classification or seq2seq (HF's ",
+    KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
+                   task == "seq2seq",
+               "train: --do_predict is for --task text-classification, token-classification, question-answering or ",
+               "seq2seq (HF's ",
                "run_mlm and run_clm have no prediction step), not ", task);
   } else {
     for (const char* flag : {"test_file", "max_predict_samples"})
@@ -218,9 +264,10 @@ int run_train(const std::vector<std::string>& raw_args) {
   KILN_CHECK(!tok_dir.empty(), "train: --tokenizer_name DIR is required with --config_name");
   cli::TokenizerBundle tok = cli::load_tokenizer(tok_dir);
 
-  const bool ner = task == "token-classification";
+  const bool ner = task == "token-classification", qa = task == "question-answering";
   data::DatasetOptions dopt = cli::dataset_options(f);
   dopt.split_into_words = ner;  // run_ner: a list of words and a list of tags per row
+  if (qa) qa_columns(f, dopt);  // run_qa: id, question, context and answers per row
   data::Dataset train_ds = data::load_dataset(f["train_file"], dopt);
   std::optional<data::Dataset> eval_ds;
   if (f.count("validation_file")) eval_ds = data::load_dataset(f["validation_file"], dopt);
@@ -251,11 +298,15 @@ int run_train(const std::vector<std::string>& raw_args) {
       f.count("model_name_or_path") ? models::load_config(fs::path(f["model_name_or_path"]) / "config.json")
                                     : models::preset_config(f["config_name"]);
   if (!run_config) run_config = models::load_config(f["config_name"]);
-  const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), *run_config, "train");
+  const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), *run_config, "train", qa ? 384 : 128);
 
   const bool mlm = task == "masked-lm", clm = task == "causal-lm", lm = mlm || clm || s2s;
+  const bool classes = !lm && !qa;  // a classification head with a label set
+  if (qa)
+    KILN_CHECK(train_ds.has_labels, f["train_file"], ": no answers to train on (key '",
+               dopt.label_column == "label" ? "answers" : dopt.label_column, "' is missing)");
   data::LabelMap labels;
-  if (!lm) {
+  if (classes) {
     KILN_CHECK(train_ds.has_labels, f["train_file"], ": no labels to train on (column '", dopt.label_column,
                "' is missing, or empty in every row)");
     labels = ner ? data::LabelMap::from_word_labels(train_ds) : data::LabelMap::from_dataset(train_ds);
@@ -274,7 +325,11 @@ int run_train(const std::vector<std::string>& raw_args) {
     if (ner)  // run_ner's BERT and RoBERTa models
       KILN_CHECK(c.model_type == "bert" || c.model_type == "roberta", "token-classification: kiln trains ",
                  "BertForTokenClassification and RobertaForTokenClassification, got model_type '", c.model_type, "'");
-    return c.class_prefix() + (mlm ? "ForMaskedLM" : ner ? "ForTokenClassification" : "ForSequenceClassification");
+    if (qa)
+      KILN_CHECK(c.model_type == "bert" || c.model_type == "roberta", "question-answering: kiln trains ",
+                 "BertForQuestionAnswering and RobertaForQuestionAnswering, got model_type '", c.model_type, "'");
+    return c.class_prefix() + (mlm ? "ForMaskedLM" : ner ? "ForTokenClassification" : qa ? "ForQuestionAnswering"
+                                                                                       : "ForSequenceClassification");
   };
   const int64_t num_labels = labels.is_regression ? 1 : static_cast<int64_t>(labels.labels.size());
   // One model per replica, on the replica's device.
@@ -285,7 +340,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     lo.seed = ta.seed;
     lo.device = device;
     lo.architecture = arch_for(*run_config);
-    if (!lm) lo.num_labels = num_labels;
+    if (classes) lo.num_labels = num_labels;
     lo.ignore_mismatched_sizes = switch_on(f, "ignore_mismatched_sizes");
     model = models::from_pretrained(f["model_name_or_path"], lo);
   } else {
@@ -307,14 +362,14 @@ int run_train(const std::vector<std::string>& raw_args) {
           break;
         }
     }
-    if (!lm) c->set_num_labels(num_labels);
+    if (classes) c->set_num_labels(num_labels);
     model = models::create_model(arch_for(*c), *c, ta.seed, device);
   }
-  if (!lm && !labels.is_regression) {  // label names into config.json (id2label / label2id)
+  if (classes && !labels.is_regression) {  // label names into config.json (id2label / label2id)
     model->config().id2label.clear();
     for (size_t i = 0; i < labels.labels.size(); ++i) model->config().id2label[static_cast<int64_t>(i)] = labels.labels[i];
   }
-  if (!lm && labels.is_regression) model->config().problem_type = "regression";
+  if (classes && labels.is_regression) model->config().problem_type = "regression";
   return model;
   };
 
@@ -327,6 +382,9 @@ int run_train(const std::vector<std::string>& raw_args) {
     if (ner)
       return std::make_shared<data::Features>(
           data::tokenize_words(ds, tok.tokenizer, max_len, &labels, switch_on(f, "label_all_tokens")));
+    if (qa)
+      return std::make_shared<data::Features>(data::tokenize_qa(std::make_shared<const data::Dataset>(ds),
+                                                                tok.tokenizer, max_len, doc_stride(f, max_len)));
     return std::make_shared<data::Features>(lm ? data::group_texts(ds, tok.tokenizer, max_len, mlm)
                                                : data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
   };
@@ -335,21 +393,34 @@ int run_train(const std::vector<std::string>& raw_args) {
     if (f.count(flag)) rows = std::make_shared<data::Features>(rows->head(static_cast<size_t>(int_flag(f, flag, 0))));
     return rows;
   };
-  auto train_f = at_most(features(train_ds), "max_train_samples");
+  // run_qa selects N examples first (then, for training, N of their windows): each evaluated example keeps all
+  // its windows here, where run_qa's second cut can leave the last examples without any.
+  auto first_examples = [&](data::Dataset ds, const char* flag) {
+    if (qa && f.count(flag)) ds.rows.resize(std::min(ds.rows.size(), static_cast<size_t>(int_flag(f, flag, 0))));
+    return ds;
+  };
+  auto train_f = at_most(features(first_examples(train_ds, "max_train_samples")), "max_train_samples");
   std::shared_ptr<data::Features> eval_f;
-  if (eval_ds) eval_f = at_most(features(*eval_ds), "max_eval_samples");
+  if (eval_ds)
+    eval_f = qa ? features(first_examples(*eval_ds, "max_eval_samples"))
+                : at_most(features(*eval_ds), "max_eval_samples");
   // The test rows, read before training so a bad file fails at once. As run_glue, classification
   // predicts without labels; seq2seq keeps its targets for predict_loss.
   std::shared_ptr<data::Features> test_f;
   if (ta.do_predict) {
     data::DatasetOptions topt = dopt;
-    if (!s2s && !ner) topt.label_column = "";
+    if (!s2s && !ner && !qa) topt.label_column = "";
     const data::Dataset test_ds = data::load_dataset(f["test_file"], topt);
-    // run_ner keeps the tags for predict_* scores (an untagged file is predicted only), seq2seq its targets.
-    test_f = s2s || ner ? features(test_ds)
-                        : std::make_shared<data::Features>(
-                              data::tokenize_dataset(test_ds, tok.tokenizer, max_len, nullptr));
-    test_f = at_most(test_f, "max_predict_samples");
+    // run_ner and run_qa keep the tags / answers for predict_* scores (a file without them is predicted only),
+    // seq2seq its targets.
+    if (qa) {
+      test_f = features(first_examples(test_ds, "max_predict_samples"));
+    } else {
+      test_f = s2s || ner ? features(test_ds)
+                          : std::make_shared<data::Features>(
+                                data::tokenize_dataset(test_ds, tok.tokenizer, max_len, nullptr));
+      test_f = at_most(test_f, "max_predict_samples");
+    }
   }
   if (eval_f && ta.eval_strategy == "no") ta.do_eval = true;
 
@@ -375,12 +446,15 @@ int run_train(const std::vector<std::string>& raw_args) {
                    : clm ? train::Task::CausalLM
                    : s2s ? train::Task::Seq2Seq
                    : ner ? train::Task::TokenClassification
+                   : qa  ? train::Task::QuestionAnswering
                          : train::Task::TextClassification;
+  const train::QaOptions qa_opts = qa_options(f, "train");
   // --num_replicas N: N replicas in this process (and as many in every
   // process mpirun started); the data and tokenizer above are shared.
   spawn([&](int) {
   auto model = make_model(train::replica_device(ta));
   train::Trainer trainer(*model, ta, t, train_f, eval_f, co);
+  trainer.set_question_answering(qa_opts);
   trainer.set_extra_files(tok.files);
   auto train_metrics = trainer.train();
   if (!this_replica().is_master()) return;
@@ -392,7 +466,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     for (auto& [k, v] : m) ej[k] = all[k] = v;
     ej["epoch"] = trainer.state().epoch;
     io::write_json_file_atomic(out / "eval_results.json", ej);
-    for (const char* k : {"eval_accuracy", "eval_f1", "eval_loss", "perplexity"})
+    for (const char* k : {"eval_accuracy", "eval_exact_match", "eval_exact", "eval_f1", "eval_loss", "perplexity"})
       if (m.count(k)) std::printf("%s = %.4f\n", k, m[k]);
   }
   if (test_f) {
@@ -403,6 +477,8 @@ int run_train(const std::vector<std::string>& raw_args) {
       for (auto& [k, v] : m) pj[k] = all[k] = v;
       if (ta.predict_with_generate) write_generated(*model, *test_f, ta, int_flag(f, "max_target_length", max_len),
                                                     tok, out / "generated_predictions.txt");
+    } else if (qa) {  // run_qa: predict_predictions.json, and predict_* scores when the test rows have answers
+      for (auto& [k, v] : trainer.evaluate("predict", test_f)) pj[k] = all[k] = v;
     } else if (ner) {  // run_ner: predict_* scores when the test rows are tagged, and predictions.txt
       if (!test_f->token_labels.empty())
         for (auto& [k, v] : trainer.evaluate("predict", test_f)) pj[k] = all[k] = v;
@@ -424,13 +500,14 @@ std::string eval_task(const std::string& arch, const std::map<std::string, std::
   const auto ends = [&](const char* s) { return arch.ends_with(s); };
   const std::string fits = ends("ForSequenceClassification")      ? "text-classification"
                            : ends("ForTokenClassification")       ? "token-classification"
+                           : ends("ForQuestionAnswering")         ? "question-answering"
                            : ends("ForMaskedLM")                  ? "masked-lm"
                            : arch == "GPT2LMHeadModel"            ? "causal-lm"
                            : arch == "T5ForConditionalGeneration" ? "seq2seq"
                                                                   : "";
   KILN_CHECK(!fits.empty(), "eval: cannot evaluate a ", arch,
-             " (a *ForSequenceClassification, *ForTokenClassification, *ForMaskedLM, GPT2LMHeadModel or ",
-             "T5ForConditionalGeneration can be)");
+             " (a *ForSequenceClassification, *ForTokenClassification, *ForQuestionAnswering, *ForMaskedLM, ",
+             "GPT2LMHeadModel or T5ForConditionalGeneration can be)");
   if (auto it = f.find("task"); it != f.end())
     KILN_CHECK(it->second == fits, "eval: --task ", it->second, " does not fit the model's ", arch,
                " (its task is ", fits, ")");
@@ -459,7 +536,7 @@ int run_eval(const std::vector<std::string>& args) {
   auto model = models::from_pretrained(dir, {});
   const std::string task = eval_task(model->architecture(), f);
   const bool mlm = task == "masked-lm", clm = task == "causal-lm", s2s = task == "seq2seq",
-             ner = task == "token-classification";
+             ner = task == "token-classification", qa = task == "question-answering";
   if (s2s) {  // as kiln train: the source and target columns are each row's text pair
     f["text_column"] = f.count("source_column") ? f["source_column"] : "source";
     f["text_pair_column"] = f.count("target_column") ? f["target_column"] : "target";
@@ -467,8 +544,9 @@ int run_eval(const std::vector<std::string>& args) {
   }
   data::DatasetOptions dopt = cli::dataset_options(f);
   dopt.split_into_words = ner;
+  if (qa) qa_columns(f, dopt);
   data::Dataset ds = data::load_dataset(f["validation_file"], dopt);
-  const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), model->config(), "eval");
+  const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), model->config(), "eval", qa ? 384 : 128);
   std::vector<std::string> names;
   for (auto& [id, l] : model->config().id2label) names.push_back(l);
   data::LabelMap labels = data::LabelMap::from_labels(names);
@@ -486,6 +564,13 @@ int run_eval(const std::vector<std::string>& args) {
     KILN_CHECK(ds.has_labels, f["validation_file"], ": no tags to evaluate against (a list of tags per row)");
     feats = std::make_shared<data::Features>(
         data::tokenize_words(ds, tok.tokenizer, max_len, &labels, switch_on(f, "label_all_tokens")));
+  } else if (qa) {  // --max_eval_samples: the first N examples, each with all its windows (see kiln train)
+    KILN_CHECK(ds.has_labels, f["validation_file"], ": no answers to evaluate against (key '",
+               dopt.label_column == "label" ? "answers" : dopt.label_column, "' is missing)");
+    if (f.count("max_eval_samples"))
+      ds.rows.resize(std::min(ds.rows.size(), static_cast<size_t>(int_flag(f, "max_eval_samples", 0))));
+    feats = std::make_shared<data::Features>(
+        data::tokenize_qa(std::make_shared<const data::Dataset>(ds), tok.tokenizer, max_len, doc_stride(f, max_len)));
   } else {
     KILN_CHECK(ds.has_labels, f["validation_file"], ": no labels to evaluate against (column '", dopt.label_column,
                "' is missing, or empty in every row)");
@@ -505,14 +590,16 @@ int run_eval(const std::vector<std::string>& args) {
   co.pad_to_multiple_of = int_flag(f, "pad_to_multiple_of", 0);
   if (f.count("mlm_probability")) co.mlm_probability = cli::number_value("eval", "mlm_probability", f["mlm_probability"], 0, 1);
   co.seed = ta.seed;
-  if (f.count("max_eval_samples"))
+  if (f.count("max_eval_samples") && !qa)
     feats = std::make_shared<data::Features>(feats->head(static_cast<size_t>(int_flag(f, "max_eval_samples", 0))));
   const train::Task t = mlm   ? train::Task::MaskedLM
                          : clm ? train::Task::CausalLM
                          : s2s ? train::Task::Seq2Seq
                          : ner ? train::Task::TokenClassification
+                         : qa  ? train::Task::QuestionAnswering
                                : train::Task::TextClassification;
   train::Trainer trainer(*model, ta, t, nullptr, feats, co);
+  trainer.set_question_answering(qa_options(f, "eval"));
   auto m = trainer.evaluate("eval");
   for (auto& [k, v] : m) std::printf("%s = %.4f\n", k.c_str(), v);
   return 0;

@@ -26,8 +26,9 @@ TokenizerBundle load_tokenizer(const fs::path& dir) {
   return b;
 }
 
-int64_t sequence_length(std::optional<int64_t> asked, const models::PretrainedConfig& config, const char* command) {
-  const int64_t want = asked.value_or(128);
+int64_t sequence_length(std::optional<int64_t> asked, const models::PretrainedConfig& config, const char* command,
+                        int64_t fallback) {
+  const int64_t want = asked.value_or(fallback);
   const std::optional<int64_t> limit = config.max_positions();
   if (!limit || want <= *limit) return want;
   if (asked)

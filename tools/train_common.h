@@ -30,8 +30,10 @@ TokenizerBundle load_tokenizer(const std::filesystem::path& dir);
 data::DatasetOptions dataset_options(const std::map<std::string, std::string>& flags);
 
 // --max_seq_length against the model's positions (HF's run_glue): `asked`
-// (absent: 128) if the position embeddings cover it; else their length, with
-// a warning when the value was asked for (the default is lowered silently).
-int64_t sequence_length(std::optional<int64_t> asked, const models::PretrainedConfig& config, const char* command);
+// (absent: `fallback`, run_qa's is 384) if the position embeddings cover it;
+// else their length, with a warning when the value was asked for (the
+// default is lowered silently).
+int64_t sequence_length(std::optional<int64_t> asked, const models::PretrainedConfig& config, const char* command,
+                        int64_t fallback = 128);
 
 }  // namespace kiln::cli

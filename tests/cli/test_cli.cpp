@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -173,7 +174,7 @@ TEST(Cli, TrainPredictAndBadInput) {
   EXPECT_NE(kiln(train_args(data, w.path() / "o6") + " --task masked-lm --do_predict --test_file x.txt",
                  w.path() / "log8"),
             0);
-  EXPECT_CONTAINS(slurp(w.path() / "log8"), "--do_predict is for --task text-classification, token-classification or seq2seq");
+  EXPECT_CONTAINS(slurp(w.path() / "log8"), "--do_predict is for --task text-classification, token-classification, question-answering or seq2seq");
   EXPECT_NE(kiln(train_args(data, w.path() / "o6") + " --do_predict --test_file " + (w.path() / "none.csv").string(),
                  w.path() / "log8"),
             0);
@@ -506,6 +507,157 @@ TEST(Cli, TokenClassificationTrainsABertAndScoresEntities) {
                  w.path() / "e3"),
             0);
   EXPECT_CONTAINS(slurp(w.path() / "e3"), "train.csv: token classification reads .jsonl or .json");
+}
+
+// run_qa end to end: a tiny BERT learns to answer "what is the product ?" (the product's name) and "how is it
+// ?" (its quality, one or two words) about contexts long enough to need several windows.
+void write_qa_rows(const fs::path& path, int n, unsigned seed, bool unanswerable) {
+  const std::vector<std::string> products = {"backpack", "battery", "blender", "cable", "camera", "chair",
+                                             "charger",  "drill",   "fan",     "grill", "headset", "heater"};
+  const std::vector<std::string> qualities = {"amazing", "awful",   "cheap",    "comfortable", "excellent",
+                                              "flimsy",  "fragile", "horrible", "impressive"};
+  const std::vector<std::string> filler = {"this", "i", "would", "recommend", "to", "a", "friend", "but", "the",
+                                           "delivery", "was", "not", "great", "overall", "price", "design"};
+  std::mt19937 rng(seed);
+  auto pick = [&](const std::vector<std::string>& v) { return v[rng() % v.size()]; };
+  std::ofstream f(path);
+  for (int i = 0; i < n; ++i) {
+    std::vector<std::string> words;
+    for (unsigned k = 2 + rng() % 38; k > 0; --k) words.push_back(pick(filler));
+    const std::string product = pick(products), quality = (rng() % 3 == 0 ? "very " : "") + pick(qualities);
+    std::string before;
+    for (size_t k = 0, at = rng() % (words.size() + 1); k < at; ++k) before += words[k] + " ";
+    std::string context = before + "my new " + product + " is " + quality;
+    for (size_t k = before.empty() ? 0 : std::count(before.begin(), before.end(), ' '); k < words.size(); ++k)
+      context += " " + words[k];
+    const bool what = i % 2 == 0;
+    const std::string answer = what ? product : quality;
+    const size_t start = before.size() + (what ? 7 : 11 + product.size());
+    nlohmann::json row = {{"id", "q" + std::to_string(i)},
+                          {"question", what ? "what is the product ?" : "how is it ?"},
+                          {"context", context},
+                          {"answers", {{"text", {answer}}, {"answer_start", {start}}}}};
+    f << row.dump() << "\n";
+    if (unanswerable && i % 3 == 0) {
+      row["id"] = "q" + std::to_string(i) + "-none";
+      row["question"] = "what is the color ?";
+      row["answers"] = {{"text", nlohmann::json::array()}, {"answer_start", nlohmann::json::array()}};
+      f << row.dump() << "\n";
+    }
+  }
+}
+
+TEST(Cli, QuestionAnsweringTrainsABertAndScoresAnswers) {
+  Workdir w;
+  fs::path data = w.path() / "data", out = w.path() / "qa";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  write_qa_rows(w.path() / "train.jsonl", 600, 1, false);
+  write_qa_rows(w.path() / "dev.jsonl", 60, 2, false);
+  const std::string validation = (w.path() / "dev.jsonl").string();
+  const std::string model = " --config_name " + (data / "model_config.json").string() + " --tokenizer_name " +
+                            data.string() + " --max_seq_length 48 --doc_stride 12";
+  ASSERT_EQ(kiln("train --task question-answering" + model + " --train_file " + (w.path() / "train.jsonl").string() +
+                     " --validation_file " + validation + " --output_dir " + out.string() +
+                     " --max_steps 300 --logging_steps 100 --per_device_train_batch_size 16 --learning_rate 2e-3" +
+                     " --eval_strategy steps --eval_steps 150 --save_strategy no --seed 5 --do_predict --test_file " +
+                     validation,
+                 w.path() / "log1"),
+            0)
+      << slurp(w.path() / "log1");
+  EXPECT_EQ(io::read_json_file(out / "config.json")["architectures"][0], "BertForQuestionAnswering");
+  const auto results = io::read_json_file(out / "eval_results.json");
+  for (const char* k : {"eval_exact_match", "eval_f1", "eval_loss", "eval_samples"})
+    EXPECT_TRUE(results.contains(k)) << k << " in " << results;
+  EXPECT_FALSE(results.contains("perplexity"));
+  EXPECT_GT(results["eval_exact_match"].get<double>(), 90) << results;
+  EXPECT_GT(results["eval_samples"].get<double>(), 60) << "contexts longer than a window have several";
+  // Every question answered by its id, in the file's order; the n-best lists rank candidates with probabilities.
+  const auto answers = nlohmann::ordered_json::parse(slurp(out / "eval_predictions.json"));
+  ASSERT_EQ(answers.size(), 60u);
+  EXPECT_EQ(answers.begin().key(), "q0");
+  const auto nbest = io::read_json_file(out / "eval_nbest_predictions.json");
+  EXPECT_EQ(nbest["q0"][0]["text"], answers["q0"]);
+  EXPECT_GE(nbest["q0"][0]["probability"].get<double>(), nbest["q0"][1]["probability"].get<double>());
+  // --do_predict on the same rows: the same answers and scores.
+  EXPECT_EQ(slurp(out / "predict_predictions.json"), slurp(out / "eval_predictions.json"));
+  EXPECT_NEAR(io::read_json_file(out / "predict_results.json")["predict_f1"].get<double>(),
+              results["eval_f1"].get<double>(), 1e-9);
+  // kiln eval on the saved model agrees, and kiln predict answers questions without answers given.
+  ASSERT_EQ(kiln("eval --model_name_or_path " + out.string() + " --validation_file " + validation +
+                     " --max_seq_length 48 --doc_stride 12 --output_dir " + (w.path() / "ev").string(),
+                 w.path() / "e1"),
+            0)
+      << slurp(w.path() / "e1");
+  EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "eval_exact_match"), results["eval_exact_match"].get<double>(),
+              1e-4);
+  EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "eval_f1"), results["eval_f1"].get<double>(), 1e-4);
+  {
+    std::ifstream rows(validation);
+    std::ofstream questions(w.path() / "questions.jsonl");
+    for (std::string line; std::getline(rows, line);) {
+      auto row = nlohmann::json::parse(line);
+      row.erase("answers");
+      questions << row.dump() << "\n";
+    }
+  }
+  ASSERT_EQ(kiln("predict --model " + out.string() + " --input " + (w.path() / "questions.jsonl").string() +
+                     " --output " + (w.path() / "answers.jsonl").string() + " --max_seq_length 48 --doc_stride 12",
+                 w.path() / "p1"),
+            0)
+      << slurp(w.path() / "p1");
+  {
+    std::ifstream predicted(w.path() / "answers.jsonl"), rows(validation);
+    std::string line, row;
+    int n = 0;
+    while (std::getline(predicted, line) && std::getline(rows, row)) {
+      const auto a = nlohmann::json::parse(line), r = nlohmann::json::parse(row);
+      EXPECT_EQ(a["id"], r["id"]);
+      EXPECT_EQ(a["answer"], answers[r["id"].get<std::string>()]);
+      const std::string context = r["context"];
+      EXPECT_EQ(context.substr(a["start"].get<size_t>(), a["end"].get<size_t>() - a["start"].get<size_t>()),
+                a["answer"].get<std::string>());  // ASCII contexts: characters are bytes
+      ++n;
+    }
+    EXPECT_EQ(n, 60);
+  }
+
+  // SQuAD 2.0: unanswerable questions train towards [CLS]; squad_v2's metrics and the null odds file.
+  write_qa_rows(w.path() / "train2.jsonl", 300, 1, true);
+  write_qa_rows(w.path() / "dev2.jsonl", 30, 2, true);
+  ASSERT_EQ(kiln("train --task question-answering --version_2_with_negative" + model + " --train_file " +
+                     (w.path() / "train2.jsonl").string() + " --validation_file " +
+                     (w.path() / "dev2.jsonl").string() + " --output_dir " + (w.path() / "qa2").string() +
+                     " --max_steps 20 --per_device_train_batch_size 16 --save_strategy no",
+                 w.path() / "log2"),
+            0)
+      << slurp(w.path() / "log2");
+  const auto v2 = io::read_json_file(w.path() / "qa2" / "eval_results.json");
+  for (const char* k : {"eval_exact", "eval_f1", "eval_HasAns_exact", "eval_NoAns_f1", "eval_best_f1"})
+    EXPECT_TRUE(v2.contains(k)) << k << " in " << v2;
+  EXPECT_EQ(v2["eval_HasAns_total"], 30.0);
+  EXPECT_EQ(v2["eval_NoAns_total"], 10.0);
+  EXPECT_EQ(io::read_json_file(w.path() / "qa2" / "eval_null_odds.json").size(), 40u);
+
+  // Bad input: unanswerable rows without --version_2_with_negative, a stride as long as the window, CSV files,
+  // a GPT-2, a bad n_best_size.
+  const std::string train2 = " --train_file " + (w.path() / "train2.jsonl").string();
+  auto fails = [&](const std::string& args, const std::string& message) {
+    EXPECT_NE(kiln("train --task question-answering --output_dir " + (w.path() / "bad").string() +
+                       " --overwrite_output_dir --max_steps 1 " + args,
+                   w.path() / "bad.log"),
+              0)
+        << args;
+    EXPECT_CONTAINS(slurp(w.path() / "bad.log"), message);
+  };
+  fails(model + train2 + " --validation_file " + (w.path() / "dev2.jsonl").string(),
+        "example 'q0-none' has no answer (SQuAD 2.0 data: pass --version_2_with_negative)");
+  fails(" --config_name " + (data / "model_config.json").string() + " --tokenizer_name " + data.string() + train2 +
+            " --max_seq_length 48 --doc_stride 48",
+        "doc_stride 48 must be at least 0 and below max_seq_length 48");
+  fails(model + " --train_file " + (data / "train.csv").string(), "train.csv: question answering reads .jsonl or .json");
+  fails(" --config_name gpt2-tiny --tokenizer_name " + data.string() + train2,
+        "question-answering: kiln trains BertForQuestionAnswering and RobertaForQuestionAnswering, got model_type 'gpt2'");
+  fails(model + train2 + " --n_best_size 0", "--n_best_size");
 }
 
 // kiln generate with a T5 (both variants) and the t5-small tokenizer: the

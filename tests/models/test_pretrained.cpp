@@ -83,6 +83,32 @@ TEST(Pretrained, RobertaTokenClassifierHasHuggingFacesNames) {
   EXPECT_TRUE(std::isfinite(out.loss.item()));
 }
 
+// HF's RobertaForQuestionAnswering: roberta (no pooler), qa_outputs [2, hidden]; the loss is the mean of the
+// start and end cross-entropies.
+TEST(Pretrained, RobertaQuestionAnsweringHasHuggingFacesNames) {
+  auto model = models::create_model("RobertaForQuestionAnswering", tiny_config("roberta"), 7);
+  model->eval();
+  auto names = model->state_dict();
+  EXPECT_TRUE(names.count("roberta.embeddings.word_embeddings.weight"));
+  EXPECT_EQ(names.at("qa_outputs.weight").shape(), (Shape{2, 16}));  // tiny_config: hidden 16
+  EXPECT_TRUE(names.count("qa_outputs.bias"));
+  for (auto& [name, t] : names) EXPECT_EQ(name.find("pooler"), std::string::npos) << name;
+  auto in = tiny_batch();
+  in.labels = {};
+  in.start_positions = Tensor::from_vector(std::vector<int64_t>{1, 0}, {2});
+  in.end_positions = Tensor::from_vector(std::vector<int64_t>{3, 2}, {2});
+  auto out = model->forward(in);
+  ASSERT_EQ(out.start_logits.shape(), (Shape{2, 5}));
+  auto s = out.start_logits.to_vector<float>(), e = out.end_logits.to_vector<float>();
+  auto nll = [](const std::vector<float>& v, size_t row, size_t k) {
+    double z = 0;
+    for (size_t j = 0; j < 5; ++j) z += std::exp(static_cast<double>(v[row * 5 + j]));
+    return std::log(z) - v[row * 5 + k];
+  };
+  const double expected = ((nll(s, 0, 1) + nll(s, 1, 0)) / 2 + (nll(e, 0, 3) + nll(e, 1, 2)) / 2) / 2;
+  EXPECT_NEAR(out.loss.item(), expected, 1e-5);
+}
+
 TEST(Pretrained, TiedDecoderIsSavedOnceAsHuggingFaceDoes) {
   TempDir dir;
   auto model = models::create_model("BertForMaskedLM", tiny_config(), 1);

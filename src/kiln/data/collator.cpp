@@ -112,6 +112,11 @@ Batch collate(const Features& f, const std::vector<int64_t>& rows, const Collato
   } else if (!f.float_labels.empty()) {
     for (int64_t r : rows) b.float_labels.push_back(f.float_labels[r]);
   }
+  if (!f.start_positions.empty())
+    for (int64_t r : rows) {
+      b.start_positions.push_back(f.start_positions[r]);
+      b.end_positions.push_back(f.end_positions[r]);
+    }
   return b;
 }
 

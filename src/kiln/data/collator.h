@@ -16,6 +16,7 @@ struct Batch {
   std::vector<int64_t> input_ids, attention_mask, token_type_ids;
   std::vector<int64_t> labels;      // [B] classification, [B,T] MLM (-100 = ignored), or empty
   std::vector<float> float_labels;  // [B] regression, or empty
+  std::vector<int64_t> start_positions, end_positions;  // [B] question answering, or empty
   std::vector<int64_t> indices;     // dataset row of each example (global sample index)
   int64_t target_len = 0;           // seq2seq: labels are [B, target_len]
   // A replica's share of a global batch (LoaderOptions::num_shards): where it

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <map>
 #include <cstdio>
 #include <optional>
 
 #include "kiln/core/error.h"
 #include "kiln/io/atomic_file.h"
+#include "kiln/tokenizers/utf8.h"
 
 namespace kiln::data {
 
@@ -310,11 +312,125 @@ std::vector<std::string> json_list(const ordered_json& obj, const std::string& k
   return out;
 }
 
+// One answer of a question-answering row, checked against its context.
+void add_answer(Example& e, const ordered_json& text, const ordered_json& start, const std::string& where,
+                size_t* misplaced, std::string* first_misplaced) {
+  KILN_CHECK(text.is_string(), where, ": an answer's text must be a string, found ", text.dump());
+  KILN_CHECK(start.is_number_integer() && start.get<int64_t>() >= 0, where,
+             ": an answer's answer_start must be a character index (an integer >= 0), found ", start.dump());
+  const std::string t = text.get<std::string>();
+  const int64_t begin = start.get<int64_t>();
+  const size_t n = tokenizers::utf8::count_chars(t), context = tokenizers::utf8::count_chars(e.text_pair);
+  KILN_CHECK(static_cast<size_t>(begin) + n <= context, where, ": answer '", t, "' at answer_start ", begin, " ends at ",
+             static_cast<size_t>(begin) + n, ", past the context's ", context, " characters");
+  const std::string_view found = tokenizers::utf8::slice_chars(e.text_pair, static_cast<size_t>(begin), begin + n);
+  if (found != t && (*misplaced)++ == 0)
+    *first_misplaced = detail::concat(where, ": answer '", t, "' at answer_start ", begin, " reads '", found, "'");
+  e.answer_texts.push_back(t);
+  e.answer_starts.push_back(begin);
+}
+
+// run_qa's rows (or SQuAD's nested file, flattened) as question/context/answers examples.
+Dataset load_qa(const std::vector<ordered_json>& objects, const std::vector<std::string>& row_where,
+                const DatasetOptions& o, const std::string& where) {
+  const std::string question = o.text_column.empty() ? "question" : o.text_column;
+  const std::string context = o.text_pair_column.empty() ? "context" : o.text_pair_column;
+  const std::string answers = o.label_column == "label" ? "answers" : o.label_column;  // "": unlabeled
+  Dataset ds;
+  ds.source = where;
+  size_t labeled = 0, misplaced = 0;
+  std::string first_misplaced;
+  std::map<std::string, size_t> ids;
+  for (size_t r = 0; r < objects.size(); ++r) {
+    const ordered_json& row = objects[r];
+    const std::string& at = row_where[r];
+    Example e;
+    e.text = json_cell(row, question, false, at);
+    e.text_pair = json_cell(row, context, false, at);
+    e.id = row.contains("id") ? json_cell(row, "id", true, at) : std::to_string(r);
+    auto [seen, fresh] = ids.emplace(e.id, r);
+    KILN_CHECK(fresh, at, ": id '", e.id, "' is also the id of ", row_where[seen->second],
+               " (predictions are keyed by id)");
+    auto a = answers.empty() ? row.end() : row.find(answers);
+    if (a != row.end() && !a->is_null()) {
+      ++labeled;
+      if (a->is_object()) {  // datasets' squad features: {"text": [...], "answer_start": [...]}
+        auto t = a->find("text"), s = a->find("answer_start");
+        KILN_CHECK(t != a->end() && s != a->end() && t->is_array() && s->is_array(), at, ": key '", answers,
+                   "': expected {\"text\": [...], \"answer_start\": [...]}, found ", a->dump());
+        KILN_CHECK(t->size() == s->size(), at, ": key '", answers, "': ", t->size(), " texts but ", s->size(),
+                   " answer_start values");
+        for (size_t k = 0; k < t->size(); ++k) add_answer(e, (*t)[k], (*s)[k], at, &misplaced, &first_misplaced);
+      } else {
+        KILN_CHECK(a->is_array(), at, ": key '", answers,
+                   "': expected {\"text\": [...], \"answer_start\": [...]} or a list of {\"text\", \"answer_start\"}, "
+                   "found ", a->dump());
+        for (const auto& one : *a) {
+          KILN_CHECK(one.is_object() && one.contains("text") && one.contains("answer_start"), at, ": key '", answers,
+                     "': expected {\"text\", \"answer_start\"} in the list, found ", one.dump());
+          add_answer(e, one["text"], one["answer_start"], at, &misplaced, &first_misplaced);
+        }
+      }
+    }
+    ds.rows.push_back(std::move(e));
+  }
+  KILN_CHECK(labeled == 0 || labeled == ds.rows.size(), where, ": ", ds.rows.size() - labeled, " of ",
+             ds.rows.size(), " rows have no '", answers, "' (other rows have answers; an unanswerable question has ",
+             "an empty list)");
+  ds.has_labels = labeled > 0;
+  if (misplaced)  // trained on as they are, as run_qa does; the count says how many
+    std::fprintf(stderr, "kiln: warning: %s: %zu answer(s) differ from the context at their answer_start; first: %s\n",
+                 where.c_str(), misplaced, first_misplaced.c_str());
+  return ds;
+}
+
+// A whole .json document holding {"data": [...]} (run_qa's field="data"):
+// its rows, flattening SQuAD's nested data/paragraphs/qas; nullopt when the
+// document is not such an object (it is read as JSON lines then).
+std::optional<std::vector<ordered_json>> qa_document(std::string_view s, const std::string& where,
+                                                     std::vector<std::string>* row_where) {
+  ordered_json doc = ordered_json::parse(s, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("data")) return std::nullopt;
+  const ordered_json& data = doc["data"];
+  KILN_CHECK(data.is_array(), where, ": key 'data': expected a list of rows, found ", data.dump().substr(0, 200));
+  std::vector<ordered_json> rows;
+  for (size_t k = 0; k < data.size(); ++k) {
+    const ordered_json& item = data[k];
+    if (!item.is_object() || !item.contains("paragraphs")) {
+      rows.push_back(item);
+      row_where->push_back(detail::concat(where, ": data[", k, "]"));
+      continue;
+    }
+    const ordered_json& paragraphs = item["paragraphs"];
+    KILN_CHECK(paragraphs.is_array(), where, ": data[", k, "].paragraphs: expected a list, found ",
+               paragraphs.dump().substr(0, 200));
+    for (size_t p = 0; p < paragraphs.size(); ++p) {
+      const std::string at = detail::concat(where, ": data[", k, "].paragraphs[", p, "]");
+      const ordered_json& par = paragraphs[p];
+      KILN_CHECK(par.is_object() && par.contains("context") && par.contains("qas") && par["qas"].is_array(), at,
+                 ": expected {\"context\": ..., \"qas\": [...]}, found ", par.dump().substr(0, 200));
+      for (size_t q = 0; q < par["qas"].size(); ++q) {
+        ordered_json row = par["qas"][q];
+        KILN_CHECK(row.is_object(), at, ".qas[", q, "]: expected a JSON object, found ", row.dump().substr(0, 200));
+        row["context"] = par["context"];
+        rows.push_back(std::move(row));
+        row_where->push_back(detail::concat(at, ".qas[", q, "]"));
+      }
+    }
+  }
+  return rows;
+}
+
 Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o, const std::string& where) {
   std::vector<ordered_json> objects;
   std::vector<std::string> row_where;
   size_t first = s.find_first_not_of(" \t\r\n");
-  if (allow_array && first != std::string_view::npos && s[first] == '[') {
+  std::optional<std::vector<ordered_json>> document;
+  if (o.question_answering && allow_array && first != std::string_view::npos && s[first] == '{')
+    document = qa_document(s, where, &row_where);
+  if (document) {
+    objects = std::move(*document);
+  } else if (allow_array && first != std::string_view::npos && s[first] == '[') {
     // A .json file holding one array of objects.
     ordered_json arr;
     try {
@@ -346,6 +462,7 @@ Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o,
   KILN_CHECK(!objects.empty(), where, ": empty dataset (no rows)");
   for (size_t r = 0; r < objects.size(); ++r)
     KILN_CHECK(objects[r].is_object(), row_where[r], ": expected a JSON object, found ", objects[r].dump());
+  if (o.question_answering) return load_qa(objects, row_where, o, where);
   std::vector<std::string> names;
   for (auto k = objects[0].begin(); k != objects[0].end(); ++k) names.push_back(k.key());
   Columns c = resolve_columns(names, o, row_where[0]);
@@ -410,6 +527,9 @@ Dataset load_dataset(const fs::path& path, const DatasetOptions& options) {
   std::string_view s(bytes);
   if (s.substr(0, 3) == "\xEF\xBB\xBF") s.remove_prefix(3);
   check_utf8(s, where);
+  KILN_CHECK(!options.question_answering || ext == ".json" || ext == ".jsonl", where, ": question answering reads ",
+             ".jsonl or .json rows {\"id\", \"question\", \"context\", \"answers\": {\"text\": [...], ",
+             "\"answer_start\": [...]}} (or SQuAD's own .json), not '", ext, "'");
   KILN_CHECK(!options.split_into_words || ext == ".json" || ext == ".jsonl", where, ": token classification reads ",
              ".jsonl or .json rows holding a list of words and a list of tags (e.g. {\"tokens\": [\"EU\", ",
              "\"rejects\"], \"ner_tags\": [\"B-ORG\", \"O\"]}), not '", ext, "'");

@@ -2,6 +2,7 @@
 // Text datasets read from files, the way Hugging Face's run_glue / run_mlm
 // read --train_file: CSV, TSV, JSON Lines and plain text. Every row becomes an
 // Example (text, optional text pair, optional label as written in the file).
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -16,6 +17,13 @@ struct Example {
   // Token classification (DatasetOptions::split_into_words): the row's words
   // and one tag per word (empty when unlabeled).
   std::vector<std::string> words = {}, word_labels = {};
+  // Question answering (DatasetOptions::question_answering): `text` is the
+  // question, `text_pair` the context; the row's id, and its answers: each
+  // text and where it starts in the context, in characters (code points, as
+  // SQuAD's answer_start). No answers: unanswerable (SQuAD 2.0).
+  std::string id = {};
+  std::vector<std::string> answer_texts = {};
+  std::vector<int64_t> answer_starts = {};
 };
 
 struct DatasetOptions {
@@ -31,6 +39,15 @@ struct DatasetOptions {
   // words and whose label column is a list of tags, one per word (strings or
   // integers). CSV, TSV and text files are an error.
   bool split_into_words = false;
+  // Question answering (run_qa): JSON rows {"id", "question", "context",
+  // "answers": {"text": [...], "answer_start": [...]}} -- the question,
+  // context and answers columns are text_column, text_pair_column and
+  // label_column when those are set ("" label column: unlabeled) -- as JSON
+  // lines, one array, run_qa's {"data": [rows]}, or SQuAD's own nested
+  // {"data": [{"paragraphs": [{"context", "qas": [{"id", "question",
+  // "answers": [{"text", "answer_start"}]}]}]}]}. A row without "id" is
+  // named by its position ("0", "1", ...). CSV, TSV and text files are an error.
+  bool question_answering = false;
 };
 
 struct Dataset {

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "kiln/core/error.h"
+#include "kiln/tokenizers/utf8.h"
 
 namespace kiln::data {
 
@@ -47,6 +48,11 @@ Features Features::head(size_t n) const {
   f.target_ids = cut(target_ids);
   f.token_labels = cut(token_labels);
   f.word_ids = cut(word_ids);
+  f.start_positions = cut(start_positions);
+  f.end_positions = cut(end_positions);
+  f.example_index = cut(example_index);
+  f.context_offsets = cut(context_offsets);
+  f.examples = examples;
   return f;
 }
 
@@ -157,6 +163,68 @@ std::vector<int64_t> per_word(const std::vector<int64_t>& token_values, const st
     previous = word_ids[k];
   }
   return out;
+}
+
+Features tokenize_qa(std::shared_ptr<const Dataset> ds, const tokenizers::Tokenizer& tok, int64_t max_length,
+                     int64_t doc_stride) {
+  KILN_CHECK(ds, "tokenize_qa: no dataset");
+  KILN_CHECK(doc_stride >= 0 && doc_stride < max_length, ds->source, ": doc_stride ", doc_stride,
+             " must be at least 0 and below max_seq_length ", max_length);
+  tokenizers::Tokenizer t = tok;
+  t.set_padding(std::nullopt);
+  t.set_truncation(tokenizers::TruncationParams{static_cast<size_t>(max_length),
+                                                tokenizers::TruncationStrategy::OnlySecond,
+                                                tokenizers::Direction::Right, static_cast<size_t>(doc_stride)});
+  std::vector<std::pair<std::string, std::string>> pairs;
+  pairs.reserve(ds->rows.size());
+  for (const auto& r : ds->rows) {  // run_qa strips the questions' leading whitespace
+    const size_t from = r.text.find_first_not_of(" \t\n\r\f\v");
+    pairs.emplace_back(from == std::string::npos ? "" : r.text.substr(from), r.text_pair);
+  }
+  const std::vector<tokenizers::Encoding> enc =
+      encoded(*ds, " (question, context)", [&] { return t.encode_batch_pairs(pairs, true); });
+  Features f;
+  f.examples = ds;
+  for (size_t r = 0; r < enc.size(); ++r) {
+    std::vector<const tokenizers::Encoding*> windows = {&enc[r]};
+    for (const auto& w : enc[r].overflowing) windows.push_back(&w);
+    const Example& row = ds->rows[r];
+    for (const tokenizers::Encoding* w : windows) {
+      const size_t n = w->ids.size();
+      std::vector<std::pair<int64_t, int64_t>> offsets(n, {-1, -1});
+      int64_t first = -1, last = -1, cls = -1;  // the context's first and last token; the first special
+      for (size_t k = 0; k < n; ++k) {
+        if (cls < 0 && k < w->special_tokens_mask.size() && w->special_tokens_mask[k]) cls = static_cast<int64_t>(k);
+        if (k < w->sequence_ids.size() && w->sequence_ids[k] == 1u) {
+          offsets[k] = {static_cast<int64_t>(w->offsets[k].first), static_cast<int64_t>(w->offsets[k].second)};
+          if (first < 0) first = static_cast<int64_t>(k);
+          last = static_cast<int64_t>(k);
+        }
+      }
+      if (cls < 0) cls = 0;
+      f.input_ids.push_back(widen(w->ids));
+      f.token_type_ids.push_back(widen(w->type_ids));
+      f.example_index.push_back(static_cast<int64_t>(r));
+      if (ds->has_labels) {
+        int64_t start = cls, end = cls;
+        if (!row.answer_starts.empty() && first >= 0) {
+          const int64_t from = row.answer_starts[0],
+                        to = from + static_cast<int64_t>(tokenizers::utf8::count_chars(row.answer_texts[0]));
+          if (offsets[first].first <= from && offsets[last].second >= to) {  // the whole answer is in the window
+            int64_t s = first, e = last;
+            while (s <= last && offsets[s].first <= from) ++s;
+            while (e >= first && offsets[e].second >= to) --e;
+            start = s - 1;
+            end = e + 1;
+          }
+        }
+        f.start_positions.push_back(start);
+        f.end_positions.push_back(end);
+      }
+      f.context_offsets.push_back(std::move(offsets));
+    }
+  }
+  return f;
 }
 
 Features group_texts(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t block_size,

@@ -2,6 +2,8 @@
 // Tokenized datasets: the `datasets.map(preprocess_function, batched=True)`
 // step of run_glue (tokenize_dataset) and run_mlm / run_clm (group_texts).
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "kiln/data/dataset.h"
@@ -19,6 +21,16 @@ struct Features {
   std::vector<std::vector<int64_t>> token_labels;  // token classification: a class id or -100 per token (or empty)
   // token classification: the word each token belongs to (-1 for specials), to read predictions per word
   std::vector<std::vector<int64_t>> word_ids;
+  // Question answering (tokenize_qa), per row -- one window of a context:
+  // the answer's first and last token (both the [CLS] token's position when
+  // the window does not hold the whole answer, or there is none), or empty
+  // when the data has no answers; the example (row of `examples`) it comes
+  // from; and each token's character span in that example's context
+  // ({-1, -1}: a question token, a special token).
+  std::vector<int64_t> start_positions, end_positions;
+  std::vector<int64_t> example_index;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> context_offsets;
+  std::shared_ptr<const Dataset> examples;  // ids, contexts and gold answers
   size_t size() const { return input_ids.size(); }
   // The first n rows (all when n >= size()): HF's dataset.select(range(n)).
   Features head(size_t n) const;
@@ -49,6 +61,18 @@ Features tokenize_words(const Dataset& ds, const tokenizers::Tokenizer& tok, int
 // `word_ids` is the row's Features::word_ids (-1 for specials); a word cut by
 // truncation has no token and no value.
 std::vector<int64_t> per_word(const std::vector<int64_t>& token_values, const std::vector<int64_t>& word_ids);
+
+// Question answering (run_qa's prepare_train_features and
+// prepare_validation_features): each example's question (leading whitespace
+// stripped) and context encoded as a pair with specials, the context cut
+// into windows of max_length tokens that overlap by doc_stride tokens (HF's
+// truncation="only_second", return_overflowing_tokens), one row per window.
+// When `ds` has answers, each window's start/end positions are its first
+// answer's tokens. Unlike HF's walk, which can run past the context into
+// [SEP] and padding when the answer starts in the window's last token, the
+// positions never leave the context.
+Features tokenize_qa(std::shared_ptr<const Dataset> ds, const tokenizers::Tokenizer& tok, int64_t max_length,
+                     int64_t doc_stride);
 
 // Causal / masked LM text (run_clm / run_mlm "group_texts"): every row encoded
 // without special tokens, concatenated, and cut into blocks; with

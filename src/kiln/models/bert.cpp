@@ -147,7 +147,7 @@ BertForTask::BertForTask(std::string architecture, const BertConfig& config, uin
   if (kind == "Model") head_ = Head::None;
   else if (kind == "ForSequenceClassification") head_ = Head::SequenceClassification;
   else if (kind == "ForTokenClassification") head_ = Head::TokenClassification;
-  else if (kind == "ForQuestionAnswering" && !roberta_) head_ = Head::QuestionAnswering;
+  else if (kind == "ForQuestionAnswering") head_ = Head::QuestionAnswering;
   else if (kind == "ForMaskedLM") head_ = Head::MaskedLM;
   else throw Error("unsupported architecture '" + a + "'");
   auto& archs = config_ref().architectures;

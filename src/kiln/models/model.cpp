@@ -86,6 +86,7 @@ std::vector<std::string> supported_architectures() {
           "RobertaModel",
           "RobertaForSequenceClassification",
           "RobertaForTokenClassification",
+          "RobertaForQuestionAnswering",
           "RobertaForMaskedLM",
           "GPT2Model",
           "GPT2LMHeadModel",

@@ -50,6 +50,21 @@ size_t count_chars(std::string_view s) {
   return n;
 }
 
+std::string_view slice_chars(std::string_view s, size_t begin, size_t end) {
+  size_t chars = 0, from = s.size(), to = s.size();
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) continue;
+    if (chars == begin) from = i;
+    if (chars == end) {
+      to = i;
+      break;
+    }
+    ++chars;
+  }
+  if (from > to) from = to;
+  return s.substr(from, to - from);
+}
+
 // Length of the valid sequence at s[i], or 0 with *subpart set to the length
 // of the maximal invalid subpart (Unicode "substitution of maximal subparts").
 static size_t valid_at(std::string_view s, size_t i, size_t* subpart) {

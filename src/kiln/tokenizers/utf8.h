@@ -40,6 +40,9 @@ std::string encode(char32_t cp);
 std::u32string to_u32(std::string_view s);
 std::string from_u32(std::u32string_view s);
 size_t count_chars(std::string_view s);
+// The bytes of code points [begin, end) of s (Python's s[begin:end]); what of
+// the range lies past the end of s is left out.
+std::string_view slice_chars(std::string_view s, size_t begin, size_t end);
 
 // Byte offset of the first invalid UTF-8 sequence, or nullopt when s is valid.
 std::optional<size_t> find_invalid(std::string_view s);

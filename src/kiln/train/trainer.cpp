@@ -261,7 +261,8 @@ double Trainer::loss_items(const data::Batch& b) const {
   if (b.weight == 0) return 0;
   auto count = [](auto begin, auto end) { return static_cast<double>(std::count_if(begin, end, [](int64_t y) { return y != -100; })); };
   switch (task_) {
-    case Task::TextClassification: return static_cast<double>(b.batch_size);
+    case Task::TextClassification:
+    case Task::QuestionAnswering: return static_cast<double>(b.batch_size);
     case Task::MaskedLM:
     case Task::Seq2Seq:
     case Task::TokenClassification: return count(b.labels.begin(), b.labels.end());
@@ -301,6 +302,8 @@ models::ModelInputs Trainer::inputs_of(const data::DeviceBatch& b) const {
   // tokenizer gives them (a GPT-2 would add them to its embeddings).
   if (model_.tokenizer_gives_token_types()) in.token_type_ids = get("token_type_ids");
   in.labels = get("labels");
+  in.start_positions = get("start_positions");
+  in.end_positions = get("end_positions");
   return in;
 }
 
@@ -746,6 +749,21 @@ bool Trainer::early_stopping_says_stop(const std::map<std::string, double>& eval
   return state_.early_stopping_patience_counter >= *args_.early_stopping_patience;
 }
 
+namespace {
+// Question answering: each row of t [B, T] (the rows' features `rows`), cut to its feature's length, into out[row].
+void logit_rows(const Tensor& t, const std::vector<int64_t>& rows, const data::Features& f,
+                std::vector<std::vector<float>>& out) {
+  const std::vector<float> v = t.to_vector<float>();
+  const int64_t T = t.dim(1);
+  out.resize(f.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const auto row = static_cast<size_t>(rows[r]);
+    const auto len = static_cast<int64_t>(f.input_ids[row].size());
+    out[row].assign(v.begin() + static_cast<int64_t>(r) * T, v.begin() + static_cast<int64_t>(r) * T + len);
+  }
+}
+}  // namespace
+
 std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
                                                std::shared_ptr<const data::Features> features) {
   if (!features) features = eval_;
@@ -761,9 +779,12 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
   std::vector<int64_t> sizes;
   std::vector<int64_t> gold, pred;
   std::vector<std::vector<int64_t>> gold_rows, pred_rows;  // token classification: a tag id per token
-  const bool tokens = task_ == Task::TokenClassification;
+  const bool tokens = task_ == Task::TokenClassification, qa = task_ == Task::QuestionAnswering;
+  std::vector<Tensor> spans;  // question answering: each batch's start and end logits
+  std::vector<std::vector<int64_t>> span_rows;
+  std::vector<std::vector<float>> starts, ends;
   double loss_total = 0;
-  int64_t n = 0;
+  int64_t n = 0, samples = 0;
   auto to_host = [&] {  // HF's eval_accumulation_steps: every N batches, or at the end
     for (size_t i = 0; i < losses.size(); ++i) {
       loss_total += losses[i].item() * sizes[i];
@@ -778,9 +799,15 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
         pred.insert(pred.end(), v.begin(), v.end());
       }
     }
+    for (size_t i = 0; i < span_rows.size(); ++i) {
+      logit_rows(spans[2 * i], span_rows[i], *features, starts);
+      logit_rows(spans[2 * i + 1], span_rows[i], *features, ends);
+    }
     losses.clear();
     sizes.clear();
     preds.clear();
+    spans.clear();
+    span_rows.clear();
   };
   auto t0 = std::chrono::steady_clock::now();
   {
@@ -790,9 +817,18 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
     for (int64_t b = 0; b < batches; ++b) {
       data::DeviceBatch batch = dl.next();
       models::ModelOutputs out = model_.forward(inputs_of(batch));
-      KILN_CHECK(out.loss.defined(), "evaluate: the evaluation set has no labels");
-      losses.push_back(out.loss);
-      sizes.push_back(batch.host.batch_size);
+      // Question answering scores the answers; its loss needs answer positions, which unanswered test rows lack.
+      KILN_CHECK(qa || out.loss.defined(), "evaluate: the evaluation set has no labels");
+      if (out.loss.defined()) {
+        losses.push_back(out.loss);
+        sizes.push_back(batch.host.batch_size);
+      }
+      samples += batch.host.batch_size;
+      if (qa) {
+        spans.push_back(out.start_logits);
+        spans.push_back(out.end_logits);
+        span_rows.push_back(batch.host.indices);
+      }
       const auto& problem = model_.config().problem_type;
       bool single_label = !problem || *problem == "single_label_classification";
       if (task_ == Task::TextClassification && single_label && out.logits.defined() && out.logits.dim(-1) > 1) {
@@ -810,8 +846,17 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
   }
   to_host();
   std::map<std::string, double> m;
-  m[prefix + "_loss"] = loss_total / std::max<int64_t>(n, 1);
-  if (task_ != Task::TextClassification && !tokens) m["perplexity"] = std::exp(m[prefix + "_loss"]);
+  if (n > 0 || !qa) m[prefix + "_loss"] = loss_total / std::max<int64_t>(n, 1);
+  if (task_ != Task::TextClassification && !tokens && !qa) m["perplexity"] = std::exp(m[prefix + "_loss"]);
+  if (qa) {  // run_qa: post-process into answers, write them, score them
+    const QaPredictions answers = postprocess_qa_predictions(*features, starts, ends, qa_);
+    if (features->examples->has_labels)
+      for (const auto& [k, v] : qa_metrics(answers, *features->examples, qa_)) m[prefix + "_" + k] = v;
+    if (replica_.is_master() && !args_.output_dir.empty()) {
+      fs::create_directories(args_.output_dir);
+      write_qa_predictions(answers, args_.output_dir, prefix, qa_);
+    }
+  }
   if (tokens) {  // run_ner's compute_metrics: seqeval over the labelled tokens, tags by name
     const auto& names = model_.config().id2label;
     auto name = [&](int64_t id) {
@@ -841,8 +886,8 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
   }
   double runtime = seconds_since(t0);
   m[prefix + "_runtime"] = runtime;
-  m[prefix + "_samples_per_second"] = n / std::max(runtime, 1e-9);
-  m[prefix + "_samples"] = static_cast<double>(n);
+  m[prefix + "_samples_per_second"] = static_cast<double>(samples) / std::max(runtime, 1e-9);
+  m[prefix + "_samples"] = static_cast<double>(samples);
   json entry = json::object();
   for (auto& [k, v] : m) entry[k] = v;
   entry["epoch"] = state_.epoch;
@@ -860,9 +905,14 @@ Predictions Trainer::predict(const data::Features& features) {
   std::vector<Tensor> outs;  // on the device until moved to the host
   std::vector<std::vector<int64_t>> out_rows;  // the feature rows of each
   Predictions p;
+  const bool qa = task_ == Task::QuestionAnswering;
   auto to_host = [&] {  // HF's eval_accumulation_steps: every N batches, or at the end
     for (size_t o = 0; o < outs.size(); ++o) {
       const Tensor& t = outs[o];
+      if (qa) {  // start and end logits, alternately
+        logit_rows(t, out_rows[o], features, o % 2 ? p.end_logits : p.start_logits);
+        continue;
+      }
       if (t.rank() == 3) {  // token classification: [B, T, C] -> each row's argmax per token
         const int64_t T = t.dim(1), C = t.dim(2);
         auto v = t.to_vector<float>();
@@ -899,10 +949,16 @@ Predictions Trainer::predict(const data::Features& features) {
     for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
       data::DeviceBatch batch = dl.next();
       models::ModelInputs in = inputs_of(batch);
-      in.labels = {};
-      Tensor logits = model_.forward(in).logits;
-      outs.push_back(logits.rank() == 3 ? logits : logits.dim(-1) > 1 ? softmax(logits, -1) : logits);
-      out_rows.push_back(batch.host.indices);
+      in.labels = in.start_positions = in.end_positions = {};
+      models::ModelOutputs out = model_.forward(in);
+      if (qa) {
+        outs.insert(outs.end(), {out.start_logits, out.end_logits});
+        out_rows.insert(out_rows.end(), {batch.host.indices, batch.host.indices});
+      } else {
+        const Tensor& logits = out.logits;
+        outs.push_back(logits.rank() == 3 ? logits : logits.dim(-1) > 1 ? softmax(logits, -1) : logits);
+        out_rows.push_back(batch.host.indices);
+      }
       mark_step(device_);
       if (args_.eval_accumulation_steps && (b + 1) % *args_.eval_accumulation_steps == 0) to_host();
     }

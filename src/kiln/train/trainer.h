@@ -24,11 +24,12 @@
 #include "kiln/models/model.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/optim/schedule.h"
+#include "kiln/train/question_answering.h"
 #include "kiln/train/training_args.h"
 
 namespace kiln::train {
 
-enum class Task { TextClassification, MaskedLM, CausalLM, Seq2Seq, TokenClassification };
+enum class Task { TextClassification, MaskedLM, CausalLM, Seq2Seq, TokenClassification, QuestionAnswering };
 
 // trainer_state.json, with HF's field names.
 struct TrainerState {
@@ -55,6 +56,8 @@ struct Predictions {
   std::vector<float> values;                   // regression outputs
   // Token classification: per row, the argmax tag of each of its tokens (specials included).
   std::vector<std::vector<int64_t>> token_labels;
+  // Question answering: per row, a start and an end logit for each of its tokens.
+  std::vector<std::vector<float>> start_logits, end_logits;
 };
 
 // The device of the calling replica under `args`: args.device for a lone
@@ -78,9 +81,18 @@ class Trainer {
   std::map<std::string, double> train();
   // Metrics on the eval set, or on `features` when given, prefixed
   // ("eval_loss", "eval_accuracy", "eval_f1"; "predict_loss" for a test set).
+  // Question answering (run_qa's QuestionAnsweringTrainer): the windows'
+  // logits become one answer per example (set_question_answering's options),
+  // written to output_dir as <prefix>_predictions.json and
+  // <prefix>_nbest_predictions.json; the metrics are squad's (exact_match,
+  // f1) or squad_v2's when the examples have answers, and the loss is
+  // reported when the windows have answer positions.
   std::map<std::string, double> evaluate(const std::string& prefix = "eval",
                                          std::shared_ptr<const data::Features> features = nullptr);
   Predictions predict(const data::Features& features);
+
+  // Question answering's post-processing (run_qa's n_best_size, max_answer_length, ...).
+  void set_question_answering(QaOptions options) { qa_ = options; }
 
   // Files copied into every checkpoint and the final model (tokenizer files).
   void set_extra_files(std::vector<std::filesystem::path> files) { extra_files_ = std::move(files); }
@@ -117,6 +129,7 @@ class Trainer {
   models::PreTrainedModel& model_;
   TrainingArguments args_;
   Task task_;
+  QaOptions qa_;
   std::shared_ptr<const data::Features> train_, eval_;
   data::CollatorOptions collator_;
   std::unique_ptr<optim::AdamW> optimizer_;
