@@ -1,7 +1,8 @@
 // kiln predict --model DIR --input FILE --output FILE.jsonl [--max_seq_length N] [--text_column C]
 // One JSON line per input row: {"label": "positive", "score": 0.98} (regression: {"score": x}); a token
 // classifier gives {"words": [...], "tags": [...]}, one tag per word; a question-answering model
-// {"id": ..., "answer": "...", "start": c, "end": c, "score": p} (characters of the context).
+// {"id": ..., "answer": "...", "start": c, "end": c, "score": p} (characters of the context); a
+// multiple-choice model {"label": k, "score": p}, the chosen ending's index.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -26,7 +27,7 @@ constexpr const char* kUsage =
     "A sequence classifier reads CSV/TSV/JSON rows or text lines; a token classifier reads JSON rows with a list "
     "of words (--text_column, default 'tokens') or text lines split at whitespace; a question-answering model "
     "reads JSON rows with a question and a context (--text_column, default 'question'; --text_pair_column, "
-    "default 'context').";
+    "default 'context'); a multiple-choice model reads run_swag's rows (sent1, sent2, ending0, ending1, ...).";
 
 int run_predict(const std::vector<std::string>& args) {
   cli::Flags flags("predict",
@@ -43,9 +44,10 @@ int run_predict(const std::vector<std::string>& args) {
   auto model = models::from_pretrained(dir, {});
   const bool tokens = model->architecture().ends_with("ForTokenClassification");
   const bool qa = model->architecture().ends_with("ForQuestionAnswering");
-  KILN_CHECK(tokens || qa || model->architecture().find("SequenceClassification") != std::string::npos, "predict: ",
-             model->architecture(), " is not a sequence classification, token classification or question-answering ",
-             "model");
+  const bool mc = model->architecture().ends_with("ForMultipleChoice");
+  KILN_CHECK(tokens || qa || mc || model->architecture().find("SequenceClassification") != std::string::npos,
+             "predict: ", model->architecture(), " is not a sequence classification, token classification, ",
+             "question-answering or multiple-choice model");
   for (const char* name : {"doc_stride", "max_answer_length", "version_2_with_negative"})
     if (!qa && flags.has(name))
       std::fprintf(stderr, "kiln predict: warning: --%s is for question-answering models; ignored\n", name);
@@ -58,6 +60,7 @@ int run_predict(const std::vector<std::string>& args) {
   const bool text_lines = std::filesystem::path(flags.get("input")).extension() == ".txt";
   dopt.split_into_words = tokens && !text_lines;
   dopt.question_answering = qa;
+  dopt.multiple_choice = mc;
   data::Dataset ds = data::load_dataset(flags.get("input"), dopt);
   if (tokens && text_lines)
     for (auto& row : ds.rows) {
@@ -70,6 +73,7 @@ int run_predict(const std::vector<std::string>& args) {
   data::Features feats =
       qa ? data::tokenize_qa(std::make_shared<const data::Dataset>(ds), tok.tokenizer, max_len,
                              flags.integer("doc_stride", std::min<int64_t>(128, max_len / 3), 0))
+      : mc     ? data::tokenize_choices(ds, tok.tokenizer, max_len)
       : tokens ? data::tokenize_words(ds, tok.tokenizer, max_len, nullptr, false)
                : data::tokenize_dataset(ds, tok.tokenizer, max_len, nullptr);
 
@@ -82,6 +86,7 @@ int run_predict(const std::vector<std::string>& args) {
   co.max_length = max_len;
   train::Trainer trainer(*model, ta,
                          qa       ? train::Task::QuestionAnswering
+                         : mc     ? train::Task::MultipleChoice
                          : tokens ? train::Task::TokenClassification
                                   : train::Task::TextClassification,
                          nullptr, nullptr, co);
@@ -133,7 +138,8 @@ int run_predict(const std::vector<std::string>& args) {
       line["score"] = p.values[i];
     } else {
       int64_t id = p.labels[i];
-      line["label"] = label_name(id);
+      if (mc) line["label"] = id;  // the ending's index
+      else line["label"] = label_name(id);
       line["score"] = p.probabilities[i][id];
     }
     out += line.dump() + "\n";

@@ -1,8 +1,9 @@
-// kiln train: fine-tune (or train from scratch) with run_glue / run_ner / run_qa / run_mlm / run_clm /
-// run_summarization style flags plus the TrainingArguments fields:
+// kiln train: fine-tune (or train from scratch) with run_glue / run_ner / run_qa / run_swag / run_mlm /
+// run_clm / run_summarization style flags plus the TrainingArguments fields:
 //
 //   kiln train --model_name_or_path DIR | --config_name PRESET_OR_FILE --tokenizer_name DIR
-//              --task text-classification|token-classification|question-answering|masked-lm|causal-lm|seq2seq
+//              --task text-classification|token-classification|question-answering|multiple-choice|
+//                     masked-lm|causal-lm|seq2seq
 //              --train_file F [--validation_file F]
 //              [--text_column C] [--text_pair_column C] [--label_column C]
 //              [--max_seq_length 128] [--pad_to_max_length] [--pad_to_multiple_of N] [--mlm_probability 0.15]
@@ -87,7 +88,8 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
       if (f.count(name))
         std::fprintf(stderr, "kiln train: warning: --%s is ignored with --task question-answering, which reads "
                      "--question_column, --context_column and --answer_column\n", name);
-  if (task != "text-classification" && task != "token-classification" && f.count("label_column"))
+  if (task != "text-classification" && task != "token-classification" && task != "multiple-choice" &&
+      f.count("label_column"))
     std::fprintf(stderr, "kiln train: warning: --label_column is for classification; ignored with --task %s\n",
                  task.c_str());
   if (task == "seq2seq")
@@ -98,7 +100,9 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
   for (const auto& [for_task, names] : only) {
     if (for_task == task) continue;
     for (const auto& name : names)
-      if (f.count(name))
+      // run_swag reads the choices' start from the text pair column; seq2seq and run_qa warned above.
+      if (f.count(name) &&
+          !(name == "text_pair_column" && (task == "multiple-choice" || task == "seq2seq" || task == "question-answering")))
         std::fprintf(stderr, "kiln train: warning: --%s is for --task %s; ignored with --task %s\n", name.c_str(),
                      for_task.c_str(), task.c_str());
   }
@@ -224,9 +228,9 @@ int run_train(const std::vector<std::string>& raw_args) {
   ta.do_train = true;
   const std::string task = f.count("task") ? f["task"] : "text-classification";
   KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
-                 task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
-             "train: --task must be text-classification, token-classification, question-answering, masked-lm, ",
-             "causal-lm or seq2seq, got '", task, "'");
+                 task == "multiple-choice" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
+             "train: --task must be text-classification, token-classification, question-answering, multiple-choice, ",
+             "masked-lm, causal-lm or seq2seq, got '", task, "'");
   check_task_flags(f, task);
   const bool s2s = task == "seq2seq";
   if (s2s) {  // --source_column / --target_column are the text pair of each row
@@ -241,7 +245,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
                    task == "seq2seq",
                "train: --do_predict is for --task text-classification, token-classification, question-answering or ",
-               "seq2seq (HF's ",
+               "seq2seq (HF's run_swag, ",
                "run_mlm and run_clm have no prediction step), not ", task);
   } else {
     for (const char* flag : {"test_file", "max_predict_samples"})
@@ -264,8 +268,9 @@ int run_train(const std::vector<std::string>& raw_args) {
   KILN_CHECK(!tok_dir.empty(), "train: --tokenizer_name DIR is required with --config_name");
   cli::TokenizerBundle tok = cli::load_tokenizer(tok_dir);
 
-  const bool ner = task == "token-classification", qa = task == "question-answering";
+  const bool ner = task == "token-classification", qa = task == "question-answering", mc = task == "multiple-choice";
   data::DatasetOptions dopt = cli::dataset_options(f);
+  dopt.multiple_choice = mc;  // run_swag: sent1, sent2, ending0, ending1, ..., label
   dopt.split_into_words = ner;  // run_ner: a list of words and a list of tags per row
   if (qa) qa_columns(f, dopt);  // run_qa: id, question, context and answers per row
   data::Dataset train_ds = data::load_dataset(f["train_file"], dopt);
@@ -301,10 +306,13 @@ int run_train(const std::vector<std::string>& raw_args) {
   const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), *run_config, "train", qa ? 384 : 128);
 
   const bool mlm = task == "masked-lm", clm = task == "causal-lm", lm = mlm || clm || s2s;
-  const bool classes = !lm && !qa;  // a classification head with a label set
+  const bool classes = !lm && !qa && !mc;  // a classification head with a label set
   if (qa)
     KILN_CHECK(train_ds.has_labels, f["train_file"], ": no answers to train on (key '",
-               dopt.label_column == "label" ? "answers" : dopt.label_column, "' is missing)");
+               dopt.label_column == "label" ? "answers" : dopt.label_column, "' is missing, or null, in every row)");
+  if (mc)
+    KILN_CHECK(train_ds.has_labels, f["train_file"], ": no labels to train on (column '", dopt.label_column,
+               "', the right ending's index, is missing, or empty in every row)");
   data::LabelMap labels;
   if (classes) {
     KILN_CHECK(train_ds.has_labels, f["train_file"], ": no labels to train on (column '", dopt.label_column,
@@ -328,8 +336,14 @@ int run_train(const std::vector<std::string>& raw_args) {
     if (qa)
       KILN_CHECK(c.model_type == "bert" || c.model_type == "roberta", "question-answering: kiln trains ",
                  "BertForQuestionAnswering and RobertaForQuestionAnswering, got model_type '", c.model_type, "'");
-    return c.class_prefix() + (mlm ? "ForMaskedLM" : ner ? "ForTokenClassification" : qa ? "ForQuestionAnswering"
-                                                                                       : "ForSequenceClassification");
+    if (mc)
+      KILN_CHECK(c.model_type == "bert" || c.model_type == "roberta", "multiple-choice: kiln trains ",
+                 "BertForMultipleChoice and RobertaForMultipleChoice, got model_type '", c.model_type, "'");
+    return c.class_prefix() + (mlm  ? "ForMaskedLM"
+                               : ner ? "ForTokenClassification"
+                               : qa  ? "ForQuestionAnswering"
+                               : mc  ? "ForMultipleChoice"
+                                     : "ForSequenceClassification");
   };
   const int64_t num_labels = labels.is_regression ? 1 : static_cast<int64_t>(labels.labels.size());
   // One model per replica, on the replica's device.
@@ -385,6 +399,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     if (qa)
       return std::make_shared<data::Features>(data::tokenize_qa(std::make_shared<const data::Dataset>(ds),
                                                                 tok.tokenizer, max_len, doc_stride(f, max_len)));
+    if (mc) return std::make_shared<data::Features>(data::tokenize_choices(ds, tok.tokenizer, max_len));
     return std::make_shared<data::Features>(lm ? data::group_texts(ds, tok.tokenizer, max_len, mlm)
                                                : data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
   };
@@ -447,6 +462,7 @@ int run_train(const std::vector<std::string>& raw_args) {
                    : s2s ? train::Task::Seq2Seq
                    : ner ? train::Task::TokenClassification
                    : qa  ? train::Task::QuestionAnswering
+                   : mc  ? train::Task::MultipleChoice
                          : train::Task::TextClassification;
   const train::QaOptions qa_opts = qa_options(f, "train");
   // --num_replicas N: N replicas in this process (and as many in every
@@ -501,12 +517,14 @@ std::string eval_task(const std::string& arch, const std::map<std::string, std::
   const std::string fits = ends("ForSequenceClassification")      ? "text-classification"
                            : ends("ForTokenClassification")       ? "token-classification"
                            : ends("ForQuestionAnswering")         ? "question-answering"
+                           : ends("ForMultipleChoice")            ? "multiple-choice"
                            : ends("ForMaskedLM")                  ? "masked-lm"
                            : arch == "GPT2LMHeadModel"            ? "causal-lm"
                            : arch == "T5ForConditionalGeneration" ? "seq2seq"
                                                                   : "";
   KILN_CHECK(!fits.empty(), "eval: cannot evaluate a ", arch,
-             " (a *ForSequenceClassification, *ForTokenClassification, *ForQuestionAnswering, *ForMaskedLM, ",
+             " (a *ForSequenceClassification, *ForTokenClassification, *ForQuestionAnswering, *ForMultipleChoice, ",
+             "*ForMaskedLM, ",
              "GPT2LMHeadModel or T5ForConditionalGeneration can be)");
   if (auto it = f.find("task"); it != f.end())
     KILN_CHECK(it->second == fits, "eval: --task ", it->second, " does not fit the model's ", arch,
@@ -536,7 +554,7 @@ int run_eval(const std::vector<std::string>& args) {
   auto model = models::from_pretrained(dir, {});
   const std::string task = eval_task(model->architecture(), f);
   const bool mlm = task == "masked-lm", clm = task == "causal-lm", s2s = task == "seq2seq",
-             ner = task == "token-classification", qa = task == "question-answering";
+             ner = task == "token-classification", qa = task == "question-answering", mc = task == "multiple-choice";
   if (s2s) {  // as kiln train: the source and target columns are each row's text pair
     f["text_column"] = f.count("source_column") ? f["source_column"] : "source";
     f["text_pair_column"] = f.count("target_column") ? f["target_column"] : "target";
@@ -544,6 +562,7 @@ int run_eval(const std::vector<std::string>& args) {
   }
   data::DatasetOptions dopt = cli::dataset_options(f);
   dopt.split_into_words = ner;
+  dopt.multiple_choice = mc;
   if (qa) qa_columns(f, dopt);
   data::Dataset ds = data::load_dataset(f["validation_file"], dopt);
   const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), model->config(), "eval", qa ? 384 : 128);
@@ -566,11 +585,15 @@ int run_eval(const std::vector<std::string>& args) {
         data::tokenize_words(ds, tok.tokenizer, max_len, &labels, switch_on(f, "label_all_tokens")));
   } else if (qa) {  // --max_eval_samples: the first N examples, each with all its windows (see kiln train)
     KILN_CHECK(ds.has_labels, f["validation_file"], ": no answers to evaluate against (key '",
-               dopt.label_column == "label" ? "answers" : dopt.label_column, "' is missing)");
+               dopt.label_column == "label" ? "answers" : dopt.label_column, "' is missing, or null, in every row)");
     if (f.count("max_eval_samples"))
       ds.rows.resize(std::min(ds.rows.size(), static_cast<size_t>(int_flag(f, "max_eval_samples", 0))));
     feats = std::make_shared<data::Features>(
         data::tokenize_qa(std::make_shared<const data::Dataset>(ds), tok.tokenizer, max_len, doc_stride(f, max_len)));
+  } else if (mc) {
+    KILN_CHECK(ds.has_labels, f["validation_file"], ": no labels to evaluate against (column '", dopt.label_column,
+               "' is missing, or empty in every row)");
+    feats = std::make_shared<data::Features>(data::tokenize_choices(ds, tok.tokenizer, max_len));
   } else {
     KILN_CHECK(ds.has_labels, f["validation_file"], ": no labels to evaluate against (column '", dopt.label_column,
                "' is missing, or empty in every row)");
@@ -597,6 +620,7 @@ int run_eval(const std::vector<std::string>& args) {
                          : s2s ? train::Task::Seq2Seq
                          : ner ? train::Task::TokenClassification
                          : qa  ? train::Task::QuestionAnswering
+                         : mc  ? train::Task::MultipleChoice
                                : train::Task::TextClassification;
   train::Trainer trainer(*model, ta, t, nullptr, feats, co);
   trainer.set_question_answering(qa_options(f, "eval"));

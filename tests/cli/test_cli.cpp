@@ -509,6 +509,16 @@ TEST(Cli, TokenClassificationTrainsABertAndScoresEntities) {
   EXPECT_CONTAINS(slurp(w.path() / "e3"), "train.csv: token classification reads .jsonl or .json");
 }
 
+// `kiln train --task TASK ARGS` fails with `message` in its output.
+void expect_train_fails(const Workdir& w, const std::string& task, const std::string& args, const std::string& message) {
+  EXPECT_NE(kiln("train --task " + task + " --output_dir " + (w.path() / "bad").string() +
+                     " --overwrite_output_dir --max_steps 1 " + args,
+                 w.path() / "bad.log"),
+            0)
+      << args;
+  EXPECT_CONTAINS(slurp(w.path() / "bad.log"), message);
+}
+
 // run_qa end to end: a tiny BERT learns to answer "what is the product ?" (the product's name) and "how is it
 // ?" (its quality, one or two words) about contexts long enough to need several windows.
 void write_qa_rows(const fs::path& path, int n, unsigned seed, bool unanswerable) {
@@ -642,12 +652,7 @@ TEST(Cli, QuestionAnsweringTrainsABertAndScoresAnswers) {
   // a GPT-2, a bad n_best_size.
   const std::string train2 = " --train_file " + (w.path() / "train2.jsonl").string();
   auto fails = [&](const std::string& args, const std::string& message) {
-    EXPECT_NE(kiln("train --task question-answering --output_dir " + (w.path() / "bad").string() +
-                       " --overwrite_output_dir --max_steps 1 " + args,
-                   w.path() / "bad.log"),
-              0)
-        << args;
-    EXPECT_CONTAINS(slurp(w.path() / "bad.log"), message);
+    expect_train_fails(w, "question-answering", args, message);
   };
   fails(model + train2 + " --validation_file " + (w.path() / "dev2.jsonl").string(),
         "example 'q0-none' has no answer (SQuAD 2.0 data: pass --version_2_with_negative)");
@@ -658,6 +663,80 @@ TEST(Cli, QuestionAnsweringTrainsABertAndScoresAnswers) {
   fails(" --config_name gpt2-tiny --tokenizer_name " + data.string() + train2,
         "question-answering: kiln trains BertForQuestionAnswering and RobertaForQuestionAnswering, got model_type 'gpt2'");
   fails(model + train2 + " --n_best_size 0", "--n_best_size");
+}
+
+// run_swag end to end (SWAG's columns): a tiny BERT learns to pick the one praising ending of four.
+TEST(Cli, MultipleChoiceTrainsABertAndScoresAccuracy) {
+  Workdir w;
+  fs::path data = w.path() / "data", out = w.path() / "mc";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  const std::vector<std::string> good = {"amazing", "excellent", "fantastic", "great", "superb", "wonderful"},
+                                 bad = {"awful", "horrible", "terrible", "poor", "useless", "weak"};
+  auto write_rows = [&](const fs::path& path, int n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::ofstream f(path);
+    f << "video-id,sent1,sent2,ending0,ending1,ending2,ending3,label\n";
+    for (int i = 0; i < n; ++i) {
+      const unsigned right = rng() % 4;
+      f << "v" << i << ",my new lamp,it is";
+      for (unsigned k = 0; k < 4; ++k) f << "," << (k == right ? good[rng() % good.size()] : bad[rng() % bad.size()]);
+      f << "," << right << "\n";
+    }
+  };
+  write_rows(w.path() / "train.csv", 800, 1);
+  write_rows(w.path() / "dev.csv", 100, 2);
+  const std::string validation = (w.path() / "dev.csv").string();
+  const std::string model =
+      " --config_name " + (data / "model_config.json").string() + " --tokenizer_name " + data.string();
+  ASSERT_EQ(kiln("train --task multiple-choice" + model + " --train_file " + (w.path() / "train.csv").string() +
+                     " --validation_file " + validation + " --max_seq_length 16 --output_dir " + out.string() +
+                     " --max_steps 150 --logging_steps 50 --per_device_train_batch_size 16 --learning_rate 1e-3" +
+                     " --save_strategy no --seed 5",
+                 w.path() / "log1"),
+            0)
+      << slurp(w.path() / "log1");
+  EXPECT_EQ(io::read_json_file(out / "config.json")["architectures"][0], "BertForMultipleChoice");
+  const auto results = io::read_json_file(out / "eval_results.json");
+  EXPECT_GT(results["eval_accuracy"].get<double>(), 0.9) << results;
+  EXPECT_FALSE(results.contains("eval_f1"));  // run_swag reports accuracy only
+  EXPECT_FALSE(results.contains("perplexity"));
+  ASSERT_EQ(kiln("eval --model_name_or_path " + out.string() + " --validation_file " + validation +
+                     " --max_seq_length 16 --output_dir " + (w.path() / "ev").string(),
+                 w.path() / "e1"),
+            0)
+      << slurp(w.path() / "e1");
+  EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "eval_accuracy"), results["eval_accuracy"].get<double>(), 1e-9);
+  // kiln predict: the chosen ending's index per row, right as often as eval_accuracy says.
+  ASSERT_EQ(kiln("predict --model " + out.string() + " --input " + validation + " --output " +
+                     (w.path() / "choices.jsonl").string() + " --max_seq_length 16",
+                 w.path() / "p1"),
+            0)
+      << slurp(w.path() / "p1");
+  {
+    std::ifstream predicted(w.path() / "choices.jsonl"), rows(validation);
+    std::string line, row;
+    std::getline(rows, row);  // the header
+    int n = 0, right = 0;
+    while (std::getline(predicted, line) && std::getline(rows, row)) {
+      const auto p = nlohmann::json::parse(line);
+      right += std::to_string(p["label"].get<int>()) == row.substr(row.rfind(',') + 1);
+      EXPECT_GT(p["score"].get<double>(), 0.25);
+      ++n;
+    }
+    EXPECT_EQ(n, 100);
+    EXPECT_NEAR(right / 100.0, results["eval_accuracy"].get<double>(), 1e-9);
+  }
+  // Bad input: a label that is no choice, text files, --do_predict (run_swag has no prediction step), a GPT-2.
+  auto fails = [&](const std::string& args, const std::string& message) {
+    expect_train_fails(w, "multiple-choice", args, message);
+  };
+  std::ofstream(w.path() / "five.csv") << "sent1,sent2,ending0,ending1,label\na,b,c,d,5\n";
+  fails(model + " --train_file " + (w.path() / "five.csv").string(), "five.csv row 1: label '5' is not the index of a choice (0 to 1)");
+  fails(model + " --train_file " + (data / "test.txt").string(), "test.txt: multiple choice reads CSV, TSV or JSON rows");
+  fails(model + " --train_file " + (w.path() / "train.csv").string() + " --do_predict --test_file " + validation,
+        "--do_predict is for --task text-classification, token-classification, question-answering or seq2seq");
+  fails(" --config_name gpt2-tiny --tokenizer_name " + data.string() + " --train_file " + validation,
+        "multiple-choice: kiln trains BertForMultipleChoice and RobertaForMultipleChoice, got model_type 'gpt2'");
 }
 
 // kiln generate with a T5 (both variants) and the t5-small tokenizer: the

@@ -61,11 +61,12 @@ TEST(QaDatasetTest, RunQaRowsArraysAndSquadsNestedFileReadAlike) {
       qa_options());
   EXPECT_EQ(summary(squad), expected);
   EXPECT_TRUE(squad.has_labels);
-  // Character offsets count code points; rows without an id are named by position; no answers: unanswerable.
+  // Character offsets count code points; rows without an id (or a null one) are named by position; no answers:
+  // unanswerable.
   const Dataset more = load_dataset(
       d.write("e.jsonl", R"({"question": "q", "context": "él vio un gato", "answers": {"text": ["gato"], "answer_start": [10]}})"
                          "\n"
-                         R"({"question": "q", "context": "nada", "answers": {"text": [], "answer_start": []}})"),
+                         R"({"id": null, "question": "q", "context": "nada", "answers": {"text": [], "answer_start": []}})"),
       qa_options());
   EXPECT_EQ(summary(more), (std::vector<std::string>{"0 | q | él vio un gato | gato@10", "1 | q | nada |"}));
   // Named columns; and no answers column at all: unlabeled (prediction).
@@ -157,4 +158,52 @@ TEST(TokenizeQaTest, WindowsOverlapByTheStrideAndPositionsFollowTheAnswer) {
   EXPECT_CONTAINS(error_of([&] { tokenize_qa(ds, tok, 9, 9); }), "mem.jsonl: doc_stride 9 must be at least 0 and below");
   EXPECT_CONTAINS(error_of([&] { tokenize_qa(ds, tok, 9, 5); }), "mem.jsonl: tokenizing (question, context)");
   EXPECT_CONTAINS(error_of([&] { tokenize_qa(ds, tok, 5, 1); }), "mem.jsonl: tokenizing (question, context)");
+}
+
+// run_swag's rows: sent1 and sent2 + " " + each ending, a [B, C, T] batch padded to the longest choice.
+TEST(MultipleChoiceTest, ChoicesArePairsPaddedToTheLongestChoice) {
+  TempDir d;
+  auto tok = tiny_tokenizer(d);
+  DatasetOptions o;
+  o.multiple_choice = true;
+  const Dataset ds = load_dataset(d.write("swag.csv",
+                                          "video-id,sent1,sent2,ending0,ending1,ending2,label\n"
+                                          "v1,the cat sat.,a,dog ran,cat,mat,1\n"
+                                          "v2,a dog,the,cat sat on the mat,dog,cat,0\n"),
+                                  o);
+  ASSERT_EQ(ds.rows.size(), 2u);
+  EXPECT_EQ(ds.rows[0].choices, (std::vector<std::string>{"dog ran", "cat", "mat"}));
+  EXPECT_EQ(ds.rows[0].text_pair, "a");
+  const Features f = tokenize_choices(ds, tok, 9);
+  // Row 0: [CLS] the cat sat . [SEP] a dog ran [SEP] (10 tokens, cut longest-first to 9), [CLS] the cat sat . [SEP]
+  // a cat [SEP], ... mat ...
+  EXPECT_EQ(f.choice_lengths[0], (std::vector<int64_t>{9, 9, 9}));
+  EXPECT_EQ(f.choice_lengths[1], (std::vector<int64_t>{9, 7, 7}));
+  EXPECT_EQ(f.labels, (std::vector<int64_t>{1, 0}));
+  const Batch b = collate(f, {1, 0}, CollatorOptions{}, 0);
+  EXPECT_EQ(b.num_choices, 3);
+  EXPECT_EQ(b.seq_len, 9);
+  ASSERT_EQ(b.input_ids.size(), 2u * 3 * 9);
+  // Row 1, choice 1: [CLS] a dog [SEP] the dog [SEP] and two pads.
+  EXPECT_EQ(std::vector<int64_t>(b.input_ids.begin() + 9, b.input_ids.begin() + 18),
+            (std::vector<int64_t>{2, 10, 11, 3, 5, 11, 3, 0, 0}));
+  EXPECT_EQ(std::vector<int64_t>(b.attention_mask.begin() + 9, b.attention_mask.begin() + 18),
+            (std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 0, 0}));
+  EXPECT_EQ(std::vector<int64_t>(b.token_type_ids.begin() + 9, b.token_type_ids.begin() + 18),
+            (std::vector<int64_t>{0, 0, 0, 0, 1, 1, 1, 0, 0}));
+  // Row 0, choice 2: ... [SEP] a mat [SEP].
+  EXPECT_EQ(std::vector<int64_t>(b.input_ids.begin() + 45, b.input_ids.begin() + 54),
+            (std::vector<int64_t>{2, 5, 6, 7, 13, 3, 10, 9, 3}));
+  EXPECT_EQ(b.labels, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(f.head(1).choice_lengths.size(), 1u);
+  // Bad labels and missing endings are named.
+  EXPECT_CONTAINS(error_of([&] {
+                    tokenize_choices(load_dataset(d.write("b.csv", "sent1,sent2,ending0,ending1,label\na,b,c,d,2\n"), o),
+                                     tok, 9);
+                  }),
+                  "b.csv row 1: label '2' is not the index of a choice (0 to 1)");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("c.csv", "sent1,sent2,ending0,ending2,label\na,b,c,d,0\n"), o); }),
+                  "c.csv: multiple choice needs columns ending0, ending1, ... (at least two), found 1");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("d.jsonl", R"({"sent1": "a", "ending0": "b", "ending1": "c"})"), o); }),
+                  "d.jsonl:1: missing column 'sent2'");
 }

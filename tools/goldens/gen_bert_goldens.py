@@ -7,7 +7,8 @@ Rerun from the repository root with Debian's PyTorch (python3-torch, CPU):
 
 `transformers` is not needed (and not used): the forward pass of Hugging Face's
 BertModel / BertFor{SequenceClassification,TokenClassification,QuestionAnswering,
-MaskedLM} and RobertaFor{SequenceClassification,MaskedLM} (transformers 4.40
+MaskedLM,MultipleChoice} and RobertaFor{SequenceClassification,MaskedLM,
+MultipleChoice} (transformers 4.40
 semantics, eval mode, "eager" attention) is re-implemented below from HF's
 modelling code.  For every case it writes, under tests/data/bert/<case>/:
 
@@ -67,6 +68,10 @@ F64 = torch.float64
 F32_MIN = torch.finfo(torch.float32).min  # HF: (1 - mask) * torch.finfo(dtype).min
 BATCH, SEQ = 3, 7
 ATTN_MASK = [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0]]
+TOKEN_TYPES = [[0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 0, 0], [0, 0, 1, 0, 0, 0, 0]]
+# Multiple choice: MC_BATCH questions of NUM_CHOICES choices each, [MC_BATCH, NUM_CHOICES, SEQ]; the
+# model reads them as MC_BATCH * NUM_CHOICES rows (the masks above, then rotated by one).
+MC_BATCH, NUM_CHOICES = 2, 3
 
 # --------------------------------------------------------------------------
 # Configs
@@ -118,6 +123,8 @@ CASES = [
     ("roberta_seqcls", "RobertaForSequenceClassification", 2, "single_label_classification", "gelu", 1008),
     ("roberta_mlm", "RobertaForMaskedLM", None, None, "gelu", 1009),
     ("bert_seqcls_gelu_new", "BertForSequenceClassification", 3, "single_label_classification", "gelu_new", 1010),
+    ("bert_mc", "BertForMultipleChoice", None, None, "gelu", 1011),
+    ("roberta_mc", "RobertaForMultipleChoice", None, None, "gelu", 1012),
 ]
 
 
@@ -208,6 +215,9 @@ def model_params(arch, cfg):
         return body_params("roberta.", cfg, False) + [
             ("classifier.dense.weight", [H, H], "w"), ("classifier.dense.bias", [H], "b"),
             ("classifier.out_proj.weight", [nl, H], "w"), ("classifier.out_proj.bias", [nl], "b")]
+    if arch.endswith("ForMultipleChoice"):  # both keep the pooler; one score per choice
+        return body_params(body_prefix(arch), cfg, True) + [
+            ("classifier.weight", [1, H], "w"), ("classifier.bias", [1], "b")]
     if arch == "RobertaForMaskedLM":  # add_pooling_layer=False
         # lm_head.decoder.weight / lm_head.decoder.bias are tied and dropped on save.
         return body_params("roberta.", cfg, False) + [
@@ -248,12 +258,14 @@ def init_params(specs, gen):
 
 def make_inputs(arch, cfg, gen):
     V, pad = cfg["vocab_size"], cfg["pad_token_id"]
-    mask = torch.tensor(ATTN_MASK, dtype=torch.int64)
+    mc = arch.endswith("ForMultipleChoice")
+    rows = [0, 1, 2, 1, 2, 0] if mc else [0, 1, 2]
+    mask = torch.tensor([ATTN_MASK[r] for r in rows], dtype=torch.int64)
     roberta = arch.startswith("Roberta")
     lo = 3 if roberta else 1  # never draw the pad id (nor bos/eos for RoBERTa)
-    ids = torch.randint(lo, V, (BATCH, SEQ), generator=gen, dtype=torch.int64)
+    ids = torch.randint(lo, V, (len(rows), SEQ), generator=gen, dtype=torch.int64)
     if roberta:
-        for b in range(BATCH):
+        for b in range(len(rows)):
             n = int(mask[b].sum())
             ids[b, 0] = cfg["bos_token_id"]
             ids[b, n - 1] = cfg["eos_token_id"]
@@ -262,9 +274,13 @@ def make_inputs(arch, cfg, gen):
     inputs["input_ids"] = ids
     inputs["attention_mask"] = mask.clone()
     if not roberta:
-        inputs["token_type_ids"] = torch.tensor(
-            [[0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 0, 0], [0, 0, 1, 0, 0, 0, 0]], dtype=torch.int64)
+        inputs["token_type_ids"] = torch.tensor([TOKEN_TYPES[r] for r in rows], dtype=torch.int64)
     valid = mask == 1
+    if mc:
+        for k in inputs:
+            inputs[k] = inputs[k].view(MC_BATCH, NUM_CHOICES, SEQ)
+        inputs["labels"] = torch.tensor([2, 0], dtype=torch.int64)
+        return inputs
     nl = num_labels_of(cfg)
     H = cfg["hidden_size"]
     if arch == "BertModel":
@@ -388,8 +404,15 @@ def bce_logits_loss(x, y):
     return (torch.clamp(x, min=0) - x * y + torch.log1p(torch.exp(-x.abs()))).mean()
 
 
+def flat_choices(inputs):
+    """Multiple choice: [B, C, T] ids, masks and types as B * C rows (HF's view(-1, T))."""
+    ids = ("input_ids", "attention_mask", "token_type_ids")
+    return {k: (v.view(-1, v.size(-1)) if k in ids and v.dim() == 3 else v) for k, v in inputs.items()}
+
+
 def forward1(arch, cfg, p, inputs):
     """Returns (outputs dict, loss).  p: name -> float64 tensor (saved names)."""
+    inputs = flat_choices(inputs)
     roberta = arch.startswith("Roberta")
     pre = body_prefix(arch)
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
@@ -433,6 +456,12 @@ def forward1(arch, cfg, p, inputs):
         logits = torch.matmul(h, p["bert.embeddings.word_embeddings.weight"].t()) + p["cls.predictions.bias"]
         out["logits"] = logits
         loss = ce_loss(logits.view(-1, V), inputs["labels"].view(-1))
+    elif arch.endswith("ForMultipleChoice"):
+        pooled = torch.tanh(linear(x[:, 0], p, pre + "pooler.dense"))
+        out["pooler_output"] = pooled
+        logits = linear(pooled, p, "classifier").view(-1, NUM_CHOICES)
+        out["logits"] = logits
+        loss = ce_loss(logits, inputs["labels"])
     elif arch == "RobertaForMaskedLM":
         h = gelu_erf(linear(x, p, "lm_head.dense"))  # RobertaLMHead always uses erf gelu
         h = layer_norm(h, p, "lm_head.layer_norm", eps)
@@ -463,6 +492,7 @@ def seqcls_loss(cfg, logits, labels):
 
 def forward2(arch, cfg, p64, inputs):
     """Same model built from torch.nn modules.  Returns (outputs, loss, grads by saved name)."""
+    inputs = flat_choices(inputs)
     roberta = arch.startswith("Roberta")
     pre = body_prefix(arch)
     H, nh, I = cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
@@ -515,7 +545,7 @@ def forward2(arch, cfg, p64, inputs):
         x = layer(x, src_key_padding_mask=(mask == 0))
     out = {"last_hidden_state": x}
     nl = num_labels_of(cfg)
-    if arch in ("BertModel", "BertForSequenceClassification"):
+    if arch in ("BertModel", "BertForSequenceClassification") or arch.endswith("ForMultipleChoice"):
         pooler = nn.Linear(H, H, dtype=F64)
         set_linear(pooler, pre + "pooler.dense")
         out["pooler_output"] = pooled = nn.Tanh()(pooler(x[:, 0]))
@@ -539,6 +569,11 @@ def forward2(arch, cfg, p64, inputs):
             loss = F.binary_cross_entropy_with_logits(logits, lab.to(F64))
         else:
             loss = F.cross_entropy(logits, lab)
+    elif arch.endswith("ForMultipleChoice"):
+        c = nn.Linear(H, 1, dtype=F64)
+        set_linear(c, "classifier")
+        out["logits"] = logits = c(pooled).reshape(-1, NUM_CHOICES)
+        loss = F.cross_entropy(logits, inputs["labels"])
     elif arch == "BertForTokenClassification":
         c = nn.Linear(H, nl, dtype=F64)
         set_linear(c, "classifier")
@@ -586,6 +621,9 @@ def forward2(arch, cfg, p64, inputs):
 def expected_output_shapes(arch, cfg):
     B, T, H, V = BATCH, SEQ, cfg["hidden_size"], cfg["vocab_size"]
     nl = num_labels_of(cfg)
+    if arch.endswith("ForMultipleChoice"):
+        rows = MC_BATCH * NUM_CHOICES
+        return {"last_hidden_state": [rows, T, H], "pooler_output": [rows, H], "logits": [MC_BATCH, NUM_CHOICES]}
     s = {"last_hidden_state": [B, T, H]}
     if arch in ("BertModel", "BertForSequenceClassification"):
         s["pooler_output"] = [B, H]

@@ -20,33 +20,80 @@ uint64_t mix_seed(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
   return splitmix64(h ^ c);
 }
 
+namespace {
+// The padded length of a batch whose longest row (or choice) has `longest` tokens.
+int64_t padded_length(int64_t longest, const CollatorOptions& o, const char* what) {
+  if (o.pad_to_max_length) {
+    KILN_CHECK(longest <= o.max_length, "collate: a ", what, " has ", longest, " tokens, more than max_length ",
+               o.max_length, " (tokenize with truncation to the same max_length)");
+    return o.max_length;
+  }
+  if (o.pad_to_multiple_of > 0 && longest % o.pad_to_multiple_of)
+    return longest + o.pad_to_multiple_of - longest % o.pad_to_multiple_of;
+  return longest;
+}
+
+// A batch of `rows` with `sequences` sequences of T padding tokens (attention mask and token types 0).
+Batch blank_batch(const std::vector<int64_t>& rows, int64_t sequences, int64_t T, const CollatorOptions& o) {
+  Batch b;
+  b.batch_size = static_cast<int64_t>(rows.size());
+  b.seq_len = T;
+  b.indices = rows;
+  b.input_ids.assign(sequences * T, o.pad_token_id);
+  b.attention_mask.assign(sequences * T, 0);
+  b.token_type_ids.assign(sequences * T, 0);
+  return b;
+}
+
+// Multiple choice (DataCollatorForMultipleChoice): every choice of every row padded to the longest choice.
+Batch collate_choices(const Features& f, const std::vector<int64_t>& rows, const CollatorOptions& o,
+                      const std::vector<int64_t>& pad_like) {
+  const auto C = static_cast<int64_t>(f.choice_lengths[static_cast<size_t>(rows[0])].size());
+  int64_t longest = 0;
+  for (int64_t r : pad_like)
+    for (int64_t len : f.choice_lengths[static_cast<size_t>(r)]) longest = std::max(longest, len);
+  const int64_t T = padded_length(longest, o, "choice");
+  const auto B = static_cast<int64_t>(rows.size());
+  Batch b = blank_batch(rows, B * C, T, o);
+  b.num_choices = C;
+  for (int64_t i = 0; i < B; ++i) {
+    const auto r = static_cast<size_t>(rows[i]);
+    KILN_CHECK(static_cast<int64_t>(f.choice_lengths[r].size()) == C, "collate: row ", rows[i], " has ",
+               f.choice_lengths[r].size(), " choices, row ", rows[0], " has ", C);
+    int64_t from = 0;
+    for (int64_t k = 0; k < C; ++k) {
+      const int64_t len = f.choice_lengths[r][static_cast<size_t>(k)], at = (i * C + k) * T;
+      std::copy_n(f.input_ids[r].begin() + from, len, b.input_ids.begin() + at);
+      std::copy_n(f.token_type_ids[r].begin() + from, len, b.token_type_ids.begin() + at);
+      std::fill_n(b.attention_mask.begin() + at, len, 1);
+      from += len;
+    }
+  }
+  if (!f.labels.empty())
+    for (int64_t r : rows) b.labels.push_back(f.labels[static_cast<size_t>(r)]);
+  return b;
+}
+}  // namespace
+
 Batch collate(const Features& f, const std::vector<int64_t>& rows, const CollatorOptions& o, int64_t epoch,
               const std::vector<int64_t>* pad_like) {
   const auto n = static_cast<int64_t>(f.size());
   KILN_CHECK(!rows.empty(), "collate: no rows");
   if (!pad_like) pad_like = &rows;
+  if (!f.choice_lengths.empty()) {
+    for (const auto* list : {&rows, pad_like})
+      for (int64_t r : *list) KILN_CHECK(r >= 0 && r < n, "collate: row ", r, " out of range (", n, " rows)");
+    return collate_choices(f, rows, o, *pad_like);
+  }
   for (int64_t r : rows) KILN_CHECK(r >= 0 && r < n, "collate: row ", r, " out of range (", n, " rows)");
   int64_t longest = 0;
   for (int64_t r : *pad_like) {
     KILN_CHECK(r >= 0 && r < n, "collate: row ", r, " out of range (", n, " rows)");
     longest = std::max<int64_t>(longest, static_cast<int64_t>(f.input_ids[r].size()));
   }
-  int64_t T = longest;
-  if (o.pad_to_max_length) {
-    KILN_CHECK(longest <= o.max_length, "collate: a row has ", longest, " tokens, more than max_length ",
-               o.max_length, " (tokenize with truncation to the same max_length)");
-    T = o.max_length;
-  } else if (o.pad_to_multiple_of > 0 && T % o.pad_to_multiple_of) {
-    T += o.pad_to_multiple_of - T % o.pad_to_multiple_of;
-  }
+  const int64_t T = padded_length(longest, o, "row");
   const auto B = static_cast<int64_t>(rows.size());
-  Batch b;
-  b.batch_size = B;
-  b.seq_len = T;
-  b.indices = rows;
-  b.input_ids.assign(B * T, o.pad_token_id);
-  b.attention_mask.assign(B * T, 0);
-  b.token_type_ids.assign(B * T, 0);
+  Batch b = blank_batch(rows, B, T, o);
   bool have_types = f.token_type_ids.size() == f.input_ids.size();
   for (int64_t i = 0; i < B; ++i) {
     const auto& ids = f.input_ids[rows[i]];

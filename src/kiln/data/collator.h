@@ -17,6 +17,8 @@ struct Batch {
   std::vector<int64_t> labels;      // [B] classification, [B,T] MLM (-100 = ignored), or empty
   std::vector<float> float_labels;  // [B] regression, or empty
   std::vector<int64_t> start_positions, end_positions;  // [B] question answering, or empty
+  // Multiple choice: input_ids, attention_mask and token_type_ids are [B, num_choices, T], labels [B].
+  int64_t num_choices = 0;
   std::vector<int64_t> indices;     // dataset row of each example (global sample index)
   int64_t target_len = 0;           // seq2seq: labels are [B, target_len]
   // A replica's share of a global batch (LoaderOptions::num_shards): where it

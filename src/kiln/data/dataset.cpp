@@ -225,6 +225,23 @@ Columns resolve_columns(const std::vector<std::string>& names, const DatasetOpti
   return c;
 }
 
+// Multiple choice: the context and choice-start columns, and ending0, ending1, ... as many as exist.
+Columns choice_columns(const std::vector<std::string>& names, const DatasetOptions& o, const std::string& where,
+                       std::vector<std::string>* endings) {
+  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  Columns c;
+  c.text = o.text_column.empty() ? "sent1" : o.text_column;
+  c.pair = o.text_pair_column.empty() ? "sent2" : o.text_pair_column;
+  for (const std::string* n : {&c.text, &c.pair})
+    KILN_CHECK(has(*n), where, ": missing column '", *n, "' (multiple choice reads run_swag's sent1, sent2, ",
+               "ending0, ending1, ...; columns: ", join(names), ")");
+  while (has("ending" + std::to_string(endings->size()))) endings->push_back("ending" + std::to_string(endings->size()));
+  KILN_CHECK(endings->size() >= 2, where, ": multiple choice needs columns ending0, ending1, ... (at least two), found ",
+             endings->size(), " (columns: ", join(names), ")");
+  if (!o.label_column.empty() && has(o.label_column)) c.label = o.label_column;
+  return c;
+}
+
 // An empty label column means an unlabeled file; a partly empty one is an error.
 void finish_labels(Dataset& ds, const Columns& c, const std::vector<std::string>& row_where) {
   if (c.label.empty()) return;
@@ -242,12 +259,15 @@ Dataset from_table(Table t, const DatasetOptions& o, const std::string& where) {
   for (size_t a = 0; a < t.header.size(); ++a)
     for (size_t b = a + 1; b < t.header.size(); ++b)
       KILN_CHECK(t.header[a] != t.header[b], where, ": duplicate column '", t.header[a], "' in the header");
-  Columns c = resolve_columns(t.header, o, where);
+  std::vector<std::string> endings;
+  Columns c = o.multiple_choice ? choice_columns(t.header, o, where, &endings) : resolve_columns(t.header, o, where);
   auto index = [&](const std::string& n) -> int {
     if (n.empty()) return -1;
     return static_cast<int>(std::find(t.header.begin(), t.header.end(), n) - t.header.begin());
   };
   int ti = index(c.text), pi = index(c.pair), li = index(c.label);
+  std::vector<int> ei;
+  for (const auto& n : endings) ei.push_back(index(n));
   Dataset ds;
   ds.source = where;
   ds.rows.reserve(t.records.size());
@@ -261,6 +281,7 @@ Dataset from_table(Table t, const DatasetOptions& o, const std::string& where) {
     e.text = std::move(f[ti]);
     if (pi >= 0) e.text_pair = std::move(f[pi]);
     if (li >= 0) e.label = std::move(f[li]);
+    for (int k : ei) e.choices.push_back(std::move(f[k]));
     ds.rows.push_back(std::move(e));
   }
   finish_labels(ds, c, row_where);
@@ -347,7 +368,8 @@ Dataset load_qa(const std::vector<ordered_json>& objects, const std::vector<std:
     Example e;
     e.text = json_cell(row, question, false, at);
     e.text_pair = json_cell(row, context, false, at);
-    e.id = row.contains("id") ? json_cell(row, "id", true, at) : std::to_string(r);
+    const auto id = row.find("id");
+    e.id = id != row.end() && !id->is_null() ? json_cell(row, "id", true, at) : std::to_string(r);
     auto [seen, fresh] = ids.emplace(e.id, r);
     KILN_CHECK(fresh, at, ": id '", e.id, "' is also the id of ", row_where[seen->second],
                " (predictions are keyed by id)");
@@ -463,9 +485,9 @@ Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o,
   for (size_t r = 0; r < objects.size(); ++r)
     KILN_CHECK(objects[r].is_object(), row_where[r], ": expected a JSON object, found ", objects[r].dump());
   if (o.question_answering) return load_qa(objects, row_where, o, where);
-  std::vector<std::string> names;
+  std::vector<std::string> names, endings;
   for (auto k = objects[0].begin(); k != objects[0].end(); ++k) names.push_back(k.key());
-  Columns c = resolve_columns(names, o, row_where[0]);
+  Columns c = o.multiple_choice ? choice_columns(names, o, row_where[0], &endings) : resolve_columns(names, o, row_where[0]);
   Dataset ds;
   ds.source = where;
   ds.rows.reserve(objects.size());
@@ -492,6 +514,7 @@ Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o,
     e.text = json_cell(objects[r], c.text, false, row_where[r]);
     if (!c.pair.empty()) e.text_pair = json_cell(objects[r], c.pair, false, row_where[r]);
     if (!c.label.empty()) e.label = json_cell(objects[r], c.label, true, row_where[r]);
+    for (const auto& n : endings) e.choices.push_back(json_cell(objects[r], n, false, row_where[r]));
     ds.rows.push_back(std::move(e));
   }
   finish_labels(ds, c, row_where);
@@ -535,6 +558,8 @@ Dataset load_dataset(const fs::path& path, const DatasetOptions& options) {
              "\"rejects\"], \"ner_tags\": [\"B-ORG\", \"O\"]}), not '", ext, "'");
   if (ext == ".csv") return from_table(parse_csv(s, where), options, where);
   if (ext == ".tsv") return from_table(parse_tsv(s), options, where);
+  KILN_CHECK(!options.multiple_choice || ext != ".txt", where, ": multiple choice reads CSV, TSV or JSON rows ",
+             "(sent1, sent2, ending0, ending1, ..., label), not '", ext, "'");
   if (ext == ".txt") return load_text(s, where);
   return load_json(s, ext == ".json", options, where);
 }

@@ -24,6 +24,10 @@ struct Example {
   std::string id = {};
   std::vector<std::string> answer_texts = {};
   std::vector<int64_t> answer_starts = {};
+  // Multiple choice (DatasetOptions::multiple_choice): `text` is the context,
+  // `text_pair` the start of every choice, `choices` their endings and
+  // `label` the right one's index.
+  std::vector<std::string> choices = {};
 };
 
 struct DatasetOptions {
@@ -45,9 +49,14 @@ struct DatasetOptions {
   // label_column when those are set ("" label column: unlabeled) -- as JSON
   // lines, one array, run_qa's {"data": [rows]}, or SQuAD's own nested
   // {"data": [{"paragraphs": [{"context", "qas": [{"id", "question",
-  // "answers": [{"text", "answer_start"}]}]}]}]}. A row without "id" is
+  // "answers": [{"text", "answer_start"}]}]}]}]}. A row without "id" (or with a null one) is
   // named by its position ("0", "1", ...). CSV, TSV and text files are an error.
   bool question_answering = false;
+  // Multiple choice (run_swag): CSV/TSV/JSON rows with a context (text_column,
+  // default "sent1"), the start of the choices (text_pair_column, default
+  // "sent2"), endings "ending0", "ending1", ... (at least two, numbered from
+  // 0 without gaps) and the right ending's index (label_column).
+  bool multiple_choice = false;
 };
 
 struct Dataset {

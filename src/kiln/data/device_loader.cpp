@@ -8,7 +8,7 @@ namespace kiln::data {
 
 std::map<std::string, Tensor> to_device(const Batch& b, Device device) {
   std::map<std::string, Tensor> t;
-  Shape bt{b.batch_size, b.seq_len};
+  Shape bt = b.num_choices > 0 ? Shape{b.batch_size, b.num_choices, b.seq_len} : Shape{b.batch_size, b.seq_len};
   t.emplace("input_ids", Tensor::from_vector(b.input_ids, bt, device, "input_ids"));
   t.emplace("attention_mask", Tensor::from_vector(b.attention_mask, bt, device, "attention_mask"));
   t.emplace("token_type_ids", Tensor::from_vector(b.token_type_ids, bt, device, "token_type_ids"));

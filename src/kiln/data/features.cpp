@@ -1,6 +1,7 @@
 #include "kiln/data/features.h"
 
 #include <algorithm>
+#include <charconv>
 #include <unordered_map>
 
 #include "kiln/core/error.h"
@@ -52,6 +53,7 @@ Features Features::head(size_t n) const {
   f.end_positions = cut(end_positions);
   f.example_index = cut(example_index);
   f.context_offsets = cut(context_offsets);
+  f.choice_lengths = cut(choice_lengths);
   f.examples = examples;
   return f;
 }
@@ -222,6 +224,42 @@ Features tokenize_qa(std::shared_ptr<const Dataset> ds, const tokenizers::Tokeni
         f.end_positions.push_back(end);
       }
       f.context_offsets.push_back(std::move(offsets));
+    }
+  }
+  return f;
+}
+
+Features tokenize_choices(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length) {
+  KILN_CHECK(!ds.rows.empty() && ds.rows[0].choices.size() >= 2, ds.source, ": multiple choice needs rows with ",
+             "at least two choices");
+  const size_t C = ds.rows[0].choices.size();
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (size_t r = 0; r < ds.rows.size(); ++r) {
+    const Example& row = ds.rows[r];
+    KILN_CHECK(row.choices.size() == C, ds.source, " row ", r + 1, ": ", row.choices.size(), " choices, expected ", C);
+    for (const auto& ending : row.choices) pairs.emplace_back(row.text, row.text_pair + " " + ending);
+  }
+  const std::vector<tokenizers::Encoding> enc =
+      encoded(ds, " (context, choice)", [&] { return truncating(tok, max_length).encode_batch_pairs(pairs, true); });
+  Features f;
+  for (size_t r = 0; r < ds.rows.size(); ++r) {
+    std::vector<int64_t> ids, types, lengths;
+    for (size_t k = 0; k < C; ++k) {
+      const tokenizers::Encoding& e = enc[r * C + k];
+      ids.insert(ids.end(), e.ids.begin(), e.ids.end());
+      types.insert(types.end(), e.type_ids.begin(), e.type_ids.end());
+      lengths.push_back(static_cast<int64_t>(e.ids.size()));
+    }
+    f.input_ids.push_back(std::move(ids));
+    f.token_type_ids.push_back(std::move(types));
+    f.choice_lengths.push_back(std::move(lengths));
+    if (ds.has_labels) {
+      const std::string& label = ds.rows[r].label;
+      int64_t k = -1;
+      const auto [end, ec] = std::from_chars(label.data(), label.data() + label.size(), k);
+      KILN_CHECK(ec == std::errc() && end == label.data() + label.size() && k >= 0 && k < static_cast<int64_t>(C),
+                 ds.source, " row ", r + 1, ": label '", label, "' is not the index of a choice (0 to ", C - 1, ")");
+      f.labels.push_back(k);
     }
   }
   return f;

@@ -31,6 +31,9 @@ struct Features {
   std::vector<int64_t> example_index;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> context_offsets;
   std::shared_ptr<const Dataset> examples;  // ids, contexts and gold answers
+  // Multiple choice (tokenize_choices): input_ids / token_type_ids hold a
+  // row's choices one after the other; these are their lengths.
+  std::vector<std::vector<int64_t>> choice_lengths;
   size_t size() const { return input_ids.size(); }
   // The first n rows (all when n >= size()): HF's dataset.select(range(n)).
   Features head(size_t n) const;
@@ -73,6 +76,13 @@ std::vector<int64_t> per_word(const std::vector<int64_t>& token_values, const st
 // positions never leave the context.
 Features tokenize_qa(std::shared_ptr<const Dataset> ds, const tokenizers::Tokenizer& tok, int64_t max_length,
                      int64_t doc_stride);
+
+// Multiple choice (run_swag's preprocess_function): each choice of a row is
+// the pair (context, choice start + " " + ending) with specials, truncated
+// longest-first to max_length; labels are the right choice's index (a label
+// that is not an index below the number of choices is an error naming the
+// row; none when `ds` is unlabeled).
+Features tokenize_choices(const Dataset& ds, const tokenizers::Tokenizer& tok, int64_t max_length);
 
 // Causal / masked LM text (run_clm / run_mlm "group_texts"): every row encoded
 // without special tokens, concatenated, and cut into blocks; with

@@ -149,13 +149,16 @@ BertForTask::BertForTask(std::string architecture, const BertConfig& config, uin
   else if (kind == "ForTokenClassification") head_ = Head::TokenClassification;
   else if (kind == "ForQuestionAnswering") head_ = Head::QuestionAnswering;
   else if (kind == "ForMaskedLM") head_ = Head::MaskedLM;
+  else if (kind == "ForMultipleChoice") head_ = Head::MultipleChoice;
   else throw Error("unsupported architecture '" + a + "'");
   auto& archs = config_ref().architectures;
   if (archs.empty()) archs = {a};
   else archs[0] = a;
 
   prefix_ = roberta_ ? "roberta" : "bert";
-  bool pooling = !roberta_ && (head_ == Head::None || head_ == Head::SequenceClassification);
+  // RobertaForMultipleChoice keeps RobertaModel's pooler too.
+  bool pooling = (!roberta_ && (head_ == Head::None || head_ == Head::SequenceClassification)) ||
+                 head_ == Head::MultipleChoice;
   // BertModel's own parameters have no prefix.
   auto backbone = std::make_shared<BertBackbone>(ctx_, pooling);
   backbone_ = head_ == Head::None ? register_module("", backbone) : register_module(prefix_, backbone);
@@ -180,6 +183,11 @@ BertForTask::BertForTask(std::string architecture, const BertConfig& config, uin
     case Head::QuestionAnswering:
       classifier_ = register_module("qa_outputs", std::make_shared<nn::Linear>(c.hidden_size, 2, init));
       break;
+    case Head::MultipleChoice:  // one score per choice; RoBERTa's dropout ignores classifier_dropout
+      head_dropout_ = register_module(
+          "dropout", std::make_shared<nn::Dropout>(roberta_ ? c.hidden_dropout_prob : drop, ctx_.gen));
+      classifier_ = register_module("classifier", std::make_shared<nn::Linear>(c.hidden_size, 1, init));
+      break;
     case Head::MaskedLM:
       // The decoder's weight is the word embedding matrix (tied, as HF ties and saves it).
       if (roberta_) {
@@ -198,11 +206,40 @@ BertForTask::BertForTask(std::string architecture, const BertConfig& config, uin
   nn::materialize(parameters());
 }
 
+// *ForMultipleChoice: [B, C, T] inputs read as B * C rows; each row's pooled
+// output scores its choice, and the C scores of a question are its logits.
+ModelOutputs BertForTask::forward_choices(const ModelInputs& in) {
+  const Tensor& ids = in.input_ids;
+  KILN_CHECK(ids.defined() && ids.rank() == 3, architecture_, ": input_ids must be [batch, choices, seq], got ",
+             ids.defined() ? to_string(ids.shape()) : std::string("none"));
+  const int64_t B = ids.dim(0), C = ids.dim(1), T = ids.dim(2);
+  ModelInputs flat;
+  auto rows = [&](const Tensor& t, const char* name) {
+    if (!t.defined()) return t;
+    KILN_CHECK(t.shape() == ids.shape(), architecture_, ": ", name, " ", to_string(t.shape()),
+               " does not match input_ids ", to_string(ids.shape()));
+    return reshape(t, {B * C, T});
+  };
+  flat.input_ids = rows(ids, "input_ids");
+  flat.attention_mask = rows(in.attention_mask, "attention_mask");
+  flat.token_type_ids = rows(in.token_type_ids, "token_type_ids");
+  BertBackbone::Out h = backbone_->forward(flat, true);
+  ModelOutputs out;
+  out.logits = reshape(classifier_->forward(head_dropout_->forward(h.pooled)), {B, C});
+  if (in.labels.defined()) {
+    KILN_CHECK(in.labels.shape() == Shape{B}, architecture_, ": labels must be [batch] (the right choice of each), got ",
+               to_string(in.labels.shape()));
+    out.loss = cross_entropy(out.logits, in.labels);
+  }
+  return out;
+}
+
 ModelOutputs BertForTask::forward(const ModelInputs& in) {
   if (head_ == Head::None) check_accepts(in, {"input_ids", "attention_mask", "token_type_ids"});
   else if (head_ == Head::QuestionAnswering)
     check_accepts(in, {"input_ids", "attention_mask", "token_type_ids", "start_positions", "end_positions"});
   else check_accepts(in, {"input_ids", "attention_mask", "token_type_ids", "labels"});
+  if (head_ == Head::MultipleChoice) return forward_choices(in);
   // A sequence classifier reads position 0 of the last layer only.
   BertBackbone::Out h = backbone_->forward(in, head_ == Head::SequenceClassification);
   ModelOutputs out;

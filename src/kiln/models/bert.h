@@ -76,7 +76,8 @@ class BertForTask : public PreTrainedModel {
   const BertConfig& bert_config() const { return static_cast<const BertConfig&>(config()); }
 
  private:
-  enum class Head { None, SequenceClassification, TokenClassification, QuestionAnswering, MaskedLM };
+  ModelOutputs forward_choices(const ModelInputs& inputs);
+  enum class Head { None, SequenceClassification, TokenClassification, QuestionAnswering, MaskedLM, MultipleChoice };
   std::string architecture_, prefix_;
   Head head_;
   bool roberta_;

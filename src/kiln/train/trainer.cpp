@@ -262,7 +262,8 @@ double Trainer::loss_items(const data::Batch& b) const {
   auto count = [](auto begin, auto end) { return static_cast<double>(std::count_if(begin, end, [](int64_t y) { return y != -100; })); };
   switch (task_) {
     case Task::TextClassification:
-    case Task::QuestionAnswering: return static_cast<double>(b.batch_size);
+    case Task::QuestionAnswering:
+    case Task::MultipleChoice: return static_cast<double>(b.batch_size);
     case Task::MaskedLM:
     case Task::Seq2Seq:
     case Task::TokenClassification: return count(b.labels.begin(), b.labels.end());
@@ -779,7 +780,8 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
   std::vector<int64_t> sizes;
   std::vector<int64_t> gold, pred;
   std::vector<std::vector<int64_t>> gold_rows, pred_rows;  // token classification: a tag id per token
-  const bool tokens = task_ == Task::TokenClassification, qa = task_ == Task::QuestionAnswering;
+  const bool tokens = task_ == Task::TokenClassification, qa = task_ == Task::QuestionAnswering,
+             choices = task_ == Task::MultipleChoice;
   std::vector<Tensor> spans;  // question answering: each batch's start and end logits
   std::vector<std::vector<int64_t>> span_rows;
   std::vector<std::vector<float>> starts, ends;
@@ -831,7 +833,8 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
       }
       const auto& problem = model_.config().problem_type;
       bool single_label = !problem || *problem == "single_label_classification";
-      if (task_ == Task::TextClassification && single_label && out.logits.defined() && out.logits.dim(-1) > 1) {
+      if (choices ||
+          (task_ == Task::TextClassification && single_label && out.logits.defined() && out.logits.dim(-1) > 1)) {
         preds.push_back(argmax(out.logits, -1));
         gold.insert(gold.end(), batch.host.labels.begin(), batch.host.labels.end());
       } else if (tokens) {
@@ -847,7 +850,7 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
   to_host();
   std::map<std::string, double> m;
   if (n > 0 || !qa) m[prefix + "_loss"] = loss_total / std::max<int64_t>(n, 1);
-  if (task_ != Task::TextClassification && !tokens && !qa) m["perplexity"] = std::exp(m[prefix + "_loss"]);
+  if (task_ != Task::TextClassification && !tokens && !qa && !choices) m["perplexity"] = std::exp(m[prefix + "_loss"]);
   if (qa) {  // run_qa: post-process into answers, write them, score them
     const QaPredictions answers = postprocess_qa_predictions(*features, starts, ends, qa_);
     if (features->examples->has_labels)
@@ -879,7 +882,11 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
     m[prefix + "_f1"] = s.f1;
     m[prefix + "_accuracy"] = s.accuracy;
   }
-  if (!gold.empty()) {
+  if (choices) {  // run_swag's compute_metrics: accuracy only
+    int64_t right = 0;
+    for (size_t i = 0; i < gold.size(); ++i) right += pred[i] == gold[i];
+    m[prefix + "_accuracy"] = static_cast<double>(right) / static_cast<double>(std::max<size_t>(gold.size(), 1));
+  } else if (!gold.empty()) {
     auto [acc, f1] = accuracy_f1(pred, gold, model_.config().num_labels());
     m[prefix + "_accuracy"] = acc;
     m[prefix + "_f1"] = f1;

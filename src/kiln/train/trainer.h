@@ -29,7 +29,7 @@
 
 namespace kiln::train {
 
-enum class Task { TextClassification, MaskedLM, CausalLM, Seq2Seq, TokenClassification, QuestionAnswering };
+enum class Task { TextClassification, MaskedLM, CausalLM, Seq2Seq, TokenClassification, QuestionAnswering, MultipleChoice };
 
 // trainer_state.json, with HF's field names.
 struct TrainerState {
@@ -80,7 +80,8 @@ class Trainer {
   // Returns the train metrics (train_loss, train_runtime, ...).
   std::map<std::string, double> train();
   // Metrics on the eval set, or on `features` when given, prefixed
-  // ("eval_loss", "eval_accuracy", "eval_f1"; "predict_loss" for a test set).
+  // ("eval_loss", "eval_accuracy", "eval_f1"; "predict_loss" for a test set;
+  // multiple choice: run_swag's eval_accuracy only).
   // Question answering (run_qa's QuestionAnsweringTrainer): the windows'
   // logits become one answer per example (set_question_answering's options),
   // written to output_dir as <prefix>_predictions.json and
