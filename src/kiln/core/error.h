@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace kiln {
 
@@ -22,6 +23,13 @@ std::string concat(Args&&... args) {
   return os.str();
 }
 }  // namespace detail
+
+// Names for a message, comma-separated: "a, b, c".
+inline std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
 
 }  // namespace kiln
 

@@ -68,12 +68,6 @@ void check_utf8(std::string_view s, const std::string& where) {
   }
 }
 
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
 // A table read from CSV/TSV: the header, then each record with the line it starts on.
 struct Table {
   std::vector<std::string> header;
@@ -191,7 +185,7 @@ struct Columns {
 Columns resolve_columns(const std::vector<std::string>& names, const DatasetOptions& o, const std::string& where) {
   auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
   auto missing = [&](const char* what, const std::string& n) {
-    return Error(detail::concat(where, ": missing ", what, " column '", n, "' (columns: ", join(names), ")"));
+    return Error(detail::concat(where, ": missing ", what, " column '", n, "' (columns: ", joined(names), ")"));
   };
   Columns c;
   if (!o.label_column.empty() && has(o.label_column)) c.label = o.label_column;
@@ -214,7 +208,7 @@ Columns resolve_columns(const std::vector<std::string>& names, const DatasetOpti
           c.text = n;
           break;
         }
-    KILN_CHECK(!c.text.empty(), where, ": no text column (columns: ", join(names), ")");
+    KILN_CHECK(!c.text.empty(), where, ": no text column (columns: ", joined(names), ")");
   }
   if (!o.text_pair_column.empty()) {
     if (!has(o.text_pair_column)) throw missing("text pair", o.text_pair_column);
@@ -234,10 +228,10 @@ Columns choice_columns(const std::vector<std::string>& names, const DatasetOptio
   c.pair = o.text_pair_column.empty() ? "sent2" : o.text_pair_column;
   for (const std::string* n : {&c.text, &c.pair})
     KILN_CHECK(has(*n), where, ": missing column '", *n, "' (multiple choice reads run_swag's sent1, sent2, ",
-               "ending0, ending1, ...; columns: ", join(names), ")");
+               "ending0, ending1, ...; columns: ", joined(names), ")");
   while (has("ending" + std::to_string(endings->size()))) endings->push_back("ending" + std::to_string(endings->size()));
   KILN_CHECK(endings->size() >= 2, where, ": multiple choice needs columns ending0, ending1, ... (at least two), found ",
-             endings->size(), " (columns: ", join(names), ")");
+             endings->size(), " (columns: ", joined(names), ")");
   if (!o.label_column.empty() && has(o.label_column)) c.label = o.label_column;
   return c;
 }
@@ -276,7 +270,7 @@ Dataset from_table(Table t, const DatasetOptions& o, const std::string& where) {
     auto& f = t.records[r];
     row_where.push_back(detail::concat(where, ":", t.lines[r]));
     KILN_CHECK(f.size() == t.header.size(), row_where.back(), ": ragged row: expected ", t.header.size(),
-               " fields (columns: ", join(t.header), "), found ", f.size());
+               " fields (columns: ", joined(t.header), "), found ", f.size());
     Example e;
     e.text = std::move(f[ti]);
     if (pi >= 0) e.text_pair = std::move(f[pi]);
@@ -302,7 +296,7 @@ std::string json_cell(const ordered_json& obj, const std::string& key, bool labe
   if (it == obj.end()) {
     std::vector<std::string> keys;
     for (auto k = obj.begin(); k != obj.end(); ++k) keys.push_back(k.key());
-    throw Error(detail::concat(where, ": missing key '", key, "' (keys: ", join(keys), ")"));
+    throw Error(detail::concat(where, ": missing key '", key, "' (keys: ", joined(keys), ")"));
   }
   const ordered_json& v = *it;
   if (v.is_string()) return v.get<std::string>();
@@ -320,7 +314,7 @@ std::vector<std::string> json_list(const ordered_json& obj, const std::string& k
   if (it == obj.end()) {
     std::vector<std::string> keys;
     for (auto k = obj.begin(); k != obj.end(); ++k) keys.push_back(k.key());
-    throw Error(detail::concat(where, ": missing key '", key, "' (keys: ", join(keys), ")"));
+    throw Error(detail::concat(where, ": missing key '", key, "' (keys: ", joined(keys), ")"));
   }
   KILN_CHECK(it->is_array(), where, ": key '", key, "': expected a list of ", numbers ? "tags" : "words",
              ", found ", it->dump());

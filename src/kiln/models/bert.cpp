@@ -295,6 +295,7 @@ ModelOutputs BertForTask::forward(const ModelInputs& in) {
       if (labels.defined()) out.loss = cross_entropy(reshape(out.logits, {-1, bert_config().vocab_size}), reshape(labels, {-1}));
       return out;
     }
+    case Head::MultipleChoice: break;  // forward_choices() answered above
   }
   return out;
 }

@@ -34,12 +34,6 @@ double python_mod1(double x) {
   return r;
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 }  // namespace
 
 const std::vector<std::string>& LRSchedule::types() {

@@ -499,10 +499,8 @@ std::map<std::string, double> Trainer::train() {
   optim::LRSchedule schedule(args_.lr_scheduler_type, args_.learning_rate, args_.num_warmup_steps(total), total,
                              args_.schedule_kwargs());
   if (!schedule.ignored_kwargs().empty() && replica_.is_master()) {
-    std::string names;
-    for (const auto& k : schedule.ignored_kwargs()) names += (names.empty() ? "" : ", ") + k;
     std::fprintf(stderr, "kiln train: warning: lr_scheduler_kwargs %s ignored: HF builds the '%s' schedule without "
-                 "keyword arguments\n", names.c_str(), args_.lr_scheduler_type.c_str());
+                 "keyword arguments\n", joined(schedule.ignored_kwargs()).c_str(), args_.lr_scheduler_type.c_str());
   }
   state_.max_steps = total;
   state_.num_train_epochs = args_.max_steps > 0 ? (total + updates_per_epoch - 1) / updates_per_epoch

@@ -123,12 +123,6 @@ bool is_bool_field(const Field& f) {
   return std::holds_alternative<bool TA::*>(f.member) || std::holds_alternative<std::optional<bool> TA::*>(f.member);
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 // HF's string_to_bool words (case-insensitive).
 std::optional<bool> parse_bool_word(std::string v) {
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
