@@ -3,10 +3,15 @@
 // windows and answer positions on a tiny WordPiece vocabulary.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "dataset/util.h"
 #include "kiln/data/collator.h"
 #include "kiln/data/dataset.h"
 #include "kiln/data/features.h"
+#include "kiln/io/atomic_file.h"
 
 using namespace kiln::data;
 using kiln::testing::error_of;
@@ -158,6 +163,36 @@ TEST(TokenizeQaTest, WindowsOverlapByTheStrideAndPositionsFollowTheAnswer) {
   EXPECT_CONTAINS(error_of([&] { tokenize_qa(ds, tok, 9, 9); }), "mem.jsonl: doc_stride 9 must be at least 0 and below");
   EXPECT_CONTAINS(error_of([&] { tokenize_qa(ds, tok, 9, 5); }), "mem.jsonl: tokenizing (question, context)");
   EXPECT_CONTAINS(error_of([&] { tokenize_qa(ds, tok, 5, 1); }), "mem.jsonl: tokenizing (question, context)");
+}
+
+// RoBERTa's byte-level BPE (a tokenizer from the overflow goldens: add_prefix_space, trim_offsets): <s> question
+// </s></s> context </s>; the context's offsets leave out the spaces its tokens carry (but one, below), so a span
+// reads its words.
+TEST(TokenizeQaTest, ByteLevelWindowsPointAtTheWordsWithoutTheirSpaces) {
+  const auto goldens = nlohmann::json::parse(kiln::io::read_file(std::string(KILN_TEST_DATA_DIR) + "/tokenizers/overflow.json"));
+  std::string json;
+  for (const auto& t : goldens["tokenizers"])
+    if (t["name"] == "roberta_byte_level") json = t["tokenizer"].dump();
+  ASSERT_FALSE(json.empty());
+  const auto tok = kiln::tokenizers::Tokenizer::from_json_string(json, "roberta_byte_level");
+  auto ds = std::make_shared<Dataset>();
+  ds->source = "mem.jsonl";
+  ds->has_labels = true;
+  ds->rows.push_back({"world", "hello world hello world hello", ""});
+  ds->rows.back().answer_texts = {"world"};
+  ds->rows.back().answer_starts = {18};
+  // 8 tokens: <s> Ġworld </s> </s>, 3 of the context's 5, </s>; the two windows share one token (stride 1).
+  const Features f = tokenize_qa(ds, tok, 8, 1);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f.input_ids[0].front(), 0);  // <s>
+  using Span = std::pair<int64_t, int64_t>;
+  const Span none{-1, -1};
+  EXPECT_EQ(f.context_offsets[0], (std::vector<Span>{none, none, none, none, {0, 5}, {6, 11}, {12, 17}, none}));
+  // A later window's first token keeps its space (11, not 12), as in HF: tokenizers' process_offsets does not
+  // trim the first token of an encoding (here the overflowing piece) under add_prefix_space.
+  EXPECT_EQ(f.context_offsets[1], (std::vector<Span>{none, none, none, none, {11, 17}, {18, 23}, {24, 29}, none}));
+  EXPECT_EQ(f.start_positions, (std::vector<int64_t>{0, 5}));  // window 0 lacks the answer: <s>
+  EXPECT_EQ(f.end_positions, (std::vector<int64_t>{0, 5}));
 }
 
 // run_swag's rows: sent1 and sent2 + " " + each ending, a [B, C, T] batch padded to the longest choice.
