@@ -215,4 +215,62 @@ TEST(Overflow, WindowsOverlapByTheStride) {
   EXPECT_TRUE(tok.encode(words(20)).overflowing.empty());
 }
 
+// Without tokenizers 0.23's early exit (as 0.22 and earlier): every window of the whole text overflows.
+TEST(Overflow, WithoutTheEarlyExitEveryWindowOverflows) {
+  Tokenizer tok = word_level_bert();
+  TruncationParams p;
+  p.max_length = 8;
+  p.stride = 2;
+  p.early_exit = false;
+  tok.set_truncation(p);
+  Encoding e = tok.encode(words(20));  // windows of 6 of a0..a19 (ids 10..29), 4 apart
+  EXPECT_EQ(e.ids, (std::vector<uint32_t>{1, 10, 11, 12, 13, 14, 15, 2}));
+  ASSERT_EQ(e.overflowing.size(), 4u);
+  EXPECT_EQ(e.overflowing[0].ids, (std::vector<uint32_t>{1, 14, 15, 16, 17, 18, 19, 2}));
+  EXPECT_EQ(e.overflowing[1].ids, (std::vector<uint32_t>{1, 18, 19, 20, 21, 22, 23, 2}));
+  EXPECT_EQ(e.overflowing[2].ids, (std::vector<uint32_t>{1, 22, 23, 24, 25, 26, 27, 2}));
+  EXPECT_EQ(e.overflowing[3].ids, (std::vector<uint32_t>{1, 26, 27, 28, 29, 2}));
+  // A pair cut OnlySecond (run_qa's): the first text in every window.
+  p.max_length = 9;  // [CLS] a0 [SEP] + 5 of the second + [SEP]
+  p.strategy = TruncationStrategy::OnlySecond;
+  tok.set_truncation(p);
+  e = tok.encode_pair(words(1), words(12));
+  ASSERT_EQ(e.overflowing.size(), 3u);  // a0..a4, a3..a7, a6..a10, a9..a11
+  EXPECT_EQ(e.overflowing[2].ids, (std::vector<uint32_t>{1, 10, 2, 19, 20, 21, 2}));
+}
+
+// Each window of a pair knows which text each token came from (run_qa finds the context by sequence id 1), with
+// either kind of post-processor: BertProcessing, and bert-base-uncased's TemplateProcessing.
+// [CLS] q [SEP] (sequence 0 for q) and context tokens (1) then [SEP], in the encoding and each piece.
+void expect_pair_windows(const Encoding& e) {
+  using Ids = std::vector<std::optional<uint32_t>>;
+  const auto none = std::optional<uint32_t>{};
+  std::vector<const Encoding*> windows = {&e};
+  for (const auto& piece : e.overflowing) windows.push_back(&piece);
+  for (const Encoding* w : windows) {
+    Ids expected = {none, 0u, none};
+    expected.resize(w->size() - 1, 1u);
+    expected.push_back(none);
+    EXPECT_EQ(w->sequence_ids, expected);
+  }
+}
+
+TEST(Overflow, PiecesKeepTheSequenceIdsOfTheirTexts) {
+  TruncationParams p;
+  p.max_length = 7;
+  p.stride = 1;
+  p.strategy = TruncationStrategy::OnlySecond;
+  p.early_exit = false;
+  Tokenizer bert = word_level_bert();
+  bert.set_truncation(p);
+  Encoding e = bert.encode_pair(words(1), words(6));  // [CLS] a0 [SEP] + 3 of a0..a5 + [SEP]
+  ASSERT_EQ(e.overflowing.size(), 2u);  // a0..a2, a2..a4, a4..a5
+  expect_pair_windows(e);
+  Tokenizer uncased = Tokenizer::from_pretrained(kShared + "/bert-base-uncased");
+  uncased.set_truncation(p);
+  e = uncased.encode_pair("cat", "one two three four five six");
+  ASSERT_EQ(e.overflowing.size(), 2u);
+  expect_pair_windows(e);
+}
+
 }  // namespace

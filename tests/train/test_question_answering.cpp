@@ -5,11 +5,14 @@
 #include <cmath>
 #include <fstream>
 #include <numeric>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "kiln/io/atomic_file.h"
+#include "kiln/tokenizers/utf8.h"
 #include "kiln/train/question_answering.h"
 #include "support/temp_dir.h"
 
@@ -177,4 +180,85 @@ TEST(SquadMetrics, Version2ScoresAnswerableAndUnanswerableApart) {
   const auto p = train::squad_v2_metrics({"big cat", "a"}, {{"cat"}, {" ", "the"}});
   EXPECT_NEAR(p.at("f1"), 100 * (2.0 / 3 + 1) / 2, 1e-12);  // "a" normalizes to "", as the blank gold answers
   EXPECT_EQ(p.count("NoAns_total"), 0u);  // both have answer texts, blank or not
+}
+
+// Preprocessing and post-processing together with bert-base-uncased's real tokenizer on the tokenizer corpus
+// (accents, symbols, URLs, code, tabs) as one long context: every answer -- a random run of words starting and
+// ending with an ASCII letter or digit -- lies whole in at least one window, the windows that hold it label its
+// tokens, and logits that point at those tokens give back exactly the answer's text.
+TEST(QaPostprocess, RealTokenizerWindowsRoundTripAnswers) {
+  const auto tok = tokenizers::Tokenizer::from_pretrained(std::string(KILN_SHARED_DIR) + "/tokenizers/bert-base-uncased");
+  std::string context = io::read_file(std::string(KILN_TEST_DATA_DIR) + "/tokenizers/corpus.txt");
+  const std::u32string chars = tokenizers::utf8::to_u32(context);
+  // Words: maximal runs of non-space code points, with their code point ranges.
+  std::vector<std::pair<size_t, size_t>> words;
+  for (size_t i = 0; i < chars.size();) {
+    if (chars[i] == U' ' || chars[i] == U'\n' || chars[i] == U'\t' || chars[i] == U'\r') {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < chars.size() && !(chars[j] == U' ' || chars[j] == U'\n' || chars[j] == U'\t' || chars[j] == U'\r')) ++j;
+    words.emplace_back(i, j);
+    i = j;
+  }
+  auto clean = [&](char32_t c) { return c < 128 && std::isalnum(static_cast<int>(c)); };
+  std::vector<size_t> starts;  // words that start and end with an ASCII letter or digit
+  for (size_t w = 0; w < words.size(); ++w)
+    if (clean(chars[words[w].first]) && clean(chars[words[w].second - 1])) starts.push_back(w);
+  ASSERT_GT(starts.size(), 200u);
+  auto ds = std::make_shared<data::Dataset>();
+  ds->source = "corpus";
+  ds->has_labels = true;
+  std::mt19937 rng(7);
+  for (int e = 0; e < 60; ++e) {
+    const size_t a = starts[rng() % starts.size()];
+    size_t b = a;
+    for (size_t k = 0; k < rng() % 4; ++k)  // up to three more words, ending on a clean one
+      if (b + 1 < words.size() && clean(chars[words[b + 1].second - 1])) ++b;
+    data::Example x{"what is here?", context, ""};
+    x.id = "e" + std::to_string(e);
+    x.answer_starts = {static_cast<int64_t>(words[a].first)};
+    x.answer_texts = {tokenizers::utf8::from_u32(chars.substr(words[a].first, words[b].second - words[a].first))};
+    ds->rows.push_back(std::move(x));
+  }
+  for (const auto& [max_length, stride] : std::vector<std::pair<int64_t, int64_t>>{{128, 32}, {64, 16}}) {
+    SCOPED_TRACE(max_length);
+    const data::Features f = data::tokenize_qa(ds, tok, max_length, stride);
+    std::vector<std::vector<float>> s, t;
+    std::vector<int> holding(ds->rows.size(), 0);
+    for (size_t w = 0; w < f.size(); ++w) {
+      ASSERT_LE(static_cast<int64_t>(f.input_ids[w].size()), max_length);
+      s.emplace_back(f.input_ids[w].size(), 0.f);
+      t.emplace_back(f.input_ids[w].size(), 0.f);
+      const auto& row = ds->rows[static_cast<size_t>(f.example_index[w])];
+      const int64_t from = row.answer_starts[0],
+                    to = from + static_cast<int64_t>(tokenizers::utf8::count_chars(row.answer_texts[0]));
+      int64_t lo = -1, hi = -1;  // the window's context span
+      for (const auto& o : f.context_offsets[w])
+        if (o.first >= 0) {
+          if (lo < 0) lo = o.first;
+          hi = o.second;
+        }
+      const bool whole = lo <= from && hi >= to;
+      if (!whole) {
+        EXPECT_EQ(f.start_positions[w], 0);
+        continue;
+      }
+      ++holding[static_cast<size_t>(f.example_index[w])];
+      const auto start = static_cast<size_t>(f.start_positions[w]), end = static_cast<size_t>(f.end_positions[w]);
+      ASSERT_LE(start, end);
+      EXPECT_EQ(tokenizers::utf8::slice_chars(context, static_cast<size_t>(f.context_offsets[w][start].first),
+                                              static_cast<size_t>(f.context_offsets[w][end].second)),
+                row.answer_texts[0]);
+      s.back()[start] = 10;
+      t.back()[end] = 10;
+    }
+    for (size_t e = 0; e < holding.size(); ++e) EXPECT_GT(holding[e], 0) << ds->rows[e].answer_texts[0];
+    train::QaOptions o;
+    o.max_answer_length = max_length;
+    const train::QaPredictions p = train::postprocess_qa_predictions(f, s, t, o);
+    for (size_t e = 0; e < ds->rows.size(); ++e) EXPECT_EQ(p.answers[e], ds->rows[e].answer_texts[0]);
+    EXPECT_DOUBLE_EQ(train::qa_metrics(p, *ds, o).at("exact_match"), 100.0);
+  }
 }

@@ -174,9 +174,11 @@ Features tokenize_qa(std::shared_ptr<const Dataset> ds, const tokenizers::Tokeni
              " must be at least 0 and below max_seq_length ", max_length);
   tokenizers::Tokenizer t = tok;
   t.set_padding(std::nullopt);
+  // Every window of the context: without tokenizers 0.23's early exit, which would drop all but the first.
   t.set_truncation(tokenizers::TruncationParams{static_cast<size_t>(max_length),
                                                 tokenizers::TruncationStrategy::OnlySecond,
-                                                tokenizers::Direction::Right, static_cast<size_t>(doc_stride)});
+                                                tokenizers::Direction::Right, static_cast<size_t>(doc_stride),
+                                                /*early_exit=*/false});
   std::vector<std::pair<std::string, std::string>> pairs;
   pairs.reserve(ds->rows.size());
   for (const auto& r : ds->rows) {  // run_qa strips the questions' leading whitespace

@@ -70,6 +70,8 @@ std::vector<int64_t> per_word(const std::vector<int64_t>& token_values, const st
 // stripped) and context encoded as a pair with specials, the context cut
 // into windows of max_length tokens that overlap by doc_stride tokens (HF's
 // truncation="only_second", return_overflowing_tokens), one row per window.
+// Every window: without tokenizers 0.23's truncation early exit, which keeps
+// only what fits the first (TruncationParams::early_exit).
 // When `ds` has answers, each window's start/end positions are its first
 // answer's tokens. Unlike HF's walk, which can run past the context into
 // [SEP] and padding when the answer starts in the window's last token, the

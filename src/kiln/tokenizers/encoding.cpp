@@ -35,7 +35,10 @@ void Encoding::append(const Encoding& o) {
 
 void Encoding::set_type_ids(uint32_t type_id) { type_ids.assign(ids.size(), type_id); }
 
-void Encoding::set_sequence_id(uint32_t sequence) { sequence_ids.assign(ids.size(), sequence); }
+void Encoding::set_sequence_id(uint32_t sequence) {
+  sequence_ids.assign(ids.size(), sequence);
+  for (Encoding& piece : overflowing) piece.set_sequence_id(sequence);
+}
 
 void Encoding::merge_with(const Encoding& pair) {
   std::vector<Encoding> pieces;

@@ -40,6 +40,8 @@ struct Encoding {
   // ours + each of pair's, this encoding (with its pieces) + each of pair's.
   void merge_with(const Encoding& pair);
   void set_type_ids(uint32_t type_id);
+  // Every token's sequence id, the overflowing pieces' too (as HF's
+  // template test shows a pair's pieces in sequence 1; run_qa reads them).
   void set_sequence_id(uint32_t sequence);
   // Encoding::truncate of tokenizers: keeps the first (Right) or last (Left)
   // window of max_length tokens and makes the rest overflowing pieces,

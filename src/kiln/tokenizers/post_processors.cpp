@@ -132,7 +132,8 @@ std::vector<Encoding> TemplateProcessing::process(std::vector<Encoding> e, bool 
       size_t i = p.id == "A" ? 0 : 1;
       KILN_CHECK(i < e.size(), "TemplateProcessing: template needs sequence B for a single input");
       // As tokenizers: only the encoding itself takes the template's type
-      // id; its overflowing pieces keep the one they were encoded with.
+      // id; its overflowing pieces keep the one they were encoded with (but
+      // take the sequence id).
       Encoding enc = e[i];
       enc.set_type_ids(p.type_id);
       enc.set_sequence_id(static_cast<uint32_t>(i));

@@ -37,7 +37,7 @@ Encoding Tokenizer::encode_sequence(std::string_view text, uint32_t type_id,
   PreTokenizedString pre = added_.extract_and_normalize(normalizer_.get(), std::string(text));
   if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pre);
   std::vector<Split>& splits = pre.splits();
-  if (!truncation_ || !stop_early) {
+  if (!truncation_ || !truncation_->early_exit || !stop_early) {
     for (Split& s : splits) {
       if (!s.tokens) s.tokens = m.tokenize(s.normalized.get());
     }

@@ -31,6 +31,12 @@ struct TruncationParams {
   // What is cut off becomes Encoding::overflowing: windows of the kept
   // length, each repeating the last `stride` tokens of the previous one.
   size_t stride = 0;
+  // tokenizers 0.23.1's truncation early exit (its PR #1990, which the
+  // goldens pin): a sequence is tokenized only until max_length tokens
+  // exist, so what lies beyond never reaches `overflowing` (its open issue
+  // #2091). false: every split is tokenized, as tokenizers 0.22 and earlier
+  // (transformers 4.40's) do -- what run_qa's windows need.
+  bool early_exit = true;
 };
 
 struct PaddingParams {
