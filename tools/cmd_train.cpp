@@ -108,6 +108,22 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
   }
 }
 
+// `kiln train --help` / `kiln eval --help`: the usage, the tasks, kiln's data flags and the TrainingArguments
+// fields with their defaults (as HfArgumentParser's --help lists them).
+bool print_help(const std::vector<std::string>& args, const char* usage) {
+  if (std::none_of(args.begin(), args.end(), [](const std::string& a) { return a == "--help" || a == "-h"; }))
+    return false;
+  std::string flags;
+  for (const auto& n : kExtraFlags) flags += "  --" + n + " VALUE\n";
+  for (const auto& n : kExtraSwitches) flags += "  --" + n + "\n";
+  std::printf("%s\n\ntasks: text-classification (run_glue), token-classification (run_ner), question-answering "
+              "(run_qa),\n       multiple-choice (run_swag), masked-lm (run_mlm), causal-lm (run_clm), seq2seq "
+              "(run_summarization)\n\ndata and model flags:\n%s\nTrainingArguments (Hugging Face's names and "
+              "defaults):\n%s",
+              usage, flags.c_str(), train::TrainingArguments::help().c_str());
+  return true;
+}
+
 // run_qa's post-processing flags.
 train::QaOptions qa_options(const std::map<std::string, std::string>& f, const char* command) {
   train::QaOptions o;
@@ -222,6 +238,11 @@ void write_generated(models::PreTrainedModel& model, const data::Features& test,
 }
 
 int run_train(const std::vector<std::string>& raw_args) {
+  if (print_help(raw_args, "usage: kiln train --task TASK (--model_name_or_path DIR | --config_name PRESET_OR_FILE "
+                           "--tokenizer_name DIR)\n                  --train_file F [--validation_file F] "
+                           "[--do_predict --test_file F] --output_dir DIR [flags]\n       kiln train --args_file "
+                           "run.json [flags]   (the same names as JSON; the command line wins)"))
+    return 0;
   std::map<std::string, std::string> f;
   std::vector<std::string> args = expand_args_file(raw_args);
   train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, kExtraFlags, kExtraSwitches);
@@ -533,6 +554,9 @@ std::string eval_task(const std::string& arch, const std::map<std::string, std::
 }
 
 int run_eval(const std::vector<std::string>& args) {
+  if (print_help(args, "usage: kiln eval --model_name_or_path DIR --validation_file F [--output_dir DIR] [flags]\n"
+                       "(the task is the model's: its architecture decides; kiln train's data flags apply)"))
+    return 0;
   std::map<std::string, std::string> f;
   std::vector<std::string> a = args;
   bool has_out = false;

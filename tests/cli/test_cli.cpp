@@ -509,6 +509,20 @@ TEST(Cli, TokenClassificationTrainsABertAndScoresEntities) {
   EXPECT_CONTAINS(slurp(w.path() / "e3"), "train.csv: token classification reads .jsonl or .json");
 }
 
+// --help lists the tasks, kiln's data flags and HF's TrainingArguments with their defaults, and exits 0.
+TEST(Cli, TrainAndEvalHelpListTasksAndFlags) {
+  Workdir w;
+  for (const char* command : {"train --help", "eval -h"}) {
+    ASSERT_EQ(kiln(command, w.path() / "help"), 0) << command;
+    const std::string text = slurp(w.path() / "help");
+    EXPECT_CONTAINS(text, "question-answering (run_qa)");
+    EXPECT_CONTAINS(text, "  --doc_stride VALUE");
+    EXPECT_CONTAINS(text, "  --version_2_with_negative\n");
+    EXPECT_CONTAINS(text, "  --learning_rate FLOAT  (default: 5e-05)");
+    EXPECT_CONTAINS(text, "  --eval_strategy {no, steps, epoch}");
+  }
+}
+
 // `kiln train --task TASK ARGS` fails with `message` in its output.
 void expect_train_fails(const Workdir& w, const std::string& task, const std::string& args, const std::string& message) {
   EXPECT_NE(kiln("train --task " + task + " --output_dir " + (w.path() / "bad").string() +
