@@ -3,7 +3,6 @@
 // classifier gives {"words": [...], "tags": [...]}, one tag per word; a question-answering model
 // {"id": ..., "answer": "...", "start": c, "end": c, "score": p} (characters of the context); a
 // multiple-choice model {"label": k, "score": p}, the chosen ending's index.
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -69,10 +68,10 @@ int run_predict(const std::vector<std::string>& args) {
     }
   const int64_t max_len = cli::sequence_length(
       flags.has("max_seq_length") ? std::optional(flags.integer("max_seq_length", 128, 3)) : std::nullopt,
-      model->config(), "predict", qa ? 384 : 128);
+      model->config(), "predict", qa ? cli::kQaMaxSeqLength : 128);
   data::Features feats =
       qa ? data::tokenize_qa(std::make_shared<const data::Dataset>(ds), tok.tokenizer, max_len,
-                             flags.integer("doc_stride", std::min<int64_t>(128, max_len / 3), 0))
+                             flags.integer("doc_stride", cli::default_doc_stride(max_len), 0))
       : mc     ? data::tokenize_choices(ds, tok.tokenizer, max_len)
       : tokens ? data::tokenize_words(ds, tok.tokenizer, max_len, nullptr, false)
                : data::tokenize_dataset(ds, tok.tokenizer, max_len, nullptr);
@@ -98,16 +97,13 @@ int run_predict(const std::vector<std::string>& args) {
     const train::QaPredictions answers = train::postprocess_qa_predictions(feats, p.start_logits, p.end_logits, qo);
     std::string out;
     for (size_t e = 0; e < answers.ids.size(); ++e) {
-      // The answer's own candidate (the null answer is "" with the null score's probability).
-      const auto& nbest = answers.nbest[e];
-      auto it = std::find_if(nbest.begin(), nbest.end(), [&](const train::QaCandidate& c) {
-        return c.text == answers.answers[e] && (c.text.empty() == (c.offsets == std::pair<int64_t, int64_t>{0, 0}));
-      });
+      // The answer's own candidate (the null answer is "" at (0, 0) with the null score's probability).
       nlohmann::ordered_json line = {{"id", answers.ids[e]}, {"answer", answers.answers[e]}};
-      if (it != nbest.end()) {
-        line["start"] = it->text.empty() ? 0 : it->offsets.first;
-        line["end"] = it->text.empty() ? 0 : it->offsets.second;
-        line["score"] = it->probability;
+      if (const int64_t k = answers.chosen[e]; k >= 0) {
+        const train::QaCandidate& c = answers.nbest[e][static_cast<size_t>(k)];
+        line["start"] = c.offsets.first;
+        line["end"] = c.offsets.second;
+        line["score"] = c.probability;
       }
       out += line.dump() + "\n";
     }

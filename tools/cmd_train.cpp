@@ -146,12 +146,19 @@ void qa_columns(const std::map<std::string, std::string>& f, data::DatasetOption
   };
   o.text_column = get("question_column", "");
   o.text_pair_column = get("context_column", "");
-  o.label_column = get("answer_column", "label");
+  o.label_column = get("answer_column", "answers");
 }
 
-// --doc_stride: run_qa's 128, or a third of a shorter --max_seq_length (128 of 384) when not given.
+// --doc_stride, or run_qa's default for the sequence length.
 int64_t doc_stride(const std::map<std::string, std::string>& f, int64_t max_len) {
-  return int_flag(f, "doc_stride", std::min<int64_t>(128, max_len / 3));
+  return int_flag(f, "doc_stride", cli::default_doc_stride(max_len));
+}
+
+// run_qa selects N examples first (then, for training, N of their windows): each evaluated example keeps all
+// its windows here, where run_qa's second cut can leave the last examples without any.
+data::Dataset first_examples(data::Dataset ds, const std::map<std::string, std::string>& f, const char* flag) {
+  if (f.count(flag)) ds.rows.resize(std::min(ds.rows.size(), static_cast<size_t>(int_flag(f, flag, 0))));
+  return ds;
 }
 
 // --args_file F.json: the JSON object's fields as flags (HF's parse_json_file),
@@ -324,13 +331,14 @@ int run_train(const std::vector<std::string>& raw_args) {
       f.count("model_name_or_path") ? models::load_config(fs::path(f["model_name_or_path"]) / "config.json")
                                     : models::preset_config(f["config_name"]);
   if (!run_config) run_config = models::load_config(f["config_name"]);
-  const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), *run_config, "train", qa ? 384 : 128);
+  const int64_t max_len =
+      cli::sequence_length(max_seq_length_flag(f), *run_config, "train", qa ? cli::kQaMaxSeqLength : 128);
 
   const bool mlm = task == "masked-lm", clm = task == "causal-lm", lm = mlm || clm || s2s;
   const bool classes = !lm && !qa && !mc;  // a classification head with a label set
   if (qa)
-    KILN_CHECK(train_ds.has_labels, f["train_file"], ": no answers to train on (key '",
-               dopt.label_column == "label" ? "answers" : dopt.label_column, "' is missing, or null, in every row)");
+    KILN_CHECK(train_ds.has_labels, f["train_file"], ": no answers to train on (key '", dopt.label_column,
+               "' is missing, or null, in every row)");
   if (mc)
     KILN_CHECK(train_ds.has_labels, f["train_file"], ": no labels to train on (column '", dopt.label_column,
                "', the right ending's index, is missing, or empty in every row)");
@@ -429,16 +437,11 @@ int run_train(const std::vector<std::string>& raw_args) {
     if (f.count(flag)) rows = std::make_shared<data::Features>(rows->head(static_cast<size_t>(int_flag(f, flag, 0))));
     return rows;
   };
-  // run_qa selects N examples first (then, for training, N of their windows): each evaluated example keeps all
-  // its windows here, where run_qa's second cut can leave the last examples without any.
-  auto first_examples = [&](data::Dataset ds, const char* flag) {
-    if (qa && f.count(flag)) ds.rows.resize(std::min(ds.rows.size(), static_cast<size_t>(int_flag(f, flag, 0))));
-    return ds;
-  };
-  auto train_f = at_most(features(first_examples(train_ds, "max_train_samples")), "max_train_samples");
+  auto train_f = at_most(features(qa ? first_examples(train_ds, f, "max_train_samples") : train_ds),
+                         "max_train_samples");
   std::shared_ptr<data::Features> eval_f;
   if (eval_ds)
-    eval_f = qa ? features(first_examples(*eval_ds, "max_eval_samples"))
+    eval_f = qa ? features(first_examples(*eval_ds, f, "max_eval_samples"))
                 : at_most(features(*eval_ds), "max_eval_samples");
   // The test rows, read before training so a bad file fails at once. As run_glue, classification
   // predicts without labels; seq2seq keeps its targets for predict_loss.
@@ -450,7 +453,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     // run_ner and run_qa keep the tags / answers for predict_* scores (a file without them is predicted only),
     // seq2seq its targets.
     if (qa) {
-      test_f = features(first_examples(test_ds, "max_predict_samples"));
+      test_f = features(first_examples(test_ds, f, "max_predict_samples"));
     } else {
       test_f = s2s || ner ? features(test_ds)
                           : std::make_shared<data::Features>(
@@ -589,7 +592,8 @@ int run_eval(const std::vector<std::string>& args) {
   dopt.multiple_choice = mc;
   if (qa) qa_columns(f, dopt);
   data::Dataset ds = data::load_dataset(f["validation_file"], dopt);
-  const int64_t max_len = cli::sequence_length(max_seq_length_flag(f), model->config(), "eval", qa ? 384 : 128);
+  const int64_t max_len =
+      cli::sequence_length(max_seq_length_flag(f), model->config(), "eval", qa ? cli::kQaMaxSeqLength : 128);
   std::vector<std::string> names;
   for (auto& [id, l] : model->config().id2label) names.push_back(l);
   data::LabelMap labels = data::LabelMap::from_labels(names);
@@ -608,12 +612,11 @@ int run_eval(const std::vector<std::string>& args) {
     feats = std::make_shared<data::Features>(
         data::tokenize_words(ds, tok.tokenizer, max_len, &labels, switch_on(f, "label_all_tokens")));
   } else if (qa) {  // --max_eval_samples: the first N examples, each with all its windows (see kiln train)
-    KILN_CHECK(ds.has_labels, f["validation_file"], ": no answers to evaluate against (key '",
-               dopt.label_column == "label" ? "answers" : dopt.label_column, "' is missing, or null, in every row)");
-    if (f.count("max_eval_samples"))
-      ds.rows.resize(std::min(ds.rows.size(), static_cast<size_t>(int_flag(f, "max_eval_samples", 0))));
+    KILN_CHECK(ds.has_labels, f["validation_file"], ": no answers to evaluate against (key '", dopt.label_column,
+               "' is missing, or null, in every row)");
     feats = std::make_shared<data::Features>(
-        data::tokenize_qa(std::make_shared<const data::Dataset>(ds), tok.tokenizer, max_len, doc_stride(f, max_len)));
+        data::tokenize_qa(std::make_shared<const data::Dataset>(first_examples(ds, f, "max_eval_samples")),
+                          tok.tokenizer, max_len, doc_stride(f, max_len)));
   } else if (mc) {
     KILN_CHECK(ds.has_labels, f["validation_file"], ": no labels to evaluate against (column '", dopt.label_column,
                "' is missing, or empty in every row)");

@@ -1,6 +1,7 @@
 #pragma once
 // What `kiln train`, `kiln eval` and `kiln predict` share: loading the
 // tokenizer and datasets of a run, and the collator settings.
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -35,5 +36,10 @@ data::DatasetOptions dataset_options(const std::map<std::string, std::string>& f
 // default is lowered silently).
 int64_t sequence_length(std::optional<int64_t> asked, const models::PretrainedConfig& config, const char* command,
                         int64_t fallback = 128);
+
+// run_qa's defaults: --max_seq_length 384 and --doc_stride 128, the stride
+// lowered to a third of a shorter sequence length (128 of 384).
+constexpr int64_t kQaMaxSeqLength = 384;
+inline int64_t default_doc_stride(int64_t max_length) { return std::min<int64_t>(128, max_length / 3); }
 
 }  // namespace kiln::cli

@@ -53,6 +53,7 @@ TEST(QaPostprocess, TheBestSpanOverAllWindowsWithinTheLimits) {
   EXPECT_EQ(p.ids, (std::vector<std::string>{"e0", "e1", "e2"}));
   // e0: "the mat" (window 1, 3 + 2) beats "the cat" (window 0, 2 + 2.5); e2 has no window: HF's "empty".
   EXPECT_EQ(p.answers, (std::vector<std::string>{"the mat", "a dog", "empty"}));
+  EXPECT_EQ(p.chosen, (std::vector<int64_t>{0, 0, -1}));  // the best candidate; none for the placeholder
   const auto& best = p.nbest[0];
   ASSERT_GE(best.size(), 2u);
   EXPECT_EQ(best[0].text, "the mat");
@@ -93,6 +94,7 @@ TEST(QaPostprocess, Version2AnswersNothingWhenTheNullScoreWins) {
   EXPECT_EQ(p.answers, (std::vector<std::string>{"the mat", "", "empty"}));
   EXPECT_EQ(p.null_score_diff[0], -4.0f);
   EXPECT_EQ(p.null_score_diff[1], 8.0f);
+  EXPECT_EQ(p.chosen, (std::vector<int64_t>{0, 0, -1}));  // e1's answer is the null candidate, first in its list
   // The null answer is a candidate ("" at offsets (0, 0)) and comes first for e1.
   EXPECT_EQ(p.nbest[1][0].text, "");
   EXPECT_EQ(p.nbest[1][0].score, 10.0f);
@@ -103,6 +105,7 @@ TEST(QaPostprocess, Version2AnswersNothingWhenTheNullScoreWins) {
   o.null_score_diff_threshold = 8.5;
   p = train::postprocess_qa_predictions(f, kStart, kEnd, o);
   EXPECT_EQ(p.answers[1], "a dog");
+  EXPECT_EQ(p.nbest[1][static_cast<size_t>(p.chosen[1])].text, "a dog");
 }
 
 TEST(QaPostprocess, MismatchedInputsAreErrors) {

@@ -13,14 +13,17 @@ namespace {
 std::vector<int64_t> widen(const std::vector<uint32_t>& v) { return {v.begin(), v.end()}; }
 
 // A copy of tok with its own settings, whatever the caller's are: no padding,
-// longest-first truncation to max_length (none when max_length <= 0).
-tokenizers::Tokenizer truncating(const tokenizers::Tokenizer& tok, int64_t max_length) {
+// truncation to max_length (none when max_length <= 0), longest-first unless
+// told otherwise.
+tokenizers::Tokenizer truncating(
+    const tokenizers::Tokenizer& tok, int64_t max_length,
+    tokenizers::TruncationStrategy strategy = tokenizers::TruncationStrategy::LongestFirst, size_t stride = 0,
+    bool early_exit = true) {
   tokenizers::Tokenizer t = tok;
   t.set_padding(std::nullopt);
   if (max_length > 0)
-    t.set_truncation(tokenizers::TruncationParams{static_cast<size_t>(max_length),
-                                                  tokenizers::TruncationStrategy::LongestFirst,
-                                                  tokenizers::Direction::Right});
+    t.set_truncation(tokenizers::TruncationParams{static_cast<size_t>(max_length), strategy,
+                                                  tokenizers::Direction::Right, stride, early_exit});
   else
     t.set_truncation(std::nullopt);
   return t;
@@ -172,13 +175,9 @@ Features tokenize_qa(std::shared_ptr<const Dataset> ds, const tokenizers::Tokeni
   KILN_CHECK(ds, "tokenize_qa: no dataset");
   KILN_CHECK(doc_stride >= 0 && doc_stride < max_length, ds->source, ": doc_stride ", doc_stride,
              " must be at least 0 and below max_seq_length ", max_length);
-  tokenizers::Tokenizer t = tok;
-  t.set_padding(std::nullopt);
   // Every window of the context: without tokenizers 0.23's early exit, which would drop all but the first.
-  t.set_truncation(tokenizers::TruncationParams{static_cast<size_t>(max_length),
-                                                tokenizers::TruncationStrategy::OnlySecond,
-                                                tokenizers::Direction::Right, static_cast<size_t>(doc_stride),
-                                                /*early_exit=*/false});
+  const tokenizers::Tokenizer t = truncating(tok, max_length, tokenizers::TruncationStrategy::OnlySecond,
+                                             static_cast<size_t>(doc_stride), /*early_exit=*/false);
   std::vector<std::pair<std::string, std::string>> pairs;
   pairs.reserve(ds->rows.size());
   for (const auto& r : ds->rows) {  // run_qa strips the questions' leading whitespace
@@ -193,6 +192,10 @@ Features tokenize_qa(std::shared_ptr<const Dataset> ds, const tokenizers::Tokeni
     std::vector<const tokenizers::Encoding*> windows = {&enc[r]};
     for (const auto& w : enc[r].overflowing) windows.push_back(&w);
     const Example& row = ds->rows[r];
+    // The first answer's characters [from, to) in the context (none: every window is labelled [CLS]).
+    const bool answered = ds->has_labels && !row.answer_starts.empty();
+    const int64_t from = answered ? row.answer_starts[0] : 0,
+                  to = answered ? from + static_cast<int64_t>(tokenizers::utf8::count_chars(row.answer_texts[0])) : 0;
     for (const tokenizers::Encoding* w : windows) {
       const size_t n = w->ids.size();
       std::vector<std::pair<int64_t, int64_t>> offsets(n, {-1, -1});
@@ -211,16 +214,12 @@ Features tokenize_qa(std::shared_ptr<const Dataset> ds, const tokenizers::Tokeni
       f.example_index.push_back(static_cast<int64_t>(r));
       if (ds->has_labels) {
         int64_t start = cls, end = cls;
-        if (!row.answer_starts.empty() && first >= 0) {
-          const int64_t from = row.answer_starts[0],
-                        to = from + static_cast<int64_t>(tokenizers::utf8::count_chars(row.answer_texts[0]));
-          if (offsets[first].first <= from && offsets[last].second >= to) {  // the whole answer is in the window
-            int64_t s = first, e = last;
-            while (s <= last && offsets[s].first <= from) ++s;
-            while (e >= first && offsets[e].second >= to) --e;
-            start = s - 1;
-            end = e + 1;
-          }
+        if (answered && first >= 0 && offsets[first].first <= from && offsets[last].second >= to) {
+          int64_t s = first, e = last;  // the whole answer is in the window
+          while (s <= last && offsets[s].first <= from) ++s;
+          while (e >= first && offsets[e].second >= to) --e;
+          start = s - 1;
+          end = e + 1;
         }
         f.start_positions.push_back(start);
         f.end_positions.push_back(end);

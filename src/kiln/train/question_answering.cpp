@@ -168,7 +168,8 @@ QaPredictions postprocess_qa_predictions(const data::Features& features,
     for (auto& c : candidates)
       c.text = std::string(utf8::slice_chars(context, static_cast<size_t>(c.offsets.first),
                                              static_cast<size_t>(c.offsets.second)));
-    if (candidates.empty() || (candidates.size() == 1 && candidates[0].text.empty())) {
+    const bool placeholder = candidates.empty() || (candidates.size() == 1 && candidates[0].text.empty());
+    if (placeholder) {
       QaCandidate empty;  // HF's placeholder when nothing fits
       empty.text = "empty";
       candidates.insert(candidates.begin(), empty);
@@ -179,17 +180,25 @@ QaPredictions postprocess_qa_predictions(const data::Features& features,
     for (auto& c : candidates) sum += c.probability = std::exp(static_cast<double>(c.score - top));
     for (auto& c : candidates) c.probability /= sum;
     p.ids.push_back(examples.rows[e].id);
+    auto index = [&](auto it) { return it == candidates.end() ? int64_t{-1} : it - candidates.begin(); };
+    const int64_t null_at = index(std::find_if(candidates.begin(), candidates.end(), [&](const QaCandidate& c) {
+      return c.text.empty() && is_null(c);
+    }));
     if (!o.version_2_with_negative) {
       p.answers.push_back(candidates[0].text);
+      p.chosen.push_back(placeholder ? -1 : 0);
     } else {
       auto best = std::find_if(candidates.begin(), candidates.end(), [](const QaCandidate& c) { return !c.text.empty(); });
       if (best == candidates.end()) {  // only empty spans (zero-width tokens): no answer
         p.null_score_diff.push_back(0);
         p.answers.emplace_back();
+        p.chosen.push_back(null_at);
       } else {
         const float diff = (null ? null->score : 0.f) - best->start_logit - best->end_logit;
+        const bool none = diff > o.null_score_diff_threshold;
         p.null_score_diff.push_back(diff);
-        p.answers.push_back(diff > o.null_score_diff_threshold ? "" : best->text);
+        p.answers.push_back(none ? "" : best->text);
+        p.chosen.push_back(none ? null_at : placeholder ? -1 : index(best));
       }
     }
     p.nbest.push_back(std::move(candidates));

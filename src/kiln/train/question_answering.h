@@ -37,6 +37,9 @@ struct QaPredictions {
   std::vector<std::string> ids;
   std::vector<std::string> answers;             // "" = no answer (version 2)
   std::vector<std::vector<QaCandidate>> nbest;  // best first
+  // The answer's candidate in nbest (the null one for a version 2 ""), or -1
+  // for HF's "empty" placeholder (nothing fit) or an answer without one.
+  std::vector<int64_t> chosen;
   std::vector<float> null_score_diff;           // version 2: null score - best span's score
 };
 
