@@ -401,6 +401,33 @@ TEST(Cli, Seq2SeqTrainsAT5) {
   EXPECT_EQ(generated, expected);
 }
 
+// --optim adafactor, the usual choice for T5 (HF's Adafactor with the
+// scheduled learning rate): the loss falls, and checkpoints keep its
+// factored state by PyTorch's names.
+TEST(Cli, OptimAdafactorTrainsAT5) {
+  Workdir w;
+  fs::path data = w.path() / "data", out = w.path() / "s2s";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  const std::string train = "train --task seq2seq --config_name t5-tiny --tokenizer_name " + data.string() +
+                            " --train_file " + (data / "train.csv").string() +
+                            " --source_column sentence --target_column label --source_prefix 'sentiment: '" +
+                            " --max_source_length 32 --max_target_length 4 --max_steps 40 --logging_steps 10" +
+                            " --per_device_train_batch_size 16 --learning_rate 3e-3 --save_steps 20";
+  ASSERT_EQ(kiln(train + " --optim adafactor --output_dir " + out.string(), w.path() / "log1"), 0)
+      << slurp(w.path() / "log1");
+  auto log = io::read_json_file(out / "trainer_state.json")["log_history"];
+  EXPECT_LT(log[3]["loss"].get<double>(), 0.5 * log[0]["loss"].get<double>());
+  auto st = io::SafetensorsFile::open(out / "checkpoint-40" / "optimizer.safetensors");
+  EXPECT_EQ(st.metadata().at("optim"), "adafactor");
+  const auto* row = st.find("state.encoder.block.0.layer.1.DenseReluDense.wi.weight.exp_avg_sq_row");
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->shape.size(), 1u);
+  EXPECT_EQ(st.find("state.encoder.block.0.layer.1.DenseReluDense.wi.weight.exp_avg"), nullptr);
+  EXPECT_NE(kiln(train + " --optim lion --output_dir " + (w.path() / "x").string(), w.path() / "log2"), 0);
+  EXPECT_CONTAINS(slurp(w.path() / "log2"), "--optim: invalid value 'lion' (expected one of: adamw_torch, "
+                                            "adamw_torch_fused, adafactor, sgd, adagrad, rmsprop)");
+}
+
 // run_ner: --task token-classification on JSON rows of words and tags. The
 // demo vocabulary's product nouns are B-PROD; "incredibly"/"very" + adjective
 // is B-QUAL I-QUAL, a bare adjective B-QUAL. A tiny BERT learns it; kiln eval

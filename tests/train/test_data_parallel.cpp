@@ -48,6 +48,7 @@ struct Split {
   int64_t stop_after = -1;
   std::string resume;
   bool bf16 = false;
+  std::string optim = "adamw_torch";
 };
 
 Split split(int replicas, int per_device, int accum = 1, bool fixed_padding = false) {
@@ -95,6 +96,7 @@ Result train(const fs::path& out, const Split& run) {
         a.ddp_bucket_cap_mb = run.bucket_mb;
         a.per_device_train_batch_size = run.per_device;
         a.bf16 = run.bf16;
+        a.optim = run.optim;
         a.gradient_accumulation_steps = run.accum;
         a.resume_from_checkpoint = run.resume;
         data::CollatorOptions co;
@@ -235,6 +237,36 @@ TEST(DataParallel, CheckpointsResumeOnAnotherReplicaCount) {
     EXPECT_LT(w.value, 1e-5) << w.name;
   }
   }
+}
+
+// Adafactor's state is not shaped like its parameters (a row and a column
+// per matrix): sharded over two replicas, gathered into the checkpoint, it
+// resumes on one, and the two-replica run follows the one-replica run.
+TEST(DataParallel, ShardedAdafactorStateResumesOnAnotherReplicaCount) {
+  TempDir straight_dir, two_dir, dir;
+  Split one_run = split(1, 8);
+  one_run.optim = "adafactor";
+  Result straight = train(straight_dir.path(), one_run);
+  Split two_run = split(2, 4);
+  two_run.optim = "adafactor";
+  two_run.shard = true;
+  Result two = train(two_dir.path(), two_run);
+  EXPECT_TRUE(two.replicas_identical);
+  EXPECT_LT(two.state_numel[0], straight.state_numel[0]);  // each holds a share
+  EXPECT_LT(two.state_numel[1], straight.state_numel[0]);
+  EXPECT_EQ(two.state_numel[0] + two.state_numel[1], straight.state_numel[0]);
+  EXPECT_LT(worst_relative(two.params, straight.params).value, 1e-4);
+  Split a = two_run;
+  a.stop_after = 5;
+  train(dir.path(), a);
+  ASSERT_TRUE(fs::exists(dir.path() / "checkpoint-5"));
+  Split b = one_run;
+  b.resume = (dir.path() / "checkpoint-5").string();
+  Result resumed = train(dir.path(), b);
+  ASSERT_EQ(resumed.losses.size(), 10u);
+  for (size_t s = 0; s < 10; ++s) EXPECT_NEAR(resumed.losses[s], straight.losses[s], 2e-4) << "step " << s + 1;
+  Worst w = worst_relative(resumed.params, straight.params);
+  EXPECT_LT(w.value, 1e-4) << w.name;
 }
 
 TEST(DataParallel, NumReplicasMustMatchTheSpawn) {

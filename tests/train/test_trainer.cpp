@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "kiln/io/json_file.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
 #include "support/temp_dir.h"
@@ -78,6 +79,73 @@ TEST(Trainer, TwentyStepsEqualTenPlusResumePlusTenBitwise) {
   ASSERT_GE(la.size(), 4u);
   ASSERT_GE(lb.size(), 4u);
   EXPECT_EQ(la[3]["loss"], lb[3]["loss"]);
+}
+
+// Every --optim resumes exactly: its state (under PyTorch's names) and step
+// count come back from optimizer.safetensors.
+TEST(Trainer, EveryOptimizerResumesBitwise) {
+  auto feats = features(30);
+  for (const std::string optim : {"adafactor", "sgd", "adagrad", "rmsprop"}) {
+    SCOPED_TRACE(optim);
+    TempDir a, b;
+    auto args = args_for(a.path());
+    args.optim = optim;
+    args.max_steps = 12;
+    args.save_steps = 6;
+    auto straight = models::create_model("BertForSequenceClassification", tiny(), 1);
+    {
+      train::Trainer t(*straight, args, train::Task::TextClassification, feats, nullptr, collator());
+      t.train();
+    }
+    args.output_dir = b.path().string();
+    {
+      auto first = models::create_model("BertForSequenceClassification", tiny(), 1);
+      train::Trainer t(*first, args, train::Task::TextClassification, feats, nullptr, collator());
+      t.stop_after_step(6);
+      t.train();
+    }
+    auto st = io::SafetensorsFile::open(b.path() / "checkpoint-6" / "optimizer.safetensors");
+    EXPECT_EQ(st.metadata().at("optim"), optim);
+    EXPECT_EQ(st.metadata().at("step"), "6");
+    if (optim == "adafactor") {  // a [16, 16] weight keeps a row and a column
+      const auto* row = st.find("state.bert.encoder.layer.0.attention.self.query.weight.exp_avg_sq_row");
+      ASSERT_NE(row, nullptr);
+      EXPECT_EQ(row->shape, (Shape{16}));
+      EXPECT_NE(st.find("state.bert.encoder.layer.0.attention.self.query.bias.exp_avg_sq"), nullptr);
+    }
+    auto resumed = models::create_model("BertForSequenceClassification", tiny(), 99);
+    args.resume_from_checkpoint = "latest";
+    {
+      train::Trainer t(*resumed, args, train::Task::TextClassification, feats, nullptr, collator());
+      t.train();
+      EXPECT_EQ(t.state().global_step, 12);
+    }
+    auto pa = params_of(*straight), pb = params_of(*resumed), p0 = params_of(*models::create_model(
+                                                                  "BertForSequenceClassification", tiny(), 1));
+    for (auto& [name, v] : pa) EXPECT_EQ(v, pb.at(name)) << name;
+    EXPECT_NE(pa.at("classifier.weight"), p0.at("classifier.weight"));  // it trained
+  }
+}
+
+// A checkpoint's optimizer state belongs to the optimizer that wrote it.
+TEST(Trainer, ResumingWithAnotherOptimizerIsAnError) {
+  auto feats = features(30);
+  TempDir d;
+  auto args = args_for(d.path());
+  args.optim = "adafactor";
+  {
+    auto m = models::create_model("BertForSequenceClassification", tiny(), 1);
+    train::Trainer t(*m, args, train::Task::TextClassification, feats, nullptr, collator());
+    t.stop_after_step(10);
+    t.train();
+  }
+  args.optim = "adamw_torch";
+  args.resume_from_checkpoint = "latest";
+  auto m = models::create_model("BertForSequenceClassification", tiny(), 1);
+  train::Trainer t(*m, args, train::Task::TextClassification, feats, nullptr, collator());
+  EXPECT_CONTAINS(testing::error_of([&] { t.train(); }),
+                  "checkpoint-10/optimizer.safetensors holds the state of optim 'adafactor', but this run uses optim "
+                  "'adamw_torch': resume with --optim adafactor");
 }
 
 // A damaged checkpoint is an error naming the file, before any step runs.

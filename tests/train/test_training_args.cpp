@@ -557,8 +557,9 @@ TEST(TrainingArgs, JsonErrors) {
 TEST(TrainingArgs, HfIntegrationFlags) {
   EXPECT_EQ(parse_error({"--output_dir", "o", "--report_to", "wandb"}),
             "--report_to: invalid value 'wandb' (expected one of: all, none)");
-  EXPECT_EQ(parse_error({"--output_dir", "o", "--optim", "adafactor"}),
-            "--optim: invalid value 'adafactor' (expected one of: adamw_torch, adamw_torch_fused)");
+  EXPECT_EQ(parse_error({"--output_dir", "o", "--optim", "adamw_bnb_8bit"}),
+            "--optim: invalid value 'adamw_bnb_8bit' (expected one of: adamw_torch, adamw_torch_fused, adafactor, "
+            "sgd, adagrad, rmsprop)");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--save_safetensors", "false"}),
              "--save_safetensors must be true: kiln writes model.safetensors only");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--push_to_hub"}), "--push_to_hub is not supported");

@@ -8,9 +8,9 @@
 namespace kiln::optim {
 
 namespace {
-Tensor host_zeros(const Tensor& like) {
-  std::vector<float> z(static_cast<size_t>(like.numel()), 0.0f);
-  return Tensor::from_vector(z, like.shape(), like.device());
+Tensor host_zeros(const Shape& shape, Device device) {
+  std::vector<float> z(static_cast<size_t>(numel(shape)), 0.0f);
+  return Tensor::from_vector(z, shape, device);
 }
 // A per-step scalar as a graph input (never a constant: no recompiles).
 Tensor step_scalar(double v, Device d, const char* name) { return Tensor::scalar(static_cast<float>(v), d, name); }
@@ -30,18 +30,19 @@ void Optimizer::zero_grad() {
     for (auto& p : g.params) p.zero_grad();
 }
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions options)
-    : Optimizer({ParamGroup{std::move(params), options.weight_decay}}), options_(options) {
-  lr_ = options.lr;
-  if (options_.momentum != 0.0) {
-    momentum_.resize(groups_.size());
-    for (size_t gi = 0; gi < groups_.size(); ++gi)
-      for (const auto& p : groups_[gi].params) momentum_[gi].push_back(host_zeros(p));
-  }
+void Optimizer::init_state() {
+  state_.assign(groups_.size(), {});
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (const auto& p : groups_[gi].params) {
+      auto& mine = state_[gi].emplace_back();
+      for (auto& [name, shape] : state_spec(p.shape())) mine.push_back({name, host_zeros(shape, p.device())});
+    }
 }
 
-void SGD::step() {
+void Optimizer::step_with_l2_decay(
+    const std::function<void(size_t, size_t, Tensor&, const Tensor&, const Tensor&)>& update) {
   NoGradGuard no_grad;
+  ++t_;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& group = groups_[gi];
     if (group.params.empty()) continue;
@@ -51,14 +52,35 @@ void SGD::step() {
       Tensor g = p.grad();
       if (!g.defined()) continue;
       if (group.weight_decay != 0.0) g = g + p * group.weight_decay;
-      if (options_.momentum != 0.0) {
-        Tensor& buf = momentum_[gi][i];
-        buf.assign(buf * options_.momentum + g);
-        g = buf;
-      }
-      p.assign(p - lr * g);
+      update(gi, i, p, g, lr);
     }
   }
+}
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : SGD(std::vector<ParamGroup>{ParamGroup{std::move(params), options.weight_decay}}, options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::move(groups)), options_(options) {
+  lr_ = options.lr;
+  KILN_CHECK(options.momentum >= 0, "SGD: momentum must be >= 0, got ", options.momentum);
+  init_state();
+}
+
+std::vector<std::pair<std::string, Shape>> SGD::state_spec(const Shape& param) const {
+  if (options_.momentum == 0.0) return {};
+  return {{"momentum_buffer", param}};
+}
+
+void SGD::step() {
+  step_with_l2_decay([&](size_t gi, size_t i, Tensor& p, const Tensor& g, const Tensor& lr) {
+    Tensor step = g;
+    if (options_.momentum != 0.0) {
+      Tensor& buf = state_value(gi, i, 0);
+      buf.assign(buf * options_.momentum + g);
+      step = buf;
+    }
+    p.assign(p - lr * step);
+  });
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
@@ -73,14 +95,8 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
   init_state();
 }
 
-void AdamW::init_state() {
-  m_.resize(groups_.size());
-  v_.resize(groups_.size());
-  for (size_t gi = 0; gi < groups_.size(); ++gi)
-    for (const auto& p : groups_[gi].params) {
-      m_[gi].push_back(host_zeros(p));
-      v_[gi].push_back(host_zeros(p));
-    }
+std::vector<std::pair<std::string, Shape>> AdamW::state_spec(const Shape& param) const {
+  return {{"exp_avg", param}, {"exp_avg_sq", param}};
 }
 
 void AdamW::step() {
@@ -103,14 +119,135 @@ void AdamW::step() {
       Tensor& p = group.params[i];
       Tensor g = p.grad();
       if (!g.defined()) continue;
-      Tensor& m = m_[gi][i];
-      Tensor& v = v_[gi][i];
+      Tensor& m = state_value(gi, i, 0);
+      Tensor& v = state_value(gi, i, 1);
       m.assign(m * b1 + g * (1.0 - b1));
       v.assign(v * b2 + g * g * (1.0 - b2));
       Tensor denom = sqrt(v) * inv_sqrt_bc2 + options_.eps;
       p.assign(p * decay - step_size * m / denom);
     }
   }
+}
+
+Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions options)
+    : Optimizer(std::move(groups)), options_(options) {
+  lr_ = options.lr;
+  KILN_CHECK(options.eps >= 0, "Adagrad: eps must be >= 0, got ", options.eps);
+  init_state();
+}
+
+std::vector<std::pair<std::string, Shape>> Adagrad::state_spec(const Shape& param) const {
+  return {{"sum", param}};
+}
+
+void Adagrad::step() {
+  step_with_l2_decay([&](size_t gi, size_t i, Tensor& p, const Tensor& g, const Tensor& lr) {
+    Tensor& acc = state_value(gi, i, 0);
+    acc.assign(acc + g * g);
+    p.assign(p - lr * g / (sqrt(acc) + options_.eps));
+  });
+}
+
+RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options)
+    : Optimizer(std::move(groups)), options_(options) {
+  lr_ = options.lr;
+  KILN_CHECK(options.alpha >= 0 && options.alpha <= 1, "RMSprop: alpha must be in [0, 1], got ", options.alpha);
+  KILN_CHECK(options.eps >= 0, "RMSprop: eps must be >= 0, got ", options.eps);
+  init_state();
+}
+
+std::vector<std::pair<std::string, Shape>> RMSprop::state_spec(const Shape& param) const {
+  return {{"square_avg", param}};
+}
+
+void RMSprop::step() {
+  const double a = options_.alpha;
+  step_with_l2_decay([&](size_t gi, size_t i, Tensor& p, const Tensor& g, const Tensor& lr) {
+    Tensor& sq = state_value(gi, i, 0);
+    sq.assign(sq * a + g * g * (1.0 - a));
+    p.assign(p - lr * g / (sqrt(sq) + options_.eps));
+  });
+}
+
+Adafactor::Adafactor(std::vector<ParamGroup> groups, AdafactorOptions options)
+    : Optimizer(std::move(groups)), options_(options) {
+  lr_ = options.lr;
+  KILN_CHECK(options.eps1 >= 0, "Adafactor: eps1 must be >= 0, got ", options.eps1);
+  KILN_CHECK(options.clip_threshold > 0, "Adafactor: clip_threshold must be positive, got ", options.clip_threshold);
+  KILN_CHECK(options.decay_rate < 0, "Adafactor: decay_rate must be negative, got ", options.decay_rate);
+  init_state();
+}
+
+std::vector<std::pair<std::string, Shape>> Adafactor::state_spec(const Shape& param) const {
+  if (param.size() < 2) return {{"exp_avg_sq", param}};
+  Shape row(param.begin(), param.end() - 1), col(param.begin(), param.end() - 2);
+  col.push_back(param.back());
+  return {{"exp_avg_sq_row", row}, {"exp_avg_sq_col", col}};
+}
+
+void Adafactor::step() {
+  NoGradGuard no_grad;
+  ++t_;
+  // β₂ₜ = 1 - t^decay_rate: 0 at the first step, so the state starts as g².
+  const double beta2t = 1.0 - std::pow(static_cast<double>(t_), options_.decay_rate);
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& group = groups_[gi];
+    if (group.params.empty()) continue;
+    Device dev = group.params[0].device();
+    Tensor lr = step_scalar(lr_, dev, "lr");
+    Tensor keep = step_scalar(beta2t, dev, "adafactor_beta2t");
+    Tensor take = step_scalar(1.0 - beta2t, dev, "adafactor_one_minus_beta2t");
+    Tensor decay = step_scalar(-group.weight_decay * lr_, dev, "adafactor_decay");
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      Tensor& p = group.params[i];
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      Tensor sq = g * g + options_.eps1;
+      Tensor u;
+      const int64_t r = p.rank();
+      if (r >= 2) {
+        Tensor& row = state_value(gi, i, 0);
+        Tensor& col = state_value(gi, i, 1);
+        row.assign(row * keep + mean(sq, {r - 1}) * take);
+        col.assign(col * keep + mean(sq, {r - 2}) * take);
+        // v̂ = row·col / mean(row): u = g · rsqrt(row / mean(row)) · rsqrt(col)
+        Tensor r_factor = unsqueeze(rsqrt(row / mean(row, {r - 2}, true)), r - 1);
+        Tensor c_factor = rsqrt(unsqueeze(col, r - 2));
+        u = r_factor * c_factor * g;
+      } else {
+        Tensor& v = state_value(gi, i, 0);
+        v.assign(v * keep + sq * take);
+        u = rsqrt(v) * g;
+      }
+      // rms(u) = ‖u‖ / √n; u / max(1, rms(u) / clip_threshold)
+      Tensor rms = sqrt(sum(u * u)) / std::sqrt(static_cast<double>(u.numel()));
+      u = u / maximum(rms / options_.clip_threshold, ones({}, DType::f32, dev));
+      u = u * lr;
+      Tensor decayed = group.weight_decay != 0.0 ? p + p * decay : p;
+      p.assign(decayed - u);
+    }
+  }
+}
+
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> names{"adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad",
+                                              "rmsprop"};
+  return names;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<ParamGroup> groups,
+                                          const OptimizerHyper& hyper) {
+  if (name == "adamw_torch" || name == "adamw_torch_fused")
+    return std::make_unique<AdamW>(std::move(groups), AdamWOptions{.lr = hyper.lr,
+                                                                   .beta1 = hyper.adam_beta1,
+                                                                   .beta2 = hyper.adam_beta2,
+                                                                   .eps = hyper.adam_epsilon});
+  if (name == "adafactor") return std::make_unique<Adafactor>(std::move(groups), AdafactorOptions{.lr = hyper.lr});
+  if (name == "sgd") return std::make_unique<SGD>(std::move(groups), SGDOptions{.lr = hyper.lr});
+  if (name == "adagrad") return std::make_unique<Adagrad>(std::move(groups), AdagradOptions{.lr = hyper.lr});
+  if (name == "rmsprop") return std::make_unique<RMSprop>(std::move(groups), RMSpropOptions{.lr = hyper.lr});
+  throw Error(detail::concat("optim: unknown optimizer '", name, "' (expected one of: ", joined(optimizer_names()),
+                             ")"));
 }
 
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {

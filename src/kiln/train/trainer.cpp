@@ -218,42 +218,51 @@ void Trainer::build_optimizer() {
       used.push_back(groups[g]);
       opt_index_.push_back(index[g]);
     }
-  optimizer_ = std::make_unique<optim::AdamW>(
-      used, optim::AdamWOptions{args_.learning_rate, args_.adam_beta1, args_.adam_beta2, args_.adam_epsilon,
-                                args_.weight_decay});
+  optimizer_ = optim::make_optimizer(args_.optim, used,
+                                     {.lr = args_.learning_rate,
+                                      .adam_beta1 = args_.adam_beta1,
+                                      .adam_beta2 = args_.adam_beta2,
+                                      .adam_epsilon = args_.adam_epsilon});
 }
 
 int64_t Trainer::optimizer_state_numel() const {
   int64_t n = 0;
   for (size_t g = 0; g < opt_index_.size(); ++g)
     for (size_t i = 0; i < opt_index_[g].size(); ++i)
-      n += optimizer_->exp_avg(g)[i].numel() + optimizer_->exp_avg_sq(g)[i].numel();
+      for (const auto& s : optimizer_->state(g, i)) n += s.value.numel();
   return n;
 }
 
 std::vector<std::pair<std::string, Tensor>> Trainer::optimizer_state() {
-  std::vector<Tensor> m(params_.size()), v(params_.size());
+  // Every parameter's state in state_spec's order, then the names to match.
+  std::vector<std::vector<Tensor>> state(params_.size());
   for (size_t g = 0; g < opt_index_.size(); ++g)
-    for (size_t i = 0; i < opt_index_[g].size(); ++i) {
-      m[opt_index_[g][i]] = optimizer_->exp_avg(g)[i];
-      v[opt_index_[g][i]] = optimizer_->exp_avg_sq(g)[i];
-    }
+    for (size_t i = 0; i < opt_index_[g].size(); ++i)
+      for (const auto& s : optimizer_->state(g, i)) state[opt_index_[g][i]].push_back(s.value);
+  std::vector<std::vector<std::pair<std::string, Shape>>> spec(params_.size());
+  for (size_t k = 0; k < params_.size(); ++k) spec[k] = optimizer_->state_spec(params_[k].shape());
   if (sharded()) {
-    // Every replica takes part; the owners' state arrives everywhere.
+    // Every replica takes part; the owners' state arrives everywhere. A
+    // replica passes zeros for the state it does not hold.
+    std::vector<Tensor> flat;
+    std::vector<int64_t> owners;
     for (size_t k = 0; k < params_.size(); ++k)
-      if (!m[k].defined()) {
-        m[k] = zeros(params_[k].shape(), DType::f32, device_);
-        v[k] = zeros(params_[k].shape(), DType::f32, device_);
+      for (size_t j = 0; j < spec[k].size(); ++j) {
+        flat.push_back(state[k].empty() ? zeros(spec[k][j].second, DType::f32, device_) : state[k][j]);
+        owners.push_back(owners_[k]);
       }
-    m = optim::gather_from_owners(m, owners_);
-    v = optim::gather_from_owners(v, owners_);
+    flat = optim::gather_from_owners(flat, owners);
     mark_step(device_);
+    size_t at = 0;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      state[k].clear();
+      for (size_t j = 0; j < spec[k].size(); ++j) state[k].push_back(flat[at++]);
+    }
   }
   std::vector<std::pair<std::string, Tensor>> out;
-  for (size_t k = 0; k < params_.size(); ++k) {
-    out.emplace_back("state." + param_names_[k] + ".exp_avg", m[k]);
-    out.emplace_back("state." + param_names_[k] + ".exp_avg_sq", v[k]);
-  }
+  for (size_t k = 0; k < params_.size(); ++k)
+    for (size_t j = 0; j < spec[k].size(); ++j)
+      out.emplace_back("state." + param_names_[k] + "." + spec[k][j].first, state[k][j]);
   return out;
 }
 
@@ -365,7 +374,8 @@ void Trainer::save_checkpoint(const std::vector<std::pair<std::string, Tensor>>&
   save_delay();
   if (!args_.save_only_model) {  // what resuming needs besides the model
     // Optimizer state by parameter name.
-    io::save_safetensors(tmp / "optimizer.safetensors", opt, {{"step", std::to_string(optimizer_->steps_taken())}});
+    io::save_safetensors(tmp / "optimizer.safetensors", opt,
+                         {{"step", std::to_string(optimizer_->steps_taken())}, {"optim", args_.optim}});
     save_delay();
     io::write_json_file_atomic(tmp / "scheduler.json",
                                json{{"type", args_.lr_scheduler_type}, {"last_epoch", state_.global_step}});
@@ -420,17 +430,25 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   KILN_CHECK(report.ok(), "resume_from_checkpoint: ", (dir / "model.safetensors").string(),
              " does not match the model:\n", report.describe());
   io::SafetensorsFile opt = io::SafetensorsFile::open(dir / "optimizer.safetensors");
+  const std::string opt_file = (dir / "optimizer.safetensors").string();
+  // Checkpoints from before the optimizer was recorded were all AdamW's.
+  auto written_by = opt.metadata().find("optim");
+  const std::string saved_optim = written_by == opt.metadata().end() ? "adamw_torch" : written_by->second;
+  auto adamw = [](const std::string& o) { return o == "adamw_torch" || o == "adamw_torch_fused"; };
+  KILN_CHECK(saved_optim == args_.optim || (adamw(saved_optim) && adamw(args_.optim)), "resume_from_checkpoint: ",
+             opt_file, " holds the state of optim '", saved_optim, "', but this run uses optim '", args_.optim,
+             "': resume with --optim ", saved_optim, ", or start a new run from the model with --model_name_or_path");
   NoGradGuard no_grad;
   for (size_t g = 0; g < opt_index_.size(); ++g)
     for (size_t i = 0; i < opt_index_[g].size(); ++i) {
       const size_t k = opt_index_[g][i];
-      for (auto [suffix, vec] : {std::pair{".exp_avg", &optimizer_->exp_avg(g)}, std::pair{".exp_avg_sq", &optimizer_->exp_avg_sq(g)}}) {
-        std::string key = "state." + param_names_[k] + suffix;
-        KILN_CHECK(opt.find(key), (dir / "optimizer.safetensors").string(), ": tensor '", key, "' is missing");
+      for (auto& s : optimizer_->state(g, i)) {
+        std::string key = "state." + param_names_[k] + "." + s.name;
+        KILN_CHECK(opt.find(key), opt_file, ": tensor '", key, "' is missing");
         Tensor t = opt.load(key, device_);
-        KILN_CHECK(t.shape() == (*vec)[i].shape(), (dir / "optimizer.safetensors").string(), ": tensor '", key,
-                   "' has shape ", to_string(t.shape()), ", expected ", to_string((*vec)[i].shape()));
-        (*vec)[i].set_data(t);
+        KILN_CHECK(t.shape() == s.value.shape(), opt_file, ": tensor '", key, "' has shape ", to_string(t.shape()),
+                   ", expected ", to_string(s.value.shape()));
+        s.value.set_data(t);
       }
     }
   auto meta = opt.metadata().find("step");

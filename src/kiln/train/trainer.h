@@ -102,7 +102,7 @@ class Trainer {
   // control.should_training_stop); the schedule still spans the whole run.
   void stop_after_step(int64_t step) { stop_after_ = step; }
   const TrainingArguments& args() const { return args_; }
-  // Elements of optimizer state (exp_avg + exp_avg_sq) this replica holds:
+  // Elements of optimizer state (AdamW: exp_avg + exp_avg_sq) this replica holds:
   // its share of the parameters when several replicas train (ZeRO-1).
   int64_t optimizer_state_numel() const;
   // Saves config.json, model.safetensors and the extra files into dir.
@@ -115,7 +115,7 @@ class Trainer {
   double loss_items(const data::Batch& b) const;
   bool sharded() const { return replica_.world_size() > 1 && args_.shard_optimizer_state; }
   void build_optimizer();
-  // exp_avg / exp_avg_sq of every parameter by name (gathered from their
+  // The optimizer state of every parameter by name (gathered from their
   // owners when the state is sharded: every replica must call it).
   std::vector<std::pair<std::string, Tensor>> optimizer_state();
   void save_checkpoint(const std::vector<std::pair<std::string, Tensor>>& optimizer_state);
@@ -133,7 +133,7 @@ class Trainer {
   QaOptions qa_;
   std::shared_ptr<const data::Features> train_, eval_;
   data::CollatorOptions collator_;
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   std::vector<Tensor> params_;            // HF's order: decayed parameters, then the others
   std::vector<std::string> param_names_;  // their names
   std::vector<int64_t> owners_;           // the replica (global rank) that updates each

@@ -11,6 +11,7 @@
 #include "kiln/core/device.h"
 #include "kiln/core/error.h"
 #include "kiln/io/json_file.h"
+#include "kiln/optim/optimizer.h"
 #include "kiln/optim/schedule.h"
 
 namespace kiln::train {
@@ -90,7 +91,7 @@ const std::vector<Field>& fields() {
       {"logging_dir", &TA::logging_dir, {}},
       {"run_name", &TA::run_name, {}},
       {"disable_tqdm", &TA::disable_tqdm, {}},
-      {"optim", &TA::optim, {"adamw_torch", "adamw_torch_fused"}},
+      {"optim", &TA::optim, optim::optimizer_names()},
       {"save_safetensors", &TA::save_safetensors, {}},
       {"push_to_hub", &TA::push_to_hub, {}},
       {"predict_with_generate", &TA::predict_with_generate, {}},

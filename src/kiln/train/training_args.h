@@ -91,8 +91,11 @@ struct TrainingArguments {
   std::string report_to = "all";
   std::optional<std::string> logging_dir, run_name;
   std::optional<bool> disable_tqdm;
-  // AdamW as torch.optim.AdamW: adamw_torch (HF's default) or its fused
-  // variant, the same math. Other optimizers are an error naming these.
+  // The optimizer, as HF's Trainer builds it (optim::make_optimizer):
+  // adamw_torch (the default) and adamw_torch_fused (the same AdamW, with
+  // adam_beta1/2 and adam_epsilon), adafactor (HF's, with the scheduled
+  // learning rate), sgd, adagrad, rmsprop (PyTorch's defaults). Others are
+  // an error naming these.
   std::string optim = "adamw_torch";
   bool save_safetensors = true;  // kiln writes safetensors only: false is an error
   bool push_to_hub = false;      // no network: true is an error
