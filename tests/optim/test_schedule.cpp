@@ -47,8 +47,81 @@ TEST(Schedule, MatchesTorchLambdaLRGoldensExactly) {
           << c["type"] << " warmup " << c["warmup_steps"] << " total " << c["total_steps"] << " kwargs "
           << given.dump() << " step " << step;
   }
-  EXPECT_EQ(types_seen.size(), LRSchedule::types().size());
+  EXPECT_EQ(types_seen.size() + 1, LRSchedule::types().size());  // + reduce_lr_on_plateau: below
   EXPECT_GE(with_kwargs, 10);
+}
+
+// ReduceLROnPlateau against torch.optim.lr_scheduler.ReduceLROnPlateau fed
+// the same metrics (the goldens' plateau_cases): the rate after every step,
+// bit for bit, and the state torch's state_dict ends with.
+TEST(Schedule, ReduceLROnPlateauMatchesTorchExactly) {
+  std::ifstream in(std::string(KILN_TEST_DATA_DIR) + "/schedule_goldens.json");
+  ASSERT_TRUE(in) << "missing tests/data/schedule_goldens.json";
+  auto goldens = nlohmann::json::parse(in);
+  ASSERT_GE(goldens["plateau_cases"].size(), 7u);
+  for (const auto& c : goldens["plateau_cases"]) {
+    SCOPED_TRACE(c["lr_scheduler_kwargs"].dump());
+    ReduceLROnPlateau p(c["base_lr"], ReduceLROnPlateau::parse(c["lr_scheduler_kwargs"]));
+    EXPECT_EQ(p.lr(), c["base_lr"].get<double>());
+    const auto& metrics = c["metrics"];
+    for (size_t k = 0; k < metrics.size(); ++k) {
+      p.step(metrics[k]);
+      EXPECT_EQ(p.lr(), c["lrs"][k].get<double>()) << "after evaluation " << k + 1;
+    }
+    nlohmann::json state = p.state_dict();
+    for (const char* key : {"best", "num_bad_epochs", "cooldown_counter", "last_epoch"})
+      EXPECT_EQ(state[key], c["state"][key]) << key;
+    EXPECT_EQ(state["_last_lr"], c["lrs"].back());
+  }
+  // The schedule itself holds the base rate, without warmup.
+  LRSchedule s("reduce_lr_on_plateau", 1e-3, 10, 100);
+  EXPECT_EQ(s.lr(0), 1e-3);
+  EXPECT_EQ(s.lr(99), 1e-3);
+}
+
+TEST(Schedule, ReduceLROnPlateauByHand) {
+  ReduceLROnPlateau p(1.0, ReduceLROnPlateau::parse({{"patience", 1}, {"factor", 0.5}}));
+  // A NaN metric is never better: a bad evaluation (torch compares the same way).
+  p.step(1.0);
+  p.step(std::nan(""));
+  EXPECT_EQ(p.lr(), 1.0);
+  p.step(std::nan(""));
+  EXPECT_EQ(p.lr(), 0.5);
+  // The state round-trips, an infinite best as null.
+  ReduceLROnPlateau fresh(2.0, ReduceLROnPlateau::parse(nlohmann::json::object()));
+  EXPECT_TRUE(fresh.state_dict()["best"].is_null());
+  ReduceLROnPlateau copy(1.0, ReduceLROnPlateau::parse({{"patience", 1}, {"factor", 0.5}}));
+  copy.load_state_dict(p.state_dict(), "scheduler.json");
+  EXPECT_EQ(copy.state_dict(), p.state_dict());
+  copy.step(5.0);
+  p.step(5.0);
+  EXPECT_EQ(copy.state_dict(), p.state_dict());
+  fresh.load_state_dict(fresh.state_dict(), "scheduler.json");
+  fresh.step(3.0);  // better than +inf
+  EXPECT_EQ(fresh.state_dict()["best"], 3.0);
+  EXPECT_EQ(error_of([&] { copy.load_state_dict({{"best", 1.0}}, "ck/scheduler.json"); }),
+            "ck/scheduler.json: reduce_lr_on_plateau state has no 'num_bad_epochs'");
+  EXPECT_EQ(error_of([&] {
+              copy.load_state_dict({{"best", "x"}, {"num_bad_epochs", 0}, {"cooldown_counter", 0}, {"last_epoch", 0},
+                                    {"_last_lr", 1.0}},
+                                   "ck/scheduler.json");
+            }),
+            "ck/scheduler.json: 'best' must be a number or null, got \"x\"");
+}
+
+TEST(Schedule, ReduceLROnPlateauKwargErrors) {
+  const std::string where = "lr_scheduler_kwargs: lr schedule 'reduce_lr_on_plateau': ";
+  auto parse_error = [](const nlohmann::json& j) { return error_of([&] { ReduceLROnPlateau::parse(j); }); };
+  EXPECT_EQ(parse_error({{"patience", 2.5}}), where + "'patience' must be a whole number >= 0, got 2.5");
+  EXPECT_EQ(parse_error({{"cooldown", -1}}), where + "'cooldown' must be a whole number >= 0, got -1");
+  EXPECT_EQ(parse_error({{"mode", "maximum"}}), where + "'mode' must be one of min, max, got \"maximum\"");
+  EXPECT_EQ(parse_error({{"threshold_mode", 1}}), where + "'threshold_mode' must be one of rel, abs, got 1");
+  EXPECT_EQ(parse_error({{"factor", 1.0}}), where + "'factor' must be < 1.0, got 1");
+  EXPECT_EQ(parse_error({{"factor", "0.5"}}), where + "'factor' must be a finite number, got \"0.5\"");
+  EXPECT_EQ(parse_error({{"verbose", true}}),
+            where + "takes only mode, factor, patience, threshold, threshold_mode, cooldown, min_lr, eps; got "
+                    "'verbose'");
+  EXPECT_EQ(parse_error({{"min_lr", -1e-5}}), where + "'min_lr' must be >= 0, got -1e-05");
 }
 
 TEST(Schedule, LinearByHand) {

@@ -1,7 +1,7 @@
 // The Trainer's flow controls, as HF's DefaultFlowCallback and Trainer have
 // them: logging_strategy, logging_nan_inf_filter, eval_delay, eval_on_start,
 // eval_accumulation_steps, save_only_model, include_num_input_tokens_seen,
-// and early stopping (HF's EarlyStoppingCallback).
+// reduce_lr_on_plateau, and early stopping (HF's EarlyStoppingCallback).
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -61,6 +61,12 @@ std::vector<int64_t> steps_with(const json& state, const std::string& key) {
 }
 
 using Steps = std::vector<int64_t>;
+
+void evaluate_and_save_every(train::TrainingArguments& a, int64_t steps) {
+  a.eval_strategy = a.save_strategy = "steps";
+  a.eval_steps = steps;
+  a.save_steps = steps;
+}
 
 TEST(TrainerFlow, LoggingStrategy) {
   TempDir d;
@@ -243,6 +249,80 @@ TEST(TrainerFlow, IgnoreDataSkipRestartsTheEpoch) {
   }
 }
 
+// lr_scheduler_type reduce_lr_on_plateau: the rate falls after evaluations
+// that do not improve eval_loss (metric_for_best_model's default), from the
+// step after the evaluation, and a resumed run continues with the same rate
+// and plateau state. An absolute threshold of 1e9 makes every evaluation
+// after the first a bad one; patience 1: steps 6 and 10 halve the rate.
+TEST(TrainerFlow, ReduceLROnPlateauLowersTheRateAfterEvaluationsWithoutGain) {
+  TempDir d, r;
+  auto a = args_for(d.path());
+  a.max_steps = 12;
+  a.logging_steps = 1;
+  evaluate_and_save_every(a, 2);
+  a.warmup_steps = 3;  // ignored, as HF builds this schedule without warmup
+  a.lr_scheduler_type = "reduce_lr_on_plateau";
+  a.lr_scheduler_kwargs = {{"patience", 1}, {"factor", 0.5}, {"threshold", 1e9}, {"threshold_mode", "abs"}};
+  json state = train_with(a, rows(8));
+  std::map<int64_t, double> lr;
+  for (const auto& e : state["log_history"])
+    if (e.contains("learning_rate")) lr[e["step"]] = e["learning_rate"];
+  ASSERT_EQ(lr.size(), 12u);
+  for (int64_t s = 1; s <= 12; ++s) EXPECT_EQ(lr[s], s <= 6 ? 1e-3 : s <= 10 ? 5e-4 : 2.5e-4) << "step " << s;
+  auto saved = io::read_json_file(d.path() / "checkpoint-6" / "scheduler.json")["reduce_lr_on_plateau"];
+  EXPECT_EQ(saved["_last_lr"], 5e-4);
+  EXPECT_EQ(saved["last_epoch"], 3);
+  EXPECT_EQ(saved["num_bad_epochs"], 0);
+
+  // Stopped at step 8 and resumed: the same rates and the same model.
+  a.output_dir = r.path().string();
+  auto straight = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 1);
+  {
+    train::TrainingArguments b = a;
+    b.output_dir = (r.path() / "straight").string();
+    b.resolve_defaults();
+    train::Trainer t(*straight, b, train::Task::TextClassification, rows(), rows(8), collator());
+    t.train();
+  }
+  {
+    auto m = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 1);
+    train::TrainingArguments b = a;
+    b.resolve_defaults();
+    train::Trainer t(*m, b, train::Task::TextClassification, rows(), rows(8), collator());
+    t.stop_after_step(8);
+    t.train();
+  }
+  auto resumed = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 5);
+  {
+    train::TrainingArguments b = a;
+    b.resume_from_checkpoint = "latest";
+    b.resolve_defaults();
+    train::Trainer t(*resumed, b, train::Task::TextClassification, rows(), rows(8), collator());
+    t.train();
+  }
+  auto after = io::read_json_file(r.path() / "trainer_state.json");
+  for (const auto& e : after["log_history"])
+    if (e.contains("learning_rate")) EXPECT_EQ(e["learning_rate"], lr[e["step"]]) << "step " << e["step"];
+  auto want = straight->named_parameters(), got = resumed->named_parameters();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t k = 0; k < want.size(); ++k)
+    EXPECT_EQ(got[k].second.to_vector<float>(), want[k].second.to_vector<float>()) << want[k].first;
+
+  // A checkpoint without the plateau's state cannot resume it.
+  auto sched = io::read_json_file(r.path() / "checkpoint-8" / "scheduler.json");
+  sched.erase("reduce_lr_on_plateau");
+  io::write_json_file_atomic(r.path() / "checkpoint-8" / "scheduler.json", sched);
+  auto m = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 1);
+  train::TrainingArguments b = a;
+  b.resume_from_checkpoint = (r.path() / "checkpoint-8").string();
+  b.overwrite_output_dir = true;
+  b.resolve_defaults();
+  train::Trainer t(*m, b, train::Task::TextClassification, rows(), rows(8), collator());
+  EXPECT_CONTAINS(testing::error_of([&] { t.train(); }),
+                  "checkpoint-8/scheduler.json: no reduce_lr_on_plateau state (the checkpoint was written with "
+                  "lr_scheduler_type 'reduce_lr_on_plateau')");
+}
+
 TEST(TrainerFlow, EarlyStoppingAfterPatienceEvaluationsWithoutImprovement) {
   // A learning rate of 0 never changes the model: every evaluation equals the
   // first, which sets the best metric when its checkpoint is saved. Patience
@@ -251,9 +331,7 @@ TEST(TrainerFlow, EarlyStoppingAfterPatienceEvaluationsWithoutImprovement) {
   auto a = args_for(d.path());
   a.learning_rate = 0;
   a.max_steps = 20;
-  a.eval_strategy = a.save_strategy = "steps";
-  a.eval_steps = 2;
-  a.save_steps = 2;
+  evaluate_and_save_every(a, 2);
   a.load_best_model_at_end = true;
   a.early_stopping_patience = 2;
   json state = train_with(a, rows(8));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/optim/schedule.h"
 #include "kiln/train/training_args.h"
 
 namespace kiln::train {
@@ -343,6 +344,30 @@ TEST(TrainingArgs, LrSchedulerKwargs) {
              "a.json: lr_scheduler_kwargs: lr schedule 'cosine' takes only num_cycles; got 'num_cycle'");
   // Schedules HF builds without them take any (the trainer warns).
   EXPECT_NO_THROW(parse({"--output_dir", "o", "--lr_scheduler_type", "constant", "--lr_scheduler_kwargs", R"({"x": 1})"}));
+}
+
+// reduce_lr_on_plateau: torch's keyword arguments (strings among them), an
+// eval strategy required and metric_for_best_model defaulting to loss, as in
+// HF's __post_init__.
+TEST(TrainingArgs, ReduceLROnPlateau) {
+  TrainingArguments a = parse({"--output_dir", "o", "--eval_strategy", "epoch", "--lr_scheduler_type",
+                               "reduce_lr_on_plateau", "--lr_scheduler_kwargs",
+                               R"({"mode": "max", "patience": 2, "factor": 0.5})"});
+  EXPECT_EQ(a.metric_for_best_model, "loss");
+  EXPECT_EQ(a.greater_is_better, false);
+  EXPECT_TRUE(a.schedule_kwargs().empty());  // the plateau reads lr_scheduler_kwargs itself
+  EXPECT_EQ(optim::ReduceLROnPlateau::parse(a.lr_scheduler_kwargs).mode, "max");
+  EXPECT_EQ(parse({"--output_dir", "o", "--eval_strategy", "steps", "--lr_scheduler_type", "reduce_lr_on_plateau",
+                   "--metric_for_best_model", "accuracy"})
+                .metric_for_best_model,
+            "accuracy");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--lr_scheduler_type", "reduce_lr_on_plateau"}),
+             "--lr_scheduler_type reduce_lr_on_plateau lowers the rate after evaluations that do not improve, so it "
+             "needs an eval_strategy");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_strategy", "epoch", "--lr_scheduler_type",
+                          "reduce_lr_on_plateau", "--lr_scheduler_kwargs", R"({"patience": "ten"})"}),
+             "lr_scheduler_kwargs: lr schedule 'reduce_lr_on_plateau': 'patience' must be a whole number >= 0, got "
+             "\"ten\"");
 }
 
 TEST(TrainingArgs, FlowFieldRules) {

@@ -10,7 +10,11 @@ lr lambdas below are Hugging Face's get_scheduler lambdas (transformers 4.40,
 optimization.py) restated line for line, and torch.optim.lr_scheduler.LambdaLR
 applies them to an SGD optimizer exactly as HF's Trainer does.  For each case,
 lrs[k] is optimizer.param_groups[0]["lr"] after k calls of scheduler.step(),
-i.e. the rate used by optimizer step k (0-based).  Floats are written with
+i.e. the rate used by optimizer step k (0-based). plateau_cases are
+torch.optim.lr_scheduler.ReduceLROnPlateau (HF's reduce_lr_on_plateau passes
+lr_scheduler_kwargs to it unchanged) fed a list of evaluation metrics: lrs[k]
+is the rate after the (k+1)-th step(metric), and state what its state_dict
+holds at the end (best null while infinite).  Floats are written with
 Python's repr (shortest round-trip), so the C++ test compares them exactly.
 """
 
@@ -156,6 +160,36 @@ CASES = [
 ]
 EXTRA_STEPS = 4  # evaluate past total_steps too
 
+# reduce_lr_on_plateau: (base_lr, ReduceLROnPlateau kwargs as HF passes lr_scheduler_kwargs, metrics fed to
+# step() one evaluation at a time). Improvements, plateaus, thresholds at the boundary, cooldown, the min_lr
+# floor and eps (a reduction too small to apply).
+PLATEAU_CASES = [
+    (5e-5, {}, [1.0, 0.9, 0.8] + [0.8] * 12 + [0.7, 0.7, 0.6] + [0.6] * 13),
+    (1e-3, {"patience": 2, "factor": 0.5}, [2.0, 1.5, 1.6, 1.55, 1.499, 1.4999, 1.2, 1.3, 1.3, 1.3, 1.1, 1.1, 1.1]),
+    (1e-3, {"mode": "max", "patience": 1, "threshold": 0.01, "threshold_mode": "abs", "cooldown": 2,
+            "min_lr": 2e-5}, [0.5, 0.505, 0.52, 0.52, 0.52, 0.51, 0.53, 0.535, 0.54, 0.5, 0.5, 0.5, 0.5, 0.5,
+                              0.5, 0.5, 0.5, 0.5, 0.5, 0.5]),
+    (1e-3, {"mode": "max", "patience": 0, "factor": 0.2}, [0.1, 0.1, 0.2, 0.2 * 1.0001, 0.2 * 1.0002, 0.3, 0.3]),
+    (1e-3, {"patience": 0, "threshold": 0.1, "cooldown": 1}, [1.0, 0.95, 0.9, 0.85, 0.8, 0.5, 0.46, 0.4]),
+    (1e-6, {"patience": 0, "factor": 0.5, "min_lr": 0.0, "eps": 4e-7}, [1.0, 2.0, 3.0, 4.0, 5.0]),
+    (1e-3, {"patience": 1, "threshold": 0.0, "threshold_mode": "abs"}, [-1.0, -1.0, -1.0, -2.0, -2.0, -2.0]),
+]
+
+
+def plateau_case(base_lr, kwargs, metrics):
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=base_lr)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, **kwargs)  # HF's get_reduce_on_plateau_schedule
+    lrs = []
+    for m in metrics:
+        sched.step(m)
+        lrs.append(opt.param_groups[0]["lr"])
+    state = sched.state_dict()
+    best = state["best"]
+    return {"base_lr": base_lr, "lr_scheduler_kwargs": kwargs, "metrics": metrics, "lrs": lrs,
+            "state": {"best": best if math.isfinite(best) else None, "num_bad_epochs": state["num_bad_epochs"],
+                      "cooldown_counter": state["cooldown_counter"], "last_epoch": state["last_epoch"]}}
+
 
 def main():
     cases = []
@@ -193,8 +227,12 @@ def main():
     floor = kw[("cosine_with_min_lr", 10, 100)]
     assert abs(floor[100] - 5e-6) < 1e-18 and abs(floor[55] - 2.75e-5) < 1e-18
     assert kw[("inverse_sqrt", 10, 100)] == by[("inverse_sqrt", 10, 100)]
+    plateau = [plateau_case(*c) for c in PLATEAU_CASES]
+    assert plateau[0]["lrs"][12] == 5e-5 and plateau[0]["lrs"][13] == 5e-6  # the 11th evaluation without gain
+    assert plateau[5]["lrs"] == [1e-6, 5e-7, 5e-7, 5e-7, 5e-7]  # then 2.5e-7 less is within eps: no change
     with open(OUT_PATH, "w") as f:
-        json.dump({"generator": "tools/goldens/gen_schedule_goldens.py", "torch": torch.__version__, "cases": cases},
+        json.dump({"generator": "tools/goldens/gen_schedule_goldens.py", "torch": torch.__version__, "cases": cases,
+                   "plateau_cases": plateau},
                   f, indent=1)
         f.write("\n")
     print(f"wrote {len(cases)} cases, {sum(len(c['lrs']) for c in cases)} learning rates to {OUT_PATH}")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "kiln/core/error.h"
@@ -11,7 +12,7 @@ namespace {
 
 // HF's SchedulerType values that kiln does not implement: named in the error
 // so that a valid HF name is not reported as a typo.
-const std::vector<std::string> kUnsupportedHfTypes = {"reduce_lr_on_plateau", "warmup_stable_decay"};
+const std::vector<std::string> kUnsupportedHfTypes = {"warmup_stable_decay"};
 
 // HF 4.40's get_scheduler builds these without scheduler_specific_kwargs.
 bool ignores_kwargs(const std::string& type) {
@@ -39,7 +40,7 @@ double python_mod1(double x) {
 const std::vector<std::string>& LRSchedule::types() {
   static const std::vector<std::string> names = {"linear",     "cosine",         "constant",
                                                  "constant_with_warmup", "polynomial", "cosine_with_restarts",
-                                                 "inverse_sqrt", "cosine_with_min_lr"};
+                                                 "inverse_sqrt", "cosine_with_min_lr", "reduce_lr_on_plateau"};
   return names;
 }
 
@@ -108,7 +109,7 @@ double LRSchedule::multiplier(int64_t step) const {
   // HF's lambdas, so the doubles agree bit for bit.
   const double s = static_cast<double>(step), w = static_cast<double>(warmup_steps_),
                t = static_cast<double>(total_steps_);
-  if (kind_ == Kind::Constant) return 1.0;
+  if (kind_ == Kind::Constant || kind_ == Kind::ReduceOnPlateau) return 1.0;
   if (step < warmup_steps_) return s / std::max(1.0, w);
   switch (kind_) {
     case Kind::Linear:
@@ -143,6 +144,7 @@ double LRSchedule::multiplier(int64_t step) const {
       return decay / base_lr_;
     }
     case Kind::Constant:
+    case Kind::ReduceOnPlateau:
       break;
   }
   KILN_ASSERT(false);
@@ -150,5 +152,109 @@ double LRSchedule::multiplier(int64_t step) const {
 }
 
 double LRSchedule::lr(int64_t step) const { return base_lr_ * multiplier(step); }
+
+const std::vector<std::string>& ReduceLROnPlateau::kwarg_names() {
+  static const std::vector<std::string> names = {"mode",     "factor", "patience", "threshold",
+                                                 "threshold_mode", "cooldown", "min_lr", "eps"};
+  return names;
+}
+
+ReduceLROnPlateau::Options ReduceLROnPlateau::parse(const nlohmann::json& kwargs) {
+  const std::string where = "lr_scheduler_kwargs: lr schedule 'reduce_lr_on_plateau': ";
+  KILN_CHECK(kwargs.is_object(), where, "expected a JSON object, got ", kwargs.dump());
+  Options o;
+  auto number = [&](const std::string& key, const nlohmann::json& v) {
+    KILN_CHECK(v.is_number() && !v.is_boolean() && std::isfinite(v.get<double>()), where, "'", key,
+               "' must be a finite number, got ", v.dump());
+    return v.get<double>();
+  };
+  auto count = [&](const std::string& key, const nlohmann::json& v) {
+    KILN_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, where, "'", key,
+               "' must be a whole number >= 0, got ", v.dump());
+    return v.get<int64_t>();
+  };
+  auto word = [&](const std::string& key, const nlohmann::json& v, const std::vector<std::string>& allowed) {
+    KILN_CHECK(v.is_string() && std::find(allowed.begin(), allowed.end(), v.get<std::string>()) != allowed.end(),
+               where, "'", key, "' must be one of ", joined(allowed), ", got ", v.dump());
+    return v.get<std::string>();
+  };
+  for (const auto& [key, v] : kwargs.items()) {
+    if (key == "mode") o.mode = word(key, v, {"min", "max"});
+    else if (key == "threshold_mode") o.threshold_mode = word(key, v, {"rel", "abs"});
+    else if (key == "factor") o.factor = number(key, v);
+    else if (key == "threshold") o.threshold = number(key, v);
+    else if (key == "min_lr") o.min_lr = number(key, v);
+    else if (key == "eps") o.eps = number(key, v);
+    else if (key == "patience") o.patience = count(key, v);
+    else if (key == "cooldown") o.cooldown = count(key, v);
+    else
+      throw Error(where + "takes only " + joined(kwarg_names()) + "; got '" + key + "'");
+  }
+  KILN_CHECK(o.factor < 1.0, where, "'factor' must be < 1.0, got ", o.factor);
+  KILN_CHECK(o.min_lr >= 0, where, "'min_lr' must be >= 0, got ", o.min_lr);
+  return o;
+}
+
+ReduceLROnPlateau::ReduceLROnPlateau(double base_lr, Options options)
+    : options_(std::move(options)),
+      lr_(base_lr),
+      best_(options_.mode == "min" ? std::numeric_limits<double>::infinity()
+                                   : -std::numeric_limits<double>::infinity()) {}
+
+bool ReduceLROnPlateau::better(double a) const {
+  const double t = options_.threshold;
+  if (options_.mode == "min")
+    return options_.threshold_mode == "rel" ? a < best_ * (1.0 - t) : a < best_ - t;
+  return options_.threshold_mode == "rel" ? a > best_ * (t + 1.0) : a > best_ + t;
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  ++last_epoch_;
+  if (better(metric)) {
+    best_ = metric;
+    num_bad_epochs_ = 0;
+  } else {
+    ++num_bad_epochs_;
+  }
+  if (cooldown_counter_ > 0) {  // in cooldown: evaluations count as good
+    --cooldown_counter_;
+    num_bad_epochs_ = 0;
+  }
+  if (num_bad_epochs_ > options_.patience) {
+    const double reduced = std::max(lr_ * options_.factor, options_.min_lr);
+    if (lr_ - reduced > options_.eps) lr_ = reduced;
+    cooldown_counter_ = options_.cooldown;
+    num_bad_epochs_ = 0;
+  }
+}
+
+nlohmann::json ReduceLROnPlateau::state_dict() const {
+  return {{"best", std::isfinite(best_) ? nlohmann::json(best_) : nlohmann::json(nullptr)},
+          {"num_bad_epochs", num_bad_epochs_},
+          {"cooldown_counter", cooldown_counter_},
+          {"last_epoch", last_epoch_},
+          {"_last_lr", lr_}};
+}
+
+void ReduceLROnPlateau::load_state_dict(const nlohmann::json& state, const std::string& where) {
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    KILN_CHECK(state.is_object() && state.contains(key), where, ": reduce_lr_on_plateau state has no '", key, "'");
+    return state.at(key);
+  };
+  const auto& best = field("best");
+  KILN_CHECK(best.is_null() || best.is_number(), where, ": 'best' must be a number or null, got ", best.dump());
+  for (const char* key : {"num_bad_epochs", "cooldown_counter", "last_epoch"})
+    KILN_CHECK(field(key).is_number_integer() && field(key).get<int64_t>() >= 0, where, ": '", key,
+               "' must be a whole number >= 0, got ", field(key).dump());
+  KILN_CHECK(field("_last_lr").is_number() && field("_last_lr").get<double>() >= 0, where,
+             ": '_last_lr' must be a number >= 0, got ", field("_last_lr").dump());
+  best_ = best.is_null() ? (options_.mode == "min" ? std::numeric_limits<double>::infinity()
+                                                   : -std::numeric_limits<double>::infinity())
+                         : best.get<double>();
+  num_bad_epochs_ = field("num_bad_epochs").get<int64_t>();
+  cooldown_counter_ = field("cooldown_counter").get<int64_t>();
+  last_epoch_ = field("last_epoch").get<int64_t>();
+  lr_ = field("_last_lr").get<double>();
+}
 
 }  // namespace kiln::optim

@@ -20,6 +20,9 @@
 //                              otherwise: m = ((base_lr - lr_end) * (1 - (step - W) / (T - W))^power + lr_end) / base_lr
 //   cosine_with_min_lr (num_cycles 0.5; min_lr_rate r, or min_lr / base_lr)
 //                              m = max(0, c * (1 - r) + r), c the cosine factor above
+//   reduce_lr_on_plateau       m = 1, no warmup (HF returns this schedule before
+//                              it reads the warmup); the rate then changes only
+//                              after evaluations: see ReduceLROnPlateau below
 // The polynomial multiplier is an absolute rate divided by base_lr, which
 // LambdaLR multiplies back; lr() does the same two roundings, so its values
 // are bit-identical to PyTorch's.
@@ -34,6 +37,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace kiln::optim {
 
@@ -78,7 +83,8 @@ class LRSchedule {
     Polynomial,
     CosineWithRestarts,
     InverseSqrt,
-    CosineWithMinLr
+    CosineWithMinLr,
+    ReduceOnPlateau
   };
   std::string type_;
   Kind kind_;
@@ -86,6 +92,53 @@ class LRSchedule {
   int64_t warmup_steps_, total_steps_;
   double num_cycles_ = 0.5, lr_end_ = kPolynomialLrEnd, power_ = kPolynomialPower, min_lr_rate_ = 0.0;
   std::vector<std::string> ignored_;
+};
+
+// torch.optim.lr_scheduler.ReduceLROnPlateau, as Hugging Face's Trainer
+// drives it for lr_scheduler_type reduce_lr_on_plateau: after each
+// evaluation during training, step(the eval metric metric_for_best_model
+// names, "loss" by default). A metric that is not better than the best so
+// far (mode min: below best·(1 - threshold), or best - threshold with
+// threshold_mode abs; mode max: above) is a bad evaluation; after more than
+// `patience` of them in a row the rate becomes max(lr·factor, min_lr)
+// (unless that changes it by eps or less), followed by `cooldown`
+// evaluations that count as good. HF passes lr_scheduler_kwargs as the
+// constructor's keyword arguments; mode is "min" whatever metric it is.
+class ReduceLROnPlateau {
+ public:
+  struct Options {
+    std::string mode = "min";  // or "max"
+    double factor = 0.1;
+    int64_t patience = 10;
+    double threshold = 1e-4;
+    std::string threshold_mode = "rel";  // or "abs"
+    int64_t cooldown = 0;
+    double min_lr = 0.0;
+    double eps = 1e-8;
+  };
+  // lr_scheduler_kwargs under torch's names: a key torch does not take, a
+  // value of the wrong type, factor >= 1 (torch's check), a negative patience
+  // or cooldown, or an unknown mode is an error naming the key.
+  static Options parse(const nlohmann::json& kwargs);
+  static const std::vector<std::string>& kwarg_names();
+
+  ReduceLROnPlateau(double base_lr, Options options);
+  double lr() const { return lr_; }
+  void step(double metric);
+
+  // The state a checkpoint keeps (torch's state_dict names: best,
+  // num_bad_epochs, cooldown_counter, last_epoch, _last_lr); an infinite
+  // best (no evaluation yet) is null.
+  nlohmann::json state_dict() const;
+  // `where` names the file in errors.
+  void load_state_dict(const nlohmann::json& state, const std::string& where);
+
+ private:
+  bool better(double a) const;
+  Options options_;
+  double lr_;
+  double best_;
+  int64_t num_bad_epochs_ = 0, cooldown_counter_ = 0, last_epoch_ = 0;
 };
 
 }  // namespace kiln::optim

@@ -377,8 +377,9 @@ void Trainer::save_checkpoint(const std::vector<std::pair<std::string, Tensor>>&
     io::save_safetensors(tmp / "optimizer.safetensors", opt,
                          {{"step", std::to_string(optimizer_->steps_taken())}, {"optim", args_.optim}});
     save_delay();
-    io::write_json_file_atomic(tmp / "scheduler.json",
-                               json{{"type", args_.lr_scheduler_type}, {"last_epoch", state_.global_step}});
+    json scheduler{{"type", args_.lr_scheduler_type}, {"last_epoch", state_.global_step}};
+    if (plateau_) scheduler["reduce_lr_on_plateau"] = plateau_->state_dict();
+    io::write_json_file_atomic(tmp / "scheduler.json", scheduler);
     Generator& gen = model_.dropout_generator();
     io::write_json_file_atomic(tmp / "rng_state.json",
                                json{{"dropout_seed", gen.seed()}, {"dropout_offset", gen.offset()},
@@ -451,6 +452,15 @@ void Trainer::load_checkpoint(const fs::path& dir) {
         s.value.set_data(t);
       }
     }
+  if (plateau_) {  // the one schedule with state beyond the step count
+    const fs::path file = dir / "scheduler.json";
+    KILN_CHECK(fs::exists(file), "resume_from_checkpoint: ", file.string(), " is missing: not a complete checkpoint");
+    json scheduler = io::read_json_file(file);
+    KILN_CHECK(scheduler.is_object() && scheduler.contains("reduce_lr_on_plateau"), file.string(),
+               ": no reduce_lr_on_plateau state (the checkpoint was written with lr_scheduler_type '",
+               scheduler.is_object() ? scheduler.value("type", std::string("?")) : std::string("?"), "')");
+    plateau_->load_state_dict(scheduler["reduce_lr_on_plateau"], file.string());
+  }
   auto meta = opt.metadata().find("step");
   KILN_CHECK(meta != opt.metadata().end(), (dir / "optimizer.safetensors").string(), ": no 'step' in metadata");
   optimizer_->set_steps_taken(std::atoll(meta->second.c_str()));
@@ -519,6 +529,13 @@ std::map<std::string, double> Trainer::train() {
   if (!schedule.ignored_kwargs().empty() && replica_.is_master()) {
     std::fprintf(stderr, "kiln train: warning: lr_scheduler_kwargs %s ignored: HF builds the '%s' schedule without "
                  "keyword arguments\n", joined(schedule.ignored_kwargs()).c_str(), args_.lr_scheduler_type.c_str());
+  }
+  plateau_.reset();
+  if (args_.lr_scheduler_type == "reduce_lr_on_plateau") {
+    plateau_.emplace(args_.learning_rate, optim::ReduceLROnPlateau::parse(args_.lr_scheduler_kwargs));
+    if (args_.num_warmup_steps(total) > 0 && replica_.is_master())
+      std::fprintf(stderr, "kiln train: warning: no warmup with lr_scheduler_type reduce_lr_on_plateau (HF builds it "
+                   "without one): warmup_steps / warmup_ratio ignored\n");
   }
   state_.max_steps = total;
   state_.num_train_epochs = args_.max_steps > 0 ? (total + updates_per_epoch - 1) / updates_per_epoch
@@ -603,7 +620,7 @@ std::map<std::string, double> Trainer::train() {
     if (world > 1)
       loss_sum = optim::all_reduce_gradients(model_.parameters(), 1.0, args_.ddp_bucket_cap_mb, {loss_sum})[0];
     if (args_.max_grad_norm > 0) grad_norm = optim::clip_grad_norm(model_.parameters(), args_.max_grad_norm);
-    double lr = schedule.lr(state_.global_step);
+    double lr = plateau_ ? plateau_->lr() : schedule.lr(state_.global_step);
     optimizer_->set_lr(lr);
     optimizer_->step();
     if (sharded()) {
@@ -687,6 +704,16 @@ std::map<std::string, double> Trainer::train() {
                    "': the evaluation has no '", name, "' (its metrics: ", have, ")");
       }
       if (args_.early_stopping_patience) stop_early = early_stopping_says_stop(eval_metrics);
+    }
+    if (eval_now && plateau_) {  // HF: lr_scheduler.step(metrics[metric_for_best_model]) after the evaluation
+      const std::string name = best_metric_name(args_);
+      double metric = 0;
+      if (replica_.is_master()) {
+        KILN_CHECK(eval_metrics.count(name), "lr_scheduler_type reduce_lr_on_plateau: the evaluation has no '", name,
+                   "' (set --metric_for_best_model)");
+        metric = eval_metrics.at(name);
+      }
+      plateau_->step(world > 1 ? dist::all_reduce_host(metric) : metric);  // the master's metric, everywhere
     }
     // The master decides for every replica.
     if (eval_now && args_.early_stopping_patience && world > 1)

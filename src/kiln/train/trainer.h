@@ -134,6 +134,7 @@ class Trainer {
   std::shared_ptr<const data::Features> train_, eval_;
   data::CollatorOptions collator_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::optional<optim::ReduceLROnPlateau> plateau_;  // lr_scheduler_type reduce_lr_on_plateau
   std::vector<Tensor> params_;            // HF's order: decayed parameters, then the others
   std::vector<std::string> param_names_;  // their names
   std::vector<int64_t> owners_;           // the replica (global rank) that updates each

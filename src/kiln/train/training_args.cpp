@@ -335,7 +335,16 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
   interval("save_steps", a.save_steps, a.save_strategy == "steps");
   // lr_scheduler_kwargs: numbers, with the names the schedule takes (checked by building it, as HF does at the
   // first step; a throwaway total of 1 step).
-  {
+  if (a.lr_scheduler_type == "reduce_lr_on_plateau") {  // torch's keyword arguments, strings among them
+    if (a.eval_strategy == "no")
+      throw fail("lr_scheduler_type", "reduce_lr_on_plateau lowers the rate after evaluations that do not improve, "
+                                      "so it needs an eval_strategy (HF: 'requires an eval strategy')");
+    try {
+      (void)optim::ReduceLROnPlateau::parse(a.lr_scheduler_kwargs);
+    } catch (const Error& e) {
+      throw Error(where + e.what());
+    }
+  } else {
     optim::LRSchedule::Kwargs kwargs;
     for (const auto& [k, v] : a.lr_scheduler_kwargs.items()) {
       if (!v.is_number() || v.is_boolean())
@@ -539,7 +548,8 @@ void TrainingArguments::resolve_defaults() {
     if (logging_steps >= 1 && logging_steps == std::floor(logging_steps) && logging_steps < 9.0e18)
       eval_steps = static_cast<int64_t>(logging_steps);
   }
-  if (load_best_model_at_end && !metric_for_best_model) metric_for_best_model = "loss";
+  if ((load_best_model_at_end || lr_scheduler_type == "reduce_lr_on_plateau") && !metric_for_best_model)
+    metric_for_best_model = "loss";
   if (!greater_is_better && metric_for_best_model) {
     const std::string& m = *metric_for_best_model;
     greater_is_better = !(m.size() >= 4 && m.compare(m.size() - 4, 4, "loss") == 0);
@@ -560,6 +570,7 @@ int64_t TrainingArguments::steps_from_ratio(double v, int64_t total_steps) const
 
 std::map<std::string, double> TrainingArguments::schedule_kwargs() const {
   std::map<std::string, double> out;
+  if (lr_scheduler_type == "reduce_lr_on_plateau") return out;  // ReduceLROnPlateau::parse reads them
   for (const auto& [k, v] : lr_scheduler_kwargs.items()) out[k] = v.get<double>();
   return out;
 }
