@@ -131,7 +131,7 @@ int run_bench(const std::vector<std::string>& args) {
   } else {
     auto config = models::preset_config(source);
     KILN_CHECK(config, "bench: --model '", source, "' is neither a model directory nor a preset (bert-tiny, bert-mini, "
-               "bert-small, bert-base, roberta-base, gpt2, gpt2-tiny, t5-small, t5-tiny, t5-v1_1-tiny)");
+               "bert-small, bert-base, roberta-base, distilbert-base, distilbert-tiny, gpt2, gpt2-tiny, t5-small, t5-tiny, t5-v1_1-tiny)");
     if (task == "text-classification") config->set_num_labels(2);
     model = models::create_model(architecture_for(task, *config), *config, 0, device);
   }

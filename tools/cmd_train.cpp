@@ -359,15 +359,11 @@ int run_train(const std::vector<std::string>& raw_args) {
       KILN_CHECK(c.model_type == "t5", "seq2seq: needs a t5 model, got model_type '", c.model_type, "'");
       return std::string("T5ForConditionalGeneration");
     }
-    if (ner)  // run_ner's BERT and RoBERTa models
-      KILN_CHECK(c.model_type == "bert" || c.model_type == "roberta", "token-classification: kiln trains ",
-                 "BertForTokenClassification and RobertaForTokenClassification, got model_type '", c.model_type, "'");
-    if (qa)
-      KILN_CHECK(c.model_type == "bert" || c.model_type == "roberta", "question-answering: kiln trains ",
-                 "BertForQuestionAnswering and RobertaForQuestionAnswering, got model_type '", c.model_type, "'");
-    if (mc)
-      KILN_CHECK(c.model_type == "bert" || c.model_type == "roberta", "multiple-choice: kiln trains ",
-                 "BertForMultipleChoice and RobertaForMultipleChoice, got model_type '", c.model_type, "'");
+    // run_ner's, run_qa's and run_swag's heads: the BERT family's.
+    if (const char* head = ner ? "ForTokenClassification" : qa ? "ForQuestionAnswering" : mc ? "ForMultipleChoice" : nullptr)
+      KILN_CHECK(c.model_type == "bert" || c.model_type == "roberta" || c.model_type == "distilbert", task,
+                 ": kiln trains Bert", head, ", Roberta", head, " and DistilBert", head, ", got model_type '",
+                 c.model_type, "'");
     return c.class_prefix() + (mlm  ? "ForMaskedLM"
                                : ner ? "ForTokenClassification"
                                : qa  ? "ForQuestionAnswering"

@@ -401,6 +401,45 @@ TEST(Cli, Seq2SeqTrainsAT5) {
   EXPECT_EQ(generated, expected);
 }
 
+// A DistilBERT from a config.json under DistilBertConfig's names learns the
+// demo task; its checkpoint is a DistilBertForSequenceClassification without
+// token types, and kiln predict reads it back.
+TEST(Cli, DistilBertTrainsOnTheDemoData) {
+  Workdir w;
+  fs::path data = w.path() / "data", out = w.path() / "distil";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  const auto vocab = io::read_json_file(data / "model_config.json")["vocab_size"];
+  io::write_json_file_atomic(w.path() / "distil.json", {{"model_type", "distilbert"}, {"vocab_size", vocab},
+                                                        {"n_layers", 2}, {"dim", 64}, {"n_heads", 4},
+                                                        {"hidden_dim", 128}, {"max_position_embeddings", 64}});
+  ASSERT_EQ(kiln("train --config_name " + (w.path() / "distil.json").string() + " --tokenizer_name " + data.string() +
+                     " --train_file " + (data / "train.csv").string() + " --validation_file " +
+                     (data / "validation.csv").string() + " --max_seq_length 32 --pad_to_max_length --output_dir " +
+                     out.string() + " --num_train_epochs 4 --per_device_train_batch_size 32 --learning_rate 2e-3" +
+                     " --warmup_ratio 0.1 --weight_decay 0.01 --seed 42",
+                 w.path() / "log1"),
+            0)
+      << slurp(w.path() / "log1");
+  // The demo's recipe; seeds 1, 3, 7 and 42 all end between 0.97 and 0.995.
+  EXPECT_GT(io::read_json_file(out / "eval_results.json")["eval_accuracy"].get<double>(), 0.95);
+  auto config = io::read_json_file(out / "config.json");
+  EXPECT_EQ(config["model_type"], "distilbert");
+  EXPECT_EQ(config["architectures"][0], "DistilBertForSequenceClassification");
+  EXPECT_EQ(config["dim"], 64);
+  auto weights = io::SafetensorsFile::open(out / "model.safetensors");
+  EXPECT_NE(weights.find("distilbert.transformer.layer.1.output_layer_norm.weight"), nullptr);
+  EXPECT_NE(weights.find("pre_classifier.weight"), nullptr);
+  EXPECT_EQ(weights.find("distilbert.embeddings.token_type_embeddings.weight"), nullptr);
+  std::ofstream(w.path() / "new.txt") << "the battery is great\nit broke after a day\n";
+  ASSERT_EQ(kiln("predict --model " + out.string() + " --input " + (w.path() / "new.txt").string() + " --output " +
+                     (w.path() / "p.jsonl").string(),
+                 w.path() / "log2"),
+            0)
+      << slurp(w.path() / "log2");
+  std::string predictions = slurp(w.path() / "p.jsonl");
+  EXPECT_EQ(std::count(predictions.begin(), predictions.end(), '\n'), 2) << predictions;
+}
+
 // --optim adafactor, the usual choice for T5 (HF's Adafactor with the
 // scheduled learning rate): the loss falls, and checkpoints keep its
 // factored state by PyTorch's names.
@@ -526,8 +565,9 @@ TEST(Cli, TokenClassificationTrainsABertAndScoresEntities) {
                      (w.path() / "g").string(),
                  w.path() / "e2"),
             0);
-  EXPECT_CONTAINS(slurp(w.path() / "e2"), "token-classification: kiln trains BertForTokenClassification and "
-                                          "RobertaForTokenClassification, got model_type 'gpt2'");
+  EXPECT_CONTAINS(slurp(w.path() / "e2"), "token-classification: kiln trains BertForTokenClassification, "
+                                          "RobertaForTokenClassification and DistilBertForTokenClassification, "
+                                          "got model_type 'gpt2'");
   EXPECT_NE(kiln("train --task token-classification --config_name " + (data / "model_config.json").string() +
                      " --tokenizer_name " + data.string() + " --train_file " + (data / "train.csv").string() +
                      " --output_dir " + (w.path() / "c").string(),
@@ -702,7 +742,8 @@ TEST(Cli, QuestionAnsweringTrainsABertAndScoresAnswers) {
         "doc_stride 48 must be at least 0 and below max_seq_length 48");
   fails(model + " --train_file " + (data / "train.csv").string(), "train.csv: question answering reads .jsonl or .json");
   fails(" --config_name gpt2-tiny --tokenizer_name " + data.string() + train2,
-        "question-answering: kiln trains BertForQuestionAnswering and RobertaForQuestionAnswering, got model_type 'gpt2'");
+        "question-answering: kiln trains BertForQuestionAnswering, RobertaForQuestionAnswering and "
+        "DistilBertForQuestionAnswering, got model_type 'gpt2'");
   fails(model + train2 + " --n_best_size 0", "--n_best_size");
 }
 
@@ -777,7 +818,8 @@ TEST(Cli, MultipleChoiceTrainsABertAndScoresAccuracy) {
   fails(model + " --train_file " + (w.path() / "train.csv").string() + " --do_predict --test_file " + validation,
         "--do_predict is for --task text-classification, token-classification, question-answering or seq2seq");
   fails(" --config_name gpt2-tiny --tokenizer_name " + data.string() + " --train_file " + validation,
-        "multiple-choice: kiln trains BertForMultipleChoice and RobertaForMultipleChoice, got model_type 'gpt2'");
+        "multiple-choice: kiln trains BertForMultipleChoice, RobertaForMultipleChoice and "
+        "DistilBertForMultipleChoice, got model_type 'gpt2'");
 }
 
 // kiln generate with a T5 (both variants) and the t5-small tokenizer: the

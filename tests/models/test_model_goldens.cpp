@@ -69,7 +69,9 @@ INSTANTIATE_TEST_SUITE_P(Bert, ModelGolden,
                          ::testing::Values("bert/bert_model", "bert/bert_seqcls", "bert/bert_regression",
                                            "bert/bert_multilabel", "bert/bert_tokcls", "bert/bert_qa", "bert/bert_mlm",
                                            "bert/roberta_seqcls", "bert/roberta_mlm", "bert/bert_seqcls_gelu_new",
-                                           "bert/bert_mc", "bert/roberta_mc"));
+                                           "bert/bert_mc", "bert/roberta_mc", "bert/distilbert_model",
+                                           "bert/distilbert_seqcls", "bert/distilbert_tokcls", "bert/distilbert_qa",
+                                           "bert/distilbert_mlm", "bert/distilbert_mc"));
 // t5_encoder: T5EncoderModel, 12 source tokens (the logarithmic buckets), a padded row.
 INSTANTIATE_TEST_SUITE_P(T5, ModelGolden, ::testing::Values("t5/t5_relu_tied", "t5/t5_gated_untied", "t5/t5_encoder"));
 INSTANTIATE_TEST_SUITE_P(GPT2, ModelGolden,

@@ -181,6 +181,77 @@ TEST(Pretrained, HeadModelFromBaseCheckpointInitialisesTheNewHead) {
             base->state_dict().at("embeddings.word_embeddings.weight").to_vector<float>());
 }
 
+// DistilBERT: config.json under DistilBertConfig's names both ways, HF's
+// parameter names, vocab_projector tied and saved once (and accepted when a
+// checkpoint keeps it), no token types, a new head on a base checkpoint, and
+// config errors naming DistilBERT's keys.
+TEST(Pretrained, DistilBertNamesConfigAndCheckpoints) {
+  TempDir dir, base_dir;
+  auto model = models::create_model("DistilBertForMaskedLM", tiny_config("distilbert"), 1);
+  model->eval();
+  model->save_pretrained(dir.path());
+  auto j = io::read_json_file(dir.path() / "config.json");
+  EXPECT_EQ(j["dim"], 16);
+  EXPECT_EQ(j["n_layers"], 2);
+  EXPECT_EQ(j["n_heads"], 2);
+  EXPECT_EQ(j["hidden_dim"], 24);
+  EXPECT_EQ(j["activation"], "gelu");
+  EXPECT_EQ(j["seq_classif_dropout"], 0.2);
+  EXPECT_EQ(j["architectures"][0], "DistilBertForMaskedLM");
+  EXPECT_EQ(j["my_custom_field"], nlohmann::json({1, 2, 3}));
+  for (const char* bert_name : {"hidden_size", "num_hidden_layers", "type_vocab_size", "hidden_act", "layer_norm_eps"})
+    EXPECT_FALSE(j.contains(bert_name)) << bert_name;
+  {
+    auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
+    EXPECT_NE(file.find("distilbert.transformer.layer.1.attention.q_lin.weight"), nullptr);
+    EXPECT_NE(file.find("distilbert.transformer.layer.0.sa_layer_norm.bias"), nullptr);
+    EXPECT_NE(file.find("distilbert.transformer.layer.0.ffn.lin2.bias"), nullptr);
+    EXPECT_NE(file.find("vocab_layer_norm.weight"), nullptr);
+    EXPECT_NE(file.find("vocab_projector.bias"), nullptr);
+    EXPECT_EQ(file.find("vocab_projector.weight"), nullptr);
+    EXPECT_EQ(file.find("distilbert.embeddings.token_type_embeddings.weight"), nullptr);
+  }
+  models::ModelInputs in = tiny_batch();
+  in.labels = Tensor();
+  Tensor logits = model->forward(in).logits;
+  // A checkpoint that kept the tied weight (as older HF saves did) loads, to the same model.
+  edit_weights(dir.path(), [](std::map<std::string, Tensor>& t) {
+    t["vocab_projector.weight"] = t.at("distilbert.embeddings.word_embeddings.weight");
+  });
+  auto again = models::from_pretrained(dir.path());
+  again->eval();
+  EXPECT_EQ(again->forward(in).logits.to_vector<float>(), logits.to_vector<float>());
+  EXPECT_FALSE(again->tokenizer_gives_token_types());
+  in.token_type_ids = zeros_like(in.input_ids);
+  EXPECT_CONTAINS(testing::error_of([&] { again->forward(in); }), "takes no token_type_ids");
+
+  auto base = models::create_model("DistilBertModel", tiny_config("distilbert"), 5);
+  base->save_pretrained(base_dir.path());
+  models::LoadOptions opts;
+  opts.architecture = "DistilBertForSequenceClassification";
+  opts.num_labels = 4;
+  auto cls = models::from_pretrained(base_dir.path(), opts);
+  auto sd = cls->state_dict();
+  EXPECT_EQ(sd.at("pre_classifier.weight").shape(), (Shape{16, 16}));
+  EXPECT_EQ(sd.at("classifier.weight").shape(), (Shape{4, 16}));
+  EXPECT_EQ(sd.at("distilbert.embeddings.word_embeddings.weight").to_vector<float>(),
+            base->state_dict().at("embeddings.word_embeddings.weight").to_vector<float>());
+
+  auto config_error = [&](nlohmann::json c) {
+    io::write_json_file_atomic(dir.path() / "config.json", c);
+    return load_error(dir.path());
+  };
+  EXPECT_CONTAINS(config_error({{"model_type", "distilbert"}, {"dim", 30}, {"n_heads", 4}}),
+                  "config.json: dim 30 is not a multiple of n_heads 4");
+  EXPECT_CONTAINS(config_error({{"model_type", "distilbert"}, {"n_layers", "six"}}),
+                  "config.json: 'n_layers' must be an integer, got string \"six\"");
+  EXPECT_CONTAINS(config_error({{"model_type", "distilbert"}, {"sinusoidal_pos_embds", true}}),
+                  "config.json: 'sinusoidal_pos_embds' true is not supported");
+  EXPECT_CONTAINS(config_error({{"model_type", "distilbert"}, {"seq_classif_dropout", 1.5}}),
+                  "'seq_classif_dropout' must be in [0, 1), got 1.5");
+  EXPECT_CONTAINS(config_error({{"model_type", "distilbert"}, {"activation", "swishy"}}), "config.json: activation: ");
+}
+
 // A classifier fine-tuned again with another number of labels: an error
 // that names ignore_mismatched_sizes, which then initialises the head anew
 // and keeps the backbone (HF's ignore_mismatched_sizes).
@@ -251,7 +322,7 @@ TEST(Pretrained, BadConfigsAreClearErrors) {
   cfg["architectures"] = {"BertForSequenceClassification"};
   cfg["model_type"] = "llama";
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
-  EXPECT_NE(load_error(dir.path()).find("model_type 'llama' is not supported (supported: bert, roberta, gpt2, t5)"),
+  EXPECT_NE(load_error(dir.path()).find("model_type 'llama' is not supported (supported: bert, roberta, distilbert, gpt2, t5)"),
             std::string::npos) << load_error(dir.path());
   std::ofstream(dir.path() / "config.json") << "{\"model_type\": ";
   EXPECT_NE(load_error(dir.path()).find("config.json"), std::string::npos);

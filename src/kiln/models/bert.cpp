@@ -23,15 +23,16 @@ BertEmbeddings::BertEmbeddings(const BertContext& ctx) {
   position_embeddings = register_module(
       "position_embeddings", std::make_shared<nn::Embedding>(c.max_position_embeddings, c.hidden_size, ctx.init,
                                                              roberta ? c.pad_token_id : -1));
-  token_type_embeddings = register_module(
-      "token_type_embeddings", std::make_shared<nn::Embedding>(c.type_vocab_size, c.hidden_size, ctx.init));
+  if (!c.distilbert())  // DistilBERT has no token types
+    token_type_embeddings = register_module(
+        "token_type_embeddings", std::make_shared<nn::Embedding>(c.type_vocab_size, c.hidden_size, ctx.init));
   LayerNorm = register_module("LayerNorm", std::make_shared<nn::LayerNorm>(c.hidden_size, c.layer_norm_eps, ctx.init.device));
   dropout = register_module("dropout", std::make_shared<nn::Dropout>(c.hidden_dropout_prob, ctx.gen));
 }
 
 Tensor BertEmbeddings::forward(const Tensor& ids, const Tensor& token_types, const Tensor& positions) {
-  Tensor x = word_embeddings->forward(ids) + position_embeddings->forward(positions) +
-             token_type_embeddings->forward(token_types);
+  Tensor x = word_embeddings->forward(ids) + position_embeddings->forward(positions);
+  if (token_type_embeddings) x = x + token_type_embeddings->forward(token_types);
   return dropout->forward(LayerNorm->forward(x));
 }
 
@@ -44,17 +45,20 @@ BertLayer::BertLayer(const BertContext& ctx) : config_(ctx.config) {
     return register_module(name, std::make_shared<nn::LayerNorm>(c.hidden_size, c.layer_norm_eps, ctx.init.device));
   };
   auto drop = [&](const char* name, double p) { return register_module(name, std::make_shared<nn::Dropout>(p, ctx.gen)); };
-  query_ = lin("attention.self.query", c.hidden_size, c.hidden_size);
-  key_ = lin("attention.self.key", c.hidden_size, c.hidden_size);
-  value_ = lin("attention.self.value", c.hidden_size, c.hidden_size);
-  attn_probs_dropout_ = drop("attention.self.dropout", c.attention_probs_dropout_prob);
-  attn_out_ = lin("attention.output.dense", c.hidden_size, c.hidden_size);
-  attn_norm_ = norm("attention.output.LayerNorm");
-  attn_out_dropout_ = drop("attention.output.dropout", c.hidden_dropout_prob);
-  intermediate_ = lin("intermediate.dense", c.hidden_size, c.intermediate_size);
-  out_ = lin("output.dense", c.intermediate_size, c.hidden_size);
-  out_norm_ = norm("output.LayerNorm");
-  out_dropout_ = drop("output.dropout", c.hidden_dropout_prob);
+  // DistilBERT's TransformerBlock is BERT's layer under other names, without
+  // a dropout after the attention's output projection.
+  const bool d = c.distilbert();
+  query_ = lin(d ? "attention.q_lin" : "attention.self.query", c.hidden_size, c.hidden_size);
+  key_ = lin(d ? "attention.k_lin" : "attention.self.key", c.hidden_size, c.hidden_size);
+  value_ = lin(d ? "attention.v_lin" : "attention.self.value", c.hidden_size, c.hidden_size);
+  attn_probs_dropout_ = drop(d ? "attention.dropout" : "attention.self.dropout", c.attention_probs_dropout_prob);
+  attn_out_ = lin(d ? "attention.out_lin" : "attention.output.dense", c.hidden_size, c.hidden_size);
+  attn_norm_ = norm(d ? "sa_layer_norm" : "attention.output.LayerNorm");
+  attn_out_dropout_ = drop("attention.output.dropout", d ? 0.0 : c.hidden_dropout_prob);
+  intermediate_ = lin(d ? "ffn.lin1" : "intermediate.dense", c.hidden_size, c.intermediate_size);
+  out_ = lin(d ? "ffn.lin2" : "output.dense", c.intermediate_size, c.hidden_size);
+  out_norm_ = norm(d ? "output_layer_norm" : "output.LayerNorm");
+  out_dropout_ = drop(d ? "ffn.dropout" : "output.dropout", c.hidden_dropout_prob);
 }
 
 Tensor BertLayer::forward(const Tensor& x, const Tensor& mask, bool first_only) {
@@ -85,7 +89,8 @@ Tensor BertLayer::forward(const Tensor& x, const Tensor& mask, bool first_only) 
 BertBackbone::BertBackbone(const BertContext& ctx, bool add_pooling_layer) : config_(ctx.config), gen_(ctx.gen) {
   embeddings = register_module("embeddings", std::make_shared<BertEmbeddings>(ctx));
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i)
-    layers.push_back(register_module("encoder.layer." + std::to_string(i), std::make_shared<BertLayer>(ctx)));
+    layers.push_back(register_module((config_.distilbert() ? "transformer.layer." : "encoder.layer.") + std::to_string(i),
+                                     std::make_shared<BertLayer>(ctx)));
   if (add_pooling_layer)
     pooler = register_module("pooler.dense", std::make_shared<nn::Linear>(config_.hidden_size, config_.hidden_size, ctx.init));
 }
@@ -141,9 +146,11 @@ BertForTask::BertForTask(std::string architecture, const BertConfig& config, uin
     : PreTrainedModel(config.clone()), architecture_(std::move(architecture)), ctx_(make_context(config, seed, device)) {
   const std::string& a = architecture_;
   roberta_ = a.rfind("Roberta", 0) == 0;
-  KILN_CHECK(roberta_ == (config.model_type == "roberta"), "architecture ", a, " does not match model_type '",
-             config.model_type, "'");
-  std::string kind = a.substr(roberta_ ? 7 : 4);  // after "Roberta" / "Bert"
+  distil_ = a.rfind("DistilBert", 0) == 0;
+  KILN_CHECK(a.rfind(config.class_prefix(), 0) == 0 && roberta_ == (config.model_type == "roberta") &&
+                 distil_ == config.distilbert(),
+             "architecture ", a, " does not match model_type '", config.model_type, "'");
+  std::string kind = a.substr(config.class_prefix().size());  // after "Bert" / "Roberta" / "DistilBert"
   if (kind == "Model") head_ = Head::None;
   else if (kind == "ForSequenceClassification") head_ = Head::SequenceClassification;
   else if (kind == "ForTokenClassification") head_ = Head::TokenClassification;
@@ -155,16 +162,21 @@ BertForTask::BertForTask(std::string architecture, const BertConfig& config, uin
   if (archs.empty()) archs = {a};
   else archs[0] = a;
 
-  prefix_ = roberta_ ? "roberta" : "bert";
-  // RobertaForMultipleChoice keeps RobertaModel's pooler too.
-  bool pooling = (!roberta_ && (head_ == Head::None || head_ == Head::SequenceClassification)) ||
-                 head_ == Head::MultipleChoice;
+  prefix_ = roberta_ ? "roberta" : distil_ ? "distilbert" : "bert";
+  // RobertaForMultipleChoice keeps RobertaModel's pooler too; DistilBERT has none.
+  bool pooling = !distil_ && ((!roberta_ && (head_ == Head::None || head_ == Head::SequenceClassification)) ||
+                              head_ == Head::MultipleChoice);
   // BertModel's own parameters have no prefix.
   auto backbone = std::make_shared<BertBackbone>(ctx_, pooling);
   backbone_ = head_ == Head::None ? register_module("", backbone) : register_module(prefix_, backbone);
   const BertConfig& c = bert_config();
   const nn::Init& init = ctx_.init;
   double drop = c.classifier_dropout.value_or(c.hidden_dropout_prob);
+  if (distil_) {
+    build_distilbert_head();
+    nn::materialize(parameters());
+    return;
+  }
   switch (head_) {
     case Head::None: break;
     case Head::SequenceClassification:
@@ -206,6 +218,53 @@ BertForTask::BertForTask(std::string architecture, const BertConfig& config, uin
   nn::materialize(parameters());
 }
 
+// DistilBERT's heads (modeling_distilbert.py): sequence classification and
+// multiple choice read position 0 through pre_classifier, ReLU and dropout
+// (seq_classif_dropout); question answering has a dropout (qa_dropout);
+// the masked LM's vocab_projector is tied to the word embeddings.
+void BertForTask::build_distilbert_head() {
+  const BertConfig& c = bert_config();
+  const nn::Init& init = ctx_.init;
+  auto dropout = [&](double p) { return register_module("dropout", std::make_shared<nn::Dropout>(p, ctx_.gen)); };
+  auto pre_classifier = [&] {
+    classifier_dense_ = register_module("pre_classifier", std::make_shared<nn::Linear>(c.hidden_size, c.hidden_size, init));
+  };
+  switch (head_) {
+    case Head::None: break;
+    case Head::SequenceClassification:
+    case Head::MultipleChoice:
+      pre_classifier();
+      classifier_ = register_module(
+          "classifier", std::make_shared<nn::Linear>(c.hidden_size, head_ == Head::MultipleChoice ? 1 : c.num_labels(), init));
+      head_dropout_ = dropout(c.seq_classif_dropout);
+      break;
+    case Head::TokenClassification:
+      head_dropout_ = dropout(c.hidden_dropout_prob);
+      classifier_ = register_module("classifier", std::make_shared<nn::Linear>(c.hidden_size, c.num_labels(), init));
+      break;
+    case Head::QuestionAnswering:
+      classifier_ = register_module("qa_outputs", std::make_shared<nn::Linear>(c.hidden_size, 2, init));
+      head_dropout_ = dropout(c.qa_dropout);
+      break;
+    case Head::MaskedLM:
+      lm_transform_ = register_module("vocab_transform", std::make_shared<nn::Linear>(c.hidden_size, c.hidden_size, init));
+      lm_norm_ = register_module("vocab_layer_norm", std::make_shared<nn::LayerNorm>(c.hidden_size, 1e-12, init.device));
+      lm_bias_ = register_parameter("vocab_projector.bias", zeros({c.vocab_size}, DType::f32, init.device));
+      break;
+  }
+}
+
+// The classifier input of a sequence: BERT's pooled output, RoBERTa's
+// classification head before out_proj, DistilBERT's pre_classifier + ReLU.
+Tensor BertForTask::classifier_input(const BertBackbone::Out& h) {
+  if (!roberta_ && !distil_) return head_dropout_->forward(h.pooled);
+  Tensor first = squeeze(slice(h.sequence, 1, 0, 1), 1);
+  if (distil_) return head_dropout_->forward(relu(classifier_dense_->forward(first)));
+  // RobertaClassificationHead: token 0 -> dropout -> dense -> tanh -> dropout -> out_proj
+  Tensor z = tanh(classifier_dense_->forward(head_dropout_->forward(first)));
+  return head_dropout_->forward(z);
+}
+
 // *ForMultipleChoice: [B, C, T] inputs read as B * C rows; each row's pooled
 // output scores its choice, and the C scores of a question are its logits.
 ModelOutputs BertForTask::forward_choices(const ModelInputs& in) {
@@ -225,7 +284,8 @@ ModelOutputs BertForTask::forward_choices(const ModelInputs& in) {
   flat.token_type_ids = rows(in.token_type_ids, "token_type_ids");
   BertBackbone::Out h = backbone_->forward(flat, true);
   ModelOutputs out;
-  out.logits = reshape(classifier_->forward(head_dropout_->forward(h.pooled)), {B, C});
+  Tensor pooled = distil_ ? classifier_input(h) : head_dropout_->forward(h.pooled);
+  out.logits = reshape(classifier_->forward(pooled), {B, C});
   if (in.labels.defined()) {
     KILN_CHECK(in.labels.shape() == Shape{B}, architecture_, ": labels must be [batch] (the right choice of each), got ",
                to_string(in.labels.shape()));
@@ -235,10 +295,11 @@ ModelOutputs BertForTask::forward_choices(const ModelInputs& in) {
 }
 
 ModelOutputs BertForTask::forward(const ModelInputs& in) {
-  if (head_ == Head::None) check_accepts(in, {"input_ids", "attention_mask", "token_type_ids"});
-  else if (head_ == Head::QuestionAnswering)
-    check_accepts(in, {"input_ids", "attention_mask", "token_type_ids", "start_positions", "end_positions"});
-  else check_accepts(in, {"input_ids", "attention_mask", "token_type_ids", "labels"});
+  std::vector<std::string_view> takes = {"input_ids", "attention_mask"};
+  if (!distil_) takes.push_back("token_type_ids");  // DistilBERT's forward has no token_type_ids
+  if (head_ == Head::QuestionAnswering) takes.insert(takes.end(), {"start_positions", "end_positions"});
+  else if (head_ != Head::None) takes.push_back("labels");
+  check_accepts(in, takes);
   if (head_ == Head::MultipleChoice) return forward_choices(in);
   // A sequence classifier reads position 0 of the last layer only.
   BertBackbone::Out h = backbone_->forward(in, head_ == Head::SequenceClassification);
@@ -250,14 +311,7 @@ ModelOutputs BertForTask::forward(const ModelInputs& in) {
       out.pooler_output = h.pooled;
       return out;
     case Head::SequenceClassification: {
-      if (roberta_) {
-        // RobertaClassificationHead: token 0 -> dropout -> dense -> tanh -> dropout -> out_proj
-        Tensor first = squeeze(slice(h.sequence, 1, 0, 1), 1);
-        Tensor z = tanh(classifier_dense_->forward(head_dropout_->forward(first)));
-        out.logits = classifier_->forward(head_dropout_->forward(z));
-      } else {
-        out.logits = classifier_->forward(head_dropout_->forward(h.pooled));
-      }
+      out.logits = classifier_->forward(classifier_input(h));
       if (labels.defined()) out.loss = sequence_classification_loss(config(), out.logits, labels);
       return out;
     }
@@ -270,7 +324,8 @@ ModelOutputs BertForTask::forward(const ModelInputs& in) {
       return out;
     }
     case Head::QuestionAnswering: {
-      Tensor logits = classifier_->forward(h.sequence);  // [B,T,2]
+      Tensor seq = head_dropout_ ? head_dropout_->forward(h.sequence) : h.sequence;  // DistilBERT's qa_dropout
+      Tensor logits = classifier_->forward(seq);  // [B,T,2]
       out.start_logits = squeeze(slice(logits, 2, 0, 1), 2);
       out.end_logits = squeeze(slice(logits, 2, 1, 2), 2);
       if (in.start_positions.defined() && in.end_positions.defined()) {
@@ -288,7 +343,7 @@ ModelOutputs BertForTask::forward(const ModelInputs& in) {
     }
     case Head::MaskedLM: {
       Tensor z = lm_transform_->forward(h.sequence);
-      z = roberta_ ? gelu(z) : nn::activation(bert_config().hidden_act, z);
+      z = roberta_ ? gelu(z) : nn::activation(bert_config().hidden_act, z);  // DistilBERT: its activation
       z = lm_norm_->forward(z);
       const Tensor& decoder = backbone_->embeddings->word_embeddings->weight;
       out.logits = linear(z, decoder, lm_bias_);

@@ -1,6 +1,7 @@
 #pragma once
 // The BERT family as Hugging Face defines it (modeling_bert.py,
-// modeling_roberta.py): same parameter names and shapes, same math.
+// modeling_roberta.py, modeling_distilbert.py): same parameter names and
+// shapes, same math.
 // B batch, T sequence, H hidden, NH heads, D = H / NH, V vocabulary.
 #include <memory>
 
@@ -69,7 +70,8 @@ class BertForTask : public PreTrainedModel {
   ModelOutputs forward(const ModelInputs& inputs) override;
   std::string architecture() const override { return architecture_; }
   std::string base_model_prefix() const override { return prefix_; }
-  bool tokenizer_gives_token_types() const override { return !roberta_; }  // RoBERTa's tokenizer gives none
+  // RoBERTa's and DistilBERT's tokenizers give none.
+  bool tokenizer_gives_token_types() const override { return !roberta_ && !distil_; }
   BertBackbone& backbone() { return *backbone_; }
   Generator& dropout_generator() override { return *ctx_.gen; }
   void set_gradient_checkpointing(bool on) override { backbone_->gradient_checkpointing = on; }
@@ -77,10 +79,12 @@ class BertForTask : public PreTrainedModel {
 
  private:
   ModelOutputs forward_choices(const ModelInputs& inputs);
+  void build_distilbert_head();
+  Tensor classifier_input(const BertBackbone::Out& h);
   enum class Head { None, SequenceClassification, TokenClassification, QuestionAnswering, MaskedLM, MultipleChoice };
   std::string architecture_, prefix_;
   Head head_;
-  bool roberta_;
+  bool roberta_, distil_;
   BertContext ctx_;
   std::shared_ptr<BertBackbone> backbone_;
   std::shared_ptr<nn::Dropout> head_dropout_;

@@ -19,6 +19,30 @@ const std::vector<std::string> kBertKeys = {
     "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
     "initializer_range", "layer_norm_eps", "pad_token_id", "bos_token_id", "eos_token_id", "position_embedding_type",
     "classifier_dropout"};
+// DistilBertConfig's keys and the BertConfig fields they hold, for reading and
+// writing alike (Config is BertConfig or const BertConfig).
+template <class Config, class Visit>
+void distilbert_fields(Config& c, Visit&& visit) {
+  visit("vocab_size", c.vocab_size);
+  visit("max_position_embeddings", c.max_position_embeddings);
+  visit("n_layers", c.num_hidden_layers);
+  visit("n_heads", c.num_attention_heads);
+  visit("dim", c.hidden_size);
+  visit("hidden_dim", c.intermediate_size);
+  visit("dropout", c.hidden_dropout_prob);
+  visit("attention_dropout", c.attention_probs_dropout_prob);
+  visit("activation", c.hidden_act);
+  visit("initializer_range", c.initializer_range);
+  visit("qa_dropout", c.qa_dropout);
+  visit("seq_classif_dropout", c.seq_classif_dropout);
+  visit("pad_token_id", c.pad_token_id);
+}
+std::vector<std::string> distilbert_keys() {
+  std::vector<std::string> keys = {"sinusoidal_pos_embds"};
+  BertConfig c;
+  distilbert_fields(c, [&](const char* key, auto&) { keys.emplace_back(key); });
+  return keys;
+}
 const std::vector<std::string> kCommonKeys = {"model_type", "architectures", "id2label", "label2id", "num_labels",
                                               "problem_type"};
 }  // namespace
@@ -108,6 +132,19 @@ BertConfig BertConfig::from_json(const json& j, const std::string& src) {
     c.layer_norm_eps = 1e-5;
     c.vocab_size = 50265;
   }
+  if (c.model_type == "distilbert") {  // DistilBertConfig: its names and defaults
+    c.num_hidden_layers = 6;
+    c.type_vocab_size = 0;  // no token type embeddings
+    config_json::read_common(j, c, src);
+    bool sinusoidal = false;
+    read(j, "sinusoidal_pos_embds", sinusoidal, src);
+    KILN_CHECK(!sinusoidal, src, ": 'sinusoidal_pos_embds' true is not supported (HF freezes those position "
+               "embeddings; kiln would train them)");
+    distilbert_fields(c, [&](const char* key, auto& field) { read(j, key, field, src); });
+    config_json::keep_unknown(j, c, distilbert_keys());
+    c.validate(src);
+    return c;
+  }
   config_json::read_common(j, c, src);
   read(j, "vocab_size", c.vocab_size, src);
   read(j, "hidden_size", c.hidden_size, src);
@@ -132,32 +169,38 @@ BertConfig BertConfig::from_json(const json& j, const std::string& src) {
 }
 
 void BertConfig::validate(const std::string& src) const {
-  KILN_CHECK(model_type == "bert" || model_type == "roberta", src, ": model_type '", model_type,
-             "' is not a BERT-family type (bert, roberta)");
+  KILN_CHECK(model_type == "bert" || model_type == "roberta" || distilbert(), src, ": model_type '", model_type,
+             "' is not a BERT-family type (bert, roberta, distilbert)");
+  // Errors name the key config.json has.
+  const bool d = distilbert();
   auto positive = [&](const char* k, int64_t v) { KILN_CHECK(v > 0, src, ": '", k, "' must be positive, got ", v); };
   positive("vocab_size", vocab_size);
-  positive("hidden_size", hidden_size);
-  positive("num_hidden_layers", num_hidden_layers);
-  positive("num_attention_heads", num_attention_heads);
-  positive("intermediate_size", intermediate_size);
+  positive(d ? "dim" : "hidden_size", hidden_size);
+  positive(d ? "n_layers" : "num_hidden_layers", num_hidden_layers);
+  positive(d ? "n_heads" : "num_attention_heads", num_attention_heads);
+  positive(d ? "hidden_dim" : "intermediate_size", intermediate_size);
   positive("max_position_embeddings", max_position_embeddings);
-  positive("type_vocab_size", type_vocab_size);
-  KILN_CHECK(hidden_size % num_attention_heads == 0, src, ": hidden_size ", hidden_size,
-             " is not a multiple of num_attention_heads ", num_attention_heads);
+  if (!d) positive("type_vocab_size", type_vocab_size);
+  KILN_CHECK(hidden_size % num_attention_heads == 0, src, ": ", d ? "dim " : "hidden_size ", hidden_size,
+             " is not a multiple of ", d ? "n_heads " : "num_attention_heads ", num_attention_heads);
   KILN_CHECK(position_embedding_type == "absolute", src, ": position_embedding_type '", position_embedding_type,
              "' is not supported (only 'absolute')");
   KILN_CHECK(pad_token_id >= 0 && pad_token_id < vocab_size, src, ": pad_token_id ", pad_token_id,
              " out of range [0, ", vocab_size, ")");
   auto prob = [&](const char* k, double v) { KILN_CHECK(v >= 0 && v < 1, src, ": '", k, "' must be in [0, 1), got ", v); };
   KILN_CHECK(layer_norm_eps >= 0, src, ": 'layer_norm_eps' must be >= 0, got ", layer_norm_eps);
-  prob("hidden_dropout_prob", hidden_dropout_prob);
-  prob("attention_probs_dropout_prob", attention_probs_dropout_prob);
+  prob(d ? "dropout" : "hidden_dropout_prob", hidden_dropout_prob);
+  prob(d ? "attention_dropout" : "attention_probs_dropout_prob", attention_probs_dropout_prob);
   if (classifier_dropout) prob("classifier_dropout", *classifier_dropout);
+  if (d) {
+    prob("qa_dropout", qa_dropout);
+    prob("seq_classif_dropout", seq_classif_dropout);
+  }
   config_json::validate_common(*this, src);
   try {
     nn::check_activation(hidden_act);
   } catch (const Error& e) {
-    throw Error(src + ": hidden_act: " + e.what());
+    throw Error(src + ": " + (d ? "activation" : "hidden_act") + ": " + e.what());
   }
 }
 
@@ -188,15 +231,24 @@ std::optional<BertConfig> BertConfig::preset(const std::string& name) {
   else if (name == "roberta-base") {
     json j = {{"model_type", "roberta"}};
     c = from_json(j, "preset roberta-base");
+  } else if (name == "distilbert-base" || name == "distilbert-tiny") {
+    json j = {{"model_type", "distilbert"}};
+    if (name == "distilbert-tiny") j.update({{"n_layers", 2}, {"dim", 128}, {"n_heads", 2}, {"hidden_dim", 512}});
+    c = from_json(j, "preset " + name);
   } else {
     return std::nullopt;
   }
-  c.architectures = {c.model_type == "roberta" ? "RobertaForMaskedLM" : "BertForMaskedLM"};
+  c.architectures = {c.class_prefix() + "ForMaskedLM"};
   return c;
 }
 
 json BertConfig::to_json() const {
   json j = config_json::write_common(*this);
+  if (distilbert()) {
+    j["sinusoidal_pos_embds"] = false;
+    distilbert_fields(*this, [&](const char* key, const auto& field) { j[key] = field; });
+    return j;
+  }
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["num_hidden_layers"] = num_hidden_layers;

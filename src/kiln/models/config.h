@@ -1,5 +1,5 @@
 #pragma once
-// Hugging Face config.json for the BERT family (BERT, RoBERTa): HF's field
+// Hugging Face config.json for the BERT family (BERT, RoBERTa, DistilBERT): HF's field
 // names and defaults. Unknown fields are kept and written back unchanged.
 #include <filesystem>
 #include <map>
@@ -59,17 +59,27 @@ struct BertConfig : PretrainedConfig {
   std::optional<int64_t> bos_token_id, eos_token_id;
   std::string position_embedding_type = "absolute";
   std::optional<double> classifier_dropout;
+  // DistilBERT (model_type "distilbert", DistilBertConfig): the same fields
+  // under its own names (dim, n_layers, n_heads, hidden_dim, dropout,
+  // attention_dropout, activation), no token types, LayerNorm eps 1e-12,
+  // and its heads' dropouts. Read and written with DistilBERT's names.
+  double qa_dropout = 0.1;
+  double seq_classif_dropout = 0.2;
 
+  bool distilbert() const { return model_type == "distilbert"; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
 
   // `source` names the file in errors ("model/config.json: 'hidden_size' must be an integer, got "x"").
   static BertConfig from_json(const nlohmann::json& j, const std::string& source);
   static BertConfig from_file(const std::filesystem::path& path);
-  // Presets: "bert-tiny" (2 layers, hidden 128), "bert-mini", "bert-small", "bert-base", "roberta-base".
+  // Presets: "bert-tiny" (2 layers, hidden 128), "bert-mini", "bert-small", "bert-base", "roberta-base",
+  // "distilbert-base" (distilbert-base-uncased's), "distilbert-tiny" (2 layers, dim 128).
   static std::optional<BertConfig> preset(const std::string& name);
   nlohmann::json to_json() const override;
   std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<BertConfig>(*this); }
-  std::string class_prefix() const override { return model_type == "roberta" ? "Roberta" : "Bert"; }
+  std::string class_prefix() const override {
+    return model_type == "roberta" ? "Roberta" : distilbert() ? "DistilBert" : "Bert";
+  }
   // RoBERTa's positions start past padding_idx.
   std::optional<int64_t> max_positions() const override {
     return max_position_embeddings - (model_type == "roberta" ? pad_token_id + 1 : 0);

@@ -46,7 +46,7 @@ std::vector<std::string> ModelInputs::given() const {
   return names;
 }
 
-void PreTrainedModel::check_accepts(const ModelInputs& inputs, std::initializer_list<std::string_view> accepted) const {
+void PreTrainedModel::check_accepts(const ModelInputs& inputs, std::span<const std::string_view> accepted) const {
   for (const std::string& name : inputs.given()) {
     if (std::find(accepted.begin(), accepted.end(), name) != accepted.end()) continue;
     std::string list;
@@ -90,6 +90,12 @@ std::vector<std::string> supported_architectures() {
           "RobertaForQuestionAnswering",
           "RobertaForMaskedLM",
           "RobertaForMultipleChoice",
+          "DistilBertModel",
+          "DistilBertForSequenceClassification",
+          "DistilBertForTokenClassification",
+          "DistilBertForQuestionAnswering",
+          "DistilBertForMaskedLM",
+          "DistilBertForMultipleChoice",
           "GPT2Model",
           "GPT2LMHeadModel",
           "GPT2ForSequenceClassification",
@@ -101,10 +107,11 @@ std::unique_ptr<PretrainedConfig> load_config(const fs::path& path) {
   nlohmann::json j = io::read_json_file(path);
   KILN_CHECK(j.is_object(), path.string(), ": expected a JSON object");
   std::string type = j.value("model_type", std::string());
-  if (type == "bert" || type == "roberta") return std::make_unique<BertConfig>(BertConfig::from_json(j, path.string()));
+  if (type == "bert" || type == "roberta" || type == "distilbert")
+    return std::make_unique<BertConfig>(BertConfig::from_json(j, path.string()));
   if (type == "gpt2") return std::make_unique<GPT2Config>(GPT2Config::from_json(j, path.string()));
   if (type == "t5") return std::make_unique<T5Config>(T5Config::from_json(j, path.string()));
-  throw Error(path.string() + ": model_type '" + type + "' is not supported (supported: bert, roberta, gpt2, t5)");
+  throw Error(path.string() + ": model_type '" + type + "' is not supported (supported: bert, roberta, distilbert, gpt2, t5)");
 }
 
 std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
@@ -159,7 +166,8 @@ std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, c
     return std::make_unique<T5ForTask>(architecture, *c, seed, device);
   }
   auto* c = dynamic_cast<const BertConfig*>(&config);
-  KILN_CHECK(c, "architecture ", architecture, " needs a bert/roberta config, got model_type '", config.model_type, "'");
+  KILN_CHECK(c, "architecture ", architecture, " needs a bert/roberta/distilbert config, got model_type '",
+             config.model_type, "'");
   return std::make_unique<BertForTask>(architecture, *c, seed, device);
 }
 
@@ -211,7 +219,8 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
 
   // Tied duplicates HF may have saved (decoder = word embeddings) are not separate parameters.
   for (const char* tied : {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "lm_head.decoder.weight",
-                           "lm_head.decoder.bias", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"})
+                           "lm_head.decoder.bias", "vocab_projector.weight", "encoder.embed_tokens.weight",
+                           "decoder.embed_tokens.weight"})
     dict.erase(tied);
 
   std::set<std::string> resized;  // ignore_mismatched_sizes: tensors of another shape, left as initialised
@@ -243,6 +252,7 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
   for (const auto& u : report.unexpected) {
     bool in_backbone = model_has_prefix ? starts_with(u, prefix) : !(starts_with(u, "cls.") || starts_with(u, "lm_head.") ||
                                                                     starts_with(u, "classifier") || starts_with(u, "qa_outputs") ||
+                                                                    starts_with(u, "pre_classifier.") || starts_with(u, "vocab_") ||
                                                                     starts_with(u, "score.") ||
                                                                     (model->architecture() == "T5EncoderModel" &&
                                                                      starts_with(u, "decoder.")));

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -44,7 +45,10 @@ class PreTrainedModel : public nn::Module {
   virtual bool tokenizer_gives_token_types() const { return false; }
   // An error naming any given input outside `accepted`: HF's forward has no
   // such argument and refuses it, and ignoring it would hide the mistake.
-  void check_accepts(const ModelInputs& inputs, std::initializer_list<std::string_view> accepted) const;
+  void check_accepts(const ModelInputs& inputs, std::span<const std::string_view> accepted) const;
+  void check_accepts(const ModelInputs& inputs, std::initializer_list<std::string_view> accepted) const {
+    check_accepts(inputs, std::span<const std::string_view>(accepted.begin(), accepted.size()));
+  }
   virtual std::string architecture() const = 0;
   // The backbone's attribute name ("bert", "roberta"); keys under it belong to the base model.
   virtual std::string base_model_prefix() const = 0;
