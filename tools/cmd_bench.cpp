@@ -27,6 +27,7 @@
 #include "kiln/kiln.h"
 #include "kiln/models/bert.h"
 #include "kiln/models/gpt2.h"
+#include "kiln/models/llama.h"
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
 #ifdef KILN_HAVE_CUDA
@@ -61,14 +62,16 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int64_t vocab_of(const models::PretrainedConfig& c) {
   if (auto* b = dynamic_cast<const models::BertConfig*>(&c)) return b->vocab_size;
   if (auto* g = dynamic_cast<const models::GPT2Config*>(&c)) return g->vocab_size;
+  if (auto* l = dynamic_cast<const models::LlamaConfig*>(&c)) return l->vocab_size;
   if (auto* t = dynamic_cast<const models::T5Config*>(&c)) return t->vocab_size;
   throw Error("bench: unsupported model_type '" + c.model_type + "'");
 }
 
 std::string architecture_for(const std::string& task, const models::PretrainedConfig& c) {
   if (task == "causal-lm") {
-    KILN_CHECK(c.model_type == "gpt2", "bench: --task causal-lm needs a gpt2 model, got '", c.model_type, "'");
-    return "GPT2LMHeadModel";
+    std::string arch = models::causal_lm_architecture(c);
+    KILN_CHECK(!arch.empty(), "bench: --task causal-lm needs a gpt2 or llama model, got '", c.model_type, "'");
+    return arch;
   }
   if (task == "seq2seq") {
     KILN_CHECK(c.model_type == "t5", "bench: --task seq2seq needs a t5 model, got '", c.model_type, "'");
@@ -130,8 +133,8 @@ int run_bench(const std::vector<std::string>& args) {
     model = models::from_pretrained(source, lo);
   } else {
     auto config = models::preset_config(source);
-    KILN_CHECK(config, "bench: --model '", source, "' is neither a model directory nor a preset (bert-tiny, bert-mini, "
-               "bert-small, bert-base, roberta-base, distilbert-base, distilbert-tiny, gpt2, gpt2-tiny, t5-small, t5-tiny, t5-v1_1-tiny)");
+    KILN_CHECK(config, "bench: --model '", source, "' is neither a model directory nor a preset (",
+               models::preset_names(), ")");
     if (task == "text-classification") config->set_num_labels(2);
     model = models::create_model(architecture_for(task, *config), *config, 0, device);
   }
@@ -167,7 +170,7 @@ int run_bench(const std::vector<std::string>& args) {
   // sequence model the decoder's weights and the head see the B x Tt target
   // tokens (the cross-attention's keys and values still the encoder's B x T).
   auto is_table = [](const std::string& name) {
-    for (const char* t : {"embeddings", "wte", "wpe", "shared", "relative_attention_bias"})
+    for (const char* t : {"embeddings", "embed_tokens", "wte", "wpe", "shared", "relative_attention_bias"})
       if (name.find(t) != std::string::npos) return true;
     return false;
   };

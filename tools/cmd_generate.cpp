@@ -39,10 +39,11 @@ int run_generate(const std::vector<std::string>& args) {
   }
   KILN_CHECK(!prompts.empty(), "generate: give --prompt TEXT or --prompts_file FILE\n", kUsage);
   auto model = models::from_pretrained(flags.get("model"), {});
-  auto* gpt2 = dynamic_cast<models::GPT2ForTask*>(model.get());
+  auto* causal = dynamic_cast<models::CausalLM*>(model.get());
   auto* t5 = dynamic_cast<models::T5ForTask*>(model.get());
-  KILN_CHECK((gpt2 && gpt2->has_lm_head()) || (t5 && t5->can_generate()), "generate: ", model->architecture(),
-             " cannot generate text; it needs a language-model head (GPT2LMHeadModel or T5ForConditionalGeneration)");
+  KILN_CHECK((causal && causal->can_generate()) || (t5 && t5->can_generate()), "generate: ", model->architecture(),
+             " cannot generate text; it needs a language-model head (GPT2LMHeadModel, LlamaForCausalLM or "
+             "T5ForConditionalGeneration)");
   cli::TokenizerBundle tok = cli::load_tokenizer(flags.get("model"));
   models::GenerationConfig g;
   // (Ranges the generation checks itself, with HF's messages: max_new_tokens, top_k.)
@@ -66,8 +67,8 @@ int run_generate(const std::vector<std::string>& args) {
     ids.emplace_back(e.ids.begin(), e.ids.end());
   }
   std::vector<std::vector<int64_t>> out;
-  if (gpt2) {
-    out = models::generate(*gpt2, ids, g);
+  if (causal) {
+    out = models::generate(*causal, ids, g);
   } else {
     const uint64_t seed = g.seed;
     for (size_t i = 0; i < ids.size(); i += batch) {

@@ -11,9 +11,9 @@
 
 namespace {
 
-constexpr const char* kUsage =
+const std::string kUsage =
     "usage: kiln init --config FILE_OR_PRESET --output_dir DIR [--architecture ARCH] [--num_labels N] [--seed S]\n"
-    "presets: bert-tiny, bert-mini, bert-small, bert-base, roberta-base, distilbert-base, distilbert-tiny, gpt2, gpt2-tiny, t5-small, t5-tiny, t5-v1_1-tiny";
+    "presets: " + kiln::models::preset_names();
 
 int run_init(const std::vector<std::string>& args) {
   kiln::cli::Flags flags("init",
@@ -21,14 +21,14 @@ int run_init(const std::vector<std::string>& args) {
                          kUsage);
   flags.parse(args);
   if (flags.help()) {
-    std::printf("%s\n", kUsage);
+    std::printf("%s\n", kUsage.c_str());
     return 0;
   }
   std::string source = flags.get("config");
   std::unique_ptr<kiln::models::PretrainedConfig> config = kiln::models::preset_config(source);
   if (!config) {
     KILN_CHECK(std::filesystem::is_regular_file(source), "init: --config '", source,
-               "' is neither a preset (bert-tiny, bert-mini, bert-small, bert-base, roberta-base, distilbert-base, distilbert-tiny, gpt2, gpt2-tiny, t5-small, t5-tiny, t5-v1_1-tiny) nor a file");
+               "' is neither a preset (", kiln::models::preset_names(), ") nor a file");
     config = kiln::models::load_config(source);
   }
   if (flags.has("num_labels")) config->set_num_labels(flags.integer("num_labels", 0));

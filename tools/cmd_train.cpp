@@ -22,6 +22,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/models/generation.h"
 #include "kiln/models/gpt2.h"
+#include "kiln/models/llama.h"
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
 #include "kiln/train/trainer.h"
@@ -349,11 +350,13 @@ int run_train(const std::vector<std::string>& raw_args) {
     labels = ner ? data::LabelMap::from_word_labels(train_ds) : data::LabelMap::from_dataset(train_ds);
   }
 
-  // The architecture follows the task: <Type>ForSequenceClassification, <Type>ForMaskedLM, GPT2LMHeadModel.
+  // The architecture follows the task: <Type>ForSequenceClassification, <Type>ForMaskedLM, GPT2LMHeadModel /
+  // LlamaForCausalLM.
   auto arch_for = [&](const models::PretrainedConfig& c) {
     if (clm) {
-      KILN_CHECK(c.model_type == "gpt2", "causal-lm: needs a gpt2 model, got model_type '", c.model_type, "'");
-      return std::string("GPT2LMHeadModel");
+      std::string arch = models::causal_lm_architecture(c);
+      KILN_CHECK(!arch.empty(), "causal-lm: needs a gpt2 or llama model, got model_type '", c.model_type, "'");
+      return arch;
     }
     if (s2s) {
       KILN_CHECK(c.model_type == "t5", "seq2seq: needs a t5 model, got model_type '", c.model_type, "'");
@@ -390,6 +393,9 @@ int run_train(const std::vector<std::string>& raw_args) {
       b->pad_token_id = tok.pad_id;
     } else if (auto* g = dynamic_cast<models::GPT2Config*>(c.get())) {
       g->vocab_size = vocab;
+    } else if (auto* l = dynamic_cast<models::LlamaConfig*>(c.get())) {
+      l->vocab_size = vocab;
+      l->pad_token_id = tok.pad_id;  // LlamaForSequenceClassification finds each row's end by it
     } else if (auto* t5 = dynamic_cast<models::T5Config*>(c.get())) {
       t5->vocab_size = vocab;
       t5->pad_token_id = tok.pad_id;
@@ -540,12 +546,13 @@ std::string eval_task(const std::string& arch, const std::map<std::string, std::
                            : ends("ForMultipleChoice")            ? "multiple-choice"
                            : ends("ForMaskedLM")                  ? "masked-lm"
                            : arch == "GPT2LMHeadModel"            ? "causal-lm"
+                           : arch == "LlamaForCausalLM"           ? "causal-lm"
                            : arch == "T5ForConditionalGeneration" ? "seq2seq"
                                                                   : "";
   KILN_CHECK(!fits.empty(), "eval: cannot evaluate a ", arch,
              " (a *ForSequenceClassification, *ForTokenClassification, *ForQuestionAnswering, *ForMultipleChoice, ",
              "*ForMaskedLM, ",
-             "GPT2LMHeadModel or T5ForConditionalGeneration can be)");
+             "GPT2LMHeadModel, LlamaForCausalLM or T5ForConditionalGeneration can be)");
   if (auto it = f.find("task"); it != f.end())
     KILN_CHECK(it->second == fits, "eval: --task ", it->second, " does not fit the model's ", arch,
                " (its task is ", fits, ")");

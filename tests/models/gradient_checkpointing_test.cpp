@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "kiln/models/gpt2.h"
+#include "kiln/models/llama.h"
 #include "models/tiny_t5.h"
 #include "support/test_util.h"
 #include "train/tiny_bert.h"
@@ -78,6 +79,21 @@ TEST(GradientCheckpointing, Gpt2BlocksRecomputedGiveTheSameGradients) {
   in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 1, 8, 2}, {2, 4});
   in.labels = in.input_ids;
   expect_same(train_step(make, in, false), train_step(make, in, true), 3);
+}
+
+TEST(GradientCheckpointing, LlamaLayersRecomputedGiveTheSameGradients) {
+  auto make = [] {
+    models::LlamaConfig c = models::LlamaConfig::from_json(
+        {{"model_type", "llama"}, {"vocab_size", 60}, {"hidden_size", 32}, {"intermediate_size", 40},
+         {"num_hidden_layers", 3}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"attention_dropout", 0.1}},
+        "test");
+    return models::create_model("LlamaForCausalLM", c, 4);
+  };
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 1, 8, 2}, {2, 4});
+  in.attention_mask = Tensor::from_vector(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 0}, {2, 4});
+  in.labels = in.input_ids;
+  expect_same(train_step(make, in, false), train_step(make, in, true), 3);  // attention dropout replayed too
 }
 
 // Under --bf16 the recomputed layers run their products in bf16 again

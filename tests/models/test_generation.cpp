@@ -5,6 +5,7 @@
 #include <set>
 
 #include "kiln/models/generation.h"
+#include "kiln/models/llama.h"
 #include "kiln/runtime/context.h"
 #include "support/test_util.h"
 
@@ -69,6 +70,50 @@ TEST(Generation, TooLongIsAClearError) {
   models::GenerationConfig g;
   g.max_new_tokens = 40;  // 3 + 40 > n_positions 32
   EXPECT_THROW(models::generate(gpt2, {{1, 2, 3}}, g), Error);
+}
+
+// ---- Llama ----
+
+// Grouped-query caches (two key/value heads for four query heads), keys
+// stored rotated: the cache gives the tokens of recomputing everything, with
+// one compiled step; tied and untied heads.
+TEST(Generation, LlamaCachedGreedyEqualsStepByStepArgmax) {
+  for (const char* name : {"llama_lm", "llama_lm_tied_bias"}) {
+    SCOPED_TRACE(name);
+    auto model = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/llama/" + name);
+    auto& llama = dynamic_cast<models::CausalLM&>(*model);
+    std::vector<std::vector<int64_t>> prompts{{5, 17, 42, 8, 61}, {3}};
+    models::GenerationConfig g;
+    g.max_new_tokens = 10;
+    g.eos_token_id = -1;
+    g.use_cache = false;
+    auto reference = models::generate(llama, prompts, g);
+    g.use_cache = true;
+    metrics::reset();
+    auto cached = models::generate(llama, prompts, g);
+    EXPECT_EQ(cached, reference);
+    ASSERT_EQ(cached[0].size(), 15u);
+    EXPECT_EQ(metrics::snapshot().compiles, 1) << metrics::report();
+  }
+}
+
+TEST(Generation, LlamaStopsAtAnyOfItsEosIds) {
+  auto model = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/llama/llama_lm");
+  auto& llama = dynamic_cast<models::LlamaForTask&>(*model);
+  models::GenerationConfig g;
+  g.max_new_tokens = 10;
+  g.eos_token_id = -1;
+  auto greedy = models::generate(llama, {{5, 17, 42}}, g);
+  // Llama 3 configs list several end ids: the first of them generated ends the sequence.
+  auto& config = const_cast<models::LlamaConfig&>(llama.llama_config());
+  config.eos_token_id = {97, greedy[0][6], 98};
+  models::GenerationConfig own;
+  own.max_new_tokens = 10;
+  auto stopped = models::generate(llama, {{5, 17, 42}}, own);
+  size_t end = 3;  // after the first generated token that is one of the three
+  while (end < greedy[0].size() && !std::set<int64_t>{97, greedy[0][6], 98}.count(greedy[0][end])) ++end;
+  ASSERT_LE(end, 6u);
+  EXPECT_EQ(stopped[0], std::vector<int64_t>(greedy[0].begin(), greedy[0].begin() + end + 1));
 }
 
 // ---- T5 ----

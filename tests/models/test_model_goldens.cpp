@@ -1,6 +1,6 @@
 // Parity with Hugging Face's definitions: logits, loss and the gradient of
 // every parameter of tiny random models (padded batches) against goldens from
-// tools/goldens/gen_{bert,gpt2,t5}_goldens.py (PyTorch, float64).
+// tools/goldens/gen_{bert,gpt2,llama,t5}_goldens.py (PyTorch, float64).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -62,7 +62,9 @@ TEST_P(ModelGolden, LogitsLossAndGradientsMatch) {
     EXPECT_TRUE(close(p.grad(), it->second, 1e-4, std::max(1e-5, 4e-6 * scale))) << "grad of " << name;
     ++checked;
   }
-  EXPECT_GT(checked, 20);
+  // Every golden gradient belongs to a parameter of the model.
+  EXPECT_EQ(checked, std::count_if(golden.begin(), golden.end(), [](auto& g) { return g.first.rfind("grad.", 0) == 0; }));
+  EXPECT_GE(checked, 20);
 }
 
 INSTANTIATE_TEST_SUITE_P(Bert, ModelGolden,
@@ -76,6 +78,9 @@ INSTANTIATE_TEST_SUITE_P(Bert, ModelGolden,
 INSTANTIATE_TEST_SUITE_P(T5, ModelGolden, ::testing::Values("t5/t5_relu_tied", "t5/t5_gated_untied", "t5/t5_encoder"));
 INSTANTIATE_TEST_SUITE_P(GPT2, ModelGolden,
                          ::testing::Values("gpt2/gpt2_lm", "gpt2/gpt2_lm_nomask", "gpt2/gpt2_seqcls", "gpt2/gpt2_model"));
+INSTANTIATE_TEST_SUITE_P(Llama, ModelGolden,
+                         ::testing::Values("llama/llama_lm", "llama/llama_lm_tied_bias", "llama/llama_seqcls",
+                                           "llama/llama_model"));
 
 }  // namespace
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/gpt2.h"
+#include "kiln/models/llama.h"
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
 #include "models/tiny_t5.h"
@@ -320,10 +321,10 @@ TEST(Pretrained, BadConfigsAreClearErrors) {
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
   EXPECT_NE(load_error(dir.path()).find("unsupported architecture 'BertForNextSentencePrediction'"), std::string::npos);
   cfg["architectures"] = {"BertForSequenceClassification"};
-  cfg["model_type"] = "llama";
+  cfg["model_type"] = "mistral";
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
-  EXPECT_NE(load_error(dir.path()).find("model_type 'llama' is not supported (supported: bert, roberta, distilbert, gpt2, t5)"),
-            std::string::npos) << load_error(dir.path());
+  EXPECT_CONTAINS(load_error(dir.path()),
+                  "model_type 'mistral' is not supported (supported: bert, roberta, distilbert, gpt2, llama, t5)");
   std::ofstream(dir.path() / "config.json") << "{\"model_type\": ";
   EXPECT_NE(load_error(dir.path()).find("config.json"), std::string::npos);
 }
@@ -353,6 +354,73 @@ TEST(Pretrained, Gpt2RoundTripAndTiedLmHead) {
   in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 1}, {2, 3});
   EXPECT_EQ(model->forward(in).logits.to_vector<float>(), loaded->forward(in).logits.to_vector<float>());
   EXPECT_EQ(io::read_json_file(dir.path() / "config.json")["model_type"], "gpt2");
+}
+
+// Llama under HF's names: an untied lm_head saved, a tied one not (and a
+// checkpoint that kept the tied copy still loads); grouped-query shapes;
+// LlamaConfig's keys, eos lists and the errors that name them.
+TEST(Pretrained, LlamaNamesConfigAndCheckpoints) {
+  TempDir dir, tied_dir;
+  auto c = models::preset_config("llama-tiny");
+  auto& l = dynamic_cast<models::LlamaConfig&>(*c);
+  l.vocab_size = 60;
+  l.hidden_size = 32;
+  l.intermediate_size = 40;
+  l.eos_token_id = {2, 7};
+  auto model = models::create_model("LlamaForCausalLM", *c, 4);
+  model->eval();
+  model->save_pretrained(dir.path());
+  auto j = io::read_json_file(dir.path() / "config.json");
+  EXPECT_EQ(j["num_key_value_heads"], 2);
+  EXPECT_EQ(j["eos_token_id"], nlohmann::json({2, 7}));
+  EXPECT_EQ(j["rope_theta"], 10000.0);
+  EXPECT_EQ(j["hidden_act"], "silu");
+  {
+    auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
+    EXPECT_EQ(file.find("model.layers.0.self_attn.k_proj.weight")->shape, (Shape{16, 32}));  // 2 heads of 8
+    EXPECT_EQ(file.find("model.layers.0.self_attn.q_proj.weight")->shape, (Shape{32, 32}));
+    EXPECT_EQ(file.find("model.layers.1.mlp.down_proj.weight")->shape, (Shape{32, 40}));
+    EXPECT_EQ(file.find("model.layers.0.self_attn.q_proj.bias"), nullptr);
+    EXPECT_NE(file.find("lm_head.weight"), nullptr);
+    EXPECT_NE(file.find("model.norm.weight"), nullptr);
+  }
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 1}, {2, 3});
+  auto loaded = models::from_pretrained(dir.path());
+  loaded->eval();
+  EXPECT_EQ(model->forward(in).logits.to_vector<float>(), loaded->forward(in).logits.to_vector<float>());
+  in.token_type_ids = zeros_like(in.input_ids);
+  EXPECT_CONTAINS(testing::error_of([&] { loaded->forward(in); }), "LlamaForCausalLM takes no token_type_ids");
+  in.token_type_ids = Tensor();
+
+  l.tie_word_embeddings = true;
+  auto tied = models::create_model("LlamaForCausalLM", *c, 4);
+  tied->eval();
+  tied->save_pretrained(tied_dir.path());
+  EXPECT_EQ(io::SafetensorsFile::open(tied_dir.path() / "model.safetensors").find("lm_head.weight"), nullptr);
+  Tensor logits = tied->forward(in).logits;
+  edit_weights(tied_dir.path(), [](std::map<std::string, Tensor>& t) {
+    t["lm_head.weight"] = t.at("model.embed_tokens.weight");  // the copy some saves keep
+  });
+  auto again = models::from_pretrained(tied_dir.path());
+  again->eval();
+  EXPECT_EQ(again->forward(in).logits.to_vector<float>(), logits.to_vector<float>());
+
+  auto config_error = [&](nlohmann::json changes) {
+    nlohmann::json cj = io::read_json_file(dir.path() / "config.json");
+    cj.update(changes);
+    return testing::error_of([&] { models::LlamaConfig::from_json(cj, "m/config.json"); });
+  };
+  EXPECT_CONTAINS(config_error({{"num_key_value_heads", 3}}),
+                  "m/config.json: num_attention_heads 4 is not a multiple of num_key_value_heads 3");
+  EXPECT_CONTAINS(config_error({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}),
+                  "m/config.json: 'rope_scaling' {\"factor\":8.0,\"rope_type\":\"llama3\"} is not supported");
+  EXPECT_EQ(config_error({{"rope_scaling", {{"rope_type", "default"}}}}), "");
+  EXPECT_CONTAINS(config_error({{"eos_token_id", {2, "x"}}}),
+                  "m/config.json: 'eos_token_id' must be an id or a list of ids, got [2,\"x\"]");
+  EXPECT_CONTAINS(config_error({{"hidden_act", "swiglu"}}), "m/config.json: hidden_act: unsupported activation 'swiglu'");
+  EXPECT_CONTAINS(config_error({{"head_dim", 7}}), "the head size 7 must be even");
+  EXPECT_CONTAINS(config_error({{"rope_theta", 0}}), "'rope_theta' must be positive, got 0");
 }
 
 // token_type_ids in GPT-2 are looked up in the word embeddings and added, as

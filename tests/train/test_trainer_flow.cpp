@@ -302,7 +302,9 @@ TEST(TrainerFlow, ReduceLROnPlateauLowersTheRateAfterEvaluationsWithoutGain) {
   }
   auto after = io::read_json_file(r.path() / "trainer_state.json");
   for (const auto& e : after["log_history"])
-    if (e.contains("learning_rate")) EXPECT_EQ(e["learning_rate"], lr[e["step"]]) << "step " << e["step"];
+    if (e.contains("learning_rate")) {
+      EXPECT_EQ(e["learning_rate"], lr[e["step"]]) << "step " << e["step"];
+    }
   auto want = straight->named_parameters(), got = resumed->named_parameters();
   ASSERT_EQ(want.size(), got.size());
   for (size_t k = 0; k < want.size(); ++k)

@@ -63,7 +63,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_io import NP_DTYPE, ST_DTYPE, case_files, read_safetensors, rel_err, safetensors_bytes, write_cases  # noqa: E402
+from golden_io import NP_DTYPE, ST_DTYPE, case_files, check_entry, read_safetensors, rel_err, safetensors_bytes, write_cases  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT_DIR = os.path.join(REPO_ROOT, "tests", "data", "t5")
@@ -560,18 +560,7 @@ def finite_difference_check(arch, cfg, p64, inputs, grads, gen):
         name = names[int(torch.randint(0, len(names), (1,), generator=gen))]
         picks.append((name, int(torch.randint(0, p64[name].numel(), (1,), generator=gen))))
     for name, idx in picks:
-        h = 1e-6
-        vals = []
-        for sgn in (1.0, -1.0):
-            q = dict(p64)
-            t = p64[name].clone()
-            t.view(-1)[idx] += sgn * h
-            q[name] = t
-            with torch.no_grad():
-                vals.append(float(forward1(arch, cfg, q, inputs)[1]))
-        fd = (vals[0] - vals[1]) / (2 * h)
-        g = float(grads[name].reshape(-1)[idx])
-        assert abs(fd - g) <= 1e-6 * max(1.0, abs(g)), (name, idx, fd, g)
+        check_entry(lambda q: forward1(arch, cfg, q, inputs)[1], p64, grads, name, idx)
 
 
 def used_buckets(cfg, T, bidirectional):

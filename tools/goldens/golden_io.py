@@ -107,3 +107,82 @@ def write_cases(out_dir, cases, build_case, name_width):
         digest = hashlib.sha256(b"".join(files[k] for k in sorted(files))).hexdigest()[:12]
         print("%-*s loss=%-12.6g bytes=%s sha256=%s" % (name_width, name, loss, sizes, digest))
     print("total bytes: %d" % total)
+
+
+# --------------------------------------------------------------------------
+# What every model generator does the same way
+# --------------------------------------------------------------------------
+
+# HF fills masked attention scores with finfo(float32).min (its models run in float32).
+F32_MIN = torch.finfo(torch.float32).min
+# The attention_mask of the padded cases: rows of 7, 5 and 3 tokens.
+ATTN_MASK = [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0]]
+
+
+def setup_torch():
+    """One thread, deterministic kernels: the output is byte-identical on rerun."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.set_grad_enabled(True)
+
+
+def ce_loss(logits, labels, ignore_index=-100):
+    """CrossEntropyLoss(ignore_index) with mean reduction over non-ignored rows."""
+    lsm = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+    keep = labels != ignore_index
+    picked = lsm[keep].gather(1, labels[keep].unsqueeze(1)).squeeze(1)
+    return -picked.sum() / keep.sum()
+
+
+def backward(outs, loss, leaves):
+    """loss.backward(); returns (outputs, loss, d loss / d leaf by name), detached
+    (a leaf the loss does not reach gets zeros)."""
+    loss.backward()
+    grads = {n: (t.grad if t.grad is not None else torch.zeros_like(t)).detach() for n, t in leaves.items()}
+    return {k: v.detach() for k, v in outs.items()}, loss.detach(), grads
+
+
+def assert_agree(name, first, second):
+    """Two implementations' (outputs, loss, grads) agree to 1e-9 relative."""
+    (outs, loss, grads), (outs2, loss2, grads2) = first, second
+    for k in outs:
+        assert rel_err(outs[k], outs2[k]) < 1e-9, (name, k, rel_err(outs[k], outs2[k]))
+    assert abs(float(loss) - float(loss2)) <= 1e-9 * max(1.0, abs(float(loss))), (name, float(loss), float(loss2))
+    for n in grads:
+        e = float((grads[n] - grads2[n]).abs().max())
+        assert e <= 1e-9 * max(1e-3, float(grads2[n].abs().max())), (name, n, e)
+
+
+def finite_difference_check(loss_of, p64, grads, gen, nonzero, anywhere=0):
+    """Central differences (float64, step 1e-6) of loss_of(params) against grads: `nonzero`
+    entries drawn among those with a nonzero gradient, then `anywhere` drawn uniformly
+    (often a zero row)."""
+    names = list(p64.keys())
+    done = 0
+    while done < nonzero + anywhere:
+        name = names[int(torch.randint(0, len(names), (1,), generator=gen))]
+        g_all = grads[name].reshape(-1)
+        if done < nonzero:
+            nz = torch.nonzero(g_all != 0).reshape(-1)
+            if nz.numel() == 0:
+                continue
+            idx = int(nz[int(torch.randint(0, nz.numel(), (1,), generator=gen))])
+        else:
+            idx = int(torch.randint(0, g_all.numel(), (1,), generator=gen))
+        check_entry(loss_of, p64, grads, name, idx)
+        done += 1
+
+
+def check_entry(loss_of, p64, grads, name, idx, h=1e-6):
+    """grads[name] entry idx against the central difference of loss_of(params) (float64)."""
+    vals = []
+    for sgn in (1.0, -1.0):
+        q = dict(p64)
+        t = p64[name].clone()
+        t.view(-1)[idx] += sgn * h
+        q[name] = t
+        with torch.no_grad():
+            vals.append(float(loss_of(q)))
+    fd = (vals[0] - vals[1]) / (2 * h)
+    g = float(grads[name].reshape(-1)[idx])
+    assert abs(fd - g) <= 1e-6 * max(1.0, abs(g)), (name, idx, fd, g)

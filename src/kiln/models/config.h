@@ -36,10 +36,12 @@ struct PretrainedConfig {
 };
 
 // AutoConfig: reads config.json and builds the config of its model_type
-// (bert, roberta, gpt2); errors name the file and key.
+// (bert, roberta, distilbert, gpt2, llama, t5); errors name the file and key.
 std::unique_ptr<PretrainedConfig> load_config(const std::filesystem::path& path);
 // Presets by name ("bert-tiny", "bert-base", "roberta-base", "gpt2", "gpt2-tiny"...), or null.
 std::unique_ptr<PretrainedConfig> preset_config(const std::string& name);
+// The presets' names, comma-separated, for messages and usage lines.
+std::string preset_names();
 
 struct BertConfig : PretrainedConfig {
   BertConfig() { model_type = "bert"; }

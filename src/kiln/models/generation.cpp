@@ -64,13 +64,15 @@ int64_t capacity(int64_t n, int64_t bucket) { return std::max<int64_t>(1, (n + b
 
 }  // namespace
 
-std::vector<std::vector<int64_t>> generate(GPT2ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
+std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& g) {
-  KILN_CHECK(model.has_lm_head(), "generate: ", model.architecture(), " has no language-model head");
+  KILN_CHECK(model.can_generate(), "generate: ", model.architecture(), " has no language-model head");
   check_config(g);
-  const GPT2Config& c = model.gpt2_config();
-  check_prompts(prompts, c.vocab_size);
-  std::optional<int64_t> eos = g.eos_token_id ? g.eos_token_id : c.eos_token_id;
+  const int64_t V = model.vocab_size();
+  check_prompts(prompts, V);
+  const std::vector<int64_t> eos = g.eos_token_id ? std::vector<int64_t>{*g.eos_token_id} : model.eos_token_ids();
+  auto ends = [&](int64_t id) { return std::find(eos.begin(), eos.end(), id) != eos.end(); };
+  const std::optional<int64_t> max_positions = model.config().max_positions();
   Device dev = model.parameters().front().device();
   model.eval();
   NoGradGuard no_grad;
@@ -78,8 +80,9 @@ std::vector<std::vector<int64_t>> generate(GPT2ForTask& model, const std::vector
   std::vector<std::vector<int64_t>> out;
   for (const auto& prompt : prompts) {
     int64_t need = static_cast<int64_t>(prompt.size()) + g.max_new_tokens;
-    KILN_CHECK(need <= c.n_positions, "generate: prompt (", prompt.size(), " tokens) + max_new_tokens (",
-               g.max_new_tokens, ") exceeds n_positions ", c.n_positions);
+    if (max_positions)
+      KILN_CHECK(need <= *max_positions, "generate: prompt (", prompt.size(), " tokens) + max_new_tokens (",
+                 g.max_new_tokens, ") exceeds the model's ", *max_positions, " positions");
     std::vector<int64_t> seq = prompt;
     if (!g.use_cache) {
       // Reference path: the whole sequence through the model every step.
@@ -88,25 +91,25 @@ std::vector<std::vector<int64_t>> generate(GPT2ForTask& model, const std::vector
         in.input_ids = Tensor::from_vector(seq, {1, static_cast<int64_t>(seq.size())}, dev, "input_ids");
         Tensor logits = model.forward(in).logits;
         auto all = logits.to_vector<float>();
-        std::vector<float> last(all.end() - c.vocab_size, all.end());
+        std::vector<float> last(all.end() - V, all.end());
         int64_t next = choose(std::move(last), g, rng);
         seq.push_back(next);
-        if (eos && next == *eos) break;
+        if (ends(next)) break;
       }
       out.push_back(std::move(seq));
       continue;
     }
-    const int64_t L = std::min(c.n_positions, capacity(need, g.bucket));
-    const int64_t NH = c.n_head, D = c.n_embd / c.n_head;
+    int64_t L = capacity(need, g.bucket);
+    if (max_positions) L = std::min(*max_positions, L);
+    const CausalLM::CacheShape cs = model.cache_shape();
     std::vector<Tensor> kc, vc;
-    std::vector<float> zeros_kv(static_cast<size_t>(NH * L * D), 0.0f);
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      kc.push_back(Tensor::from_vector(zeros_kv, {1, NH, L, D}, dev, "k_cache"));
-      vc.push_back(Tensor::from_vector(zeros_kv, {1, NH, L, D}, dev, "v_cache"));
+    std::vector<float> zeros_kv(static_cast<size_t>(cs.kv_heads * L * cs.head_dim), 0.0f);
+    for (int64_t l = 0; l < cs.layers; ++l) {
+      kc.push_back(Tensor::from_vector(zeros_kv, {1, cs.kv_heads, L, cs.head_dim}, dev, "k_cache"));
+      vc.push_back(Tensor::from_vector(zeros_kv, {1, cs.kv_heads, L, cs.head_dim}, dev, "v_cache"));
     }
     // The prompt goes through the same one-token step (one graph for everything).
-    for (int64_t t = 0; t + 1 < need + 1; ++t) {
-      if (t >= static_cast<int64_t>(seq.size())) break;
+    for (int64_t t = 0; t < static_cast<int64_t>(seq.size()); ++t) {
       Tensor token = Tensor::from_vector(std::vector<int64_t>{seq[t]}, {1, 1}, dev, "token");
       Tensor pos = Tensor::from_vector(std::vector<int64_t>{t}, {}, dev, "position");
       Tensor logits = model.decode_step(token, pos, kc, vc);
@@ -115,7 +118,7 @@ std::vector<std::vector<int64_t>> generate(GPT2ForTask& model, const std::vector
       if (static_cast<int64_t>(seq.size()) >= need) break;
       int64_t next = choose(logits.to_vector<float>(), g, rng);
       seq.push_back(next);
-      if (eos && next == *eos) break;
+      if (ends(next)) break;
     }
     out.push_back(std::move(seq));
   }
@@ -204,10 +207,10 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
 
 std::vector<std::vector<int64_t>> generate(PreTrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& g) {
-  if (auto* gpt2 = dynamic_cast<GPT2ForTask*>(&model); gpt2 && gpt2->has_lm_head()) return generate(*gpt2, prompts, g);
+  if (auto* lm = dynamic_cast<CausalLM*>(&model); lm && lm->can_generate()) return generate(*lm, prompts, g);
   if (auto* t5 = dynamic_cast<T5ForTask*>(&model); t5 && t5->can_generate()) return generate(*t5, prompts, g);
   throw Error("generate: " + model.architecture() +
-              " cannot generate text; generation needs GPT2LMHeadModel or T5ForConditionalGeneration");
+              " cannot generate text; generation needs GPT2LMHeadModel, LlamaForCausalLM or T5ForConditionalGeneration");
 }
 
 }  // namespace kiln::models

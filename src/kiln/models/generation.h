@@ -1,6 +1,6 @@
 #pragma once
 // Text generation: greedy or sampling (temperature, top-k, top-p), stopping
-// at EOS, for causal LMs (GPT-2) and encoder-decoders (T5). With the
+// at EOS, for causal LMs (GPT-2, Llama) and encoder-decoders (T5). With the
 // key/value cache each new token is one decode step whose graph depends only
 // on the cache capacity (rounded up to a bucket), so it compiles once per
 // bucket, not once per token.
@@ -25,10 +25,11 @@ struct GenerationConfig {
   int64_t bucket = 64;  // cache capacity granularity
 };
 
-// GPT-2 (GPT2LMHeadModel): continues each prompt (token ids) on its own;
-// returns prompt + generated ids per prompt, ending at the first EOS.
-// The cache holds prompt + max_new_tokens rounded up to `bucket` positions.
-std::vector<std::vector<int64_t>> generate(GPT2ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
+// A decoder-only LM (GPT2LMHeadModel, LlamaForCausalLM): continues each
+// prompt (token ids) on its own; returns prompt + generated ids per prompt,
+// ending at the first EOS (any of the config's). The cache holds prompt +
+// max_new_tokens rounded up to `bucket` positions.
+std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& config);
 
 // T5 (T5ForConditionalGeneration): the prompts (encoder input ids, with the

@@ -153,7 +153,7 @@ Tensor GPT2Block::decode(const Tensor& x, const Tensor& at, const Tensor& mask, 
 }
 
 GPT2ForTask::GPT2ForTask(std::string architecture, const GPT2Config& config, uint64_t seed, Device device)
-    : PreTrainedModel(config.clone()), architecture_(std::move(architecture)), gen_(std::make_shared<Generator>(seed)) {
+    : CausalLM(config.clone()), architecture_(std::move(architecture)), gen_(std::make_shared<Generator>(seed)) {
   if (architecture_ == "GPT2Model") head_ = Head::None;
   else if (architecture_ == "GPT2LMHeadModel") head_ = Head::LM;
   else if (architecture_ == "GPT2ForSequenceClassification") head_ = Head::SequenceClassification;
@@ -204,6 +204,16 @@ Tensor GPT2ForTask::transformer(const ModelInputs& in) {
   return ln_f_->forward(x);
 }
 
+std::vector<int64_t> GPT2ForTask::eos_token_ids() const {
+  const auto& eos = gpt2_config().eos_token_id;
+  return eos ? std::vector<int64_t>{*eos} : std::vector<int64_t>{};
+}
+
+CausalLM::CacheShape GPT2ForTask::cache_shape() const {
+  const GPT2Config& c = gpt2_config();
+  return {c.n_layer, c.n_head, c.n_embd / c.n_head};
+}
+
 Tensor GPT2ForTask::decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
                                 std::vector<Tensor>& v_cache) {
   KILN_CHECK(k_cache.size() == h_.size() && v_cache.size() == h_.size(), "decode_step: one cache per layer expected");
@@ -223,46 +233,17 @@ ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {
   else check_accepts(in, {"input_ids", "attention_mask", "token_type_ids", "labels"});
   Tensor h = transformer(in);
   ModelOutputs out;
-  const int64_t B = h.dim(0), T = h.dim(1);
   switch (head_) {
     case Head::None:
       out.last_hidden_state = h;
       return out;
     case Head::LM: {
       out.logits = linear(h, wte_->weight);  // lm_head tied to wte
-      if (in.labels.defined()) {
-        // Predict token t+1 from position t: the labels shift left and the last
-        // position gets the ignored label (as transformers' ForCausalLMLoss
-        // does), so the logits are read in place instead of copying
-        // logits[:, :-1] (B·T·vocab floats) for the loss.
-        KILN_CHECK(in.labels.shape() == in.input_ids.shape(), "causal LM: labels ", to_string(in.labels.shape()),
-                   " must match input_ids ", to_string(in.input_ids.shape()));
-        Tensor logits = reshape(out.logits, {-1, c.vocab_size});
-        Tensor ignored = full({B, 1}, -100.0, in.labels.dtype(), in.labels.device());
-        // (An empty sequence keeps its empty labels: no token, no loss term.)
-        Tensor labels =
-            reshape(T > 1 ? concat({slice(in.labels, 1, 1, T), ignored}, 1) : T == 1 ? ignored : in.labels, {-1});
-        out.loss = cross_entropy(logits, labels);
-      }
+      if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels, in.input_ids);
       return out;
     }
     case Head::SequenceClassification: {
-      Tensor logits = score_->forward(h);  // [B,T,C]
-      // The last non-padding token: one before the first pad (HF), or the last token when there is none.
-      Tensor last;
-      if (c.pad_token_id) {
-        Tensor is_pad = cast(eq(in.input_ids, full({}, static_cast<double>(*c.pad_token_id), in.input_ids.dtype(), h.device())),
-                             DType::i64);
-        Tensor first_pad = argmax(is_pad, -1);  // 0 when there is no pad
-        Tensor before = first_pad - 1.0;
-        last = where(lt(before, zeros({}, DType::i64, h.device())), before + static_cast<double>(T), before);
-      } else {
-        KILN_CHECK(B == 1, "GPT2ForSequenceClassification: batches larger than 1 need pad_token_id in the config");
-        last = full({B}, static_cast<double>(T - 1), DType::i64, h.device());
-      }
-      int64_t C = c.num_labels();
-      Tensor index = broadcast_to(reshape(cast(last, DType::i64), {B, 1, 1}), {B, 1, C});
-      out.logits = squeeze(gather(logits, 1, index), 1);
+      out.logits = last_token_logits(architecture_, score_->forward(h), in.input_ids, c.pad_token_id);
       if (in.labels.defined()) out.loss = sequence_classification_loss(c, out.logits, in.labels);
       return out;
     }

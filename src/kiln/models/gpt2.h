@@ -58,7 +58,7 @@ class GPT2Block : public nn::Module {
 };
 
 // GPT2Model, GPT2LMHeadModel, GPT2ForSequenceClassification.
-class GPT2ForTask : public PreTrainedModel {
+class GPT2ForTask : public CausalLM {
  public:
   GPT2ForTask(std::string architecture, const GPT2Config& config, uint64_t seed, Device device);
   ModelOutputs forward(const ModelInputs& inputs) override;
@@ -68,9 +68,13 @@ class GPT2ForTask : public PreTrainedModel {
   void set_gradient_checkpointing(bool on) override { gradient_checkpointing_ = on; }
   const GPT2Config& gpt2_config() const { return static_cast<const GPT2Config&>(config()); }
   bool has_lm_head() const { return head_ == Head::LM; }
-  // Logits [B,1,V] of one token per row at position `pos` (i64 scalar, a graph
-  // input), reading and updating the per-layer caches [B,NH,L,D].
-  Tensor decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache, std::vector<Tensor>& v_cache);
+  bool can_generate() const override { return has_lm_head(); }
+  int64_t vocab_size() const override { return gpt2_config().vocab_size; }
+  std::vector<int64_t> eos_token_ids() const override;
+  CacheShape cache_shape() const override;
+  // Caches [B,NH,L,D].
+  Tensor decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
+                     std::vector<Tensor>& v_cache) override;
 
  private:
   enum class Head { None, LM, SequenceClassification };

@@ -9,6 +9,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/models/bert.h"
 #include "kiln/models/gpt2.h"
+#include "kiln/models/llama.h"
 #include "kiln/models/t5.h"
 
 namespace kiln::models {
@@ -99,6 +100,9 @@ std::vector<std::string> supported_architectures() {
           "GPT2Model",
           "GPT2LMHeadModel",
           "GPT2ForSequenceClassification",
+          "LlamaModel",
+          "LlamaForCausalLM",
+          "LlamaForSequenceClassification",
           "T5ForConditionalGeneration",
           "T5EncoderModel"};
 }
@@ -110,8 +114,15 @@ std::unique_ptr<PretrainedConfig> load_config(const fs::path& path) {
   if (type == "bert" || type == "roberta" || type == "distilbert")
     return std::make_unique<BertConfig>(BertConfig::from_json(j, path.string()));
   if (type == "gpt2") return std::make_unique<GPT2Config>(GPT2Config::from_json(j, path.string()));
+  if (type == "llama") return std::make_unique<LlamaConfig>(LlamaConfig::from_json(j, path.string()));
   if (type == "t5") return std::make_unique<T5Config>(T5Config::from_json(j, path.string()));
-  throw Error(path.string() + ": model_type '" + type + "' is not supported (supported: bert, roberta, distilbert, gpt2, t5)");
+  throw Error(path.string() + ": model_type '" + type +
+              "' is not supported (supported: bert, roberta, distilbert, gpt2, llama, t5)");
+}
+
+std::string preset_names() {
+  return "bert-tiny, bert-mini, bert-small, bert-base, roberta-base, distilbert-base, distilbert-tiny, gpt2, gpt2-tiny, "
+         "llama-tiny, t5-small, t5-tiny, t5-v1_1-tiny";
 }
 
 std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
@@ -125,6 +136,17 @@ std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
       c->n_positions = 256;
     }
     c->architectures = {"GPT2LMHeadModel"};
+    return c;
+  }
+  if (name == "llama-tiny") {  // Llama's layout at a size that trains in seconds
+    auto c = std::make_unique<LlamaConfig>();
+    c->hidden_size = 128;
+    c->intermediate_size = 352;
+    c->num_hidden_layers = 2;
+    c->num_attention_heads = 4;
+    c->num_key_value_heads = 2;
+    c->max_position_embeddings = 512;
+    c->architectures = {"LlamaForCausalLM"};
     return c;
   }
   if (name == "t5-small" || name == "t5-tiny" || name == "t5-v1_1-tiny") {
@@ -159,6 +181,11 @@ std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, c
     auto* c = dynamic_cast<const GPT2Config*>(&config);
     KILN_CHECK(c, "architecture ", architecture, " needs a gpt2 config, got model_type '", config.model_type, "'");
     return std::make_unique<GPT2ForTask>(architecture, *c, seed, device);
+  }
+  if (architecture.rfind("Llama", 0) == 0) {
+    auto* c = dynamic_cast<const LlamaConfig*>(&config);
+    KILN_CHECK(c, "architecture ", architecture, " needs a llama config, got model_type '", config.model_type, "'");
+    return std::make_unique<LlamaForTask>(architecture, *c, seed, device);
   }
   if (architecture.rfind("T5", 0) == 0) {
     auto* c = dynamic_cast<const T5Config*>(&config);
@@ -222,6 +249,8 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
                            "lm_head.decoder.bias", "vocab_projector.weight", "encoder.embed_tokens.weight",
                            "decoder.embed_tokens.weight"})
     dict.erase(tied);
+  if (auto* llama = dynamic_cast<const LlamaConfig*>(&model->config()); llama && llama->tie_word_embeddings)
+    dict.erase("lm_head.weight");  // tied to model.embed_tokens.weight
 
   std::set<std::string> resized;  // ignore_mismatched_sizes: tensors of another shape, left as initialised
   std::string resized_lines;
@@ -297,6 +326,42 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
                  names.c_str());
   }
   return model;
+}
+
+std::string causal_lm_architecture(const PretrainedConfig& config) {
+  if (config.model_type == "gpt2") return "GPT2LMHeadModel";
+  if (config.model_type == "llama") return "LlamaForCausalLM";
+  return "";
+}
+
+Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, const Tensor& input_ids) {
+  KILN_CHECK(labels.shape() == input_ids.shape(), "causal LM: labels ", to_string(labels.shape()),
+             " must match input_ids ", to_string(input_ids.shape()));
+  // The labels shift left and the last position gets the ignored label, so
+  // the logits are read in place instead of copying logits[:, :-1]
+  // (B·T·vocab floats) for the loss.
+  const int64_t B = labels.dim(0), T = labels.dim(1);
+  Tensor ignored = full({B, 1}, -100.0, labels.dtype(), labels.device());
+  // (An empty sequence keeps its empty labels: no token, no loss term.)
+  Tensor shifted = reshape(T > 1 ? concat({slice(labels, 1, 1, T), ignored}, 1) : T == 1 ? ignored : labels, {-1});
+  return cross_entropy(reshape(logits, {-1, logits.dim(-1)}), shifted);
+}
+
+Tensor last_token_logits(const std::string& architecture, const Tensor& token_logits, const Tensor& input_ids,
+                         std::optional<int64_t> pad_token_id) {
+  const int64_t B = token_logits.dim(0), T = token_logits.dim(1), C = token_logits.dim(2);
+  const Device dev = token_logits.device();
+  Tensor last;
+  if (pad_token_id) {
+    Tensor is_pad = cast(eq(input_ids, full({}, static_cast<double>(*pad_token_id), input_ids.dtype(), dev)), DType::i64);
+    Tensor before = argmax(is_pad, -1) - 1.0;  // argmax is 0 when there is no pad: -1, the last token
+    last = where(lt(before, zeros({}, DType::i64, dev)), before + static_cast<double>(T), before);
+  } else {
+    KILN_CHECK(B == 1, architecture, ": batches larger than 1 need pad_token_id in the config");
+    last = full({B}, static_cast<double>(T - 1), DType::i64, dev);
+  }
+  Tensor index = broadcast_to(reshape(cast(last, DType::i64), {B, 1, 1}), {B, 1, C});
+  return squeeze(gather(token_logits, 1, index), 1);
 }
 
 Tensor run_layer(bool on, const nn::Module& owner, Generator& gen, std::function<Tensor(const Tensor&)> layer,

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -87,6 +88,42 @@ struct LoadOptions {
 // regression MSE, single-label cross-entropy, multi-label BCE with logits.
 // logits [B, num_labels].
 Tensor sequence_classification_loss(const PretrainedConfig& config, const Tensor& logits, const Tensor& labels);
+
+// A decoder-only language model (GPT-2, Llama): what generation needs from it.
+// One token per row is fed per step against per-layer key/value caches
+// [B, kv_heads, L, head_dim] of a fixed capacity L, so the step's graph
+// depends only on L.
+class CausalLM : public PreTrainedModel {
+ public:
+  using PreTrainedModel::PreTrainedModel;
+  struct CacheShape {
+    int64_t layers, kv_heads, head_dim;
+  };
+  // Whether it has its language-model head (GPT2LMHeadModel, LlamaForCausalLM).
+  virtual bool can_generate() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // The ids that end a generated sequence (Llama 3 configs list several).
+  virtual std::vector<int64_t> eos_token_ids() const = 0;
+  virtual CacheShape cache_shape() const = 0;
+  // Logits [B,1,V] of one token per row ([B,1] ids) at position `pos` (an
+  // i64 scalar, a graph input), reading and updating the caches in place.
+  virtual Tensor decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
+                             std::vector<Tensor>& v_cache) = 0;
+};
+
+// The causal-LM class of a config's model type ("GPT2LMHeadModel",
+// "LlamaForCausalLM"), or empty when the type has none.
+std::string causal_lm_architecture(const PretrainedConfig& config);
+
+// The causal-LM loss of logits [B,T,V] against labels [B,T] (input_ids, -100
+// ignored): position t predicts label t+1, as transformers' ForCausalLMLoss.
+Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, const Tensor& input_ids);
+// A decoder-only sequence classifier's logits: token_logits [B,T,C] at each
+// row's last token before its first pad (the last token when it has none),
+// as GPT2/LlamaForSequenceClassification pick it. Without a pad id only a
+// batch of one is accepted.
+Tensor last_token_logits(const std::string& architecture, const Tensor& token_logits, const Tensor& input_ids,
+                         std::optional<int64_t> pad_token_id);
 
 // One transformer layer: layer(x), or, when `on` and `owner` trains, under
 // gradient checkpointing (see kiln::checkpoint; dropout replays `gen`).

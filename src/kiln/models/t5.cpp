@@ -25,17 +25,6 @@ const std::vector<std::string> kT5Keys = {
 
 nn::Init scaled(const nn::Init& base, double std) { return nn::Init{base.gen, std, base.device}; }
 
-// T5LayerNorm: x · rsqrt(mean(x²) + eps) · w — no mean subtraction, no bias.
-class RMSNorm : public nn::Module {
- public:
-  RMSNorm(int64_t dim, double eps, Device d) : eps_(eps) { weight = register_parameter("weight", ones({dim}, DType::f32, d)); }
-  Tensor forward(const Tensor& x) const { return x * rsqrt(mean(x * x, {-1}, true) + eps_) * weight; }
-  Tensor weight;
-
- private:
-  double eps_;
-};
-
 class Attention : public nn::Module {
  public:
   Attention(const T5Config& c, bool relative_bias, const nn::Init& init) : NH_(c.num_heads), D_(c.d_kv) {
@@ -96,7 +85,7 @@ class Block : public nn::Module {
  public:
   Block(const T5Config& c, bool decoder, bool first, const nn::Init& init, const std::shared_ptr<Generator>& gen) {
     auto norm = [&](const std::string& name) {
-      return register_module(name, std::make_shared<RMSNorm>(c.d_model, c.layer_norm_epsilon, init.device));
+      return register_module(name, std::make_shared<nn::RMSNorm>(c.d_model, c.layer_norm_epsilon, init.device));
     };
     auto drop = [&](const std::string& name) { return register_module(name, std::make_shared<nn::Dropout>(c.dropout_rate, gen)); };
     self_attn = register_module("layer.0.SelfAttention", std::make_shared<Attention>(c, first, init));
@@ -145,7 +134,7 @@ class Block : public nn::Module {
     return x + cross_drop->forward(cross_attn->attend(q, ck, cv, cross_bias, *attn_drop));
   }
   std::shared_ptr<Attention> self_attn, cross_attn;
-  std::shared_ptr<RMSNorm> self_norm, cross_norm, ff_norm;
+  std::shared_ptr<nn::RMSNorm> self_norm, cross_norm, ff_norm;
   std::shared_ptr<nn::Dropout> self_drop, cross_drop, ff_drop, self_probs_drop, attn_drop;
   std::shared_ptr<FeedForward> ffn;
 };
@@ -265,7 +254,7 @@ class T5Stack : public nn::Module {
     int64_t n = decoder ? c.decoder_layers() : c.num_layers;
     for (int64_t i = 0; i < n; ++i)
       blocks_.push_back(register_module("block." + std::to_string(i), std::make_shared<Block>(c, decoder, i == 0, init, gen)));
-    final_norm_ = register_module("final_layer_norm", std::make_shared<RMSNorm>(c.d_model, c.layer_norm_epsilon, init.device));
+    final_norm_ = register_module("final_layer_norm", std::make_shared<nn::RMSNorm>(c.d_model, c.layer_norm_epsilon, init.device));
     dropout_ = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout_rate, gen));
   }
 
@@ -357,7 +346,7 @@ class T5Stack : public nn::Module {
   std::shared_ptr<nn::Embedding> embed_;  // the shared table (tied, not a parameter of the stack)
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<Generator> gen_;
-  std::shared_ptr<RMSNorm> final_norm_;
+  std::shared_ptr<nn::RMSNorm> final_norm_;
   std::shared_ptr<nn::Dropout> dropout_;
 };
 

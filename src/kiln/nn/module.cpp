@@ -126,10 +126,15 @@ LayerNorm::LayerNorm(int64_t dim, double eps_, Device device) : eps(eps_) {
   bias = register_parameter("bias", zeros({dim}, DType::f32, device));
 }
 
+RMSNorm::RMSNorm(int64_t dim, double eps_, Device device) : eps(eps_) {
+  weight = register_parameter("weight", ones({dim}, DType::f32, device));
+}
+
 void check_activation(const std::string& name) {
-  static const char* known[] = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "tanh", "sigmoid"};
+  static const char* known[] = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "tanh", "sigmoid",
+                                "silu", "swish"};
   KILN_CHECK(std::find(std::begin(known), std::end(known), name) != std::end(known), "unsupported activation '",
-             name, "' (supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, tanh, sigmoid)");
+             name, "' (supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, tanh, sigmoid, silu, swish)");
 }
 
 Tensor activation(const std::string& name, const Tensor& x) {
@@ -138,6 +143,7 @@ Tensor activation(const std::string& name, const Tensor& x) {
   if (name == "relu") return relu(x);
   if (name == "tanh") return tanh(x);
   if (name == "sigmoid") return sigmoid(x);
+  if (name == "silu" || name == "swish") return x * sigmoid(x);
   check_activation(name);
   return x;
 }

@@ -102,6 +102,16 @@ class LayerNorm : public Module {
   double eps;
 };
 
+// T5LayerNorm / LlamaRMSNorm: x · rsqrt(mean(x²) + eps) · w, no mean
+// subtraction, no bias.
+class RMSNorm : public Module {
+ public:
+  RMSNorm(int64_t dim, double eps, Device device);
+  Tensor forward(const Tensor& x) const { return x * rsqrt(mean(x * x, {-1}, true) + eps) * weight; }
+  Tensor weight;
+  double eps;
+};
+
 // Dropout drawing from a generator shared by the model (seeded, so runs repeat).
 class Dropout : public Module {
  public:
@@ -117,7 +127,8 @@ class Dropout : public Module {
 };
 
 // HF's ACT2FN: "gelu" (erf), "gelu_new" / "gelu_pytorch_tanh" (tanh form),
-// "relu", "tanh", "sigmoid"; anything else is an error naming it.
+// "relu", "tanh", "sigmoid", "silu" / "swish" (x · sigmoid(x)); anything
+// else is an error naming it.
 Tensor activation(const std::string& name, const Tensor& x);
 void check_activation(const std::string& name);
 
