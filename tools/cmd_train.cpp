@@ -355,7 +355,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   auto arch_for = [&](const models::PretrainedConfig& c) {
     if (clm) {
       std::string arch = models::causal_lm_architecture(c);
-      KILN_CHECK(!arch.empty(), "causal-lm: needs a gpt2 or llama model, got model_type '", c.model_type, "'");
+      KILN_CHECK(!arch.empty(), "causal-lm: needs a gpt2, llama, mistral or qwen2 model, got model_type '", c.model_type, "'");
       return arch;
     }
     if (s2s) {
@@ -545,14 +545,14 @@ std::string eval_task(const std::string& arch, const std::map<std::string, std::
                            : ends("ForQuestionAnswering")         ? "question-answering"
                            : ends("ForMultipleChoice")            ? "multiple-choice"
                            : ends("ForMaskedLM")                  ? "masked-lm"
+                           : ends("ForCausalLM")                  ? "causal-lm"
                            : arch == "GPT2LMHeadModel"            ? "causal-lm"
-                           : arch == "LlamaForCausalLM"           ? "causal-lm"
                            : arch == "T5ForConditionalGeneration" ? "seq2seq"
                                                                   : "";
   KILN_CHECK(!fits.empty(), "eval: cannot evaluate a ", arch,
              " (a *ForSequenceClassification, *ForTokenClassification, *ForQuestionAnswering, *ForMultipleChoice, ",
              "*ForMaskedLM, ",
-             "GPT2LMHeadModel, LlamaForCausalLM or T5ForConditionalGeneration can be)");
+             "*ForCausalLM, GPT2LMHeadModel or T5ForConditionalGeneration can be)");
   if (auto it = f.find("task"); it != f.end())
     KILN_CHECK(it->second == fits, "eval: --task ", it->second, " does not fit the model's ", arch,
                " (its task is ", fits, ")");

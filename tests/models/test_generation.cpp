@@ -78,7 +78,7 @@ TEST(Generation, TooLongIsAClearError) {
 // stored rotated: the cache gives the tokens of recomputing everything, with
 // one compiled step; tied and untied heads.
 TEST(Generation, LlamaCachedGreedyEqualsStepByStepArgmax) {
-  for (const char* name : {"llama_lm", "llama_lm_tied_bias"}) {
+  for (const char* name : {"llama_lm", "llama_lm_tied_bias", "qwen2_lm_tied"}) {
     SCOPED_TRACE(name);
     auto model = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/llama/" + name);
     auto& llama = dynamic_cast<models::CausalLM&>(*model);

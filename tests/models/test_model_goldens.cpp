@@ -80,7 +80,7 @@ INSTANTIATE_TEST_SUITE_P(GPT2, ModelGolden,
                          ::testing::Values("gpt2/gpt2_lm", "gpt2/gpt2_lm_nomask", "gpt2/gpt2_seqcls", "gpt2/gpt2_model"));
 INSTANTIATE_TEST_SUITE_P(Llama, ModelGolden,
                          ::testing::Values("llama/llama_lm", "llama/llama_lm_tied_bias", "llama/llama_seqcls",
-                                           "llama/llama_model"));
+                                           "llama/llama_model", "llama/mistral_lm", "llama/qwen2_lm_tied"));
 
 }  // namespace
 }  // namespace kiln

@@ -321,10 +321,10 @@ TEST(Pretrained, BadConfigsAreClearErrors) {
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
   EXPECT_NE(load_error(dir.path()).find("unsupported architecture 'BertForNextSentencePrediction'"), std::string::npos);
   cfg["architectures"] = {"BertForSequenceClassification"};
-  cfg["model_type"] = "mistral";
+  cfg["model_type"] = "falcon";
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
-  EXPECT_CONTAINS(load_error(dir.path()),
-                  "model_type 'mistral' is not supported (supported: bert, roberta, distilbert, gpt2, llama, t5)");
+  EXPECT_CONTAINS(load_error(dir.path()), "model_type 'falcon' is not supported (supported: bert, roberta, distilbert, "
+                                          "gpt2, llama, mistral, qwen2, t5)");
   std::ofstream(dir.path() / "config.json") << "{\"model_type\": ";
   EXPECT_NE(load_error(dir.path()).find("config.json"), std::string::npos);
 }
@@ -421,6 +421,53 @@ TEST(Pretrained, LlamaNamesConfigAndCheckpoints) {
   EXPECT_CONTAINS(config_error({{"hidden_act", "swiglu"}}), "m/config.json: hidden_act: unsupported activation 'swiglu'");
   EXPECT_CONTAINS(config_error({{"head_dim", 7}}), "the head size 7 must be even");
   EXPECT_CONTAINS(config_error({{"rope_theta", 0}}), "'rope_theta' must be positive, got 0");
+}
+
+// Mistral and Qwen2 are Llama's layers under their own configs: each reads
+// and writes its own keys and defaults, Qwen2 has biases on q, k and v only,
+// and a sequence longer than a sliding window is an error (kiln builds no
+// windowed attention; up to the window it changes nothing).
+TEST(Pretrained, MistralAndQwen2AreLlamasUnderTheirOwnConfigs) {
+  TempDir dir;
+  auto qwen = models::LlamaConfig::from_json(
+      {{"model_type", "qwen2"}, {"vocab_size", 60}, {"hidden_size", 32}, {"intermediate_size", 40},
+       {"num_hidden_layers", 1}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}},
+      "q.json");
+  EXPECT_EQ(qwen.max_position_embeddings, 32768);  // Qwen2Config's default
+  EXPECT_FALSE(qwen.bos_token_id.has_value());
+  auto model = models::create_model("Qwen2ForCausalLM", qwen, 3);
+  model->save_pretrained(dir.path());
+  auto j = io::read_json_file(dir.path() / "config.json");
+  EXPECT_EQ(j["use_sliding_window"], false);
+  EXPECT_FALSE(j.contains("attention_bias"));
+  EXPECT_FALSE(j.contains("pretraining_tp"));
+  auto file = io::SafetensorsFile::open(dir.path() / "model.safetensors");
+  EXPECT_NE(file.find("model.layers.0.self_attn.k_proj.bias"), nullptr);
+  EXPECT_EQ(file.find("model.layers.0.self_attn.o_proj.bias"), nullptr);
+  EXPECT_EQ(file.find("model.layers.0.mlp.up_proj.bias"), nullptr);
+  EXPECT_EQ(models::from_pretrained(dir.path())->architecture(), "Qwen2ForCausalLM");
+  EXPECT_CONTAINS(testing::error_of([&] { models::create_model("LlamaForCausalLM", qwen, 3); }),
+                  "architecture LlamaForCausalLM does not match model_type 'qwen2'");
+
+  auto mistral = models::LlamaConfig::from_json(
+      {{"model_type", "mistral"}, {"vocab_size", 60}, {"hidden_size", 32}, {"intermediate_size", 40},
+       {"num_hidden_layers", 1}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"sliding_window", 4}},
+      "m.json");
+  EXPECT_EQ(models::LlamaConfig::defaults("mistral").kv_heads(), 8);  // MistralConfig's defaults
+  EXPECT_EQ(models::LlamaConfig::defaults("mistral").intermediate_size, 14336);
+  EXPECT_EQ(mistral.to_json()["sliding_window"], 4);
+  auto m = models::create_model("MistralForCausalLM", mistral, 3);
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11}, {1, 4});
+  EXPECT_EQ(m->forward(in).logits.shape(), (Shape{1, 4, 60}));  // 4 tokens: the window changes nothing
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3}, {1, 5});
+  EXPECT_CONTAINS(testing::error_of([&] { m->forward(in); }),
+                  "MistralForCausalLM: 5 positions exceed sliding_window 4; kiln does not build sliding-window "
+                  "attention");
+  EXPECT_CONTAINS(testing::error_of([&] {
+                    models::LlamaConfig::from_json({{"model_type", "mistral"}, {"sliding_window", 0}}, "m.json");
+                  }),
+                  "m.json: 'sliding_window' must be positive, got 0");
 }
 
 // token_type_ids in GPT-2 are looked up in the word embeddings and added, as

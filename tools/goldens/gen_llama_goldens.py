@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""Generate golden forward/backward values for kiln's Llama models.
+"""Generate golden forward/backward values for kiln's Llama models (and Mistral and
+Qwen2, which HF builds the same way: modeling_mistral.py without biases, modeling_qwen2.py
+with biases on the query, key and value projections).
 
 Rerun from the repository root with Debian's PyTorch (python3-torch, CPU):
 
@@ -95,11 +97,26 @@ CASES = [
     ("llama_seqcls", "LlamaForSequenceClassification", 3, 3, 7, True, {"pad_token_id": 0}, 3003),
     # Multi-query attention: one key/value head for all four query heads.
     ("llama_model", "LlamaModel", None, 3, 7, True, {"num_key_value_heads": 1}, 3004),
+    # MistralConfig: no biases, a sliding window longer than the sequence (so it changes nothing).
+    ("mistral_lm", "MistralForCausalLM", None, 3, 7, True, {"model_type": "mistral", "sliding_window": 16}, 3005),
+    # Qwen2Config: biases on q, k and v (not o), tied embeddings as the small Qwen2s have.
+    ("qwen2_lm_tied", "Qwen2ForCausalLM", None, 2, 9, False,
+     {"model_type": "qwen2", "tie_word_embeddings": True, "rope_theta": 1000000.0}, 3006),
 ]
+
+# Keys of LlamaConfig that MistralConfig and Qwen2Config do not have, and theirs.
+LLAMA_ONLY = ("attention_bias", "mlp_bias", "pretraining_tp")
+OWN_KEYS = {"mistral": {"sliding_window": 4096},
+            "qwen2": {"sliding_window": 4096, "use_sliding_window": False, "max_window_layers": 28}}
 
 
 def make_config(arch, num_labels, changes):
     cfg = dict(LLAMA_BASE_CONFIG)
+    model_type = changes.get("model_type", "llama")
+    if model_type != "llama":
+        for k in LLAMA_ONLY:
+            del cfg[k]
+        cfg.update(OWN_KEYS[model_type])
     cfg.update(changes)
     cfg["architectures"] = [arch]
     if num_labels is not None:
@@ -118,7 +135,7 @@ def head_dim(cfg):
 
 
 def body_prefix(arch):
-    return "" if arch == "LlamaModel" else "model."
+    return "" if arch.endswith("Model") else "model."
 
 
 def model_params(arch, cfg):
@@ -136,20 +153,21 @@ def model_params(arch, cfg):
     out.append((pre + "embed_tokens.weight", [V, H], "w"))
     for i in range(cfg["num_hidden_layers"]):
         L = "layers.%d." % i
-        ab, mb = cfg["attention_bias"], cfg["mlp_bias"]
-        lin(L + "self_attn.q_proj", NH * D, H, ab)
-        lin(L + "self_attn.k_proj", KVH * D, H, ab)
-        lin(L + "self_attn.v_proj", KVH * D, H, ab)
-        lin(L + "self_attn.o_proj", H, NH * D, ab)
+        ob, mb = cfg.get("attention_bias", False), cfg.get("mlp_bias", False)
+        qkv = ob or cfg["model_type"] == "qwen2"  # Qwen2Attention: bias on q, k, v; none on o
+        lin(L + "self_attn.q_proj", NH * D, H, qkv)
+        lin(L + "self_attn.k_proj", KVH * D, H, qkv)
+        lin(L + "self_attn.v_proj", KVH * D, H, qkv)
+        lin(L + "self_attn.o_proj", H, NH * D, ob)
         lin(L + "mlp.gate_proj", I, H, mb)
         lin(L + "mlp.up_proj", I, H, mb)
         lin(L + "mlp.down_proj", H, I, mb)
         out.append((pre + L + "input_layernorm.weight", [H], "norm"))
         out.append((pre + L + "post_attention_layernorm.weight", [H], "norm"))
     out.append((pre + "norm.weight", [H], "norm"))
-    if arch == "LlamaForCausalLM" and not cfg["tie_word_embeddings"]:
+    if arch.endswith("ForCausalLM") and not cfg["tie_word_embeddings"]:
         out.append(("lm_head.weight", [V, H], "w"))
-    if arch == "LlamaForSequenceClassification":
+    if arch.endswith("ForSequenceClassification"):
         out.append(("score.weight", [len(cfg["id2label"]), H], "w"))
     return out
 
@@ -174,15 +192,15 @@ def make_inputs(arch, cfg, batch, seq, use_mask, gen):
     inputs["input_ids"] = ids
     if use_mask:
         inputs["attention_mask"] = mask
-    if arch == "LlamaForCausalLM":
+    if arch.endswith("ForCausalLM"):
         lab = ids.clone()
         if use_mask:
             lab[1, 5] = -100  # row 1: label 6 kept, so the loss reads logits[1, 5], a padded query
             lab[2, 3:] = -100
         inputs["labels"] = lab
-    elif arch == "LlamaForSequenceClassification":
+    elif arch.endswith("ForSequenceClassification"):
         inputs["labels"] = torch.randint(0, len(cfg["id2label"]), (batch,), generator=gen, dtype=torch.int64)
-    elif arch == "LlamaModel":
+    elif arch.endswith("Model"):
         inputs["loss_weight_hidden"] = torch.randn(batch, seq, cfg["hidden_size"], generator=gen, dtype=torch.float32)
     return inputs
 
@@ -266,9 +284,9 @@ def lm_weight(cfg, p):
 def heads(arch, cfg, p, x, inputs, out):
     """The head on the final hidden states x; fills out and returns the loss."""
     out["last_hidden_state"] = x
-    if arch == "LlamaModel":
+    if arch.endswith("Model"):
         return (x * inputs["loss_weight_hidden"].to(F64)).sum()
-    if arch == "LlamaForCausalLM":
+    if arch.endswith("ForCausalLM"):
         out["logits"] = logits = torch.matmul(x, lm_weight(cfg, p).t())
         V = cfg["vocab_size"]
         return ce_loss(logits[..., :-1, :].reshape(-1, V), inputs["labels"][..., 1:].reshape(-1))
@@ -341,9 +359,9 @@ def forward2(arch, cfg, p64, inputs):
     x = norm(x, pre + "norm.weight")
     out = collections.OrderedDict()
     out["last_hidden_state"] = x
-    if arch == "LlamaModel":
+    if arch.endswith("Model"):
         loss = (x * inputs["loss_weight_hidden"].to(F64)).sum()
-    elif arch == "LlamaForCausalLM":
+    elif arch.endswith("ForCausalLM"):
         w = leaves["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else leaves["lm_head.weight"]
         out["logits"] = logits = F.linear(x, w)
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), inputs["labels"][:, 1:].reshape(-1))
@@ -383,10 +401,10 @@ def semantic_checks(arch, cfg, plain, inputs, outs):
         rk = kv * cos[0, 1] + rotate_half(kv) * sin[0, 1]
         dots.append(float(rq @ rk))
     assert max(dots) - min(dots) < 1e-4 * max(1.0, abs(dots[0])), dots
-    if cfg.get("pad_token_id") is not None and arch == "LlamaForCausalLM":
+    if cfg.get("pad_token_id") is not None and arch.endswith("ForCausalLM"):
         # The padding_idx row: read (row 1's padded position feeds a kept label) yet never updated.
         assert (ids == cfg["pad_token_id"]).any()
-    if arch == "LlamaForSequenceClassification":
+    if arch.endswith("ForSequenceClassification"):
         assert seqcls_index(cfg, ids).tolist() == (inputs["attention_mask"].sum(-1) - 1).tolist()
 
 
@@ -404,9 +422,9 @@ def build_case(name, arch, num_labels, batch, seq, use_mask, changes, seed):
         assert list(params[n].shape) == shape and list(grads[n].shape) == shape, n
     H, V = cfg["hidden_size"], cfg["vocab_size"]
     want = {"last_hidden_state": [batch, seq, H]}
-    if arch == "LlamaForCausalLM":
+    if arch.endswith("ForCausalLM"):
         want["logits"] = [batch, seq, V]
-    elif arch == "LlamaForSequenceClassification":
+    elif arch.endswith("ForSequenceClassification"):
         want["logits"] = [batch, num_labels]
     assert {k: list(v.shape) for k, v in outs.items()} == want, outs.keys()
     assert loss.dim() == 0 and math.isfinite(float(loss))
@@ -421,7 +439,7 @@ def build_case(name, arch, num_labels, batch, seq, use_mask, changes, seed):
 
     files = case_files(config_json(cfg), cfg, params, inputs, outs, loss, grads)
     rb = read_safetensors(files["model.safetensors"])
-    assert ("lm_head.weight" in rb) == (arch == "LlamaForCausalLM" and not cfg["tie_word_embeddings"])
+    assert ("lm_head.weight" in rb) == (arch.endswith("ForCausalLM") and not cfg["tie_word_embeddings"])
     assert not any("rotary" in k for k in rb)
     return files, float(loss)
 

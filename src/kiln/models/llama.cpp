@@ -14,11 +14,19 @@ using config_json::read_opt;
 using nlohmann::json;
 
 namespace {
-const std::vector<std::string> kLlamaKeys = {
+// The keys every type of the family has, then each type's own.
+const std::vector<std::string> kCommonKeys = {
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "initializer_range", "rms_norm_eps",
-    "pad_token_id", "bos_token_id", "eos_token_id", "pretraining_tp", "tie_word_embeddings", "rope_theta",
-    "rope_scaling", "attention_bias", "attention_dropout", "mlp_bias"};
+    "pad_token_id", "bos_token_id", "eos_token_id", "tie_word_embeddings", "rope_theta", "rope_scaling",
+    "attention_dropout"};
+std::vector<std::string> keys_of(const std::string& type) {
+  std::vector<std::string> keys = kCommonKeys;
+  if (type == "llama") keys.insert(keys.end(), {"pretraining_tp", "attention_bias", "mlp_bias"});
+  if (type == "mistral") keys.insert(keys.end(), {"sliding_window"});
+  if (type == "qwen2") keys.insert(keys.end(), {"use_sliding_window", "sliding_window", "max_window_layers"});
+  return keys;
+}
 constexpr double kMin = std::numeric_limits<float>::lowest();
 
 // rotate_half: [x1, x2] -> [-x2, x1] over the last axis (D = 2 halves).
@@ -38,8 +46,28 @@ Tensor repeat_kv(const Tensor& x, int64_t rep) {
 }
 }  // namespace
 
-LlamaConfig LlamaConfig::from_json(const json& j, const std::string& src) {
+LlamaConfig LlamaConfig::defaults(const std::string& model_type) {
   LlamaConfig c;
+  c.model_type = model_type;
+  if (model_type == "mistral") {  // MistralConfig's defaults (Mistral 7B)
+    c.intermediate_size = 14336;
+    c.num_key_value_heads = 8;
+    c.max_position_embeddings = 4096 * 32;
+    c.sliding_window = 4096;
+  } else if (model_type == "qwen2") {  // Qwen2Config's
+    c.vocab_size = 151936;
+    c.intermediate_size = 22016;
+    c.max_position_embeddings = 32768;
+    c.sliding_window = 4096;
+    c.bos_token_id.reset();
+    c.eos_token_id.clear();
+  }
+  return c;
+}
+
+LlamaConfig LlamaConfig::from_json(const json& j, const std::string& src) {
+  auto type = j.find("model_type");
+  LlamaConfig c = defaults(type != j.end() && type->is_string() ? type->get<std::string>() : "llama");
   config_json::read_common(j, c, src);
   read(j, "vocab_size", c.vocab_size, src);
   read(j, "hidden_size", c.hidden_size, src);
@@ -62,7 +90,6 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& src) {
       c.eos_token_id.push_back(id.get<int64_t>());
     }
   }
-  read(j, "pretraining_tp", c.pretraining_tp, src);
   read(j, "tie_word_embeddings", c.tie_word_embeddings, src);
   read(j, "rope_theta", c.rope_theta, src);
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
@@ -71,16 +98,26 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& src) {
     KILN_CHECK(type == "default", src, ": 'rope_scaling' ", it->dump(),
                " is not supported (kiln builds the unscaled rotary embedding: null or {\"rope_type\": \"default\"})");
   }
-  read(j, "attention_bias", c.attention_bias, src);
   read(j, "attention_dropout", c.attention_dropout, src);
-  read(j, "mlp_bias", c.mlp_bias, src);
-  config_json::keep_unknown(j, c, kLlamaKeys);
+  if (c.model_type == "llama") {  // LlamaConfig's own
+    read(j, "pretraining_tp", c.pretraining_tp, src);
+    read(j, "attention_bias", c.attention_bias, src);
+    read(j, "mlp_bias", c.mlp_bias, src);
+  }
+  if (c.model_type != "llama" && j.contains("sliding_window"))  // null: no window
+    c.sliding_window.reset(), read_opt(j, "sliding_window", c.sliding_window, src);
+  if (c.model_type == "qwen2") {
+    read(j, "use_sliding_window", c.use_sliding_window, src);
+    read(j, "max_window_layers", c.max_window_layers, src);
+  }
+  config_json::keep_unknown(j, c, keys_of(c.model_type));
   c.validate(src);
   return c;
 }
 
 void LlamaConfig::validate(const std::string& src) const {
-  KILN_CHECK(model_type == "llama", src, ": model_type '", model_type, "' is not llama");
+  KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2", src, ": model_type '",
+             model_type, "' is not llama, mistral or qwen2");
   auto positive = [&](const char* k, int64_t v) { KILN_CHECK(v > 0, src, ": '", k, "' must be positive, got ", v); };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
@@ -91,6 +128,7 @@ void LlamaConfig::validate(const std::string& src) const {
   positive("max_position_embeddings", max_position_embeddings);
   positive("pretraining_tp", pretraining_tp);
   if (head_dim) positive("head_dim", *head_dim);
+  if (sliding_window) positive("sliding_window", *sliding_window);
   else
     KILN_CHECK(hidden_size % num_attention_heads == 0, src, ": hidden_size ", hidden_size,
                " is not a multiple of num_attention_heads ", num_attention_heads, " (or give head_dim)");
@@ -130,13 +168,21 @@ json LlamaConfig::to_json() const {
   j["eos_token_id"] = eos_token_id.size() == 1 ? json(eos_token_id[0])
                       : eos_token_id.empty()   ? json(nullptr)
                                                : json(eos_token_id);
-  j["pretraining_tp"] = pretraining_tp;
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["rope_theta"] = rope_theta;
   j["rope_scaling"] = nullptr;
-  j["attention_bias"] = attention_bias;
   j["attention_dropout"] = attention_dropout;
-  j["mlp_bias"] = mlp_bias;
+  if (model_type == "llama") {
+    j["pretraining_tp"] = pretraining_tp;
+    j["attention_bias"] = attention_bias;
+    j["mlp_bias"] = mlp_bias;
+  } else {
+    j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
+  }
+  if (model_type == "qwen2") {
+    j["use_sliding_window"] = use_sliding_window;
+    j["max_window_layers"] = max_window_layers;
+  }
   return j;
 }
 
@@ -149,10 +195,10 @@ class LlamaDecoderLayer : public nn::Module {
       return register_module(name, std::make_shared<nn::Linear>(in, out, init, bias));
     };
     const int64_t C = c.hidden_size, I = c.intermediate_size;
-    q_ = lin("self_attn.q_proj", C, NH_ * D_, c.attention_bias);
-    k_ = lin("self_attn.k_proj", C, KVH_ * D_, c.attention_bias);
-    v_ = lin("self_attn.v_proj", C, KVH_ * D_, c.attention_bias);
-    o_ = lin("self_attn.o_proj", NH_ * D_, C, c.attention_bias);
+    q_ = lin("self_attn.q_proj", C, NH_ * D_, c.qkv_bias());
+    k_ = lin("self_attn.k_proj", C, KVH_ * D_, c.qkv_bias());
+    v_ = lin("self_attn.v_proj", C, KVH_ * D_, c.qkv_bias());
+    o_ = lin("self_attn.o_proj", NH_ * D_, C, c.output_bias());
     gate_ = lin("mlp.gate_proj", C, I, c.mlp_bias);
     up_ = lin("mlp.up_proj", C, I, c.mlp_bias);
     down_ = lin("mlp.down_proj", I, C, c.mlp_bias);
@@ -216,9 +262,13 @@ class LlamaDecoderLayer : public nn::Module {
 
 LlamaForTask::LlamaForTask(std::string architecture, const LlamaConfig& config, uint64_t seed, Device device)
     : CausalLM(config.clone()), architecture_(std::move(architecture)), gen_(std::make_shared<Generator>(seed)) {
-  if (architecture_ == "LlamaModel") head_ = Head::None;
-  else if (architecture_ == "LlamaForCausalLM") head_ = Head::LM;
-  else if (architecture_ == "LlamaForSequenceClassification") head_ = Head::SequenceClassification;
+  const std::string prefix = config.class_prefix();
+  KILN_CHECK(architecture_.rfind(prefix, 0) == 0, "architecture ", architecture_, " does not match model_type '",
+             config.model_type, "'");
+  const std::string kind = architecture_.substr(prefix.size());
+  if (kind == "Model") head_ = Head::None;
+  else if (kind == "ForCausalLM") head_ = Head::LM;
+  else if (kind == "ForSequenceClassification") head_ = Head::SequenceClassification;
   else throw Error("unsupported architecture '" + architecture_ + "'");
   auto& cfg = static_cast<LlamaConfig&>(config_ref());
   if (cfg.architectures.empty()) cfg.architectures = {architecture_};
@@ -261,6 +311,12 @@ void LlamaForTask::ensure_rotary(int64_t n) {
   rotary_rows_ = n;
 }
 
+void LlamaForTask::check_window(int64_t positions) const {
+  const std::optional<int64_t> window = llama_config().window();
+  KILN_CHECK(!window || positions <= *window, architecture_, ": ", positions, " positions exceed sliding_window ",
+             *window, "; kiln does not build sliding-window attention (sequences up to the window are exact)");
+}
+
 const Tensor& LlamaForTask::lm_weight() const {
   return lm_head_ ? lm_head_->weight : embed_tokens_->weight;  // tie_word_embeddings: lm_head is embed_tokens
 }
@@ -277,6 +333,7 @@ Tensor LlamaForTask::body(const ModelInputs& in) {
   const int64_t B = ids.dim(0), T = ids.dim(1), D = llama_config().head_size();
   KILN_CHECK(!in.attention_mask.defined() || in.attention_mask.shape() == ids.shape(), "forward: attention_mask ",
              to_string(in.attention_mask.shape()), " does not match input_ids ", to_string(ids.shape()));
+  check_window(T);
   ensure_rotary(T);  // positions past max_position_embeddings rotate on, as in HF
   Device dev = ids.device();
   Tensor cos = reshape(slice(cos_, 0, 0, T), {1, 1, T, D}), sin = reshape(slice(sin_, 0, 0, T), {1, 1, T, D});
@@ -296,6 +353,7 @@ Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::ve
   KILN_CHECK(k_cache.size() == layers_.size() && v_cache.size() == layers_.size(),
              "decode_step: one cache per layer expected");
   const int64_t L = k_cache[0].dim(2), D = llama_config().head_size();
+  check_window(L);
   ensure_rotary(L);
   Device dev = token.device();
   Tensor slots = arange(L, DType::i64, dev);

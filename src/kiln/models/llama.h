@@ -13,8 +13,14 @@
 
 namespace kiln::models {
 
+// LlamaConfig, and the configs of the models built the same way: Mistral
+// (MistralConfig: no biases, a sliding_window) and Qwen2 (Qwen2Config: biases
+// on the query, key and value projections, an optional sliding window). Each
+// is read and written under its own keys and defaults; `model_type` says which.
 struct LlamaConfig : PretrainedConfig {
   LlamaConfig() { model_type = "llama"; }
+  // The defaults of model_type "llama", "mistral" or "qwen2".
+  static LlamaConfig defaults(const std::string& model_type);
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -35,19 +41,37 @@ struct LlamaConfig : PretrainedConfig {
   bool attention_bias = false;
   double attention_dropout = 0.0;
   bool mlp_bias = false;
+  // Mistral (always) and Qwen2 (with use_sliding_window): a query sees the last
+  // sliding_window keys. kiln builds no windowed attention: longer sequences are
+  // an error, shorter ones are unaffected by the window.
+  std::optional<int64_t> sliding_window;
+  bool use_sliding_window = false;  // Qwen2
+  int64_t max_window_layers = 28;   // Qwen2
+
+  // Biases of the attention's projections: Llama's attention_bias on all four,
+  // Qwen2's on query, key and value only.
+  bool qkv_bias() const { return attention_bias || model_type == "qwen2"; }
+  bool output_bias() const { return attention_bias; }
+  // The window that limits the sequence length, if any.
+  std::optional<int64_t> window() const {
+    return model_type == "mistral" || use_sliding_window ? sliding_window : std::nullopt;
+  }
 
   int64_t kv_heads() const { return num_key_value_heads.value_or(num_attention_heads); }
   int64_t head_size() const { return head_dim.value_or(hidden_size / num_attention_heads); }
   static LlamaConfig from_json(const nlohmann::json& j, const std::string& source);
   nlohmann::json to_json() const override;
   std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<LlamaConfig>(*this); }
-  std::string class_prefix() const override { return "Llama"; }
+  std::string class_prefix() const override {
+    return model_type == "mistral" ? "Mistral" : model_type == "qwen2" ? "Qwen2" : "Llama";
+  }
   void validate(const std::string& source) const;
 };
 
 class LlamaDecoderLayer;
 
-// LlamaModel, LlamaForCausalLM, LlamaForSequenceClassification.
+// <Prefix>Model, <Prefix>ForCausalLM, <Prefix>ForSequenceClassification for
+// Llama, Mistral and Qwen2.
 class LlamaForTask : public CausalLM {
  public:
   LlamaForTask(std::string architecture, const LlamaConfig& config, uint64_t seed, Device device);
@@ -71,6 +95,8 @@ class LlamaForTask : public CausalLM {
   Tensor body(const ModelInputs& in);
   // The rotary tables' rows 0..n-1 ([n, D] cos and sin), grown on demand.
   void ensure_rotary(int64_t n);
+  // An error when `positions` exceed the config's sliding window.
+  void check_window(int64_t positions) const;
   const Tensor& lm_weight() const;
   std::string architecture_;
   Head head_;

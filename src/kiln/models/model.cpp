@@ -103,6 +103,12 @@ std::vector<std::string> supported_architectures() {
           "LlamaModel",
           "LlamaForCausalLM",
           "LlamaForSequenceClassification",
+          "MistralModel",
+          "MistralForCausalLM",
+          "MistralForSequenceClassification",
+          "Qwen2Model",
+          "Qwen2ForCausalLM",
+          "Qwen2ForSequenceClassification",
           "T5ForConditionalGeneration",
           "T5EncoderModel"};
 }
@@ -114,10 +120,11 @@ std::unique_ptr<PretrainedConfig> load_config(const fs::path& path) {
   if (type == "bert" || type == "roberta" || type == "distilbert")
     return std::make_unique<BertConfig>(BertConfig::from_json(j, path.string()));
   if (type == "gpt2") return std::make_unique<GPT2Config>(GPT2Config::from_json(j, path.string()));
-  if (type == "llama") return std::make_unique<LlamaConfig>(LlamaConfig::from_json(j, path.string()));
+  if (type == "llama" || type == "mistral" || type == "qwen2")
+    return std::make_unique<LlamaConfig>(LlamaConfig::from_json(j, path.string()));
   if (type == "t5") return std::make_unique<T5Config>(T5Config::from_json(j, path.string()));
   throw Error(path.string() + ": model_type '" + type +
-              "' is not supported (supported: bert, roberta, distilbert, gpt2, llama, t5)");
+              "' is not supported (supported: bert, roberta, distilbert, gpt2, llama, mistral, qwen2, t5)");
 }
 
 std::string preset_names() {
@@ -182,9 +189,11 @@ std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, c
     KILN_CHECK(c, "architecture ", architecture, " needs a gpt2 config, got model_type '", config.model_type, "'");
     return std::make_unique<GPT2ForTask>(architecture, *c, seed, device);
   }
-  if (architecture.rfind("Llama", 0) == 0) {
+  if (architecture.rfind("Llama", 0) == 0 || architecture.rfind("Mistral", 0) == 0 ||
+      architecture.rfind("Qwen2", 0) == 0) {
     auto* c = dynamic_cast<const LlamaConfig*>(&config);
-    KILN_CHECK(c, "architecture ", architecture, " needs a llama config, got model_type '", config.model_type, "'");
+    KILN_CHECK(c, "architecture ", architecture, " needs a llama, mistral or qwen2 config, got model_type '",
+               config.model_type, "'");
     return std::make_unique<LlamaForTask>(architecture, *c, seed, device);
   }
   if (architecture.rfind("T5", 0) == 0) {
@@ -330,7 +339,7 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
 
 std::string causal_lm_architecture(const PretrainedConfig& config) {
   if (config.model_type == "gpt2") return "GPT2LMHeadModel";
-  if (config.model_type == "llama") return "LlamaForCausalLM";
+  if (dynamic_cast<const LlamaConfig*>(&config)) return config.class_prefix() + "ForCausalLM";  // also Mistral, Qwen2
   return "";
 }
 
