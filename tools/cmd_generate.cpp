@@ -42,8 +42,8 @@ int run_generate(const std::vector<std::string>& args) {
   auto* causal = dynamic_cast<models::CausalLM*>(model.get());
   auto* t5 = dynamic_cast<models::T5ForTask*>(model.get());
   KILN_CHECK((causal && causal->can_generate()) || (t5 && t5->can_generate()), "generate: ", model->architecture(),
-             " cannot generate text; it needs a language-model head (GPT2LMHeadModel, LlamaForCausalLM or "
-             "T5ForConditionalGeneration)");
+             " cannot generate text; it needs a language-model head (GPT2LMHeadModel, a Llama, Mistral or Qwen2 ",
+             "*ForCausalLM, or T5ForConditionalGeneration)");
   cli::TokenizerBundle tok = cli::load_tokenizer(flags.get("model"));
   models::GenerationConfig g;
   // (Ranges the generation checks itself, with HF's messages: max_new_tokens, top_k.)

@@ -392,6 +392,20 @@ TEST(Pretrained, LlamaNamesConfigAndCheckpoints) {
   in.token_type_ids = zeros_like(in.input_ids);
   EXPECT_CONTAINS(testing::error_of([&] { loaded->forward(in); }), "LlamaForCausalLM takes no token_type_ids");
   in.token_type_ids = Tensor();
+  {
+    // The rotary table grows past its first 64 rows when a longer sequence comes: a
+    // prefix's logits do not change.
+    std::vector<int64_t> ids(70);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7) % 60);
+    models::ModelInputs shorter, longer;
+    shorter.input_ids = Tensor::from_vector(std::vector<int64_t>(ids.begin(), ids.begin() + 10), {1, 10});
+    longer.input_ids = Tensor::from_vector(ids, {1, 70});
+    std::vector<float> a = loaded->forward(shorter).logits.to_vector<float>();
+    std::vector<float> b = loaded->forward(longer).logits.to_vector<float>();
+    b.resize(a.size());
+    EXPECT_TRUE(testing::all_close(std::vector<double>(a.begin(), a.end()), std::vector<double>(b.begin(), b.end()),
+                                   1e-5, 1e-6));
+  }
 
   l.tie_word_embeddings = true;
   auto tied = models::create_model("LlamaForCausalLM", *c, 4);

@@ -286,11 +286,15 @@ LlamaForTask::LlamaForTask(std::string architecture, const LlamaConfig& config, 
   if (head_ == Head::SequenceClassification)
     score_ = register_module("score", std::make_shared<nn::Linear>(c.hidden_size, c.num_labels(), init, false));
   nn::materialize(parameters());
-  ensure_rotary(c.max_position_embeddings);
 }
 
-void LlamaForTask::ensure_rotary(int64_t n) {
-  if (n <= rotary_rows_) return;
+void LlamaForTask::ensure_rotary(int64_t needed) {
+  if (needed <= rotary_rows_) return;
+  // Built on first use, for the positions in use rounded up to a power of two
+  // (at least 64): a 128k-position config does not hold 128k rows it never
+  // reads, and a longer batch regrows the table (and recompiles) rarely.
+  int64_t n = 64;
+  while (n < needed) n *= 2;
   // LlamaRotaryEmbedding, in float32 as HF computes it: inv_freq_i = 1 / theta^(2i / D),
   // angle = position · inv_freq_i, emb = [angles, angles], then cos and sin.
   const LlamaConfig& c = llama_config();

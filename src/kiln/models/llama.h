@@ -93,8 +93,8 @@ class LlamaForTask : public CausalLM {
   enum class Head { None, LM, SequenceClassification };
   // [B,T] ids -> [B,T,C] after the final norm.
   Tensor body(const ModelInputs& in);
-  // The rotary tables' rows 0..n-1 ([n, D] cos and sin), grown on demand.
-  void ensure_rotary(int64_t n);
+  // The rotary tables ([rows, D] cos and sin) cover positions 0..needed-1.
+  void ensure_rotary(int64_t needed);
   // An error when `positions` exceed the config's sliding window.
   void check_window(int64_t positions) const;
   const Tensor& lm_weight() const;
