@@ -81,7 +81,7 @@ int run_predict(const std::vector<std::string>& args) {
   ta.per_device_eval_batch_size = flags.integer("batch_size", 32, 1);
   ta.bf16 = flags.has("bf16");  // products in bf16, as Trainer.predict under HF's --bf16
   data::CollatorOptions co;
-  co.pad_token_id = tok.pad_id;
+  co.pad_token_id = cli::padding_id(tok, model->config());
   co.max_length = max_len;
   train::Trainer trainer(*model, ta,
                          qa       ? train::Task::QuestionAnswering

@@ -395,7 +395,8 @@ int run_train(const std::vector<std::string>& raw_args) {
       g->vocab_size = vocab;
     } else if (auto* l = dynamic_cast<models::LlamaConfig*>(c.get())) {
       l->vocab_size = vocab;
-      l->pad_token_id = tok.pad_id;  // LlamaForSequenceClassification finds each row's end by it
+      // LlamaForSequenceClassification finds each row's end by it; the collator pads with the same id.
+      if (!l->pad_token_id) l->pad_token_id = tok.pad_id;
     } else if (auto* t5 = dynamic_cast<models::T5Config*>(c.get())) {
       t5->vocab_size = vocab;
       t5->pad_token_id = tok.pad_id;
@@ -466,7 +467,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   if (eval_f && ta.eval_strategy == "no") ta.do_eval = true;
 
   data::CollatorOptions co;
-  co.pad_token_id = tok.pad_id;
+  co.pad_token_id = cli::padding_id(tok, *run_config);
   co.max_length = max_len;
   co.pad_to_max_length = switch_on(f, "pad_to_max_length");
   co.pad_to_multiple_of = int_flag(f, "pad_to_multiple_of", 0);
@@ -630,7 +631,7 @@ int run_eval(const std::vector<std::string>& args) {
     feats = std::make_shared<data::Features>(data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
   }
   data::CollatorOptions co;
-  co.pad_token_id = tok.pad_id;
+  co.pad_token_id = cli::padding_id(tok, model->config());
   co.max_length = max_len;
   co.mlm = mlm;
   co.causal_lm = clm;

@@ -3,6 +3,8 @@
 #include <cstdio>
 
 #include "kiln/core/error.h"
+#include "kiln/models/gpt2.h"
+#include "kiln/models/llama.h"
 
 namespace kiln::cli {
 
@@ -37,6 +39,12 @@ int64_t sequence_length(std::optional<int64_t> asked, const models::PretrainedCo
                  command, static_cast<long long>(want), static_cast<long long>(*limit),
                  static_cast<long long>(*limit));
   return *limit;
+}
+
+int64_t padding_id(const TokenizerBundle& tok, const models::PretrainedConfig& config) {
+  if (auto* g = dynamic_cast<const models::GPT2Config*>(&config); g && g->pad_token_id) return *g->pad_token_id;
+  if (auto* l = dynamic_cast<const models::LlamaConfig*>(&config); l && l->pad_token_id) return *l->pad_token_id;
+  return tok.pad_id;
 }
 
 data::DatasetOptions dataset_options(const std::map<std::string, std::string>& flags) {

@@ -28,6 +28,13 @@ struct TokenizerBundle {
 };
 TokenizerBundle load_tokenizer(const std::filesystem::path& dir);
 
+// The id the collator pads with: the tokenizer's, except for a decoder-only
+// model (GPT-2, the Llama family) whose config names its own pad_token_id:
+// its sequence classifier finds each row's last token by that id, and HF
+// users commonly set it to the eos id (tokenizer.pad_token = eos_token), an id
+// the tokenizer does not call a pad.
+int64_t padding_id(const TokenizerBundle& tok, const models::PretrainedConfig& config);
+
 data::DatasetOptions dataset_options(const std::map<std::string, std::string>& flags);
 
 // --max_seq_length against the model's positions (HF's run_glue): `asked`

@@ -374,6 +374,39 @@ TEST(Cli, LlamaTrainsAsACausalLmAndAClassifier) {
   EXPECT_GT(io::read_json_file(cls / "eval_results.json")["eval_accuracy"].get<double>(), 0.95);
 }
 
+// A decoder-only classifier finds each row's last token by its config's
+// pad_token_id (here 5, not the tokenizer's [PAD] 0, as an HF checkpoint
+// whose pad is the eos id): predictions pad with that id, so a short row
+// scores the same in a batch with a longer one as alone. (Padding with the
+// tokenizer's id made the model read a padded position instead.)
+TEST(Cli, DecoderOnlyClassifiersPadWithTheirConfigsPadId) {
+  Workdir w;
+  fs::path data = w.path() / "data", model = w.path() / "m";
+  ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
+  const auto vocab = io::read_json_file(data / "model_config.json")["vocab_size"];
+  io::write_json_file_atomic(w.path() / "c.json", {{"model_type", "llama"}, {"vocab_size", vocab}, {"hidden_size", 32},
+                                                   {"intermediate_size", 48}, {"num_hidden_layers", 1},
+                                                   {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                                                   {"pad_token_id", 5}, {"num_labels", 2}});
+  ASSERT_EQ(kiln("init --config " + (w.path() / "c.json").string() + " --output_dir " + model.string() +
+                     " --architecture LlamaForSequenceClassification",
+                 w.path() / "log1"),
+            0)
+      << slurp(w.path() / "log1");
+  for (const char* file : {"vocab.txt", "tokenizer_config.json"}) fs::copy_file(data / file, model / file);
+  std::ofstream(w.path() / "two.txt") << "the battery is great and lasts for days\nbad\n";
+  std::ofstream(w.path() / "one.txt") << "bad\n";
+  for (const char* name : {"two", "one"})
+    ASSERT_EQ(kiln("predict --model " + model.string() + " --input " + (w.path() / (std::string(name) + ".txt")).string() +
+                       " --output " + (w.path() / (std::string(name) + ".jsonl")).string(),
+                   w.path() / "log2"),
+              0)
+        << slurp(w.path() / "log2");
+  std::string batched = slurp(w.path() / "two.jsonl");
+  ASSERT_EQ(std::count(batched.begin(), batched.end(), '\n'), 2) << batched;
+  EXPECT_EQ(batched.substr(batched.find('\n') + 1), slurp(w.path() / "one.jsonl"));
+}
+
 TEST(Cli, Seq2SeqTrainsAT5) {
   Workdir w;
   fs::path data = w.path() / "data", out = w.path() / "s2s";

@@ -366,7 +366,8 @@ Tensor last_token_logits(const std::string& architecture, const Tensor& token_lo
     Tensor before = argmax(is_pad, -1) - 1.0;  // argmax is 0 when there is no pad: -1, the last token
     last = where(lt(before, zeros({}, DType::i64, dev)), before + static_cast<double>(T), before);
   } else {
-    KILN_CHECK(B == 1, architecture, ": batches larger than 1 need pad_token_id in the config");
+    KILN_CHECK(B == 1, architecture, ": batches larger than 1 need pad_token_id in the config (it marks where each ",
+               "row ends; HF users often set it to the eos id)");
     last = full({B}, static_cast<double>(T - 1), DType::i64, dev);
   }
   Tensor index = broadcast_to(reshape(cast(last, DType::i64), {B, 1, 1}), {B, 1, C});
