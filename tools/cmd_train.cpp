@@ -393,6 +393,7 @@ int run_train(const std::vector<std::string>& raw_args) {
       b->pad_token_id = tok.pad_id;
     } else if (auto* g = dynamic_cast<models::GPT2Config*>(c.get())) {
       g->vocab_size = vocab;
+      if (!g->pad_token_id) g->pad_token_id = tok.pad_id;  // as for Llama below: GPT2ForSequenceClassification needs it
     } else if (auto* l = dynamic_cast<models::LlamaConfig*>(c.get())) {
       l->vocab_size = vocab;
       // LlamaForSequenceClassification finds each row's end by it; the collator pads with the same id.

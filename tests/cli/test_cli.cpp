@@ -405,6 +405,15 @@ TEST(Cli, DecoderOnlyClassifiersPadWithTheirConfigsPadId) {
   std::string batched = slurp(w.path() / "two.jsonl");
   ASSERT_EQ(std::count(batched.begin(), batched.end(), '\n'), 2) << batched;
   EXPECT_EQ(batched.substr(batched.find('\n') + 1), slurp(w.path() / "one.jsonl"));
+  // A GPT-2 classifier trained from a preset (no pad id of its own) takes the tokenizer's and
+  // trains in batches (it used to stop at "batches larger than 1 need pad_token_id").
+  ASSERT_EQ(kiln("train --config_name gpt2-tiny --tokenizer_name " + data.string() + " --train_file " +
+                     (data / "train.csv").string() + " --max_seq_length 32 --output_dir " + (w.path() / "g").string() +
+                     " --max_steps 3 --per_device_train_batch_size 8",
+                 w.path() / "log3"),
+            0)
+      << slurp(w.path() / "log3");
+  EXPECT_EQ(io::read_json_file(w.path() / "g" / "config.json")["pad_token_id"], 0);
 }
 
 TEST(Cli, Seq2SeqTrainsAT5) {
