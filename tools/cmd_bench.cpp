@@ -40,7 +40,7 @@ using namespace kiln;
 namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
-    "usage: kiln bench --model PRESET_OR_DIR [--task text-classification|masked-lm|causal-lm|seq2seq]\n"
+    "usage: kiln bench --model PRESET_DIR_OR_CONFIG [--task text-classification|masked-lm|causal-lm|seq2seq]\n"
     "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--device cpu|cuda:N]\n"
     "                  [--gradient_checkpointing] [--tf32] [--bf16] [--gemm_shapes] [--sync] [--json]\n"
     "  --gemm_shapes: also print the GFLOP/s of every GEMM shape the peak was measured at, without and with a bias\n"
@@ -121,7 +121,7 @@ int run_bench(const std::vector<std::string>& args) {
   const int64_t steps = integer("steps", 10), warmup = integer("warmup", 2);
   const Device device = Device::parse(flags.has("device") ? flags.get("device") : "cpu");
 
-  // The model: a directory (from_pretrained) or a preset with fresh weights.
+  // The model: a directory (from_pretrained), or a preset or config.json with fresh weights.
   const std::string source = flags.get("model");
   std::unique_ptr<models::PreTrainedModel> model;
   if (fs::is_directory(source)) {
@@ -131,9 +131,10 @@ int run_bench(const std::vector<std::string>& args) {
     if (task == "text-classification") lo.num_labels = 2;
     lo.device = device;
     model = models::from_pretrained(source, lo);
-  } else {
+  } else {  // a preset or a config.json file: fresh weights
     auto config = models::preset_config(source);
-    KILN_CHECK(config, "bench: --model '", source, "' is neither a model directory nor a preset (",
+    if (!config && fs::is_regular_file(source)) config = models::load_config(source);
+    KILN_CHECK(config, "bench: --model '", source, "' is neither a model directory, a config file nor a preset (",
                models::preset_names(), ")");
     if (task == "text-classification") config->set_num_labels(2);
     model = models::create_model(architecture_for(task, *config), *config, 0, device);

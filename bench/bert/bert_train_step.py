@@ -6,11 +6,14 @@ code (nn.Linear/LayerNorm/Embedding, eager attention). fp32, CPU.
 usage: bert_train_step.py [--layers 12] [--hidden 768] [--heads 12] [--batch 8] [--seq 128] [--steps 10]
 Prints one JSON line: median step seconds, peak RSS.
 """
-import argparse, json, math, os, resource, statistics, time
+import argparse, math, os, sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from torch_step import run_steps  # noqa: E402
 
 
 class Layer(nn.Module):
@@ -60,23 +63,10 @@ def main():
     torch.set_num_threads(a.threads)  # PyTorch defaults to physical cores; compare at the same count
     torch.manual_seed(0)
     model = Bert(a.vocab, a.hidden, a.layers, a.heads, 4 * a.hidden, 512, 2)
-    opt = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
     ids = torch.randint(0, a.vocab, (a.batch, a.seq))
     mask = torch.ones(a.batch, a.seq, dtype=torch.long)
     labels = torch.randint(0, 2, (a.batch,))
-    times = []
-    for step in range(a.steps + 2):
-        t0 = time.perf_counter()
-        loss = model(ids, mask, labels)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)  # after the update, as HF's Trainer does
-        loss.item()
-        if step >= 2:
-            times.append(time.perf_counter() - t0)
-    print(json.dumps({"impl": "pytorch " + torch.__version__, "threads": torch.get_num_threads(),
-                      "median_step_s": statistics.median(times), "loss": loss.item(),
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    run_steps(model, lambda: model(ids, mask, labels), a.steps)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,14 @@ usage: t5_train_step.py [--batch 8] [--seq 128] [--target_len 32] [--steps 5]
                         [--layers 6] [--d_model 512] [--d_ff 2048] [--heads 8]
 Prints one JSON line: median step seconds, peak RSS.
 """
-import argparse, json, math, os, resource, statistics, time
+import argparse, math, os, sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from torch_step import run_steps  # noqa: E402
 
 BUCKETS, MAX_DISTANCE = 32, 128
 
@@ -136,26 +139,12 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = T5(a.vocab, a.layers, a.d_model, a.d_ff, a.heads, a.d_kv)
-    opt = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
     n = a.batch * a.seq
     ids = torch.tensor([5 + (i * 7919) % (a.vocab - 5) for i in range(n)]).view(a.batch, a.seq)
     m = a.batch * a.target_len
     labels = torch.tensor([5 + (i * 104729) % (a.vocab - 5) for i in range(m)]).view(a.batch, a.target_len)
-    times = []
-    for step in range(a.steps + 2):
-        t0 = time.perf_counter()
-        loss = model(ids, labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)  # after the update, as HF's Trainer does
-        loss.item()
-        if step >= 2:
-            times.append(time.perf_counter() - t0)
-    print(json.dumps({"impl": "pytorch " + torch.__version__, "threads": torch.get_num_threads(),
-                      "parameters": sum(p.numel() for p in model.parameters()),
-                      "median_step_s": statistics.median(times), "loss": loss.item(),
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    run_steps(model, lambda: model(ids, labels), a.steps, clip=1.0,
+              report={"parameters": sum(p.numel() for p in model.parameters())})
 
 
 if __name__ == "__main__":

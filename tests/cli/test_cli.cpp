@@ -1312,7 +1312,7 @@ TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   EXPECT_NE(kiln("bench --model bert-tiny --tf32", w.path() / "log3"), 0);  // TF32 is a CUDA mode
   EXPECT_CONTAINS(slurp(w.path() / "log3"), "--tf32 needs --device cuda");
   EXPECT_NE(kiln("bench --model no-such-preset", w.path() / "log3"), 0);
-  EXPECT_CONTAINS(slurp(w.path() / "log3"), "neither a model directory nor a preset");
+  EXPECT_CONTAINS(slurp(w.path() / "log3"), "neither a model directory, a config file nor a preset");
 }
 
 // A sequence-to-sequence step's model FLOPs: 6 a parameter and token, the
