@@ -589,6 +589,25 @@ TEST(CudaModels, TinyT5TrainsAsOnTheCpu) {
       });
 }
 
+// The Llama family on the GPU: grouped-query heads with padding (llama_lm),
+// and Qwen2's q/k/v biases with tied embeddings (qwen2_lm_tied).
+TEST(CudaModels, TinyLlamaAndQwen2TrainAsOnTheCpu) {
+  KILN_REQUIRE_GPU();
+  for (const char* dir : {"llama/llama_lm", "llama/qwen2_lm_tied"}) {
+    SCOPED_TRACE(dir);
+    compare_training(pretrained(dir), [](Device d) {
+      models::ModelInputs in;
+      in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 17, 42, 8, 61, 23, 9, 11, 3, 70, 12, 33, 11, 0, 0, 0},
+                                         {2, 8}, d);
+      in.attention_mask =
+          Tensor::from_vector(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0}, {2, 8}, d);
+      in.labels = Tensor::from_vector(
+          std::vector<int64_t>{5, 17, 42, 8, 61, 23, 9, 11, 3, 70, 12, 33, 11, -100, -100, -100}, {2, 8}, d);
+      return in;
+    });
+  }
+}
+
 // --bf16 on the GPU (bf16 tensor-core products): the loss curve of ten steps
 // follows the fp32 one within 2 % (the criterion) and the CPU's bf16
 // run closely (the same rounded operands; sums in another order).
