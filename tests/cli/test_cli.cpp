@@ -915,7 +915,7 @@ TEST(Cli, MultipleChoiceTrainsABertAndScoresAccuracy) {
 TEST(Cli, GenerateWithAT5) {
   Workdir w;
   const fs::path tokenizer = fs::path(KILN_SHARED_DIR) / "tokenizers" / "t5-small";
-  if (!fs::exists(tokenizer)) GTEST_SKIP() << "shared tokenizer files not found at " << tokenizer.string();
+  SKIP_WITHOUT_SHARED(tokenizer.string());
   const std::vector<std::string> prompts{"translate English to German: The house is wonderful.", "hello",
                                          "summarize: the battery lasts all day and the screen is bright"};
   {

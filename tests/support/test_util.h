@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
@@ -22,6 +23,12 @@ inline std::string error_of(const std::function<void()>& f) {
   }
   return "";
 }
+
+// Skips the test where a file it reads from ../shared (the real tokenizer
+// files, not part of this repository) is absent.
+#define SKIP_WITHOUT_SHARED(path)                                                        \
+  if (const std::string shared_path_ = (path); !std::filesystem::exists(shared_path_))   \
+  GTEST_SKIP() << "shared tokenizer files not found at " << shared_path_
 
 #define EXPECT_CONTAINS(text, part)                                                      \
   EXPECT_NE(std::string(text).find(part), std::string::npos)                             \

@@ -10,6 +10,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/tokenizers/tokenizer.h"
+#include "support/test_util.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -271,8 +272,7 @@ TEST(Overflow, PiecesKeepTheSequenceIdsOfTheirTexts) {
   Encoding e = bert.encode_pair(words(1), words(6));  // [CLS] a0 [SEP] + 3 of a0..a5 + [SEP]
   ASSERT_EQ(e.overflowing.size(), 2u);  // a0..a2, a2..a4, a4..a5
   expect_pair_windows(e);
-  if (!fs::exists(kShared + "/bert-base-uncased"))
-    GTEST_SKIP() << "shared tokenizer files not found at " << kShared << "/bert-base-uncased";
+  SKIP_WITHOUT_SHARED(kShared + "/bert-base-uncased");
   Tokenizer uncased = Tokenizer::from_pretrained(kShared + "/bert-base-uncased");
   uncased.set_truncation(p);
   e = uncased.encode_pair("cat", "one two three four five six");

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/tokenizers/tokenizer.h"
+#include "support/test_util.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -48,9 +49,7 @@ void check_against_golden(const Tokenizer& tok, const std::string& model) {
   }
 }
 
-#define SKIP_WITHOUT(model)                                                              \
-  if (!fs::exists(kShared + "/" + model)) GTEST_SKIP() << "shared tokenizer files not found at " \
-                                                       << kShared << "/" << model
+#define SKIP_WITHOUT(model) SKIP_WITHOUT_SHARED(kShared + "/" + model)
 
 TEST(Pretrained, BertVocabTxt) {
   SKIP_WITHOUT("bert-base-uncased");

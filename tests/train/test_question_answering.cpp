@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -16,6 +15,7 @@
 #include "kiln/tokenizers/utf8.h"
 #include "kiln/train/question_answering.h"
 #include "support/temp_dir.h"
+#include "support/test_util.h"
 
 using namespace kiln;
 using kiln::testing::TempDir;
@@ -192,7 +192,7 @@ TEST(SquadMetrics, Version2ScoresAnswerableAndUnanswerableApart) {
 // tokens, and logits that point at those tokens give back exactly the answer's text.
 TEST(QaPostprocess, RealTokenizerWindowsRoundTripAnswers) {
   const std::string dir = std::string(KILN_SHARED_DIR) + "/tokenizers/bert-base-uncased";
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "shared tokenizer files not found at " << dir;
+  SKIP_WITHOUT_SHARED(dir);
   const auto tok = tokenizers::Tokenizer::from_pretrained(dir);
   std::string context = io::read_file(std::string(KILN_TEST_DATA_DIR) + "/tokenizers/corpus.txt");
   const std::u32string chars = tokenizers::utf8::to_u32(context);
