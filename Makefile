@@ -33,6 +33,7 @@ test-asan: deps
 bench: build
 	@./$(BUILD)/bin/bench_gemm
 	@./$(BUILD)/bin/fusion_bench
+	@./$(BUILD)/bin/attention_bench
 
 clean:
 	rm -rf $(BUILD) build-asan
