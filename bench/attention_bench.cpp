@@ -3,8 +3,9 @@
 // (matmul, scale, causal where, softmax, dropout, matmul), in one run: the
 // forward and its gradient for q, k and v, as one traced step each, at
 // GPT-2's shape by default (4 × 12 heads × 256 × 64, causal, dropout 0.1).
-// Prints the median step of each and the ratio, and the attention products'
-// GFLOP/s (the causal blocks' share of q kᵀ and p v, and their gradients).
+// Prints the median step of each and the ratio, and the six attention
+// products' GFLOP/s (q kᵀ, p v and their gradients; causal: only the keys
+// each row sees).
 //
 //   build/bin/attention_bench [--batch 4] [--heads 12] [--seq 256] [--dim 64]
 //                             [--dropout 0.1] [--causal 1] [--iters 30] [--only fused|composite]
@@ -20,16 +21,12 @@
 
 #include <omp.h>
 
+#include "bench_util.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Geometry {
   int64_t B = 4, H = 12, T = 256, D = 64;
@@ -64,8 +61,7 @@ double time_steps(const Geometry& s, bool fused, int iters) {
     const auto t0 = std::chrono::steady_clock::now();
     Tensor y = fused ? fused_attention(q, k, v, {Tensor(), s.causal, scale, s.dropout, &gen})
                      : composite(q, k, v, s, scale, gen);
-    sum(y * w).backward();
-    std::vector<Tensor> grads{q.grad(), k.grad(), v.grad()};
+    sum(y * w).backward();  // (q, k and v hold the gradients until the step has run them)
     mark_step();
     wait_device_ops();
     for (Tensor* x : {&q, &k, &v}) x->set_grad(Tensor());

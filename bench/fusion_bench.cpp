@@ -16,14 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
-
-static double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Eight parameters of [rows, cols] (the optimizer runs a kernel per
 // parameter, as for a model's weight matrices).
