@@ -82,7 +82,7 @@ use_bundle() {
   BIN=$BUILD/prebuilt/bundle/bin
   # CUDA's runtime and cuBLAS from the machine: its toolkit, else PyTorch's wheels.
   local cudalibs
-  cudalibs=$(find /usr/local/cuda/lib64 /usr/local/cuda/targets /usr/local/nvidia /opt /usr/lib -maxdepth 8 \
+  cudalibs=$(find -H /usr/local/cuda/lib64 /usr/local/cuda/targets /usr/local/nvidia /opt /usr/lib -maxdepth 10 \
     \( -name 'libcublasLt.so.13*' -o -name 'libcudart.so.13*' -o -name 'libcublas.so.13*' \) 2>/dev/null |
     xargs -r -n1 dirname | awk '!seen[$0]++' | paste -sd:)
   log "CUDA libraries from: ${cudalibs:-none found}"

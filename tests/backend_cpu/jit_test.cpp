@@ -88,8 +88,9 @@ std::vector<float> awkward_values(int64_t n, uint64_t seed) {
 
 TEST(CpuJit, EveryOpMatchesTheInterpreterBitForBit) {
   // 8: one iteration; 13 and 1037: ragged ends run by the interpreter;
-  // 40000: several threads.
-  for (int64_t n : {8, 13, 1037, 40000}) {
+  // 24 and 31: one 16-value iteration (jit_wide_enabled) and an end of 8
+  // values or more; 40000: several threads.
+  for (int64_t n : {8, 13, 24, 31, 1037, 40000}) {
     Tensor x = Tensor::from_vector(awkward_values(n, 1), {n});
     Tensor y = Tensor::from_vector(awkward_values(n, 2), {n});
     Tensor z = Tensor::from_vector(awkward_values(n, 3), {n});
@@ -108,6 +109,46 @@ TEST(CpuJit, EveryOpMatchesTheInterpreterBitForBit) {
     expect_same_bits({logical_and(bx, by), logical_or(bx, lt(y, z)), logical_not(bx), where(gt(x, y), x, z),
                       where(bx, y, z), cast(lt(x, z), DType::f32) * y},
                      (what + ", logic").c_str());
+  }
+}
+
+// With AVX-512 a loop whose steps call transcendental functions takes 16
+// values an iteration and calls their 16-lane forms once (the same bits:
+// every test here compares with the interpreter); loops without calls, and
+// loops with inputs read row by row in rows that are not whole 16-value
+// steps, keep 8.
+TEST(CpuJit, CallingLoopsTakeSixteenValuesWithAvx512) {
+  if (!backend::cpu::jit_enabled()) GTEST_SKIP() << "compiled loops are off (KILN_JIT=0 or no AVX2)";
+  if (!backend::cpu::jit_wide_enabled()) GTEST_SKIP() << "no AVX-512 in this build or CPU (or KILN_JIT_WIDE=0)";
+  // The step of each compiled loop (fused elementwise instructions and
+  // reductions), in program order.
+  auto steps = [](const std::vector<Tensor>& results) {
+    const testing::TracedProgram traced = testing::trace_program(results, {.fuse_sum_inputs = true});
+    std::vector<int64_t> out;
+    for (const auto& ins : traced.program.instrs)
+      if (const auto kernel = !ins.program.empty() ? backend::cpu::jit_compile(ins) : nullptr)
+        out.push_back(backend::cpu::jit_values_an_iteration(*kernel));
+    return out;
+  };
+  const int64_t n = 4104;
+  Tensor x = Tensor::from_vector(awkward_values(n, 31), {n});
+  Tensor y = Tensor::from_vector(awkward_values(n, 32), {n});
+  EXPECT_EQ(steps({exp(x) * y + 1.0}), std::vector<int64_t>{16});
+  EXPECT_EQ(steps({x * y + 1.0}), std::vector<int64_t>{8});
+  // A fused reduction (then a copy of its one value to the result).
+  EXPECT_EQ(steps({sum(erf(x) * y)}), (std::vector<int64_t>{16, 8}));
+  expect_same_bits({sum(erf(x) * y), sum(exp(x * 0.1), {0})}, "sums of calls");
+  // The steps of a GELU's gradient with dy the same for every element: the
+  // call's second operand is one value, read into both halves.
+  Tensor xg = Tensor::from_vector(awkward_values(n, 33), {n}).requires_grad_();
+  sum(gelu(xg * 3.0, "tanh")).backward();
+  expect_same_bits({xg.grad()}, "a GELU gradient with a broadcast dy");
+  // A bias row broadcast over rows of 264 values (8-value steps) and of 272.
+  for (int64_t cols : {264, 272}) {
+    Tensor m = Tensor::from_vector(testing::uniform_values(5 * cols, 34), {5, cols});
+    Tensor bias = Tensor::from_vector(testing::uniform_values(cols, 35), {cols});
+    EXPECT_EQ(steps({gelu(m + bias, "tanh")}), std::vector<int64_t>{cols % 16 == 0 ? 16 : 8}) << cols;
+    expect_same_bits({gelu(m + bias, "tanh"), sigmoid(m * 4.0 + bias)}, ("rows of " + std::to_string(cols)).c_str());
   }
 }
 

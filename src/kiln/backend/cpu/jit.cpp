@@ -39,6 +39,7 @@ class JitKernel {
 #endif
   Fn fn = nullptr;         // elementwise
   SumFn sum_fn = nullptr;  // fused reduction
+  int64_t step = 8;        // values an iteration: end - begin is a multiple of it
 };
 
 namespace {
@@ -64,11 +65,47 @@ __m256 call_gelu_tanh(__m256 x) { return vec::gelu8(x, true); }
 __m256 call_gelu_grad(__m256 x, __m256 dy) { return vec::gelu_grad8(x, dy, false); }
 __m256 call_gelu_grad_tanh(__m256 x, __m256 dy) { return vec::gelu_grad8(x, dy, true); }
 #endif
+#if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
+// The same on 16 lanes (zmm0, zmm1), lane for lane the 8-lane functions'
+// bits (vecmath.h), for loops that take 16 values an iteration.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__m512 call16_exp(__m512 x) { return vec::exp16_mvec(x); }
+__m512 call16_log(__m512 x) { return vec::log16(x); }
+__m512 call16_tanh(__m512 x) { return vec::tanh16(x); }
+__m512 call16_erf(__m512 x) { return vec::erf16(x); }
+__m512 call16_sigmoid(__m512 x) { return vec::sigmoid16(x); }
+__m512 call16_gelu(__m512 x) { return vec::gelu16(x, false); }
+__m512 call16_gelu_tanh(__m512 x) { return vec::gelu16(x, true); }
+__m512 call16_gelu_grad(__m512 x, __m512 dy) { return vec::gelu_grad16(x, dy, false); }
+__m512 call16_gelu_grad_tanh(__m512 x, __m512 dy) { return vec::gelu_grad16(x, dy, true); }
+#pragma GCC diagnostic pop
+constexpr bool kHave16 = true;
+#else
+constexpr bool kHave16 = false;
+#endif
 
-// The function a transcendental step calls; null for the others.
-const void* callee(const FusedStep& s) {
+// The function a transcendental step calls (its 16-lane form with `wide`);
+// null for the others.
+const void* callee(const FusedStep& s, bool wide = false) {
 #ifdef KILN_HAVE_LIBMVEC
   const bool tanh_form = (s.op == Op::Gelu || s.op == Op::GeluGrad) && s.attrs.ints[0] == 1;
+#ifdef __AVX512F__
+  if (wide) {
+    switch (s.op) {
+      case Op::Exp: return reinterpret_cast<const void*>(&call16_exp);
+      case Op::Log: return reinterpret_cast<const void*>(&call16_log);
+      case Op::Tanh: return reinterpret_cast<const void*>(&call16_tanh);
+      case Op::Erf: return reinterpret_cast<const void*>(&call16_erf);
+      case Op::Sigmoid: return reinterpret_cast<const void*>(&call16_sigmoid);
+      case Op::Gelu: return reinterpret_cast<const void*>(tanh_form ? &call16_gelu_tanh : &call16_gelu);
+      case Op::GeluGrad:
+        return reinterpret_cast<const void*>(tanh_form ? &call16_gelu_grad_tanh : &call16_gelu_grad);
+      default: return nullptr;
+    }
+  }
+#endif
   switch (s.op) {
     case Op::Exp: return reinterpret_cast<const void*>(&call_exp);
     case Op::Log: return reinterpret_cast<const void*>(&call_log);
@@ -80,7 +117,7 @@ const void* callee(const FusedStep& s) {
     default: return nullptr;
   }
 #else
-  (void)s;
+  (void)s, (void)wide;
   return nullptr;
 #endif
 }
@@ -167,17 +204,20 @@ enum ConstSlot { kZero = 0, kOne, kSign, kAbs, kConstSlots };
 // vcmpps predicates, as C++ compares floats (ordered, except !=).
 enum Pred : uint8_t { kEq = 0x00, kLt = 0x01, kLe = 0x02, kUnord = 0x03, kNe = 0x04, kGe = 0x0D, kGt = 0x0E };
 
+// Values are numbered per half of an iteration: step k's value in half h is
+// k · halves + h (an invariant step has one value, half 0's, for both).
 class Generator : public Xbyak::CodeGenerator {
  public:
-  Generator(const Instr& ins, size_t size)
+  Generator(const Instr& ins, size_t size, int halves)
       : Xbyak::CodeGenerator(size, Xbyak::DontSetProtectRWE),
         ins_(ins),
         prog_(ins.program),
         invariant_(compiler::invariant_steps(ins, row_broadcast)),  // computed once per call (a row's, there)
-        last_(compiler::last_reads(ins)) {
+        last_(compiler::last_reads(ins)),
+        halves_(halves) {
     const int32_t n = static_cast<int32_t>(prog_.size());
-    reg_of_.assign(n, -1);
-    in_slot_.assign(n, 0);
+    reg_of_.assign(static_cast<size_t>(n * halves_), -1);
+    in_slot_.assign(static_cast<size_t>(n * halves_), 0);
     // A fused reduction without calls keeps its lanes in ymm12 and ymm13
     // for the whole loop (a call may change every register): the lanes
     // then wait on the adds' latency, not on a store and a reload.
@@ -194,8 +234,11 @@ class Generator : public Xbyak::CodeGenerator {
 
   int regs() const { return lanes_in_regs_ ? kRegs - 2 : kRegs; }  // registers that hold values
 
-  Xbyak::Address slot(int32_t k) { return ptr[rsp + 32 * (kConstSlots + k)]; }
+  // Value v's home: step k's halves side by side (64 bytes: one zmm).
+  Xbyak::Address slot(int32_t v) { return ptr[rsp + 32 * (kConstSlots + v)]; }
   Xbyak::Address cslot(ConstSlot c) { return ptr[rsp + 32 * static_cast<int>(c)]; }
+  int32_t value(int32_t k, int h) const { return invariant_[k] ? k * halves_ : k * halves_ + h; }
+  int32_t last_of(int32_t v) const { return last_[v / halves_]; }
 
   void bind(int32_t k, int r) {
     reg_of_[k] = r;
@@ -211,14 +254,14 @@ class Generator : public Xbyak::CodeGenerator {
     for (int r = 0; r < regs(); ++r)
       if (holder_[r] < 0) return r;
     for (int r = 0; r < regs(); ++r)
-      if (!((pinned_ >> r) & 1u) && last_[holder_[r]] < now_) {
+      if (!((pinned_ >> r) & 1u) && last_of(holder_[r]) < now_) {
         unbind(r);
         return r;
       }
     int best = -1;
     int32_t far = -2;
     for (int r = 0; r < regs(); ++r)
-      if (!((pinned_ >> r) & 1u) && last_[holder_[r]] > far) far = last_[holder_[r]], best = r;
+      if (!((pinned_ >> r) & 1u) && last_of(holder_[r]) > far) far = last_of(holder_[r]), best = r;
     KILN_ASSERT(best >= 0);
     const int32_t k = holder_[best];
     if (!in_slot_[k]) {
@@ -228,7 +271,7 @@ class Generator : public Xbyak::CodeGenerator {
     unbind(best);
     return best;
   }
-  // Step k's value in a register, pinned until the step being emitted is done.
+  // Value k in a register, pinned until the step being emitted is done.
   Xbyak::Ymm use(int32_t k) {
     int r = reg_of_[k];
     if (r < 0) {
@@ -246,7 +289,7 @@ class Generator : public Xbyak::CodeGenerator {
     vbroadcastss(y, Xbyak::Xmm(y.getIdx()));
   }
 
-  void load_input(int32_t k, const Xbyak::Ymm& d) {
+  void load_input(int32_t k, int h, const Xbyak::Ymm& d) {
     const FusedStep& s = prog_[k];
     const Operand& in = ins_.inputs[static_cast<size_t>(s.load)];
     mov(rax, ptr[rbx + 8 * s.load]);
@@ -262,9 +305,9 @@ class Generator : public Xbyak::CodeGenerator {
       return;
     }
     if (in.dtype == DType::f32) {
-      vmovups(d, ptr[rax + r12 * 4]);
+      vmovups(d, ptr[rax + r12 * 4 + 32 * h]);
     } else {  // b8: 0 or 1 per byte
-      vpmovzxbd(d, ptr[rax + r12]);
+      vpmovzxbd(d, ptr[rax + r12 + 8 * h]);
       vcvtdq2ps(d, d);
     }
   }
@@ -274,32 +317,64 @@ class Generator : public Xbyak::CodeGenerator {
 
   // A transcendental step: every value in a register goes to its slot (the
   // callee may change every ymm register), the operands to ymm0 and ymm1.
-  void emit_call(int32_t k, const void* fn) {
+  // With two halves (in the loop), the 16-lane function on both at once:
+  // an operand's zmm is put together from its halves' slots (an
+  // invariant's one value goes to both), and the result's high half is
+  // stored to its slot, its low half stays in ymm0. (32 bytes at a time:
+  // a 64-byte load of two 32-byte stores, or the reverse, cannot be
+  // forwarded and waits for the stores to retire — measured 1.6x the
+  // loop's time.)
+  void emit_call(int32_t k, bool wide) {
     const FusedStep& s = prog_[k];
     spill_all();
-    KILN_ASSERT(in_slot_[s.a] && (s.b < 0 || in_slot_[s.b]));
-    vmovups(ymm0, slot(s.a));
-    if (s.b >= 0) vmovups(ymm1, slot(s.b));
-    mov(rax, reinterpret_cast<size_t>(fn));
+    const int32_t a = value(s.a, 0), b = s.b >= 0 ? value(s.b, 0) : -1;
+    KILN_ASSERT(in_slot_[a] && (b < 0 || in_slot_[b]));
+    if (!wide) {
+      vmovups(ymm0, slot(a));
+      if (b >= 0) vmovups(ymm1, slot(b));
+    } else {
+      auto operand = [&](int32_t step, int32_t v, const Xbyak::Zmm& z) {
+        if (invariant_[step]) return vbroadcastf64x4(z, slot(v));  // (the 32 bytes to both halves)
+        vmovups(Xbyak::Ymm(z.getIdx()), slot(v));
+        vinsertf64x4(z, z, slot(v + 1), 1);
+      };
+      operand(s.a, a, zmm0);
+      if (b >= 0) operand(s.b, b, zmm1);
+    }
+    mov(rax, reinterpret_cast<size_t>(callee(s, wide)));
     call(rax);
-    bind(k, 0);
+    const int32_t v = value(k, 0);
+    if (wide) {
+      vextractf64x4(slot(v + 1), zmm0, 1);
+      in_slot_[v + 1] = 1;
+    }
+    bind(v, 0);
   }
 
   void emit_step(int32_t k) {
     const FusedStep& s = prog_[k];
-    pinned_ = 0;
     now_ = invariant_[k] ? -1 : k;  // before the loop, every value read in it is live
-    if (const void* fn = callee(s)) return emit_call(k, fn);
+    if (callee(s)) {
+      pinned_ = 0;
+      return emit_call(k, halves_ == 2 && !invariant_[k]);
+    }
+    for (int h = 0; h < (invariant_[k] ? 1 : halves_); ++h) emit_half(k, h);
+  }
+
+  void emit_half(int32_t k, int h) {
+    const FusedStep& s = prog_[k];
+    pinned_ = 0;
+    const int32_t out = value(k, h);
     if (s.op == Op::Data || s.op == Op::Constant) {
       const Xbyak::Ymm d(alloc());
-      if (s.op == Op::Data) load_input(k, d);
+      if (s.op == Op::Data) load_input(k, h, d);
       else broadcast_bits(d, std::bit_cast<uint32_t>(static_cast<float>(s.attrs.floats[0])));
-      bind(k, d.getIdx());
+      bind(out, d.getIdx());
       return;
     }
-    const Xbyak::Ymm a = use(s.a);
-    const Xbyak::Ymm b = s.b >= 0 ? use(s.b) : a;
-    const Xbyak::Ymm c = s.c >= 0 ? use(s.c) : a;
+    const Xbyak::Ymm a = use(value(s.a, h));
+    const Xbyak::Ymm b = s.b >= 0 ? use(value(s.b, h)) : a;
+    const Xbyak::Ymm c = s.c >= 0 ? use(value(s.c, h)) : a;
     const Xbyak::Ymm d(alloc());
     auto compare = [&](Pred p) {
       vcmpps(t0_, a, b, p);
@@ -368,19 +443,21 @@ class Generator : public Xbyak::CodeGenerator {
     }
     // (Not before the loop: an invariant step may be the last reader of a
     // value that earlier loop steps read too. spill_all stores them all.)
+    // (An invariant read by both halves is unbound after the first: it
+    // stays in its slot.)
     if (!invariant_[k])
       for (int32_t x : {s.a, s.b, s.c})
-        if (x >= 0 && last_[x] == k && reg_of_[x] >= 0) unbind(reg_of_[x]);
-    bind(k, d.getIdx());
+        if (x >= 0 && last_[x] == k && reg_of_[value(x, h)] >= 0) unbind(reg_of_[value(x, h)]);
+    bind(out, d.getIdx());
   }
 
-  void store_output(int32_t reg, const Operand& out, int32_t index) {
+  void store_output(int32_t reg, int h, const Operand& out, int32_t index) {
     pinned_ = 0;
     now_ = static_cast<int32_t>(prog_.size());
-    const Xbyak::Ymm v = use(reg);
+    const Xbyak::Ymm v = use(value(reg, h));
     mov(rax, ptr[rbx + 8 * index]);
     if (out.dtype == DType::f32) {
-      vmovups(ptr[rax + r12 * 4], v);
+      vmovups(ptr[rax + r12 * 4 + 32 * h], v);
       return;
     }
     // b8: v != 0 -> 1 byte per lane
@@ -390,15 +467,15 @@ class Generator : public Xbyak::CodeGenerator {
     vextracti128(Xbyak::Xmm(15), t0_, 1);
     vpackusdw(Xbyak::Xmm(14), Xbyak::Xmm(14), Xbyak::Xmm(15));
     vpackuswb(Xbyak::Xmm(14), Xbyak::Xmm(14), Xbyak::Xmm(14));
-    vmovq(ptr[rax + r12], Xbyak::Xmm(14));
+    vmovq(ptr[rax + r12 + 8 * h], Xbyak::Xmm(14));
   }
 
   // A fused reduction: the 8 values widened to double and added to lanes[0..7]
   // (in memory: a transcendental step's call may change every register).
-  void add_to_lanes(int32_t reg) {
+  void add_to_lanes(int32_t reg, int h) {
     pinned_ = 0;
     now_ = static_cast<int32_t>(prog_.size());
-    const Xbyak::Ymm v = use(reg);
+    const Xbyak::Ymm v = use(value(reg, h));
     if (lanes_in_regs_) {
       vcvtps2pd(t0_, Xbyak::Xmm(v.getIdx()));
       vaddpd(lane0_, lane0_, t0_);
@@ -420,8 +497,8 @@ class Generator : public Xbyak::CodeGenerator {
   // all registers free.
   void spill_all() {
     for (int r = 0; r < regs(); ++r) {
-      const int32_t k = holder_[r];
-      if (k >= 0 && !in_slot_[k] && last_[k] >= now_) vmovups(slot(k), Xbyak::Ymm(r)), in_slot_[k] = 1;
+      const int32_t v = holder_[r];
+      if (v >= 0 && !in_slot_[v] && last_of(v) >= now_) vmovups(slot(v), Xbyak::Ymm(r)), in_slot_[v] = 1;
       unbind(r);
     }
   }
@@ -433,8 +510,8 @@ class Generator : public Xbyak::CodeGenerator {
     // void fn(ptrs = rdi, begin = rsi, end = rdx[, lanes = rcx])
     push(rbx), push(rbp), push(r12), push(r13), push(r14), push(r15);
     mov(rbp, rsp);
-    sub(rsp, 32 * (kConstSlots + n));
-    and_(rsp, -32);
+    sub(rsp, 32 * (kConstSlots + n * halves_));
+    and_(rsp, -64);
     mov(rbx, rdi);
     mov(r12, rsi);
     mov(r13, rdx);
@@ -452,8 +529,9 @@ class Generator : public Xbyak::CodeGenerator {
       if (invariant_[k]) emit_step(k);
     now_ = -1;  // every invariant the loop reads
     spill_all();
-    // Everything else, 8 elements an iteration; outputs stored last, so an
-    // output may share memory with an input it reads element for element.
+    // Everything else, 8 elements an iteration (16 with two halves); outputs
+    // stored last, so an output may share memory with an input it reads
+    // element for element.
     if (lanes_in_regs_) {
       vmovupd(lane0_, ptr[r14]);
       vmovupd(lane1_, ptr[r14 + 32]);
@@ -464,14 +542,17 @@ class Generator : public Xbyak::CodeGenerator {
     jge(done, T_NEAR);
     for (int32_t k = 0; k < n; ++k)
       if (!invariant_[k] && last_[k] >= 0) emit_step(k);  // stored steps are read at n
-    if (sum) add_to_lanes(n - 1);
-    else store_output(n - 1, ins_.output, nin);
-    for (size_t e = 0; e < ins_.extra_outputs.size(); ++e)
-      store_output(ins_.extra_outputs[e].reg, ins_.extra_outputs[e].out, nin + 1 + static_cast<int32_t>(e));
+    for (int h = 0; h < halves_; ++h) {  // (a sum: half 0's 8 values into the lanes, then half 1's)
+      if (sum) add_to_lanes(n - 1, h);
+      else store_output(n - 1, h, ins_.output, nin);
+      for (size_t e = 0; e < ins_.extra_outputs.size(); ++e)
+        store_output(ins_.extra_outputs[e].reg, h, ins_.extra_outputs[e].out, nin + 1 + static_cast<int32_t>(e));
+    }
     for (int r = 0; r < regs(); ++r) unbind(r);  // the next iteration starts as this one did
     for (int32_t k = 0; k < n; ++k)
-      if (!invariant_[k]) in_slot_[k] = 0;
-    add(r12, 8);
+      if (!invariant_[k])
+        for (int h = 0; h < halves_; ++h) in_slot_[value(k, h)] = 0;
+    add(r12, 8 * halves_);
     jmp(loop, T_NEAR);
     L(done);
     if (lanes_in_regs_) {
@@ -490,6 +571,7 @@ class Generator : public Xbyak::CodeGenerator {
   const std::vector<int32_t> last_;
   std::vector<uint8_t> in_slot_;
   std::vector<int32_t> reg_of_;
+  const int halves_;  // 1: 8 values an iteration; 2: 16, as two ymm halves
   int32_t holder_[kRegs] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   uint32_t pinned_ = 0;
   int32_t now_ = 0;  // the step being emitted (program.size(): the stores)
@@ -499,6 +581,27 @@ class Generator : public Xbyak::CodeGenerator {
 bool cpu_has_avx2() {
   static const bool ok = Xbyak::util::Cpu().has(Xbyak::util::Cpu::tAVX2);
   return ok;
+}
+
+// Whether the loop takes 16 values an iteration, two ymm halves per value,
+// so that its transcendental steps call the 16-lane functions (one zmm
+// call where two 8-lane ones ran: libmvec's AVX-512 erff and the GELU
+// composites cost per call what the 8-lane forms do). Where the build and
+// the CPU have AVX-512, a step in the loop calls one, rows read row by row
+// are whole 16-value steps, and KILN_JIT_WIDE is not 0.
+bool wide_loop(const Instr& ins) {
+  if (!jit_wide_enabled()) return false;
+  const std::vector<uint8_t> invariant = compiler::invariant_steps(ins, row_broadcast);
+  bool calls = false;
+  for (size_t k = 0; k < ins.program.size(); ++k) calls = calls || (!invariant[k] && callee(ins.program[k]));
+  if (!calls) return false;
+  for (const auto& s : ins.program)
+    if (s.op == Op::Data) {
+      const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
+      if ((row_strided(ins, in.view) || row_broadcast(ins, in.view)) && ins.output.view.shape.back() % 16 != 0)
+        return false;
+    }
+  return true;
 }
 #else
 bool cpu_has_avx2() { return false; }
@@ -517,6 +620,17 @@ bool jit_enabled() {
 
 void set_jit_enabled(bool on) { g_enabled.store(on ? 1 : 0); }
 
+bool jit_wide_enabled() {
+#ifdef KILN_HAVE_XBYAK
+  static const bool on = kHave16 && Xbyak::util::Cpu().has(Xbyak::util::Cpu::tAVX512F) && env_switch("KILN_JIT_WIDE");
+  return on;
+#else
+  return false;
+#endif
+}
+
+int64_t jit_values_an_iteration(const JitKernel& kernel) { return kernel.step; }
+
 std::shared_ptr<const JitKernel> jit_compile(const Instr& ins) {
 #ifndef KILN_HAVE_XBYAK
   (void)ins;
@@ -525,13 +639,15 @@ std::shared_ptr<const JitKernel> jit_compile(const Instr& ins) {
   if (!jit_enabled() || !compilable(ins)) return nullptr;
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const JitKernel>> cache;
-  std::string sig = signature(ins);
+  const int halves = wide_loop(ins) ? 2 : 1;
+  std::string sig = signature(ins) + static_cast<char>(halves);
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = cache[sig];
   if (!slot) {
     auto k = std::make_shared<JitKernel>();
     try {
-      k->code = std::make_unique<Generator>(ins, 4096 + 256 * ins.program.size());
+      k->code = std::make_unique<Generator>(ins, 4096 + 256 * halves * ins.program.size(), halves);
+      k->step = 8 * halves;
       k->code->ready();
       k->code->setProtectModeRE();  // written, then executable: never both
     } catch (const std::exception& e) {  // a code generator bug: the interpreter runs it, and says so
@@ -555,12 +671,12 @@ void run_jit_sum(const JitKernel& kernel, const Instr& ins, std::span<const char
   float* y = reinterpret_cast<float*>(output) + ins.output.view.offset;
   sum_fused_blocks(ins, y, [&] {
     return [&](int64_t begin, int64_t len, double* lanes) {
-      const int64_t body = len & ~int64_t{7};
+      const int64_t body = len - len % kernel.step;
       if (body) kernel.sum_fn(ptrs.data(), begin, begin + body, lanes);
       if (body < len) {  // the ragged end, interpreted, into the lanes it falls in
-        float tail[kSumLanes];
+        float tail[16];
         run_fused_values(ins, inputs, begin + body, len - body, tail);
-        for (int64_t j = 0; j < len - body; ++j) lanes[j] += static_cast<double>(tail[j]);
+        for (int64_t j = 0; j < len - body; ++j) lanes[j % kSumLanes] += static_cast<double>(tail[j]);
       }
     };
   });
@@ -577,6 +693,7 @@ void run_rows(const JitKernel& kernel, const Instr& ins, const std::vector<const
               const std::vector<size_t>& strided, int64_t n, int64_t block) {
   const Shape& shape = ins.output.view.shape;
   const int64_t L = shape.back(), rows = n / L, rank = static_cast<int64_t>(shape.size());
+  KILN_ASSERT(L % kernel.step == 0);  // (wide_loop: rows of whole 16-value steps)
   const int64_t rows_a_block = std::max<int64_t>(1, block / L);
 #pragma omp parallel if (n > 32768)
   {
@@ -628,7 +745,7 @@ void run_jit(const JitKernel& kernel, const Instr& ins, std::span<char* const> i
     if (!v.is_contiguous() && !v.is_broadcast_scalar()) strided.push_back(k);
   }
   if (!strided.empty()) return run_rows(kernel, ins, ptrs, strided, n, kBlock);
-  const int64_t body = n & ~int64_t{7};
+  const int64_t body = n - n % kernel.step;
   const int64_t blocks = (body + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n > 32768)
   for (int64_t b = 0; b < blocks; ++b) kernel.fn(ptrs.data(), b * kBlock, std::min(body, (b + 1) * kBlock));

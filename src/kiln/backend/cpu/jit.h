@@ -9,7 +9,8 @@
 // operands of a + b): the same IEEE operations in the same order (no
 // contraction into FMAs); transcendental steps (exp, log,
 // tanh, erf, sigmoid, GELU and its gradient) call the interpreter's own
-// 8-lane functions (vecmath.h).
+// 8-lane functions (vecmath.h), or with AVX-512 their 16-lane forms, which
+// give the same bits lane for lane (jit_wide_enabled).
 //
 // Programs the code generator does not take stay with the interpreter:
 // random numbers, bf16 values, double-evaluated integer programs, and
@@ -17,6 +18,7 @@
 // contiguous along rows of the last axis of 256 values or more (those run a
 // call per row, with the row's pointers: the same code).
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
@@ -36,6 +38,12 @@ void run_jit(const JitKernel& kernel, const compiler::Instr& ins, std::span<char
 // Whether jit_compile compiles anything (tests compare both paths).
 bool jit_enabled();
 void set_jit_enabled(bool on);
+// Whether loops with transcendental steps take 16 values an iteration (two
+// ymm halves a value, one 16-lane call for both): where the build and the
+// CPU have AVX-512, unless KILN_JIT_WIDE=0. The values are the same bits.
+bool jit_wide_enabled();
+// The values a compiled loop takes an iteration: 8 or 16.
+int64_t jit_values_an_iteration(const JitKernel& kernel);
 
 // A program bound to the CPU backend: its instructions' compiled loops.
 struct Plan {

@@ -14,6 +14,8 @@ __m256 _ZGVdN8v_tanhf(__m256);
 __m256 _ZGVdN8v_erff(__m256);
 #ifdef __AVX512F__
 __m512 _ZGVeN16v_erff(__m512);
+__m512 _ZGVeN16v_expf(__m512);
+__m512 _ZGVeN16v_logf(__m512);
 #endif
 }
 #define KILN_HAVE_LIBMVEC 1
@@ -239,6 +241,50 @@ V gelu_grad(V x, V dy, bool tanh_form) {
 }
 inline __m256 gelu8(__m256 x, bool tanh_form) { return gelu<8>(x, tanh_form); }
 inline __m256 gelu_grad8(__m256 x, __m256 dy, bool tanh_form) { return gelu_grad<8>(x, dy, tanh_form); }
+
+#ifdef __AVX512F__
+// The 8-lane functions above on 16 lanes, lane for lane the same bits, for
+// the compiled loops that take 16 values an iteration (jit.cpp). libmvec's
+// AVX-512 expf and logf give its AVX2 ones' bits on every float (checked
+// over all 2^32 inputs with glibc 2.36); its AVX-512 tanhf does not (64.6
+// million inputs differ in the last bit), so tanh16 is tanh8 on each half.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// exp8's range handling (the scalar expf below libmvec's fast range, 0
+// below -104) on 16 lanes.
+inline __m512 exp16_mvec(__m512 x) {
+  const __m512 fast_min = _mm512_set1_ps(-0x1.5d589ep+6f), zero_below = _mm512_set1_ps(-104.0f);
+  const __mmask16 low = _mm512_cmp_ps_mask(x, fast_min, _CMP_LT_OQ);
+  if (low == 0) return _ZGVeN16v_expf(x);
+  const __mmask16 zero = _mm512_cmp_ps_mask(x, zero_below, _CMP_LT_OQ);
+  const __m512 y =
+      _mm512_mask_blend_ps(zero, _ZGVeN16v_expf(_mm512_mask_blend_ps(low, x, fast_min)), _mm512_setzero_ps());
+  alignas(64) float xs[16], ys[16];
+  _mm512_store_ps(xs, x);
+  _mm512_store_ps(ys, y);
+  for (unsigned mask = static_cast<unsigned>(low & ~zero) & 0xFFFFu; mask; mask &= mask - 1) {
+    const int l = __builtin_ctz(mask);
+    ys[l] = std::exp(xs[l]);
+  }
+  return _mm512_load_ps(ys);
+}
+inline __m512 log16(__m512 x) { return _ZGVeN16v_logf(x); }
+inline __m512 tanh16(__m512 x) {
+  const __m256 lo = tanh8(_mm512_castps512_ps256(x));
+  const __m256 hi = tanh8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+inline __m512 sigmoid16(__m512 x) {
+  using L = Lanes<16>;
+  return L::div(L::k(1.0f), L::add(L::k(1.0f), exp16_mvec(_mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(0x80000000u)))))));
+}
+inline __m512 gelu16(__m512 x, bool tanh_form) { return gelu<16>(x, tanh_form); }
+inline __m512 gelu_grad16(__m512 x, __m512 dy, bool tanh_form) { return gelu_grad<16>(x, dy, tanh_form); }
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 // r = f(a) (gelu_grad: f(a, b)) over n values; r may alias a or b.
