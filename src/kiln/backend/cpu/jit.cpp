@@ -139,9 +139,13 @@ bool supported(const FusedStep& s) {
 // not contiguous, but each row of the output's last axis is a contiguous run
 // of the input (a broadcast bias, LayerNorm's scale and shift, a slice of the
 // last axis), rows a whole number of 8-value steps long and at least
-// kMinRow values: the loop is called once per row, and on BERT's 64-value
-// head rows the calls cost more than the interpreter's copies.
-constexpr int64_t kMinRow = 256;
+// kMinRow values: the loop is called once per row. At [4, 12, 256, L] (a
+// head's rows, Llama's rotary embedding) a call a row beats the
+// interpreter's copies from L = 64 (x·cos + slice·sin: 0.58-0.78 → 0.53-0.63
+// ms at 64, 1.13-1.30 → 0.60-0.68 ms at 128; x·r + g with one r a row
+// 0.30-0.35 → 0.15 ms at 64); at 8-32 neither wins clearly. (Session 16 set 256, measured on
+// BERT's head rows with the interpreter of then.)
+constexpr int64_t kMinRow = 64;
 bool row_strided(const Instr& ins, const compiler::View& v) {
   const Shape& out = ins.output.view.shape;
   return ins.op != Op::Sum && !out.empty() && out.back() % 8 == 0 && out.back() >= kMinRow && v.shape == out &&

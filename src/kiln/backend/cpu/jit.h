@@ -15,7 +15,7 @@
 // Programs the code generator does not take stay with the interpreter:
 // random numbers, bf16 values, double-evaluated integer programs, and
 // operands that are neither contiguous nor one broadcast value nor
-// contiguous along rows of the last axis of 256 values or more (those run a
+// contiguous along rows of the last axis of 64 values or more (those run a
 // call per row, with the row's pointers: the same code).
 #include <algorithm>
 #include <cstdint>
