@@ -143,8 +143,8 @@ bool supported(const FusedStep& s) {
 // head's rows, Llama's rotary embedding) a call a row beats the
 // interpreter's copies from L = 64 (x·cos + slice·sin: 0.58-0.78 → 0.53-0.63
 // ms at 64, 1.13-1.30 → 0.60-0.68 ms at 128; x·r + g with one r a row
-// 0.30-0.35 → 0.15 ms at 64); at 8-32 neither wins clearly. (Session 16 set 256, measured on
-// BERT's head rows with the interpreter of then.)
+// 0.30-0.35 → 0.15 ms at 64); at 8-32 neither wins clearly. (Session 16 set
+// 256, measured on BERT's head rows with the interpreter of then.)
 constexpr int64_t kMinRow = 64;
 bool row_strided(const Instr& ins, const compiler::View& v) {
   const Shape& out = ins.output.view.shape;
