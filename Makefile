@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build run test test-asan bench clean
+.PHONY: all deps configure build run test test-asan fuzz bench clean
 
 all: build
 
@@ -30,10 +30,18 @@ test-asan: deps
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ctest --output-on-failure -j $(JOBS)
 
+# Fuzzing (docs/fuzzing.md): the libFuzzer targets of fuzz/, built with clang
+# in build-fuzz, each run for FUZZ_SECONDS seconds; fails on any finding.
+# Not part of `make test`, which replays their corpora.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@bash scripts/install-deps.sh --fuzz
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(JOBS) bash scripts/fuzz.sh
+
 bench: build
 	@./$(BUILD)/bin/bench_gemm
 	@./$(BUILD)/bin/fusion_bench
 	@./$(BUILD)/bin/attention_bench
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages kiln needs to build and test. Idempotent:
 # packages already present are skipped; what is installed is printed.
+#   scripts/install-deps.sh [--fuzz]   (--fuzz: also clang and libFuzzer, for make fuzz)
 set -euo pipefail
 
 # package                  why
@@ -9,9 +10,9 @@ PACKAGES=(
   cmake                    # build system
   ninja-build              # build tool used by CMake
   pkg-config               # locating libraries
-  libopenblas-openmp-dev   # GEMM on the CPU (OpenMP build: shares kiln's thread pool)
-  libdnnl-dev              # oneDNN: measured against OpenBLAS in bench/gemm
-  libblis-dev              # BLIS: measured against OpenBLAS in bench/gemm
+  libopenblas-openmp-dev   # OpenBLAS (OpenMP build): the reference GEMM in bench/gemm, as PyTorch on Debian uses
+  libdnnl-dev              # oneDNN: the CPU matrix products (chosen by bench/gemm)
+  libblis-dev              # BLIS: measured against oneDNN and OpenBLAS in bench/gemm
   libxbyak-dev             # x86-64 assembler: the CPU backend's compiled fused loops
   nlohmann-json3-dev       # JSON: config files, metrics, golden files
   libpcre2-dev             # regexes for tokenizer pre-tokenizers (GPT-2 pattern)
@@ -23,6 +24,13 @@ PACKAGES=(
   openmpi-bin              # mpirun, to launch them
   time                     # GNU time: peak memory per process in bench/replicas
 )
+if [ "${1:-}" = "--fuzz" ]; then
+  PACKAGES+=(
+    clang                  # clang 14: the fuzz targets (make fuzz)
+    libclang-rt-dev        # libFuzzer and clang's sanitizer runtimes
+    libomp-dev             # OpenMP for clang
+  )
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

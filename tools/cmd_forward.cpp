@@ -29,13 +29,13 @@ kiln::Tensor to_tensor(const json& j, const std::string& where) {
   bool integral = true;
   std::function<void(const json&, size_t, std::string)> walk = [&](const json& v, size_t depth, std::string path) {
     if (depth == shape.size()) {
-      KILN_CHECK(v.is_number() || v.is_boolean(), where, path, ": expected a number, got ", v.dump());
+      KILN_CHECK(v.is_number() || v.is_boolean(), where, path, ": expected a number, got ", kiln::json_found(v));
       integral = integral && (v.is_number_integer() || v.is_boolean());
       values.push_back(v.is_boolean() ? v.get<bool>() : v.get<double>());
       return;
     }
     KILN_CHECK(v.is_array() && static_cast<int64_t>(v.size()) == shape[depth], where, path, ": expected a list of ",
-               shape[depth], " entries (rows must have equal lengths), got ", v.is_array() ? std::to_string(v.size()) + " entries" : v.dump());
+               shape[depth], " entries (rows must have equal lengths), got ", v.is_array() ? std::to_string(v.size()) + " entries" : kiln::json_found(v));
     for (size_t i = 0; i < v.size(); ++i) walk(v[i], depth + 1, path + "[" + std::to_string(i) + "]");
   };
   walk(j, 0, "");
@@ -65,7 +65,7 @@ int run_forward(const std::vector<std::string>& args) {
     return 0;
   }
   std::string inputs_path = flags.get("inputs");
-  json inputs = kiln::io::read_json_file(inputs_path);
+  json inputs = kiln::read_json_file(inputs_path);
   KILN_CHECK(inputs.is_object(), inputs_path, ": expected an object with input_ids, attention_mask, ...");
   static const std::vector<std::string> known = {"input_ids", "attention_mask", "token_type_ids", "labels",
                                                  "start_positions", "end_positions", "decoder_input_ids",
@@ -83,6 +83,8 @@ int run_forward(const std::vector<std::string>& args) {
                                field("decoder_attention_mask")};
   KILN_CHECK(kiln::is_integral(in.input_ids.dtype()) && in.input_ids.rank() == 2, inputs_path,
              ": 'input_ids' must be a list of lists of token ids");
+  KILN_CHECK(in.input_ids.numel() > 0, inputs_path, ": 'input_ids' must hold at least one row of at least one token, ",
+             "got shape ", kiln::to_string(in.input_ids.shape()));
 
   kiln::models::LoadOptions opts;
   opts.architecture = flags.get("architecture");

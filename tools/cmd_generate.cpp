@@ -3,11 +3,12 @@
 // Continues each prompt with a causal LM (GPT-2) or, with an encoder-decoder
 // (T5), takes each prompt as the encoder input; prints one line per prompt.
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 
 #include "command.h"
 #include "flags.h"
 #include "kiln/core/error.h"
+#include "kiln/core/file.h"
 #include "kiln/models/generation.h"
 #include "train_common.h"
 
@@ -32,8 +33,7 @@ int run_generate(const std::vector<std::string>& args) {
   std::vector<std::string> prompts;
   if (flags.has("prompt")) prompts.push_back(flags.get("prompt"));
   if (flags.has("prompts_file")) {
-    std::ifstream f(flags.get("prompts_file"));
-    KILN_CHECK(f.good(), "generate: cannot read --prompts_file ", flags.get("prompts_file"));
+    std::istringstream f(read_file(flags.get("prompts_file")));
     for (std::string line; std::getline(f, line);)
       if (!line.empty()) prompts.push_back(line);
   }

@@ -10,7 +10,9 @@
 //              --output_dir DIR [TrainingArguments flags...]
 //   kiln train --args_file run.json [flags...]   (the same names as JSON; the command line wins)
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 
@@ -25,6 +27,9 @@
 #include "kiln/models/llama.h"
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
+#include "kiln/models/token_ids.h"
+#include "kiln/train/output_dir.h"
+#include "kiln/train/stop_signals.h"
 #include "kiln/train/trainer.h"
 #include "train_common.h"
 
@@ -162,6 +167,38 @@ data::Dataset first_examples(data::Dataset ds, const std::map<std::string, std::
   return ds;
 }
 
+// Every token id the run feeds the model lies inside its vocabulary of `vocab` (vocab_size in `config`), checked
+// before the first step as kiln generate checks its prompts: on the device an id past the embedding fails every
+// step that meets it. `sets` are the tokenized files by name.
+void check_vocabulary(int64_t vocab, const std::string& config, const cli::TokenizerBundle& tok,
+                      const std::vector<std::pair<std::string, const data::Features*>>& sets,
+                      const data::CollatorOptions& co) {
+  const std::string tokenizer = "the tokenizer in " + tok.dir.string() + " has " +
+                                std::to_string(tok.tokenizer.vocab_size()) + " tokens";
+  const std::string fix = "; train with the model's own tokenizer (--tokenizer_name)";
+  for (const auto& [file, rows] : sets) {
+    if (!rows) continue;
+    for (const auto* ids : {&rows->input_ids, &rows->target_ids})
+      if (auto bad = models::id_outside_vocabulary(*ids, vocab))
+        throw Error(detail::concat(file, ": token id ", bad->id, bad->id < 0 ? "" : " (the largest)",
+                                   " is outside the model's vocabulary of ", vocab, " (vocab_size in ", config, "): ",
+                                   tokenizer, fix));
+  }
+  KILN_CHECK(co.pad_token_id >= 0 && co.pad_token_id < vocab, "the padding id ", co.pad_token_id,
+             " is outside the model's vocabulary of ", vocab, " (vocab_size in ", config, "): ", tokenizer, fix);
+  // masked-lm replaces a tenth of the masked tokens with random ids of the tokenizer's vocabulary (HF's collator).
+  KILN_CHECK(!co.mlm || (co.mask_token_id < vocab && co.vocab_size <= vocab), "masked-lm: the collator draws ids up to ",
+             co.vocab_size - 1, ", outside the model's vocabulary of ", vocab, " (vocab_size in ", config, "): ",
+             tokenizer, fix);
+}
+
+// Whether output directory `dir` holds anything but kiln's own bookkeeping (the lock file, a write probe).
+bool holds_files(const fs::path& dir) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind(".kiln", 0) != 0) return true;
+  return false;
+}
+
 // --args_file F.json: the JSON object's fields as flags (HF's parse_json_file),
 // before the command line's own, which win.
 std::vector<std::string> expand_args_file(const std::vector<std::string>& args) {
@@ -174,12 +211,12 @@ std::vector<std::string> expand_args_file(const std::vector<std::string>& args) 
       rest.push_back(args[i]);
       continue;
     }
-    nlohmann::json j = io::read_json_file(path);
+    nlohmann::json j = read_json_file(path);
     KILN_CHECK(j.is_object(), path, ": expected a JSON object of argument names and values");
     for (const auto& [k, v] : j.items()) {
       if (v.is_null()) continue;
       if (std::find(kExtraSwitches.begin(), kExtraSwitches.end(), k) != kExtraSwitches.end()) {
-        KILN_CHECK(v.is_boolean(), path, ": '", k, "' must be true or false");
+        KILN_CHECK(v.is_boolean(), path, ": '", k, "' must be true or false, got ", json_found(v));
         if (v.get<bool>()) out.push_back("--" + k);
         continue;
       }
@@ -285,13 +322,17 @@ int run_train(const std::vector<std::string>& raw_args) {
   KILN_CHECK(f.count("model_name_or_path") || f.count("config_name"),
              "train: pass --model_name_or_path DIR (fine-tune) or --config_name PRESET_OR_FILE with --tokenizer_name DIR (from scratch)");
 
-  // Nothing is overwritten unless asked.
+  // A writable directory, this run's alone, and nothing in it overwritten unless asked. Only the first process
+  // of an mpirun writes, so only it looks and locks (the others may start after it has begun writing).
   fs::path out(ta.output_dir);
-  // (Only the first process of an mpirun looks: the others may start after it has begun writing.)
-  if (this_replica().process_rank == 0 && fs::exists(out) && !fs::is_empty(out) && !ta.overwrite_output_dir &&
-      ta.resume_from_checkpoint.empty())
-    throw Error("output_dir '" + out.string() + "' already exists and is not empty; pass --overwrite_output_dir, or " +
-                "--resume_from_checkpoint latest to continue");
+  std::shared_ptr<train::OutputDirLock> out_lock;
+  if (this_replica().process_rank == 0) {
+    train::prepare_output_dir(out);
+    out_lock = train::OutputDirLock::acquire(out);
+    if (holds_files(out) && !ta.overwrite_output_dir && ta.resume_from_checkpoint.empty())
+      throw Error("output_dir '" + out.string() + "' already exists and is not empty; pass --overwrite_output_dir, " +
+                  "or --resume_from_checkpoint latest to continue");
+  }
 
   fs::path tok_dir = f.count("tokenizer_name") ? f["tokenizer_name"] : f.count("model_name_or_path") ? f["model_name_or_path"] : "";
   KILN_CHECK(!tok_dir.empty(), "train: --tokenizer_name DIR is required with --config_name");
@@ -485,6 +526,16 @@ int run_train(const std::vector<std::string>& raw_args) {
   co.seed = ta.seed;
 
   co.max_target_length = int_flag(f, "max_target_length", 0);
+  if (f.count("model_name_or_path")) {  // from scratch, the model's vocabulary is the tokenizer's
+    // Every config.json names it vocab_size.
+    const int64_t vocab = run_config->to_json().value("vocab_size", int64_t{-1});
+    if (vocab > 0)
+      check_vocabulary(vocab, (fs::path(f["model_name_or_path"]) / "config.json").string(), tok,
+                       {{f["train_file"], train_f.get()},
+                        {eval_ds ? eval_ds->source : std::string(), eval_f.get()},
+                        {f["test_file"], test_f.get()}},
+                       co);
+  }
   train::Task t = mlm   ? train::Task::MaskedLM
                    : clm ? train::Task::CausalLM
                    : s2s ? train::Task::Seq2Seq
@@ -493,6 +544,9 @@ int run_train(const std::vector<std::string>& raw_args) {
                    : mc  ? train::Task::MultipleChoice
                          : train::Task::TextClassification;
   const train::QaOptions qa_opts = qa_options(f, "train");
+  // A first SIGINT / SIGTERM while training stops it after the step in flight, with a checkpoint to resume from.
+  train::install_stop_handlers();
+  std::atomic<bool> stopped = false;  // every replica stops at the same step
   // --num_replicas N: N replicas in this process (and as many in every
   // process mpirun started); the data and tokenizer above are shared.
   spawn([&](int) {
@@ -501,7 +555,8 @@ int run_train(const std::vector<std::string>& raw_args) {
   trainer.set_question_answering(qa_opts);
   trainer.set_extra_files(tok.files);
   auto train_metrics = trainer.train();
-  if (!this_replica().is_master()) return;
+  if (trainer.stopped_by_signal()) stopped = true;
+  if (trainer.stopped_by_signal() || !this_replica().is_master()) return;
   nlohmann::json all = nlohmann::json::object();
   for (auto& [k, v] : train_metrics) all[k] = v;
   if (eval_f) {
@@ -535,6 +590,10 @@ int run_train(const std::vector<std::string>& raw_args) {
   io::write_json_file_atomic(out / "all_results.json", all);
   std::printf("model saved to %s\n", out.string().c_str());
   }, static_cast<int>(ta.num_replicas));
+  if (stopped) {  // the shell's status for a process a signal ended: 128 + the signal
+    const int sig = train::stop_requested();
+    return 128 + (sig ? sig : SIGTERM);
+  }
   return 0;
 }
 

@@ -35,7 +35,9 @@ int main(int argc, char** argv) {
     kiln::dist::mpi::init();  // only under mpirun
     return it->second.run(args);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kiln %s: error: %s\n", argv[1], e.what());
+    // Allocations that fail where no layer names what was being built.
+    const bool oom = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+    std::fprintf(stderr, "kiln %s: error: %s\n", argv[1], oom ? "out of memory (std::bad_alloc)" : e.what());
     // Under mpirun the other processes would wait for this one forever.
     if (kiln::dist::mpi::initialized() && kiln::dist::mpi::size() > 1) kiln::dist::mpi::abort(1);
     return 1;

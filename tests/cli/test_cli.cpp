@@ -17,6 +17,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/models/generation.h"
 #include "kiln/tokenizers/tokenizer.h"
+#include "support/mpirun.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
 
@@ -65,10 +66,10 @@ TEST(Cli, TrainPredictAndBadInput) {
     EXPECT_TRUE(fs::exists(out / f)) << f;
   for (const char* f : {"optimizer.safetensors", "scheduler.json", "rng_state.json", "trainer_state.json"})
     EXPECT_TRUE(fs::exists(out / "checkpoint-6" / f)) << f;
-  auto state = io::read_json_file(out / "trainer_state.json");
+  auto state = read_json_file(out / "trainer_state.json");
   EXPECT_EQ(state["global_step"], 6);
   EXPECT_GE(state["log_history"].size(), 3u);
-  auto config = io::read_json_file(out / "config.json");
+  auto config = read_json_file(out / "config.json");
   EXPECT_EQ(config["label2id"]["negative"], 0);
   EXPECT_EQ(config["label2id"]["positive"], 1);
 
@@ -118,7 +119,7 @@ TEST(Cli, TrainPredictAndBadInput) {
             0)
       << slurp(w.path() / "r2");
   EXPECT_NEAR(printed_value(slurp(w.path() / "r2"), "eval_loss"),
-              io::read_json_file(w.path() / "reg" / "eval_results.json")["eval_loss"].get<double>(), 1e-4);
+              read_json_file(w.path() / "reg" / "eval_results.json")["eval_loss"].get<double>(), 1e-4);
   // --bf16: the same rows, scores within bf16's precision.
   ASSERT_EQ(kiln("predict --bf16 --model " + out.string() + " --input " + (data / "test.txt").string() + " --output " +
                      (w.path() / "pred16.jsonl").string(),
@@ -199,7 +200,7 @@ TEST(Cli, TrainPredictAndBadInput) {
         << slurp(w.path() / "log9");
     EXPECT_CONTAINS(slurp(w.path() / "log9"),
                     "warning: --mlm_probability is for --task masked-lm; ignored with --task text-classification");
-    const auto seen = io::read_json_file(o / "trainer_state.json")["num_input_tokens_seen"].get<int64_t>();
+    const auto seen = read_json_file(o / "trainer_state.json")["num_input_tokens_seen"].get<int64_t>();
     if (*pad) EXPECT_LT(seen, 2 * 16 * 32);
     else EXPECT_EQ(seen, 2 * 16 * 32);
   }
@@ -214,7 +215,7 @@ TEST(Cli, SampleLimitsAndValidationSplit) {
   ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
   const std::string base = train_args(data, w.path() / "a") + " --max_steps 2";
   ASSERT_EQ(kiln(base + " --validation_split_percentage 10", w.path() / "log1"), 0) << slurp(w.path() / "log1");
-  auto results = io::read_json_file(w.path() / "a" / "all_results.json");
+  auto results = read_json_file(w.path() / "a" / "all_results.json");
   EXPECT_EQ(results["train_samples"], 2700);
   EXPECT_EQ(results["eval_samples"], 300);
   ASSERT_EQ(kiln(train_args(data, w.path() / "b") + " --max_steps 2 --validation_split_percentage 10" +
@@ -223,7 +224,7 @@ TEST(Cli, SampleLimitsAndValidationSplit) {
                  w.path() / "log2"),
             0)
       << slurp(w.path() / "log2");
-  results = io::read_json_file(w.path() / "b" / "all_results.json");
+  results = read_json_file(w.path() / "b" / "all_results.json");
   EXPECT_EQ(results["train_samples"], 100);
   EXPECT_EQ(results["eval_samples"], 50);
   const std::string predicted = slurp(w.path() / "b" / "predict_results.txt");
@@ -266,11 +267,11 @@ TEST(Cli, MaskedLmTrainsAndReportsPerplexity) {
                  w.path() / "log1"),
             0)
       << slurp(w.path() / "log1");
-  EXPECT_EQ(io::read_json_file(out / "config.json")["architectures"][0], "BertForMaskedLM");
-  auto eval = io::read_json_file(out / "eval_results.json");
+  EXPECT_EQ(read_json_file(out / "config.json")["architectures"][0], "BertForMaskedLM");
+  auto eval = read_json_file(out / "eval_results.json");
   ASSERT_TRUE(eval.contains("perplexity"));
   EXPECT_NEAR(eval["perplexity"].get<double>(), std::exp(eval["eval_loss"].get<double>()), 1e-6);
-  auto log = io::read_json_file(out / "trainer_state.json")["log_history"];
+  auto log = read_json_file(out / "trainer_state.json")["log_history"];
   EXPECT_LT(log[3]["loss"].get<double>(), log[0]["loss"].get<double>());  // it learns
 }
 
@@ -296,10 +297,10 @@ TEST(Cli, CausalLmTrainsAGpt2) {
                  w.path() / "log1"),
             0)
       << slurp(w.path() / "log1");
-  EXPECT_EQ(io::read_json_file(out / "config.json")["architectures"][0], "GPT2LMHeadModel");
-  auto log = io::read_json_file(out / "trainer_state.json")["log_history"];
+  EXPECT_EQ(read_json_file(out / "config.json")["architectures"][0], "GPT2LMHeadModel");
+  auto log = read_json_file(out / "trainer_state.json")["log_history"];
   EXPECT_LT(log[3]["loss"].get<double>(), log[0]["loss"].get<double>());
-  EXPECT_TRUE(io::read_json_file(out / "eval_results.json").contains("perplexity"));
+  EXPECT_TRUE(read_json_file(out / "eval_results.json").contains("perplexity"));
   // Generation from the trained model: the cache and the full recomputation agree.
   expect_cached_generation_as_recomputed(w, out);
   // Numeric flags are whole numbers or errors naming the flag (not "stod", not 3 from "3abc").
@@ -321,7 +322,7 @@ TEST(Cli, CausalLmTrainsAGpt2) {
   const std::string eval = "eval --model_name_or_path " + out.string() + " --validation_file " +
                            (data / "validation.csv").string() + " --max_seq_length 32";
   ASSERT_EQ(kiln(eval + " --output_dir " + (w.path() / "ev").string(), w.path() / "e1"), 0) << slurp(w.path() / "e1");
-  const double perplexity = io::read_json_file(out / "eval_results.json")["perplexity"].get<double>();
+  const double perplexity = read_json_file(out / "eval_results.json")["perplexity"].get<double>();
   EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "perplexity"), perplexity, 1e-4 * perplexity);
   EXPECT_NE(kiln(eval + " --task text-classification", w.path() / "e2"), 0);
   EXPECT_CONTAINS(slurp(w.path() / "e2"), "eval: --task text-classification does not fit the model's GPT2LMHeadModel "
@@ -349,10 +350,10 @@ TEST(Cli, LlamaTrainsAsACausalLmAndAClassifier) {
                  w.path() / "log1"),
             0)
       << slurp(w.path() / "log1");
-  auto config = io::read_json_file(out / "config.json");
+  auto config = read_json_file(out / "config.json");
   EXPECT_EQ(config["architectures"][0], "LlamaForCausalLM");
   EXPECT_EQ(config["num_key_value_heads"], 2);
-  auto log = io::read_json_file(out / "trainer_state.json")["log_history"];
+  auto log = read_json_file(out / "trainer_state.json")["log_history"];
   EXPECT_LT(log[3]["loss"].get<double>(), 0.8 * log[0]["loss"].get<double>());  // it learns (5.1 -> 3.6 here)
   auto weights = io::SafetensorsFile::open(out / "model.safetensors");
   EXPECT_NE(weights.find("model.layers.1.mlp.gate_proj.weight"), nullptr);
@@ -369,9 +370,9 @@ TEST(Cli, LlamaTrainsAsACausalLmAndAClassifier) {
                  w.path() / "log2"),
             0)
       << slurp(w.path() / "log2");
-  EXPECT_EQ(io::read_json_file(cls / "config.json")["architectures"][0], "LlamaForSequenceClassification");
+  EXPECT_EQ(read_json_file(cls / "config.json")["architectures"][0], "LlamaForSequenceClassification");
   // Seeds 1, 7 and 42 end at 0.96, 0.995 and 0.997.
-  EXPECT_GT(io::read_json_file(cls / "eval_results.json")["eval_accuracy"].get<double>(), 0.95);
+  EXPECT_GT(read_json_file(cls / "eval_results.json")["eval_accuracy"].get<double>(), 0.95);
 }
 
 // A decoder-only classifier finds each row's last token by its config's
@@ -383,7 +384,7 @@ TEST(Cli, DecoderOnlyClassifiersPadWithTheirConfigsPadId) {
   Workdir w;
   fs::path data = w.path() / "data", model = w.path() / "m";
   ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
-  const auto vocab = io::read_json_file(data / "model_config.json")["vocab_size"];
+  const auto vocab = read_json_file(data / "model_config.json")["vocab_size"];
   io::write_json_file_atomic(w.path() / "c.json", {{"model_type", "llama"}, {"vocab_size", vocab}, {"hidden_size", 32},
                                                    {"intermediate_size", 48}, {"num_hidden_layers", 1},
                                                    {"num_attention_heads", 4}, {"num_key_value_heads", 2},
@@ -413,7 +414,7 @@ TEST(Cli, DecoderOnlyClassifiersPadWithTheirConfigsPadId) {
                  w.path() / "log3"),
             0)
       << slurp(w.path() / "log3");
-  EXPECT_EQ(io::read_json_file(w.path() / "g" / "config.json")["pad_token_id"], 0);
+  EXPECT_EQ(read_json_file(w.path() / "g" / "config.json")["pad_token_id"], 0);
 }
 
 TEST(Cli, Seq2SeqTrainsAT5) {
@@ -436,12 +437,12 @@ TEST(Cli, Seq2SeqTrainsAT5) {
                  w.path() / "log1"),
             0)
       << slurp(w.path() / "log1");
-  EXPECT_EQ(io::read_json_file(out / "config.json")["architectures"][0], "T5ForConditionalGeneration");
-  auto log = io::read_json_file(out / "trainer_state.json")["log_history"];
+  EXPECT_EQ(read_json_file(out / "config.json")["architectures"][0], "T5ForConditionalGeneration");
+  auto log = read_json_file(out / "trainer_state.json")["log_history"];
   EXPECT_LT(log[3]["loss"].get<double>(), log[0]["loss"].get<double>());
-  EXPECT_TRUE(io::read_json_file(out / "eval_results.json").contains("perplexity"));
+  EXPECT_TRUE(read_json_file(out / "eval_results.json").contains("perplexity"));
   // The config ends targets where the tokenizer does ([SEP] in the demo vocabulary).
-  EXPECT_EQ(io::read_json_file(out / "config.json")["eos_token_id"], 3);
+  EXPECT_EQ(read_json_file(out / "config.json")["eos_token_id"], 3);
   // kiln eval reads the same columns and reports the training run's evaluation.
   ASSERT_EQ(kiln("eval --model_name_or_path " + out.string() + " --validation_file " + (data / "validation.csv").string() +
                      " --source_column sentence --target_column label --source_prefix 'sentiment: '" +
@@ -449,7 +450,7 @@ TEST(Cli, Seq2SeqTrainsAT5) {
                  w.path() / "e1"),
             0)
       << slurp(w.path() / "e1");
-  const double eval_loss = io::read_json_file(out / "eval_results.json")["eval_loss"].get<double>();
+  const double eval_loss = read_json_file(out / "eval_results.json")["eval_loss"].get<double>();
   EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "eval_loss"), eval_loss, 1e-4);
   // Generation from the trained model: the cache and the full recomputation agree.
   std::ofstream(w.path() / "prompts.txt") << "sentiment: the battery is great\nsentiment: it broke after a day\n";
@@ -462,7 +463,7 @@ TEST(Cli, Seq2SeqTrainsAT5) {
   EXPECT_EQ(std::count(g1.begin(), g1.end(), '\n'), 2) << g1;
   // --do_predict --predict_with_generate: run_summarization's outputs for the test rows, what kiln generate gives
   // for the same sources (prefix included) and target length; and the test loss.
-  EXPECT_TRUE(io::read_json_file(out / "predict_results.json").contains("predict_loss"));
+  EXPECT_TRUE(read_json_file(out / "predict_results.json").contains("predict_loss"));
   {
     std::ifstream in(w.path() / "test.csv");
     std::ofstream prompts(w.path() / "test_prompts.txt");
@@ -495,7 +496,7 @@ TEST(Cli, DistilBertTrainsOnTheDemoData) {
   Workdir w;
   fs::path data = w.path() / "data", out = w.path() / "distil";
   ASSERT_EQ(kiln("demo-data --output_dir " + data.string(), w.path() / "log0"), 0);
-  const auto vocab = io::read_json_file(data / "model_config.json")["vocab_size"];
+  const auto vocab = read_json_file(data / "model_config.json")["vocab_size"];
   io::write_json_file_atomic(w.path() / "distil.json", {{"model_type", "distilbert"}, {"vocab_size", vocab},
                                                         {"n_layers", 2}, {"dim", 64}, {"n_heads", 4},
                                                         {"hidden_dim", 128}, {"max_position_embeddings", 64}});
@@ -508,8 +509,8 @@ TEST(Cli, DistilBertTrainsOnTheDemoData) {
             0)
       << slurp(w.path() / "log1");
   // The demo's recipe; seeds 1, 3, 7 and 42 all end between 0.97 and 0.995.
-  EXPECT_GT(io::read_json_file(out / "eval_results.json")["eval_accuracy"].get<double>(), 0.95);
-  auto config = io::read_json_file(out / "config.json");
+  EXPECT_GT(read_json_file(out / "eval_results.json")["eval_accuracy"].get<double>(), 0.95);
+  auto config = read_json_file(out / "config.json");
   EXPECT_EQ(config["model_type"], "distilbert");
   EXPECT_EQ(config["architectures"][0], "DistilBertForSequenceClassification");
   EXPECT_EQ(config["dim"], 64);
@@ -541,7 +542,7 @@ TEST(Cli, OptimAdafactorTrainsAT5) {
                             " --per_device_train_batch_size 16 --learning_rate 3e-3 --save_steps 20";
   ASSERT_EQ(kiln(train + " --optim adafactor --output_dir " + out.string(), w.path() / "log1"), 0)
       << slurp(w.path() / "log1");
-  auto log = io::read_json_file(out / "trainer_state.json")["log_history"];
+  auto log = read_json_file(out / "trainer_state.json")["log_history"];
   EXPECT_LT(log[3]["loss"].get<double>(), 0.5 * log[0]["loss"].get<double>());
   auto st = io::SafetensorsFile::open(out / "checkpoint-40" / "optimizer.safetensors");
   EXPECT_EQ(st.metadata().at("optim"), "adafactor");
@@ -597,10 +598,10 @@ TEST(Cli, TokenClassificationTrainsABertAndScoresEntities) {
                  w.path() / "log1"),
             0)
       << slurp(w.path() / "log1");
-  const auto config = io::read_json_file(out / "config.json");
+  const auto config = read_json_file(out / "config.json");
   EXPECT_EQ(config["architectures"][0], "BertForTokenClassification");
   EXPECT_EQ(config["id2label"], (nlohmann::json{{"0", "B-PROD"}, {"1", "B-QUAL"}, {"2", "I-QUAL"}, {"3", "O"}}));
-  const auto results = io::read_json_file(out / "eval_results.json");
+  const auto results = read_json_file(out / "eval_results.json");
   for (const char* k : {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy", "eval_loss"})
     EXPECT_TRUE(results.contains(k)) << k << " in " << results;
   EXPECT_FALSE(results.contains("perplexity"));
@@ -615,7 +616,7 @@ TEST(Cli, TokenClassificationTrainsABertAndScoresEntities) {
   EXPECT_NEAR(printed_value(slurp(w.path() / "e1"), "eval_loss"), results["eval_loss"].get<double>(), 1e-4);
   // --do_predict: run_ner's predict_* scores (the test rows are the validation rows) and predictions.txt, one
   // tag per word, as kiln predict tags the same rows (JSON rows, or the same words as text lines).
-  EXPECT_NEAR(io::read_json_file(out / "predict_results.json")["predict_f1"].get<double>(),
+  EXPECT_NEAR(read_json_file(out / "predict_results.json")["predict_f1"].get<double>(),
               results["eval_f1"].get<double>(), 1e-9);
   ASSERT_EQ(kiln("predict --model " + out.string() + " --input " + validation + " --output " +
                      (w.path() / "tags.jsonl").string(),
@@ -742,8 +743,8 @@ TEST(Cli, QuestionAnsweringTrainsABertAndScoresAnswers) {
                  w.path() / "log1"),
             0)
       << slurp(w.path() / "log1");
-  EXPECT_EQ(io::read_json_file(out / "config.json")["architectures"][0], "BertForQuestionAnswering");
-  const auto results = io::read_json_file(out / "eval_results.json");
+  EXPECT_EQ(read_json_file(out / "config.json")["architectures"][0], "BertForQuestionAnswering");
+  const auto results = read_json_file(out / "eval_results.json");
   for (const char* k : {"eval_exact_match", "eval_f1", "eval_loss", "eval_samples"})
     EXPECT_TRUE(results.contains(k)) << k << " in " << results;
   EXPECT_FALSE(results.contains("perplexity"));
@@ -753,12 +754,12 @@ TEST(Cli, QuestionAnsweringTrainsABertAndScoresAnswers) {
   const auto answers = nlohmann::ordered_json::parse(slurp(out / "eval_predictions.json"));
   ASSERT_EQ(answers.size(), 60u);
   EXPECT_EQ(answers.begin().key(), "q0");
-  const auto nbest = io::read_json_file(out / "eval_nbest_predictions.json");
+  const auto nbest = read_json_file(out / "eval_nbest_predictions.json");
   EXPECT_EQ(nbest["q0"][0]["text"], answers["q0"]);
   EXPECT_GE(nbest["q0"][0]["probability"].get<double>(), nbest["q0"][1]["probability"].get<double>());
   // --do_predict on the same rows: the same answers and scores.
   EXPECT_EQ(slurp(out / "predict_predictions.json"), slurp(out / "eval_predictions.json"));
-  EXPECT_NEAR(io::read_json_file(out / "predict_results.json")["predict_f1"].get<double>(),
+  EXPECT_NEAR(read_json_file(out / "predict_results.json")["predict_f1"].get<double>(),
               results["eval_f1"].get<double>(), 1e-9);
   // kiln eval on the saved model agrees, and kiln predict answers questions without answers given.
   ASSERT_EQ(kiln("eval --model_name_or_path " + out.string() + " --validation_file " + validation +
@@ -809,12 +810,12 @@ TEST(Cli, QuestionAnsweringTrainsABertAndScoresAnswers) {
                  w.path() / "log2"),
             0)
       << slurp(w.path() / "log2");
-  const auto v2 = io::read_json_file(w.path() / "qa2" / "eval_results.json");
+  const auto v2 = read_json_file(w.path() / "qa2" / "eval_results.json");
   for (const char* k : {"eval_exact", "eval_f1", "eval_HasAns_exact", "eval_NoAns_f1", "eval_best_f1"})
     EXPECT_TRUE(v2.contains(k)) << k << " in " << v2;
   EXPECT_EQ(v2["eval_HasAns_total"], 30.0);
   EXPECT_EQ(v2["eval_NoAns_total"], 10.0);
-  EXPECT_EQ(io::read_json_file(w.path() / "qa2" / "eval_null_odds.json").size(), 40u);
+  EXPECT_EQ(read_json_file(w.path() / "qa2" / "eval_null_odds.json").size(), 40u);
 
   // Bad input: unanswerable rows without --version_2_with_negative, a stride as long as the window, CSV files,
   // a GPT-2, a bad n_best_size.
@@ -864,8 +865,8 @@ TEST(Cli, MultipleChoiceTrainsABertAndScoresAccuracy) {
                  w.path() / "log1"),
             0)
       << slurp(w.path() / "log1");
-  EXPECT_EQ(io::read_json_file(out / "config.json")["architectures"][0], "BertForMultipleChoice");
-  const auto results = io::read_json_file(out / "eval_results.json");
+  EXPECT_EQ(read_json_file(out / "config.json")["architectures"][0], "BertForMultipleChoice");
+  const auto results = read_json_file(out / "eval_results.json");
   EXPECT_GT(results["eval_accuracy"].get<double>(), 0.9) << results;
   EXPECT_FALSE(results.contains("eval_f1"));  // run_swag reports accuracy only
   EXPECT_FALSE(results.contains("perplexity"));
@@ -1008,11 +1009,11 @@ TEST(Cli, KilledDuringASaveLeavesTheLastCheckpointResumable) {
   ASSERT_TRUE(saving) << "the run never reached its second save: " << slurp(w.path() / "log1");
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_FALSE(fs::exists(out / "checkpoint-8"));  // never published half-written
-  EXPECT_EQ(io::read_json_file(out / "checkpoint-4" / "trainer_state.json")["global_step"], 4);
+  EXPECT_EQ(read_json_file(out / "checkpoint-4" / "trainer_state.json")["global_step"], 4);
   // Resuming continues from checkpoint-4 and finishes.
   ASSERT_EQ(kiln(args + " --resume_from_checkpoint latest", w.path() / "log2"), 0) << slurp(w.path() / "log2");
   EXPECT_NE(slurp(w.path() / "log2").find("resuming from"), std::string::npos);
-  EXPECT_EQ(io::read_json_file(out / "trainer_state.json")["global_step"], 8);
+  EXPECT_EQ(read_json_file(out / "trainer_state.json")["global_step"], 8);
 }
 
 // ||a - b|| / ||b||, worst over the tensors of two model.safetensors. BERT's
@@ -1038,27 +1039,7 @@ double worst_relative(const fs::path& a, const fs::path& b, std::string* which) 
   return worst;
 }
 
-// `kiln ARGS` in two MPI processes on this machine, output to `log`, killed
-// after `seconds`. Root needs OpenMPI's explicit consent. OpenMPI keeps some
-// allocations until exit (in components it has already unloaded, so no
-// suppression can name them): in sanitizer builds the MPI processes skip the
-// leak check, not the memory-error checks.
-int mpirun_kiln(int seconds, const std::string& args, const fs::path& log) {
-  // Each run keeps its Open MPI session directory in a folder of its own: ctest runs the MPI tests side by side,
-  // and with the shared default (/tmp/ompi.<host>.<uid>) one run's cleanup can remove the folder while the other
-  // creates its own inside it ("A call to mkdir was unable to create the desired directory"). Short, as the
-  // session directory holds Unix sockets.
-  char session[] = "/tmp/kiln-mpi-XXXXXX";
-  if (!::mkdtemp(session)) return -1;
-  const std::string cmd = "timeout " + std::to_string(seconds) +
-                          " mpirun -np 2 --oversubscribe --bind-to none -x ASAN_OPTIONS=detect_leaks=0" +
-                          " --mca orte_tmpdir_base " + session + (geteuid() == 0 ? " --allow-run-as-root" : "") +
-                          " " KILN_BIN " " + args + " > " + log.string() + " 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::error_code ec;
-  fs::remove_all(session, ec);
-  return rc;
-}
+using testing::mpirun_kiln;  // support/mpirun.h
 
 // Ten steps with a global batch of 8 on one replica, two replicas in one
 // process, and two MPI processes end with the same parameters.
@@ -1092,7 +1073,7 @@ TEST(Cli, OneReplicaTwoReplicasAndTwoMpiProcessesTrainTheSameModel) {
     // last layer's LayerNorm bias); a wrong mask or split is > 1e-3.
     EXPECT_LT(rel, 5e-5) << run << ": " << which;
   }
-  auto state = io::read_json_file(w.path() / "mpi" / "trainer_state.json");
+  auto state = read_json_file(w.path() / "mpi" / "trainer_state.json");
   EXPECT_EQ(state["train_batch_size"].get<int64_t>(), 8);
 }
 

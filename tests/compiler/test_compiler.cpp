@@ -585,6 +585,23 @@ TEST(Compiler, FusedReductionsRoundTripThroughTheProgramRecord) {
   bad.instrs[0].program_shape = {20, 1000};
   bad.instrs[0].attrs.ints = {0};  // a leading axis
   EXPECT_THROW(compiler::deserialize_program(compiler::serialize_program(graph, bad), graph), Error);
+  // Extents whose products overflow int64_t are an error, not an overflow
+  // in numel: the program's shape, and a view's, even where its strides are
+  // 0 and it reaches no further for them (fuzz/corpus/program_cache).
+  const int64_t big = int64_t{1} << 40;
+  bad = p;
+  bad.instrs[0].program_shape = {big, big, big};
+  bad.instrs[0].attrs.ints = {2};
+  EXPECT_THROW(compiler::deserialize_program(compiler::serialize_program(graph, bad), graph), Error);
+  bad = p;
+  bad.instrs[0].output.view.shape = {big, big};
+  bad.instrs[0].output.view.strides = {0, 0};
+  EXPECT_THROW(compiler::deserialize_program(compiler::serialize_program(graph, bad), graph), Error);
+  // A load that names no operand: the executors would read inputs[-1].
+  bad = p;
+  for (auto& step : bad.instrs[0].program)
+    if (step.op == ir::Op::Data) step.load = -1;
+  EXPECT_THROW(compiler::deserialize_program(compiler::serialize_program(graph, bad), graph), Error);
 }
 
 }  // namespace

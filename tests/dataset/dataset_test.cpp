@@ -164,7 +164,7 @@ TEST(JsonlTest, ColumnsAndArrays) {
 TEST(JsonlTest, Errors) {
   TempDir d;
   auto bad = d.write("bad.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\",}\n");
-  EXPECT_CONTAINS(error_of([&] { load_dataset(bad); }), bad.string() + ":2: invalid JSON on line 2");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(bad); }), bad.string() + ":2:14: invalid JSON");
   auto missing = d.write("m.jsonl", "{\"text\": \"a\", \"label\": 1}\n{\"txt\": \"b\", \"label\": 2}\n");
   EXPECT_EQ(error_of([&] { load_dataset(missing); }), missing.string() + ":2: missing key 'text' (keys: txt, label)");
   auto col = d.write("c.jsonl", "{\"text\": \"a\"}\n");
@@ -173,7 +173,7 @@ TEST(JsonlTest, Errors) {
   auto arr = d.write("arr.jsonl", "[1, 2]\n");
   EXPECT_CONTAINS(error_of([&] { load_dataset(arr); }), ":1: expected a JSON object");
   auto obj = d.write("obj.jsonl", "{\"text\": {\"a\": 1}}\n");
-  EXPECT_CONTAINS(error_of([&] { load_dataset(obj); }), ":1: key 'text': expected a string, found {\"a\":1}");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(obj); }), ":1: key 'text': expected a string, found object {\"a\":1}");
   auto lab = d.write("lab.jsonl", "{\"text\": \"a\", \"label\": [1]}\n");
   EXPECT_CONTAINS(error_of([&] { load_dataset(lab); }), "key 'label': expected a string or a number");
   EXPECT_EQ(error_of([&] { load_dataset(d.write("e.jsonl", "\n  \n")); }),
@@ -229,9 +229,9 @@ TEST(WordsTest, ErrorsNameTheRowAndKey) {
   EXPECT_CONTAINS(error("a.jsonl", "{\"tokens\": [\"a\", \"b\"], \"ner_tags\": [\"O\"]}\n"),
                   "a.jsonl:1: 2 words in 'tokens' but 1 tags in 'ner_tags' (one tag per word)");
   EXPECT_CONTAINS(error("b.jsonl", "{\"tokens\": \"a b\", \"ner_tags\": [\"O\"]}\n"),
-                  "b.jsonl:1: key 'tokens': expected a list of words, found \"a b\"");
+                  "b.jsonl:1: key 'tokens': expected a list of words, found string \"a b\"");
   EXPECT_CONTAINS(error("c.jsonl", "{\"tokens\": [\"a\", 3], \"ner_tags\": [\"O\", \"O\"]}\n"),
-                  "c.jsonl:1: key 'tokens': expected strings in the list, found 3");
+                  "c.jsonl:1: key 'tokens': expected strings in the list, found number 3");
   EXPECT_CONTAINS(error("d.jsonl", "{\"tokens\": [\"a\"], \"ner_tags\": [\"O\"]}\n{\"tokens\": [\"b\"]}\n"),
                   "d.jsonl: 1 of 2 rows have no 'ner_tags'");
   EXPECT_CONTAINS(error("e.csv", "tokens,ner_tags\na,O\n"), "e.csv: token classification reads .jsonl or .json");

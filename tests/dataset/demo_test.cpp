@@ -18,8 +18,8 @@ TEST(DemoDataTest, WritesBalancedDisjointDeterministicSplits) {
   demo::write_demo_dataset(b.path(), 0);
   demo::write_demo_dataset(c.path(), 1);
   for (const char* name : {"train.csv", "validation.csv", "test.txt", "vocab.txt", "tokenizer_config.json"})
-    EXPECT_EQ(kiln::io::read_file(a.path() / name), kiln::io::read_file(b.path() / name)) << name;
-  EXPECT_NE(kiln::io::read_file(a.path() / "train.csv"), kiln::io::read_file(c.path() / "train.csv"));
+    EXPECT_EQ(kiln::read_file(a.path() / name), kiln::read_file(b.path() / name)) << name;
+  EXPECT_NE(kiln::read_file(a.path() / "train.csv"), kiln::read_file(c.path() / "train.csv"));
 
   Dataset train = load_dataset(a.path() / "train.csv");
   Dataset validation = load_dataset(a.path() / "validation.csv");

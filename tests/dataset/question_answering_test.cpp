@@ -98,7 +98,7 @@ TEST(QaDatasetTest, BadRowsAreNamed) {
   EXPECT_CONTAINS(error("{" + ctx + R"(, "answers": {"text": ["cat"], "answer_start": [4, 5]}})"),
                   "key 'answers': 1 texts but 2 answer_start values");
   EXPECT_CONTAINS(error("{" + ctx + R"(, "answers": {"text": ["cat"], "answer_start": ["4"]}})"),
-                  "an answer's answer_start must be a character index (an integer >= 0), found \"4\"");
+                  "an answer's answer_start must be a character index (an integer >= 0), found string \"4\"");
   EXPECT_CONTAINS(error("{" + ctx + R"(, "answers": {"text": ["cat"], "answer_start": [6]}})"),
                   "answer 'cat' at answer_start 6 ends at 9, past the context's 7 characters");
   const std::string twice = error("{\"id\": 1, " + ctx + "}\n{\"id\": \"1\", " + ctx + "}");
@@ -169,7 +169,7 @@ TEST(TokenizeQaTest, WindowsOverlapByTheStrideAndPositionsFollowTheAnswer) {
 // </s></s> context </s>; the context's offsets leave out the spaces its tokens carry (but one, below), so a span
 // reads its words.
 TEST(TokenizeQaTest, ByteLevelWindowsPointAtTheWordsWithoutTheirSpaces) {
-  const auto goldens = nlohmann::json::parse(kiln::io::read_file(std::string(KILN_TEST_DATA_DIR) + "/tokenizers/overflow.json"));
+  const auto goldens = nlohmann::json::parse(kiln::read_file(std::string(KILN_TEST_DATA_DIR) + "/tokenizers/overflow.json"));
   std::string json;
   for (const auto& t : goldens["tokenizers"])
     if (t["name"] == "roberta_byte_level") json = t["tokenizer"].dump();

@@ -2,14 +2,17 @@
 // compiled step, host sums, and the pieces that make a split batch behave
 // like the whole one (dropout keyed by global sample, loader shards).
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "kiln/data/loader.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/dist/collectives.h"
 #include "kiln/dist/replica.h"
 #include "kiln/dist/threads.h"
+#include "kiln/dist/timeout.h"
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/metrics.h"
 #include "kiln/runtime/ops.h"
@@ -92,6 +95,107 @@ TEST(Spawn, AFailingReplicaStopsTheOthersAndItsErrorIsRethrown) {
   });
   EXPECT_CONTAINS(err, "replica one broke");
   EXPECT_CONTAINS(error_of([] { spawn([](int) {}, 0); }), "at least 1");
+}
+
+// A replica that stops answering (here: one that sleeps past a short
+// ddp_timeout) fails the others, with an error that names it, instead of
+// leaving them waiting forever.
+class DdpTimeout : public ::testing::Test {
+ protected:
+  void SetUp() override { dist::set_timeout(0.3); }
+  void TearDown() override { dist::set_timeout(1800); }
+
+  using Clock = std::chrono::steady_clock;
+  static double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+};
+
+TEST_F(DdpTimeout, ALateReplicaIsNamedAtARendezvous) {
+  // Late, but within the timeout: no error.
+  spawn(
+      [](int i) {
+        if (i == 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        rendezvous("early");
+      },
+      3);
+  std::vector<std::string> seen(3);
+  std::vector<double> when(3);
+  const auto t0 = Clock::now();
+  const std::string err = error_of([&] {
+    spawn(
+        [&](int i) {
+          if (i == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          try {
+            rendezvous("checkpoint-6");
+          } catch (const std::exception& e) {
+            seen[i] = e.what();
+            when[i] = seconds_since(t0);
+            throw;
+          }
+        },
+        3);
+  });
+  const std::string want =
+      "ddp_timeout: replica 1 (global rank 1) did not reach rendezvous 'checkpoint-6' within 0.3 s";
+  EXPECT_EQ(err, want);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(seen[i], want) << "replica " << i;
+  // The punctual replicas gave up after the timeout, not when the late one came.
+  EXPECT_LT(when[0], 1.2);
+  EXPECT_LT(when[2], 1.2);
+  EXPECT_GE(when[1], 1.5);  // the late one, when it came, found the group stopped
+}
+
+TEST_F(DdpTimeout, ALateReplicaIsNamedInAnAllReduce) {
+  std::vector<std::string> seen(2);
+  const std::string err = error_of([&] {
+    spawn(
+        [&](int i) {
+          if (i == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          Device d = this_replica().device;
+          Tensor x = Tensor::from_vector(std::vector<float>{1, 2}, {2}, d);
+          Tensor r = all_reduce({x});
+          mark_step(d);
+          try {
+            r.to_vector<float>();
+          } catch (const std::exception& e) {
+            seen[i] = e.what();
+            throw;
+          }
+        },
+        2);
+  });
+  const std::string want = "ddp_timeout: replica 1 (global rank 1) did not reach an all-reduce within 0.3 s";
+  EXPECT_CONTAINS(err, want);
+  EXPECT_CONTAINS(seen[0], want);
+  EXPECT_CONTAINS(seen[1], want);
+}
+
+TEST_F(DdpTimeout, LateReplicasAreNamedInAHostSum) {
+  const std::string err = error_of([] {
+    spawn(
+        [](int i) {
+          if (i >= 2) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+          dist::all_reduce_host(1.0);
+        },
+        4);
+  });
+  EXPECT_EQ(err, "ddp_timeout: replicas 2, 3 (global ranks 2, 3) did not reach a host all-reduce within 0.3 s");
+}
+
+// A waiter that itself was frozen (a stopped process: here, a waiter that
+// did not look for longer than its checks allow) does not count that time, so
+// a process that comes back from a stop does not blame the others.
+TEST_F(DdpTimeout, TimeSpentFrozenDoesNotCount) {
+  dist::set_timeout(1);
+  dist::Deadline deadline;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1600));  // beyond the timeout, unchecked
+  EXPECT_FALSE(deadline.passed());
+  const auto t0 = Clock::now();
+  while (!deadline.passed()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double waited = seconds_since(t0);  // the whole timeout again, from the thaw
+  EXPECT_GT(waited, 0.8);
+  EXPECT_LT(waited, 2.0);
 }
 
 TEST(AllReduce, SumsConcatenatedTensorsOverReplicasInsideTheStep) {

@@ -53,6 +53,8 @@ TEST_F(SafetensorsValidation, HeaderNotJson) {
   EXPECT_TRUE(rejects_header(std::string("{\"a\0\":1}", 8), "", {"not valid JSON"}));
   EXPECT_TRUE(rejects_header("", "", {"not valid JSON"}));
   EXPECT_TRUE(rejects_header("{\"\xff\":{}}", "", {"not valid JSON"}));  // invalid UTF-8
+  // A number past double's range: nlohmann reports it as out_of_range, not a parse error.
+  EXPECT_TRUE(rejects_header("{\"a\":1e400}", "", {"not valid JSON", "1e400"}));
 }
 
 TEST_F(SafetensorsValidation, HeaderNotObject) {

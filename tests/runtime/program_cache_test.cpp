@@ -81,7 +81,7 @@ TEST(CompileCache, ASecondRunLoadsTheStepAndComputesTheSame) {
   EXPECT_EQ(metrics::snapshot().compiles_from_disk, 1);
 
   // A damaged record: a warning, a compile, the same values, and a good record again.
-  const std::string good = io::read_file(saved[0]);
+  const std::string good = read_file(saved[0]);
   { std::ofstream(saved[0], std::ios::binary | std::ios::trunc) << good.substr(0, good.size() / 2); }
   runtime::DeviceContext::get(Device::cpu()).clear_cache();
   metrics::reset();
@@ -91,7 +91,7 @@ TEST(CompileCache, ASecondRunLoadsTheStepAndComputesTheSame) {
   EXPECT_CONTAINS(err, "compile cache: ignoring");
   EXPECT_CONTAINS(err, "truncated");
   EXPECT_EQ(metrics::snapshot().compiles_from_disk, 0);
-  EXPECT_EQ(io::read_file(saved[0]), good);
+  EXPECT_EQ(read_file(saved[0]), good);
 }
 
 // The CPU's programs carry kernels' extra outputs (the cross-entropy loss

@@ -25,7 +25,7 @@ const char* kWordLevel = R"({"model": {"type": "WordLevel", "vocab": {"a": 0, "[
 
 TEST(Errors, MalformedJson) {
   std::string e = error_of([] { Tokenizer::from_json_string("{\"model\": [1, 2", "my.json"); });
-  EXPECT_NE(e.find("my.json: malformed JSON"), std::string::npos) << e;
+  EXPECT_NE(e.find("my.json:1:16: invalid JSON"), std::string::npos) << e;
 }
 
 TEST(Errors, UnknownComponentType) {

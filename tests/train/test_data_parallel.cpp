@@ -194,7 +194,7 @@ TEST(DataParallel, OneReplicaTwoReplicasAndAccumulationAgree) {
   // Only the master wrote: one model, one set of checkpoints.
   EXPECT_TRUE(fs::exists(d2.path() / "model.safetensors"));
   EXPECT_TRUE(fs::exists(d2.path() / "checkpoint-5" / "optimizer.safetensors"));
-  auto state = io::read_json_file(d2.path() / "trainer_state.json");
+  auto state = read_json_file(d2.path() / "trainer_state.json");
   EXPECT_EQ(state["train_batch_size"].get<int64_t>(), 8);
 }
 

@@ -194,7 +194,7 @@ TEST(QaPostprocess, RealTokenizerWindowsRoundTripAnswers) {
   const std::string dir = std::string(KILN_SHARED_DIR) + "/tokenizers/bert-base-uncased";
   SKIP_WITHOUT_SHARED(dir);
   const auto tok = tokenizers::Tokenizer::from_pretrained(dir);
-  std::string context = io::read_file(std::string(KILN_TEST_DATA_DIR) + "/tokenizers/corpus.txt");
+  std::string context = read_file(std::string(KILN_TEST_DATA_DIR) + "/tokenizers/corpus.txt");
   const std::u32string chars = tokenizers::utf8::to_u32(context);
   // Words: maximal runs of non-space code points, with their code point ranges.
   std::vector<std::pair<size_t, size_t>> words;

@@ -49,7 +49,7 @@ json train_with(train::TrainingArguments a, std::shared_ptr<data::Features> eval
   auto m = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 1);
   train::Trainer t(*m, a, train::Task::TextClassification, rows(), std::move(eval), collator());
   t.train();
-  return io::read_json_file(fs::path(a.output_dir) / "trainer_state.json");
+  return read_json_file(fs::path(a.output_dir) / "trainer_state.json");
 }
 
 // The steps of the log entries that have `key`.
@@ -114,7 +114,7 @@ TEST(TrainerFlow, NanAndInfLossesAreFilteredFromTheLoggedMeanAsHf) {
   ASSERT_TRUE(logged["loss"].is_number()) << logged;
   const double tolerance = 1e-3 + 1e-5 * std::abs(sum / 4);  // logged losses have 4 decimals
   EXPECT_NEAR(logged["loss"].get<double>(), sum / 4, tolerance);
-  const json results = io::read_json_file(filtered_dir.path() / "train_results.json");
+  const json results = read_json_file(filtered_dir.path() / "train_results.json");
   EXPECT_NEAR(results["train_loss"].get<double>(), sum / 4, tolerance);
 }
 
@@ -243,7 +243,7 @@ TEST(TrainerFlow, IgnoreDataSkipRestartsTheEpoch) {
     a.resume_from_checkpoint = "latest";
     a.ignore_data_skip = ignore;
     train_with(a);
-    const json rng = io::read_json_file(d.path() / "checkpoint-12" / "rng_state.json");
+    const json rng = read_json_file(d.path() / "checkpoint-12" / "rng_state.json");
     EXPECT_EQ(rng["data_epoch"], 2) << ignore;
     EXPECT_EQ(rng["data_position"], ignore ? 2 : 4) << ignore;
   }
@@ -269,7 +269,7 @@ TEST(TrainerFlow, ReduceLROnPlateauLowersTheRateAfterEvaluationsWithoutGain) {
     if (e.contains("learning_rate")) lr[e["step"]] = e["learning_rate"];
   ASSERT_EQ(lr.size(), 12u);
   for (int64_t s = 1; s <= 12; ++s) EXPECT_EQ(lr[s], s <= 6 ? 1e-3 : s <= 10 ? 5e-4 : 2.5e-4) << "step " << s;
-  auto saved = io::read_json_file(d.path() / "checkpoint-6" / "scheduler.json")["reduce_lr_on_plateau"];
+  auto saved = read_json_file(d.path() / "checkpoint-6" / "scheduler.json")["reduce_lr_on_plateau"];
   EXPECT_EQ(saved["_last_lr"], 5e-4);
   EXPECT_EQ(saved["last_epoch"], 3);
   EXPECT_EQ(saved["num_bad_epochs"], 0);
@@ -300,7 +300,7 @@ TEST(TrainerFlow, ReduceLROnPlateauLowersTheRateAfterEvaluationsWithoutGain) {
     train::Trainer t(*resumed, b, train::Task::TextClassification, rows(), rows(8), collator());
     t.train();
   }
-  auto after = io::read_json_file(r.path() / "trainer_state.json");
+  auto after = read_json_file(r.path() / "trainer_state.json");
   for (const auto& e : after["log_history"])
     if (e.contains("learning_rate")) {
       EXPECT_EQ(e["learning_rate"], lr[e["step"]]) << "step " << e["step"];
@@ -311,7 +311,7 @@ TEST(TrainerFlow, ReduceLROnPlateauLowersTheRateAfterEvaluationsWithoutGain) {
     EXPECT_EQ(got[k].second.to_vector<float>(), want[k].second.to_vector<float>()) << want[k].first;
 
   // A checkpoint without the plateau's state cannot resume it.
-  auto sched = io::read_json_file(r.path() / "checkpoint-8" / "scheduler.json");
+  auto sched = read_json_file(r.path() / "checkpoint-8" / "scheduler.json");
   sched.erase("reduce_lr_on_plateau");
   io::write_json_file_atomic(r.path() / "checkpoint-8" / "scheduler.json", sched);
   auto m = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 1);
@@ -353,7 +353,7 @@ TEST(TrainerFlow, EarlyStoppingAfterPatienceEvaluationsWithoutImprovement) {
     t.stop_after_step(4);
     t.train();
   }
-  EXPECT_EQ(io::read_json_file(r.path() / "checkpoint-4" / "trainer_state.json")["stateful_callbacks"]
+  EXPECT_EQ(read_json_file(r.path() / "checkpoint-4" / "trainer_state.json")["stateful_callbacks"]
                 ["EarlyStoppingCallback"]["attributes"]["early_stopping_patience_counter"],
             1);
   a.resume_from_checkpoint = "latest";

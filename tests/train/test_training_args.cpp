@@ -92,6 +92,7 @@ const json kHfDefaults = {
     {"use_cpu", false},
     {"include_num_input_tokens_seen", false},
     {"ddp_bucket_cap_mb", 25.0},
+    {"ddp_timeout", 1800},
     {"report_to", "all"},
     {"logging_dir", nullptr},
     {"run_name", nullptr},
@@ -170,6 +171,7 @@ const std::vector<FlagCase> kEveryFlag = {
     {"use_cpu", "", true, false, true},
     {"include_num_input_tokens_seen", "", true},
     {"ddp_bucket_cap_mb", "0.5", 0.5},
+    {"ddp_timeout", "60", 60},
     {"report_to", "none", "none"},
     {"logging_dir", "logs/run1", "logs/run1"},
     {"run_name", "first", "first"},
@@ -452,6 +454,10 @@ TEST(TrainingArgs, BadValuesNameTheFlag) {
   EXPECT_HAS(parse_error({"--output_dir", "o", "--max_steps", "-5"}), "--max_steps");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--device", "gpu"}), "--device must be cpu, cpu:N, cuda or cuda:N");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--label_smoothing_factor", "1"}), "--label_smoothing_factor");
+  EXPECT_EQ(parse_error({"--output_dir", "o", "--ddp_timeout", "0"}),
+            "--ddp_timeout must be a positive number of seconds, got 0");
+  EXPECT_EQ(parse_error({"--output_dir", "o", "--ddp_timeout", "-5"}),
+            "--ddp_timeout must be a positive number of seconds, got -5");
   // Structure of the command line.
   EXPECT_EQ(parse_error({"--do_train"}), "--output_dir is required");
   EXPECT_EQ(parse_error({"--output_dir"}), "flag --output_dir needs a value");
@@ -554,6 +560,8 @@ TEST(TrainingArgs, JsonErrors) {
   EXPECT_HAS(from({{"output_dir", "o"}, {"save_strategy", "often"}}), "key 'save_strategy': invalid value \"often\"");
   EXPECT_HAS(from({{"output_dir", "o"}, {"per_device_train_batch_size", 0}}),
              "args.json: per_device_train_batch_size must be a positive integer, got 0");
+  EXPECT_EQ(from({{"output_dir", "o"}, {"ddp_timeout", 0}}),
+            "args.json: ddp_timeout must be a positive number of seconds, got 0");
   EXPECT_EQ(from({{"do_train", true}}), "args.json: output_dir is required");
   EXPECT_HAS(from({{"output_dir", "o"}, {"learning_rate", nullptr}}), "key 'learning_rate': expected a number");
 
@@ -633,6 +641,10 @@ TEST(TrainingArgs, HelpListsEveryFlag) {
 TEST(ClosestName, EditDistance) {
   EXPECT_EQ(closest_name("learnig_rate", {"learning_rate", "seed"}), "learning_rate");
   EXPECT_EQ(closest_name("xyz", {"learning_rate", "seed"}), "");
+  EXPECT_EQ(closest_name("sed", {"learning_rate", "seed"}), "seed");
+  // A key pages long (an args file's) is far from every name at once: no
+  // distance table of its length times each name's is filled in.
+  EXPECT_EQ(closest_name(std::string(1 << 20, 'x'), TrainingArguments::field_names()), "");
 }
 
 }  // namespace

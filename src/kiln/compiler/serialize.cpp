@@ -154,6 +154,14 @@ ir::Graph read_graph(Reader& r) {
   return g;
 }
 
+// Whether `s`'s extents are >= 0 and every product of them fits int64_t
+// (zeros counted as ones), so numel and split_axes cannot overflow on it.
+bool extents_fit(const Shape& s) {
+  int64_t n = 1;
+  return std::all_of(s.begin(), s.end(),
+                     [&](int64_t d) { return d >= 0 && !__builtin_mul_overflow(n, std::max<int64_t>(d, 1), &n); });
+}
+
 // A Sum that carries a program (a fused reduction) must describe a sum over
 // trailing axes of program_shape into one value per leading position, with
 // every loaded operand of that shape: else its kernel would read or write
@@ -163,7 +171,7 @@ void check_fused_reduction(const Instr& ins) {
   const auto& axes = ins.attrs.ints;  // a run of consecutive axes
   const auto rank = static_cast<int64_t>(s.size());
   bool trailing = ins.op == ir::Op::Sum && rank > 0 && !axes.empty() && axes.front() >= 0 && axes.back() == rank - 1 &&
-                  std::all_of(s.begin(), s.end(), [](int64_t d) { return d >= 0; });
+                  extents_fit(s);
   for (size_t k = 1; trailing && k < axes.size(); ++k) trailing = axes[k] == axes[k - 1] + 1;
   KILN_CHECK(trailing, "compiled program record: a program on an instruction that is not a sum over trailing axes");
   KILN_CHECK(numel(ins.output.view.shape) == split_axes(s, axes.front(), axes.back()).outer &&
@@ -267,6 +275,9 @@ std::optional<Program> deserialize_program(const std::string& bytes, const ir::G
         overflow = overflow || __builtin_mul_overflow(o.view.shape[d] - 1, o.view.strides[d], &reach) ||
                    __builtin_add_overflow(last, reach, &last);
     }
+    // A view's elements are counted (numel) even where its strides are 0.
+    KILN_CHECK(extents_fit(o.view.shape), "compiled program record: a view with shape ", to_string(o.view.shape),
+               " has more elements than an int64_t counts");
     int64_t elems = 0;
     overflow = overflow || __builtin_add_overflow(last, 1, &elems) ||
                __builtin_mul_overflow(elems, static_cast<int64_t>(dtype_size(o.dtype)), &bytes);
@@ -295,8 +306,12 @@ std::optional<Program> deserialize_program(const std::string& bytes, const ir::G
       s.attrs = r.attrs();
       for (int32_t x : {s.a, s.b, s.c})
         KILN_CHECK(x >= -1 && x < k, "compiled program record: step ", k, " reads register ", x);
-      KILN_CHECK(s.load >= -1 && s.load < static_cast<int32_t>(ins.inputs.size()),
-                 "compiled program record: step ", k, " loads operand ", s.load);
+      // Data and the random draws read operand `load` (the executors index
+      // the inputs with it); the other steps read none.
+      const bool loads = s.op == ir::Op::Data || s.op == ir::Op::RandUniform || s.op == ir::Op::RandNormal;
+      KILN_CHECK(loads ? s.load >= 0 && s.load < static_cast<int32_t>(ins.inputs.size()) : s.load == -1,
+                 "compiled program record: step ", k, " (", ir::op_name(s.op), ") loads operand ", s.load, " of ",
+                 ins.inputs.size());
     }
     ins.program_shape = r.pods<int64_t>();
     if (!ins.fused && steps > 0) check_fused_reduction(ins);

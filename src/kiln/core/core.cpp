@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -12,6 +13,33 @@
 #include "kiln/core/shape.h"
 
 namespace kiln {
+
+std::string excerpt(std::string_view text, size_t max) {
+  std::string out;
+  size_t i = 0;
+  while (i < text.size() && out.size() < max) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    // The length of a well-formed UTF-8 sequence starting here, or 0.
+    size_t len = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 0;
+    if (len > 1) {
+      if (i + len > text.size()) len = 0;
+      for (size_t k = 1; k < len; ++k)
+        if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) len = 0;
+    }
+    if (len == 0 || (len == 1 && (b < 0x20 || b == 0x7F))) {  // messages stay one line
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", b);
+      out += hex;
+      ++i;
+      continue;
+    }
+    out.append(text.substr(i, len));
+    i += len;
+  }
+  if (i < text.size()) out += "…";
+  return out;
+}
+
 
 bool env_switch(const char* name) {
   const char* v = std::getenv(name);

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,11 @@ inline std::string joined(const std::vector<std::string>& names) {
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
   return out;
 }
+
+// What a message quotes of a value that may be a whole file or hold any
+// bytes: at most about `max` bytes of `text`, cut at a character and marked
+// with "…"; bytes that are not UTF-8, and control characters, as \xNN.
+std::string excerpt(std::string_view text, size_t max = 60);
 
 }  // namespace kiln
 

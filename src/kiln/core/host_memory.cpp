@@ -41,9 +41,7 @@ size_t default_limit() {
                "found '", env, "'");
     return static_cast<size_t>(mb) << 20;
   }
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  const size_t physical = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
-  return std::min<size_t>(size_t(2) << 30, physical / 8);
+  return std::min<size_t>(size_t(2) << 30, physical_bytes() / 8);
 }
 
 // Freed large blocks, oldest first; a request takes the newest block of its
@@ -158,6 +156,11 @@ void* fresh_block(size_t bytes) {
 }
 
 }  // namespace
+
+size_t physical_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+}
 
 void* allocate(size_t nbytes) {
   if (nbytes < kCachedBlock) {

@@ -10,6 +10,9 @@
 
 namespace kiln::host_memory {
 
+// The machine's physical memory in bytes (0 when the system does not say).
+size_t physical_bytes();
+
 // Blocks of at least this many bytes are page-aligned and cached.
 constexpr size_t kCachedBlock = size_t(1) << 20;
 // Fresh blocks of at least this many bytes are aligned to it and advised to

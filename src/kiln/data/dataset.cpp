@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json.h"
 #include "kiln/io/atomic_file.h"
 #include "kiln/tokenizers/utf8.h"
 
@@ -113,9 +114,11 @@ Table parse_csv(std::string_view s, const std::string& where) {
           field += c;
           ++i;
         }
-        if (i < s.size() && s[i] != ',' && !is_eol(i))
-          throw Error(detail::concat(at(i), ": bad quote: '", s[i],
-                                     "' after the closing quote of a field (a quote inside a field is written \"\")"));
+        if (i < s.size() && s[i] != ',' && !is_eol(i))  // often a quote left open lines before: say where
+          throw Error(detail::concat(at(i), ": bad quote: '", excerpt(std::string_view(s).substr(i, 1)),
+                                     "' after the closing quote of a field that opened at ", open_line, ":",
+                                     column_of(s, open_line_start, open),
+                                     " (a quote inside a field is written \"\")"));
       } else {
         while (i < s.size() && s[i] != ',' && !is_eol(i)) {
           if (s[i] == '"')
@@ -304,7 +307,7 @@ std::string json_cell(const ordered_json& obj, const std::string& key, bool labe
   if (label && v.is_null()) return "";
   if (!label && v.is_boolean()) return v.get<bool>() ? "true" : "false";
   throw Error(detail::concat(where, ": key '", key, "': expected ", label ? "a string or a number" : "a string",
-                             ", found ", v.dump()));
+                             ", found ", json_found(v)));
 }
 
 // A JSON list of strings (numbers written out when `numbers`), for split_into_words.
@@ -317,11 +320,11 @@ std::vector<std::string> json_list(const ordered_json& obj, const std::string& k
     throw Error(detail::concat(where, ": missing key '", key, "' (keys: ", joined(keys), ")"));
   }
   KILN_CHECK(it->is_array(), where, ": key '", key, "': expected a list of ", numbers ? "tags" : "words",
-             ", found ", it->dump());
+             ", found ", json_found(*it));
   std::vector<std::string> out;
   for (const auto& v : *it) {
     KILN_CHECK(v.is_string() || (numbers && v.is_number()), where, ": key '", key, "': expected ",
-               numbers ? "strings or integers" : "strings", " in the list, found ", v.dump());
+               numbers ? "strings or integers" : "strings", " in the list, found ", json_found(v));
     out.push_back(v.is_string() ? v.get<std::string>() : number_string(v));
   }
   return out;
@@ -330,9 +333,9 @@ std::vector<std::string> json_list(const ordered_json& obj, const std::string& k
 // One answer of a question-answering row, checked against its context.
 void add_answer(Example& e, const ordered_json& text, const ordered_json& start, const std::string& where,
                 size_t* misplaced, std::string* first_misplaced) {
-  KILN_CHECK(text.is_string(), where, ": an answer's text must be a string, found ", text.dump());
+  KILN_CHECK(text.is_string(), where, ": an answer's text must be a string, found ", json_found(text));
   KILN_CHECK(start.is_number_integer() && start.get<int64_t>() >= 0, where,
-             ": an answer's answer_start must be a character index (an integer >= 0), found ", start.dump());
+             ": an answer's answer_start must be a character index (an integer >= 0), found ", json_found(start));
   const std::string t = text.get<std::string>();
   const int64_t begin = start.get<int64_t>();
   const size_t n = tokenizers::utf8::count_chars(t), context = tokenizers::utf8::count_chars(e.text_pair);
@@ -373,17 +376,17 @@ Dataset load_qa(const std::vector<ordered_json>& objects, const std::vector<std:
       if (a->is_object()) {  // datasets' squad features: {"text": [...], "answer_start": [...]}
         auto t = a->find("text"), s = a->find("answer_start");
         KILN_CHECK(t != a->end() && s != a->end() && t->is_array() && s->is_array(), at, ": key '", answers,
-                   "': expected {\"text\": [...], \"answer_start\": [...]}, found ", a->dump());
+                   "': expected {\"text\": [...], \"answer_start\": [...]}, found ", json_found(*a));
         KILN_CHECK(t->size() == s->size(), at, ": key '", answers, "': ", t->size(), " texts but ", s->size(),
                    " answer_start values");
         for (size_t k = 0; k < t->size(); ++k) add_answer(e, (*t)[k], (*s)[k], at, &misplaced, &first_misplaced);
       } else {
         KILN_CHECK(a->is_array(), at, ": key '", answers,
                    "': expected {\"text\": [...], \"answer_start\": [...]} or a list of {\"text\", \"answer_start\"}, "
-                   "found ", a->dump());
+                   "found ", json_found(*a));
         for (const auto& one : *a) {
           KILN_CHECK(one.is_object() && one.contains("text") && one.contains("answer_start"), at, ": key '", answers,
-                     "': expected {\"text\", \"answer_start\"} in the list, found ", one.dump());
+                     "': expected {\"text\", \"answer_start\"} in the list, found ", json_found(one));
           add_answer(e, one["text"], one["answer_start"], at, &misplaced, &first_misplaced);
         }
       }
@@ -405,10 +408,15 @@ Dataset load_qa(const std::vector<ordered_json>& objects, const std::vector<std:
 // document is not such an object (it is read as JSON lines then).
 std::optional<std::vector<ordered_json>> qa_document(std::string_view s, const std::string& where,
                                                      std::vector<std::string>* row_where) {
-  ordered_json doc = ordered_json::parse(s, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("data")) return std::nullopt;
+  ordered_json doc;
+  try {
+    doc = parse_ordered_json(s, where);
+  } catch (const Error&) {  // not one document: JSON lines, read (and reported) as such
+    return std::nullopt;
+  }
+  if (!doc.is_object() || !doc.contains("data")) return std::nullopt;
   const ordered_json& data = doc["data"];
-  KILN_CHECK(data.is_array(), where, ": key 'data': expected a list of rows, found ", data.dump().substr(0, 200));
+  KILN_CHECK(data.is_array(), where, ": key 'data': expected a list of rows, found ", json_found(data));
   std::vector<ordered_json> rows;
   for (size_t k = 0; k < data.size(); ++k) {
     const ordered_json& item = data[k];
@@ -419,15 +427,15 @@ std::optional<std::vector<ordered_json>> qa_document(std::string_view s, const s
     }
     const ordered_json& paragraphs = item["paragraphs"];
     KILN_CHECK(paragraphs.is_array(), where, ": data[", k, "].paragraphs: expected a list, found ",
-               paragraphs.dump().substr(0, 200));
+               json_found(paragraphs));
     for (size_t p = 0; p < paragraphs.size(); ++p) {
       const std::string at = detail::concat(where, ": data[", k, "].paragraphs[", p, "]");
       const ordered_json& par = paragraphs[p];
       KILN_CHECK(par.is_object() && par.contains("context") && par.contains("qas") && par["qas"].is_array(), at,
-                 ": expected {\"context\": ..., \"qas\": [...]}, found ", par.dump().substr(0, 200));
+                 ": expected {\"context\": ..., \"qas\": [...]}, found ", json_found(par));
       for (size_t q = 0; q < par["qas"].size(); ++q) {
         ordered_json row = par["qas"][q];
-        KILN_CHECK(row.is_object(), at, ".qas[", q, "]: expected a JSON object, found ", row.dump().substr(0, 200));
+        KILN_CHECK(row.is_object(), at, ".qas[", q, "]: expected a JSON object, found ", json_found(row));
         row["context"] = par["context"];
         rows.push_back(std::move(row));
         row_where->push_back(detail::concat(at, ".qas[", q, "]"));
@@ -448,12 +456,7 @@ Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o,
     objects = std::move(*document);
   } else if (allow_array && first != std::string_view::npos && s[first] == '[') {
     // A .json file holding one array of objects.
-    ordered_json arr;
-    try {
-      arr = ordered_json::parse(s);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw Error(detail::concat(where, ": invalid JSON: ", e.what()));
-    }
+    ordered_json arr = parse_ordered_json(s, where);
     for (size_t k = 0; k < arr.size(); ++k) {
       row_where.push_back(detail::concat(where, ": item ", k));
       objects.push_back(std::move(arr[k]));
@@ -467,17 +470,13 @@ Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o,
       pos = end + 1;
       ++line;
       if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-      try {
-        objects.push_back(ordered_json::parse(l));
-      } catch (const nlohmann::json::parse_error& e) {
-        throw Error(detail::concat(where, ":", line, ": invalid JSON on line ", line, ": ", e.what()));
-      }
+      objects.push_back(parse_ordered_json(l, where, line));
       row_where.push_back(detail::concat(where, ":", line));
     }
   }
   KILN_CHECK(!objects.empty(), where, ": empty dataset (no rows)");
   for (size_t r = 0; r < objects.size(); ++r)
-    KILN_CHECK(objects[r].is_object(), row_where[r], ": expected a JSON object, found ", objects[r].dump());
+    KILN_CHECK(objects[r].is_object(), row_where[r], ": expected a JSON object, found ", json_found(objects[r]));
   if (o.question_answering) return load_qa(objects, row_where, o, where);
   std::vector<std::string> names, endings;
   for (auto k = objects[0].begin(); k != objects[0].end(); ++k) names.push_back(k.key());
@@ -532,16 +531,24 @@ Dataset load_text(std::string_view s, const std::string& where) {
   return ds;
 }
 
+// The format's extension, lower case (".csv"); an error for other files.
+std::string check_extension(const fs::path& path) {
+  std::string ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  KILN_CHECK(ext == ".csv" || ext == ".tsv" || ext == ".json" || ext == ".jsonl" || ext == ".txt", path.string(),
+             ": unsupported dataset file extension '", ext, "' (expected .csv, .tsv, .json, .jsonl or .txt)");
+  return ext;
+}
+
 }  // namespace
 
 Dataset load_dataset(const fs::path& path, const DatasetOptions& options) {
-  std::string where = path.string();
-  std::string ext = path.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  KILN_CHECK(ext == ".csv" || ext == ".tsv" || ext == ".json" || ext == ".jsonl" || ext == ".txt", where,
-             ": unsupported dataset file extension '", ext, "' (expected .csv, .tsv, .json, .jsonl or .txt)");
-  std::string bytes = io::read_file(path);
-  std::string_view s(bytes);
+  check_extension(path);
+  return parse_dataset(read_file(path), path.string(), options);
+}
+
+Dataset parse_dataset(std::string_view s, const std::string& where, const DatasetOptions& options) {
+  const std::string ext = check_extension(where);
   if (s.substr(0, 3) == "\xEF\xBB\xBF") s.remove_prefix(3);
   check_utf8(s, where);
   KILN_CHECK(!options.question_answering || ext == ".json" || ext == ".jsonl", where, ": question answering reads ",

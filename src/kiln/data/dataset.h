@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kiln::data {
@@ -78,5 +79,8 @@ struct Dataset {
 // line and the column or key: missing column (listing those that exist),
 // ragged row, bad quote, invalid JSON, empty dataset, invalid UTF-8.
 Dataset load_dataset(const std::filesystem::path& path, const DatasetOptions& options = {});
+// The same from a file's bytes in memory: `source` is the file's name, whose
+// extension picks the format, and prefixes every error.
+Dataset parse_dataset(std::string_view bytes, const std::string& source, const DatasetOptions& options = {});
 
 }  // namespace kiln::data

@@ -1,6 +1,7 @@
 // Replica groups: spawn(), rendezvous(), and the collectives' shared-memory
 // half. A Group is the replicas of one spawn() in this process; they meet at
-// barriers that an abort (a failed replica) breaks with an error.
+// barriers that an abort (a failed replica) or the ddp_timeout (a replica
+// that does not come) breaks with an error.
 #include "kiln/dist/replica.h"
 
 #include <omp.h>
@@ -18,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -25,29 +27,42 @@
 #include "kiln/dist/collectives.h"
 #include "kiln/dist/mpi.h"
 #include "kiln/dist/threads.h"
+#include "kiln/dist/timeout.h"
 
 namespace kiln::dist {
 
 namespace {
 
 // A barrier for n threads that an abort breaks: waiters (and later comers)
-// throw an error carrying the reason.
+// throw an error carrying the reason. A waiter gives up after the ddp_timeout
+// (times `patience`) and gets the members that had not arrived.
 class Barrier {
  public:
-  explicit Barrier(int n) : n_(n) {}
+  explicit Barrier(int n) : n_(n), here_(n, false) {}
 
-  void wait() {
+  // Empty when every member arrived; the late members' indices on a timeout.
+  std::vector<int> wait(int member, int patience = 1) {
     std::unique_lock<std::mutex> lock(mu_);
     if (aborted_) throw Error(why_);
-    uint64_t gen = generation_;
+    const uint64_t gen = generation_;
+    here_[member] = true;
     if (++arrived_ == n_) {
       arrived_ = 0;
+      std::fill(here_.begin(), here_.end(), false);
       ++generation_;
       cv_.notify_all();
-      return;
+      return {};
     }
-    cv_.wait(lock, [&] { return generation_ != gen || aborted_; });
+    Deadline deadline(patience);
+    while (!cv_.wait_until(lock, deadline.next_check(), [&] { return generation_ != gen || aborted_; })) {
+      if (!deadline.passed()) continue;
+      std::vector<int> late;
+      for (int r = 0; r < n_; ++r)
+        if (!here_[r]) late.push_back(r);
+      return late;
+    }
     if (generation_ == gen) throw Error(why_);
+    return {};
   }
 
   void abort(const std::string& why) {
@@ -63,6 +78,7 @@ class Barrier {
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;
+  std::vector<bool> here_;  // who has arrived in this generation
   uint64_t generation_ = 0;
   bool aborted_ = false;
   std::string why_;
@@ -118,8 +134,26 @@ class Worker {
 class Group {
  public:
   Group(int64_t id, int n)
-      : id(id), n(n), device(n), host(n), posts(n), values(n), tags(n), tag_names(n) {
+      : id(id), n(n), process_rank(mpi::rank()), device(n), host(n), posts(n), values(n), tags(n), tag_names(n) {
     for (int r = 0; r < n; ++r) workers.push_back(std::make_unique<Worker>());
+  }
+
+  // Meets the others at `b` as `replica`, inside `what` ("an all-reduce",
+  // "rendezvous 'save'"). After the ddp_timeout (times `patience`, longer
+  // where the others wait on replica 0's MPI call, so that MPI's timeout,
+  // which names the process, goes first) the group is aborted with an error
+  // that names the replicas that did not arrive.
+  void wait(Barrier& b, int replica, std::string_view what, int patience = 1) {
+    const std::vector<int> late = b.wait(replica, patience);
+    if (late.empty()) return;
+    std::vector<int> global;
+    for (int r : late) global.push_back(process_rank * n + r);
+    const char* s = late.size() == 1 ? "" : "s";
+    const std::string why = "ddp_timeout: replica" + std::string(s) + " " + rank_list(late) + " (global rank" + s +
+                            " " + rank_list(global) + ") did not reach " + std::string(what) + " within " +
+                            timeout_text();
+    abort(why);
+    throw Error(why);
   }
 
   void abort(const std::string& why) {
@@ -143,6 +177,7 @@ class Group {
 
   const int64_t id;
   const int n;
+  const int process_rank;
   Barrier device, host;
   // A collective's buffer (the replica's inputs, then its result).
   struct Post {
@@ -294,7 +329,7 @@ void all_reduce_in_place(int64_t group, int replica, float* buf, int64_t total, 
   const float fscale = static_cast<float>(scale);
   const int64_t size_of[1] = {total};
   g->posts[replica] = Group::Post{std::span<const int64_t>(size_of, 1), buf};
-  g->device.wait();
+  g->wait(g->device, replica, "an all-reduce");
   for (int r = 0; r < n; ++r)
     KILN_CHECK(g->posts[r].sizes[0] == total, "all-reduce: replica ", r, " contributes ", g->posts[r].sizes[0],
                " elements, replica ", replica, " ", total, " (the replicas traced different steps)");
@@ -312,7 +347,7 @@ void all_reduce_in_place(int64_t group, int replica, float* buf, int64_t total, 
     for (int r = 0; r < n; ++r) std::copy(acc.begin(), acc.end(), g->posts[r].out + lo);
   } else {
     std::copy(acc.begin(), acc.end(), g->posts[0].out + lo);
-    g->device.wait();
+    g->wait(g->device, replica, "an all-reduce");
     if (replica == 0) {
       try {
         mpi::all_reduce_device(buf, total);
@@ -323,10 +358,10 @@ void all_reduce_in_place(int64_t group, int replica, float* buf, int64_t total, 
       if (fscale != 1.0f)
         for (int64_t j = 0; j < total; ++j) buf[j] *= fscale;
     }
-    g->device.wait();
+    g->wait(g->device, replica, "an all-reduce", 2);
     if (replica != 0) std::memcpy(buf, g->posts[0].out, total * sizeof(float));
   }
-  g->device.wait();
+  g->wait(g->device, replica, "an all-reduce");
   if (replica == 0) record(t0, total);
 }
 
@@ -339,7 +374,7 @@ void broadcast_in_place(int64_t group, int replica, float* buf, std::span<const 
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
   g->posts[replica] = Group::Post{sizes, buf};
-  g->device.wait();
+  g->wait(g->device, replica, "a broadcast");
   for (int r = 0; r < n; ++r)
     KILN_CHECK(g->posts[r].sizes.size() == sizes.size() &&
                    std::equal(sizes.begin(), sizes.end(), g->posts[r].sizes.begin()),
@@ -352,26 +387,30 @@ void broadcast_in_place(int64_t group, int replica, float* buf, std::span<const 
       if (roots[k] != replica) std::memcpy(buf + at, g->posts[roots[k]].out + at, sizes[k] * sizeof(float));
       at += sizes[k];
     }
-    g->device.wait();
+    g->wait(g->device, replica, "a broadcast");
   } else {
     if (replica == 0) {
+      // Replica 0 sends this process's segments, from whichever replica owns
+      // each, and receives the others' in one MPI call.
+      std::vector<int> root_processes(sizes.size());
       int64_t at = 0;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        const int root_process = static_cast<int>(roots[k] / n), root_local = static_cast<int>(roots[k] % n);
+        if (root_process == process && root_local != 0)
+          std::memcpy(buf + at, g->posts[root_local].out + at, sizes[k] * sizeof(float));
+        root_processes[k] = root_process;
+        at += sizes[k];
+      }
       try {
-        for (size_t k = 0; k < sizes.size(); ++k) {
-          const int root_process = static_cast<int>(roots[k] / n), root_local = static_cast<int>(roots[k] % n);
-          if (root_process == process && root_local != 0)
-            std::memcpy(buf + at, g->posts[root_local].out + at, sizes[k] * sizeof(float));
-          mpi::broadcast_device(buf + at, sizes[k], root_process);
-          at += sizes[k];
-        }
+        mpi::broadcast_device(buf, sizes, root_processes);
       } catch (const std::exception& e) {
         g->abort(e.what());
         throw;
       }
     }
-    g->device.wait();
+    g->wait(g->device, replica, "a broadcast", 2);
     if (replica != 0) std::memcpy(buf, g->posts[0].out, total * sizeof(float));
-    g->device.wait();
+    g->wait(g->device, replica, "a broadcast");
   }
   if (replica == 0) record(t0, total);
 }
@@ -380,11 +419,11 @@ double all_reduce_host(double value) {
   const ReplicaInfo& me = this_replica();
   auto g = my_group();
   g->values[me.local_index] = value;
-  g->host.wait();
+  g->wait(g->host, me.local_index, "a host all-reduce");
   double sum = 0;
   for (double v : g->values) sum += v;
   if (me.process_count > 1) {
-    g->host.wait();  // everyone has read values
+    g->wait(g->host, me.local_index, "a host all-reduce");  // everyone has read values
     if (me.local_index == 0) {
       try {
         mpi::all_reduce_host(&sum, 1);
@@ -394,10 +433,10 @@ double all_reduce_host(double value) {
       }
       g->shared_value = sum;
     }
-    g->host.wait();
+    g->wait(g->host, me.local_index, "a host all-reduce", 2);
     sum = g->shared_value;
   }
-  g->host.wait();  // values and shared_value may be reused after this
+  g->wait(g->host, me.local_index, "a host all-reduce");  // values and shared_value may be reused after this
   return sum;
 }
 
@@ -459,19 +498,20 @@ void rendezvous(const std::string& tag) {
   const ReplicaInfo& me = this_replica();
   auto g = dist::my_group();
   const uint64_t h = dist::fnv1a(tag);
+  const std::string what = "rendezvous '" + tag + "'";
   g->tags[me.local_index] = h;
   g->tag_names[me.local_index] = tag;
-  g->host.wait();
+  g->wait(g->host, me.local_index, what);
   for (int r = 0; r < g->n; ++r)
     KILN_CHECK(g->tags[r] == h, "rendezvous: replica ", me.process_rank * g->n + r, " reached '", g->tag_names[r],
                "' while replica ", me.global_rank(), " reached '", tag, "'");
   if (me.process_count > 1) {
-    g->host.wait();
+    g->wait(g->host, me.local_index, what);
     if (me.local_index == 0) {
       g->rendezvous_error.clear();
       try {
         uint64_t lo = 0, hi = 0;
-        dist::mpi::min_max_host(h, &lo, &hi);
+        dist::mpi::min_max_host(h, &lo, &hi, what);
         if (lo != hi)
           g->rendezvous_error = "rendezvous: MPI processes reached different rendezvous (process " +
                                 std::to_string(me.process_rank) + " is at '" + tag + "')";
@@ -480,10 +520,10 @@ void rendezvous(const std::string& tag) {
         throw;
       }
     }
-    g->host.wait();
+    g->wait(g->host, me.local_index, what, 2);
     KILN_CHECK(g->rendezvous_error.empty(), g->rendezvous_error);
   }
-  g->host.wait();
+  g->wait(g->host, me.local_index, what);
 }
 
 }  // namespace kiln

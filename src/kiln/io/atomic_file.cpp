@@ -109,38 +109,4 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
   writer.commit();
 }
 
-std::string read_file(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    throw Error(detail::concat(path.string(), ": cannot open: ", errno_text(err)));
-  }
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    throw Error(detail::concat(path.string(), ": cannot stat: ", errno_text(err)));
-  }
-  KILN_CHECK(!S_ISDIR(st.st_mode), path.string(), ": is a directory, expected a file");
-  std::string out;
-  if (S_ISREG(st.st_mode)) out.reserve(static_cast<size_t>(st.st_size));
-  // Read to EOF rather than trusting st_size: the file may grow, and pipes or
-  // /proc files report no size.
-  char chunk[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      throw Error(detail::concat(path.string(), ": read failed: ", errno_text(err)));
-    }
-    if (n == 0) break;
-    out.append(chunk, static_cast<size_t>(n));
-  }
-  return out;
-}
-
 }  // namespace kiln::io

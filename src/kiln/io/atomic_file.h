@@ -8,14 +8,13 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/core/file.h"  // read_file
+
 namespace kiln::io {
 
 // Writes via a temp file in the same directory + fsync + rename. Throws
 // kiln::Error naming `path` on failure; the temp file is removed then.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
-
-// The whole file. kiln::Error naming the file if missing/unreadable.
-std::string read_file(const std::filesystem::path& path);
 
 // For files written in pieces (a checkpoint larger than one string should
 // hold): append(), then commit() publishes the file. Destroying the writer

@@ -18,6 +18,7 @@
 #include "kiln/core/buffer.h"
 #include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
+#include "kiln/core/file.h"
 #include "kiln/io/atomic_file.h"
 #include "kiln/io/json_file.h"
 
@@ -122,45 +123,17 @@ struct SafetensorsFile::Mapping {
   const unsigned char* bytes() const { return static_cast<const unsigned char*>(addr); }
 };
 
-SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
-  const std::string file = path.string();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    throw Error(detail::concat(file, ": cannot open: ", std::strerror(err)));
-  }
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw Error(detail::concat(file, ": cannot stat: ", std::strerror(err)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(detail::concat(file, ": not a regular file"));
-  }
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  if (file_size < 8) {
-    ::close(fd);
-    throw Error(detail::concat(file, ": truncated safetensors file: ", file_size,
-                               " bytes, shorter than the 8-byte header length"));
-  }
-  // Private and writable: pages are copied on first write, never written back.
-  void* addr = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  int map_err = errno;
-  ::close(fd);
-  if (addr == MAP_FAILED) throw Error(detail::concat(file, ": mmap failed: ", std::strerror(map_err)));
-
-  SafetensorsFile f;
-  f.path_ = path;
-  f.mapping_ = std::make_shared<Mapping>(addr, file_size);
-  const unsigned char* base = f.mapping_->bytes();
-
+SafetensorsHeader parse_safetensors_header(std::span<const unsigned char> bytes, const std::string& file) {
+  const uint64_t file_size = bytes.size();
+  KILN_CHECK(file_size >= 8, file, ": truncated safetensors file: ", file_size,
+             " bytes, shorter than the 8-byte header length");
+  const unsigned char* base = bytes.data();
+  SafetensorsHeader h;
   const uint64_t header_len = read_le<uint64_t>(base);
   KILN_CHECK(header_len <= file_size - 8, file, ": header length ", header_len, " is larger than the file (",
              file_size, " bytes, at most ", file_size - 8, " bytes of header possible): truncated or not safetensors");
-  f.data_start_ = 8 + header_len;
-  const uint64_t data_size = file_size - f.data_start_;
+  h.data_start = 8 + header_len;
+  const uint64_t data_size = file_size - h.data_start;
 
   // Duplicate keys would silently collapse into one; catch them while parsing.
   // A valid header nests three levels ({tensor: {shape: [...]}}); deeper
@@ -189,6 +162,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     throw Error(detail::concat(file, ": header is not valid JSON (at ",
                                json_error_position({header_begin, header_len}, e.byte),
                                " of the header): ", json_error_reason(e.what())));
+  } catch (const nlohmann::json::out_of_range& e) {  // a number past double's range (1e400)
+    throw Error(detail::concat(file, ": header is not valid JSON: ", json_error_reason(e.what())));
   }
   KILN_CHECK(!too_deep, file, ": header nests deeper than ", kMaxDepth, " levels: not a safetensors header");
   KILN_CHECK(header.is_object(), file, ": header must be a JSON object, found ", json_type(header));
@@ -199,7 +174,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
       KILN_CHECK(value.is_object(), file, ": __metadata__ must be an object of strings, found ", json_type(value));
       for (const auto& [mk, mv] : value.items()) {
         KILN_CHECK(mv.is_string(), file, ": __metadata__ '", mk, "' must be a string, found ", json_type(mv));
-        f.metadata_[mk] = mv.get<std::string>();
+        h.metadata[mk] = mv.get<std::string>();
       }
       continue;
     }
@@ -258,14 +233,13 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
                e.end - e.begin);
     KILN_CHECK(e.end <= data_size, where, ": data_offsets ", offsets_str(e.begin, e.end),
                " lie outside the data section (", data_size, " bytes): truncated file?");
-    f.index_.emplace(e.name, f.entries_.size());
-    f.entries_.push_back(std::move(e));
+    h.entries.push_back(std::move(e));
   }
 
   // As HF's reader: sorted by offset, the tensors tile the data section
   // exactly — no overlap, no gap, no trailing bytes.
   std::vector<const TensorEntry*> by_offset;
-  for (const auto& e : f.entries_) by_offset.push_back(&e);
+  for (const auto& e : h.entries) by_offset.push_back(&e);
   std::stable_sort(by_offset.begin(), by_offset.end(), [](const TensorEntry* a, const TensorEntry* b) {
     return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
   });
@@ -282,6 +256,28 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   }
   KILN_CHECK(covered == data_size, file, ": the data section has ", data_size, " bytes but the tensors cover ",
              covered, ": trailing bytes belong to no tensor");
+  return h;
+}
+
+SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  const RegularFile opened(path);  // refuses FIFOs and devices without blocking
+  const uint64_t file_size = opened.size();
+  KILN_CHECK(file_size >= 8, file, ": truncated safetensors file: ", file_size,
+             " bytes, shorter than the 8-byte header length");
+  // Private and writable: pages are copied on first write, never written back.
+  void* addr = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, opened.fd(), 0);
+  int map_err = errno;
+  if (addr == MAP_FAILED) throw Error(detail::concat(file, ": mmap failed: ", std::strerror(map_err)));
+
+  SafetensorsFile f;
+  f.path_ = path;
+  f.mapping_ = std::make_shared<Mapping>(addr, file_size);
+  SafetensorsHeader header = parse_safetensors_header({f.mapping_->bytes(), file_size}, file);
+  f.data_start_ = header.data_start;
+  f.entries_ = std::move(header.entries);
+  f.metadata_ = std::move(header.metadata);
+  for (size_t i = 0; i < f.entries_.size(); ++i) f.index_.emplace(f.entries_[i].name, i);
   return f;
 }
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -27,6 +28,21 @@ struct TensorEntry {
   Shape shape;
   uint64_t begin = 0, end = 0;  // byte offsets in the data section
 };
+
+// What a safetensors header declares, validated against the bytes that
+// follow it: the tensors (header order), __metadata__, and where the data
+// section starts (8 + N).
+struct SafetensorsHeader {
+  std::vector<TensorEntry> entries;
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;
+};
+
+// The header of a whole safetensors file held in memory (length prefix,
+// header, data section), with every check SafetensorsFile::open makes;
+// problems are kiln::Errors naming `file`. open() reads files through it;
+// it also serves in-memory callers (the fuzz target fuzz/fuzz_safetensors).
+SafetensorsHeader parse_safetensors_header(std::span<const unsigned char> bytes, const std::string& file);
 
 class SafetensorsFile {
  public:

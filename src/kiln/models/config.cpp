@@ -1,9 +1,11 @@
 #include "kiln/models/config.h"
 #include "kiln/models/config_json.h"
 
-#include <fstream>
+#include <algorithm>
+#include <cstdio>
 
 #include "kiln/core/error.h"
+#include "kiln/core/host_memory.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
@@ -50,25 +52,25 @@ const std::vector<std::string> kCommonKeys = {"model_type", "architectures", "id
 namespace config_json {
 
 void read_common(const json& j, PretrainedConfig& c, const std::string& src) {
-  KILN_CHECK(j.is_object(), src, ": expected a JSON object, got ", j.type_name());
+  KILN_CHECK(j.is_object(), src, ": expected a JSON object, got ", json_found(j));
   read(j, "model_type", c.model_type, src);
   if (auto it = j.find("architectures"); it != j.end() && !it->is_null()) {
-    KILN_CHECK(it->is_array(), src, ": 'architectures' must be a list of strings, got ", it->dump());
+    KILN_CHECK(it->is_array(), src, ": 'architectures' must be a list of strings, got ", json_found(*it));
     c.architectures.clear();
     for (const auto& a : *it) {
-      KILN_CHECK(a.is_string(), src, ": 'architectures' must be a list of strings, got ", it->dump());
+      KILN_CHECK(a.is_string(), src, ": 'architectures' must be a list of strings, got ", json_found(*it));
       c.architectures.push_back(a.get<std::string>());
     }
   }
   read_opt(j, "problem_type", c.problem_type, src);
   if (auto it = j.find("id2label"); it != j.end() && !it->is_null()) {
-    KILN_CHECK(it->is_object(), src, ": 'id2label' must be an object {\"0\": \"label\", ...}, got ", it->dump());
+    KILN_CHECK(it->is_object(), src, ": 'id2label' must be an object {\"0\": \"label\", ...}, got ", json_found(*it));
     c.id2label.clear();
     for (const auto& [k, v] : it->items()) {
       char* end = nullptr;
       long long id = std::strtoll(k.c_str(), &end, 10);
       KILN_CHECK(!k.empty() && *end == 0 && id >= 0, src, ": 'id2label' key '", k, "' is not a label id");
-      KILN_CHECK(v.is_string(), src, ": 'id2label' value for ", k, " must be a string, got ", v.dump());
+      KILN_CHECK(v.is_string(), src, ": 'id2label' value for ", k, " must be a string, got ", json_found(v));
       c.id2label[id] = v.get<std::string>();
     }
   } else if (auto n = j.find("num_labels"); n != j.end() && !n->is_null()) {
@@ -113,6 +115,54 @@ void validate_common(const PretrainedConfig& c, const std::string& src) {
 }  // namespace config_json
 
 
+namespace {
+std::string count_text(long double n) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, n < 1e6L ? "%.0Lf" : "%.3Lg", n);
+  return buf;
+}
+std::string bytes_text(long double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) bytes /= 1024, ++u;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, bytes < 1e6L ? "%.1Lf %s" : "%.3Lg %s", bytes, units[u]);
+  return buf;
+}
+}  // namespace
+
+void check_model_size(const PretrainedConfig& c, const std::string& src) {
+  std::vector<SizeTerm> terms = c.size_terms();
+  long double total = 0;
+  for (const auto& t : terms) total += t.parameters;
+  const long double bytes = total * 4, memory = static_cast<long double>(host_memory::physical_bytes());
+  if (memory == 0 || bytes <= memory) return;
+  std::sort(terms.begin(), terms.end(), [](const SizeTerm& a, const SizeTerm& b) { return a.parameters > b.parameters; });
+  std::string parts;
+  for (size_t i = 0; i < terms.size() && i < 2; ++i)
+    parts += (i ? "; " : "") + terms[i].what + " = " + count_text(terms[i].parameters);
+  throw Error(detail::concat(src, ": the model would hold ", count_text(total), " parameters (", bytes_text(bytes),
+                             " as f32), more than this machine's memory (", bytes_text(memory),
+                             "); the largest parts: ", parts));
+}
+
+std::vector<SizeTerm> BertConfig::size_terms() const {
+  const long double h = hidden_size, i = intermediate_size;
+  const bool d = distilbert();
+  auto name = [&](const char* bert, const char* distil) { return std::string(d ? distil : bert); };
+  return {{detail::concat("word embeddings (vocab_size ", vocab_size, " x ", name("hidden_size ", "dim "), hidden_size, ")"),
+           vocab_size * h},
+          {detail::concat("position embeddings (max_position_embeddings ", max_position_embeddings, " x ",
+                          name("hidden_size ", "dim "), hidden_size, ")"),
+           max_position_embeddings * h},
+          {detail::concat("token type embeddings (type_vocab_size ", type_vocab_size, " x hidden_size ", hidden_size, ")"),
+           type_vocab_size * h},
+          {detail::concat(num_hidden_layers, " layers (", name("num_hidden_layers", "n_layers"), "), each 4 x ",
+                          name("hidden_size", "dim"), "^2 + 2 x ", name("hidden_size", "dim"), " x ",
+                          name("intermediate_size", "hidden_dim"), " (", hidden_size, ", ", intermediate_size, ")"),
+           num_hidden_layers * (4 * h * h + 2 * h * i)}};
+}
+
 void PretrainedConfig::set_num_labels(int64_t n) {
   KILN_CHECK(n >= 1, "num_labels must be >= 1, got ", n);
   id2label.clear();
@@ -120,7 +170,7 @@ void PretrainedConfig::set_num_labels(int64_t n) {
 }
 
 BertConfig BertConfig::from_json(const json& j, const std::string& src) {
-  KILN_CHECK(j.is_object(), src, ": expected a JSON object, got ", j.type_name());
+  KILN_CHECK(j.is_object(), src, ": expected a JSON object, got ", json_found(j));
   BertConfig c;
   read(j, "model_type", c.model_type, src);
   if (c.model_type == "roberta") {  // RobertaConfig's defaults
@@ -205,15 +255,7 @@ void BertConfig::validate(const std::string& src) const {
 }
 
 BertConfig BertConfig::from_file(const std::filesystem::path& path) {
-  std::ifstream f(path);
-  KILN_CHECK(f.good(), path.string(), ": cannot open config file");
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const json::parse_error& e) {
-    throw Error(path.string() + ": malformed JSON: " + e.what());
-  }
-  return from_json(j, path.string());
+  return from_json(read_json_file(path), path.string());
 }
 
 std::optional<BertConfig> BertConfig::preset(const std::string& name) {

@@ -12,6 +12,14 @@
 
 namespace kiln::models {
 
+// One part of a model's weights, for the size check before anything is
+// allocated: "word embeddings (vocab_size 30522 x hidden_size 768)" and its
+// parameter count (long double: hostile configs overflow int64).
+struct SizeTerm {
+  std::string what;
+  long double parameters = 0;
+};
+
 // What every Hugging Face config has (PretrainedConfig): the model type, the
 // architectures, labels for classification heads, and the fields kiln does
 // not interpret (kept and written back). Token ids live in each model's
@@ -33,11 +41,20 @@ struct PretrainedConfig {
   // The longest sequence the model's position embeddings cover (none for
   // relative positions: T5).
   virtual std::optional<int64_t> max_positions() const { return std::nullopt; }
+  // The model's weights by part, naming the config fields each comes from.
+  virtual std::vector<SizeTerm> size_terms() const = 0;
 };
+
+// Throws when the weights `c` describes would not fit in this machine's
+// memory as f32, before anything is allocated: the error names `src`, the
+// total and the largest parts with their fields and values.
+void check_model_size(const PretrainedConfig& c, const std::string& src);
 
 // AutoConfig: reads config.json and builds the config of its model_type
 // (bert, roberta, distilbert, gpt2, llama, t5); errors name the file and key.
 std::unique_ptr<PretrainedConfig> load_config(const std::filesystem::path& path);
+// The same from config.json's parsed contents; `source` names it in errors.
+std::unique_ptr<PretrainedConfig> config_from_json(const nlohmann::json& j, const std::string& source);
 // Presets by name ("bert-tiny", "bert-base", "roberta-base", "gpt2", "gpt2-tiny"...), or null.
 std::unique_ptr<PretrainedConfig> preset_config(const std::string& name);
 // The presets' names, comma-separated, for messages and usage lines.
@@ -69,6 +86,7 @@ struct BertConfig : PretrainedConfig {
   double seq_classif_dropout = 0.2;
 
   bool distilbert() const { return model_type == "distilbert"; }
+  std::vector<SizeTerm> size_terms() const override;
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
 
   // `source` names the file in errors ("model/config.json: 'hidden_size' must be an integer, got "x"").

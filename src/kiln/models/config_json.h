@@ -8,31 +8,18 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json.h"
 #include "kiln/models/config.h"
 
 namespace kiln::models::config_json {
 
 using nlohmann::json;
 
-// Reads j[key] into out when present and not null; a wrong type is an error.
+// Reads j[key] into out when present and not null; a wrong type is an error
+// naming src and the key.
 template <typename T>
 void read(const json& j, const char* key, T& out, const std::string& src) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if constexpr (std::is_same_v<T, int64_t>) {
-    KILN_CHECK(it->is_number_integer(), src, ": '", key, "' must be an integer, got ", it->type_name(), " ", it->dump());
-    out = it->get<int64_t>();
-  } else if constexpr (std::is_same_v<T, double>) {
-    KILN_CHECK(it->is_number(), src, ": '", key, "' must be a number, got ", it->type_name(), " ", it->dump());
-    out = it->get<double>();
-  } else if constexpr (std::is_same_v<T, bool>) {
-    KILN_CHECK(it->is_boolean(), src, ": '", key, "' must be true or false, got ", it->type_name(), " ", it->dump());
-    out = it->get<bool>();
-  } else {
-    static_assert(std::is_same_v<T, std::string>);
-    KILN_CHECK(it->is_string(), src, ": '", key, "' must be a string, got ", it->type_name(), " ", it->dump());
-    out = it->get<std::string>();
-  }
+  out = json_value<T>(j, key, out, src);
 }
 
 template <typename T>

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kiln/core/error.h"
+#include "kiln/models/token_ids.h"
 #include "kiln/runtime/context.h"
 
 namespace kiln::models {
@@ -51,12 +52,10 @@ void check_config(const GenerationConfig& g) {
 
 // Every prompt non-empty and made of ids the embedding has.
 void check_prompts(const std::vector<std::vector<int64_t>>& prompts, int64_t vocab_size) {
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    KILN_CHECK(!prompts[i].empty(), "generate: prompt ", i, " is empty");
-    for (size_t j = 0; j < prompts[i].size(); ++j)
-      KILN_CHECK(prompts[i][j] >= 0 && prompts[i][j] < vocab_size, "generate: prompt ", i, " token ", j, " is id ",
-                 prompts[i][j], ", outside the vocabulary [0, ", vocab_size, ")");
-  }
+  for (size_t i = 0; i < prompts.size(); ++i) KILN_CHECK(!prompts[i].empty(), "generate: prompt ", i, " is empty");
+  if (auto bad = id_outside_vocabulary(prompts, vocab_size))
+    throw Error(detail::concat("generate: prompt ", bad->row, " token ", bad->position, " is id ", bad->id,
+                               ", outside the vocabulary [0, ", vocab_size, ")"));
 }
 
 // Cache capacity: n positions rounded up to the bucket.

@@ -21,6 +21,14 @@ const std::vector<std::string> kGPT2Keys = {
 constexpr double kMin = std::numeric_limits<float>::lowest();
 }  // namespace
 
+std::vector<SizeTerm> GPT2Config::size_terms() const {
+  const long double h = n_embd;
+  return {{detail::concat("token embeddings wte (vocab_size ", vocab_size, " x n_embd ", n_embd, ")"), vocab_size * h},
+          {detail::concat("position embeddings wpe (n_positions ", n_positions, " x n_embd ", n_embd, ")"), n_positions * h},
+          {detail::concat(n_layer, " layers (n_layer), each 4 x n_embd^2 + 2 x n_embd x n_inner (", n_embd, ", ", inner(), ")"),
+           n_layer * (4 * h * h + 2 * h * static_cast<long double>(inner()))}};
+}
+
 GPT2Config GPT2Config::from_json(const json& j, const std::string& src) {
   GPT2Config c;
   config_json::read_common(j, c, src);

@@ -35,6 +35,7 @@ struct GPT2Config : PretrainedConfig {
   nlohmann::json to_json() const override;
   std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<GPT2Config>(*this); }
   std::string class_prefix() const override { return "GPT2"; }
+  std::vector<SizeTerm> size_terms() const override;
   std::optional<int64_t> max_positions() const override { return n_positions; }
   void validate(const std::string& source) const;
 };

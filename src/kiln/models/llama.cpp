@@ -65,6 +65,20 @@ LlamaConfig LlamaConfig::defaults(const std::string& model_type) {
   return c;
 }
 
+std::vector<SizeTerm> LlamaConfig::size_terms() const {
+  const long double h = hidden_size, d = head_dim.value_or(num_attention_heads > 0 ? hidden_size / num_attention_heads : 0);
+  const long double attention = h * d * (2 * static_cast<long double>(num_attention_heads) + 2 * kv_heads());
+  std::vector<SizeTerm> terms = {
+      {detail::concat("token embeddings (vocab_size ", vocab_size, " x hidden_size ", hidden_size, ")"), vocab_size * h},
+      {detail::concat(num_hidden_layers, " layers (num_hidden_layers), each attention (hidden_size ", hidden_size,
+                      ", num_attention_heads ", num_attention_heads, ", num_key_value_heads ", kv_heads(),
+                      ") + 3 x hidden_size x intermediate_size (", intermediate_size, ")"),
+       num_hidden_layers * (attention + 3 * h * intermediate_size)}};
+  if (!tie_word_embeddings)
+    terms.push_back({detail::concat("lm_head (vocab_size ", vocab_size, " x hidden_size ", hidden_size, ")"), vocab_size * h});
+  return terms;
+}
+
 LlamaConfig LlamaConfig::from_json(const json& j, const std::string& src) {
   auto type = j.find("model_type");
   LlamaConfig c = defaults(type != j.end() && type->is_string() ? type->get<std::string>() : "llama");
@@ -95,7 +109,7 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& src) {
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     // {"rope_type": "default"} (newer configs) is no scaling; linear, dynamic, llama3, yarn... are not built.
     const json type = it->is_object() ? it->value("rope_type", it->value("type", json())) : json();
-    KILN_CHECK(type == "default", src, ": 'rope_scaling' ", it->dump(),
+    KILN_CHECK(type == "default", src, ": 'rope_scaling' ", json_found(*it),
                " is not supported (kiln builds the unscaled rotary embedding: null or {\"rope_type\": \"default\"})");
   }
   read(j, "attention_dropout", c.attention_dropout, src);

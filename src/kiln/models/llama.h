@@ -62,6 +62,7 @@ struct LlamaConfig : PretrainedConfig {
   static LlamaConfig from_json(const nlohmann::json& j, const std::string& source);
   nlohmann::json to_json() const override;
   std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<LlamaConfig>(*this); }
+  std::vector<SizeTerm> size_terms() const override;
   std::string class_prefix() const override {
     return model_type == "mistral" ? "Mistral" : model_type == "qwen2" ? "Qwen2" : "Llama";
   }

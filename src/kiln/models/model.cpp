@@ -114,17 +114,23 @@ std::vector<std::string> supported_architectures() {
 }
 
 std::unique_ptr<PretrainedConfig> load_config(const fs::path& path) {
-  nlohmann::json j = io::read_json_file(path);
-  KILN_CHECK(j.is_object(), path.string(), ": expected a JSON object");
-  std::string type = j.value("model_type", std::string());
+  return config_from_json(read_json_file(path), path.string());
+}
+
+std::unique_ptr<PretrainedConfig> config_from_json(const nlohmann::json& j, const std::string& source) {
+  const std::string type = json_value<std::string>(j, "model_type", "", source);
+  std::unique_ptr<PretrainedConfig> config;
   if (type == "bert" || type == "roberta" || type == "distilbert")
-    return std::make_unique<BertConfig>(BertConfig::from_json(j, path.string()));
-  if (type == "gpt2") return std::make_unique<GPT2Config>(GPT2Config::from_json(j, path.string()));
-  if (type == "llama" || type == "mistral" || type == "qwen2")
-    return std::make_unique<LlamaConfig>(LlamaConfig::from_json(j, path.string()));
-  if (type == "t5") return std::make_unique<T5Config>(T5Config::from_json(j, path.string()));
-  throw Error(path.string() + ": model_type '" + type +
-              "' is not supported (supported: bert, roberta, distilbert, gpt2, llama, mistral, qwen2, t5)");
+    config = std::make_unique<BertConfig>(BertConfig::from_json(j, source));
+  else if (type == "gpt2") config = std::make_unique<GPT2Config>(GPT2Config::from_json(j, source));
+  else if (type == "llama" || type == "mistral" || type == "qwen2")
+    config = std::make_unique<LlamaConfig>(LlamaConfig::from_json(j, source));
+  else if (type == "t5") config = std::make_unique<T5Config>(T5Config::from_json(j, source));
+  else
+    throw Error(source + (type.empty() ? std::string(": no 'model_type'") : ": model_type '" + excerpt(type) + "' is not supported") +
+                " (supported: bert, roberta, distilbert, gpt2, llama, mistral, qwen2, t5)");
+  check_model_size(*config, source);
+  return config;
 }
 
 std::string preset_names() {
@@ -175,8 +181,9 @@ std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
   return nullptr;
 }
 
-std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const PretrainedConfig& config,
-                                              uint64_t seed, Device device) {
+namespace {
+std::unique_ptr<PreTrainedModel> build_model(const std::string& architecture, const PretrainedConfig& config,
+                                             uint64_t seed, Device device) {
   auto archs = supported_architectures();
   archs.push_back("T5WithLMHeadModel");  // the old name of T5ForConditionalGeneration
   if (std::find(archs.begin(), archs.end(), architecture) == archs.end()) {
@@ -205,6 +212,17 @@ std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, c
   KILN_CHECK(c, "architecture ", architecture, " needs a bert/roberta/distilbert config, got model_type '",
              config.model_type, "'");
   return std::make_unique<BertForTask>(architecture, *c, seed, device);
+}
+}  // namespace
+
+std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const PretrainedConfig& config,
+                                              uint64_t seed, Device device) {
+  check_model_size(config, architecture + "'s config");
+  try {
+    return build_model(architecture, config, seed, device);
+  } catch (const std::bad_alloc&) {
+    throw Error(detail::concat("out of memory while building ", architecture, " on ", device.str()));
+  }
 }
 
 namespace {

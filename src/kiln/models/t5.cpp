@@ -152,6 +152,24 @@ std::string T5Config::act() const {
   return a == "gelu" && gated() ? "gelu_new" : a;  // HF maps "gated-gelu" to gelu_new
 }
 
+std::vector<SizeTerm> T5Config::size_terms() const {
+  const long double m = d_model, inner = static_cast<long double>(num_heads) * d_kv, ff = (gated() ? 3 : 2) * m * d_ff;
+  std::vector<SizeTerm> terms = {
+      {detail::concat("shared embeddings (vocab_size ", vocab_size, " x d_model ", d_model, ")"), vocab_size * m},
+      {detail::concat(num_layers, " encoder layers (num_layers), each 4 x d_model x num_heads x d_kv + the feed-forward "
+                      "d_model x d_ff (", d_model, ", ", num_heads, ", ", d_kv, ", ", d_ff, ")"),
+       num_layers * (4 * m * inner + ff)},
+      {detail::concat(decoder_layers(), " decoder layers (num_decoder_layers), each 8 x d_model x num_heads x d_kv + "
+                      "the feed-forward (", d_model, ", ", num_heads, ", ", d_kv, ", ", d_ff, ")"),
+       decoder_layers() * (8 * m * inner + ff)},
+      {detail::concat("relative attention bias (relative_attention_num_buckets ", relative_attention_num_buckets,
+                      " x num_heads ", num_heads, ", twice)"),
+       2.0L * relative_attention_num_buckets * num_heads}};
+  if (!tie_word_embeddings)
+    terms.push_back({detail::concat("lm_head (vocab_size ", vocab_size, " x d_model ", d_model, ")"), vocab_size * m});
+  return terms;
+}
+
 T5Config T5Config::from_json(const json& j, const std::string& src) {
   T5Config c;
   config_json::read_common(j, c, src);

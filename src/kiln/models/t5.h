@@ -32,6 +32,7 @@ struct T5Config : PretrainedConfig {
   static T5Config from_json(const nlohmann::json& j, const std::string& source);
   nlohmann::json to_json() const override;
   std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<T5Config>(*this); }
+  std::vector<SizeTerm> size_terms() const override;
   std::string class_prefix() const override { return "T5"; }
   void validate(const std::string& source) const;
 };

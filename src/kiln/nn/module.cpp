@@ -71,9 +71,9 @@ LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& dict, bo
     }
     assignments.emplace_back(p, it->second);
   }
-  for (const auto& [name, t] : dict)
-    if (std::none_of(params.begin(), params.end(), [&](const auto& p) { return p.first == name; }))
-      report.unexpected.push_back(name);
+  for (const auto& entry : dict)  // (clang before 16 cannot capture a structured binding)
+    if (std::none_of(params.begin(), params.end(), [&](const auto& p) { return p.first == entry.first; }))
+      report.unexpected.push_back(entry.first);
   if (strict && !report.ok()) throw Error("load_state_dict: state dict does not match the model:\n" + report.describe());
   NoGradGuard no_grad;
   for (auto& [p, v] : assignments) {

@@ -161,21 +161,21 @@ const std::vector<std::string>& ReduceLROnPlateau::kwarg_names() {
 
 ReduceLROnPlateau::Options ReduceLROnPlateau::parse(const nlohmann::json& kwargs) {
   const std::string where = "lr_scheduler_kwargs: lr schedule 'reduce_lr_on_plateau': ";
-  KILN_CHECK(kwargs.is_object(), where, "expected a JSON object, got ", kwargs.dump());
+  KILN_CHECK(kwargs.is_object(), where, "expected a JSON object, got ", excerpt(kwargs.dump()));
   Options o;
   auto number = [&](const std::string& key, const nlohmann::json& v) {
     KILN_CHECK(v.is_number() && !v.is_boolean() && std::isfinite(v.get<double>()), where, "'", key,
-               "' must be a finite number, got ", v.dump());
+               "' must be a finite number, got ", excerpt(v.dump()));
     return v.get<double>();
   };
   auto count = [&](const std::string& key, const nlohmann::json& v) {
     KILN_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, where, "'", key,
-               "' must be a whole number >= 0, got ", v.dump());
+               "' must be a whole number >= 0, got ", excerpt(v.dump()));
     return v.get<int64_t>();
   };
   auto word = [&](const std::string& key, const nlohmann::json& v, const std::vector<std::string>& allowed) {
     KILN_CHECK(v.is_string() && std::find(allowed.begin(), allowed.end(), v.get<std::string>()) != allowed.end(),
-               where, "'", key, "' must be one of ", joined(allowed), ", got ", v.dump());
+               where, "'", key, "' must be one of ", joined(allowed), ", got ", excerpt(v.dump()));
     return v.get<std::string>();
   };
   for (const auto& [key, v] : kwargs.items()) {
@@ -242,12 +242,12 @@ void ReduceLROnPlateau::load_state_dict(const nlohmann::json& state, const std::
     return state.at(key);
   };
   const auto& best = field("best");
-  KILN_CHECK(best.is_null() || best.is_number(), where, ": 'best' must be a number or null, got ", best.dump());
+  KILN_CHECK(best.is_null() || best.is_number(), where, ": 'best' must be a number or null, got ", excerpt(best.dump()));
   for (const char* key : {"num_bad_epochs", "cooldown_counter", "last_epoch"})
     KILN_CHECK(field(key).is_number_integer() && field(key).get<int64_t>() >= 0, where, ": '", key,
-               "' must be a whole number >= 0, got ", field(key).dump());
+               "' must be a whole number >= 0, got ", excerpt(field(key).dump()));
   KILN_CHECK(field("_last_lr").is_number() && field("_last_lr").get<double>() >= 0, where,
-             ": '_last_lr' must be a number >= 0, got ", field("_last_lr").dump());
+             ": '_last_lr' must be a number >= 0, got ", excerpt(field("_last_lr").dump()));
   best_ = best.is_null() ? (options_.mode == "min" ? std::numeric_limits<double>::infinity()
                                                    : -std::numeric_limits<double>::infinity())
                          : best.get<double>();

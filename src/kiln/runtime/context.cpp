@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <utility>
 
 #include <omp.h>
 
@@ -101,6 +102,16 @@ void DeviceContext::add_step_closure(std::function<void()> fn) {
       std::fprintf(stderr, "kiln: step closure failed: %s\n", e.what());
     }
   });
+}
+
+void DeviceContext::note_failure(const std::string& error) {
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  if (failure_.empty()) failure_ = error;
+}
+
+std::string DeviceContext::take_failure() {
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  return std::exchange(failure_, {});
 }
 
 void DeviceContext::mark_step() {
@@ -251,16 +262,12 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
     out_storage[o] = donor >= 0 ? in_buffers[donor]->storage
                                 : std::make_shared<Storage>(device_, prog.output_nbytes[o]);
   }
-  std::vector<std::string> param_names;
-  for (size_t p = 0; p < params.size(); ++p)
-    param_names.push_back(params[p]->name.empty() ? "#" + std::to_string(p) : params[p]->name);
-
   // The task lets go of its inputs before signalling: a host thread woken by
   // the event must see them unshared, or donation (which checks that a buffer
   // has no other holder) would depend on thread timing, and so would the graph
   // hash that records it.
   const Device device = device_;
-  stream_.enqueue([exe, in_buffers, out_storage, event, param_names, device]() mutable {
+  stream_.enqueue([this, exe, in_buffers, out_storage, event, device]() mutable {
     auto finish = [&](std::string error) {
       in_buffers.clear();
       out_storage.clear();
@@ -272,7 +279,9 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
       ready->wait();
       if (!ready->error().empty()) {
         metrics::record_execution(0, true);  // before signalling: readers may look at metrics
-        finish("input '" + param_names[p] + "' comes from a failed step (" + ready->error() + ")");
+        // The first failure's message, unchanged: wrapping it again in every
+        // step that follows would grow it with each step.
+        finish(ready->error());
         return;
       }
     }
@@ -295,6 +304,7 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
       }
     } catch (const std::exception& e) {
       error = e.what();
+      note_failure(error);
       // The other replicas would wait for this one in their next all-reduce.
       int64_t group = dist::group_of(device);
       if (group >= 0) dist::abort_group(group, "a step on " + device.str() + " failed: " + error);
@@ -331,6 +341,8 @@ std::atomic<int> g_eager{-1};  // read by every Tensor constructor, on any threa
 void mark_step(Device device) { runtime::DeviceContext::get(device).mark_step(); }
 
 void wait_device_ops(Device device) { runtime::DeviceContext::get(device).stream().synchronize(); }
+
+std::string take_step_failure(Device device) { return runtime::DeviceContext::get(device).take_failure(); }
 
 void add_step_closure(std::function<void()> fn, Device device) {
   runtime::DeviceContext::get(device).add_step_closure(std::move(fn));

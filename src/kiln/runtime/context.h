@@ -6,6 +6,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -55,11 +56,16 @@ class DeviceContext {
   void add_step_closure(std::function<void()> fn);
   size_t cache_size() const;
   void clear_cache();
+  // The error of the first step that failed to run since the last call
+  // (empty if none did), and forgets it. A step fed by a failed step is not
+  // counted: it fails with the same error.
+  std::string take_failure();
 
   explicit DeviceContext(Device device);
 
  private:
   void run(const std::vector<std::shared_ptr<TensorImpl>>& tensors, bool allow_donation);
+  void note_failure(const std::string& error);  // on the stream
   std::shared_ptr<Executable> lookup_or_compile(const ir::Graph& g, const std::vector<ir::NodePtr>& params);
   std::string compile_reason(const ir::Graph& g, const std::vector<ir::NodePtr>& params);
 
@@ -85,6 +91,9 @@ class DeviceContext {
   };
   std::unordered_map<uint64_t, History> history_;
 
+  std::mutex failure_mu_;
+  std::string failure_;  // see take_failure()
+
   Stream stream_;
 };
 
@@ -96,6 +105,10 @@ namespace kiln {
 void mark_step(Device device = Device::cpu());
 // Blocks until the device has run everything queued (xm.wait_device_ops).
 void wait_device_ops(Device device = Device::cpu());
+// The error of the first step that failed on `device` since the last call,
+// or empty; returns at once (steps still queued are not waited for). A
+// training loop calls it between steps to stop at the first failure.
+std::string take_step_failure(Device device = Device::cpu());
 // Runs fn on `device`'s stream once the steps queued so far have run.
 void add_step_closure(std::function<void()> fn, Device device = Device::cpu());
 // TF32 tensor-core math for f32 matrix products on CUDA devices

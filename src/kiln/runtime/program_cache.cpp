@@ -55,7 +55,7 @@ std::optional<compiler::Program> load_cached_program(const ir::Graph& graph, con
   std::error_code ec;
   if (path.empty() || !fs::exists(path, ec)) return std::nullopt;
   try {
-    return compiler::deserialize_program(io::read_file(path), graph);
+    return compiler::deserialize_program(read_file(path), graph);
   } catch (const Error& e) {
     std::fprintf(stderr, "kiln: warning: compile cache: ignoring %s (%s); compiling again\n", path.c_str(), e.what());
     return std::nullopt;

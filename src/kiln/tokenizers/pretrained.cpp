@@ -11,10 +11,11 @@
 #include <sentencepiece_processor.h>
 
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/file.h"
+#include "kiln/core/json.h"
 #include "kiln/tokenizers/bpe.h"
 #include "kiln/tokenizers/tokenizer.h"
 #include "kiln/tokenizers/tokenizer_json.h"
@@ -27,22 +28,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  KILN_CHECK(in, p.string(), ": cannot open file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-json read_json(const fs::path& p) {
-  try {
-    return json::parse(read_file(p));
-  } catch (const json::parse_error& e) {
-    throw Error(detail::concat(p.string(), ": malformed JSON: ", e.what()));
-  }
-}
 
 // A special token in tokenizer_config.json: "tok" or {"content": "tok", ...}.
 std::optional<AddedToken> config_token(const json& cfg, const char* key, const std::string& def,
@@ -87,8 +72,7 @@ void add_specials(Tokenizer& t, std::vector<std::optional<AddedToken>> specials)
 
 Tokenizer load_wordpiece(const fs::path& dir, const json& cfg, const std::string& where) {
   fs::path vocab_path = dir / "vocab.txt";
-  std::ifstream in(vocab_path);
-  KILN_CHECK(in, vocab_path.string(), ": cannot open file");
+  std::istringstream in(read_file(vocab_path));
   Vocab vocab;
   std::string line;
   uint32_t id = 0;
@@ -97,7 +81,7 @@ Tokenizer load_wordpiece(const fs::path& dir, const json& cfg, const std::string
     vocab.set(line, id++);
   }
   KILN_CHECK(id > 0, vocab_path.string(), ": empty vocabulary");
-  bool lower = cfg.value("do_lower_case", true);
+  bool lower = json_value(cfg, "do_lower_case", true, where);
   std::optional<bool> strip_accents;
   if (cfg.contains("strip_accents") && cfg["strip_accents"].is_boolean()) {
     strip_accents = cfg["strip_accents"].get<bool>();
@@ -110,7 +94,7 @@ Tokenizer load_wordpiece(const fs::path& dir, const json& cfg, const std::string
   Tokenizer t;
   t.set_model(std::make_shared<WordPiece>(std::move(vocab), unk ? unk->content : "[UNK]", "##", 100));
   t.set_normalizer(std::make_shared<BertNormalizer>(
-      true, cfg.value("tokenize_chinese_chars", true), strip_accents, lower));
+      true, json_value(cfg, "tokenize_chinese_chars", true, where), strip_accents, lower));
   t.set_pre_tokenizer(std::make_shared<BertPreTokenizer>());
   KILN_CHECK(sep && cls, where, ": BERT needs sep_token and cls_token");
   auto sep_id = t.model().token_to_id(sep->content);
@@ -126,14 +110,13 @@ Tokenizer load_wordpiece(const fs::path& dir, const json& cfg, const std::string
 
 Tokenizer load_byte_level_bpe(const fs::path& dir, const json& cfg, const std::string& where) {
   fs::path vocab_path = dir / "vocab.json", merges_path = dir / "merges.txt";
-  json vj = read_json(vocab_path);
+  json vj = read_json_file(vocab_path);
   KILN_CHECK(vj.is_object(), vocab_path.string(), ": expected an object of token -> id");
   Vocab vocab;
   for (auto it = vj.begin(); it != vj.end(); ++it) {
     vocab.set(it.key(), token_id_from_json(it.value(), vocab_path.string() + ": token '" + it.key() + "'"));
   }
-  std::ifstream in(merges_path);
-  KILN_CHECK(in, merges_path.string(), ": cannot open file");
+  std::istringstream in(read_file(merges_path));
   std::vector<std::pair<std::string, std::string>> merges;
   std::string line;
   for (size_t lineno = 1; std::getline(in, line); ++lineno) {
@@ -145,7 +128,7 @@ Tokenizer load_byte_level_bpe(const fs::path& dir, const json& cfg, const std::s
     merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
   }
   bool roberta = vocab.id("<s>") && vocab.id("</s>");
-  bool prefix = cfg.value("add_prefix_space", false);
+  bool prefix = json_value(cfg, "add_prefix_space", false, where);
   Tokenizer t;
   t.set_model(std::make_shared<Bpe>(std::move(vocab), merges, BpeOptions{}));
   t.set_pre_tokenizer(std::make_shared<ByteLevelPreTokenizer>(prefix, true));
@@ -215,6 +198,7 @@ struct ProtoReader {
 
 Tokenizer load_sentencepiece(const fs::path& dir, const json& cfg, const std::string& where) {
   fs::path model_path = dir / "spiece.model";
+  check_regular_file(model_path);  // SentencePiece opens it itself, and would block on a FIFO
   sentencepiece::SentencePieceProcessor sp;
   auto status = sp.Load(model_path.string());
   KILN_CHECK(status.ok(), model_path.string(), ": cannot load SentencePiece model: ",
@@ -257,11 +241,13 @@ Tokenizer load_sentencepiece(const fs::path& dir, const json& cfg, const std::st
     }
   }
   // T5 appends <extra_id_0..N-1> sentinels after the pieces, in reverse order.
-  size_t extra_ids = cfg.value("extra_ids", size_t(0));
+  const int64_t extra = json_value<int64_t>(cfg, "extra_ids", 0, where);
+  KILN_CHECK(extra >= 0 && extra <= (int64_t{1} << 20), where, ": 'extra_ids' must be in [0, 2^20], got ", extra);
+  auto extra_ids = static_cast<size_t>(extra);
   if (!cfg.contains("extra_ids") && fs::exists(dir / "config.json")) {
-    json mc = read_json(dir / "config.json");
+    json mc = read_json_file(dir / "config.json");
     std::string archs = mc.contains("architectures") ? mc["architectures"].dump() : "";
-    if (mc.value("model_type", std::string()) == "t5" || archs.find("T5") != std::string::npos) {
+    if (json_value<std::string>(mc, "model_type", "", (dir / "config.json").string()) == "t5" || archs.find("T5") != std::string::npos) {
       extra_ids = 100;
     }
   }
@@ -307,7 +293,7 @@ Tokenizer Tokenizer::from_pretrained(const std::string& directory) {
   json cfg = json::object();
   fs::path cfg_path = dir / "tokenizer_config.json";
   if (fs::exists(cfg_path)) {
-    cfg = read_json(cfg_path);
+    cfg = read_json_file(cfg_path);
     KILN_CHECK(cfg.is_object(), cfg_path.string(), ": expected a JSON object");
   }
   std::string where = cfg_path.string();

@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/file.h"
 #include "kiln/tokenizers/utf8.h"
 
 namespace kiln::tokenizers {
@@ -44,6 +45,7 @@ size_t tokenize_stream(const Tokenizer& tok, std::istream& in, std::ostream& out
 
 size_t tokenize_file(const Tokenizer& tok, const std::string& input_path,
                      const std::string& output_path, const TokenizeFileOptions& options) {
+  check_regular_file(input_path);  // a FIFO would block the open
   std::ifstream in(input_path, std::ios::binary);
   KILN_CHECK(in, input_path, ": cannot open input file");
   std::ofstream out(output_path, std::ios::binary);

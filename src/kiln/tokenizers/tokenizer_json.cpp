@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/file.h"
+#include "kiln/core/json.h"
 #include "kiln/tokenizers/bpe.h"
 #include "kiln/tokenizers/unigram.h"
 #include "kiln/tokenizers/utf8.h"
@@ -117,7 +119,7 @@ PrependScheme prepend_scheme(const json& j, const std::string& where) {
 SpecialToken special_pair(const json& j, const char* key, const std::string& where) {
   const json& v = require(j, key, where);
   KILN_CHECK(v.is_array() && v.size() == 2 && v[0].is_string() && v[1].is_number_integer(), where,
-             ".", key, ": expected [token, id], found ", v.dump());
+             ".", key, ": expected [token, id], found ", json_found(v));
   return {v[0].get<std::string>(), token_id_from_json(v[1], where + "." + key + "[1]")};
 }
 
@@ -137,7 +139,7 @@ std::vector<T> list_of(const json& j, const char* key, const std::string& where,
 uint32_t token_id_from_json(const json& v, const std::string& where) {
   KILN_CHECK(v.is_number_integer(), where, ": expected an integer id, found ", type_name(v));
   const bool negative = !v.is_number_unsigned() && v.get<int64_t>() < 0;
-  KILN_CHECK(!negative && v.get<uint64_t>() < (uint64_t{1} << 24), where, ": id ", v.dump(),
+  KILN_CHECK(!negative && v.get<uint64_t>() < (uint64_t{1} << 24), where, ": id ", excerpt(v.dump()),
              " out of range (expected 0 <= id < 16777216)");
   return static_cast<uint32_t>(v.get<uint64_t>());
 }
@@ -323,7 +325,7 @@ ModelPtr model_from_json(const json& j, const std::string& where) {
         merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
       } else {
         KILN_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(), where,
-                   ".merges[", i, "]: expected [left, right], found ", e.dump());
+                   ".merges[", i, "]: expected [left, right], found ", json_found(e));
         merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
       }
     }
@@ -343,7 +345,7 @@ ModelPtr model_from_json(const json& j, const std::string& where) {
     pieces.reserve(v.size());
     for (size_t i = 0; i < v.size(); ++i) {
       KILN_CHECK(v[i].is_array() && v[i].size() == 2 && v[i][0].is_string() && v[i][1].is_number(),
-                 where, ".vocab[", i, "]: expected [piece, score], found ", v[i].dump());
+                 where, ".vocab[", i, "]: expected [piece, score], found ", json_found(v[i]));
       pieces.emplace_back(v[i][0].get<std::string>(), v[i][1].get<double>());
     }
     std::optional<uint32_t> unk;
@@ -386,7 +388,7 @@ static std::vector<TemplateProcessing::Piece> template_pieces(const json& j, con
     } else if (const json* t = p.is_object() ? field(p, "SpecialToken") : nullptr) {
       out.push_back({false, require_string(*t, "id", w), static_cast<uint32_t>(get_uint(*t, "type_id", 0, w))});
     } else {
-      throw Error(detail::concat(w, ": expected {\"Sequence\": ...} or {\"SpecialToken\": ...}, found ", p.dump()));
+      throw Error(detail::concat(w, ": expected {\"Sequence\": ...} or {\"SpecialToken\": ...}, found ", json_found(p)));
     }
   }
   return out;
@@ -540,12 +542,7 @@ Tokenizer tokenizer_from_json(const json& j, const std::string& where) {
 }
 
 Tokenizer Tokenizer::from_json_string(std::string_view text, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error(detail::concat(where, ": malformed JSON: ", e.what()));
-  }
+  const json j = parse_json(text, where);
   try {
     return tokenizer_from_json(j, where);
   } catch (const json::exception& e) {
@@ -554,11 +551,7 @@ Tokenizer Tokenizer::from_json_string(std::string_view text, const std::string& 
 }
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in, path, ": cannot open tokenizer file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return from_json_string(ss.str(), path);
+  return from_json_string(read_file(path), path);
 }
 
 }  // namespace kiln::tokenizers

@@ -7,18 +7,23 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <future>
 #include <thread>
 
 #include "kiln/core/error.h"
 #include "kiln/dist/collectives.h"
 #include "kiln/dist/mpi.h"
 #include "kiln/dist/replica.h"
+#include "kiln/dist/timeout.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/runtime/autocast.h"
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/metrics.h"
+#include "kiln/train/output_dir.h"
 #include "kiln/train/seqeval.h"
+#include "kiln/train/stop_signals.h"
 
 namespace kiln::train {
 
@@ -79,6 +84,11 @@ std::pair<double, double> accuracy_f1(const std::vector<int64_t>& pred, const st
   return {pred.empty() ? 0.0 : static_cast<double>(correct) / pred.size(), C ? f1 / C : 0.0};
 }
 
+// Steps the host may have queued ahead of the device: enough to trace the
+// next step while one runs, few enough that a stop signal or a failed step
+// ends the run within a step or two, not after everything queued has run.
+constexpr size_t kStepsInFlight = 2;
+
 // Test hook: KILN_TEST_SAVE_DELAY_MS slows checkpoint writing so a test can
 // kill the process in the middle of a save.
 void save_delay() {
@@ -116,27 +126,37 @@ json TrainerState::to_json() const {
 
 TrainerState TrainerState::from_json(const json& j, const std::string& src) {
   TrainerState s;
-  try {
-    s.global_step = j.at("global_step").get<int64_t>();
-    s.epoch = j.at("epoch").get<double>();
-    s.max_steps = j.value("max_steps", 0);
-    s.num_train_epochs = j.value("num_train_epochs", 0);
-    s.logging_steps = j.value("logging_steps", 0);
-    s.eval_steps = j.value("eval_steps", 0);
-    s.save_steps = j.value("save_steps", 0);
-    s.train_batch_size = j.value("train_batch_size", 0);
-    for (const auto& e : j.at("log_history")) s.log_history.push_back(e);
-    s.num_input_tokens_seen = j.value("num_input_tokens_seen", int64_t{0});
-    if (j.contains("stateful_callbacks") && j["stateful_callbacks"].contains("EarlyStoppingCallback")) {
-      const json& cb = j["stateful_callbacks"]["EarlyStoppingCallback"];
-      s.early_stopping_patience_counter = cb.at("attributes").at("early_stopping_patience_counter").get<int64_t>();
-    }
-    if (j.contains("best_metric") && !j["best_metric"].is_null()) s.best_metric = j["best_metric"].get<double>();
-    if (j.contains("best_model_checkpoint") && !j["best_model_checkpoint"].is_null())
-      s.best_model_checkpoint = j["best_model_checkpoint"].get<std::string>();
-  } catch (const json::exception& e) {
-    throw Error(src + ": malformed trainer state: " + e.what());
+  auto required = [&](const char* key) {
+    KILN_CHECK(j.is_object() && j.contains(key), src, ": malformed trainer state: no '", key, "'");
+  };
+  required("global_step");
+  required("epoch");
+  required("log_history");
+  s.global_step = json_value<int64_t>(j, "global_step", 0, src);
+  s.epoch = json_value<double>(j, "epoch", 0, src);
+  s.max_steps = json_value<int64_t>(j, "max_steps", 0, src);
+  s.num_train_epochs = json_value<int64_t>(j, "num_train_epochs", 0, src);
+  s.logging_steps = json_value<int64_t>(j, "logging_steps", 0, src);
+  s.eval_steps = json_value<int64_t>(j, "eval_steps", 0, src);
+  s.save_steps = json_value<int64_t>(j, "save_steps", 0, src);
+  s.train_batch_size = json_value<int64_t>(j, "train_batch_size", 0, src);
+  const json& history = j["log_history"];
+  KILN_CHECK(history.is_array(), src, ": 'log_history' must be a list, got ", json_found(history));
+  for (const auto& e : history) s.log_history.push_back(e);
+  s.num_input_tokens_seen = json_value<int64_t>(j, "num_input_tokens_seen", 0, src);
+  if (j.contains("stateful_callbacks") && j["stateful_callbacks"].is_object() &&
+      j["stateful_callbacks"].contains("EarlyStoppingCallback")) {
+    const std::string where = src + ": stateful_callbacks.EarlyStoppingCallback";
+    const json& cb = j["stateful_callbacks"]["EarlyStoppingCallback"];
+    KILN_CHECK(cb.is_object() && cb.contains("attributes"), where, ": no 'attributes'");
+    KILN_CHECK(cb["attributes"].is_object() && cb["attributes"].contains("early_stopping_patience_counter"), where,
+               ": no 'attributes.early_stopping_patience_counter'");
+    s.early_stopping_patience_counter =
+        json_value<int64_t>(cb["attributes"], "early_stopping_patience_counter", 0, where + ".attributes");
   }
+  if (j.contains("best_metric") && !j["best_metric"].is_null())
+    s.best_metric = json_value<double>(j, "best_metric", 0, src);
+  s.best_model_checkpoint = json_value<std::string>(j, "best_model_checkpoint", "", src);
   return s;
 }
 
@@ -165,6 +185,7 @@ Trainer::Trainer(models::PreTrainedModel& model, TrainingArguments args, Task ta
   KILN_CHECK(args_.num_replicas == replica_.local_count, "Trainer: num_replicas is ", args_.num_replicas, " but ",
              replica_.local_count, " replica(s) run in this process: construct one Trainer per replica inside "
              "kiln::spawn(fn, num_replicas)");
+  dist::set_timeout(static_cast<double>(args_.ddp_timeout));  // every replica passes the same
   progress_tty_ = ::isatty(STDERR_FILENO) && replica_.is_master() && !args_.disable_tqdm.value_or(false);
   if (args_.gradient_checkpointing) model_.set_gradient_checkpointing(true);  // as HF's Trainer does
   if (args_.tf32) set_allow_tf32(true);  // HF: torch.backends.cuda.matmul.allow_tf32 = True
@@ -338,21 +359,26 @@ fs::path Trainer::find_checkpoint(const std::string& which) const {
     KILN_CHECK(fs::is_directory(which), "resume_from_checkpoint: '", which, "' is not a checkpoint directory");
     return which;
   }
-  int64_t best = -1;
-  fs::path found;
+  std::map<int64_t, fs::path> steps;  // the checkpoint-N directories by N
   if (fs::is_directory(args_.output_dir))
     for (const auto& e : fs::directory_iterator(args_.output_dir)) {
       std::string n = e.path().filename().string();
       if (n.rfind("checkpoint-", 0) != 0 || !e.is_directory()) continue;
       char* end = nullptr;
       long long step = std::strtoll(n.c_str() + 11, &end, 10);
-      if (*end == 0 && step > best) {
-        best = step;
-        found = e.path();
-      }
+      if (*end == 0 && step >= 0) steps[step] = e.path();
     }
-  KILN_CHECK(best >= 0, "resume_from_checkpoint latest: no checkpoint-N directory in ", args_.output_dir);
-  return found;
+  KILN_CHECK(!steps.empty(), "resume_from_checkpoint latest: no checkpoint-N directory in ", args_.output_dir);
+  // The newest complete one. kiln publishes and removes checkpoints whole;
+  // one with files missing was copied or cut short by something else.
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string missing = missing_checkpoint_file(it->second);
+    if (missing.empty()) return it->second;
+    if (replica_.is_master())
+      std::fprintf(stderr, "kiln train: warning: resume_from_checkpoint latest: skipping %s: %s is missing\n",
+                   it->second.string().c_str(), missing.c_str());
+  }
+  throw Error("resume_from_checkpoint latest: no complete checkpoint-N directory in " + args_.output_dir);
 }
 
 void Trainer::save_model(const fs::path& dir) const {
@@ -366,6 +392,7 @@ void Trainer::save_model(const fs::path& dir) const {
 
 void Trainer::save_checkpoint(const std::vector<std::pair<std::string, Tensor>>& opt) {
   wait_device_ops(device_);  // values and log_history complete
+  throw_if_step_failed();
   fs::path final_dir = checkpoint_dir(state_.global_step);
   fs::path tmp = fs::path(args_.output_dir) / ("tmp-checkpoint-" + std::to_string(state_.global_step));
   fs::remove_all(tmp);
@@ -392,7 +419,7 @@ void Trainer::save_checkpoint(const std::vector<std::pair<std::string, Tensor>>&
   io::write_json_file_atomic(tmp / "trainer_state.json", state_.to_json());
   save_delay();
   // Publish: the directory appears whole or not at all.
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  if (fs::exists(final_dir)) discard_checkpoint(final_dir);
   fs::rename(tmp, final_dir);
   rotate_checkpoints();
 }
@@ -412,13 +439,13 @@ void Trainer::rotate_checkpoints() {
   if (best != cps.end()) std::rotate(best, best + 1, cps.end());
   int64_t limit = *args_.save_total_limit;
   if (!state_.best_model_checkpoint.empty() && limit == 1 && cps.size() > 1 && best != cps.end()) limit = 2;
-  for (size_t i = 0; i + limit < cps.size(); ++i) fs::remove_all(cps[i].second);
+  for (size_t i = 0; i + limit < cps.size(); ++i) discard_checkpoint(cps[i].second);
 }
 
 void Trainer::load_checkpoint(const fs::path& dir) {
   if (replica_.is_master()) std::fprintf(stderr, "kiln train: resuming from %s\n", dir.string().c_str());
   if (!fs::exists(dir / "optimizer.safetensors") && fs::exists(dir / "training_args.json")) {
-    json saved = io::read_json_file(dir / "training_args.json");
+    json saved = read_json_file(dir / "training_args.json");
     KILN_CHECK(!(saved.is_object() && saved.value("save_only_model", false)), "resume_from_checkpoint: ",
                dir.string(), " was saved with save_only_model: it holds the model but no optimizer state or data ",
                "position, so training cannot resume from it (start a new run with --model_name_or_path ",
@@ -455,7 +482,7 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   if (plateau_) {  // the one schedule with state beyond the step count
     const fs::path file = dir / "scheduler.json";
     KILN_CHECK(fs::exists(file), "resume_from_checkpoint: ", file.string(), " is missing: not a complete checkpoint");
-    json scheduler = io::read_json_file(file);
+    json scheduler = read_json_file(file);
     KILN_CHECK(scheduler.is_object() && scheduler.contains("reduce_lr_on_plateau"), file.string(),
                ": no reduce_lr_on_plateau state (the checkpoint was written with lr_scheduler_type '",
                scheduler.is_object() ? scheduler.value("type", std::string("?")) : std::string("?"), "')");
@@ -464,17 +491,19 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   auto meta = opt.metadata().find("step");
   KILN_CHECK(meta != opt.metadata().end(), (dir / "optimizer.safetensors").string(), ": no 'step' in metadata");
   optimizer_->set_steps_taken(std::atoll(meta->second.c_str()));
-  state_ = TrainerState::from_json(io::read_json_file(dir / "trainer_state.json"), (dir / "trainer_state.json").string());
-  json rng = io::read_json_file(dir / "rng_state.json");
+  state_ = TrainerState::from_json(read_json_file(dir / "trainer_state.json"), (dir / "trainer_state.json").string());
+  const std::string rng_file = (dir / "rng_state.json").string();
+  json rng = read_json_file(rng_file);
   try {
-    model_.dropout_generator().set_state(rng.at("dropout_seed").get<uint64_t>(), rng.at("dropout_offset").get<uint64_t>());
-    data_epoch_ = rng.at("data_epoch").get<int64_t>();
-    data_position_ = rng.at("data_position").get<int64_t>();
+    model_.dropout_generator().set_state(json_value<uint64_t>(rng, "dropout_seed", rng_file),
+                                         json_value<uint64_t>(rng, "dropout_offset", rng_file));
+    data_epoch_ = json_value<int64_t>(rng, "data_epoch", rng_file);
+    data_position_ = json_value<int64_t>(rng, "data_position", rng_file);
     // Written with another global micro-batch (replicas x per-device batch):
     // the same place in the epoch, counted in rows.
-    const int64_t saved_batch = rng.value("data_batch_size", loader_->options().batch_size);
+    const int64_t saved_batch = json_value<int64_t>(rng, "data_batch_size", loader_->options().batch_size, rng_file);
     if (saved_batch != loader_->options().batch_size) {
-      const int64_t saved_per_epoch = rng.at("data_batches_per_epoch").get<int64_t>();
+      const int64_t saved_per_epoch = json_value<int64_t>(rng, "data_batches_per_epoch", rng_file);
       const int64_t rows = data_position_ * saved_batch, now = loader_->options().batch_size;
       if (data_position_ == saved_per_epoch) data_position_ = loader_->batches_per_epoch();
       else {
@@ -502,7 +531,16 @@ std::map<std::string, double> Trainer::train() {
   KILN_CHECK(args_.eval_strategy == "no" || (eval_ && eval_->size() > 0), "train: eval_strategy is '",
              args_.eval_strategy, "' but there is no evaluation set (--validation_file)");
   const fs::path out(args_.output_dir);
-  fs::create_directories(out);
+  // The master writes: it holds the directory for the run, and clears what
+  // a killed run left there.
+  std::shared_ptr<OutputDirLock> out_lock;
+  if (replica_.is_master()) {
+    prepare_output_dir(out);
+    out_lock = OutputDirLock::acquire(out);
+    remove_checkpoint_leftovers(out);
+  }
+  take_step_failure(device_);  // a failure before this run is not its own
+  stopped_by_signal_ = step_failed_ = false;
 
   // Every replica walks the same global batches and takes its share of each.
   const int world = replica_.world_size();
@@ -569,8 +607,13 @@ std::map<std::string, double> Trainer::train() {
       model_.train();
     }
   }
+  std::optional<StopListener> listening;  // a first SIGINT / SIGTERM ends the loop after its step
+  listening.emplace();
+  std::deque<std::future<void>> in_flight;  // one per queued step, ready once it has run
   while (state_.global_step < total) {
     if (world > 1) dist::throw_if_aborted();
+    for (; in_flight.size() >= kStepsInFlight; in_flight.pop_front()) in_flight.front().wait();
+    throw_if_step_failed();
     // The step's batches first: each loss is weighted by its share of what the
     // whole step counts (rows, or label tokens for language modelling) over
     // every micro-batch of every replica, so the gradient is the mean over the
@@ -632,6 +675,9 @@ std::map<std::string, double> Trainer::train() {
       optimizer_->zero_grad();
     }
     mark_step(device_);
+    auto ran = std::make_shared<std::promise<void>>();
+    in_flight.push_back(ran->get_future());
+    add_step_closure([ran] { ran->set_value(); }, device_);
     ++state_.global_step;
     state_.epoch = epoch_now;
 
@@ -640,8 +686,15 @@ std::map<std::string, double> Trainer::train() {
     const double elapsed = seconds_since(t0);
     if (replica_.is_master()) add_step_closure(
         [this, loss_sum, grad_norm, lr, step, total, elapsed, start_step, samples_per_step, epoch_now] {
-          double l = loss_sum.item();
-          double gn = grad_norm.defined() ? grad_norm.item() : 0.0;
+          double l = 0, gn = 0;
+          try {
+            l = loss_sum.item();
+            gn = grad_norm.defined() ? grad_norm.item() : 0.0;
+          } catch (const Error&) {  // the step failed: the training loop reports it, once
+            std::lock_guard<std::mutex> lock(log_mu_);
+            step_failed_ = true;  // and nothing more is logged
+            return;
+          }
           std::lock_guard<std::mutex> lock(log_mu_);
           // HF's logging_nan_inf_filter: a NaN/inf step adds the window's loss so far over its steps + 1.
           const double counted = args_.logging_nan_inf_filter && !std::isfinite(l) ? loss_sum_ / (loss_count_ + 1) : l;
@@ -674,6 +727,7 @@ std::map<std::string, double> Trainer::train() {
             double gn;
             {
               std::lock_guard<std::mutex> lock(log_mu_);
+              if (step_failed_) return;
               avg = loss_count_ ? loss_sum_ / loss_count_ : 0.0;
               gn = last_grad_norm_;
               loss_sum_ = 0;
@@ -718,7 +772,10 @@ std::map<std::string, double> Trainer::train() {
     // The master decides for every replica.
     if (eval_now && args_.early_stopping_patience && world > 1)
       stop_early = dist::all_reduce_host(stop_early ? 1.0 : 0.0) > 0;
-    bool save_now = (args_.save_strategy == "steps" && state_.save_steps > 0 && step % state_.save_steps == 0) ||
+    // A stop signal makes this step the last, saved as a save step is.
+    const bool stop_now = stop_signalled();
+    bool save_now = stop_now ||
+                    (args_.save_strategy == "steps" && state_.save_steps > 0 && step % state_.save_steps == 0) ||
                     (args_.save_strategy == "epoch" && epoch_end);
     if (save_now) {
       if (args_.metric_for_best_model || args_.load_best_model_at_end) {
@@ -736,6 +793,10 @@ std::map<std::string, double> Trainer::train() {
       if (replica_.is_master()) save_checkpoint(opt_state);
       if (world > 1) rendezvous("checkpoint-" + std::to_string(step));
     }
+    if (stop_now) {
+      stopped_by_signal_ = true;
+      break;
+    }
     if (stop_early) {
       if (replica_.is_master())
         std::fprintf(stderr, "kiln train: early stopping at step %lld: %s did not improve for %lld evaluation%s\n",
@@ -745,7 +806,26 @@ std::map<std::string, double> Trainer::train() {
     }
     if (stop_after_ >= 0 && state_.global_step >= stop_after_) break;
   }
+  listening.reset();
   wait_device_ops(device_);
+  throw_if_step_failed();
+  if (stopped_by_signal_) {
+    if (progress_tty_) std::fprintf(stderr, "\n");
+    if (replica_.is_master()) {
+      const std::string dir = checkpoint_dir(state_.global_step).string();
+      const char* sig = signal_name(stop_requested());
+      if (args_.save_only_model)
+        std::fprintf(stderr, "kiln train: stopped by %s after step %lld; the model is saved in %s (save_only_model: "
+                     "no optimizer state or data position, so the run cannot resume from it)\n",
+                     sig, (long long)state_.global_step, dir.c_str());
+      else
+        std::fprintf(stderr, "kiln train: stopped by %s after step %lld; checkpoint saved in %s\n"
+                     "kiln train: to resume, run the same command with --resume_from_checkpoint %s\n",
+                     sig, (long long)state_.global_step, dir.c_str(), dir.c_str());
+    }
+    if (world > 1) rendezvous("train-stopped");
+    return {};
+  }
   metrics::record_data_wait(device_loader.wait_seconds());
   if (progress_tty_) std::fprintf(stderr, "\n");
   double runtime = seconds_since(t0);
@@ -779,6 +859,20 @@ std::map<std::string, double> Trainer::train() {
   }
   if (world > 1) rendezvous("train-end");
   return metrics;
+}
+
+void Trainer::throw_if_step_failed() {
+  const std::string error = take_step_failure(device_);
+  KILN_CHECK(error.empty(), "train: a step failed on ", device_.str(), ", so the run stops: ", error);
+}
+
+bool Trainer::stop_signalled() const {
+  const bool mine = replica_.local_index == 0 && stop_requested() != 0;
+  if (replica_.world_size() == 1) return mine;
+  // In-process replicas would read the flag at different steps, and under
+  // mpirun each process gets its own signal: every replica stops where the
+  // first replica of any process saw one.
+  return dist::all_reduce_host(mine ? 1.0 : 0.0) > 0;
 }
 
 bool Trainer::early_stopping_says_stop(const std::map<std::string, double>& eval_metrics) {

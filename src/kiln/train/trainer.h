@@ -77,8 +77,15 @@ class Trainer {
 
   // Trains (resuming when args.resume_from_checkpoint is set), evaluates as
   // eval_strategy says, saves checkpoints and the final model in output_dir.
-  // Returns the train metrics (train_loss, train_runtime, ...).
+  // Returns the train metrics (train_loss, train_runtime, ...). The master
+  // holds output_dir's lock (OutputDirLock) meanwhile. The first step that
+  // fails to run ends it with that step's error. A stop signal
+  // (stop_signals.h) ends it after the steps in flight (the host queues at
+  // most two ahead of the device), saved as a checkpoint:
+  // it then returns no metrics, writes no final model, and
+  // stopped_by_signal() is true.
   std::map<std::string, double> train();
+  bool stopped_by_signal() const { return stopped_by_signal_; }
   // Metrics on the eval set, or on `features` when given, prefixed
   // ("eval_loss", "eval_accuracy", "eval_f1"; "predict_loss" for a test set;
   // multiple choice: run_swag's eval_accuracy only).
@@ -126,6 +133,11 @@ class Trainer {
   bool early_stopping_says_stop(const std::map<std::string, double>& eval_metrics);
   std::filesystem::path checkpoint_dir(int64_t step) const;
   std::filesystem::path find_checkpoint(const std::string& which) const;
+  // Throws the error of a step that failed to run on this replica's device.
+  void throw_if_step_failed();
+  // Whether a stop signal ends the run after this step: the same answer on
+  // every replica (the first replica of each process reads the signal).
+  bool stop_signalled() const;
 
   models::PreTrainedModel& model_;
   TrainingArguments args_;
@@ -151,8 +163,10 @@ class Trainer {
   int64_t loss_count_ = 0;
   double last_loss_ = 0, last_grad_norm_ = 0, total_loss_ = 0;
   int64_t total_loss_count_ = 0;
+  bool step_failed_ = false;  // a step's loss could not be read (the loop then stops)
   bool progress_tty_ = false;
   int64_t stop_after_ = -1;
+  bool stopped_by_signal_ = false;
   // Where the data stream resumes: the batch after the last one trained on.
   int64_t data_epoch_ = 0, data_position_ = 0;
 };

@@ -87,6 +87,7 @@ const std::vector<Field>& fields() {
       {"use_cpu", &TA::use_cpu, {}},
       {"include_num_input_tokens_seen", &TA::include_num_input_tokens_seen, {}},
       {"ddp_bucket_cap_mb", &TA::ddp_bucket_cap_mb, {}},
+      {"ddp_timeout", &TA::ddp_timeout, {}},
       {"report_to", &TA::report_to, {"all", "none"}},
       {"logging_dir", &TA::logging_dir, {}},
       {"run_name", &TA::run_name, {}},
@@ -148,7 +149,7 @@ std::optional<T> parse_number(const std::string& text) {
 // Sets field f of `a` from a command-line value; `flag` is how errors name it.
 void set_from_text(TA& a, const Field& f, const std::string& value, const std::string& flag) {
   auto bad = [&](const std::string& expected) {
-    return Error(flag + ": invalid value '" + value + "' (expected " + expected + ")");
+    return Error(flag + ": invalid value '" + excerpt(value) + "' (expected " + expected + ")");
   };
   std::visit(
       [&](auto member) {
@@ -173,8 +174,13 @@ void set_from_text(TA& a, const Field& f, const std::string& value, const std::s
           if (!n) throw bad("a non-negative integer");
           a.*member = *n;
         } else if constexpr (std::is_same_v<M, json>) {
-          json j = json::parse(value, nullptr, false);
-          if (j.is_discarded() || !j.is_object()) throw bad("a JSON object, e.g. '{\"num_cycles\": 2}'");
+          json j;
+          try {
+            j = parse_json(value, flag);
+          } catch (const Error& e) {  // the usual message, then where the JSON breaks
+            throw Error(std::string(bad("a JSON object, e.g. '{\"num_cycles\": 2}'").what()) + "; " + e.what());
+          }
+          if (!j.is_object()) throw bad("a JSON object, e.g. '{\"num_cycles\": 2}'");
           a.*member = j;
         } else {
           static_assert(std::is_same_v<M, double>);
@@ -186,16 +192,10 @@ void set_from_text(TA& a, const Field& f, const std::string& value, const std::s
       f.member);
 }
 
-std::string json_kind(const json& v) {
-  std::string dumped = v.dump();
-  if (dumped.size() > 40) dumped = dumped.substr(0, 37) + "...";
-  return std::string(v.type_name()) + " " + dumped;
-}
-
 // Sets field f of `a` from a JSON value; `where` ("file: key 'name'") prefixes errors.
 void set_from_json(TA& a, const Field& f, const json& v, const std::string& where) {
   auto bad = [&](const std::string& expected) {
-    return Error(where + ": expected " + expected + ", found " + json_kind(v));
+    return Error(where + ": expected " + expected + ", found " + json_found(v));
   };
   std::visit(
       [&](auto member) {
@@ -204,7 +204,7 @@ void set_from_json(TA& a, const Field& f, const json& v, const std::string& wher
                                   !std::is_same_v<M, int64_t> && !std::is_same_v<M, uint64_t> &&
                                   !std::is_same_v<M, double> && !std::is_same_v<M, json>;
         if constexpr (std::is_same_v<M, json>) {  // an object; HF also takes its JSON text, and null for {}
-          json obj = v.is_null() ? json::object() : v.is_string() ? json::parse(v.get<std::string>(), nullptr, false) : v;
+          json obj = v.is_null() ? json::object() : v.is_string() ? parse_json(v.get_ref<const std::string&>(), where) : v;
           if (!obj.is_object()) throw bad("a JSON object");
           a.*member = obj;
           return;
@@ -293,6 +293,7 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
   in_range("label_smoothing_factor", a.label_smoothing_factor, 0, 1, true, "[0, 1)");
   if (!(a.ddp_bucket_cap_mb > 0) || !std::isfinite(a.ddp_bucket_cap_mb))
     throw fail("ddp_bucket_cap_mb", "must be a positive number of megabytes" + got(a.ddp_bucket_cap_mb));
+  if (a.ddp_timeout <= 0) throw fail("ddp_timeout", "must be a positive number of seconds" + got(a.ddp_timeout));
   if (a.max_steps < -1) throw fail("max_steps", "must be a positive integer, or -1 to train for num_train_epochs" + got(a.max_steps));
   if (a.max_steps <= 0 && !(a.num_train_epochs > 0))
     throw fail("num_train_epochs", "must be positive when max_steps is not set" + got(a.num_train_epochs));
@@ -348,7 +349,7 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
     optim::LRSchedule::Kwargs kwargs;
     for (const auto& [k, v] : a.lr_scheduler_kwargs.items()) {
       if (!v.is_number() || v.is_boolean())
-        throw fail("lr_scheduler_kwargs", "'" + k + "' must be a number, got " + json_kind(v));
+        throw fail("lr_scheduler_kwargs", "'" + k + "' must be a number, got " + json_found(v));
       kwargs[k] = v.get<double>();
     }
     try {
@@ -408,7 +409,11 @@ std::string normalized_flag(std::string name) {
 std::string closest_name(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
   size_t best_distance = std::string::npos;
+  const size_t limit = std::max<size_t>(2, word.size() / 3);
   for (const auto& c : candidates) {
+    // The distance is at least the difference in length: a candidate that
+    // cannot be close costs nothing (nor does a word pages long).
+    if (std::max(word.size(), c.size()) - std::min(word.size(), c.size()) > limit) continue;
     // Levenshtein distance, one row at a time.
     std::vector<size_t> prev(c.size() + 1), cur(c.size() + 1);
     for (size_t j = 0; j <= c.size(); ++j) prev[j] = j;
@@ -423,7 +428,7 @@ std::string closest_name(const std::string& word, const std::vector<std::string>
       best = c;
     }
   }
-  return best_distance <= std::max<size_t>(2, word.size() / 3) ? best : "";
+  return best_distance <= limit ? best : "";
 }
 
 const std::vector<std::string>& TrainingArguments::field_names() {
@@ -517,7 +522,7 @@ TrainingArguments TrainingArguments::from_json(const nlohmann::json& j, const st
 }
 
 TrainingArguments TrainingArguments::from_json_file(const std::filesystem::path& path) {
-  return from_json(io::read_json_file(path), path.string());
+  return from_json(read_json_file(path), path.string());
 }
 
 nlohmann::json TrainingArguments::to_json() const {

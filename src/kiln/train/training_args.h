@@ -82,6 +82,10 @@ struct TrainingArguments {
   // add it to every log entry (HF's include_num_input_tokens_seen).
   bool include_num_input_tokens_seen = false;
   double ddp_bucket_cap_mb = 25;  // gradient all-reduce buckets (HF: None means DDP's 25)
+  // Seconds a replica waits for the others in a collective or a rendezvous
+  // before the run fails, naming the replicas that did not arrive (HF's
+  // ddp_timeout; see docs/distributed.md).
+  int64_t ddp_timeout = 1800;
   // HF's bookkeeping and integration fields, accepted so HF command lines run
   // as they are. kiln has no logging integrations: report_to is "all" (HF's
   // default: every installed one, of which kiln has none) or "none"; the log

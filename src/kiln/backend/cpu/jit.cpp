@@ -141,10 +141,8 @@ bool supported(const FusedStep& s) {
 // last axis), rows a whole number of 8-value steps long and at least
 // kMinRow values: the loop is called once per row. At [4, 12, 256, L] (a
 // head's rows, Llama's rotary embedding) a call a row beats the
-// interpreter's copies from L = 64 (x·cos + slice·sin: 0.58-0.78 → 0.53-0.63
-// ms at 64, 1.13-1.30 → 0.60-0.68 ms at 128; x·r + g with one r a row
-// 0.30-0.35 → 0.15 ms at 64); at 8-32 neither wins clearly. (Session 16 set
-// 256, measured on BERT's head rows with the interpreter of then.)
+// interpreter's copies from L = 64; at 8-32 neither wins clearly (chosen with
+// KILN_PROFILE on bench/llama's step; docs/performance.md).
 constexpr int64_t kMinRow = 64;
 bool row_strided(const Instr& ins, const compiler::View& v) {
   const Shape& out = ins.output.view.shape;

@@ -131,8 +131,8 @@ std::shared_ptr<const JitModule> load_module(const std::string& tu, int device, 
     std::error_code ec;
     if (fs::exists(cubin_path, ec) && fs::exists(source_path, ec)) {
       try {
-        if (io::read_file(source_path) == tu) {
-          cubin = io::read_file(cubin_path);
+        if (read_file(source_path) == tu) {
+          cubin = read_file(cubin_path);
           ++c.stats.from_disk;
         }
       } catch (const Error&) {
