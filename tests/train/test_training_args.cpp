@@ -93,7 +93,7 @@ const json kHfDefaults = {
     {"include_num_input_tokens_seen", false},
     {"ddp_bucket_cap_mb", 25.0},
     {"ddp_timeout", 1800},
-    {"report_to", "all"},
+    {"report_to", "none"},  // transformers 5's default (4.40: "all", every installed integration)
     {"logging_dir", nullptr},
     {"run_name", nullptr},
     {"disable_tqdm", nullptr},
@@ -172,7 +172,7 @@ const std::vector<FlagCase> kEveryFlag = {
     {"include_num_input_tokens_seen", "", true},
     {"ddp_bucket_cap_mb", "0.5", 0.5},
     {"ddp_timeout", "60", 60},
-    {"report_to", "none", "none"},
+    {"report_to", "tensorboard", "tensorboard"},
     {"logging_dir", "logs/run1", "logs/run1"},
     {"run_name", "first", "first"},
     {"disable_tqdm", "true", true},
@@ -589,7 +589,8 @@ TEST(TrainingArgs, JsonErrors) {
 // HF flags kiln accepts so HF command lines run, and the values it cannot honour.
 TEST(TrainingArgs, HfIntegrationFlags) {
   EXPECT_EQ(parse_error({"--output_dir", "o", "--report_to", "wandb"}),
-            "--report_to: invalid value 'wandb' (expected one of: all, none)");
+            "--report_to 'wandb' is not available: kiln writes only tensorboard (expected all, none, tensorboard, "
+            "or a comma-separated list of them)");
   EXPECT_EQ(parse_error({"--output_dir", "o", "--optim", "adamw_bnb_8bit"}),
             "--optim: invalid value 'adamw_bnb_8bit' (expected one of: adamw_torch, adamw_torch_fused, adafactor, "
             "sgd, adagrad, rmsprop)");
@@ -608,6 +609,26 @@ TEST(TrainingArgs, ValidateHandBuilt) {
   a.per_device_eval_batch_size = 8;
   a.lr_scheduler_type = "warmup_stable_decay";  // HF's, but it needs lr_scheduler_kwargs
   EXPECT_HAS(error_of([&] { a.validate(); }), "lr_scheduler_type must be one of");
+}
+
+// report_to: HF's names, a comma list on the command line, a list in JSON; only TensorBoard exists.
+TEST(TrainingArgs, ReportTo) {
+  EXPECT_FALSE(parse({"--output_dir", "o"}).reports_to("tensorboard"));
+  EXPECT_TRUE(parse({"--output_dir", "o", "--report_to", "tensorboard"}).reports_to("tensorboard"));
+  EXPECT_TRUE(parse({"--output_dir", "o", "--report_to", "all"}).reports_to("tensorboard"));
+  EXPECT_TRUE(parse({"--output_dir", "o", "--report_to", "none,tensorboard"}).reports_to("tensorboard"));
+  EXPECT_FALSE(parse({"--output_dir", "o", "--report_to", "none"}).reports_to("tensorboard"));
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--report_to", "tensorboard,mlflow"}),
+             "--report_to 'mlflow' is not available: kiln writes only tensorboard");
+  TrainingArguments a = TrainingArguments::from_json({{"output_dir", "o"}, {"report_to", {"tensorboard"}}}, "a.json");
+  EXPECT_TRUE(a.reports_to("tensorboard"));
+  EXPECT_EQ(TrainingArguments::from_json(a.to_json(), "a.json"), a);  // round trip
+  EXPECT_FALSE(TrainingArguments::from_json({{"output_dir", "o"}, {"report_to", json::array()}}, "a.json")
+                   .reports_to("tensorboard"));
+  EXPECT_HAS(error_of([] {
+               TrainingArguments::from_json({{"output_dir", "o"}, {"report_to", {"wandb"}}}, "a.json");
+             }),
+             "a.json: report_to 'wandb' is not available");
 }
 
 TEST(TrainingArgs, DerivedSteps) {

@@ -24,6 +24,7 @@
 #include "kiln/train/output_dir.h"
 #include "kiln/train/seqeval.h"
 #include "kiln/train/stop_signals.h"
+#include "kiln/train/tensorboard.h"
 
 namespace kiln::train {
 
@@ -347,6 +348,8 @@ void Trainer::record_log(json entry, int64_t step) {
   if (!replica_.is_master()) return;  // one replica speaks for all
   if (progress_tty_) std::fprintf(stderr, "\r\033[K");
   std::fprintf(stderr, "%s\n", entry.dump().c_str());
+  if (!reporter_) reporter_ = std::make_unique<Reporter>(args_);
+  reporter_->log(entry, step);
   state_.log_history.push_back(std::move(entry));
 }
 
@@ -538,6 +541,7 @@ std::map<std::string, double> Trainer::train() {
     prepare_output_dir(out);
     out_lock = OutputDirLock::acquire(out);
     remove_checkpoint_leftovers(out);
+    if (!reporter_) reporter_ = std::make_unique<Reporter>(args_);  // here, not in a step closure: it may throw
   }
   take_step_failure(device_);  // a failure before this run is not its own
   stopped_by_signal_ = step_failed_ = false;

@@ -29,6 +29,8 @@
 
 namespace kiln::train {
 
+class Reporter;  // tensorboard.h
+
 enum class Task { TextClassification, MaskedLM, CausalLM, Seq2Seq, TokenClassification, QuestionAnswering, MultipleChoice };
 
 // trainer_state.json, with HF's field names.
@@ -153,6 +155,7 @@ class Trainer {
   std::vector<std::vector<size_t>> opt_index_;  // optimizer group, position -> index into params_
   std::unique_ptr<data::DataLoader> loader_;
   TrainerState state_;
+  std::unique_ptr<Reporter> reporter_;  // report_to's integrations (the master's): made by train(), or by evaluate()'s log
   std::vector<std::filesystem::path> extra_files_;
   ReplicaInfo replica_;  // this trainer's replica (data shard, who logs and writes)
   Device device_;

@@ -88,7 +88,7 @@ const std::vector<Field>& fields() {
       {"include_num_input_tokens_seen", &TA::include_num_input_tokens_seen, {}},
       {"ddp_bucket_cap_mb", &TA::ddp_bucket_cap_mb, {}},
       {"ddp_timeout", &TA::ddp_timeout, {}},
-      {"report_to", &TA::report_to, {"all", "none"}},
+      {"report_to", &TA::report_to, {}},
       {"logging_dir", &TA::logging_dir, {}},
       {"run_name", &TA::run_name, {}},
       {"disable_tqdm", &TA::disable_tqdm, {}},
@@ -251,6 +251,21 @@ void set_from_json(TA& a, const Field& f, const json& v, const std::string& wher
       f.member);
 }
 
+// report_to's names: split at commas and spaces.
+std::vector<std::string> report_to_names(const std::string& v) {
+  std::vector<std::string> names;
+  std::string cur;
+  for (char c : v + ",") {
+    if (c == ',' || c == ' ') {
+      if (!cur.empty()) names.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return names;
+}
+
 // validate() with errors naming each field as `dash + name` ("--" after
 // parse, "" otherwise) and prefixed by `where` ("args.json: " or "").
 void check(const TA& a, const std::string& where, const std::string& dash) {
@@ -263,6 +278,10 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
     return os.str();
   };
   if (a.output_dir.empty()) throw Error(where + dash + "output_dir is required");
+  for (const auto& name : report_to_names(a.report_to))
+    if (name != "all" && name != "none" && name != "tensorboard")
+      throw fail("report_to", "'" + name + "' is not available: kiln writes only tensorboard (expected all, none, "
+                              "tensorboard, or a comma-separated list of them)");
   for (const auto& f : fields()) {
     if (f.choices.empty()) continue;
     const std::string& v = a.*std::get<std::string TA::*>(f.member);
@@ -513,6 +532,15 @@ TrainingArguments TrainingArguments::from_json(const nlohmann::json& j, const st
     // HF writes "evaluation_strategy": null next to eval_strategy; a value overrides eval_strategy (HF).
     if (key == kEvalStrategyAlias && value.is_null()) continue;
     if (key == kUseCpuAlias && value == false) continue;  // HF writes no_cuda: false next to use_cpu
+    if (key == "report_to" && (value.is_array() || value.is_null())) {  // HF writes a list; null is "none"
+      std::vector<std::string> names;
+      for (const auto& n : value.is_null() ? json::array() : value) {
+        KILN_CHECK(n.is_string(), source, ": key 'report_to': expected a list of strings, found ", json_found(n));
+        names.push_back(n.get<std::string>());
+      }
+      a.report_to = names.empty() ? "none" : joined(names);
+      continue;
+    }
     set_from_json(a, *f, value, source + ": key '" + key + "'");
   }
   if (!unknown.empty())
@@ -562,6 +590,12 @@ void TrainingArguments::resolve_defaults() {
 }
 
 void TrainingArguments::validate() const { check(*this, "", ""); }
+
+bool TrainingArguments::reports_to(const std::string& integration) const {
+  for (const auto& name : report_to_names(report_to))
+    if (name == integration || name == "all") return true;
+  return false;
+}
 
 int64_t TrainingArguments::num_warmup_steps(int64_t total_steps) const {
   if (warmup_steps > 0) return warmup_steps;

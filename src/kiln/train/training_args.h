@@ -86,13 +86,14 @@ struct TrainingArguments {
   // before the run fails, naming the replicas that did not arrive (HF's
   // ddp_timeout; see docs/distributed.md).
   int64_t ddp_timeout = 1800;
-  // HF's bookkeeping and integration fields, accepted so HF command lines run
-  // as they are. kiln has no logging integrations: report_to is "all" (HF's
-  // default: every installed one, of which kiln has none) or "none"; the log
-  // history goes to trainer_state.json and stderr. logging_dir and run_name
-  // are recorded in training_args.json and read by nothing (HF's TensorBoard
-  // and W&B writers use them). disable_tqdm turns off the progress line.
-  std::string report_to = "all";
+  // HF's integration fields. report_to: HF's names, "all", "none" (the
+  // default, as in transformers 5), "tensorboard", or several comma-separated
+  // (a list in JSON); kiln has only TensorBoard, so "all" means it and any
+  // other integration (wandb, mlflow, ...) is an error. TensorBoard event
+  // files go to logging_dir (unset: output_dir/runs/<%b%d_%H-%M-%S>_<host>,
+  // HF's default_logdir, chosen when the run starts). run_name is recorded
+  // and read by nothing. disable_tqdm turns off the progress line.
+  std::string report_to = "none";
   std::optional<std::string> logging_dir, run_name;
   std::optional<bool> disable_tqdm;
   // The optimizer, as HF's Trainer builds it (optim::make_optimizer):
@@ -147,6 +148,8 @@ struct TrainingArguments {
                                        // load_best_model_at_end requires eval_strategy == save_strategy (HF's rule)
 
   // Derived
+  // Whether report_to names `integration` ("tensorboard"), "all" included.
+  bool reports_to(const std::string& integration) const;
   int64_t train_batch_size() const { return per_device_train_batch_size * num_replicas; }
   int64_t num_warmup_steps(int64_t total_steps) const;
   std::map<std::string, double> schedule_kwargs() const;  // lr_scheduler_kwargs (validated: numbers)   // warmup_steps if > 0 else ceil(warmup_ratio * total) (HF)

@@ -1,0 +1,177 @@
+#include "kiln/train/tensorboard.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+
+#include "kiln/core/error.h"
+
+namespace kiln::train {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const std::array<uint32_t, 256>& crc_table() {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  return table;
+}
+
+// Protobuf wire format: key = field << 3 | wire type (0 varint, 1 fixed64, 2 length-delimited, 5 fixed32).
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out += static_cast<char>(v);
+}
+void put_key(std::string& out, int field, int wire_type) { put_varint(out, static_cast<uint64_t>(field << 3 | wire_type)); }
+template <class T>
+void put_fixed(std::string& out, T v) {  // little-endian, as x86 and ARM store it
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.append(b, sizeof(T));
+}
+void put_bytes(std::string& out, int field, std::string_view bytes) {
+  put_key(out, field, 2);
+  put_varint(out, bytes.size());
+  out.append(bytes);
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+uint32_t crc32c(std::string_view data) {
+  const auto& t = crc_table();
+  uint32_t c = 0xffffffffu;
+  for (unsigned char b : data) c = t[(c ^ b) & 0xff] ^ (c >> 8);
+  return c ^ 0xffffffffu;
+}
+
+uint32_t masked_crc32c(std::string_view data) {
+  const uint32_t c = crc32c(data);
+  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+// Event: wall_time (1, double), step (2, int64), file_version (3, string), summary (5, Summary).
+std::string encode_file_version_event(double wall_time) {
+  std::string e;
+  put_key(e, 1, 1);
+  put_fixed(e, wall_time);
+  put_bytes(e, 3, "brain.Event:2");
+  return e;
+}
+
+// Summary: value (1, repeated Value); Value: tag (1, string), simple_value (2, float).
+std::string encode_scalar_event(const std::string& tag, float value, int64_t step, double wall_time) {
+  std::string v;
+  put_bytes(v, 1, tag);
+  put_key(v, 2, 5);
+  put_fixed(v, value);
+  std::string summary;
+  put_bytes(summary, 1, v);
+  std::string e;
+  put_key(e, 1, 1);
+  put_fixed(e, wall_time);
+  put_key(e, 2, 0);
+  put_varint(e, static_cast<uint64_t>(step));  // int64: negatives as 10-byte two's complement
+  put_bytes(e, 5, summary);
+  return e;
+}
+
+EventFileWriter::EventFileWriter(const fs::path& dir) {
+  static std::atomic<int> uid{0};  // SummaryWriter's per-process counter
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  KILN_CHECK(!ec, "logging_dir ", dir.string(), ": cannot create the directory: ", ec.message());
+  char name[512];
+  std::snprintf(name, sizeof(name), "events.out.tfevents.%010lld.%s.%d.%d",
+                static_cast<long long>(std::time(nullptr)), hostname().c_str(), static_cast<int>(::getpid()),
+                uid.fetch_add(1));
+  path_ = dir / name;
+  out_.open(path_, std::ios::binary | std::ios::trunc);
+  KILN_CHECK(out_.good(), path_.string(), ": cannot open for writing");
+  write_record(encode_file_version_event(now_seconds()));
+  out_.flush();
+}
+
+void EventFileWriter::write_record(std::string_view data) {
+  std::string header;
+  put_fixed<uint64_t>(header, data.size());
+  std::string record = header;
+  put_fixed(record, masked_crc32c(header));
+  record.append(data);
+  put_fixed(record, masked_crc32c(data));
+  out_.write(record.data(), static_cast<std::streamsize>(record.size()));
+}
+
+void EventFileWriter::add_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step) {
+  const double wall_time = now_seconds();
+  for (const auto& [tag, value] : scalars)
+    write_record(encode_scalar_event(tag, static_cast<float>(value), step, wall_time));
+  out_.flush();
+  KILN_CHECK(out_.good(), path_.string(), ": write failed");
+}
+
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const json& log_entry) {
+  std::vector<std::pair<std::string, double>> out;
+  if (!log_entry.is_object()) return out;
+  for (const auto& [k, v] : log_entry.items()) {
+    if (k == "step" || !v.is_number()) continue;
+    std::string tag = k.rfind("eval_", 0) == 0   ? "eval/" + k.substr(5)
+                      : k.rfind("test_", 0) == 0 ? "test/" + k.substr(5)
+                                                 : "train/" + k;
+    out.emplace_back(std::move(tag), v.get<double>());
+  }
+  return out;
+}
+
+fs::path default_logging_dir(const std::string& output_dir) {
+  std::time_t t = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&t, &local);
+  char stamp[64];
+  std::strftime(stamp, sizeof(stamp), "%b%d_%H-%M-%S", &local);
+  return fs::path(output_dir) / "runs" / (std::string(stamp) + "_" + hostname());
+}
+
+Reporter::Reporter(const TrainingArguments& args) {
+  if (args.reports_to("tensorboard"))
+    tensorboard_ = std::make_unique<EventFileWriter>(args.logging_dir ? fs::path(*args.logging_dir)
+                                                                      : default_logging_dir(args.output_dir));
+}
+
+// Runs in step closures: a failed write (disk full) costs the events, not the run.
+void Reporter::log(const json& entry, int64_t step) {
+  if (!tensorboard_) return;
+  try {
+    tensorboard_->add_scalars(tensorboard_scalars(entry), step);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln train: warning: TensorBoard: %s; no more events are written\n", e.what());
+    tensorboard_.reset();
+  }
+}
+
+}  // namespace kiln::train
