@@ -37,6 +37,7 @@ TEST(Json, ParseErrorsNameTheSourceAndQuoteLittle) {
   const std::string e = error_of([] { parse_json("[\"" + std::string(100000, 'x'), "big.json"); });
   EXPECT_CONTAINS(e, "big.json:1:");
   EXPECT_LT(e.size(), 300u) << e;
+  EXPECT_EQ(error_of([] { parse_json("[1e400]", "n.json"); }), "n.json: invalid JSON: number overflow parsing '1e400'");
   // Bytes that are not UTF-8 are escaped, not echoed.
   const std::string bad = error_of([] { parse_json("{\"a\xff\": 1}", "u.json"); });
   EXPECT_CONTAINS(bad, "\\xFF");

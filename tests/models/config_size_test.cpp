@@ -59,5 +59,13 @@ TEST(ConfigSize, TypeErrorsNameTheFileAndKey) {
                   "nests deeper than 256 levels");
 }
 
+// id2label names every label: a huge num_labels is refused, not filled in
+// (fuzz/corpus/config/timeout-num-labels.json).
+TEST(ConfigSize, NumLabelsIsBounded) {
+  EXPECT_CONTAINS(config_error(R"({"model_type": "gpt2", "num_labels": 513555555551})"),
+                  "num_labels must be in [1, 65536], got 513555555551");
+  EXPECT_EQ(config_error(R"({"model_type": "gpt2", "num_labels": 65536})"), "");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -81,6 +81,25 @@ TEST(Pretrained, PrefersTokenizerJson) {
   EXPECT_EQ(tok.encode("Hello, world!").ids, (std::vector<uint32_t>{101, 7592, 1010, 2088, 999, 102}));
 }
 
+// RoBERTa's files (vocab.json with <s> and </s>): tokenizer_config.json's
+// sep_token and cls_token must exist and be in the vocabulary, else an error
+// (fuzz/corpus/tokenizer_legacy/crash-roberta-sep-*.txt).
+TEST(Pretrained, RobertaSpecialTokensMustBeInTheVocabulary) {
+  fs::path dir = fs::temp_directory_path() / ("kiln_tok_roberta_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "vocab.json") << R"({"<s>": 0, "</s>": 1, "a": 2})";
+  std::ofstream(dir / "merges.txt") << "#version: 0.2\n";
+  auto error_with = [&](const std::string& config) {
+    std::ofstream(dir / "tokenizer_config.json") << config;
+    return kiln::testing::error_of([&] { Tokenizer::from_pretrained(dir.string()); });
+  };
+  EXPECT_EQ(error_with("{}"), "");
+  EXPECT_NE(error_with(R"({"sep_token": "zzz"})").find("special tokens 'zzz' and '<s>' must be in the vocabulary"),
+            std::string::npos);
+  EXPECT_NE(error_with(R"({"cls_token": null})").find("RoBERTa needs sep_token and cls_token"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST(Pretrained, MissingFilesNamed) {
   fs::path empty = fs::temp_directory_path() / ("kiln_tok_empty_" + std::to_string(::getpid()));
   fs::create_directories(empty);

@@ -40,6 +40,8 @@ Json parse(std::string_view text, std::string_view source, size_t first_line) {
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(detail::concat(source, ":", json_error_position(text, e.byte, first_line), ": invalid JSON: ",
                                json_error_reason(e.what())));
+  } catch (const nlohmann::json::exception& e) {  // out_of_range 406: a number past double's range ("1e400")
+    throw Error(detail::concat(source, ": invalid JSON: ", json_error_reason(e.what())));
   }
 }
 

@@ -164,7 +164,7 @@ std::vector<SizeTerm> BertConfig::size_terms() const {
 }
 
 void PretrainedConfig::set_num_labels(int64_t n) {
-  KILN_CHECK(n >= 1, "num_labels must be >= 1, got ", n);
+  KILN_CHECK(n >= 1 && n <= kMaxLabels, "num_labels must be in [1, ", kMaxLabels, "], got ", n);
   id2label.clear();
   for (int64_t i = 0; i < n; ++i) id2label[i] = "LABEL_" + std::to_string(i);
 }

@@ -33,6 +33,10 @@ struct PretrainedConfig {
   nlohmann::json extra = nlohmann::json::object();
 
   int64_t num_labels() const { return static_cast<int64_t>(id2label.size()); }
+  // The most labels a classification head may have: far past a
+  // classification data set's label count, and id2label holds a name for
+  // each, so a config's "num_labels" cannot ask for 10^12 of them.
+  static constexpr int64_t kMaxLabels = int64_t{1} << 16;
   void set_num_labels(int64_t n);  // LABEL_0.. LABEL_{n-1}
   virtual nlohmann::json to_json() const = 0;
   virtual std::unique_ptr<PretrainedConfig> clone() const = 0;

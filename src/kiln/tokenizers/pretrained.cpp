@@ -142,9 +142,13 @@ Tokenizer load_byte_level_bpe(const fs::path& dir, const json& cfg, const std::s
     auto pad = config_token(cfg, "pad_token", "<pad>", where);
     auto mask = config_token(cfg, "mask_token", "<mask>", where);
     if (mask && !cfg.contains("mask_token")) mask->lstrip = true;
-    t.set_post_processor(std::make_shared<RobertaProcessing>(
-        SpecialToken{sep->content, *t.model().token_to_id(sep->content)},
-        SpecialToken{cls->content, *t.model().token_to_id(cls->content)}, true, prefix));
+    KILN_CHECK(sep && cls, where, ": RoBERTa needs sep_token and cls_token");
+    auto sep_id = t.model().token_to_id(sep->content);
+    auto cls_id = t.model().token_to_id(cls->content);
+    KILN_CHECK(sep_id && cls_id, vocab_path.string(), ": special tokens '", sep->content, "' and '",
+               cls->content, "' must be in the vocabulary");
+    t.set_post_processor(std::make_shared<RobertaProcessing>(SpecialToken{sep->content, *sep_id},
+                                                             SpecialToken{cls->content, *cls_id}, true, prefix));
     add_specials(t, {bos, pad, eos, unk, mask});
   } else {
     // GPT-2's tokenizer.json: no special tokens around the text, and
