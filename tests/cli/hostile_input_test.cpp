@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/run_kiln.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
 
@@ -18,22 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
-  int status = -1;  // the exit status; -1 when killed by a signal or the timeout
-  std::string output;
-};
-
-// `kiln args` with a 60 s limit; stdout and stderr together.
-Run run_kiln(const std::string& args, const fs::path& dir) {
-  const fs::path log = dir / "log.txt";
-  const std::string cmd = "timeout -s KILL 60 " KILN_BIN " " + args + " > " + log.string() + " 2>&1 < /dev/null";
-  const int rc = std::system(cmd.c_str());
-  Run r;
-  r.status = WIFEXITED(rc) && WEXITSTATUS(rc) != 137 ? WEXITSTATUS(rc) : -1;
-  std::ifstream f(log);
-  r.output.assign(std::istreambuf_iterator<char>(f), {});
-  return r;
-}
+using testing::run_kiln;
+using Run = testing::KilnRun;
 
 std::string deep(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
 

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/run_kiln.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
 
@@ -19,22 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct KilnRun {
-  int status = -1;  // the exit status; -1 when killed by a signal or the timeout
-  std::string output;
-};
-
-// `kiln args` with a 120 s limit; stdout and stderr together.
-KilnRun run_kiln(const std::string& args, const fs::path& dir) {
-  const fs::path log = dir / "log.txt";
-  const std::string cmd = "timeout -s KILL 120 " KILN_BIN " " + args + " > " + log.string() + " 2>&1 < /dev/null";
-  const int rc = std::system(cmd.c_str());
-  KilnRun r;
-  r.status = WIFEXITED(rc) && WEXITSTATUS(rc) != 137 ? WEXITSTATUS(rc) : -1;
-  std::ifstream f(log);
-  r.output.assign(std::istreambuf_iterator<char>(f), {});
-  return r;
-}
+using testing::KilnRun;
+using testing::run_kiln;
 
 std::string read_file(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
