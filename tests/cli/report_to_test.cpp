@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kiln/core/file.h"
 #include "support/run_kiln.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
@@ -22,11 +23,6 @@ namespace fs = std::filesystem;
 
 using testing::KilnRun;
 using testing::run_kiln;
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), {});
-}
 
 class ReportTo : public ::testing::Test {
  protected:
