@@ -19,7 +19,7 @@
 #include "command.h"
 #include "flags.h"
 #include "kiln/core/error.h"
-#include "kiln/dist/replica.h"
+#include "kiln/distributed/replica.h"
 #include "kiln/io/atomic_file.h"
 #include "kiln/io/json_file.h"
 #include "kiln/models/generation.h"

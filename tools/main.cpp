@@ -3,7 +3,7 @@
 #include <exception>
 
 #include "command.h"
-#include "kiln/dist/mpi.h"
+#include "kiln/distributed/mpi.h"
 
 namespace kiln::cli {
 std::map<std::string, Command>& commands() {

@@ -2,7 +2,7 @@
 // The public C++ API in one include.
 #include "kiln/core/device.h"
 #include "kiln/core/error.h"
-#include "kiln/dist/replica.h"
+#include "kiln/distributed/replica.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/runtime/autocast.h"
 #include "kiln/runtime/context.h"

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "kiln/dist/replica.h"
+#include "kiln/distributed/replica.h"
 #include "kiln/io/json_file.h"
 #include "kiln/models/model.h"
 #include "kiln/runtime/metrics.h"

@@ -51,7 +51,7 @@
 //                 [numel q + numel k + numel v]: dq, dk, dv flattened one after the other
 //   AllReduce     inputs: f32 tensors; result f32 [total elements]: their flattened
 //                 concatenation summed over all replicas, times floats[0];
-//                 ints = {replica group, replica index} (see dist/collectives.h)
+//                 ints = {replica group, replica index} (see distributed/collectives.h)
 //   BroadcastFrom inputs: f32 tensors; result f32 [total]: segment k is input k of
 //                 the replica whose global rank is ints[2 + k]; ints[0..1] as AllReduce
 #include <cstdint>

@@ -17,8 +17,8 @@
 #endif
 #include "kiln/compiler/compile.h"
 #include "kiln/core/error.h"
-#include "kiln/dist/collectives.h"
-#include "kiln/dist/threads.h"
+#include "kiln/distributed/collectives.h"
+#include "kiln/distributed/threads.h"
 #include "kiln/ir/builder.h"
 #include "kiln/runtime/metrics.h"
 #include "kiln/runtime/program_cache.h"

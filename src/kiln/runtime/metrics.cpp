@@ -1,6 +1,6 @@
 #include "kiln/runtime/metrics.h"
 
-#include "kiln/dist/collectives.h"
+#include "kiln/distributed/collectives.h"
 
 #include <cstdio>
 #include <mutex>

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "kiln/core/error.h"
-#include "kiln/dist/replica.h"
+#include "kiln/distributed/replica.h"
 #include "kiln/ir/builder.h"
 #include "kiln/runtime/autocast.h"
 

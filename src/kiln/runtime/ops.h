@@ -174,7 +174,7 @@ Tensor dropout(const Tensor& x, double p, Generator& gen, bool training = true);
 Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs,
                   Generator* gen = nullptr);
 
-// Data-parallel replicas (dist/replica.h): the flattened concatenation of the
+// Data-parallel replicas (distributed/replica.h): the flattened concatenation of the
 // f32 `tensors` summed over every replica of every process, times scale, as
 // one f32 [total] tensor computed inside the step (an AllReduce node). Call it
 // from a replica's thread with tensors on that replica's device.

@@ -12,10 +12,10 @@
 #include <thread>
 
 #include "kiln/core/error.h"
-#include "kiln/dist/collectives.h"
-#include "kiln/dist/mpi.h"
-#include "kiln/dist/replica.h"
-#include "kiln/dist/timeout.h"
+#include "kiln/distributed/collectives.h"
+#include "kiln/distributed/mpi.h"
+#include "kiln/distributed/replica.h"
+#include "kiln/distributed/timeout.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/runtime/autocast.h"

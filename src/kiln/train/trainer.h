@@ -20,7 +20,7 @@
 #include "kiln/data/features.h"
 #include "kiln/data/labels.h"
 #include "kiln/data/loader.h"
-#include "kiln/dist/replica.h"
+#include "kiln/distributed/replica.h"
 #include "kiln/models/model.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/optim/schedule.h"

@@ -11,7 +11,7 @@
 #include "kiln/backend/cpu/jit.h"
 #include "kiln/compiler/profile.h"
 #include "kiln/core/error.h"
-#include "kiln/dist/collectives.h"
+#include "kiln/distributed/collectives.h"
 
 namespace kiln::backend::cpu {
 

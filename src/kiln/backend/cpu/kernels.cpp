@@ -16,7 +16,7 @@
 #include "kiln/backend/cpu/vecmath.h"
 #include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
-#include "kiln/dist/collectives.h"
+#include "kiln/distributed/collectives.h"
 
 namespace kiln::backend::cpu {
 

@@ -23,7 +23,7 @@
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/compiler/profile.h"
 #include "kiln/core/error.h"
-#include "kiln/dist/collectives.h"
+#include "kiln/distributed/collectives.h"
 
 namespace kiln::backend::cuda {
 
@@ -327,7 +327,7 @@ void gemm(DeviceState& ds, const GemmPlan& g, const GemmPadding& pad, const char
   }
 }
 
-// AllReduce / BroadcastFrom through the host path of dist/ (NCCL comes
+// AllReduce / BroadcastFrom through the host path of distributed/ (NCCL comes
 // later): the inputs are copied to host memory, the collective runs there,
 // and the result is copied into the output.
 void collective(DeviceState& ds, const Instr& ins, const std::vector<char*>& in, char* out) {

@@ -37,7 +37,7 @@ void spawn(const std::function<void(int)>& fn, int n);
 
 // Blocks until every replica of every process has reached rendezvous with the
 // same tag (a different tag is an error naming both, not a hang; a replica
-// that does not come within the ddp_timeout, dist/timeout.h, is an error
+// that does not come within the ddp_timeout, distributed/timeout.h, is an error
 // naming it).
 void rendezvous(const std::string& tag);
 

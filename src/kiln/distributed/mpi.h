@@ -6,7 +6,7 @@
 // The two use separate communicators, so their calls never pair up wrongly.
 //
 // No collective waits forever: each is nonblocking underneath, polled until
-// done, and a process that has waited the ddp_timeout (dist/timeout.h) for
+// done, and a process that has waited the ddp_timeout (distributed/timeout.h) for
 // the others prints which ranks did not arrive and ends the run (MPI_Abort).
 #include <cstdint>
 #include <span>

@@ -2,7 +2,7 @@
 // half. A Group is the replicas of one spawn() in this process; they meet at
 // barriers that an abort (a failed replica) or the ddp_timeout (a replica
 // that does not come) breaks with an error.
-#include "kiln/dist/replica.h"
+#include "kiln/distributed/replica.h"
 
 #include <omp.h>
 
@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "kiln/core/error.h"
-#include "kiln/dist/collectives.h"
-#include "kiln/dist/mpi.h"
-#include "kiln/dist/threads.h"
-#include "kiln/dist/timeout.h"
+#include "kiln/distributed/collectives.h"
+#include "kiln/distributed/mpi.h"
+#include "kiln/distributed/threads.h"
+#include "kiln/distributed/timeout.h"
 
 namespace kiln::dist {
 

@@ -1,4 +1,4 @@
-#include "kiln/dist/mpi.h"
+#include "kiln/distributed/mpi.h"
 
 // The C API only (OpenMPI would pull in its deprecated C++ bindings).
 #define OMPI_SKIP_MPICXX 1
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
-#include "kiln/dist/timeout.h"
+#include "kiln/distributed/timeout.h"
 
 namespace kiln::dist::mpi {
 

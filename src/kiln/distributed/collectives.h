@@ -24,7 +24,7 @@ namespace kiln::dist {
 //   segment k (sharded optimizer state, ZeRO-1).
 // Every replica must pass the same sizes. They throw kiln::Error when the
 // group was aborted, or when a replica did not arrive within the ddp_timeout
-// (dist/timeout.h; the error names it).
+// (distributed/timeout.h; the error names it).
 std::shared_future<void> submit(int64_t group, int replica, std::function<void()> task);
 void all_reduce_in_place(int64_t group, int replica, float* buf, int64_t total, double scale);
 void broadcast_in_place(int64_t group, int replica, float* buf, std::span<const int64_t> sizes,

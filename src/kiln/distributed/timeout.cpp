@@ -1,4 +1,4 @@
-#include "kiln/dist/timeout.h"
+#include "kiln/distributed/timeout.h"
 
 #include <algorithm>
 #include <atomic>
