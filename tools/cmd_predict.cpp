@@ -11,7 +11,7 @@
 #include "command.h"
 #include "flags.h"
 #include "kiln/core/error.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
 #include "train_common.h"
@@ -107,7 +107,7 @@ int run_predict(const std::vector<std::string>& args) {
       }
       out += line.dump() + "\n";
     }
-    io::write_file_atomic(flags.get("output"), out);
+    write_file_atomic(flags.get("output"), out);
     std::fprintf(stderr, "kiln predict: %zu answers -> %s\n", answers.ids.size(), flags.get("output").c_str());
     return 0;
   }
@@ -122,7 +122,7 @@ int run_predict(const std::vector<std::string>& args) {
       for (int64_t tag : data::per_word(p.token_labels[r], feats.word_ids[r])) tags.push_back(label_name(tag));
       out += nlohmann::json{{"words", ds.rows[r].words}, {"tags", tags}}.dump() + "\n";
     }
-    io::write_file_atomic(flags.get("output"), out);
+    write_file_atomic(flags.get("output"), out);
     std::fprintf(stderr, "kiln predict: %zu rows -> %s\n", feats.size(), flags.get("output").c_str());
     return 0;
   }
@@ -140,7 +140,7 @@ int run_predict(const std::vector<std::string>& args) {
     }
     out += line.dump() + "\n";
   }
-  io::write_file_atomic(flags.get("output"), out);
+  write_file_atomic(flags.get("output"), out);
   std::fprintf(stderr, "kiln predict: %zu rows -> %s\n", feats.size(), flags.get("output").c_str());
   return 0;
 }

@@ -20,7 +20,7 @@
 #include "flags.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/replica.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 #include "kiln/io/json_file.h"
 #include "kiln/models/generation.h"
 #include "kiln/models/gpt2.h"
@@ -239,7 +239,7 @@ void write_predictions(const train::Predictions& p, const data::LabelMap& labels
     text += std::to_string(i) + "\t" +
             (p.values.empty() ? labels.labels.at(static_cast<size_t>(p.labels[i])) : std::string(value)) + "\n";
   }
-  io::write_file_atomic(path, text);
+  write_file_atomic(path, text);
   std::fprintf(stderr, "kiln train: %zu predictions -> %s\n", rows, path.string().c_str());
 }
 
@@ -254,7 +254,7 @@ void write_word_predictions(const train::Predictions& p, const data::Features& t
       line += (line.empty() ? "" : " ") + labels.labels.at(static_cast<size_t>(tag));
     text += line + "\n";
   }
-  io::write_file_atomic(path, text);
+  write_file_atomic(path, text);
   std::fprintf(stderr, "kiln train: %zu tagged rows -> %s\n", p.token_labels.size(), path.string().c_str());
 }
 
@@ -278,7 +278,7 @@ void write_generated(models::PreTrainedModel& model, const data::Features& test,
       text += (first == std::string::npos ? "" : line.substr(first, last - first + 1)) + "\n";  // HF strips
     }
   }
-  io::write_file_atomic(path, text);
+  write_file_atomic(path, text);
   std::fprintf(stderr, "kiln train: %zu generated predictions -> %s\n", test.size(), path.string().c_str());
 }
 

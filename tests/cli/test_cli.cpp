@@ -1160,7 +1160,7 @@ TEST(Cli, FusedAttentionTrainsModelsAsTheComposite) {
   }
   EXPECT_NE(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1", w.path() / "bad", "KILN_ATTENTION=flash"),
             0);
-  EXPECT_CONTAINS(slurp(w.path() / "bad"), "KILN_ATTENTION must be 'auto', 'fused' or 'composite', got 'flash'");
+  EXPECT_CONTAINS(slurp(w.path() / "bad"), "KILN_ATTENTION: expected one of 'auto' 'fused' 'composite', found 'flash'");
 }
 
 // KILN_PROFILE=1: the per-kernel table at exit names each product's variant
@@ -1209,7 +1209,7 @@ TEST(Cli, HostMemoryCacheLimitFromTheEnvironment) {
   const std::string bench = "bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1";
   EXPECT_EQ(kiln(bench, w.path() / "off", "KILN_HOST_CACHE_MB=0"), 0) << slurp(w.path() / "off");
   EXPECT_NE(kiln(bench, w.path() / "bad", "KILN_HOST_CACHE_MB=lots"), 0);
-  EXPECT_CONTAINS(slurp(w.path() / "bad"), "KILN_HOST_CACHE_MB: expected a whole number of megabytes");
+  EXPECT_CONTAINS(slurp(w.path() / "bad"), "KILN_HOST_CACHE_MB: expected a whole number >= 0");
   EXPECT_CONTAINS(slurp(w.path() / "bad"), "found 'lots'");
 }
 

@@ -7,7 +7,7 @@
 #include "dataset/util.h"
 #include "kiln/data/demo.h"
 #include "kiln/data/features.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 
 using namespace kiln::data;
 using kiln::testing::TempDir;

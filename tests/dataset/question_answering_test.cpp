@@ -11,7 +11,7 @@
 #include "kiln/data/collator.h"
 #include "kiln/data/dataset.h"
 #include "kiln/data/features.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 
 using namespace kiln::data;
 using kiln::testing::error_of;

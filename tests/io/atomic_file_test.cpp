@@ -1,4 +1,4 @@
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 
 #include <gtest/gtest.h>
 

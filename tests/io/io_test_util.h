@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "kiln/core/error.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 
 namespace kiln::io::testing {
 

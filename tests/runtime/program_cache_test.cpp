@@ -9,7 +9,7 @@
 
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/serialize.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
 
@@ -136,7 +136,7 @@ TEST(CompileCache, OffWritesNothingAndSlowCompilesOnlyAreSaved) {
     EXPECT_TRUE(records(dir.path()).empty());
     setenv("KILN_CACHE_MIN_COMPILE_MS", "soon", 1);
     runtime::DeviceContext::get(Device::cpu()).clear_cache();
-    EXPECT_CONTAINS(error_of([] { mlp_step(); }), "KILN_CACHE_MIN_COMPILE_MS: expected milliseconds >= 0, got 'soon'");
+    EXPECT_CONTAINS(error_of([] { mlp_step(); }), "KILN_CACHE_MIN_COMPILE_MS: expected a number >= 0, found 'soon'");
   }
   runtime::DeviceContext::get(Device::cpu()).clear_cache();
   mlp_step();  // KILN_CACHE_DIR=off

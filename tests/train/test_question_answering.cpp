@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 #include "kiln/tokenizers/utf8.h"
 #include "kiln/train/question_answering.h"
 #include "support/temp_dir.h"

@@ -1,4 +1,6 @@
-// Lowering of a simplified graph to a Program: fusion, views, memory plan.
+// Lowering of a simplified graph to a Program: fusion of elementwise groups,
+// views of movement ops, kernels; then the passes of passes.h (scheduling,
+// memory planning, donation).
 #include "kiln/compiler/compile.h"
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "kiln/compiler/passes.h"
 #include "kiln/core/error.h"
 
 namespace kiln::compiler {
@@ -30,6 +33,19 @@ bool View::is_contiguous() const {
   for (size_t i = 0; i < shape.size(); ++i)
     if (shape[i] != 1 && strides[i] != want[i]) return false;
   return true;
+}
+
+std::vector<std::vector<int32_t>> users_of(const Graph& g) {
+  std::vector<std::vector<int32_t>> users(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int32_t in : g.nodes[i].inputs)
+      if (users[in].empty() || users[in].back() != static_cast<int32_t>(i)) users[in].push_back(static_cast<int32_t>(i));
+  return users;
+}
+
+int32_t add_slot(Program& prog, SlotKind kind, int32_t index, size_t nbytes) {
+  prog.slots.push_back(Slot{kind, index, nbytes});
+  return static_cast<int32_t>(prog.slots.size() - 1);
 }
 
 namespace {
@@ -96,15 +112,6 @@ std::optional<std::vector<int64_t>> reshaped_strides(const View& v, const Shape&
   return out;
 }
 
-// Each node's readers, in order, each once.
-std::vector<std::vector<int32_t>> users_of(const Graph& g) {
-  std::vector<std::vector<int32_t>> users(g.nodes.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (int32_t in : g.nodes[i].inputs)
-      if (users[in].empty() || users[in].back() != static_cast<int32_t>(i)) users[in].push_back(static_cast<int32_t>(i));
-  return users;
-}
-
 class Lowering {
  public:
   Lowering(const Graph& g, const CompileOptions& options) : g_(g), n_(g.nodes.size()), options_(options) {}
@@ -124,11 +131,11 @@ class Lowering {
         emit_copy(node, slot);
       }
     }
-    if (options_.loss_with_gradient) merge_losses_into_gradients();
-    if (options_.attention_probabilities) keep_attention_probabilities();
-    if (options_.concurrent_products) pair_products();
-    plan_memory();
-    donate();
+    if (options_.loss_with_gradient) merge_losses_into_gradients(prog_);
+    if (options_.attention_probabilities) keep_attention_probabilities(prog_);
+    if (options_.concurrent_products) pair_products(prog_);
+    plan_memory(prog_, options_.in_place);
+    donate(prog_, g_);
     return std::move(prog_);
   }
 
@@ -202,10 +209,7 @@ class Lowering {
     }
   }
 
-  int32_t new_slot(SlotKind kind, int32_t index, size_t nbytes) {
-    prog_.slots.push_back(Slot{kind, index, nbytes});
-    return static_cast<int32_t>(prog_.slots.size() - 1);
-  }
+  int32_t new_slot(SlotKind kind, int32_t index, size_t nbytes) { return add_slot(prog_, kind, index, nbytes); }
 
   size_t node_bytes(int32_t i) const { return numel(g_.nodes[i].shape) * dtype_size(g_.nodes[i].dtype); }
 
@@ -492,325 +496,7 @@ class Lowering {
     return true;
   }
 
-  // CompileOptions::loss_with_gradient: a CrossEntropy whose gradient
-  // (CrossEntropyGrad over the same logits and labels, same attributes)
-  // comes later, with nothing in between reading the loss, is computed by
-  // the gradient's instruction as its extra output.
-  void merge_losses_into_gradients() {
-    auto& instrs = prog_.instrs;
-    for (size_t k = 0; k < instrs.size(); ++k) {
-      Instr& grad = instrs[k];
-      if (grad.op != Op::CrossEntropyGrad || !grad.extra_outputs.empty()) continue;
-      for (size_t j = k; j-- > 0;) {
-        const Instr& loss = instrs[j];
-        if (loss.op != Op::CrossEntropy || loss.attrs != grad.attrs || loss.inputs[0] != grad.inputs[0] ||
-            loss.inputs[1] != grad.inputs[1])
-          continue;
-        const int32_t slot = loss.output.slot;
-        const bool read_between = std::any_of(instrs.begin() + static_cast<std::ptrdiff_t>(j + 1),
-                                              instrs.begin() + static_cast<std::ptrdiff_t>(k), [&](const Instr& i) {
-                                                return std::any_of(i.inputs.begin(), i.inputs.end(),
-                                                                   [&](const Operand& o) { return o.slot == slot; });
-                                              });
-        if (read_between) break;
-        grad.extra_outputs.push_back(ExtraOutput{-1, loss.output});
-        instrs.erase(instrs.begin() + static_cast<std::ptrdiff_t>(j));
-        --k;
-        break;
-      }
-    }
-  }
-
-  // CompileOptions::attention_probabilities: an AttentionGrad's forward
-  // result (input size - 2) names the Attention that wrote it; that one
-  // keeps its probabilities in a new temporary, which the gradient reads
-  // instead.
-  void keep_attention_probabilities() {
-    auto& instrs = prog_.instrs;
-    for (Instr& grad : instrs) {
-      if (grad.op != Op::AttentionGrad || grad.inputs.size() < 5 || grad.attrs.ints.size() != 3 ||
-          grad.inputs[0].dtype != DType::f32)
-        continue;
-      const Shape& q = grad.inputs[0].view.shape;
-      const int64_t tk = grad.inputs[1].view.shape[2];
-      if (q[2] * tk > CompileOptions::kKeptProbabilities) continue;
-      Operand& result = grad.inputs[grad.inputs.size() - 2];
-      const auto fwd = std::find_if(instrs.begin(), instrs.end(), [&](const Instr& i) {
-        return i.op == Op::Attention && i.output.slot == result.slot && i.extra_outputs.empty() &&
-               i.attrs == grad.attrs && i.inputs.size() + 2 == grad.inputs.size() &&
-               std::equal(i.inputs.begin(), i.inputs.end(), grad.inputs.begin());
-      });
-      if (fwd == instrs.end()) continue;
-      const int64_t n = q[0] * q[1] * q[2] * (tk + 1);
-      const Operand kept{new_slot(SlotKind::Temp, 0, static_cast<size_t>(n) * sizeof(float)), View::contiguous({n}),
-                         DType::f32};
-      fwd->extra_outputs.push_back(ExtraOutput{-1, kept});
-      fwd->attrs.ints.push_back(1);
-      grad.attrs.ints.push_back(1);
-      result = kept;
-    }
-  }
-
-  // CompileOptions::concurrent_products: a product is paired with a later
-  // one, up to kLookAhead instructions on, that reads none of the results in
-  // between; that one moves up next to it (what it skips does not read it:
-  // it came first). Both at least kMinPairFlops and neither over twice the
-  // other (a pair takes as long as its longer product). A linear layer's
-  // weight gradient is followed by its norm's square sum before the input
-  // gradient; the look-ahead steps over it.
-  void pair_products() {
-    constexpr double kMinPairFlops = 2.0 * 128 * 128 * 128 * 16;
-    constexpr size_t kLookAhead = 3;
-    auto flops = [](const Instr& ins) {
-      return 2.0 * static_cast<double>(reduction_length(ins)) * static_cast<double>(numel(ins.output.view.shape));
-    };
-    auto product = [&](const Instr& ins) {
-      return ins.op == Op::MatMul && !ins.fused && ins.inputs.size() >= 2 && flops(ins) >= kMinPairFlops;
-    };
-    auto writes = [](const Instr& ins, int32_t slot) {
-      if (ins.output.slot == slot) return true;
-      return std::any_of(ins.extra_outputs.begin(), ins.extra_outputs.end(),
-                         [&](const ExtraOutput& e) { return e.out.slot == slot; });
-    };
-    auto& instrs = prog_.instrs;
-    for (size_t k = 0; k + 1 < instrs.size(); ++k) {
-      if (!product(instrs[k])) continue;
-      const double fa = flops(instrs[k]);
-      for (size_t j = k + 1; j < instrs.size() && j <= k + kLookAhead; ++j) {
-        const Instr& b = instrs[j];
-        const Op op = b.op;
-        if (op == Op::AllReduce || op == Op::BroadcastFrom) break;  // collectives keep their place
-        const double fb = product(b) ? flops(b) : 0.0;
-        if (fb == 0.0 || std::max(fa, fb) > 2 * std::min(fa, fb)) continue;
-        bool independent = true;  // b reads nothing written from k on
-        for (size_t m = k; m < j && independent; ++m)
-          for (const Operand& in : b.inputs) independent = independent && !writes(instrs[m], in.slot);
-        if (!independent) continue;
-        std::rotate(instrs.begin() + static_cast<std::ptrdiff_t>(k + 1), instrs.begin() + static_cast<std::ptrdiff_t>(j),
-                    instrs.begin() + static_cast<std::ptrdiff_t>(j + 1));
-        instrs[k].with_next = true;
-        ++k;  // the moved product is taken
-        break;
-      }
-    }
-  }
-
-  void plan_memory() {
-    for (size_t k = 0; k < prog_.instrs.size(); ++k) {
-      const Instr& ins = prog_.instrs[k];
-      for (const auto& op : ins.inputs) prog_.slots[op.slot].last = static_cast<int32_t>(k);
-      auto written = [&](const Operand& o) {
-        Slot& out = prog_.slots[o.slot];
-        if (out.first < 0) out.first = static_cast<int32_t>(k);
-        out.last = std::max(out.last, static_cast<int32_t>(k));
-      };
-      written(ins.output);
-      for (const auto& e : ins.extra_outputs) written(e.out);
-    }
-    // A pair (Instr::with_next) runs at once: what either reads or writes
-    // lives through both, so neither's result takes the other's operands.
-    for (size_t k = 0; k + 1 < prog_.instrs.size(); ++k) {
-      if (!prog_.instrs[k].with_next) continue;
-      const auto first = static_cast<int32_t>(k), second = first + 1;
-      for (Slot& slot : prog_.slots) {
-        if (slot.last == first) slot.last = second;
-        if (slot.first == second) slot.first = first;
-      }
-    }
-    if (options_.in_place) share_dying_operands();
-    // Greedy best-fit: largest first, each at the lowest offset free of every
-    // placed temporary whose lifetime overlaps.
-    std::vector<int32_t> temps;
-    for (size_t s = 0; s < prog_.slots.size(); ++s)
-      if (prog_.slots[s].kind == SlotKind::Temp && prog_.slots[s].first >= 0) {  // not merged into another
-        temps.push_back(static_cast<int32_t>(s));
-        prog_.temp_bytes_total += prog_.slots[s].nbytes;
-      }
-    std::sort(temps.begin(), temps.end(), [&](int32_t a, int32_t b) {
-      return prog_.slots[a].nbytes != prog_.slots[b].nbytes ? prog_.slots[a].nbytes > prog_.slots[b].nbytes : a < b;
-    });
-    auto align = [](size_t x) { return (x + 63) / 64 * 64; };
-    std::vector<int32_t> placed;
-    for (int32_t s : temps) {
-      Slot& slot = prog_.slots[s];
-      std::vector<std::pair<size_t, size_t>> busy;
-      for (int32_t p : placed) {
-        const Slot& q = prog_.slots[p];
-        if (q.first <= slot.last && slot.first <= q.last) busy.push_back({q.offset, q.offset + align(q.nbytes)});
-      }
-      std::sort(busy.begin(), busy.end());
-      size_t offset = 0;
-      for (auto [b, e] : busy) {
-        if (offset + align(slot.nbytes) <= b) break;
-        offset = std::max(offset, e);
-      }
-      slot.offset = offset;
-      prog_.arena_bytes = std::max(prog_.arena_bytes, offset + align(slot.nbytes));
-      placed.push_back(s);
-    }
-  }
-
-  // Whether instruction `ins` may write its result over operand k
-  // (CompileOptions::in_place): it reads each element (fused groups) or each
-  // row (the row kernels: the whole row before any of it is written) of the
-  // operand before it writes that part of the result.
-  static bool overwritable(const Instr& ins, size_t k) {
-    if (ins.fused) return true;
-    switch (ins.op) {
-      case Op::Normalize: return k == 0;
-      case Op::NormalizeGrad: return k <= 1;    // x and dy: both rows are read (statistics) before dx's is written
-      case Op::CrossEntropyGrad: return k == 0;  // the logits
-      case Op::IndexAdd: return k == 2;          // the base (copied first when apart)
-      default: return false;
-    }
-  }
-
-  // CompileOptions::in_place. Runs on the lifetimes, before placement. A
-  // merged result's slot is left unused (first = -1) and every operand that
-  // named it names the operand's slot, whose lifetime grows to the result's:
-  // a chain of elementwise groups shares one slot.
-  void share_dying_operands() {
-    auto& slots = prog_.slots;
-    auto& instrs = prog_.instrs;
-    std::vector<int32_t> into(slots.size());
-    std::iota(into.begin(), into.end(), 0);
-    auto rename = [&](Operand& o) { o.slot = into[o.slot]; };
-    for (size_t k = 0; k < instrs.size(); ++k) {
-      Instr& ins = instrs[k];
-      for (Operand& in : ins.inputs) rename(in);  // earlier results merged into their operands
-      Slot& out = slots[ins.output.slot];
-      if (out.kind != SlotKind::Temp || out.first != static_cast<int32_t>(k) || ins.with_next ||
-          !ins.output.view.is_contiguous())
-        continue;
-      const int64_t n = numel(ins.output.view.shape);
-      // The operand read in the result's element order: contiguous from the
-      // same offset, as many elements of the same size.
-      auto aligned = [&](const Operand& in) {
-        return in.view.is_contiguous() && in.view.offset == ins.output.view.offset && numel(in.view.shape) == n &&
-               dtype_size(in.dtype) == dtype_size(ins.output.dtype);
-      };
-      for (size_t i = 0; i < ins.inputs.size(); ++i) {
-        const int32_t s = ins.inputs[i].slot;
-        Slot& src = slots[s];
-        if (!overwritable(ins, i) || src.kind != SlotKind::Temp || src.last != static_cast<int32_t>(k) ||
-            src.nbytes != out.nbytes)
-          continue;
-        // Every read of that slot here (an operand may come twice, or as a transpose) in that order.
-        bool ok = true;
-        for (size_t j = 0; j < ins.inputs.size(); ++j)
-          if (ins.inputs[j].slot == s) ok = ok && overwritable(ins, j) && aligned(ins.inputs[j]);
-        if (!ok) continue;
-        into[ins.output.slot] = s;
-        src.last = out.last;
-        out.first = out.last = -1;
-        rename(ins.output);
-        break;
-      }
-    }
-    for (Instr& ins : instrs) {  // results merged after their readers were renamed
-      for (Operand& in : ins.inputs) rename(in);
-      rename(ins.output);
-      for (ExtraOutput& e : ins.extra_outputs) rename(e.out);
-    }
-  }
-
-  // An output may take a donated parameter's memory when the parameter is
-  // not read after the output is written, and the writing instruction reads
-  // it (if at all) element for element.
-  void donate() {
-    std::vector<int32_t> param_last(g_.num_params, -1);
-    std::vector<size_t> param_bytes(g_.num_params, 0);
-    for (const Slot& s : prog_.slots)
-      if (s.kind == SlotKind::Param) {
-        param_last[s.index] = std::max(param_last[s.index], s.last);
-        param_bytes[s.index] = s.nbytes;
-      }
-    // Who writes each output.
-    std::vector<int32_t> writer(g_.outputs.size(), -1);
-    std::vector<const Operand*> written(g_.outputs.size(), nullptr);
-    for (size_t k = 0; k < prog_.instrs.size(); ++k) {
-      auto note = [&](const Operand& w) {
-        const Slot& s = prog_.slots[w.slot];
-        if (s.kind == SlotKind::Output && writer[s.index] < 0) {
-          writer[s.index] = static_cast<int32_t>(k);
-          written[s.index] = &w;
-        }
-      };
-      note(prog_.instrs[k].output);
-      for (const auto& e : prog_.instrs[k].extra_outputs) note(e.out);
-    }
-    // First each output takes a parameter its writer reads (a parameter's
-    // update takes the parameter's memory), then any free one of its size.
-    std::vector<bool> taken(g_.num_params, false);
-    for (bool own_only : {true, false})
-      for (size_t o = 0; o < g_.outputs.size(); ++o) {
-        if (writer[o] < 0 || prog_.output_donor[o] >= 0) continue;
-        const Instr& ins = prog_.instrs[writer[o]];
-        const Operand& out = *written[o];
-        for (int32_t p = 0; p < g_.num_params; ++p) {
-          if (!g_.donated[p] || taken[p] || param_bytes[p] != prog_.slots[out.slot].nbytes) continue;
-          if (param_last[p] > writer[o]) continue;
-          auto is_p = [&](const Operand& in) {
-            const Slot& s = prog_.slots[in.slot];
-            return s.kind == SlotKind::Param && s.index == p;
-          };
-          if (writer[o] > 0) {  // the first product of the writer's pair runs at the same time
-            const Instr& first = prog_.instrs[writer[o] - 1];
-            if (first.with_next && std::any_of(first.inputs.begin(), first.inputs.end(), is_p)) continue;
-          }
-          // A fused instruction loads every chunk of its inputs before it stores
-          // that chunk of any output, so reading p element for element is safe.
-          bool reads_elementwise = true, reads = false;
-          for (const auto& in : ins.inputs) {
-            if (!is_p(in)) continue;
-            reads = true;
-            reads_elementwise = reads_elementwise && ins.fused && in.view == out.view &&
-                                dtype_size(in.dtype) == dtype_size(out.dtype);
-          }
-          if ((reads && !reads_elementwise) || (own_only && !reads)) continue;
-          taken[p] = true;
-          prog_.output_donor[o] = p;
-          break;
-        }
-      }
-  }
 };
-
-// CompileOptions::token_major_attention: a self-attention gradient (q, k
-// and v of one [B, H, T, D] shape), not a result, read only by its three
-// slices [s·n, (s + 1)·n) (autodiff's dq, dk, dv), each read only by
-// reshapes and not a result, gets the shape [3, B, H, T, D] and its slices
-// [s, s + 1) of the first dim: the same values, in a shape the lowering can
-// lay out token by token (Lowering::token_major).
-void interleave_attention_grads(Graph& g) {
-  const size_t n = g.nodes.size();
-  const std::vector<std::vector<int32_t>> users = users_of(g);
-  std::vector<bool> result(n, false);
-  for (int32_t o : g.outputs) result[o] = true;
-  for (size_t i = 0; i < n; ++i) {
-    GraphNode& ag = g.nodes[i];
-    if (ag.op != Op::AttentionGrad || result[i]) continue;
-    const Shape qs = g.nodes[ag.inputs[0]].shape;
-    if (qs.size() != 4 || g.nodes[ag.inputs[1]].shape != qs || g.nodes[ag.inputs[2]].shape != qs) continue;
-    const int64_t count = numel(qs);
-    const auto reshapes_only = [&](int32_t s) {
-      return std::all_of(users[s].begin(), users[s].end(), [&](int32_t u) { return g.nodes[u].op == Op::Reshape; });
-    };
-    const auto part = [&](int32_t s) {
-      const GraphNode& sl = g.nodes[s];
-      return sl.op == Op::Slice && sl.attrs.ints[0] == 0 && sl.attrs.ints[3] == 1 && sl.attrs.ints[1] % count == 0 &&
-             sl.attrs.ints[2] == sl.attrs.ints[1] + count && !result[s] && reshapes_only(s);
-    };
-    if (users[i].empty() || !std::all_of(users[i].begin(), users[i].end(), part)) continue;
-    ag.shape = {3, qs[0], qs[1], qs[2], qs[3]};
-    for (int32_t s : users[i]) {
-      GraphNode& sl = g.nodes[s];
-      const int64_t which = sl.attrs.ints[1] / count;
-      sl.attrs.ints = {0, which, which + 1, 1};
-      sl.shape = {1, qs[0], qs[1], qs[2], qs[3]};
-    }
-  }
-}
 
 }  // namespace
 

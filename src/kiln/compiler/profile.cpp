@@ -7,14 +7,18 @@
 #include <mutex>
 #include <vector>
 
+#include "kiln/core/env.h"
+
 namespace kiln::compiler {
 
 namespace {
 
-bool full_profile() {
-  const char* v = std::getenv("KILN_PROFILE");
-  return v && std::string(v) == "all";
+std::string profile_mode() {
+  static const std::string mode = env_choice("KILN_PROFILE", {"0", "1", "all"});
+  return mode;
 }
+
+bool full_profile() { return profile_mode() == "all"; }
 
 struct Profile {
   struct Entry {
@@ -46,10 +50,7 @@ Profile& profile() {
 }  // namespace
 
 bool profiling() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_PROFILE");
-    return v && *v && std::string(v) != "0";
-  }();
+  static const bool on = profile_mode() != "0";
   return on;
 }
 

@@ -7,7 +7,6 @@
 #include "kiln/core/buffer.h"
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
-#include "kiln/core/env.h"
 #include "kiln/core/error.h"
 #include "kiln/core/host_memory.h"
 #include "kiln/core/shape.h"
@@ -40,13 +39,6 @@ std::string excerpt(std::string_view text, size_t max) {
   return out;
 }
 
-
-bool env_switch(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v || std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0) return true;
-  if (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0) return false;
-  throw Error(std::string(name) + ": expected 0, 1, on or off, found '" + v + "'");
-}
 
 DType parse_dtype(const std::string& name) {
   if (name == "f32" || name == "float32" || name == "float") return DType::f32;

@@ -31,14 +31,9 @@ constexpr size_t kPage = 4096;
 constexpr size_t kHugePage = kHugeBlock;
 
 size_t default_limit() {
-  const char* env = std::getenv("KILN_HOST_CACHE_MB");
-  if (env && *env) {
-    char* end = nullptr;
-    errno = 0;
-    const long long mb = std::strtoll(env, &end, 10);
-    KILN_CHECK(*end == 0 && errno == 0 && mb >= 0 && static_cast<unsigned long long>(mb) <= (SIZE_MAX >> 20),
-               "KILN_HOST_CACHE_MB: expected a whole number of megabytes (0 turns the host memory cache off), "
-               "found '", env, "'");
+  if (!env_value("KILN_HOST_CACHE_MB").empty()) {
+    const int64_t mb = env_integer("KILN_HOST_CACHE_MB", 0);
+    KILN_CHECK(static_cast<uint64_t>(mb) <= (SIZE_MAX >> 20), "KILN_HOST_CACHE_MB: ", mb, " megabytes is too many");
     return static_cast<size_t>(mb) << 20;
   }
   return std::min<size_t>(size_t(2) << 30, physical_bytes() / 8);

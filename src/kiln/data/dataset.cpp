@@ -11,7 +11,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 #include "kiln/tokenizers/utf8.h"
 
 namespace kiln::data {

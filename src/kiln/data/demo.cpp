@@ -7,7 +7,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/data/collator.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 
 namespace kiln::data::demo {
 
@@ -228,13 +228,13 @@ void write_demo_dataset(const fs::path& dir, uint64_t seed) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   KILN_CHECK(!ec, dir.string(), ": cannot create directory: ", ec.message());
-  io::write_file_atomic(dir / "train.csv", to_csv(train));
-  io::write_file_atomic(dir / "validation.csv", to_csv(validation));
+  write_file_atomic(dir / "train.csv", to_csv(train));
+  write_file_atomic(dir / "validation.csv", to_csv(validation));
   std::string lines;
   for (const auto& x : test) lines += x.sentence + "\n";
-  io::write_file_atomic(dir / "test.txt", lines);
-  io::write_file_atomic(dir / "vocab.txt", vocab);
-  io::write_file_atomic(dir / "tokenizer_config.json",
+  write_file_atomic(dir / "test.txt", lines);
+  write_file_atomic(dir / "vocab.txt", vocab);
+  write_file_atomic(dir / "tokenizer_config.json",
                         "{\"do_lower_case\": true, \"model_max_length\": 64, \"tokenizer_class\": \"BertTokenizer\"}\n");
 }
 

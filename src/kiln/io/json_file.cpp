@@ -1,7 +1,7 @@
 #include "kiln/io/json_file.h"
 
 #include "kiln/core/error.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 
 namespace kiln::io {
 

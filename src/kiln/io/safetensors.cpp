@@ -19,7 +19,7 @@
 #include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
 #include "kiln/core/file.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 #include "kiln/io/json_file.h"
 
 namespace kiln::io {

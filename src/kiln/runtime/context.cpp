@@ -16,6 +16,7 @@
 #include "kiln/backend/cuda/cuda.h"
 #endif
 #include "kiln/compiler/compile.h"
+#include "kiln/core/env.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/threads.h"
@@ -47,11 +48,17 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 size_t cache_capacity_from_env() {
-  if (const char* v = std::getenv("KILN_CACHE_SIZE")) {
-    long n = std::strtol(v, nullptr, 10);
-    if (n > 0) return static_cast<size_t>(n);
-  }
-  return 1024;
+  return static_cast<size_t>(env_integer("KILN_CACHE_SIZE", 1));
+}
+// KILN_DUMP=graph,program: each graph as traced and the program compiled from
+// it, to stderr, as they are compiled (or read from the on-disk cache).
+void dump_if_asked(const ir::Graph& g, const compiler::Program& program, bool from_disk) {
+  static const bool graph = env_lists("KILN_DUMP", "graph", {"graph", "program"});
+  static const bool prog = env_lists("KILN_DUMP", "program", {"graph", "program"});
+  if (graph) std::fprintf(stderr, "kiln graph (KILN_DUMP):\n%s\n", g.dump().c_str());
+  if (prog)
+    std::fprintf(stderr, "kiln program (KILN_DUMP%s):\n%s\n", from_disk ? ", from the disk cache" : "",
+                 program.dump().c_str());
 }
 }  // namespace
 
@@ -206,6 +213,7 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
     exe->program = compiler::compile(g, options);
     save_cached_program(g, options, exe->program, seconds_since(t0));
   }
+  dump_if_asked(g, exe->program, from_disk);
   if (exe->program.arena_bytes) exe->arena = std::make_unique<Storage>(device_, exe->program.arena_bytes);
 #ifdef KILN_HAVE_CUDA
   if (device_.kind == DeviceKind::CUDA) exe->cuda_plan = backend::cuda::prepare(exe->program, device_);
@@ -359,8 +367,7 @@ void set_allow_tf32(bool on) {
 bool eager_mode() {
   int v = g_eager.load(std::memory_order_relaxed);
   if (v < 0) {
-    const char* env = std::getenv("KILN_EAGER");
-    v = env && *env && std::string(env) != "0";
+    v = env_switch("KILN_EAGER") ? 1 : 0;
     g_eager.store(v, std::memory_order_relaxed);
   }
   return v == 1;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "kiln/core/env.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/replica.h"
 #include "kiln/ir/builder.h"
@@ -207,13 +208,7 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
 }
 
 bool use_fused_attention(const Tensor& q, const Tensor& k, const Tensor& mask) {
-  static const std::string mode = [] {
-    const char* v = std::getenv("KILN_ATTENTION");
-    const std::string m = v && *v ? v : "auto";
-    KILN_CHECK(m == "auto" || m == "fused" || m == "composite", "KILN_ATTENTION must be 'auto', 'fused' or ",
-               "'composite', got '", m, "'");
-    return m;
-  }();
+  static const std::string mode = env_choice("KILN_ATTENTION", {"auto", "fused", "composite"});
   if (mode == "composite" || q.rank() != 4 || k.rank() != 4) return false;
   if (mask.defined() &&
       (mask.requires_grad() || mask.dtype() != DType::f32 || !ir::attention_takes_mask(mask.shape(), q.dim(0), k.dim(2))))

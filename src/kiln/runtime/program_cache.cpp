@@ -6,9 +6,10 @@
 #include <vector>
 
 #include "kiln/compiler/serialize.h"
+#include "kiln/core/env.h"
 #include "kiln/core/error.h"
-#include "kiln/io/atomic_file.h"
-#include "kiln/io/cache_dir.h"
+#include "kiln/core/atomic_file.h"
+#include "kiln/core/cache_dir.h"
 
 namespace kiln::runtime {
 namespace {
@@ -17,7 +18,7 @@ namespace fs = std::filesystem;
 
 // The same graph compiles to another program under other options.
 fs::path record_path(const ir::Graph& graph, const compiler::CompileOptions& options) {
-  const fs::path dir = io::cache_dir("programs");
+  const fs::path dir = cache_dir("programs");
   if (dir.empty()) return {};
   char name[112];
   std::snprintf(name, sizeof name, "%016llx%s%s%s%s%s%s%s%s.kprog", static_cast<unsigned long long>(graph.hash()),
@@ -30,12 +31,7 @@ fs::path record_path(const ir::Graph& graph, const compiler::CompileOptions& opt
 }
 
 double min_compile_seconds() {
-  const char* v = std::getenv("KILN_CACHE_MIN_COMPILE_MS");
-  if (!v || !*v) return 0.005;
-  char* end = nullptr;
-  const double ms = std::strtod(v, &end);
-  KILN_CHECK(*end == 0 && ms >= 0, "KILN_CACHE_MIN_COMPILE_MS: expected milliseconds >= 0, got '", v, "'");
-  return ms / 1000;
+  return env_number("KILN_CACHE_MIN_COMPILE_MS", 0) / 1000;
 }
 
 // Removes the oldest records beyond kMaxRecords.
@@ -68,7 +64,7 @@ void save_cached_program(const ir::Graph& graph, const compiler::CompileOptions&
   if (path.empty() || compile_seconds < min_compile_seconds()) return;
   try {  // a cache that cannot be written only costs the next run a compile
     fs::create_directories(path.parent_path());
-    io::write_file_atomic(path, compiler::serialize_program(graph, program));
+    write_file_atomic(path, compiler::serialize_program(graph, program));
     prune(path.parent_path());
   } catch (const std::exception&) {
   }

@@ -1,6 +1,6 @@
 #pragma once
 // The on-disk compile cache (PyTorch/XLA's persistent cache): a compiled step
-// program is saved under io::cache_dir("programs") as <graph hash>.kprog
+// program is saved under cache_dir("programs") as <graph hash>.kprog
 // (<graph hash>-sum.kprog when compiled with fused reductions, the CPU's), and
 // a later process that traces the same graph loads it instead of compiling.
 // Records hold their graph and the compiler's fingerprint

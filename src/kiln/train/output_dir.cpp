@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "kiln/core/env.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
 
@@ -36,11 +37,11 @@ fs::path existing_ancestor(const fs::path& p) {
 // Test hook: KILN_TEST_DELETE_DELAY_MS slows removing a discarded checkpoint
 // (a pause before each file) so a test can kill the process in the middle.
 void remove_slowly_for_tests(const fs::path& dir) {
-  const char* v = std::getenv("KILN_TEST_DELETE_DELAY_MS");
-  if (!v) return;
+  const int64_t ms = env_integer("KILN_TEST_DELETE_DELAY_MS", 0);
+  if (ms == 0) return;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(v)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     fs::remove_all(e.path(), ec);
   }
 }

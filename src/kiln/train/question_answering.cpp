@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 #include "kiln/tokenizers/unicode.h"
 #include "kiln/tokenizers/utf8.h"
 
@@ -311,7 +311,7 @@ void write_qa_predictions(const QaPredictions& p, const std::filesystem::path& d
   }
   // As run_qa writes them: the examples' order, json.dumps(indent=4) (non-ASCII escaped), a final newline.
   auto write = [&](const char* name, const nlohmann::ordered_json& j) {
-    io::write_file_atomic(dir / (prefix + name), j.dump(4, ' ', true) + "\n");
+    write_file_atomic(dir / (prefix + name), j.dump(4, ' ', true) + "\n");
   };
   write("_predictions.json", answers);
   write("_nbest_predictions.json", nbest);

@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "kiln/core/env.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/mpi.h"
@@ -93,8 +94,7 @@ constexpr size_t kStepsInFlight = 2;
 // Test hook: KILN_TEST_SAVE_DELAY_MS slows checkpoint writing so a test can
 // kill the process in the middle of a save.
 void save_delay() {
-  if (const char* v = std::getenv("KILN_TEST_SAVE_DELAY_MS"))
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(v)));
+  if (const int64_t ms = env_integer("KILN_TEST_SAVE_DELAY_MS", 0)) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/env.h"
 #include "kiln/backend/cuda/attention.h"
 #include "kiln/backend/cuda/codegen.h"
 #include "kiln/backend/cuda/common.h"
@@ -75,12 +76,7 @@ void require_bf16_tensor_cores(const DeviceState& ds, const char* what) {
 
 // KILN_CUDA_GEMM_PAD=0 turns the padded copies of plan_gemm_padding off (to measure them).
 bool gemm_padding_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_CUDA_GEMM_PAD");
-    const std::string s = v ? v : "1";
-    KILN_CHECK(s == "0" || s == "1", "KILN_CUDA_GEMM_PAD must be 0 or 1, got '", s, "'");
-    return s == "1";
-  }();
+  static const bool on = env_switch("KILN_CUDA_GEMM_PAD");
   return on;
 }
 
@@ -120,10 +116,7 @@ namespace {
 constexpr int64_t kGenerateFrom = int64_t{1} << 16;
 int64_t generate_from() {
   static const int64_t from = [] {
-    const char* v = std::getenv("KILN_CUDA_FUSED");
-    const std::string mode = v && *v ? v : "auto";
-    KILN_CHECK(mode == "auto" || mode == "generate" || mode == "interpret",
-               "KILN_CUDA_FUSED must be 'auto', 'generate' or 'interpret', got '", mode, "'");
+    const std::string mode = env_choice("KILN_CUDA_FUSED", {"auto", "generate", "interpret"});
     return mode == "auto" ? kGenerateFrom : mode == "generate" ? int64_t{0} : int64_t{-1};
   }();
   return from;

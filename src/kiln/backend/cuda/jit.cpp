@@ -12,8 +12,8 @@
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/cuda.h"
 #include "kiln/core/error.h"
-#include "kiln/io/atomic_file.h"
-#include "kiln/io/cache_dir.h"
+#include "kiln/core/atomic_file.h"
+#include "kiln/core/cache_dir.h"
 
 namespace kiln::backend::cuda {
 
@@ -93,7 +93,7 @@ std::string compile_cubin(const std::string& tu, int arch) {
   return cubin;
 }
 
-fs::path jit_cache_dir() { return io::cache_dir("cuda"); }
+fs::path jit_cache_dir() { return cache_dir("cuda"); }
 
 const void* JitModule::kernel(const std::string& name) const {
   cudaKernel_t k = nullptr;
@@ -148,8 +148,8 @@ std::shared_ptr<const JitModule> load_module(const std::string& tu, int device, 
     if (!dir.empty()) {
       try {  // a cache that cannot be written only costs the next run a compile
         fs::create_directories(dir);
-        io::write_file_atomic(cubin_path, cubin);
-        io::write_file_atomic(source_path, tu);
+        write_file_atomic(cubin_path, cubin);
+        write_file_atomic(source_path, tu);
       } catch (const std::exception&) {
       }
     }

@@ -10,7 +10,7 @@
 
 #include "kiln/core/file.h"  // read_file
 
-namespace kiln::io {
+namespace kiln {
 
 // Writes via a temp file in the same directory + fsync + rename. Throws
 // kiln::Error naming `path` on failure; the temp file is removed then.
@@ -39,4 +39,4 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
-}  // namespace kiln::io
+}  // namespace kiln

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <string>
 
-namespace kiln::io {
+namespace kiln {
 
 std::filesystem::path cache_dir(const std::string& cache);
 
-}  // namespace kiln::io
+}  // namespace kiln

@@ -1,4 +1,4 @@
-#include "kiln/io/atomic_file.h"
+#include "kiln/core/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 
 #include "kiln/core/error.h"
 
-namespace kiln::io {
+namespace kiln {
 
 namespace {
 
@@ -109,4 +109,4 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
   writer.commit();
 }
 
-}  // namespace kiln::io
+}  // namespace kiln

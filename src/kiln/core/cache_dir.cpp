@@ -1,13 +1,15 @@
-#include "kiln/io/cache_dir.h"
+#include "kiln/core/cache_dir.h"
 
 #include <cstdlib>
 
-namespace kiln::io {
+#include "kiln/core/env.h"
+
+namespace kiln {
 
 std::filesystem::path cache_dir(const std::string& cache) {
   namespace fs = std::filesystem;
-  if (const char* d = std::getenv("KILN_CACHE_DIR"); d && *d) {
-    if (std::string(d) == "off") return {};
+  if (const std::string d = env_value("KILN_CACHE_DIR"); !d.empty()) {
+    if (d == "off") return {};
     return fs::path(d) / cache;
   }
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "kiln" / cache;
@@ -15,4 +17,4 @@ std::filesystem::path cache_dir(const std::string& cache) {
   return {};
 }
 
-}  // namespace kiln::io
+}  // namespace kiln
