@@ -86,7 +86,9 @@ TEST(ChatTemplateCli, BadInputIsOneLineNamingTheFileAndKey) {
   auto error_for = [&](const std::string& args, bool one_line = true) {
     EXPECT_EQ(kiln("chat-template " + args, w.path() / "out", w.path() / "err"), 1) << args;
     std::string err = slurp(w.path() / "err");
-    if (one_line) EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    if (one_line) {
+      EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    }
     return err;
   };
   // No template in the directory.

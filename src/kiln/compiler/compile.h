@@ -65,6 +65,10 @@ struct CompileOptions {
   // CPU; the CUDA kernels recompute.
   bool attention_probabilities = false;
   static constexpr int64_t kKeptProbabilities = 256 * 256;
+
+  // A digest of every option and constant above: the on-disk compile cache
+  // keeps a graph's program per options.
+  uint64_t hash() const;
 };
 
 Program compile(const ir::Graph& graph, const CompileOptions& options = {});

@@ -8,18 +8,12 @@
 #include <map>
 #include <utility>
 
-#include <omp.h>
 
-#include "kiln/backend/cpu/executor.h"
-#include "kiln/backend/cpu/jit.h"
-#ifdef KILN_HAVE_CUDA
-#include "kiln/backend/cuda/cuda.h"
-#endif
+#include "kiln/backend/backend.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/core/env.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/collectives.h"
-#include "kiln/distributed/threads.h"
 #include "kiln/ir/builder.h"
 #include "kiln/runtime/metrics.h"
 #include "kiln/runtime/program_cache.h"
@@ -50,6 +44,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 size_t cache_capacity_from_env() {
   return static_cast<size_t>(env_integer("KILN_CACHE_SIZE", 1));
 }
+// The backend that runs a device's programs.
+backend::Backend& backend_of(Device device) {
+  backend::Backend* b = backend::find_backend(device.kind);
+  KILN_CHECK(b, "device ", device.str(), " is not available: this build has no ", device.kind == DeviceKind::CUDA ? "CUDA" : "such",
+             " backend (configure with -DKILN_CUDA=ON on a machine with the CUDA toolkit)");
+  return *b;
+}
+
 // KILN_DUMP=graph,program: each graph as traced and the program compiled from
 // it, to stderr, as they are compiled (or read from the on-disk cache).
 void dump_if_asked(const ir::Graph& g, const compiler::Program& program, bool from_disk) {
@@ -62,18 +64,12 @@ void dump_if_asked(const ir::Graph& g, const compiler::Program& program, bool fr
 }
 }  // namespace
 
+Executable::~Executable() = default;
+
 DeviceContext::DeviceContext(Device device) : device_(device), capacity_(cache_capacity_from_env()) {}
 
 DeviceContext& DeviceContext::get(Device device) {
-  if (device.kind == DeviceKind::CUDA) {
-#ifdef KILN_HAVE_CUDA
-    backend::cuda::check_device(device);  // "device cuda:1 requested but 0 CUDA devices are visible"
-    backend::cuda::register_memory();
-#else
-    throw Error("device " + device.str() + " is not available: this build has no CUDA backend (configure with "
-                "-DKILN_CUDA=ON on a machine with the CUDA toolkit)");
-#endif
-  }
+  backend_of(device).open(device);
   std::lock_guard<std::mutex> lock(g_contexts_mu);
   auto& slot = contexts().map[device];
   if (!slot) slot = std::make_unique<DeviceContext>(device);
@@ -189,22 +185,8 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
   std::string reason = compile_reason(g, params);
   auto t0 = std::chrono::steady_clock::now();
   auto exe = std::make_shared<Executable>();
-  // Fused reductions, strided attention heads and row sums, paired products,
-  // results written over their operands, the loss from its gradient's pass
-  // and kept attention probabilities are the CPU executor's (the CUDA one
-  // has no kernel for the first three yet, its products run one after the
-  // other on the device's stream, its kernels have not been checked in
-  // place, its cross-entropy kernels run apart, and its attention kernels
-  // write contiguous heads and recompute the probabilities).
-  const bool cpu = device_.kind == DeviceKind::CPU;
-  const compiler::CompileOptions options{.fuse_sum_inputs = cpu,
-                                         .strided_attention_operands = cpu,
-                                         .strided_row_sums = cpu,
-                                         .concurrent_products = cpu,
-                                         .in_place = cpu,
-                                         .loss_with_gradient = cpu,
-                                         .token_major_attention = cpu,
-                                         .attention_probabilities = cpu};
+  backend::Backend& backend = backend_of(device_);
+  const compiler::CompileOptions options = backend.compile_options();
   std::optional<compiler::Program> cached = load_cached_program(g, options);
   const bool from_disk = cached.has_value();
   if (from_disk) {
@@ -215,10 +197,7 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
   }
   dump_if_asked(g, exe->program, from_disk);
   if (exe->program.arena_bytes) exe->arena = std::make_unique<Storage>(device_, exe->program.arena_bytes);
-#ifdef KILN_HAVE_CUDA
-  if (device_.kind == DeviceKind::CUDA) exe->cuda_plan = backend::cuda::prepare(exe->program, device_);
-#endif
-  if (device_.kind == DeviceKind::CPU) exe->cpu_plan = backend::cpu::prepare(exe->program);
+  exe->plan = backend.prepare(exe->program, device_);
   metrics::record_compile(seconds_since(t0), std::move(reason), static_cast<int64_t>(exe->program.arena_bytes),
                           from_disk);
   lru_.push_front(CacheEntry{g, exe});
@@ -300,16 +279,7 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
     std::string error;
     try {
       void* arena = exe->arena ? exe->arena->data() : nullptr;
-      if (device.kind == DeviceKind::CUDA) {
-#ifdef KILN_HAVE_CUDA
-        backend::cuda::execute(*exe->cuda_plan, ins, outs, arena);  // returns once the device is done
-#endif
-      } else {
-        // A replica's kernels use its share of the cores.
-        const int threads = dist::threads_for(device);
-        if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-        backend::cpu::execute(exe->program, exe->cpu_plan.get(), ins, outs, arena);
-      }
+      backend_of(device).execute(exe->program, *exe->plan, device, ins, outs, arena);
     } catch (const std::exception& e) {
       error = e.what();
       note_failure(error);
@@ -357,11 +327,7 @@ void add_step_closure(std::function<void()> fn, Device device) {
 }
 
 void set_allow_tf32(bool on) {
-#ifdef KILN_HAVE_CUDA
-  backend::cuda::set_allow_tf32(on);
-#else
-  (void)on;  // no CUDA backend: nothing runs f32 products on tensor cores
-#endif
+  for (backend::Backend* b : backend::built_backends()) b->set_allow_tf32(on);
 }
 
 bool eager_mode() {

@@ -19,20 +19,18 @@
 namespace kiln {
 struct TensorImpl;
 }
-namespace kiln::backend::cuda {
+namespace kiln::backend {
+class Backend;
 struct Plan;
-}
-namespace kiln::backend::cpu {
-struct Plan;
-}
+}  // namespace kiln::backend
 
 namespace kiln::runtime {
 
 struct Executable {
   compiler::Program program;
   std::unique_ptr<Storage> arena;  // reused by every run (runs are serial on a stream)
-  std::shared_ptr<backend::cuda::Plan> cuda_plan;  // CUDA devices: the program bound to the device
-  std::shared_ptr<backend::cpu::Plan> cpu_plan;    // CPU devices: its fused loops compiled (jit.h)
+  std::unique_ptr<backend::Plan> plan;  // the program prepared by its device's backend
+  ~Executable();
 };
 
 class DeviceContext {

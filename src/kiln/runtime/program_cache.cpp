@@ -20,13 +20,9 @@ namespace fs = std::filesystem;
 fs::path record_path(const ir::Graph& graph, const compiler::CompileOptions& options) {
   const fs::path dir = cache_dir("programs");
   if (dir.empty()) return {};
-  char name[112];
-  std::snprintf(name, sizeof name, "%016llx%s%s%s%s%s%s%s%s.kprog", static_cast<unsigned long long>(graph.hash()),
-                options.fuse_sum_inputs ? "-sum" : "", options.strided_attention_operands ? "-heads" : "",
-                options.strided_row_sums ? "-rows" : "",
-                options.concurrent_products ? "-pairs" : "", options.in_place ? "-inplace" : "",
-                options.loss_with_gradient ? "-loss" : "", options.token_major_attention ? "-tokens" : "",
-                options.attention_probabilities ? "-probs" : "");
+  char name[48];
+  std::snprintf(name, sizeof name, "%016llx-%016llx.kprog", static_cast<unsigned long long>(graph.hash()),
+                static_cast<unsigned long long>(options.hash()));
   return dir / name;
 }
 

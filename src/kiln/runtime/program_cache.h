@@ -1,8 +1,8 @@
 #pragma once
 // The on-disk compile cache (PyTorch/XLA's persistent cache): a compiled step
-// program is saved under cache_dir("programs") as <graph hash>.kprog
-// (<graph hash>-sum.kprog when compiled with fused reductions, the CPU's), and
-// a later process that traces the same graph loads it instead of compiling.
+// program is saved under cache_dir("programs") as
+// <graph hash>-<options hash>.kprog (CompileOptions::hash: each backend
+// compiles with its own options), and a later process that traces the same graph loads it instead of compiling.
 // Records hold their graph and the compiler's fingerprint
 // (compiler/serialize.h), so another graph or another build is a miss; a
 // damaged record is a warning and a recompile, never a wrong program.
