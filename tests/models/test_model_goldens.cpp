@@ -66,7 +66,7 @@ TEST_P(ModelGolden, LogitsLossAndGradientsMatch) {
   }
   // Every golden gradient belongs to a parameter of the model.
   EXPECT_EQ(checked, std::count_if(golden.begin(), golden.end(), [](auto& g) { return g.first.rfind("grad.", 0) == 0; }));
-  EXPECT_GE(checked, 20);
+  EXPECT_GE(checked, 12);  // (Phi-3's fused projections: 15 tensors in two layers)
 }
 
 INSTANTIATE_TEST_SUITE_P(Bert, ModelGolden,
@@ -113,7 +113,8 @@ TEST_P(HfSaveGolden, SavedTensorsAreTransformersOwn) {
 const auto kHfDecoders = ::testing::Values(
     "llama3/llama3_lm_tied", "llama3/llama_linear_rope", "llama3/llama_dynamic_rope", "qwen3/qwen3_lm",
     "qwen3/qwen3_seqcls", "qwen3/qwen3_model_tied", "qwen3/qwen3_lm_window", "mistral/mistral_lm_window",
-    "gemma/gemma_lm", "gemma/gemma_seqcls", "gemma/gemma2_lm", "gemma/gemma2_model");
+    "gemma/gemma_lm", "gemma/gemma_seqcls", "gemma/gemma2_lm", "gemma/gemma2_model", "phi3/phi3_lm", "phi3/phi3_seqcls",
+    "phi3/phi3_longrope_window");
 INSTANTIATE_TEST_SUITE_P(HfDecoders, ModelGolden, kHfDecoders);
 INSTANTIATE_TEST_SUITE_P(HfDecoders, HfSaveGolden, kHfDecoders);
 

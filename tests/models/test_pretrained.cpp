@@ -324,7 +324,7 @@ TEST(Pretrained, BadConfigsAreClearErrors) {
   cfg["model_type"] = "falcon";
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
   EXPECT_CONTAINS(load_error(dir.path()), "model_type 'falcon' is not supported (supported: bert, roberta, distilbert, "
-                                          "gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, t5)");
+                                          "gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, t5)");
   std::ofstream(dir.path() / "config.json") << "{\"model_type\": ";
   EXPECT_NE(load_error(dir.path()).find("config.json"), std::string::npos);
 }
@@ -554,7 +554,7 @@ TEST(Pretrained, RopeScalingAndNewerFamiliesRoundTrip) {
 
 // kiln init's presets of the newer families build, run and save configs that read back.
 TEST(Pretrained, NewerFamilyPresetsBuildAndRoundTrip) {
-  for (const char* name : {"llama3-tiny", "qwen3-tiny", "mistral-tiny", "gemma-tiny", "gemma2-tiny"}) {
+  for (const char* name : {"llama3-tiny", "qwen3-tiny", "mistral-tiny", "gemma-tiny", "gemma2-tiny", "phi3-tiny"}) {
     SCOPED_TRACE(name);
     auto c = models::preset_config(name);
     ASSERT_NE(c, nullptr);

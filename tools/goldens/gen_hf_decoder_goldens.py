@@ -92,13 +92,23 @@ CASES = [
           attn_logit_softcapping=1.0, final_logit_softcapping=5.0), 4401),
     ("gemma", "gemma2_model", "Gemma2Model", None, 2, 9, False,
      dict(head_dim=8, sliding_window=4, attn_logit_softcapping=2.0), 4402),
+    # Phi3Config's pad_token_id 32000 is past this vocabulary: 0 instead.
+    ("phi3", "phi3_lm", "Phi3ForCausalLM", None, 3, 7, True, dict(pad_token_id=0), 4501),
+    ("phi3", "phi3_seqcls", "Phi3ForSequenceClassification", 3, 3, 7, True, dict(pad_token_id=0), 4502),
+    # 9 positions past original_max_position_embeddings 8: the long factors, and the attention factor
+    # sqrt(1 + ln(16 / 8) / ln 8) on cos and sin; a 5-key window on every layer.
+    ("phi3", "phi3_longrope_window", "Phi3ForCausalLM", None, 2, 9, False,
+     dict(pad_token_id=0, max_position_embeddings=16, original_max_position_embeddings=8, sliding_window=5,
+          rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.1, 1.3, 1.6],
+                           "long_factor": [1.0, 1.5, 2.5, 4.0]}), 4503),
 ]
 
-MODEL_TYPE = {"Llama": "llama", "Qwen3": "qwen3", "Mistral": "mistral", "Gemma2": "gemma2", "Gemma": "gemma"}
+MODEL_TYPE = {"Llama": "llama", "Qwen3": "qwen3", "Mistral": "mistral", "Gemma2": "gemma2", "Gemma": "gemma",
+              "Phi3": "phi3"}
 
 
 def model_type(arch):
-    for prefix in ("Gemma2", "Gemma", "Qwen3", "Mistral", "Llama"):
+    for prefix in ("Gemma2", "Gemma", "Qwen3", "Mistral", "Llama", "Phi3"):
         if arch.startswith(prefix):
             return MODEL_TYPE[prefix]
     raise ValueError(arch)

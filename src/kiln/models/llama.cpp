@@ -1,6 +1,7 @@
 #include "kiln/models/llama.h"
 
 #include <cmath>
+#include <array>
 #include <limits>
 #include <map>
 
@@ -29,6 +30,8 @@ std::vector<std::string> keys_of(const std::string& type) {
   if (type == "mistral") keys.insert(keys.end(), {"sliding_window"});
   if (type == "qwen2" || type == "qwen3") keys.insert(keys.end(), kWindowKeys.begin(), kWindowKeys.end());
   if (type == "qwen3" || type == "gemma" || type == "gemma2") keys.push_back("attention_bias");
+  if (type == "phi3")
+    keys.insert(keys.end(), {"original_max_position_embeddings", "resid_pdrop", "embd_pdrop", "sliding_window"});
   if (type == "gemma2")
     keys.insert(keys.end(), {"query_pre_attn_scalar", "sliding_window", "layer_types", "final_logit_softcapping",
                              "attn_logit_softcapping"});
@@ -59,7 +62,7 @@ Tensor soft_cap(const Tensor& x, std::optional<double> cap) { return cap ? tanh(
 }  // namespace
 
 bool LlamaConfig::is_type(const std::string& t) {
-  return t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3" || t == "gemma" || t == "gemma2";
+  return t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3" || t == "gemma" || t == "gemma2" || t == "phi3";
 }
 
 std::string LlamaConfig::class_prefix() const {
@@ -68,6 +71,7 @@ std::string LlamaConfig::class_prefix() const {
   if (model_type == "qwen3") return "Qwen3";
   if (model_type == "gemma") return "Gemma";
   if (model_type == "gemma2") return "Gemma2";
+  if (model_type == "phi3") return "Phi3";
   return "Llama";
 }
 
@@ -107,6 +111,14 @@ LlamaConfig LlamaConfig::defaults(const std::string& model_type) {
       c.final_logit_softcapping = 30.0;
       c.attn_logit_softcapping = 50.0;
     }
+  } else if (model_type == "phi3") {  // Phi3Config's (Phi-3 mini)
+    c.vocab_size = 32064;
+    c.hidden_size = 3072;
+    c.intermediate_size = 8192;
+    c.max_position_embeddings = 4096;
+    c.rms_norm_eps = 1e-5;
+    c.eos_token_id = {32000};
+    c.pad_token_id = 32000;
   }
   return c;
 }
@@ -114,7 +126,7 @@ LlamaConfig LlamaConfig::defaults(const std::string& model_type) {
 std::optional<LlamaConfig> LlamaConfig::preset(const std::string& name) {
   static const std::map<std::string, std::string> types = {{"llama3-tiny", "llama"},   {"qwen3-tiny", "qwen3"},
                                                            {"mistral-tiny", "mistral"}, {"gemma-tiny", "gemma"},
-                                                           {"gemma2-tiny", "gemma2"}};
+                                                           {"gemma2-tiny", "gemma2"}, {"phi3-tiny", "phi3"}};
   auto it = types.find(name);
   if (it == types.end()) return std::nullopt;
   LlamaConfig c = defaults(it->second);
@@ -124,8 +136,10 @@ std::optional<LlamaConfig> LlamaConfig::preset(const std::string& name) {
   c.num_hidden_layers = 2;
   c.num_attention_heads = 4;
   c.num_key_value_heads = c.gemma() && !c.gemma2() ? 1 : 2;  // Gemma 2B's multi-query attention
-  c.head_dim = 32;
+  if (!c.phi3()) c.head_dim = 32;  // (Phi3Config has no head_dim: hidden_size / heads, 32 here too)
   c.max_position_embeddings = 2048;
+  c.original_max_position_embeddings = 2048;
+  if (c.pad_token_id) c.pad_token_id = 0;
   if (name == "llama3-tiny") {  // Llama 3.2 1B's rope and head, at this size
     c.rope = RopeScaling::from_json({{"rope_theta", 500000.0},
                                      {"rope_scaling",
@@ -156,7 +170,7 @@ std::vector<std::string> LlamaConfig::default_layer_types() const {
 }
 
 std::optional<int64_t> LlamaConfig::layer_window(int64_t layer) const {
-  if (model_type == "mistral") return sliding_window;
+  if (model_type == "mistral" || model_type == "phi3") return sliding_window;
   if (model_type == "qwen2" || model_type == "qwen3") {
     if (!use_sliding_window) return std::nullopt;
   } else if (model_type != "gemma2") {
@@ -191,7 +205,14 @@ void read_type_fields(const json& j, LlamaConfig& c, const std::string& src) {
     read(j, "pretraining_tp", c.pretraining_tp, src);
     read(j, "mlp_bias", c.mlp_bias, src);
   }
-  if (c.model_type != "mistral" && c.model_type != "qwen2") read(j, "attention_bias", c.attention_bias, src);
+  if (c.model_type != "mistral" && c.model_type != "qwen2" && !c.phi3()) read(j, "attention_bias", c.attention_bias, src);
+  if (c.phi3()) {
+    read(j, "original_max_position_embeddings", c.original_max_position_embeddings, src);
+    read(j, "resid_pdrop", c.resid_pdrop, src);
+    read(j, "embd_pdrop", c.embd_pdrop, src);
+    // Phi3Config's original_max_position_embeddings is the one longrope reads.
+    if (c.rope.type == "longrope") c.rope.original_max_position_embeddings = c.original_max_position_embeddings;
+  }
   if (c.model_type != "llama" && c.model_type != "gemma" && j.contains("sliding_window"))  // null: no window
     c.sliding_window.reset(), read_opt(j, "sliding_window", c.sliding_window, src);
   if (c.model_type == "qwen2" || c.model_type == "qwen3") {
@@ -278,8 +299,10 @@ void LlamaConfig::validate(const std::string& src) const {
              " is not a multiple of num_key_value_heads ", kv_heads());
   rope.validate(head_size(), src);
   KILN_CHECK(rms_norm_eps >= 0, src, ": 'rms_norm_eps' must be >= 0, got ", rms_norm_eps);
-  KILN_CHECK(attention_dropout >= 0 && attention_dropout < 1, src, ": 'attention_dropout' must be in [0, 1), got ",
-             attention_dropout);
+  for (auto [key, p] : {std::pair{"attention_dropout", attention_dropout}, std::pair{"resid_pdrop", resid_pdrop},
+                        std::pair{"embd_pdrop", embd_pdrop}})
+    KILN_CHECK(p >= 0 && p < 1, src, ": '", key, "' must be in [0, 1), got ", p);
+  if (phi3()) positive("original_max_position_embeddings", original_max_position_embeddings);
   for (auto [key, cap] : {std::pair{"final_logit_softcapping", final_logit_softcapping},
                           std::pair{"attn_logit_softcapping", attn_logit_softcapping}})
     if (cap) KILN_CHECK(*cap > 0, src, ": '", key, "' must be positive or null, got ", *cap);
@@ -321,7 +344,12 @@ json LlamaConfig::to_json() const {
     j["pretraining_tp"] = pretraining_tp;
     j["mlp_bias"] = mlp_bias;
   }
-  if (model_type != "mistral" && model_type != "qwen2") j["attention_bias"] = attention_bias;
+  if (model_type != "mistral" && model_type != "qwen2" && !phi3()) j["attention_bias"] = attention_bias;
+  if (phi3()) {
+    j["original_max_position_embeddings"] = original_max_position_embeddings;
+    j["resid_pdrop"] = resid_pdrop;
+    j["embd_pdrop"] = embd_pdrop;
+  }
   if (model_type != "llama" && model_type != "gemma")
     j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
   if (model_type == "qwen2" || model_type == "qwen3") {
@@ -378,16 +406,24 @@ class LlamaDecoderLayer : public nn::Module {
       return register_module(name, std::make_shared<DecoderNorm>(dim, c.rms_norm_eps, c.gemma(), init.device));
     };
     const int64_t C = c.hidden_size, I = c.intermediate_size;
-    q_ = lin("self_attn.q_proj", C, NH_ * D_, c.qkv_bias());
-    k_ = lin("self_attn.k_proj", C, KVH_ * D_, c.qkv_bias());
-    v_ = lin("self_attn.v_proj", C, KVH_ * D_, c.qkv_bias());
+    if (c.phi3()) {  // Phi3Attention's one qkv_proj: rows [queries; keys; values]
+      qkv_ = lin("self_attn.qkv_proj", C, (NH_ + 2 * KVH_) * D_, false);
+    } else {
+      q_ = lin("self_attn.q_proj", C, NH_ * D_, c.qkv_bias());
+      k_ = lin("self_attn.k_proj", C, KVH_ * D_, c.qkv_bias());
+      v_ = lin("self_attn.v_proj", C, KVH_ * D_, c.qkv_bias());
+    }
     o_ = lin("self_attn.o_proj", NH_ * D_, C, c.output_bias());
     if (c.qk_norm()) {
       q_norm_ = norm("self_attn.q_norm", D_);
       k_norm_ = norm("self_attn.k_norm", D_);
     }
-    gate_ = lin("mlp.gate_proj", C, I, c.mlp_bias);
-    up_ = lin("mlp.up_proj", C, I, c.mlp_bias);
+    if (c.phi3()) {  // Phi3MLP's one gate_up_proj: rows [gate; up]
+      gate_up_ = lin("mlp.gate_up_proj", C, 2 * I, false);
+    } else {
+      gate_ = lin("mlp.gate_proj", C, I, c.mlp_bias);
+      up_ = lin("mlp.up_proj", C, I, c.mlp_bias);
+    }
     down_ = lin("mlp.down_proj", I, C, c.mlp_bias);
     input_norm_ = norm("input_layernorm", C);
     post_norm_ = norm("post_attention_layernorm", C);
@@ -396,15 +432,17 @@ class LlamaDecoderLayer : public nn::Module {
       post_ff_norm_ = norm("post_feedforward_layernorm", C);
     }
     attn_dropout_ = std::make_shared<nn::Dropout>(c.attention_dropout, gen);  // HF's attention_dropout: no module
+    resid_dropout_ = std::make_shared<nn::Dropout>(c.resid_pdrop, gen);       // Phi-3's resid_attn / resid_mlp
   }
 
   // x [B,T,C]; cos / sin [1,1,T,D].
   Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerMasks& m) {
     const int64_t B = x.dim(0), T = x.dim(1);
     Tensor h = input_norm_->forward(x);
-    Tensor q = rotate(project(*q_, q_norm_, h, NH_), cos, sin);
-    Tensor k = repeat_kv(rotate(project(*k_, k_norm_, h, KVH_), cos, sin), NH_ / KVH_);
-    Tensor v = repeat_kv(heads(v_->forward(h), KVH_), NH_ / KVH_);
+    auto [qp, kp, vp] = projections(h);
+    Tensor q = rotate(normed_heads(qp, q_norm_, NH_), cos, sin);
+    Tensor k = repeat_kv(rotate(normed_heads(kp, k_norm_, KVH_), cos, sin), NH_ / KVH_);
+    Tensor v = repeat_kv(heads(vp, KVH_), NH_ / KVH_);
     const bool windowed = window_ && *window_ < T;  // (a window as long as the sequence changes nothing)
     Tensor attended;  // [B,NH,T,D]
     if (!cap_ && !windowed && use_fused_attention(q, k, m.padding)) {
@@ -423,9 +461,10 @@ class LlamaDecoderLayer : public nn::Module {
                 const Tensor& windowed, Tensor& k_cache, Tensor& v_cache) {
     const int64_t B = x.dim(0), L = k_cache.dim(2);
     Tensor h = input_norm_->forward(x);
-    Tensor q = rotate(project(*q_, q_norm_, h, NH_), cos, sin);
-    Tensor k = where(at, broadcast_to(rotate(project(*k_, k_norm_, h, KVH_), cos, sin), {B, KVH_, L, D_}), k_cache);
-    Tensor v = where(at, broadcast_to(heads(v_->forward(h), KVH_), {B, KVH_, L, D_}), v_cache);
+    auto [qp, kp, vp] = projections(h);
+    Tensor q = rotate(normed_heads(qp, q_norm_, NH_), cos, sin);
+    Tensor k = where(at, broadcast_to(rotate(normed_heads(kp, k_norm_, KVH_), cos, sin), {B, KVH_, L, D_}), k_cache);
+    Tensor v = where(at, broadcast_to(heads(vp, KVH_), {B, KVH_, L, D_}), v_cache);
     k_cache.assign(k);
     v_cache.assign(v);
     Tensor scores = soft_cap(matmul(q, repeat_kv(k, NH_ / KVH_), false, true) * scale_, cap_);
@@ -439,21 +478,32 @@ class LlamaDecoderLayer : public nn::Module {
   Tensor heads(const Tensor& x, int64_t n) const {
     return permute(reshape(x, {x.dim(0), x.dim(1), n, D_}), {0, 2, 1, 3});
   }
+  // The query, key and value projections [B,T,n·D] of h.
+  std::array<Tensor, 3> projections(const Tensor& h) const {
+    if (!qkv_) return {q_->forward(h), k_->forward(h), v_->forward(h)};
+    Tensor all = qkv_->forward(h);
+    const int64_t axis = all.rank() - 1, q = NH_ * D_, kv = KVH_ * D_;
+    return {slice(all, axis, 0, q), slice(all, axis, q, q + kv), slice(all, axis, q + kv, q + 2 * kv)};
+  }
   // The heads of a query or key projection, RMS-normed per head when the model has q_norm / k_norm.
-  Tensor project(const nn::Linear& proj, const std::shared_ptr<DecoderNorm>& norm, const Tensor& h, int64_t n) const {
-    Tensor x = heads(proj.forward(h), n);
-    return norm ? norm->forward(x) : x;
+  Tensor normed_heads(const Tensor& x, const std::shared_ptr<DecoderNorm>& norm, int64_t n) const {
+    return norm ? norm->forward(heads(x, n)) : heads(x, n);
   }
   // x plus the attention's output a, then plus the MLP of that.
   Tensor residual_mlp(const Tensor& x, const Tensor& a) const {
     if (!pre_ff_norm_) {
-      Tensor y = x + a;
-      return y + mlp(post_norm_->forward(y));
+      Tensor y = x + resid_dropout_->forward(a);
+      return y + resid_dropout_->forward(mlp(post_norm_->forward(y)));
     }
     Tensor y = x + post_norm_->forward(a);
     return y + post_ff_norm_->forward(mlp(pre_ff_norm_->forward(y)));
   }
   Tensor mlp(const Tensor& h) const {
+    if (gate_up_) {
+      Tensor both = gate_up_->forward(h);
+      const int64_t axis = both.rank() - 1, I = both.dim(axis) / 2;
+      return down_->forward(nn::activation(act_, slice(both, axis, 0, I)) * slice(both, axis, I, 2 * I));
+    }
     return down_->forward(nn::activation(act_, gate_->forward(h)) * up_->forward(h));
   }
   int64_t NH_, KVH_, D_;
@@ -461,9 +511,9 @@ class LlamaDecoderLayer : public nn::Module {
   std::optional<int64_t> window_;
   double scale_;
   std::optional<double> cap_;
-  std::shared_ptr<nn::Linear> q_, k_, v_, o_, gate_, up_, down_;
+  std::shared_ptr<nn::Linear> q_, k_, v_, qkv_, o_, gate_, up_, gate_up_, down_;
   std::shared_ptr<DecoderNorm> q_norm_, k_norm_, input_norm_, post_norm_, pre_ff_norm_, post_ff_norm_;
-  std::shared_ptr<nn::Dropout> attn_dropout_;
+  std::shared_ptr<nn::Dropout> attn_dropout_, resid_dropout_;
 };
 
 LlamaForTask::LlamaForTask(std::string architecture, const LlamaConfig& config, uint64_t seed, Device device)

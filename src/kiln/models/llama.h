@@ -28,19 +28,22 @@ namespace kiln::models {
 //   gemma2   Gemma with norms after the attention and around the MLP,
 //            scores scaled by query_pre_attn_scalar^-1/2 and tanh-capped
 //            (attn_logit_softcapping), capped logits (final_logit_softcapping),
-//            sliding-window attention on alternate layers (layer_types).
+//            sliding-window attention on alternate layers (layer_types);
+//   phi3     one qkv_proj and one gate_up_proj, dropout on the residual
+//            branches (resid_pdrop), longrope scaling against the top-level
+//            original_max_position_embeddings, sliding_window on every layer.
 struct LlamaConfig : PretrainedConfig {
   LlamaConfig() { model_type = "llama"; }
   // The model types this config reads, comma-separated.
-  static constexpr const char* kTypes = "llama, mistral, qwen2, qwen3, gemma, gemma2";
+  static constexpr const char* kTypes = "llama, mistral, qwen2, qwen3, gemma, gemma2, phi3";
   static bool is_type(const std::string& model_type);
   // The defaults of each model type (HF's config class defaults).
   static LlamaConfig defaults(const std::string& model_type);
   // Tiny presets of each family's layout (kiln init): "llama3-tiny" (Llama 3.2's:
   // llama3 rope scaling, tied, explicit head_dim), "qwen3-tiny", "mistral-tiny"
-  // (a 64-key window), "gemma-tiny", "gemma2-tiny"; nullopt for other names.
+  // (a 64-key window), "gemma-tiny", "gemma2-tiny", "phi3-tiny"; nullopt for other names.
   static std::optional<LlamaConfig> preset(const std::string& name);
-  static constexpr const char* kPresets = "llama3-tiny, qwen3-tiny, mistral-tiny, gemma-tiny, gemma2-tiny";
+  static constexpr const char* kPresets = "llama3-tiny, qwen3-tiny, mistral-tiny, gemma-tiny, gemma2-tiny, phi3-tiny";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -73,6 +76,9 @@ struct LlamaConfig : PretrainedConfig {
   // Gemma 2.
   int64_t query_pre_attn_scalar = 256;
   std::optional<double> attn_logit_softcapping, final_logit_softcapping;
+  // Phi-3 (embd_pdrop is read and written; HF's Phi3Model applies no embedding dropout).
+  double resid_pdrop = 0.0, embd_pdrop = 0.0;
+  int64_t original_max_position_embeddings = 4096;
 
   // Biases of the attention's projections: attention_bias on all four, Qwen2's on query, key and value only.
   bool qkv_bias() const { return attention_bias || model_type == "qwen2"; }
@@ -80,6 +86,7 @@ struct LlamaConfig : PretrainedConfig {
   bool gemma() const { return model_type == "gemma" || model_type == "gemma2"; }
   bool gemma2() const { return model_type == "gemma2"; }
   bool qk_norm() const { return model_type == "qwen3"; }
+  bool phi3() const { return model_type == "phi3"; }
   // The layer types HF derives when the config gives none.
   std::vector<std::string> default_layer_types() const;
   // The window of layer i's attention, if it has one.

@@ -118,6 +118,9 @@ std::vector<std::string> supported_architectures() {
           "Gemma2Model",
           "Gemma2ForCausalLM",
           "Gemma2ForSequenceClassification",
+          "Phi3Model",
+          "Phi3ForCausalLM",
+          "Phi3ForSequenceClassification",
           "T5ForConditionalGeneration",
           "T5EncoderModel"};
 }
@@ -207,7 +210,7 @@ std::unique_ptr<PreTrainedModel> build_model(const std::string& architecture, co
     return std::make_unique<GPT2ForTask>(architecture, *c, seed, device);
   }
   if (architecture.rfind("Llama", 0) == 0 || architecture.rfind("Mistral", 0) == 0 ||
-      architecture.rfind("Qwen", 0) == 0 || architecture.rfind("Gemma", 0) == 0) {
+      architecture.rfind("Qwen", 0) == 0 || architecture.rfind("Gemma", 0) == 0 || architecture.rfind("Phi3", 0) == 0) {
     auto* c = dynamic_cast<const LlamaConfig*>(&config);
     KILN_CHECK(c, "architecture ", architecture, " needs a config of model_type ", LlamaConfig::kTypes,
                ", got model_type '", config.model_type, "'");

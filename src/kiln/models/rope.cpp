@@ -62,7 +62,7 @@ void read_scaling(const json& obj, RopeScaling& r, const std::string& where) {
   }
   if (r.type == "llama3" || r.type == "longrope")
     if (auto o = detail::json_field<int64_t>(obj, "original_max_position_embeddings", where))
-      r.original_max_position_embeddings = *o;
+      r.original_max_position_embeddings = *o, r.original_given = true;
   if (r.type == "longrope") {
     required("short_factor");
     required("long_factor");
@@ -97,7 +97,8 @@ void RopeScaling::write(json& j) const {
     params["low_freq_factor"] = low_freq_factor;
     params["high_freq_factor"] = high_freq_factor;
   }
-  if (original_max_position_embeddings) params["original_max_position_embeddings"] = *original_max_position_embeddings;
+  if (original_max_position_embeddings && original_given)
+    params["original_max_position_embeddings"] = *original_max_position_embeddings;
   if (type == "longrope") {
     params["short_factor"] = short_factor;
     params["long_factor"] = long_factor;

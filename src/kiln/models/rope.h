@@ -23,6 +23,7 @@ struct RopeScaling {
   std::optional<double> attention_factor;                 // longrope
   std::vector<double> short_factor, long_factor;          // longrope, head_dim / 2 each
   bool longrope_factor_given = false;                     // longrope: "factor" was in the config
+  bool original_given = false;  // original_max_position_embeddings was in the object (Phi-3 keeps it outside)
   bool parameters_form = false;  // read from rope_parameters (written back there)
 
   // From config.json's rope_theta / rope_scaling / rope_parameters; `theta`
