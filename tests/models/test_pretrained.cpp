@@ -552,6 +552,31 @@ TEST(Pretrained, RopeScalingAndNewerFamiliesRoundTrip) {
                   "c.json: 'rope_parameters' per layer type is not supported");
 }
 
+// The newer families ship as bf16: a bf16 checkpoint loads as the float32
+// values of its bf16 numbers (a Gemma 2 and a Llama 3.2-shaped golden).
+TEST(Pretrained, Bf16CheckpointsLoadAsTheirValues) {
+  for (const char* name : {"gemma/gemma2_lm", "llama3/llama3_lm_tied", "phi3/phi3_lm"}) {
+    SCOPED_TRACE(name);
+    TempDir bf16, rounded;
+    for (const char* f : {"config.json", "model.safetensors"}) {
+      fs::copy_file(fs::path(KILN_TEST_DATA_DIR) / name / f, bf16.path() / f);
+      fs::copy_file(fs::path(KILN_TEST_DATA_DIR) / name / f, rounded.path() / f);
+    }
+    edit_weights(bf16.path(), [](auto& t) {
+      for (auto& [k, v] : t) v = cast(v, DType::bf16);
+    });
+    edit_weights(rounded.path(), [](auto& t) {
+      for (auto& [k, v] : t) v = cast(cast(v, DType::bf16), DType::f32);
+    });
+    EXPECT_EQ(io::SafetensorsFile::open(bf16.path() / "model.safetensors").entries().at(0).dtype, "BF16");
+    auto a = models::from_pretrained(bf16.path()), b = models::from_pretrained(rounded.path());
+    a->eval(), b->eval();
+    models::ModelInputs in;
+    in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 8}, {2, 3});
+    EXPECT_EQ(a->forward(in).logits.to_vector<float>(), b->forward(in).logits.to_vector<float>());
+  }
+}
+
 // kiln init's presets of the newer families build, run and save configs that read back.
 TEST(Pretrained, NewerFamilyPresetsBuildAndRoundTrip) {
   for (const char* name : {"llama3-tiny", "qwen3-tiny", "mistral-tiny", "gemma-tiny", "gemma2-tiny", "phi3-tiny"}) {

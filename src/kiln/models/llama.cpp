@@ -136,7 +136,8 @@ std::optional<LlamaConfig> LlamaConfig::preset(const std::string& name) {
   c.num_hidden_layers = 2;
   c.num_attention_heads = 4;
   c.num_key_value_heads = c.gemma() && !c.gemma2() ? 1 : 2;  // Gemma 2B's multi-query attention
-  if (!c.phi3()) c.head_dim = 32;  // (Phi3Config has no head_dim: hidden_size / heads, 32 here too)
+  if (c.phi3()) c.vocab_size = 32064;  // (its eos and pad ids, 32000, stay inside)
+  else c.head_dim = 32;                 // (Phi3Config has no head_dim: hidden_size / heads, 32 here too)
   c.max_position_embeddings = 2048;
   c.original_max_position_embeddings = 2048;
   if (c.pad_token_id) c.pad_token_id = 0;
@@ -444,9 +445,12 @@ class LlamaDecoderLayer : public nn::Module {
     Tensor k = repeat_kv(rotate(normed_heads(kp, k_norm_, KVH_), cos, sin), NH_ / KVH_);
     Tensor v = repeat_kv(heads(vp, KVH_), NH_ / KVH_);
     const bool windowed = window_ && *window_ < T;  // (a window as long as the sequence changes nothing)
+    // The CPU kernel skips the blocks before a window; the CUDA kernels have no window yet.
+    const bool fused = !cap_ && (!windowed || x.device().kind == DeviceKind::CPU) && use_fused_attention(q, k, m.padding);
     Tensor attended;  // [B,NH,T,D]
-    if (!cap_ && !windowed && use_fused_attention(q, k, m.padding)) {
-      attended = fused_attention(q, k, v, {m.padding, true, scale_, attn_dropout_->active_p(), attn_dropout_->generator()});
+    if (fused) {
+      attended = fused_attention(q, k, v, {m.padding, true, scale_, attn_dropout_->active_p(), attn_dropout_->generator(),
+                                           windowed ? *window_ : 0});
     } else {
       Tensor scores = soft_cap(matmul(q, k, false, true) * scale_, cap_);
       scores = where(windowed ? m.windowed : m.causal, scores, full({}, kMin, DType::f32, x.device()));
