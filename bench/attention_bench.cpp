@@ -140,6 +140,8 @@ int main(int argc, char** argv) {
   if (fused > 0) std::printf("  %-10s %10.3f %14.1f\n", "fused", fused * 1e3, flops / fused / 1e9);
   if (comp > 0) std::printf("  %-10s %10.3f %14.1f\n", "composite", comp * 1e3, flops / comp / 1e9);
   if (fused > 0 && comp > 0) std::printf("  fused / composite: %.2fx the time\n", fused / comp);
-  if (s.causal) std::printf("  (GFLOP/s count the products' causal half only)\n");
+  if (s.causal)
+    std::printf(s.window > 0 ? "  (GFLOP/s count the keys in each row's window only)\n"
+                             : "  (GFLOP/s count the products' causal half only)\n");
   return 0;
 }
