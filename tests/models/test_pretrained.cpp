@@ -550,6 +550,18 @@ TEST(Pretrained, RopeScalingAndNewerFamiliesRoundTrip) {
                   "'attn_logit_softcapping' must be positive or null, got -1");
   EXPECT_CONTAINS(error({{"model_type", "llama"}, {"rope_parameters", {{"full_attention", {{"rope_type", "default"}}}}}}),
                   "c.json: 'rope_parameters' per layer type is not supported");
+  EXPECT_CONTAINS(error({{"model_type", "llama"}, {"head_dim", 2},
+                         {"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}}}),
+                  "c.json: 'rope_scaling': rope_type 'dynamic' needs head_dim > 2, got 2");
+  EXPECT_CONTAINS(error({{"model_type", "llama"}, {"rope_scaling", {{"rope_type", "linear"}, {"factor", 0.0}}}}),
+                  "c.json: 'rope_scaling': 'factor' must be positive, got 0");
+  EXPECT_CONTAINS(error({{"model_type", "phi3"}, {"hidden_size", 64}, {"num_attention_heads", 4},
+                         {"rope_scaling", {{"type", "su"}, {"short_factor", {1.0, 1.0}}, {"long_factor", {1.0, 2.0}}}}}),
+                  "c.json: 'rope_scaling': short_factor and long_factor must have head_dim / 2 = 8 entries, got 2 and 2");
+  EXPECT_CONTAINS(error({{"model_type", "llama"},
+                         {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
+                                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}}),
+                  "llama3 needs 0 < low_freq_factor < high_freq_factor, got 4 and 4");
 }
 
 // The newer families ship as bf16: a bf16 checkpoint loads as the float32

@@ -125,6 +125,8 @@ void RopeScaling::validate(int64_t head_dim, const std::string& src) const {
     KILN_CHECK(original_max_position_embeddings && *original_max_position_embeddings > 0, where,
                ": 'original_max_position_embeddings' must be a positive integer (in rope_scaling or the config)");
   }
+  if (type == "dynamic")  // (its exponent divides by head_dim - 2)
+    KILN_CHECK(head_dim > 2, where, ": rope_type 'dynamic' needs head_dim > 2, got ", head_dim);
   if (type == "longrope") {
     const size_t half = static_cast<size_t>(head_dim / 2);
     KILN_CHECK(short_factor.size() == half && long_factor.size() == half, where,
