@@ -551,8 +551,15 @@ LlamaForTask::LlamaForTask(std::string architecture, const LlamaConfig& config, 
 
 const LlamaForTask::Rotary& LlamaForTask::rotary(Rotary& table, int64_t needed, int64_t seq_len) {
   const LlamaConfig& c = llama_config();
-  // Frequencies that do not depend on the length serve every length.
+  // Lengths with the same frequencies share a table: every length for most
+  // types, those up to max_position_embeddings for dynamic, each side of the
+  // original length for longrope.
   if (!c.rope.length_dependent()) seq_len = 1;
+  else if (seq_len > 0 && c.rope.type == "dynamic") seq_len = std::max(seq_len, c.max_position_embeddings);
+  else if (seq_len > 0) {
+    const int64_t original = *c.rope.original_max_position_embeddings;
+    seq_len = seq_len > original ? original + 1 : 1;
+  }
   if (needed <= table.rows && seq_len == table.seq_len) return table;
   // Built on first use, for the positions in use rounded up to a power of two
   // (at least 64): a 128k-position config does not hold 128k rows it never
