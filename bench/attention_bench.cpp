@@ -8,7 +8,7 @@
 // each row sees).
 //
 //   build/bin/attention_bench [--batch 4] [--heads 12] [--seq 256] [--dim 64]
-//                             [--dropout 0.1] [--causal 1] [--iters 30] [--only fused|composite]
+//                             [--dropout 0.1] [--causal 1] [--window 0] [--iters 30] [--only fused|composite]
 // (--only: time one side, e.g. under perf).
 #include <algorithm>
 #include <chrono>
@@ -32,13 +32,16 @@ struct Geometry {
   int64_t B = 4, H = 12, T = 256, D = 64;
   double dropout = 0.1;
   bool causal = true;
+  int64_t window = 0;  // causal: a sliding window of that many keys (Mistral's, Gemma 2's)
 };
 
 Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Geometry& s, double scale, Generator& gen) {
   Tensor scores = matmul(q, k, false, true) * scale;
   if (s.causal) {
     Tensor iq = reshape(arange(s.T, DType::i64), {s.T, 1}), ik = reshape(arange(s.T, DType::i64), {1, s.T});
-    scores = where(reshape(le(ik, iq), {1, 1, s.T, s.T}), scores,
+    Tensor visible = le(ik, iq);
+    if (s.window > 0) visible = logical_and(visible, gt(ik + static_cast<double>(s.window), iq));
+    scores = where(reshape(visible, {1, 1, s.T, s.T}), scores,
                    full({}, std::numeric_limits<float>::lowest(), DType::f32));
   }
   Tensor p = softmax(scores, -1);
@@ -59,7 +62,7 @@ double time_steps(const Geometry& s, bool fused, int iters) {
   std::vector<double> t;
   for (int i = 0; i < iters + 3; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    Tensor y = fused ? fused_attention(q, k, v, {Tensor(), s.causal, scale, s.dropout, &gen})
+    Tensor y = fused ? fused_attention(q, k, v, {Tensor(), s.causal, scale, s.dropout, &gen, s.window})
                      : composite(q, k, v, s, scale, gen);
     sum(y * w).backward();  // (q, k and v hold the gradients until the step has run them)
     mark_step();
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
       else if (f == "--dim") s.D = integer();
       else if (f == "--dropout") s.dropout = whole([](const std::string& t, size_t* n) { return std::stod(t, n); });
       else if (f == "--causal") s.causal = integer() != 0;
+      else if (f == "--window") s.window = integer();
       else if (f == "--iters") iters = static_cast<int>(std::min<long long>(integer(), 1 << 30));
       else if (f == "--only" && (x == "fused" || x == "composite")) only = x;
       else if (f == "--only") {
@@ -113,23 +117,31 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (s.B < 1 || s.H < 1 || s.T < 1 || s.D < 1 || iters < 1 || s.dropout < 0 || s.dropout >= 1) {
-    std::fprintf(stderr, "attention_bench: sizes and --iters must be at least 1 and --dropout in [0, 1)\n");
+  if (s.B < 1 || s.H < 1 || s.T < 1 || s.D < 1 || iters < 1 || s.dropout < 0 || s.dropout >= 1 || s.window < 0 ||
+      (s.window > 0 && !s.causal)) {
+    std::fprintf(stderr, "attention_bench: sizes and --iters must be at least 1, --dropout in [0, 1), --window >= 0 "
+                         "(with --causal 1)\n");
     return 2;
   }
   const double fused = only == "composite" ? 0.0 : time_steps(s, true, iters);
   const double comp = only == "fused" ? 0.0 : time_steps(s, false, iters);
   // Six products of B·H·T·T·D multiply-adds each (q kᵀ, p v; dP, dv, dq,
   // dk), of which a causal row needs its first i + 1 keys.
-  const double share = s.causal ? static_cast<double>(s.T + 1) / (2.0 * static_cast<double>(s.T)) : 1.0;
+  // (with a window, its last `window` keys)
+  double keys = 0;
+  for (int64_t i = 0; i < s.T; ++i) keys += !s.causal ? s.T : s.window > 0 ? std::min(i + 1, s.window) : i + 1;
+  const double share = keys / (static_cast<double>(s.T) * static_cast<double>(s.T));
   const double flops = 6 * 2.0 * static_cast<double>(s.B * s.H * s.T * s.T * s.D) * share;
-  std::printf("attention forward + gradient, [%lld, %lld, %lld, %lld], %s, dropout %g, %d threads\n",
+  std::printf("attention forward + gradient, [%lld, %lld, %lld, %lld], %s, window %lld, dropout %g, %d threads\n",
               static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.T),
-              static_cast<long long>(s.D), s.causal ? "causal" : "not causal", s.dropout, omp_get_max_threads());
+              static_cast<long long>(s.D), s.causal ? "causal" : "not causal", static_cast<long long>(s.window),
+              s.dropout, omp_get_max_threads());
   std::printf("  %-10s %10s %14s\n", "", "median ms", "GFLOP/s");
   if (fused > 0) std::printf("  %-10s %10.3f %14.1f\n", "fused", fused * 1e3, flops / fused / 1e9);
   if (comp > 0) std::printf("  %-10s %10.3f %14.1f\n", "composite", comp * 1e3, flops / comp / 1e9);
   if (fused > 0 && comp > 0) std::printf("  fused / composite: %.2fx the time\n", fused / comp);
-  if (s.causal) std::printf("  (GFLOP/s count the products' causal half only)\n");
+  if (s.causal)
+    std::printf(s.window > 0 ? "  (GFLOP/s count the keys in each row's window only)\n"
+                             : "  (GFLOP/s count the products' causal half only)\n");
   return 0;
 }

@@ -1,12 +1,14 @@
 // Parity with Hugging Face's definitions: logits, loss and the gradient of
 // every parameter of tiny random models (padded batches) against goldens from
-// tools/goldens/gen_{bert,gpt2,llama,t5}_goldens.py (PyTorch, float64).
+// tools/goldens/gen_{bert,gpt2,llama,t5}_goldens.py (PyTorch, float64) and
+// tools/goldens/gen_hf_decoder_goldens.py (transformers itself, float64).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 #include "kiln/io/safetensors.h"
 #include "kiln/models/model.h"
+#include "support/temp_dir.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -64,7 +66,7 @@ TEST_P(ModelGolden, LogitsLossAndGradientsMatch) {
   }
   // Every golden gradient belongs to a parameter of the model.
   EXPECT_EQ(checked, std::count_if(golden.begin(), golden.end(), [](auto& g) { return g.first.rfind("grad.", 0) == 0; }));
-  EXPECT_GE(checked, 20);
+  EXPECT_GE(checked, 12);  // (Phi-3's fused projections: 15 tensors in two layers)
 }
 
 INSTANTIATE_TEST_SUITE_P(Bert, ModelGolden,
@@ -81,6 +83,40 @@ INSTANTIATE_TEST_SUITE_P(GPT2, ModelGolden,
 INSTANTIATE_TEST_SUITE_P(Llama, ModelGolden,
                          ::testing::Values("llama/llama_lm", "llama/llama_lm_tied_bias", "llama/llama_seqcls",
                                            "llama/llama_model", "llama/mistral_lm", "llama/qwen2_lm_tied"));
+
+// The goldens of gen_hf_decoder_goldens.py hold transformers' own
+// save_pretrained output: kiln's save of the loaded model has exactly its
+// tensor names and shapes, and a config that reads back the same.
+class HfSaveGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfSaveGolden, SavedTensorsAreTransformersOwn) {
+  fs::path dir = fs::path(KILN_TEST_DATA_DIR) / GetParam();
+  auto model = models::from_pretrained(dir);
+  testing::TempDir out;
+  model->save_pretrained(out.path());
+  auto theirs = io::SafetensorsFile::open(dir / "model.safetensors");
+  auto ours = io::SafetensorsFile::open(out.path() / "model.safetensors");
+  std::vector<std::string> their_names, our_names;
+  for (const auto& t : theirs.entries()) their_names.push_back(t.name);
+  for (const auto& t : ours.entries()) {
+    our_names.push_back(t.name);
+    ASSERT_NE(theirs.find(t.name), nullptr) << t.name;
+    EXPECT_EQ(theirs.find(t.name)->shape, t.shape) << t.name;
+  }
+  std::sort(their_names.begin(), their_names.end());
+  std::sort(our_names.begin(), our_names.end());
+  EXPECT_EQ(our_names, their_names);
+  auto again = models::load_config(out.path() / "config.json");
+  EXPECT_EQ(again->to_json(), model->config().to_json());
+}
+
+const auto kHfDecoders = ::testing::Values(
+    "llama3/llama3_lm_tied", "llama3/llama_linear_rope", "llama3/llama_dynamic_rope", "qwen3/qwen3_lm",
+    "qwen3/qwen3_seqcls", "qwen3/qwen3_model_tied", "qwen3/qwen3_lm_window", "mistral/mistral_lm_window",
+    "gemma/gemma_lm", "gemma/gemma_seqcls", "gemma/gemma2_lm", "gemma/gemma2_model", "phi3/phi3_lm", "phi3/phi3_seqcls",
+    "phi3/phi3_longrope_window");
+INSTANTIATE_TEST_SUITE_P(HfDecoders, ModelGolden, kHfDecoders);
+INSTANTIATE_TEST_SUITE_P(HfDecoders, HfSaveGolden, kHfDecoders);
 
 }  // namespace
 }  // namespace kiln

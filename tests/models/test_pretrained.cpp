@@ -324,7 +324,7 @@ TEST(Pretrained, BadConfigsAreClearErrors) {
   cfg["model_type"] = "falcon";
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
   EXPECT_CONTAINS(load_error(dir.path()), "model_type 'falcon' is not supported (supported: bert, roberta, distilbert, "
-                                          "gpt2, llama, mistral, qwen2, t5)");
+                                          "gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, t5)");
   std::ofstream(dir.path() / "config.json") << "{\"model_type\": ";
   EXPECT_NE(load_error(dir.path()).find("config.json"), std::string::npos);
 }
@@ -428,7 +428,14 @@ TEST(Pretrained, LlamaNamesConfigAndCheckpoints) {
   EXPECT_CONTAINS(config_error({{"num_key_value_heads", 3}}),
                   "m/config.json: num_attention_heads 4 is not a multiple of num_key_value_heads 3");
   EXPECT_CONTAINS(config_error({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}),
-                  "m/config.json: 'rope_scaling' object {\"factor\":8.0,\"rope_type\":\"llama3\"} is not supported");
+                  "m/config.json: 'rope_scaling': rope_type 'llama3' needs 'low_freq_factor'");
+  EXPECT_CONTAINS(config_error({{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 8.0}}}}),
+                  "m/config.json: 'rope_scaling': rope_type 'yarn' is not supported");
+  EXPECT_CONTAINS(config_error({{"rope_scaling", {{"type", "linear"}, {"factor", 2.0}, {"low_freq_factor", 1}}}}),
+                  "m/config.json: 'rope_scaling': 'low_freq_factor' is not a parameter of rope_type 'linear'");
+  EXPECT_CONTAINS(config_error({{"rope_scaling", {{"rope_type", "dynamic"}}}}), "rope_type 'dynamic' needs 'factor'");
+  EXPECT_CONTAINS(config_error({{"rope_parameters", {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}}}}),
+                  "m/config.json: 'rope_parameters': partial_rotary_factor 0.5 is not supported");
   EXPECT_EQ(config_error({{"rope_scaling", {{"rope_type", "default"}}}}), "");
   EXPECT_CONTAINS(config_error({{"eos_token_id", {2, "x"}}}),
                   "m/config.json: 'eos_token_id' must be an id or a list of ids, got [2,\"x\"]");
@@ -439,8 +446,7 @@ TEST(Pretrained, LlamaNamesConfigAndCheckpoints) {
 
 // Mistral and Qwen2 are Llama's layers under their own configs: each reads
 // and writes its own keys and defaults, Qwen2 has biases on q, k and v only,
-// and a sequence longer than a sliding window is an error (kiln builds no
-// windowed attention; up to the window it changes nothing).
+// and a query past the sliding window does not see the keys before it.
 TEST(Pretrained, MistralAndQwen2AreLlamasUnderTheirOwnConfigs) {
   TempDir dir;
   auto qwen = models::LlamaConfig::from_json(
@@ -471,17 +477,132 @@ TEST(Pretrained, MistralAndQwen2AreLlamasUnderTheirOwnConfigs) {
   EXPECT_EQ(models::LlamaConfig::defaults("mistral").intermediate_size, 14336);
   EXPECT_EQ(mistral.to_json()["sliding_window"], 4);
   auto m = models::create_model("MistralForCausalLM", mistral, 3);
+  m->eval();
   models::ModelInputs in;
-  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11}, {1, 4});
-  EXPECT_EQ(m->forward(in).logits.shape(), (Shape{1, 4, 60}));  // 4 tokens: the window changes nothing
-  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3}, {1, 5});
-  EXPECT_CONTAINS(testing::error_of([&] { m->forward(in); }),
-                  "MistralForCausalLM: 5 positions exceed sliding_window 4; kiln does not build sliding-window "
-                  "attention");
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 8}, {1, 6});
+  // The last position's window (4 keys) leaves out the first two tokens: changing them changes only earlier rows.
+  std::vector<float> a = m->forward(in).logits.to_vector<float>();
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{6, 2, 9, 11, 3, 8}, {1, 6});
+  std::vector<float> b = m->forward(in).logits.to_vector<float>();
+  EXPECT_NE(std::vector<float>(a.begin() + 4 * 60, a.begin() + 5 * 60), std::vector<float>(b.begin() + 4 * 60, b.begin() + 5 * 60));
+  EXPECT_EQ(std::vector<float>(a.begin() + 5 * 60, a.end()), std::vector<float>(b.begin() + 5 * 60, b.end()));
   EXPECT_CONTAINS(testing::error_of([&] {
                     models::LlamaConfig::from_json({{"model_type", "mistral"}, {"sliding_window", 0}}, "m.json");
                   }),
                   "m.json: 'sliding_window' must be positive, got 0");
+}
+
+// rope_scaling (transformers 4's form) and rope_parameters (transformers 5's)
+// are each written back in the form read; the newer families' own keys.
+TEST(Pretrained, RopeScalingAndNewerFamiliesRoundTrip) {
+  const nlohmann::json llama3 = {{"factor", 32.0}, {"high_freq_factor", 4.0}, {"low_freq_factor", 1.0},
+                                 {"original_max_position_embeddings", 8192}, {"rope_type", "llama3"}};
+  auto legacy = models::LlamaConfig::from_json({{"model_type", "llama"}, {"rope_theta", 500000.0}, {"rope_scaling", llama3},
+                                                {"head_dim", 64}, {"tie_word_embeddings", true}},
+                                               "l.json");
+  EXPECT_EQ(legacy.rope.type, "llama3");
+  EXPECT_EQ(legacy.head_size(), 64);
+  auto j = legacy.to_json();
+  EXPECT_EQ(j["rope_scaling"], llama3);
+  EXPECT_EQ(j["rope_theta"], 500000.0);
+  EXPECT_FALSE(j.contains("rope_parameters"));
+  nlohmann::json params = llama3;
+  params["rope_theta"] = 500000.0;
+  auto v5 = models::LlamaConfig::from_json({{"model_type", "llama"}, {"rope_parameters", params}}, "l.json");
+  EXPECT_EQ(v5.rope.theta, 500000.0);
+  j = v5.to_json();
+  EXPECT_EQ(j["rope_parameters"], params);
+  EXPECT_FALSE(j.contains("rope_scaling"));
+  // llama3: high frequencies kept, low ones divided by the factor.
+  auto inv = legacy.rope.inv_freq(64, 131072, 10);
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  EXPECT_NEAR(inv[31], 1.0 / std::pow(500000.0, 62.0 / 64) / 32, 1e-12);
+
+  auto gemma2 = models::LlamaConfig::from_json({{"model_type", "gemma2"}}, "g.json");
+  EXPECT_EQ(gemma2.head_size(), 256);  // Gemma2Config's defaults
+  EXPECT_EQ(gemma2.kv_heads(), 4);
+  EXPECT_TRUE(gemma2.tie_word_embeddings);
+  EXPECT_EQ(*gemma2.layer_window(0), 4096);
+  EXPECT_FALSE(gemma2.layer_window(1).has_value());
+  j = gemma2.to_json();
+  EXPECT_EQ(j["hidden_activation"], "gelu_pytorch_tanh");
+  EXPECT_FALSE(j.contains("hidden_act"));
+  EXPECT_EQ(j["layer_types"].size(), 26u);
+  EXPECT_EQ(j["final_logit_softcapping"], 30.0);
+  EXPECT_EQ(models::LlamaConfig::from_json({{"model_type", "gemma"}, {"hidden_act", "gelu"}}, "g.json").hidden_act,
+            "gelu_pytorch_tanh");  // GemmaConfig's reading of the legacy value
+  auto qwen3 = models::LlamaConfig::from_json({{"model_type", "qwen3"}, {"use_sliding_window", true},
+                                               {"sliding_window", 8}, {"max_window_layers", 30}},
+                                              "q.json");
+  EXPECT_EQ(qwen3.head_size(), 128);
+  EXPECT_FALSE(qwen3.layer_window(29).has_value());
+  EXPECT_EQ(*qwen3.layer_window(30), 8);
+  auto error = [](nlohmann::json cj) {
+    return testing::error_of([&] { models::LlamaConfig::from_json(cj, "c.json"); });
+  };
+  EXPECT_CONTAINS(error({{"model_type", "gemma2"}, {"num_hidden_layers", 2}, {"layer_types", {"full_attention"}}}),
+                  "c.json: 'layer_types' has 1 entries for 2 layers");
+  EXPECT_CONTAINS(error({{"model_type", "gemma2"}, {"layer_types", {"chunked_attention"}}}),
+                  "c.json: 'layer_types' entries must be \"full_attention\" or \"sliding_attention\"");
+  EXPECT_CONTAINS(error({{"model_type", "gemma"}, {"use_bidirectional_attention", true}}),
+                  "c.json: 'use_bidirectional_attention' true is not supported");
+  EXPECT_CONTAINS(error({{"model_type", "gemma2"}, {"attn_logit_softcapping", -1.0}}),
+                  "'attn_logit_softcapping' must be positive or null, got -1");
+  EXPECT_CONTAINS(error({{"model_type", "llama"}, {"rope_parameters", {{"full_attention", {{"rope_type", "default"}}}}}}),
+                  "c.json: 'rope_parameters' per layer type is not supported");
+  EXPECT_CONTAINS(error({{"model_type", "llama"}, {"head_dim", 2},
+                         {"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}}}),
+                  "c.json: 'rope_scaling': rope_type 'dynamic' needs head_dim > 2, got 2");
+  EXPECT_CONTAINS(error({{"model_type", "llama"}, {"rope_scaling", {{"rope_type", "linear"}, {"factor", 0.0}}}}),
+                  "c.json: 'rope_scaling': 'factor' must be positive, got 0");
+  EXPECT_CONTAINS(error({{"model_type", "phi3"}, {"hidden_size", 64}, {"num_attention_heads", 4},
+                         {"rope_scaling", {{"type", "su"}, {"short_factor", {1.0, 1.0}}, {"long_factor", {1.0, 2.0}}}}}),
+                  "c.json: 'rope_scaling': short_factor and long_factor must have head_dim / 2 = 8 entries, got 2 and 2");
+  EXPECT_CONTAINS(error({{"model_type", "llama"},
+                         {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
+                                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}}),
+                  "llama3 needs 0 < low_freq_factor < high_freq_factor, got 4 and 4");
+}
+
+// The newer families ship as bf16: a bf16 checkpoint loads as the float32
+// values of its bf16 numbers (a Gemma 2 and a Llama 3.2-shaped golden).
+TEST(Pretrained, Bf16CheckpointsLoadAsTheirValues) {
+  for (const char* name : {"gemma/gemma2_lm", "llama3/llama3_lm_tied", "phi3/phi3_lm"}) {
+    SCOPED_TRACE(name);
+    TempDir bf16, rounded;
+    for (const char* f : {"config.json", "model.safetensors"}) {
+      fs::copy_file(fs::path(KILN_TEST_DATA_DIR) / name / f, bf16.path() / f);
+      fs::copy_file(fs::path(KILN_TEST_DATA_DIR) / name / f, rounded.path() / f);
+    }
+    edit_weights(bf16.path(), [](auto& t) {
+      for (auto& [k, v] : t) v = cast(v, DType::bf16);
+    });
+    edit_weights(rounded.path(), [](auto& t) {
+      for (auto& [k, v] : t) v = cast(cast(v, DType::bf16), DType::f32);
+    });
+    EXPECT_EQ(io::SafetensorsFile::open(bf16.path() / "model.safetensors").entries().at(0).dtype, "BF16");
+    auto a = models::from_pretrained(bf16.path()), b = models::from_pretrained(rounded.path());
+    a->eval(), b->eval();
+    models::ModelInputs in;
+    in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 8}, {2, 3});
+    EXPECT_EQ(a->forward(in).logits.to_vector<float>(), b->forward(in).logits.to_vector<float>());
+  }
+}
+
+// kiln init's presets of the newer families build, run and save configs that read back.
+TEST(Pretrained, NewerFamilyPresetsBuildAndRoundTrip) {
+  for (const char* name : {"llama3-tiny", "qwen3-tiny", "mistral-tiny", "gemma-tiny", "gemma2-tiny", "phi3-tiny"}) {
+    SCOPED_TRACE(name);
+    auto c = models::preset_config(name);
+    ASSERT_NE(c, nullptr);
+    dynamic_cast<models::LlamaConfig&>(*c).vocab_size = 50;
+    auto model = models::create_model(c->architectures.at(0), *c, 1);
+    models::ModelInputs in;
+    in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7, 9, 11, 3, 1}, {2, 3});
+    EXPECT_EQ(model->forward(in).logits.shape(), (Shape{2, 3, 50}));
+    EXPECT_EQ(models::config_from_json(c->to_json(), name)->to_json(), c->to_json());
+  }
+  EXPECT_NE(models::preset_names().find("gemma2-tiny"), std::string::npos);
 }
 
 // token_type_ids in GPT-2 are looked up in the word embeddings and added, as

@@ -29,6 +29,7 @@ struct Case {
   double dropout = 0.0;
   bool projected = false;  // q, k, v: [B, H, T, D] views of [B, T, H, D] tensors, as the models' heads
   std::vector<float> mask_values;  // if set: the mask, [1, 1, 1, Tk]
+  int64_t window = 0;              // causal: a sliding window of that many keys
 };
 
 // The attention of GPT-2 / BERT as the models write it without the fused op.
@@ -37,7 +38,9 @@ Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   Tensor scores = matmul(q, k, false, true) * scale;
   if (c.causal) {
     Tensor iq = reshape(arange(c.Tq, DType::i64), {c.Tq, 1}), ik = reshape(arange(c.Tk, DType::i64), {1, c.Tk});
-    scores = where(reshape(le(ik, iq), {1, 1, c.Tq, c.Tk}), scores, full({}, kMin, DType::f32));
+    Tensor visible = le(ik, iq);
+    if (c.window > 0) visible = logical_and(visible, gt(ik + static_cast<double>(c.window), iq));
+    scores = where(reshape(visible, {1, 1, c.Tq, c.Tk}), scores, full({}, kMin, DType::f32));
   }
   return matmul(dropout(softmax(scores, -1, mask), c.dropout, gen, c.dropout > 0), v);
 }
@@ -68,7 +71,7 @@ Result run(const Case& c, bool fused, bool bf16) {
     mask = Tensor::from_vector(m, {rows, 1, 1, c.Tk});
   }
   Generator gen(11);
-  Tensor y = fused ? fused_attention(q, k, v, {mask, c.causal, scale, c.dropout, &gen})
+  Tensor y = fused ? fused_attention(q, k, v, {mask, c.causal, scale, c.dropout, &gen, c.window})
                    : composite(q, k, v, mask, c, scale, gen);
   Tensor w = Tensor::from_vector(values(y.numel(), 4, 0.5f, 1.5f), y.shape());
   sum(y * w).backward();
@@ -109,6 +112,28 @@ TEST(FusedAttention, LongSequencesInBlocksOfRows) {
   Case cross;  // more queries than one block, keys past 1024 (16-row blocks)
   cross.B = 1, cross.H = 2, cross.Tq = 37, cross.Tk = 1100, cross.mask = true, cross.dropout = 0.2;
   expect_matches_composite(cross, false, 1e-5);
+}
+
+// A sliding window (Mistral's, Gemma 2's): the kernel's blocks start at their
+// first row's first key; the values, gradients and dropout masks are the
+// composite's (which masks the keys before the window) in one block and in
+// many, with padding, under Autocast, and with a window past the sequence.
+TEST(FusedAttention, SlidingWindowsMatchTheComposite) {
+  for (auto [T, window] : {std::pair<int64_t, int64_t>{13, 4}, {300, 37}, {300, 130}, {20, 64}})
+    for (double p : {0.0, 0.2}) {
+      SCOPED_TRACE(::testing::Message() << "T " << T << " window " << window << " dropout " << p);
+      Case c;
+      c.B = 2, c.H = 2, c.Tq = T, c.Tk = T, c.D = 16, c.causal = true, c.mask = true, c.dropout = p;
+      c.window = window;
+      c.projected = T > 100;
+      expect_matches_composite(c, false, 1e-5);
+      if (p == 0.0) expect_matches_composite(c, true, 1e-4);
+    }
+  EXPECT_CONTAINS(error_of([] {
+                    Tensor q = zeros({1, 1, 4, 8});
+                    fused_attention(q, q, q, {Tensor(), false, 1.0, 0.0, nullptr, 3});
+                  }),
+                  "attention: a sliding window (3) needs causal attention");
 }
 
 // Rows whose visible keys are all masked (left padding under the causal

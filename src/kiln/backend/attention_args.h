@@ -15,6 +15,7 @@ struct AttentionArgs {
   float scale = 1.0f, dropout = 0.0f;
   float inv_keep = 1.0f;          // 1 / (1 - dropout), rounded from double as dropout() does
   int64_t mask_batch_stride = 0;  // Tk when the mask has one row per batch entry, else 0
+  int64_t window = 0;             // a causal sliding window's keys per query (0: none)
   int mask_input = -1, key_input = -1;  // the inputs holding the mask and the rng key (-1: none)
 };
 
@@ -27,6 +28,7 @@ inline AttentionArgs attention_args(const compiler::Instr& ins) {
   a.scale = static_cast<float>(ins.attrs.floats[0]);
   a.dropout = static_cast<float>(ins.attrs.floats[1]);
   if (ins.attrs.floats[1] > 0.0) a.inv_keep = static_cast<float>(1.0 / (1.0 - ins.attrs.floats[1]));
+  if (ins.attrs.floats.size() > 2) a.window = static_cast<int64_t>(ins.attrs.floats[2]);
   int next = 3;
   if (ins.attrs.ints[1]) {
     a.mask_input = next++;

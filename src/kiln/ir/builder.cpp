@@ -456,7 +456,7 @@ bool attention_takes_mask(const Shape& m, int64_t batch, int64_t keys) {
 }
 
 NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const NodePtr& mask, const NodePtr& key,
-                  bool causal, double scale, double dropout) {
+                  bool causal, double scale, double dropout, int64_t window) {
   for (const NodePtr* x : {&q, &k, &v})
     KILN_CHECK((*x)->rank() == 4, "attention: q, k and v must be [batch, heads, seq, head_dim], got ",
                to_string((*x)->shape));
@@ -469,6 +469,8 @@ NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const No
              to_string(v->shape));
   KILN_CHECK(!causal || Tq == Tk, "attention: causal attention needs as many queries as keys, got ", Tq, " and ", Tk);
   KILN_CHECK(dropout >= 0.0 && dropout < 1.0, "attention: dropout must be in [0, 1), got ", dropout);
+  KILN_CHECK(window >= 0 && (window == 0 || causal), "attention: a sliding window (", window,
+             ") needs causal attention and a positive size");
   std::vector<NodePtr> inputs{q, k, v};
   if (mask) {
     check_float(mask, Op::Attention);
@@ -481,8 +483,9 @@ NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const No
                "attention: dropout needs an i64 [3] rng key (Generator::next_key)");
     inputs.push_back(key);
   }
-  return make_node(Op::Attention, DType::f32, q->shape, std::move(inputs),
-                   Attrs{{causal, mask != nullptr, dropout > 0.0}, {scale, dropout}});
+  Attrs attrs{{causal, mask != nullptr, dropout > 0.0}, {scale, dropout}};
+  if (window > 0) attrs.floats.push_back(static_cast<double>(window));
+  return make_node(Op::Attention, DType::f32, q->shape, std::move(inputs), std::move(attrs));
 }
 
 NodePtr attention_grad(const NodePtr& fwd, const NodePtr& out, const NodePtr& dout) {

@@ -90,8 +90,9 @@ NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const N
                            int64_t ignore_index, double label_smoothing);
 // Fused attention (op.h's Attention): mask (additive, [B or 1,1,1,Tk]) and
 // key (the dropout's rng key) may be null; key is required when dropout > 0.
+// window > 0 (causal only): a query sees its own key and the window - 1 before it.
 NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const NodePtr& mask, const NodePtr& key,
-                  bool causal, double scale, double dropout);
+                  bool causal, double scale, double dropout, int64_t window = 0);
 // Whether `mask` is a shape attention() takes: [batch or 1, 1, 1, keys].
 bool attention_takes_mask(const Shape& mask, int64_t batch, int64_t keys);
 // Its gradient: `fwd` an Attention node (its inputs and attrs), out its value.

@@ -41,7 +41,9 @@
 //   CrossEntropyGrad inputs (logits, labels, dloss []); same attrs
 //   Attention     inputs (q [B,H,Tq,D], k [B,H,Tk,D], v [B,H,Tk,D]), then the mask
 //                 [B or 1,1,1,Tk] f32 if ints[1], then the dropout's rng key if ints[2];
-//                 ints = {causal, has_mask, has_dropout}, floats = {scale, dropout p}:
+//                 ints = {causal, has_mask, has_dropout}, floats = {scale, dropout p} and,
+//                 for a sliding window, its size (keys per query; then "key <= query"
+//                 below reads "query - window < key <= query"):
 //                 dropout(softmax(where(key <= query or not causal, scale·q kᵀ, f32 min)
 //                 + mask)) v, f32 [B,H,Tq,D], the dropout drawing what dropout() would
 //                 draw on the [B,H,Tq,Tk] probabilities. q, k, v all f32 or all bf16;

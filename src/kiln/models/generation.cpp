@@ -209,8 +209,8 @@ std::vector<std::vector<int64_t>> generate(PreTrainedModel& model, const std::ve
   if (auto* lm = dynamic_cast<CausalLM*>(&model); lm && lm->can_generate()) return generate(*lm, prompts, g);
   if (auto* t5 = dynamic_cast<T5ForTask*>(&model); t5 && t5->can_generate()) return generate(*t5, prompts, g);
   throw Error("generate: " + model.architecture() +
-              " cannot generate text; generation needs GPT2LMHeadModel, a Llama, Mistral or Qwen2 *ForCausalLM, "
-              "or T5ForConditionalGeneration");
+              " cannot generate text; generation needs GPT2LMHeadModel, a Llama-family *ForCausalLM (Llama, Mistral, "
+              "Qwen2, Qwen3, Gemma, Gemma2, Phi3) or T5ForConditionalGeneration");
 }
 
 }  // namespace kiln::models

@@ -1,7 +1,9 @@
 #include "kiln/models/llama.h"
 
 #include <cmath>
+#include <array>
 #include <limits>
+#include <map>
 
 #include "kiln/core/error.h"
 #include "kiln/models/config_json.h"
@@ -17,16 +19,26 @@ namespace {
 // The keys every type of the family has, then each type's own.
 const std::vector<std::string> kCommonKeys = {
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "initializer_range", "rms_norm_eps",
+    "num_key_value_heads", "head_dim", "max_position_embeddings", "initializer_range", "rms_norm_eps",
     "pad_token_id", "bos_token_id", "eos_token_id", "tie_word_embeddings", "rope_theta", "rope_scaling",
-    "attention_dropout"};
+    "rope_parameters", "attention_dropout"};
+const std::vector<std::string> kWindowKeys = {"use_sliding_window", "sliding_window", "max_window_layers", "layer_types"};
 std::vector<std::string> keys_of(const std::string& type) {
   std::vector<std::string> keys = kCommonKeys;
+  keys.push_back(type == "gemma2" ? "hidden_activation" : "hidden_act");
   if (type == "llama") keys.insert(keys.end(), {"pretraining_tp", "attention_bias", "mlp_bias"});
   if (type == "mistral") keys.insert(keys.end(), {"sliding_window"});
-  if (type == "qwen2") keys.insert(keys.end(), {"use_sliding_window", "sliding_window", "max_window_layers"});
+  if (type == "qwen2" || type == "qwen3") keys.insert(keys.end(), kWindowKeys.begin(), kWindowKeys.end());
+  if (type == "qwen3" || type == "gemma" || type == "gemma2") keys.push_back("attention_bias");
+  if (type == "phi3")
+    keys.insert(keys.end(), {"original_max_position_embeddings", "resid_pdrop", "embd_pdrop", "sliding_window"});
+  if (type == "gemma2")
+    keys.insert(keys.end(), {"query_pre_attn_scalar", "sliding_window", "layer_types", "final_logit_softcapping",
+                             "attn_logit_softcapping"});
   return keys;
 }
+// The key of the activation: Gemma 2 names it hidden_activation.
+const char* act_key(const std::string& type) { return type == "gemma2" ? "hidden_activation" : "hidden_act"; }
 constexpr double kMin = std::numeric_limits<float>::lowest();
 
 // rotate_half: [x1, x2] -> [-x2, x1] over the last axis (D = 2 halves).
@@ -44,7 +56,24 @@ Tensor repeat_kv(const Tensor& x, int64_t rep) {
   const int64_t B = x.dim(0), KVH = x.dim(1), T = x.dim(2), D = x.dim(3);
   return reshape(broadcast_to(reshape(x, {B, KVH, 1, T, D}), {B, KVH, rep, T, D}), {B, KVH * rep, T, D});
 }
+
+// tanh(x / cap) · cap: Gemma 2's soft capping of scores and logits.
+Tensor soft_cap(const Tensor& x, std::optional<double> cap) { return cap ? tanh(x / *cap) * *cap : x; }
 }  // namespace
+
+bool LlamaConfig::is_type(const std::string& t) {
+  return t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3" || t == "gemma" || t == "gemma2" || t == "phi3";
+}
+
+std::string LlamaConfig::class_prefix() const {
+  if (model_type == "mistral") return "Mistral";
+  if (model_type == "qwen2") return "Qwen2";
+  if (model_type == "qwen3") return "Qwen3";
+  if (model_type == "gemma") return "Gemma";
+  if (model_type == "gemma2") return "Gemma2";
+  if (model_type == "phi3") return "Phi3";
+  return "Llama";
+}
 
 LlamaConfig LlamaConfig::defaults(const std::string& model_type) {
   LlamaConfig c;
@@ -54,15 +83,106 @@ LlamaConfig LlamaConfig::defaults(const std::string& model_type) {
     c.num_key_value_heads = 8;
     c.max_position_embeddings = 4096 * 32;
     c.sliding_window = 4096;
-  } else if (model_type == "qwen2") {  // Qwen2Config's
+  } else if (model_type == "qwen2" || model_type == "qwen3") {  // Qwen2Config's, Qwen3Config's
     c.vocab_size = 151936;
     c.intermediate_size = 22016;
     c.max_position_embeddings = 32768;
     c.sliding_window = 4096;
     c.bos_token_id.reset();
     c.eos_token_id.clear();
+    if (model_type == "qwen3") c.head_dim = 128;
+  } else if (c.gemma()) {  // GemmaConfig's (Gemma 7B), Gemma2Config's (Gemma 2 2B)
+    const bool two = model_type == "gemma2";
+    c.vocab_size = 256000;
+    c.hidden_size = two ? 2304 : 3072;
+    c.intermediate_size = two ? 9216 : 24576;
+    c.num_hidden_layers = two ? 26 : 28;
+    c.num_attention_heads = two ? 8 : 16;
+    c.num_key_value_heads = two ? 4 : 16;
+    c.head_dim = 256;
+    c.hidden_act = "gelu_pytorch_tanh";
+    c.max_position_embeddings = 8192;
+    c.pad_token_id = 0;
+    c.eos_token_id = {1};
+    c.bos_token_id = 2;
+    c.tie_word_embeddings = true;
+    if (two) {
+      c.sliding_window = 4096;
+      c.final_logit_softcapping = 30.0;
+      c.attn_logit_softcapping = 50.0;
+    }
+  } else if (model_type == "phi3") {  // Phi3Config's (Phi-3 mini)
+    c.vocab_size = 32064;
+    c.hidden_size = 3072;
+    c.intermediate_size = 8192;
+    c.max_position_embeddings = 4096;
+    c.rms_norm_eps = 1e-5;
+    c.eos_token_id = {32000};
+    c.pad_token_id = 32000;
   }
   return c;
+}
+
+std::optional<LlamaConfig> LlamaConfig::preset(const std::string& name) {
+  static const std::map<std::string, std::string> types = {{"llama3-tiny", "llama"},   {"qwen3-tiny", "qwen3"},
+                                                           {"mistral-tiny", "mistral"}, {"gemma-tiny", "gemma"},
+                                                           {"gemma2-tiny", "gemma2"}, {"phi3-tiny", "phi3"}};
+  auto it = types.find(name);
+  if (it == types.end()) return std::nullopt;
+  LlamaConfig c = defaults(it->second);
+  c.vocab_size = 32000;
+  c.hidden_size = 128;
+  c.intermediate_size = 352;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = c.gemma() && !c.gemma2() ? 1 : 2;  // Gemma 2B's multi-query attention
+  if (c.phi3()) c.vocab_size = 32064;  // (its eos and pad ids, 32000, stay inside)
+  else c.head_dim = 32;                 // (Phi3Config has no head_dim: hidden_size / heads, 32 here too)
+  c.max_position_embeddings = 2048;
+  c.original_max_position_embeddings = 2048;
+  if (c.pad_token_id) c.pad_token_id = 0;
+  if (name == "llama3-tiny") {  // Llama 3.2 1B's rope and head, at this size
+    c.rope = RopeScaling::from_json({{"rope_theta", 500000.0},
+                                     {"rope_scaling",
+                                      {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 256}}}},
+                                    c.rope.theta, "preset " + name);
+    c.tie_word_embeddings = true;
+    c.bos_token_id = 1;
+    c.eos_token_id = {2};
+  }
+  if (name == "mistral-tiny" || name == "gemma2-tiny") c.sliding_window = 64;
+  if (name == "gemma2-tiny") c.query_pre_attn_scalar = 32;
+  c.architectures = {c.class_prefix() + "ForCausalLM"};
+  return c;
+}
+
+std::vector<std::string> LlamaConfig::default_layer_types() const {
+  std::vector<std::string> types;
+  for (int64_t i = 0; i < num_hidden_layers; ++i) {
+    bool sliding = false;
+    if (model_type == "qwen2" || model_type == "qwen3")
+      sliding = use_sliding_window && sliding_window && i >= max_window_layers;
+    else if (model_type == "gemma2")
+      sliding = i % 2 == 0;
+    types.push_back(sliding ? "sliding_attention" : "full_attention");
+  }
+  return types;
+}
+
+std::optional<int64_t> LlamaConfig::layer_window(int64_t layer) const {
+  if (model_type == "mistral" || model_type == "phi3") return sliding_window;
+  if (model_type == "qwen2" || model_type == "qwen3") {
+    if (!use_sliding_window) return std::nullopt;
+  } else if (model_type != "gemma2") {
+    return std::nullopt;
+  }
+  const std::vector<std::string> types = layer_types.empty() ? default_layer_types() : layer_types;
+  return types.at(static_cast<size_t>(layer)) == "sliding_attention" ? sliding_window : std::nullopt;
+}
+
+double LlamaConfig::attention_scale() const {
+  return 1.0 / std::sqrt(static_cast<double>(gemma2() ? query_pre_attn_scalar : head_size()));
 }
 
 std::vector<SizeTerm> LlamaConfig::size_terms() const {
@@ -79,10 +199,55 @@ std::vector<SizeTerm> LlamaConfig::size_terms() const {
   return terms;
 }
 
+namespace {
+// The window and per-type fields (sliding_window, layer_types, Gemma 2's scalars).
+void read_type_fields(const json& j, LlamaConfig& c, const std::string& src) {
+  if (c.model_type == "llama") {  // LlamaConfig's own
+    read(j, "pretraining_tp", c.pretraining_tp, src);
+    read(j, "mlp_bias", c.mlp_bias, src);
+  }
+  if (c.model_type != "mistral" && c.model_type != "qwen2" && !c.phi3()) read(j, "attention_bias", c.attention_bias, src);
+  if (c.phi3()) {
+    read(j, "original_max_position_embeddings", c.original_max_position_embeddings, src);
+    read(j, "resid_pdrop", c.resid_pdrop, src);
+    read(j, "embd_pdrop", c.embd_pdrop, src);
+    // Phi3Config's original_max_position_embeddings is the one longrope reads.
+    if (c.rope.type == "longrope") c.rope.original_max_position_embeddings = c.original_max_position_embeddings;
+  }
+  if (c.model_type != "llama" && c.model_type != "gemma" && j.contains("sliding_window"))  // null: no window
+    c.sliding_window.reset(), read_opt(j, "sliding_window", c.sliding_window, src);
+  if (c.model_type == "qwen2" || c.model_type == "qwen3") {
+    read(j, "use_sliding_window", c.use_sliding_window, src);
+    read(j, "max_window_layers", c.max_window_layers, src);
+  }
+  if (c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "gemma2")
+    if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+      KILN_CHECK(it->is_array(), src, ": 'layer_types' must be a list, got ", json_found(*it));
+      for (const json& t : *it) {
+        KILN_CHECK(t == "full_attention" || t == "sliding_attention", src,
+                   ": 'layer_types' entries must be \"full_attention\" or \"sliding_attention\", got ", json_found(t));
+        c.layer_types.push_back(t.get<std::string>());
+      }
+    }
+  if (c.gemma2()) {
+    read(j, "query_pre_attn_scalar", c.query_pre_attn_scalar, src);
+    for (auto [key, field] : {std::pair{"final_logit_softcapping", &c.final_logit_softcapping},
+                              std::pair{"attn_logit_softcapping", &c.attn_logit_softcapping}})
+      if (j.contains(key)) field->reset(), read_opt(j, key, *field, src);
+  }
+  if (c.gemma()) {
+    KILN_CHECK(json_value<bool>(j, "use_bidirectional_attention", false, src) == false, src,
+               ": 'use_bidirectional_attention' true is not supported (kiln builds causal Gemma decoders)");
+    if (c.hidden_act == "gelu") c.hidden_act = "gelu_pytorch_tanh";  // GemmaConfig's reading of its legacy value
+  }
+}
+}  // namespace
+
 LlamaConfig LlamaConfig::from_json(const json& j, const std::string& src) {
   auto type = j.find("model_type");
   LlamaConfig c = defaults(type != j.end() && type->is_string() ? type->get<std::string>() : "llama");
   config_json::read_common(j, c, src);
+  KILN_CHECK(is_type(c.model_type), src, ": model_type '", c.model_type, "' is not one of ", kTypes);
   read(j, "vocab_size", c.vocab_size, src);
   read(j, "hidden_size", c.hidden_size, src);
   read(j, "intermediate_size", c.intermediate_size, src);
@@ -90,11 +255,11 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& src) {
   read(j, "num_attention_heads", c.num_attention_heads, src);
   read_opt(j, "num_key_value_heads", c.num_key_value_heads, src);
   read_opt(j, "head_dim", c.head_dim, src);
-  read(j, "hidden_act", c.hidden_act, src);
+  read(j, act_key(c.model_type), c.hidden_act, src);
   read(j, "max_position_embeddings", c.max_position_embeddings, src);
   read(j, "initializer_range", c.initializer_range, src);
   read(j, "rms_norm_eps", c.rms_norm_eps, src);
-  read_opt(j, "pad_token_id", c.pad_token_id, src);
+  if (j.contains("pad_token_id")) c.pad_token_id.reset(), read_opt(j, "pad_token_id", c.pad_token_id, src);
   if (j.contains("bos_token_id")) c.bos_token_id.reset(), read_opt(j, "bos_token_id", c.bos_token_id, src);
   if (auto it = j.find("eos_token_id"); it != j.end()) {
     c.eos_token_id.clear();
@@ -105,33 +270,16 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& src) {
     }
   }
   read(j, "tie_word_embeddings", c.tie_word_embeddings, src);
-  read(j, "rope_theta", c.rope_theta, src);
-  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
-    // {"rope_type": "default"} (newer configs) is no scaling; linear, dynamic, llama3, yarn... are not built.
-    const json type = it->is_object() ? it->value("rope_type", it->value("type", json())) : json();
-    KILN_CHECK(type == "default", src, ": 'rope_scaling' ", json_found(*it),
-               " is not supported (kiln builds the unscaled rotary embedding: null or {\"rope_type\": \"default\"})");
-  }
+  c.rope = RopeScaling::from_json(j, c.rope.theta, src);
   read(j, "attention_dropout", c.attention_dropout, src);
-  if (c.model_type == "llama") {  // LlamaConfig's own
-    read(j, "pretraining_tp", c.pretraining_tp, src);
-    read(j, "attention_bias", c.attention_bias, src);
-    read(j, "mlp_bias", c.mlp_bias, src);
-  }
-  if (c.model_type != "llama" && j.contains("sliding_window"))  // null: no window
-    c.sliding_window.reset(), read_opt(j, "sliding_window", c.sliding_window, src);
-  if (c.model_type == "qwen2") {
-    read(j, "use_sliding_window", c.use_sliding_window, src);
-    read(j, "max_window_layers", c.max_window_layers, src);
-  }
+  read_type_fields(j, c, src);
   config_json::keep_unknown(j, c, keys_of(c.model_type));
   c.validate(src);
   return c;
 }
 
 void LlamaConfig::validate(const std::string& src) const {
-  KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2", src, ": model_type '",
-             model_type, "' is not llama, mistral or qwen2");
+  KILN_CHECK(is_type(model_type), src, ": model_type '", model_type, "' is not one of ", kTypes);
   auto positive = [&](const char* k, int64_t v) { KILN_CHECK(v > 0, src, ": '", k, "' must be positive, got ", v); };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
@@ -141,18 +289,26 @@ void LlamaConfig::validate(const std::string& src) const {
   positive("num_key_value_heads", kv_heads());
   positive("max_position_embeddings", max_position_embeddings);
   positive("pretraining_tp", pretraining_tp);
+  positive("query_pre_attn_scalar", query_pre_attn_scalar);
   if (head_dim) positive("head_dim", *head_dim);
-  if (sliding_window) positive("sliding_window", *sliding_window);
   else
     KILN_CHECK(hidden_size % num_attention_heads == 0, src, ": hidden_size ", hidden_size,
                " is not a multiple of num_attention_heads ", num_attention_heads, " (or give head_dim)");
+  if (sliding_window) positive("sliding_window", *sliding_window);
   KILN_CHECK(head_size() % 2 == 0, src, ": the head size ", head_size(), " must be even (the rotary embedding pairs halves)");
   KILN_CHECK(num_attention_heads % kv_heads() == 0, src, ": num_attention_heads ", num_attention_heads,
              " is not a multiple of num_key_value_heads ", kv_heads());
-  KILN_CHECK(rope_theta > 0, src, ": 'rope_theta' must be positive, got ", rope_theta);
+  rope.validate(head_size(), src);
   KILN_CHECK(rms_norm_eps >= 0, src, ": 'rms_norm_eps' must be >= 0, got ", rms_norm_eps);
-  KILN_CHECK(attention_dropout >= 0 && attention_dropout < 1, src, ": 'attention_dropout' must be in [0, 1), got ",
-             attention_dropout);
+  for (auto [key, p] : {std::pair{"attention_dropout", attention_dropout}, std::pair{"resid_pdrop", resid_pdrop},
+                        std::pair{"embd_pdrop", embd_pdrop}})
+    KILN_CHECK(p >= 0 && p < 1, src, ": '", key, "' must be in [0, 1), got ", p);
+  if (phi3()) positive("original_max_position_embeddings", original_max_position_embeddings);
+  for (auto [key, cap] : {std::pair{"final_logit_softcapping", final_logit_softcapping},
+                          std::pair{"attn_logit_softcapping", attn_logit_softcapping}})
+    if (cap) KILN_CHECK(*cap > 0, src, ": '", key, "' must be positive or null, got ", *cap);
+  KILN_CHECK(layer_types.empty() || static_cast<int64_t>(layer_types.size()) == num_hidden_layers, src,
+             ": 'layer_types' has ", layer_types.size(), " entries for ", num_hidden_layers, " layers");
   if (pad_token_id)
     KILN_CHECK(*pad_token_id >= 0 && *pad_token_id < vocab_size, src, ": pad_token_id ", *pad_token_id,
                " out of range [0, ", vocab_size, ")");
@@ -160,7 +316,7 @@ void LlamaConfig::validate(const std::string& src) const {
   try {
     nn::check_activation(hidden_act);
   } catch (const Error& e) {
-    throw Error(src + ": hidden_act: " + e.what());
+    throw Error(src + ": " + act_key(model_type) + ": " + e.what());
   }
 }
 
@@ -173,7 +329,7 @@ json LlamaConfig::to_json() const {
   j["num_attention_heads"] = num_attention_heads;
   j["num_key_value_heads"] = kv_heads();
   if (head_dim) j["head_dim"] = *head_dim;
-  j["hidden_act"] = hidden_act;
+  j[act_key(model_type)] = hidden_act;
   j["max_position_embeddings"] = max_position_embeddings;
   j["initializer_range"] = initializer_range;
   j["rms_norm_eps"] = rms_norm_eps;
@@ -183,80 +339,142 @@ json LlamaConfig::to_json() const {
                       : eos_token_id.empty()   ? json(nullptr)
                                                : json(eos_token_id);
   j["tie_word_embeddings"] = tie_word_embeddings;
-  j["rope_theta"] = rope_theta;
-  j["rope_scaling"] = nullptr;
+  rope.write(j);
   j["attention_dropout"] = attention_dropout;
   if (model_type == "llama") {
     j["pretraining_tp"] = pretraining_tp;
-    j["attention_bias"] = attention_bias;
     j["mlp_bias"] = mlp_bias;
-  } else {
-    j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
   }
-  if (model_type == "qwen2") {
+  if (model_type != "mistral" && model_type != "qwen2" && !phi3()) j["attention_bias"] = attention_bias;
+  if (phi3()) {
+    j["original_max_position_embeddings"] = original_max_position_embeddings;
+    j["resid_pdrop"] = resid_pdrop;
+    j["embd_pdrop"] = embd_pdrop;
+  }
+  if (model_type != "llama" && model_type != "gemma")
+    j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
+  if (model_type == "qwen2" || model_type == "qwen3") {
     j["use_sliding_window"] = use_sliding_window;
     j["max_window_layers"] = max_window_layers;
+  }
+  if (model_type == "qwen2" || model_type == "qwen3" || gemma2())
+    j["layer_types"] = layer_types.empty() ? default_layer_types() : layer_types;
+  if (gemma2()) {
+    j["query_pre_attn_scalar"] = query_pre_attn_scalar;
+    j["final_logit_softcapping"] = final_logit_softcapping ? json(*final_logit_softcapping) : json(nullptr);
+    j["attn_logit_softcapping"] = attn_logit_softcapping ? json(*attn_logit_softcapping) : json(nullptr);
   }
   return j;
 }
 
+// LlamaRMSNorm (x · rsqrt(mean(x²) + eps) · w, w from ones) or, for Gemma,
+// GemmaRMSNorm (the same times 1 + w, w from zeros).
+class DecoderNorm : public nn::Module {
+ public:
+  DecoderNorm(int64_t dim, double eps, bool gemma, Device device) : eps_(eps), gemma_(gemma) {
+    weight = register_parameter("weight", gemma ? zeros({dim}, DType::f32, device) : ones({dim}, DType::f32, device));
+  }
+  Tensor forward(const Tensor& x) const {
+    Tensor normed = x * rsqrt(mean(x * x, {-1}, true) + eps_);
+    return gemma_ ? normed * (weight + 1.0) : normed * weight;
+  }
+  Tensor weight;
+
+ private:
+  double eps_;
+  bool gemma_;
+};
+
+// The attention masks of one forward: causal [1,1,T,T] bool (key <= query),
+// the same within the sliding window (windowed), padding [B,1,1,T] additive
+// or undefined.
+struct LayerMasks {
+  Tensor causal, windowed, padding;
+};
+
 // LlamaDecoderLayer: x + attn(input_layernorm(x)), then + mlp(post_attention_layernorm(·)).
+// Gemma 2: x + post_attention_layernorm(attn(input_layernorm(x))), then
+// + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(·))).
 class LlamaDecoderLayer : public nn::Module {
  public:
-  LlamaDecoderLayer(const LlamaConfig& c, const nn::Init& init, const std::shared_ptr<Generator>& gen)
-      : NH_(c.num_attention_heads), KVH_(c.kv_heads()), D_(c.head_size()), act_(c.hidden_act) {
+  LlamaDecoderLayer(const LlamaConfig& c, int64_t index, const nn::Init& init, const std::shared_ptr<Generator>& gen)
+      : NH_(c.num_attention_heads), KVH_(c.kv_heads()), D_(c.head_size()), act_(c.hidden_act),
+        window_(c.layer_window(index)), scale_(c.attention_scale()), cap_(c.attn_logit_softcapping) {
     auto lin = [&](const char* name, int64_t in, int64_t out, bool bias) {
       return register_module(name, std::make_shared<nn::Linear>(in, out, init, bias));
     };
+    auto norm = [&](const char* name, int64_t dim) {
+      return register_module(name, std::make_shared<DecoderNorm>(dim, c.rms_norm_eps, c.gemma(), init.device));
+    };
     const int64_t C = c.hidden_size, I = c.intermediate_size;
-    q_ = lin("self_attn.q_proj", C, NH_ * D_, c.qkv_bias());
-    k_ = lin("self_attn.k_proj", C, KVH_ * D_, c.qkv_bias());
-    v_ = lin("self_attn.v_proj", C, KVH_ * D_, c.qkv_bias());
+    if (c.phi3()) {  // Phi3Attention's one qkv_proj: rows [queries; keys; values]
+      qkv_ = lin("self_attn.qkv_proj", C, (NH_ + 2 * KVH_) * D_, false);
+    } else {
+      q_ = lin("self_attn.q_proj", C, NH_ * D_, c.qkv_bias());
+      k_ = lin("self_attn.k_proj", C, KVH_ * D_, c.qkv_bias());
+      v_ = lin("self_attn.v_proj", C, KVH_ * D_, c.qkv_bias());
+    }
     o_ = lin("self_attn.o_proj", NH_ * D_, C, c.output_bias());
-    gate_ = lin("mlp.gate_proj", C, I, c.mlp_bias);
-    up_ = lin("mlp.up_proj", C, I, c.mlp_bias);
+    if (c.qk_norm()) {
+      q_norm_ = norm("self_attn.q_norm", D_);
+      k_norm_ = norm("self_attn.k_norm", D_);
+    }
+    if (c.phi3()) {  // Phi3MLP's one gate_up_proj: rows [gate; up]
+      gate_up_ = lin("mlp.gate_up_proj", C, 2 * I, false);
+    } else {
+      gate_ = lin("mlp.gate_proj", C, I, c.mlp_bias);
+      up_ = lin("mlp.up_proj", C, I, c.mlp_bias);
+    }
     down_ = lin("mlp.down_proj", I, C, c.mlp_bias);
-    input_norm_ = register_module("input_layernorm", std::make_shared<nn::RMSNorm>(C, c.rms_norm_eps, init.device));
-    post_norm_ =
-        register_module("post_attention_layernorm", std::make_shared<nn::RMSNorm>(C, c.rms_norm_eps, init.device));
+    input_norm_ = norm("input_layernorm", C);
+    post_norm_ = norm("post_attention_layernorm", C);
+    if (c.gemma2()) {
+      pre_ff_norm_ = norm("pre_feedforward_layernorm", C);
+      post_ff_norm_ = norm("post_feedforward_layernorm", C);
+    }
     attn_dropout_ = std::make_shared<nn::Dropout>(c.attention_dropout, gen);  // HF's attention_dropout: no module
+    resid_dropout_ = std::make_shared<nn::Dropout>(c.resid_pdrop, gen);       // Phi-3's resid_attn / resid_mlp
   }
 
-  // x [B,T,C]; cos / sin [1,1,T,D]; causal [1,1,T,T] bool (key <= query); mask [B,1,1,T] additive or undefined.
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& causal, const Tensor& mask) {
+  // x [B,T,C]; cos / sin [1,1,T,D].
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerMasks& m) {
     const int64_t B = x.dim(0), T = x.dim(1);
     Tensor h = input_norm_->forward(x);
-    Tensor q = rotate(heads(q_->forward(h), NH_), cos, sin);
-    Tensor k = repeat_kv(rotate(heads(k_->forward(h), KVH_), cos, sin), NH_ / KVH_);
-    Tensor v = repeat_kv(heads(v_->forward(h), KVH_), NH_ / KVH_);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(D_));
+    auto [qp, kp, vp] = projections(h);
+    Tensor q = rotate(normed_heads(qp, q_norm_, NH_), cos, sin);
+    Tensor k = repeat_kv(rotate(normed_heads(kp, k_norm_, KVH_), cos, sin), NH_ / KVH_);
+    Tensor v = repeat_kv(heads(vp, KVH_), NH_ / KVH_);
+    const bool windowed = window_ && *window_ < T;  // (a window as long as the sequence changes nothing)
+    // The CPU kernel skips the blocks before a window; the CUDA kernels have no window yet.
+    const bool fused = !cap_ && (!windowed || x.device().kind == DeviceKind::CPU) && use_fused_attention(q, k, m.padding);
     Tensor attended;  // [B,NH,T,D]
-    if (use_fused_attention(q, k, mask)) {
-      attended = fused_attention(q, k, v, {mask, true, scale, attn_dropout_->active_p(), attn_dropout_->generator()});
+    if (fused) {
+      attended = fused_attention(q, k, v, {m.padding, true, scale_, attn_dropout_->active_p(), attn_dropout_->generator(),
+                                           windowed ? *window_ : 0});
     } else {
-      Tensor scores = where(causal, matmul(q, k, false, true) * scale, full({}, kMin, DType::f32, x.device()));
-      attended = matmul(attn_dropout_->forward(softmax(scores, -1, mask)), v);
+      Tensor scores = soft_cap(matmul(q, k, false, true) * scale_, cap_);
+      scores = where(windowed ? m.windowed : m.causal, scores, full({}, kMin, DType::f32, x.device()));
+      attended = matmul(attn_dropout_->forward(softmax(scores, -1, m.padding)), v);
     }
-    Tensor y = x + o_->forward(reshape(permute(attended, {0, 2, 1, 3}), {B, T, NH_ * D_}));
-    return y + mlp(post_norm_->forward(y));
+    return residual_mlp(x, o_->forward(reshape(permute(attended, {0, 2, 1, 3}), {B, T, NH_ * D_})));
   }
 
   // One token per row: x [B,1,C]; cos / sin [1,1,1,D] at its position; at [1,1,L,1] marks its cache slot;
-  // mask [1,1,1,L] hides later slots; caches [B,KVH,L,D] updated in place.
+  // mask / windowed [1,1,1,L] hide later slots (and those past the window); caches [B,KVH,L,D] updated in place.
   Tensor decode(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& at, const Tensor& mask,
-                Tensor& k_cache, Tensor& v_cache) {
+                const Tensor& windowed, Tensor& k_cache, Tensor& v_cache) {
     const int64_t B = x.dim(0), L = k_cache.dim(2);
     Tensor h = input_norm_->forward(x);
-    Tensor q = rotate(heads(q_->forward(h), NH_), cos, sin);
-    Tensor k = where(at, broadcast_to(rotate(heads(k_->forward(h), KVH_), cos, sin), {B, KVH_, L, D_}), k_cache);
-    Tensor v = where(at, broadcast_to(heads(v_->forward(h), KVH_), {B, KVH_, L, D_}), v_cache);
+    auto [qp, kp, vp] = projections(h);
+    Tensor q = rotate(normed_heads(qp, q_norm_, NH_), cos, sin);
+    Tensor k = where(at, broadcast_to(rotate(normed_heads(kp, k_norm_, KVH_), cos, sin), {B, KVH_, L, D_}), k_cache);
+    Tensor v = where(at, broadcast_to(heads(vp, KVH_), {B, KVH_, L, D_}), v_cache);
     k_cache.assign(k);
     v_cache.assign(v);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(D_));
-    Tensor probs = softmax(matmul(q, repeat_kv(k, NH_ / KVH_), false, true) * scale, -1, mask);  // [B,NH,1,L]
+    Tensor scores = soft_cap(matmul(q, repeat_kv(k, NH_ / KVH_), false, true) * scale_, cap_);
+    Tensor probs = softmax(scores, -1, window_ ? windowed : mask);  // [B,NH,1,L]
     Tensor ctx = reshape(permute(matmul(probs, repeat_kv(v, NH_ / KVH_)), {0, 2, 1, 3}), {B, 1, NH_ * D_});
-    Tensor y = x + o_->forward(ctx);
-    return y + mlp(post_norm_->forward(y));
+    return residual_mlp(x, o_->forward(ctx));
   }
 
  private:
@@ -264,26 +482,54 @@ class LlamaDecoderLayer : public nn::Module {
   Tensor heads(const Tensor& x, int64_t n) const {
     return permute(reshape(x, {x.dim(0), x.dim(1), n, D_}), {0, 2, 1, 3});
   }
+  // The query, key and value projections [B,T,n·D] of h.
+  std::array<Tensor, 3> projections(const Tensor& h) const {
+    if (!qkv_) return {q_->forward(h), k_->forward(h), v_->forward(h)};
+    Tensor all = qkv_->forward(h);
+    const int64_t axis = all.rank() - 1, q = NH_ * D_, kv = KVH_ * D_;
+    return {slice(all, axis, 0, q), slice(all, axis, q, q + kv), slice(all, axis, q + kv, q + 2 * kv)};
+  }
+  // The heads of a query or key projection, RMS-normed per head when the model has q_norm / k_norm.
+  Tensor normed_heads(const Tensor& x, const std::shared_ptr<DecoderNorm>& norm, int64_t n) const {
+    return norm ? norm->forward(heads(x, n)) : heads(x, n);
+  }
+  // x plus the attention's output a, then plus the MLP of that.
+  Tensor residual_mlp(const Tensor& x, const Tensor& a) const {
+    if (!pre_ff_norm_) {
+      Tensor y = x + resid_dropout_->forward(a);
+      return y + resid_dropout_->forward(mlp(post_norm_->forward(y)));
+    }
+    Tensor y = x + post_norm_->forward(a);
+    return y + post_ff_norm_->forward(mlp(pre_ff_norm_->forward(y)));
+  }
   Tensor mlp(const Tensor& h) const {
+    if (gate_up_) {
+      Tensor both = gate_up_->forward(h);
+      const int64_t axis = both.rank() - 1, I = both.dim(axis) / 2;
+      return down_->forward(nn::activation(act_, slice(both, axis, 0, I)) * slice(both, axis, I, 2 * I));
+    }
     return down_->forward(nn::activation(act_, gate_->forward(h)) * up_->forward(h));
   }
   int64_t NH_, KVH_, D_;
   std::string act_;
-  std::shared_ptr<nn::Linear> q_, k_, v_, o_, gate_, up_, down_;
-  std::shared_ptr<nn::RMSNorm> input_norm_, post_norm_;
-  std::shared_ptr<nn::Dropout> attn_dropout_;
+  std::optional<int64_t> window_;
+  double scale_;
+  std::optional<double> cap_;
+  std::shared_ptr<nn::Linear> q_, k_, v_, qkv_, o_, gate_, up_, gate_up_, down_;
+  std::shared_ptr<DecoderNorm> q_norm_, k_norm_, input_norm_, post_norm_, pre_ff_norm_, post_ff_norm_;
+  std::shared_ptr<nn::Dropout> attn_dropout_, resid_dropout_;
 };
 
 LlamaForTask::LlamaForTask(std::string architecture, const LlamaConfig& config, uint64_t seed, Device device)
     : CausalLM(config.clone()), architecture_(std::move(architecture)), gen_(std::make_shared<Generator>(seed)) {
   const std::string prefix = config.class_prefix();
-  KILN_CHECK(architecture_.rfind(prefix, 0) == 0, "architecture ", architecture_, " does not match model_type '",
-             config.model_type, "'");
-  const std::string kind = architecture_.substr(prefix.size());
+  const std::string kind = architecture_.rfind(prefix, 0) == 0 ? architecture_.substr(prefix.size()) : "";
   if (kind == "Model") head_ = Head::None;
   else if (kind == "ForCausalLM") head_ = Head::LM;
   else if (kind == "ForSequenceClassification") head_ = Head::SequenceClassification;
-  else throw Error("unsupported architecture '" + architecture_ + "'");
+  else
+    throw Error("architecture " + architecture_ + " does not match model_type '" + config.model_type + "' (its " +
+                prefix + "Model, " + prefix + "ForCausalLM, " + prefix + "ForSequenceClassification)");
   auto& cfg = static_cast<LlamaConfig&>(config_ref());
   if (cfg.architectures.empty()) cfg.architectures = {architecture_};
   else cfg.architectures[0] = architecture_;
@@ -293,8 +539,9 @@ LlamaForTask::LlamaForTask(std::string architecture, const LlamaConfig& config, 
   embed_tokens_ = register_module(
       p + "embed_tokens", std::make_shared<nn::Embedding>(c.vocab_size, c.hidden_size, init, c.pad_token_id.value_or(-1)));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    layers_.push_back(register_module(p + "layers." + std::to_string(i), std::make_shared<LlamaDecoderLayer>(c, init, gen_)));
-  norm_ = register_module(p + "norm", std::make_shared<nn::RMSNorm>(c.hidden_size, c.rms_norm_eps, device));
+    layers_.push_back(
+        register_module(p + "layers." + std::to_string(i), std::make_shared<LlamaDecoderLayer>(c, i, init, gen_)));
+  norm_ = register_module(p + "norm", std::make_shared<DecoderNorm>(c.hidden_size, c.rms_norm_eps, c.gemma(), device));
   if (head_ == Head::LM && !c.tie_word_embeddings)
     lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(c.hidden_size, c.vocab_size, init, false));
   if (head_ == Head::SequenceClassification)
@@ -302,41 +549,41 @@ LlamaForTask::LlamaForTask(std::string architecture, const LlamaConfig& config, 
   nn::materialize(parameters());
 }
 
-void LlamaForTask::ensure_rotary(int64_t needed) {
-  if (needed <= rotary_rows_) return;
+const LlamaForTask::Rotary& LlamaForTask::rotary(Rotary& table, int64_t needed, int64_t seq_len) {
+  const LlamaConfig& c = llama_config();
+  // Lengths with the same frequencies share a table: every length for most
+  // types, those up to max_position_embeddings for dynamic, each side of the
+  // original length for longrope.
+  if (!c.rope.length_dependent()) seq_len = 1;
+  else if (seq_len > 0 && c.rope.type == "dynamic") seq_len = std::max(seq_len, c.max_position_embeddings);
+  else if (seq_len > 0) {
+    const int64_t original = *c.rope.original_max_position_embeddings;
+    seq_len = seq_len > original ? original + 1 : 1;
+  }
+  if (needed <= table.rows && seq_len == table.seq_len) return table;
   // Built on first use, for the positions in use rounded up to a power of two
   // (at least 64): a 128k-position config does not hold 128k rows it never
   // reads, and a longer batch regrows the table (and recompiles) rarely.
   int64_t n = 64;
   while (n < needed) n *= 2;
-  // LlamaRotaryEmbedding, in float32 as HF computes it: inv_freq_i = 1 / theta^(2i / D),
-  // angle = position · inv_freq_i, emb = [angles, angles], then cos and sin.
-  const LlamaConfig& c = llama_config();
   const int64_t D = c.head_size();
-  std::vector<float> inv_freq(static_cast<size_t>(D / 2));
-  for (int64_t i = 0; i < D / 2; ++i)
-    inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * i) / static_cast<float>(D));
-  std::vector<float> cos(static_cast<size_t>(n * D)), sin(cos.size());
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t i = 0; i < D; ++i) {
-      const float angle = static_cast<float>(t) * inv_freq[i % (D / 2)];
-      cos[t * D + i] = std::cos(angle);
-      sin[t * D + i] = std::sin(angle);
-    }
+  std::vector<float> cos, sin;
+  rotary_tables(c.rope, D, c.max_position_embeddings, n, seq_len > 0 ? std::optional<int64_t>(seq_len) : std::nullopt,
+                cos, sin);
   Device dev = parameters().front().device();
-  cos_ = Tensor::from_vector(cos, {n, D}, dev, "rotary_cos");
-  sin_ = Tensor::from_vector(sin, {n, D}, dev, "rotary_sin");
-  rotary_rows_ = n;
-}
-
-void LlamaForTask::check_window(int64_t positions) const {
-  const std::optional<int64_t> window = llama_config().window();
-  KILN_CHECK(!window || positions <= *window, architecture_, ": ", positions, " positions exceed sliding_window ",
-             *window, "; kiln does not build sliding-window attention (sequences up to the window are exact)");
+  table.cos = Tensor::from_vector(cos, {n, D}, dev, "rotary_cos");
+  table.sin = Tensor::from_vector(sin, {n, D}, dev, "rotary_sin");
+  table.rows = n;
+  table.seq_len = seq_len;
+  return table;
 }
 
 const Tensor& LlamaForTask::lm_weight() const {
   return lm_head_ ? lm_head_->weight : embed_tokens_->weight;  // tie_word_embeddings: lm_head is embed_tokens
+}
+
+Tensor LlamaForTask::cap_logits(const Tensor& logits) const {
+  return soft_cap(logits, llama_config().final_logit_softcapping);
 }
 
 CausalLM::CacheShape LlamaForTask::cache_shape() const {
@@ -348,21 +595,25 @@ Tensor LlamaForTask::body(const ModelInputs& in) {
   const Tensor& ids = in.input_ids;
   KILN_CHECK(ids.defined() && ids.rank() == 2 && is_integral(ids.dtype()),
              "forward: input_ids must be an integer tensor [batch, seq]");
-  const int64_t B = ids.dim(0), T = ids.dim(1), D = llama_config().head_size();
+  const LlamaConfig& c = llama_config();
+  const int64_t B = ids.dim(0), T = ids.dim(1), D = c.head_size();
   KILN_CHECK(!in.attention_mask.defined() || in.attention_mask.shape() == ids.shape(), "forward: attention_mask ",
              to_string(in.attention_mask.shape()), " does not match input_ids ", to_string(ids.shape()));
-  check_window(T);
-  ensure_rotary(T);  // positions past max_position_embeddings rotate on, as in HF
+  const Rotary& table = rotary(rotary_, T, T);  // positions past max_position_embeddings rotate on, as in HF
   Device dev = ids.device();
-  Tensor cos = reshape(slice(cos_, 0, 0, T), {1, 1, T, D}), sin = reshape(slice(sin_, 0, 0, T), {1, 1, T, D});
-  Tensor idx = arange(T, DType::i64, dev);
-  Tensor causal = reshape(le(reshape(idx, {1, T}), reshape(idx, {T, 1})), {1, 1, T, T});  // key <= query
-  Tensor mask;
-  if (in.attention_mask.defined()) mask = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
+  Tensor cos = reshape(slice(table.cos, 0, 0, T), {1, 1, T, D}), sin = reshape(slice(table.sin, 0, 0, T), {1, 1, T, D});
+  Tensor key = reshape(arange(T, DType::i64, dev), {1, T}), query = reshape(arange(T, DType::i64, dev), {T, 1});
+  LayerMasks m;
+  m.causal = reshape(le(key, query), {1, 1, T, T});
+  if (c.sliding_window && *c.sliding_window < T)  // key > query - window
+    m.windowed = logical_and(m.causal, reshape(gt(key + static_cast<double>(*c.sliding_window), query), {1, 1, T, T}));
+  if (in.attention_mask.defined())
+    m.padding = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
   Tensor x = embed_tokens_->forward(ids);
+  if (c.gemma()) x = x * std::sqrt(static_cast<double>(c.hidden_size));  // GemmaModel's normalizer
   for (auto& layer : layers_)
     x = run_layer(gradient_checkpointing_, *this, *gen_,
-                  [layer, cos, sin, causal, mask](const Tensor& h) { return layer->forward(h, cos, sin, causal, mask); }, x);
+                  [layer, cos, sin, m](const Tensor& h) { return layer->forward(h, cos, sin, m); }, x);
   return norm_->forward(x);
 }
 
@@ -370,18 +621,25 @@ Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::ve
                                  std::vector<Tensor>& v_cache) {
   KILN_CHECK(k_cache.size() == layers_.size() && v_cache.size() == layers_.size(),
              "decode_step: one cache per layer expected");
-  const int64_t L = k_cache[0].dim(2), D = llama_config().head_size();
-  check_window(L);
-  ensure_rotary(L);
+  const LlamaConfig& c = llama_config();
+  const int64_t L = k_cache[0].dim(2), D = c.head_size();
+  const Rotary& table = rotary(decode_rotary_, L, 0);
   Device dev = token.device();
   Tensor slots = arange(L, DType::i64, dev);
   Tensor at = reshape(eq(slots, pos), {1, 1, L, 1});
-  Tensor mask = reshape(where(le(slots, pos), zeros({}, DType::f32, dev), full({}, kMin, DType::f32, dev)), {1, 1, 1, L});
+  Tensor zero = zeros({}, DType::f32, dev), lowest = full({}, kMin, DType::f32, dev);
+  Tensor visible = le(slots, pos);
+  Tensor mask = reshape(where(visible, zero, lowest), {1, 1, 1, L}), windowed;
+  if (c.sliding_window)  // slot > pos - window
+    windowed = reshape(where(logical_and(visible, gt(slots + static_cast<double>(*c.sliding_window), pos)), zero, lowest),
+                       {1, 1, 1, L});
   Tensor row = reshape(pos, {1});
-  Tensor cos = reshape(index_select(cos_, row), {1, 1, 1, D}), sin = reshape(index_select(sin_, row), {1, 1, 1, D});
+  Tensor cos = reshape(index_select(table.cos, row), {1, 1, 1, D}), sin = reshape(index_select(table.sin, row), {1, 1, 1, D});
   Tensor x = embed_tokens_->forward(token);
-  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->decode(x, cos, sin, at, mask, k_cache[i], v_cache[i]);
-  return linear(norm_->forward(x), lm_weight());
+  if (c.gemma()) x = x * std::sqrt(static_cast<double>(c.hidden_size));
+  for (size_t i = 0; i < layers_.size(); ++i)
+    x = layers_[i]->decode(x, cos, sin, at, mask, windowed, k_cache[i], v_cache[i]);
+  return cap_logits(linear(norm_->forward(x), lm_weight()));
 }
 
 ModelOutputs LlamaForTask::forward(const ModelInputs& in) {
@@ -394,7 +652,7 @@ ModelOutputs LlamaForTask::forward(const ModelInputs& in) {
       out.last_hidden_state = h;
       return out;
     case Head::LM:
-      out.logits = linear(h, lm_weight());
+      out.logits = cap_logits(linear(h, lm_weight()));
       if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels, in.input_ids);
       return out;
     case Head::SequenceClassification:

@@ -109,6 +109,18 @@ std::vector<std::string> supported_architectures() {
           "Qwen2Model",
           "Qwen2ForCausalLM",
           "Qwen2ForSequenceClassification",
+          "Qwen3Model",
+          "Qwen3ForCausalLM",
+          "Qwen3ForSequenceClassification",
+          "GemmaModel",
+          "GemmaForCausalLM",
+          "GemmaForSequenceClassification",
+          "Gemma2Model",
+          "Gemma2ForCausalLM",
+          "Gemma2ForSequenceClassification",
+          "Phi3Model",
+          "Phi3ForCausalLM",
+          "Phi3ForSequenceClassification",
           "T5ForConditionalGeneration",
           "T5EncoderModel"};
 }
@@ -123,19 +135,19 @@ std::unique_ptr<PretrainedConfig> config_from_json(const nlohmann::json& j, cons
   if (type == "bert" || type == "roberta" || type == "distilbert")
     config = std::make_unique<BertConfig>(BertConfig::from_json(j, source));
   else if (type == "gpt2") config = std::make_unique<GPT2Config>(GPT2Config::from_json(j, source));
-  else if (type == "llama" || type == "mistral" || type == "qwen2")
+  else if (LlamaConfig::is_type(type))
     config = std::make_unique<LlamaConfig>(LlamaConfig::from_json(j, source));
   else if (type == "t5") config = std::make_unique<T5Config>(T5Config::from_json(j, source));
   else
     throw Error(source + (type.empty() ? std::string(": no 'model_type'") : ": model_type '" + excerpt(type) + "' is not supported") +
-                " (supported: bert, roberta, distilbert, gpt2, llama, mistral, qwen2, t5)");
+                " (supported: bert, roberta, distilbert, gpt2, " + LlamaConfig::kTypes + ", t5)");
   check_model_size(*config, source);
   return config;
 }
 
 std::string preset_names() {
   return "bert-tiny, bert-mini, bert-small, bert-base, roberta-base, distilbert-base, distilbert-tiny, gpt2, gpt2-tiny, "
-         "llama-tiny, t5-small, t5-tiny, t5-v1_1-tiny";
+         "llama-tiny, " + std::string(LlamaConfig::kPresets) + ", t5-small, t5-tiny, t5-v1_1-tiny";
 }
 
 std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
@@ -151,6 +163,7 @@ std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
     c->architectures = {"GPT2LMHeadModel"};
     return c;
   }
+  if (auto l = LlamaConfig::preset(name)) return std::make_unique<LlamaConfig>(*l);
   if (name == "llama-tiny") {  // Llama's layout at a size that trains in seconds
     auto c = std::make_unique<LlamaConfig>();
     c->hidden_size = 128;
@@ -197,10 +210,10 @@ std::unique_ptr<PreTrainedModel> build_model(const std::string& architecture, co
     return std::make_unique<GPT2ForTask>(architecture, *c, seed, device);
   }
   if (architecture.rfind("Llama", 0) == 0 || architecture.rfind("Mistral", 0) == 0 ||
-      architecture.rfind("Qwen2", 0) == 0) {
+      architecture.rfind("Qwen", 0) == 0 || architecture.rfind("Gemma", 0) == 0 || architecture.rfind("Phi3", 0) == 0) {
     auto* c = dynamic_cast<const LlamaConfig*>(&config);
-    KILN_CHECK(c, "architecture ", architecture, " needs a llama, mistral or qwen2 config, got model_type '",
-               config.model_type, "'");
+    KILN_CHECK(c, "architecture ", architecture, " needs a config of model_type ", LlamaConfig::kTypes,
+               ", got model_type '", config.model_type, "'");
     return std::make_unique<LlamaForTask>(architecture, *c, seed, device);
   }
   if (architecture.rfind("T5", 0) == 0) {
@@ -357,7 +370,7 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
 
 std::string causal_lm_architecture(const PretrainedConfig& config) {
   if (config.model_type == "gpt2") return "GPT2LMHeadModel";
-  if (dynamic_cast<const LlamaConfig*>(&config)) return config.class_prefix() + "ForCausalLM";  // also Mistral, Qwen2
+  if (dynamic_cast<const LlamaConfig*>(&config)) return config.class_prefix() + "ForCausalLM";  // also Mistral, Qwen2/3, Gemma 1/2, Phi-3
   return "";
 }
 

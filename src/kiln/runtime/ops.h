@@ -122,6 +122,7 @@ struct AttentionSpec {
   double scale = 1.0;
   double dropout = 0.0;
   Generator* gen = nullptr;
+  int64_t window = 0;  // causal with a sliding window: the last `window` keys (0: all)
 };
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
 // Whether a model should call fused_attention rather than spell attention

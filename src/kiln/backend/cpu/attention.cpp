@@ -12,7 +12,10 @@
 //   (the first block to reach a key sets its rows).
 // Causal blocks stop at their last row's key: the keys past it have
 // probability 0 (unless a row's visible keys are all masked: then the block
-// takes every key, as the composite's softmax does). Results do not depend
+// takes every key, as the composite's softmax does). With a sliding window a
+// block also starts at its first row's first key: the keys before it are
+// never read (a row whose window holds only masked keys spreads its weight
+// over them; transformers gives NaN there). Results do not depend
 // on the thread count. With bf16 inputs, the dropped probabilities, the
 // output gradient, the probabilities' gradient and dS are rounded to bf16
 // where autocast's composite rounds them.
@@ -130,12 +133,15 @@ Heads heads(const Instr& ins, std::span<char* const> in, size_t k, std::vector<f
 }
 
 struct Block {
-  int64_t b, h, i0, rows, keys;  // query rows [i0, i0 + rows) of head (b, h) against keys [0, keys)
+  int64_t b, h, i0, rows, keys;  // query rows [i0, i0 + rows) of head (b, h) against keys [k0, keys)
+  int64_t k0 = 0;                // (a sliding window's first key; the block's columns are keys k0..)
+  int64_t cols() const { return keys - k0; }
 };
 
 Block block_of(const Geometry& g, int64_t bh, int64_t blk) {
   const int64_t i0 = blk * g.block, rows = std::min(g.block, g.Tq - i0);
-  return {bh / g.H, bh % g.H, i0, rows, g.causal ? std::min(g.Tk, i0 + rows) : g.Tk};
+  const int64_t k0 = g.window > 0 ? std::max<int64_t>(0, i0 - g.window + 1) : 0;
+  return {bh / g.H, bh % g.H, i0, rows, g.causal ? std::min(g.Tk, i0 + rows) : g.Tk, k0};
 }
 
 // The block's softmax probabilities into p (rows × keys) and, with dropout,
@@ -149,18 +155,20 @@ Block block_of(const Geometry& g, int64_t bh, int64_t blk) {
 bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, float* p, float* keep,
                    int64_t* extent) {
   const float lowest = std::numeric_limits<float>::lowest();
-  const int64_t n = x.keys;
-  if (!sgemm(false, true, x.rows, n, g.D, q.at(x.b, x.h, x.i0), q.ld, k.at(x.b, x.h), k.ld, p, n, false))
+  const int64_t n = x.cols();
+  if (!sgemm(false, true, x.rows, n, g.D, q.at(x.b, x.h, x.i0), q.ld, k.at(x.b, x.h, x.k0), k.ld, p, n, false))
     return false;
-  const float* mask = g.mask ? g.mask + x.b * g.mask_batch_stride : nullptr;
+  const float* mask = g.mask ? g.mask + x.b * g.mask_batch_stride + x.k0 : nullptr;
   for (int64_t r = 0; r < x.rows; ++r) {
-    const int64_t i = x.i0 + r;
+    const int64_t i = x.i0 + r - x.k0;  // the row's own key, as a column
     float* pr = p + r * n;
     int64_t e = g.causal ? std::min(n, (i + 16) / 16 * 16) : n;
+    const int64_t first = g.window > 0 ? std::max<int64_t>(0, i - g.window + 1) : 0;  // its window's first column
     auto scores = [&](int64_t j0, int64_t j1) {  // scaled, causal, masked: the composite's steps
 #pragma omp simd
       for (int64_t j = j0; j < j1; ++j) pr[j] *= g.scale;
       if (g.causal) std::fill(pr + std::clamp(i + 1, j0, j1), pr + j1, lowest);
+      if (first > j0) std::fill(pr + j0, pr + std::min(first, j1), lowest);
       if (mask) {
 #pragma omp simd
         for (int64_t j = j0; j < j1; ++j) pr[j] += mask[j];
@@ -168,7 +176,7 @@ bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, 
     };
     scores(0, e);
     float m = row_max(pr, e);
-    if (e < n && !(m > lowest)) {
+    if (e < n && !(m > lowest) && g.window == 0) {
       if (n < g.Tk) {
         x.keys = g.Tk;
         return probabilities(g, q, k, x, p, keep, extent);
@@ -183,8 +191,9 @@ bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, 
     std::fill(pr + e, pr + n, 0.0f);
     if (keep) {  // dropout() numbers the [B, H, Tq, Tk] elements from key[2]
       float* kr = keep + r * n;
-      const uint64_t first = static_cast<uint64_t>(g.key[2] + ((x.b * g.H + x.h) * g.Tq + i) * g.Tk);
-      Philox::uniform_range(static_cast<uint64_t>(g.key[0]), static_cast<uint64_t>(g.key[1]), first, e, kr);
+      const uint64_t element =
+          static_cast<uint64_t>(g.key[2] + ((x.b * g.H + x.h) * g.Tq + x.i0 + r) * g.Tk + x.k0);
+      Philox::uniform_range(static_cast<uint64_t>(g.key[0]), static_cast<uint64_t>(g.key[1]), element, e, kr);
       const float drop = g.dropout, factor = g.inv_keep;
 #pragma omp simd
       for (int64_t j = 0; j < e; ++j) {
@@ -205,7 +214,7 @@ bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, 
 // even if p is NaN, as dropout()'s where) and, for bf16 inputs, rounded.
 void dropped(const Geometry& g, const Block& x, const int64_t* extent, const float* p, const float* keep,
              float* out) {
-  const int64_t n = x.keys;
+  const int64_t n = x.cols();
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* pr = p + r * n;
     float* o = out + r * n;
@@ -299,12 +308,12 @@ void forward(const Instr& ins, std::span<char* const> in, char* out, std::span<c
       for (int64_t blk = 0; blk < blocks; ++blk) {
         Block x = block_of(g, bh, blk);
         ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
-        if (kept) {
+        if (kept) {  // (never windowed: compile.cpp keeps no probabilities for a window)
           keep_block(p, keep, x.rows * x.keys, kept->p + (bh * g.Tq + x.i0) * g.Tk);
           for (int64_t r = 0; r < x.rows; ++r) kept->extent[bh * g.Tq + x.i0 + r] = static_cast<int32_t>(extent[r]);
         }
         if (keep || g.bf16) dropped(g, x, extent.data(), p, keep, p);
-        ok = ok && sgemm(false, false, x.rows, g.D, x.keys, p, x.keys, v.at(x.b, x.h), v.ld,
+        ok = ok && sgemm(false, false, x.rows, g.D, x.cols(), p, x.cols(), v.at(x.b, x.h, x.k0), v.ld,
                          y.at(x.b, x.h, x.i0), y.ld, false);
       }
 #ifdef __AVX512F__
@@ -351,11 +360,13 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
       float* dkh = dk.at(b, h);
       float* dvh = dv.at(b, h);
       int64_t written = 0;  // dk and dv rows [0, written) hold a block's sum
-      // dk or dv (d) += xᵀ y over the block's m keys: the rows no block wrote
-      // yet are set (β = 0, the bits of adding to zeros) rather than zeroed first.
+      // dk or dv (d, from key k0) += xᵀ y over the block's m keys: the rows no
+      // block wrote yet are set (β = 0, the bits of adding to zeros) rather
+      // than zeroed first. (Windowed blocks start at or before the keys
+      // written so far: no row is skipped.)
       const auto add_keys = [&](const float* x, const float* y, int64_t ldy, float* d, int64_t ldd, int64_t rows,
-                                int64_t m) {
-        const int64_t old = std::min(written, m);
+                                int64_t m, int64_t k0) {
+        const int64_t old = std::clamp<int64_t>(written - k0, 0, m);
         const bool fine = old == 0 || sgemm(true, false, old, g.D, rows, x, m, y, ldy, d, ldd, true);
         return fine && (old == m || sgemm(true, false, m - old, g.D, rows, x + old, m, y, ldy, d + old * ldd, ldd, false));
       };
@@ -371,7 +382,7 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
         } else {
           ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
         }
-        const int64_t m = x.keys;
+        const int64_t m = x.cols();
         const float* pdp = pr0;  // the probabilities as the forward's product read them
         if (kept && g.key) {
           kept_dropped(g, x, extent.data(), pr0, pd);
@@ -382,8 +393,8 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
         }
         const float* dyb = dy.at(x.b, x.h, x.i0);
         // dP (into ds) and dv
-        ok = ok && sgemm(false, true, x.rows, m, g.D, dyb, dy.ld, v.at(x.b, x.h), v.ld, ds, m, false);
-        ok = ok && add_keys(pdp, dyb, dy.ld, dvh, dv.ld, x.rows, m);
+        ok = ok && sgemm(false, true, x.rows, m, g.D, dyb, dy.ld, v.at(x.b, x.h, x.k0), v.ld, ds, m, false);
+        ok = ok && add_keys(pdp, dyb, dy.ld, dvh + x.k0 * dv.ld, dv.ld, x.rows, m, x.k0);
         for (int64_t r = 0; r < x.rows; ++r) {
           const float* pr = pr0 + r * m;
           float* dr = ds + r * m;
@@ -407,14 +418,14 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
           for (int64_t j = 0; j < e; ++j)
             dr[j] = static_cast<float>(std::fabs(pr[j]) * (static_cast<double>(dr[j]) - delta)) * g.scale;
           // Later keys hold a constant: no gradient, even where a row spread its weight there.
-          std::fill(dr + (g.causal ? std::min(e, x.i0 + r + 1) : e), dr + m, 0.0f);
+          std::fill(dr + (g.causal ? std::min(e, x.i0 + r + 1 - x.k0) : e), dr + m, 0.0f);
           if (g.bf16)
             for (int64_t j = 0; j < e; ++j) dr[j] = round_to_bf16(dr[j]);
         }
-        ok = ok && sgemm(false, false, x.rows, g.D, m, ds, m, k.at(x.b, x.h), k.ld,
+        ok = ok && sgemm(false, false, x.rows, g.D, m, ds, m, k.at(x.b, x.h, x.k0), k.ld,
                          dq.at(x.b, x.h, x.i0), dq.ld, false);
-        ok = ok && add_keys(ds, q.at(x.b, x.h, x.i0), q.ld, dkh, dk.ld, x.rows, m);
-        written = std::max(written, m);
+        ok = ok && add_keys(ds, q.at(x.b, x.h, x.i0), q.ld, dkh + x.k0 * dk.ld, dk.ld, x.rows, m, x.k0);
+        written = std::max(written, x.keys);
       }
       for (int64_t t = written; t < g.Tk; ++t) {  // (no query rows: no block wrote them)
         std::fill(dkh + t * dk.ld, dkh + t * dk.ld + g.D, 0.0f);
