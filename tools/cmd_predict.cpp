@@ -1,4 +1,5 @@
-// kiln predict --model DIR --input FILE --output FILE.jsonl [--max_seq_length N] [--text_column C]
+// kiln predict --model_name_or_path DIR --test_file FILE --output FILE.jsonl [--max_seq_length N] [--text_column C]
+// (--model, --input and --batch_size are kiln's short names for them)
 // One JSON line per input row: {"label": "positive", "score": 0.98} (regression: {"score": x}); a token
 // classifier gives {"words": [...], "tags": [...]}, one tag per word; a question-answering model
 // {"id": ..., "answer": "...", "start": c, "end": c, "score": p} (characters of the context); a
@@ -20,8 +21,8 @@ namespace {
 
 using namespace kiln;
 constexpr const char* kUsage =
-    "usage: kiln predict --model DIR --input FILE --output FILE.jsonl [--max_seq_length N] [--text_column C] "
-    "[--text_pair_column C] [--batch_size N] [--bf16] [--doc_stride N] [--max_answer_length N] "
+    "usage: kiln predict --model_name_or_path DIR --test_file FILE --output FILE.jsonl [--max_seq_length N] "
+    "[--text_column C] [--text_pair_column C] [--per_device_eval_batch_size N] [--bf16] [--doc_stride N] [--max_answer_length N] "
     "[--version_2_with_negative]\n"
     "A sequence classifier reads CSV/TSV/JSON rows or text lines; a token classifier reads JSON rows with a list "
     "of words (--text_column, default 'tokens') or text lines split at whitespace; a question-answering model "
@@ -30,8 +31,8 @@ constexpr const char* kUsage =
 
 int run_predict(const std::vector<std::string>& args) {
   cli::Flags flags("predict",
-                   {{"model", true, true}, {"input", true, true}, {"output", true, true}, {"max_seq_length"},
-                    {"text_column"}, {"text_pair_column"}, {"batch_size"}, {"bf16", false}, {"doc_stride"},
+                   {{"model_name_or_path", true, true}, {"test_file", true, true, "input"}, {"output", true, true},
+                    {"max_seq_length"}, {"text_column"}, {"text_pair_column"}, {"per_device_eval_batch_size"}, {"bf16", false}, {"doc_stride"},
                     {"max_answer_length"}, {"version_2_with_negative", false}},
                    kUsage);
   flags.parse(args);

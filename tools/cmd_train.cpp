@@ -28,6 +28,7 @@
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
 #include "kiln/models/token_ids.h"
+#include "kiln/train/hf_fields.h"
 #include "kiln/train/output_dir.h"
 #include "kiln/train/stop_signals.h"
 #include "kiln/train/trainer.h"
@@ -46,15 +47,15 @@ const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name
                                               "max_train_samples", "max_eval_samples", "max_predict_samples",
                                               "validation_split_percentage", "doc_stride", "n_best_size",
                                               "max_answer_length", "null_score_diff_threshold", "question_column",
-                                              "context_column", "answer_column"};
+                                              "context_column", "answer_column", "block_size", "summary_column"};
 const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes", "label_all_tokens",
-                                                 "version_2_with_negative"};
+                                                 "version_2_with_negative", "keep_linebreaks"};
 
 // kiln train's own numeric flags: the smallest value each takes.
 const std::map<std::string, int64_t> kIntegerFlags = {
     {"max_seq_length", 3},    {"pad_to_multiple_of", 0}, {"max_source_length", 1},   {"max_target_length", 1},
     {"max_train_samples", 1}, {"max_eval_samples", 1},   {"max_predict_samples", 1}, {"validation_split_percentage", 1},
-    {"doc_stride", 0},        {"n_best_size", 1},        {"max_answer_length", 1}};
+    {"doc_stride", 0},        {"n_best_size", 1},        {"max_answer_length", 1},   {"block_size", 3}};
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const char* name, int64_t fallback) {
   auto it = f.find(name);
@@ -112,6 +113,64 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
         std::fprintf(stderr, "kiln train: warning: --%s is for --task %s; ignored with --task %s\n", name.c_str(),
                      for_task.c_str(), task.c_str());
   }
+}
+
+// The task an architecture's head was trained for ("" for none kiln knows).
+std::string task_of_architecture(const std::string& arch) {
+  const auto ends = [&](const char* s) { return arch.ends_with(s); };
+  return ends("ForSequenceClassification")      ? "text-classification"
+         : ends("ForTokenClassification")       ? "token-classification"
+         : ends("ForQuestionAnswering")         ? "question-answering"
+         : ends("ForMultipleChoice")            ? "multiple-choice"
+         : ends("ForMaskedLM")                  ? "masked-lm"
+         : ends("ForCausalLM")                  ? "causal-lm"
+         : arch == "GPT2LMHeadModel"            ? "causal-lm"
+         : arch == "T5ForConditionalGeneration" ? "seq2seq"
+                                                : "";
+}
+
+// kiln train without --task: the task of the model's architecture (config.json's architectures), as kiln eval
+// decides it. A pretraining checkpoint (*ForMaskedLM, *ForPreTraining, as bert-base-uncased is saved) is
+// fine-tuned for text classification on a table or JSON file (run_glue) and keeps pretraining on a .txt file
+// (run_mlm). Nothing to go by: text-classification.
+std::string infer_task(const std::map<std::string, std::string>& f) {
+  std::unique_ptr<models::PretrainedConfig> c;
+  if (f.count("model_name_or_path")) c = models::load_config(fs::path(f.at("model_name_or_path")) / "config.json");
+  else if (f.count("config_name") && !(c = models::preset_config(f.at("config_name")))) c = models::load_config(f.at("config_name"));
+  const std::string arch = c && !c->architectures.empty() ? c->architectures.front() : "";
+  std::string task = task_of_architecture(arch);
+  const bool text_file = f.count("train_file") && fs::path(f.at("train_file")).extension() == ".txt";
+  if (arch.ends_with("ForMaskedLM") || arch.ends_with("ForPreTraining")) task = text_file ? "masked-lm" : "";
+  if (task.empty()) task = "text-classification";
+  if (task != "text-classification")  // the default needs no word (errors stay one line)
+      std::fprintf(stderr, "kiln train: task %s (from the model's %s; --task chooses another)\n", task.c_str(),
+                 arch.c_str());
+  return task;
+}
+
+// HF's example scripts' own spellings of kiln's flags: run_clm's --block_size (--max_seq_length) and
+// run_summarization's --text_column / --summary_column (--source_column / --target_column).
+void hf_spellings(std::map<std::string, std::string>& f, const std::string& task, const char* command) {
+  auto rename = [&](const char* from, const char* to) {
+    if (!f.count(from)) return;
+    KILN_CHECK(!f.count(to), command, ": --", from, " and --", to, " name the same setting; give one");
+    f[to] = f[from];
+    f.erase(from);
+  };
+  rename("block_size", "max_seq_length");
+  if (task == "seq2seq") {
+    rename("text_column", "source_column");
+    rename("summary_column", "target_column");
+  } else if (f.count("summary_column")) {
+    std::fprintf(stderr, "kiln %s: warning: --summary_column is for --task seq2seq; ignored with --task %s\n",
+                 command, task.c_str());
+  }
+}
+
+// .txt line breaks: --keep_linebreaks, or run_clm's default (kept) for causal-lm; run_mlm's text loader drops them.
+bool keep_linebreaks(const std::map<std::string, std::string>& f, const std::string& task) {
+  auto it = f.find("keep_linebreaks");
+  return it == f.end() ? task == "causal-lm" : it->second == "true";
 }
 
 // `kiln train --help` / `kiln eval --help`: the usage, the tasks, kiln's data flags and the TrainingArguments
@@ -200,7 +259,10 @@ bool holds_files(const fs::path& dir) {
 }
 
 // --args_file F.json: the JSON object's fields as flags (HF's parse_json_file),
-// before the command line's own, which win.
+// before the command line's own, which win. A file HF's
+// TrainingArguments.to_json_string() wrote loads: its fields kiln has no use
+// for are listed once as ignored when their values ask for nothing, and are
+// errors when they ask for what kiln lacks (train::classify_hf_field).
 std::vector<std::string> expand_args_file(const std::vector<std::string>& args) {
   std::vector<std::string> out, rest;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -213,7 +275,18 @@ std::vector<std::string> expand_args_file(const std::vector<std::string>& args) 
     }
     nlohmann::json j = read_json_file(path);
     KILN_CHECK(j.is_object(), path, ": expected a JSON object of argument names and values");
-    for (const auto& [k, v] : j.items()) {
+    std::string ignored;
+    for (const auto& item : j.items()) {
+      std::string k = item.key(), why;
+      nlohmann::json v = item.value();
+      if (auto kiln_form = train::translate_hf_field(k, v, path)) {
+        std::tie(k, v) = *kiln_form;
+      } else if (const train::HfField use = train::classify_hf_field(k, v, &why); use == train::HfField::Ignored) {
+        ignored += (ignored.empty() ? "" : ", ") + k;
+        continue;
+      } else if (use == train::HfField::Lacking) {
+        throw Error(detail::concat(path, ": key '", k, "': ", v.dump(), " asks for ", why, ", which kiln does not have"));
+      }
       if (v.is_null()) continue;
       if (std::find(kExtraSwitches.begin(), kExtraSwitches.end(), k) != kExtraSwitches.end()) {
         KILN_CHECK(v.is_boolean(), path, ": '", k, "' must be true or false, got ", json_found(v));
@@ -223,6 +296,9 @@ std::vector<std::string> expand_args_file(const std::vector<std::string>& args) 
       out.push_back("--" + k);
       out.push_back(v.is_string() ? v.get<std::string>() : v.is_boolean() ? (v.get<bool>() ? "true" : "false") : v.dump());
     }
+    if (!ignored.empty())
+      std::fprintf(stderr, "kiln train: %s: ignored (HF fields kiln has no use for, at values that ask for nothing): %s\n",
+                   path.c_str(), ignored.c_str());
   }
   out.insert(out.end(), rest.begin(), rest.end());
   return out;
@@ -289,14 +365,15 @@ int run_train(const std::vector<std::string>& raw_args) {
                            "run.json [flags]   (the same names as JSON; the command line wins)"))
     return 0;
   std::map<std::string, std::string> f;
-  std::vector<std::string> args = expand_args_file(raw_args);
+  std::vector<std::string> args = cli::with_hf_names(expand_args_file(raw_args), {"batch_size"});
   train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, kExtraFlags, kExtraSwitches);
   ta.do_train = true;
-  const std::string task = f.count("task") ? f["task"] : "text-classification";
+  const std::string task = f.count("task") ? f["task"] : infer_task(f);
   KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
                  task == "multiple-choice" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
              "train: --task must be text-classification, token-classification, question-answering, multiple-choice, ",
              "masked-lm, causal-lm or seq2seq, got '", task, "'");
+  hf_spellings(f, task, "train");
   check_task_flags(f, task);
   const bool s2s = task == "seq2seq";
   if (s2s) {  // --source_column / --target_column are the text pair of each row
@@ -342,6 +419,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   data::DatasetOptions dopt = cli::dataset_options(f);
   dopt.multiple_choice = mc;  // run_swag: sent1, sent2, ending0, ending1, ..., label
   dopt.split_into_words = ner;  // run_ner: a list of words and a list of tags per row
+  dopt.keep_linebreaks = keep_linebreaks(f, task);
   if (qa) qa_columns(f, dopt);  // run_qa: id, question, context and answers per row
   data::Dataset train_ds = data::load_dataset(f["train_file"], dopt);
   std::optional<data::Dataset> eval_ds;
@@ -458,6 +536,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     for (size_t i = 0; i < labels.labels.size(); ++i) model->config().id2label[static_cast<int64_t>(i)] = labels.labels[i];
   }
   if (classes && labels.is_regression) model->config().problem_type = "regression";
+  if (s2s) cli::save_source_prefix(model->config(), f.count("source_prefix") ? f["source_prefix"] : "");
   return model;
   };
 
@@ -600,16 +679,7 @@ int run_train(const std::vector<std::string>& raw_args) {
 // The task a saved model is evaluated on: --task when given (it must fit the
 // architecture), else the one its architecture was trained for.
 std::string eval_task(const std::string& arch, const std::map<std::string, std::string>& f) {
-  const auto ends = [&](const char* s) { return arch.ends_with(s); };
-  const std::string fits = ends("ForSequenceClassification")      ? "text-classification"
-                           : ends("ForTokenClassification")       ? "token-classification"
-                           : ends("ForQuestionAnswering")         ? "question-answering"
-                           : ends("ForMultipleChoice")            ? "multiple-choice"
-                           : ends("ForMaskedLM")                  ? "masked-lm"
-                           : ends("ForCausalLM")                  ? "causal-lm"
-                           : arch == "GPT2LMHeadModel"            ? "causal-lm"
-                           : arch == "T5ForConditionalGeneration" ? "seq2seq"
-                                                                  : "";
+  const std::string fits = task_of_architecture(arch);
   KILN_CHECK(!fits.empty(), "eval: cannot evaluate a ", arch,
              " (a *ForSequenceClassification, *ForTokenClassification, *ForQuestionAnswering, *ForMultipleChoice, ",
              "*ForMaskedLM, ",
@@ -625,12 +695,12 @@ int run_eval(const std::vector<std::string>& args) {
                        "(the task is the model's: its architecture decides; kiln train's data flags apply)"))
     return 0;
   std::map<std::string, std::string> f;
-  std::vector<std::string> a = args;
+  std::vector<std::string> a = cli::with_hf_names(args);
   bool has_out = false;
-  for (const auto& s : args) has_out = has_out || s.rfind("--output_dir", 0) == 0;
-  if (!has_out) {  // evaluation writes nothing but eval_results.json into the model dir
-    for (size_t i = 0; i + 1 < args.size(); ++i)
-      if (args[i] == "--model_name_or_path") a.insert(a.end(), {"--output_dir", args[i + 1]});
+  for (const auto& s : a) has_out = has_out || s.rfind("--output_dir", 0) == 0;
+  if (!has_out) {  // without --output_dir, only a question-answering model writes (its predictions) into the model dir
+    for (size_t i = 0; i + 1 < a.size(); ++i)
+      if (a[i] == "--model_name_or_path") a.insert(a.end(), {"--output_dir", a[i + 1]});
   }
   train::TrainingArguments ta = train::TrainingArguments::parse(a, &f, kExtraFlags, kExtraSwitches);
   KILN_CHECK(f.count("model_name_or_path"), "eval: --model_name_or_path DIR is required");
@@ -644,6 +714,7 @@ int run_eval(const std::vector<std::string>& args) {
   cli::TokenizerBundle tok = cli::load_tokenizer(f.count("tokenizer_name") ? fs::path(f["tokenizer_name"]) : dir);
   auto model = models::from_pretrained(dir, {});
   const std::string task = eval_task(model->architecture(), f);
+  hf_spellings(f, task, "eval");
   const bool mlm = task == "masked-lm", clm = task == "causal-lm", s2s = task == "seq2seq",
              ner = task == "token-classification", qa = task == "question-answering", mc = task == "multiple-choice";
   if (s2s) {  // as kiln train: the source and target columns are each row's text pair
@@ -654,6 +725,7 @@ int run_eval(const std::vector<std::string>& args) {
   data::DatasetOptions dopt = cli::dataset_options(f);
   dopt.split_into_words = ner;
   dopt.multiple_choice = mc;
+  dopt.keep_linebreaks = keep_linebreaks(f, task);
   if (qa) qa_columns(f, dopt);
   data::Dataset ds = data::load_dataset(f["validation_file"], dopt);
   const int64_t max_len =
@@ -668,7 +740,7 @@ int run_eval(const std::vector<std::string>& args) {
   if (s2s)
     feats = std::make_shared<data::Features>(data::tokenize_seq2seq(
         ds, tok.tokenizer, int_flag(f, "max_source_length", max_len), int_flag(f, "max_target_length", max_len),
-        f.count("source_prefix") ? f["source_prefix"] : ""));
+        f.count("source_prefix") ? f["source_prefix"] : cli::saved_source_prefix(model->config())));
   else if (mlm || clm)
     feats = std::make_shared<data::Features>(data::group_texts(ds, tok.tokenizer, max_len, mlm));
   else if (ner) {
@@ -717,6 +789,13 @@ int run_eval(const std::vector<std::string>& args) {
   trainer.set_question_answering(qa_options(f, "eval"));
   auto m = trainer.evaluate("eval");
   for (auto& [k, v] : m) std::printf("%s = %.4f\n", k.c_str(), v);
+  if (has_out) {  // HF's trainer.save_metrics("eval", metrics): output_dir/eval_results.json
+    nlohmann::json ej = nlohmann::json::object();
+    for (auto& [k, v] : m) ej[k] = v;
+    fs::create_directories(ta.output_dir);
+    io::write_json_file_atomic(fs::path(ta.output_dir) / "eval_results.json", ej);
+    std::fprintf(stderr, "kiln eval: metrics -> %s\n", (fs::path(ta.output_dir) / "eval_results.json").string().c_str());
+  }
   return 0;
 }
 

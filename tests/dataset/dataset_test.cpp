@@ -193,6 +193,19 @@ TEST(TextTest, OneExamplePerNonBlankLine) {
   EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("e.txt", "\n\n")); }), "empty dataset (no rows)");
 }
 
+// datasets' text loader with keep_linebreaks (run_clm's default): every line, its break kept, blank ones too.
+TEST(TextTest, KeepLinebreaksKeepsEveryLineWithItsBreak) {
+  TempDir d;
+  DatasetOptions o;
+  o.keep_linebreaks = true;
+  Dataset ds = load_dataset(d.write("t.txt", "first line\r\n\n   \nlast"), o);
+  ASSERT_EQ(ds.rows.size(), 4u);
+  EXPECT_EQ(ds.rows[0].text, "first line\r\n");
+  EXPECT_EQ(ds.rows[1].text, "\n");
+  EXPECT_EQ(ds.rows[2].text, "   \n");
+  EXPECT_EQ(ds.rows[3].text, "last");
+}
+
 // run_ner's files: a list of words and a list of tags per JSON row.
 TEST(WordsTest, TokensAndNerTagsPerRow) {
   TempDir d;

@@ -514,7 +514,7 @@ Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o,
   return ds;
 }
 
-Dataset load_text(std::string_view s, const std::string& where) {
+Dataset load_text(std::string_view s, const std::string& where, bool keep_linebreaks) {
   Dataset ds;
   ds.source = where;
   size_t pos = 0;
@@ -522,6 +522,11 @@ Dataset load_text(std::string_view s, const std::string& where) {
     size_t end = s.find('\n', pos);
     if (end == std::string_view::npos) end = s.size();
     std::string_view l = s.substr(pos, end - pos);
+    if (keep_linebreaks) {
+      ds.rows.push_back(Example{std::string(s.substr(pos, std::min(end + 1, s.size()) - pos)), "", ""});
+      pos = end + 1;
+      continue;
+    }
     pos = end + 1;
     if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
     if (l.find_first_not_of(" \t\f\v\r") == std::string_view::npos) continue;
@@ -561,7 +566,7 @@ Dataset parse_dataset(std::string_view s, const std::string& where, const Datase
   if (ext == ".tsv") return from_table(parse_tsv(s), options, where);
   KILN_CHECK(!options.multiple_choice || ext != ".txt", where, ": multiple choice reads CSV, TSV or JSON rows ",
              "(sent1, sent2, ending0, ending1, ..., label), not '", ext, "'");
-  if (ext == ".txt") return load_text(s, where);
+  if (ext == ".txt") return load_text(s, where, options.keep_linebreaks);
   return load_json(s, ext == ".json", options, where);
 }
 
