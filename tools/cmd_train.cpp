@@ -18,6 +18,7 @@
 
 #include "command.h"
 #include "flags.h"
+#include "hf_output_files.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/replica.h"
 #include "kiln/io/atomic_file.h"
@@ -667,6 +668,11 @@ int run_train(const std::vector<std::string>& raw_args) {
     if (!pj.empty()) io::write_json_file_atomic(out / "predict_results.json", pj);
   }
   io::write_json_file_atomic(out / "all_results.json", all);
+  cli::ModelCard card{out.filename().empty() ? out.parent_path().filename().string() : out.filename().string(),
+                      f.count("model_name_or_path") ? f["model_name_or_path"] : "", f.count("config_name") ? f["config_name"] : "", task,
+                      {f["train_file"]}, {}, &ta, trainer.state().log_history, this_replica().world_size()};
+  if (eval_ds) card.eval_files = {eval_ds->source};
+  cli::write_hf_output_files(out, card, *model, tok);
   std::printf("model saved to %s\n", out.string().c_str());
   }, static_cast<int>(ta.num_replicas));
   if (stopped) {  // the shell's status for a process a signal ended: 128 + the signal

@@ -205,5 +205,40 @@ TEST_F(HfFlags, TotalFlosAsHfCountsThem) {
   EXPECT_EQ(read_json_file(dir_ / "out" / "train_results.json")["total_flos"], 6.0 * 128 * 71362);
 }
 
+TEST_F(HfFlags, OutputDirectoryAsHfLeavesIt) {
+  ASSERT_EQ(train_classifier("base").status, 0);
+  KilnRun r = run_kiln("train --model_name_or_path " + (dir_ / "base").string() + tokenizer_and_data() +
+                           " --validation_file " + (data() / "validation.csv").string() +
+                           " --max_steps 4 --eval_strategy steps --eval_steps 2 --logging_steps 1 --save_strategy no" +
+                           " --learning_rate 3e-5 --output_dir " + (dir_ / "out").string(),
+                       dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string card = read_file(dir_ / "out" / "README.md");
+  EXPECT_EQ(card.rfind("---\nlibrary_name: kiln\nbase_model: \"" + (dir_ / "base").string() + "\"\n", 0), 0u) << card;
+  EXPECT_CONTAINS(card, "- generated_from_trainer\n- text-classification\n");
+  EXPECT_CONTAINS(card, "on train.csv.\nIt achieves the following results on the evaluation set (validation.csv):\n"
+                        "- Loss: ");
+  EXPECT_CONTAINS(card, "- learning_rate: 3e-05\n- train_batch_size: 8\n");
+  EXPECT_CONTAINS(card, "- training_steps: 4\n");
+  // One row per evaluation during training, not the final one again.
+  EXPECT_CONTAINS(card, "| Training Loss | Epoch | Step | Validation Loss | Accuracy | F1 |\n");
+  EXPECT_EQ(count(card, "\n| "), 3u) << card;
+  const auto special = read_json_file(dir_ / "out" / "special_tokens_map.json");
+  EXPECT_EQ(special["cls_token"], "[CLS]");
+  EXPECT_EQ(special["mask_token"], "[MASK]");
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "generation_config.json"));  // a classifier does not generate
+  // A language model gets HF's generation_config.json from its config's token ids.
+  ASSERT_EQ(run_kiln("train --task causal-lm --config_name gpt2-tiny" + tokenizer_and_data() +
+                         " --max_steps 1 --save_strategy no --output_dir " + (dir_ / "lm").string(),
+                     dir_.path())
+                .status,
+            0);
+  const auto g = read_json_file(dir_ / "lm" / "generation_config.json");
+  const auto config = read_json_file(dir_ / "lm" / "config.json");
+  EXPECT_EQ(g["_from_model_config"], true);
+  EXPECT_EQ(g["eos_token_id"], config["eos_token_id"]);
+  EXPECT_EQ(g["bos_token_id"], config["bos_token_id"]);
+}
+
 }  // namespace
 }  // namespace kiln
