@@ -13,6 +13,7 @@
 #include "flags.h"
 #include "kiln/core/error.h"
 #include "kiln/io/atomic_file.h"
+#include "kiln/io/compressed.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
 #include "train_common.h"
@@ -57,7 +58,7 @@ int run_predict(const std::vector<std::string>& args) {
   dopt.text_pair_column = flags.get("text_pair_column");
   dopt.label_column = "";  // predictions need no labels
   // A token classifier reads JSON rows of words, or text lines split at whitespace.
-  const bool text_lines = std::filesystem::path(flags.get("input")).extension() == ".txt";
+  const bool text_lines = io::without_compression(flags.get("input")).extension() == ".txt";
   dopt.split_into_words = tokens && !text_lines;
   dopt.question_answering = qa;
   dopt.multiple_choice = mc;

@@ -22,6 +22,7 @@
 #include "kiln/core/error.h"
 #include "kiln/distributed/replica.h"
 #include "kiln/io/atomic_file.h"
+#include "kiln/io/compressed.h"
 #include "kiln/io/json_file.h"
 #include "kiln/models/generation.h"
 #include "kiln/models/gpt2.h"
@@ -140,7 +141,7 @@ std::string infer_task(const std::map<std::string, std::string>& f) {
   else if (f.count("config_name") && !(c = models::preset_config(f.at("config_name")))) c = models::load_config(f.at("config_name"));
   const std::string arch = c && !c->architectures.empty() ? c->architectures.front() : "";
   std::string task = task_of_architecture(arch);
-  const bool text_file = f.count("train_file") && fs::path(f.at("train_file")).extension() == ".txt";
+  const bool text_file = f.count("train_file") && io::without_compression(f.at("train_file")).extension() == ".txt";
   if (arch.ends_with("ForMaskedLM") || arch.ends_with("ForPreTraining")) task = text_file ? "masked-lm" : "";
   if (task.empty()) task = "text-classification";
   if (task != "text-classification")  // the default needs no word (errors stay one line)

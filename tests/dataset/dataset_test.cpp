@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "dataset/util.h"
+#include "kiln/core/file.h"
 #include "kiln/data/dataset.h"
 #include "kiln/data/labels.h"
 
@@ -204,6 +205,34 @@ TEST(TextTest, KeepLinebreaksKeepsEveryLineWithItsBreak) {
   EXPECT_EQ(ds.rows[1].text, "\n");
   EXPECT_EQ(ds.rows[2].text, "   \n");
   EXPECT_EQ(ds.rows[3].text, "last");
+}
+
+// Compressed files as datasets reads them: the format from the name under .gz / .zst; several gzip members one
+// after the other; a damaged stream an error naming the file.
+TEST(CompressedTest, GzipAndZstdFilesReadAsTheirFormat) {
+  const std::string dir = std::string(KILN_TEST_DATA_DIR) + "/datasets/";
+  for (const char* name : {"rows.csv.gz", "rows.csv.zst"}) {
+    Dataset ds = load_dataset(dir + name);
+    ASSERT_EQ(ds.rows.size(), 2u) << name;
+    EXPECT_EQ(ds.rows[1].text, "bad, slow screen") << name;
+    EXPECT_EQ(ds.rows[1].label, "negative") << name;
+  }
+  Dataset two = load_dataset(dir + "two_members.csv.gz");
+  ASSERT_EQ(two.rows.size(), 3u);
+  EXPECT_EQ(two.rows[2].text, "more text");
+  EXPECT_EQ(load_dataset(dir + "rows.jsonl.zst").rows[1].text, "another");
+
+  TempDir d;
+  const std::string gz = kiln::read_file(dir + "rows.csv.gz"), zst = kiln::read_file(dir + "rows.csv.zst");
+  auto cut = d.write("cut.csv.gz", gz.substr(0, gz.size() / 2));
+  EXPECT_EQ(error_of([&] { load_dataset(cut); }), cut.string() + ": truncated gzip stream (it ends before its last block)");
+  auto cut_zst = d.write("cut.csv.zst", zst.substr(0, zst.size() - 4));
+  EXPECT_EQ(error_of([&] { load_dataset(cut_zst); }), cut_zst.string() + ": truncated zstd stream (it ends inside a frame)");
+  auto plain = d.write("plain.csv.gz", "sentence,label\nx,y\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(plain); }), plain.string() + ": not a valid gzip stream (");
+  auto junk = d.write("junk.csv.zst", "sentence,label\nx,y\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(junk); }), junk.string() + ": not a valid zstd stream (");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("t.parquet.gz", gz)); }), "unsupported dataset file extension '.parquet'");
 }
 
 // run_ner's files: a list of words and a list of tags per JSON row.

@@ -12,6 +12,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
 #include "kiln/io/atomic_file.h"
+#include "kiln/io/compressed.h"
 #include "kiln/tokenizers/utf8.h"
 
 namespace kiln::data {
@@ -536,12 +537,13 @@ Dataset load_text(std::string_view s, const std::string& where, bool keep_linebr
   return ds;
 }
 
-// The format's extension, lower case (".csv"); an error for other files.
+// The format's extension, lower case (".csv"; "train.csv.gz" is a CSV file); an error for other files.
 std::string check_extension(const fs::path& path) {
-  std::string ext = path.extension().string();
+  std::string ext = io::without_compression(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   KILN_CHECK(ext == ".csv" || ext == ".tsv" || ext == ".json" || ext == ".jsonl" || ext == ".txt", path.string(),
-             ": unsupported dataset file extension '", ext, "' (expected .csv, .tsv, .json, .jsonl or .txt)");
+             ": unsupported dataset file extension '", ext,
+             "' (expected .csv, .tsv, .json, .jsonl or .txt, optionally compressed: .gz or .zst)");
   return ext;
 }
 
@@ -549,7 +551,7 @@ std::string check_extension(const fs::path& path) {
 
 Dataset load_dataset(const fs::path& path, const DatasetOptions& options) {
   check_extension(path);
-  return parse_dataset(read_file(path), path.string(), options);
+  return parse_dataset(io::read_data_file(path), path.string(), options);
 }
 
 Dataset parse_dataset(std::string_view s, const std::string& where, const DatasetOptions& options) {
