@@ -30,6 +30,7 @@
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
 #include "kiln/models/token_ids.h"
+#include "kiln/train/generation_metrics.h"
 #include "kiln/train/hf_fields.h"
 #include "kiln/train/output_dir.h"
 #include "kiln/train/stop_signals.h"
@@ -336,28 +337,54 @@ void write_word_predictions(const train::Predictions& p, const data::Features& t
   std::fprintf(stderr, "kiln train: %zu tagged rows -> %s\n", p.token_labels.size(), path.string().c_str());
 }
 
+// A decoded text as run_summarization writes and scores it: one line, stripped.
+std::string one_line(std::string line) {
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  const size_t first = line.find_first_not_of(" \t"), last = line.find_last_not_of(" \t");
+  return first == std::string::npos ? "" : line.substr(first, last - first + 1);
+}
+
 // run_summarization's generated_predictions.txt: each test source's greedy
-// output, decoded without special tokens, one per line.
-void write_generated(models::PreTrainedModel& model, const data::Features& test, const train::TrainingArguments& ta,
+// output, decoded without special tokens, one per line. Returns the lines.
+std::vector<std::string> write_generated(models::PreTrainedModel& model, const data::Features& test, const train::TrainingArguments& ta,
                      int64_t max_target_length, const cli::TokenizerBundle& tok, const fs::path& path) {
   model.eval();
   models::GenerationConfig g;
   g.max_new_tokens = ta.generation_max_length.value_or(max_target_length);
   std::string text;
+  std::vector<std::string> lines;
   const auto batch = static_cast<size_t>(ta.per_device_eval_batch_size);
   for (size_t i = 0; i < test.size(); i += batch) {
     std::vector<std::vector<int64_t>> chunk(test.input_ids.begin() + static_cast<std::ptrdiff_t>(i),
                                             test.input_ids.begin() + static_cast<std::ptrdiff_t>(std::min(test.size(), i + batch)));
     for (const auto& seq : models::generate(model, chunk, g)) {
       std::vector<uint32_t> ids(seq.begin(), seq.end());
-      std::string line = tok.tokenizer.decode(ids, true);
-      std::replace(line.begin(), line.end(), '\n', ' ');  // one prediction per line
-      const size_t first = line.find_first_not_of(" \t"), last = line.find_last_not_of(" \t");
-      text += (first == std::string::npos ? "" : line.substr(first, last - first + 1)) + "\n";  // HF strips
+      lines.push_back(one_line(tok.tokenizer.decode(ids, true)));
+      text += lines.back() + "\n";
     }
   }
   io::write_file_atomic(path, text);
   std::fprintf(stderr, "kiln train: %zu generated predictions -> %s\n", test.size(), path.string().c_str());
+  return lines;
+}
+
+// run_summarization's and run_translation's scores of generated text against the test targets (decoded as
+// HF decodes the labels: without special tokens, stripped): ROUGE-1/2/L F-measures x 100, sacrebleu's BLEU.
+void score_generated(const std::vector<std::string>& generated, const data::Features& test,
+                     const cli::TokenizerBundle& tok, nlohmann::json& metrics) {
+  std::vector<std::string> refs;
+  for (const auto& t : test.target_ids) {
+    std::vector<uint32_t> ids;
+    for (int64_t id : t)
+      if (id >= 0) ids.push_back(static_cast<uint32_t>(id));
+    refs.push_back(one_line(tok.tokenizer.decode(ids, true)));
+  }
+  const train::RougeScores r = train::rouge(generated, refs);
+  auto percent = [](double v) { return std::round(v * 100 * 1e4) / 1e4; };  // run_summarization's round(v * 100, 4)
+  metrics["predict_rouge1"] = percent(r.rouge1);
+  metrics["predict_rouge2"] = percent(r.rouge2);
+  metrics["predict_rougeL"] = percent(r.rougeL);
+  metrics["predict_bleu"] = train::corpus_bleu(generated, {refs});
 }
 
 int run_train(const std::vector<std::string>& raw_args) {
@@ -655,8 +682,12 @@ int run_train(const std::vector<std::string>& raw_args) {
       auto m = trainer.evaluate("predict", test_f);
       m.erase("perplexity");
       for (auto& [k, v] : m) pj[k] = all[k] = v;
-      if (ta.predict_with_generate) write_generated(*model, *test_f, ta, int_flag(f, "max_target_length", max_len),
-                                                    tok, out / "generated_predictions.txt");
+      if (ta.predict_with_generate) {
+        const auto generated = write_generated(*model, *test_f, ta, int_flag(f, "max_target_length", max_len), tok,
+                                               out / "generated_predictions.txt");
+        score_generated(generated, *test_f, tok, pj);
+        for (const char* k : {"predict_rouge1", "predict_rouge2", "predict_rougeL", "predict_bleu"}) all[k] = pj[k];
+      }
     } else if (qa) {  // run_qa: predict_predictions.json, and predict_* scores when the test rows have answers
       for (auto& [k, v] : trainer.evaluate("predict", test_f)) pj[k] = all[k] = v;
     } else if (ner) {  // run_ner: predict_* scores when the test rows are tagged, and predictions.txt

@@ -169,9 +169,18 @@ TEST_F(HfFlags, Seq2SeqSummarizationColumnsAndSavedSourcePrefix) {
                            " --train_file " + (data() / "train.csv").string() +
                            " --text_column sentence --summary_column label --source_prefix 'sentiment: '" +
                            " --max_source_length 32 --max_target_length 4 --max_steps 2 --save_strategy no" +
-                           " --output_dir " + (dir_ / "t5").string(),
+                           " --do_predict --test_file " + (data() / "validation.csv").string() +
+                           " --max_predict_samples 8 --predict_with_generate --output_dir " + (dir_ / "t5").string(),
                        dir_.path());
   ASSERT_EQ(r.status, 0) << r.output;
+  // run_summarization's scores of the generated text (the metric code is checked against rouge_score and sacrebleu
+  // in test_train).
+  const auto scores = read_json_file(dir_ / "t5" / "predict_results.json");
+  for (const char* k : {"predict_rouge1", "predict_rouge2", "predict_rougeL", "predict_bleu"}) {
+    ASSERT_TRUE(scores.contains(k)) << k << " " << scores.dump();
+    EXPECT_GE(scores[k].get<double>(), 0.0);
+    EXPECT_LE(scores[k].get<double>(), 100.0);
+  }
   EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
   const auto config = read_json_file(dir_ / "t5" / "config.json");
   EXPECT_EQ(config["task_specific_params"]["summarization"]["prefix"], "sentiment: ");
