@@ -50,7 +50,8 @@ const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name
                                               "max_train_samples", "max_eval_samples", "max_predict_samples",
                                               "validation_split_percentage", "doc_stride", "n_best_size",
                                               "max_answer_length", "null_score_diff_threshold", "question_column",
-                                              "context_column", "answer_column", "block_size", "summary_column"};
+                                              "context_column", "answer_column", "block_size", "summary_column",
+                                              "train_file_field", "validation_file_field", "test_file_field"};
 const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes", "label_all_tokens",
                                                  "version_2_with_negative", "keep_linebreaks"};
 
@@ -450,9 +451,15 @@ int run_train(const std::vector<std::string>& raw_args) {
   dopt.split_into_words = ner;  // run_ner: a list of words and a list of tags per row
   dopt.keep_linebreaks = keep_linebreaks(f, task);
   if (qa) qa_columns(f, dopt);  // run_qa: id, question, context and answers per row
-  data::Dataset train_ds = data::load_dataset(f["train_file"], dopt);
+  // datasets' JSON `field` of each file (--train_file_field data), else found.
+  auto with_field = [&](data::DatasetOptions o, const char* flag) {
+    o.json_field = f.count(flag) ? f[flag] : "";
+    return o;
+  };
+  data::Dataset train_ds = data::load_dataset(f["train_file"], with_field(dopt, "train_file_field"));
   std::optional<data::Dataset> eval_ds;
-  if (f.count("validation_file")) eval_ds = data::load_dataset(f["validation_file"], dopt);
+  if (f.count("validation_file"))
+    eval_ds = data::load_dataset(f["validation_file"], with_field(dopt, "validation_file_field"));
   if (f.count("validation_split_percentage")) {  // run_mlm / run_clm: train[:p%] validates, train[p%:] trains
     const int64_t pct = int_flag(f, "validation_split_percentage", 5);
     KILN_CHECK(pct < 100, "train: --validation_split_percentage must be below 100, got ", pct);
@@ -602,7 +609,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   if (ta.do_predict) {
     data::DatasetOptions topt = dopt;
     if (!s2s && !ner && !qa) topt.label_column = "";
-    const data::Dataset test_ds = data::load_dataset(f["test_file"], topt);
+    const data::Dataset test_ds = data::load_dataset(f["test_file"], with_field(topt, "test_file_field"));
     // run_ner and run_qa keep the tags / answers for predict_* scores (a file without them is predicted only),
     // seq2seq its targets.
     if (qa) {
@@ -765,6 +772,7 @@ int run_eval(const std::vector<std::string>& args) {
   dopt.multiple_choice = mc;
   dopt.keep_linebreaks = keep_linebreaks(f, task);
   if (qa) qa_columns(f, dopt);
+  if (f.count("validation_file_field")) dopt.json_field = f["validation_file_field"];
   data::Dataset ds = data::load_dataset(f["validation_file"], dopt);
   const int64_t max_len =
       cli::sequence_length(max_seq_length_flag(f), model->config(), "eval", qa ? cli::kQaMaxSeqLength : 128);

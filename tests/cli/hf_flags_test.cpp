@@ -249,5 +249,30 @@ TEST_F(HfFlags, OutputDirectoryAsHfLeavesIt) {
   EXPECT_EQ(g["bos_token_id"], config["bos_token_id"]);
 }
 
+// datasets' JSON with a field, and a compressed file: as HF's loaders read them.
+TEST_F(HfFlags, JsonFieldAndCompressedData) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int i = 0; i < 32; ++i)
+    rows.push_back({{"sentence", i % 2 ? "the battery is great" : "the screen is bad"},
+                    {"label", i % 2 ? "positive" : "negative"}});
+  io::write_json_file_atomic(dir_ / "train.json", {{"version", "1"}, {"data", rows}});
+  const std::string train = "train --config_name " + (data() / "model_config.json").string() + " --tokenizer_name " +
+                            data().string() + " --max_seq_length 16 --max_steps 1 --save_strategy no --output_dir ";
+  KilnRun r = run_kiln(train + (dir_ / "a").string() + " --train_file " + (dir_ / "train.json").string() +
+                           " --train_file_field data",
+                       dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, " 32 examples");
+  r = run_kiln(train + (dir_ / "b").string() + " --train_file " + (dir_ / "train.json").string() +
+                   " --train_file_field rows",
+               dir_.path());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_CONTAINS(r.output, "train.json: no field 'rows' (keys: data, version)");
+  ASSERT_EQ(std::system(("gzip -c " + (data() / "train.csv").string() + " > " + (dir_ / "train.csv.gz").string()).c_str()), 0);
+  r = run_kiln(train + (dir_ / "c").string() + " --train_file " + (dir_ / "train.csv.gz").string(), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, " 3000 examples");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,5 +1,7 @@
 // load_dataset: CSV (RFC 4180 edge cases), TSV, JSON Lines, plain text, and
 // every error with the file, line and column or key it names.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "dataset/util.h"
@@ -85,8 +87,17 @@ TEST(CsvTest, Errors) {
   EXPECT_EQ(error_of([&] { load_dataset(ragged); }),
             ragged.string() + ":3: ragged row: expected 2 fields (columns: sentence, label), found 3");
 
-  auto stray = d.write("q.csv", "sentence,label\nsaid \"hi\",b\n");
-  EXPECT_CONTAINS(error_of([&] { load_dataset(stray); }), stray.string() + ":2:6: bad quote");
+  // A quote inside an unquoted field is itself, as pandas reads it, with one warning naming the first.
+  auto stray = d.write("q.csv", "sentence,label\nsaid \"hi\",b\nx\"y,c\n");
+  ::testing::internal::CaptureStderr();
+  Dataset quoted = load_dataset(stray);
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(quoted.rows.size(), 2u);
+  EXPECT_EQ(quoted.rows[0].text, "said \"hi\"");
+  EXPECT_EQ(quoted.rows[1].text, "x\"y");
+  EXPECT_CONTAINS(warning, stray.string() + ":2:6: '\"' inside an unquoted field, read as a quote as pandas reads it "
+                           "(3 such quotes;");
+  EXPECT_EQ(std::count(warning.begin(), warning.end(), '\n'), 1);
   auto after = d.write("q2.csv", "sentence,label\n\"a\"b,c\n");
   EXPECT_CONTAINS(error_of([&] { load_dataset(after); }),
               after.string() + ":2:4: bad quote: 'b' after the closing quote");
@@ -233,6 +244,27 @@ TEST(CompressedTest, GzipAndZstdFilesReadAsTheirFormat) {
   auto junk = d.write("junk.csv.zst", "sentence,label\nx,y\n");
   EXPECT_CONTAINS(error_of([&] { load_dataset(junk); }), junk.string() + ": not a valid zstd stream (");
   EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("t.parquet.gz", gz)); }), "unsupported dataset file extension '.parquet'");
+}
+
+// datasets' JSON with a field: {"version": ..., "data": [rows]}, the field named or the only list found.
+TEST(JsonTest, RowsUnderAField) {
+  TempDir d;
+  auto p = d.write("f.json", "{\"version\": \"1.0\",\n \"data\": [{\"text\": \"a\", \"label\": \"x\"},\n"
+                             "  {\"text\": \"b\", \"label\": \"y\"}]}\n");
+  for (const std::string field : {"", "data"}) {
+    Dataset ds = load_dataset(p, {.json_field = field});
+    ASSERT_EQ(ds.rows.size(), 2u) << field;
+    EXPECT_EQ(ds.rows[1].text, "b");
+    EXPECT_EQ(ds.rows[1].label, "y");
+  }
+  EXPECT_EQ(error_of([&] { load_dataset(p, {.json_field = "rows"}); }),
+            p.string() + ": no field 'rows' (keys: version, data)");
+  EXPECT_EQ(error_of([&] { load_dataset(p, {.json_field = "version"}); }),
+            p.string() + ": field 'version' must be a list of rows, found string \"1.0\"");
+  auto bad = d.write("b.json", "{\"data\": [{\"text\": \"a\", \"label\": 1}, 3]}");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(bad); }), bad.string() + ": data[1]: expected a JSON object");
+  // A JSON-lines .json file is read as before.
+  EXPECT_EQ(load_dataset(d.write("l.json", "{\"text\": \"a\", \"label\": 1}\n{\"text\": \"b\", \"label\": 2}\n")).rows.size(), 2u);
 }
 
 // run_ner's files: a list of words and a list of tags per JSON row.

@@ -63,6 +63,11 @@ struct DatasetOptions {
   // keep_linebreaks (run_clm's default). Otherwise lines lose them and blank
   // lines are dropped.
   bool keep_linebreaks = false;
+  // A .json file holding one object with the rows in a list under a key, as
+  // datasets' JSON loader reads it with `field`: that key; "" = the object's
+  // only key whose value is a list of objects. A file of JSON lines is read
+  // as before.
+  std::string json_field = "";
 };
 
 struct Dataset {
