@@ -18,7 +18,8 @@ using namespace kiln;
 constexpr const char* kUsage =
     "usage: kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]\n"
     "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache]\n"
-    "                     [--per_device_eval_batch_size N]   (--model, --batch_size: the short names)\n"
+    "                     [--per_device_eval_batch_size N] [--repetition_penalty P] [--no_repeat_ngram_size N]\n"
+    "                     (--model, --batch_size: the short names)\n"
     "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --per_device_eval_batch_size, 8)\n"
     "with the source prefix it was trained with (--source_prefix P to give another, \"\" for none) before each prompt.";
 
@@ -26,7 +27,7 @@ int run_generate(const std::vector<std::string>& args) {
   cli::Flags flags("generate",
                    {{"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
                     {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
-                    {"source_prefix"}},
+                    {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -57,6 +58,8 @@ int run_generate(const std::vector<std::string>& args) {
   g.top_p = flags.number("top_p", 1.0);
   g.seed = static_cast<uint64_t>(flags.integer("seed", 0, 0));
   g.use_cache = !flags.has("no_cache");
+  g.repetition_penalty = flags.number("repetition_penalty", 1.0);
+  g.no_repeat_ngram_size = flags.integer("no_repeat_ngram_size", 0);
   if (!g.do_sample)  // as HF's generate warns: greedy decoding reads none of them
     for (const char* k : {"temperature", "top_k", "top_p", "seed"})
       if (flags.has(k))
