@@ -19,7 +19,7 @@ rm -rf "$work"
   --eval_strategy epoch --save_strategy epoch --save_total_limit 2 --logging_steps 25 \
   --load_best_model_at_end --metric_for_best_model accuracy --seed 42 \
   | tee "$work/train.log"
-"$kiln" predict --model "$work/model" --input "$work/data/test.txt" --output "$work/predictions.jsonl"
+"$kiln" predict --model_name_or_path "$work/model" --test_file "$work/data/test.txt" --output "$work/predictions.jsonl"
 echo
 echo "predictions for new sentences ($work/predictions.jsonl):"
 paste -d' ' "$work/data/test.txt" "$work/predictions.jsonl"

@@ -21,6 +21,8 @@ PACKAGES=(
   libgtest-dev             # unit tests
   libgmock-dev             # unit tests
   libopenmpi-dev           # MPI: data-parallel replicas across processes and hosts
+  zlib1g-dev               # .gz data files
+  libzstd-dev              # .zst data files
   openmpi-bin              # mpirun, to launch them
   time                     # GNU time: peak memory per process in bench/replicas
 )

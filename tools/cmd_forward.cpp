@@ -1,4 +1,4 @@
-// kiln forward --model DIR --inputs inputs.json --output out.json [--architecture ARCH]
+// kiln forward --model_name_or_path DIR (or --model DIR) --inputs inputs.json --output out.json [--architecture ARCH]
 // Runs the model in eval mode on {"input_ids": [[...]], "attention_mask": ...,
 // "token_type_ids": ..., "labels": ...} and writes {"logits": [...], "loss": x}:
 // how a user checks that a model agrees with Python's transformers.
@@ -14,7 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kUsage = "usage: kiln forward --model DIR --inputs inputs.json --output out.json [--architecture ARCH]";
+constexpr const char* kUsage = "usage: kiln forward --model_name_or_path DIR --inputs inputs.json --output out.json [--architecture ARCH]";
 
 // A rectangular nested JSON array of numbers -> Tensor (i64 when all are integers).
 kiln::Tensor to_tensor(const json& j, const std::string& where) {
@@ -57,7 +57,7 @@ json to_json(const kiln::Tensor& t) {
 }
 
 int run_forward(const std::vector<std::string>& args) {
-  kiln::cli::Flags flags("forward", {{"model", true, true}, {"inputs", true, true}, {"output", true, true}, {"architecture"}},
+  kiln::cli::Flags flags("forward", {{"model_name_or_path", true, true}, {"inputs", true, true}, {"output", true, true}, {"architecture"}},
                          kUsage);
   flags.parse(args);
   if (flags.help()) {

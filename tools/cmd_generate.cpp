@@ -1,5 +1,5 @@
-// kiln generate --model DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]
-//               [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--batch_size N]
+// kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]
+//               [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--per_device_eval_batch_size N]
 // Continues each prompt with a causal LM (GPT-2) or, with an encoder-decoder
 // (T5), takes each prompt as the encoder input; prints one line per prompt.
 #include <cstdio>
@@ -16,14 +16,18 @@ namespace {
 
 using namespace kiln;
 constexpr const char* kUsage =
-    "usage: kiln generate --model DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]\n"
-    "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--batch_size N]\n"
-    "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --batch_size, 8).";
+    "usage: kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]\n"
+    "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache]\n"
+    "                     [--per_device_eval_batch_size N] [--repetition_penalty P] [--no_repeat_ngram_size N]\n"
+    "                     (--model, --batch_size: the short names)\n"
+    "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --per_device_eval_batch_size, 8)\n"
+    "with the source prefix it was trained with (--source_prefix P to give another, \"\" for none) before each prompt.";
 
 int run_generate(const std::vector<std::string>& args) {
   cli::Flags flags("generate",
-                   {{"model", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
-                    {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"batch_size"}},
+                   {{"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
+                    {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
+                    {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -54,6 +58,8 @@ int run_generate(const std::vector<std::string>& args) {
   g.top_p = flags.number("top_p", 1.0);
   g.seed = static_cast<uint64_t>(flags.integer("seed", 0, 0));
   g.use_cache = !flags.has("no_cache");
+  g.repetition_penalty = flags.number("repetition_penalty", 1.0);
+  g.no_repeat_ngram_size = flags.integer("no_repeat_ngram_size", 0);
   if (!g.do_sample)  // as HF's generate warns: greedy decoding reads none of them
     for (const char* k : {"temperature", "top_k", "top_p", "seed"})
       if (flags.has(k))
@@ -62,8 +68,12 @@ int run_generate(const std::vector<std::string>& args) {
   const auto batch = static_cast<size_t>(flags.integer("batch_size", 8, 1));
   // A causal LM continues the raw text; T5's encoder input ends with </s>, as HF's tokenizer(text) gives it.
   std::vector<std::vector<int64_t>> ids;
+  const std::string prefix = !t5 ? "" : flags.has("source_prefix") ? flags.get("source_prefix")
+                                                                    : cli::saved_source_prefix(model->config());
+  if (!t5 && flags.has("source_prefix"))
+    std::fprintf(stderr, "kiln generate: warning: --source_prefix is for encoder-decoder models (T5); ignored\n");
   for (const auto& p : prompts) {
-    auto e = tok.tokenizer.encode(p, /*add_special_tokens=*/t5 != nullptr);
+    auto e = tok.tokenizer.encode(prefix + p, /*add_special_tokens=*/t5 != nullptr);
     ids.emplace_back(e.ids.begin(), e.ids.end());
   }
   std::vector<std::vector<int64_t>> out;

@@ -1,4 +1,5 @@
-// kiln predict --model DIR --input FILE --output FILE.jsonl [--max_seq_length N] [--text_column C]
+// kiln predict --model_name_or_path DIR --test_file FILE --output FILE.jsonl [--max_seq_length N] [--text_column C]
+// (--model, --input and --batch_size are kiln's short names for them)
 // One JSON line per input row: {"label": "positive", "score": 0.98} (regression: {"score": x}); a token
 // classifier gives {"words": [...], "tags": [...]}, one tag per word; a question-answering model
 // {"id": ..., "answer": "...", "start": c, "end": c, "score": p} (characters of the context); a
@@ -12,6 +13,7 @@
 #include "flags.h"
 #include "kiln/core/error.h"
 #include "kiln/core/atomic_file.h"
+#include "kiln/io/compressed.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
 #include "train_common.h"
@@ -20,8 +22,8 @@ namespace {
 
 using namespace kiln;
 constexpr const char* kUsage =
-    "usage: kiln predict --model DIR --input FILE --output FILE.jsonl [--max_seq_length N] [--text_column C] "
-    "[--text_pair_column C] [--batch_size N] [--bf16] [--doc_stride N] [--max_answer_length N] "
+    "usage: kiln predict --model_name_or_path DIR --test_file FILE --output FILE.jsonl [--max_seq_length N] "
+    "[--text_column C] [--text_pair_column C] [--per_device_eval_batch_size N] [--bf16] [--doc_stride N] [--max_answer_length N] "
     "[--version_2_with_negative]\n"
     "A sequence classifier reads CSV/TSV/JSON rows or text lines; a token classifier reads JSON rows with a list "
     "of words (--text_column, default 'tokens') or text lines split at whitespace; a question-answering model "
@@ -30,8 +32,8 @@ constexpr const char* kUsage =
 
 int run_predict(const std::vector<std::string>& args) {
   cli::Flags flags("predict",
-                   {{"model", true, true}, {"input", true, true}, {"output", true, true}, {"max_seq_length"},
-                    {"text_column"}, {"text_pair_column"}, {"batch_size"}, {"bf16", false}, {"doc_stride"},
+                   {{"model_name_or_path", true, true}, {"test_file", true, true, "input"}, {"output", true, true},
+                    {"max_seq_length"}, {"text_column"}, {"text_pair_column"}, {"per_device_eval_batch_size"}, {"bf16", false}, {"doc_stride"},
                     {"max_answer_length"}, {"version_2_with_negative", false}},
                    kUsage);
   flags.parse(args);
@@ -56,7 +58,7 @@ int run_predict(const std::vector<std::string>& args) {
   dopt.text_pair_column = flags.get("text_pair_column");
   dopt.label_column = "";  // predictions need no labels
   // A token classifier reads JSON rows of words, or text lines split at whitespace.
-  const bool text_lines = std::filesystem::path(flags.get("input")).extension() == ".txt";
+  const bool text_lines = io::without_compression(flags.get("input")).extension() == ".txt";
   dopt.split_into_words = tokens && !text_lines;
   dopt.question_answering = qa;
   dopt.multiple_choice = mc;

@@ -18,9 +18,11 @@
 
 #include "command.h"
 #include "flags.h"
+#include "hf_output_files.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/replica.h"
 #include "kiln/core/atomic_file.h"
+#include "kiln/io/compressed.h"
 #include "kiln/io/json_file.h"
 #include "kiln/models/generation.h"
 #include "kiln/models/gpt2.h"
@@ -28,6 +30,8 @@
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
 #include "kiln/models/token_ids.h"
+#include "kiln/train/generation_metrics.h"
+#include "kiln/train/hf_fields.h"
 #include "kiln/train/output_dir.h"
 #include "kiln/train/stop_signals.h"
 #include "kiln/train/trainer.h"
@@ -46,15 +50,16 @@ const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name
                                               "max_train_samples", "max_eval_samples", "max_predict_samples",
                                               "validation_split_percentage", "doc_stride", "n_best_size",
                                               "max_answer_length", "null_score_diff_threshold", "question_column",
-                                              "context_column", "answer_column"};
+                                              "context_column", "answer_column", "block_size", "summary_column",
+                                              "train_file_field", "validation_file_field", "test_file_field"};
 const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes", "label_all_tokens",
-                                                 "version_2_with_negative"};
+                                                 "version_2_with_negative", "keep_linebreaks"};
 
 // kiln train's own numeric flags: the smallest value each takes.
 const std::map<std::string, int64_t> kIntegerFlags = {
     {"max_seq_length", 3},    {"pad_to_multiple_of", 0}, {"max_source_length", 1},   {"max_target_length", 1},
     {"max_train_samples", 1}, {"max_eval_samples", 1},   {"max_predict_samples", 1}, {"validation_split_percentage", 1},
-    {"doc_stride", 0},        {"n_best_size", 1},        {"max_answer_length", 1}};
+    {"doc_stride", 0},        {"n_best_size", 1},        {"max_answer_length", 1},   {"block_size", 3}};
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const char* name, int64_t fallback) {
   auto it = f.find(name);
@@ -112,6 +117,64 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
         std::fprintf(stderr, "kiln train: warning: --%s is for --task %s; ignored with --task %s\n", name.c_str(),
                      for_task.c_str(), task.c_str());
   }
+}
+
+// The task an architecture's head was trained for ("" for none kiln knows).
+std::string task_of_architecture(const std::string& arch) {
+  const auto ends = [&](const char* s) { return arch.ends_with(s); };
+  return ends("ForSequenceClassification")      ? "text-classification"
+         : ends("ForTokenClassification")       ? "token-classification"
+         : ends("ForQuestionAnswering")         ? "question-answering"
+         : ends("ForMultipleChoice")            ? "multiple-choice"
+         : ends("ForMaskedLM")                  ? "masked-lm"
+         : ends("ForCausalLM")                  ? "causal-lm"
+         : arch == "GPT2LMHeadModel"            ? "causal-lm"
+         : arch == "T5ForConditionalGeneration" ? "seq2seq"
+                                                : "";
+}
+
+// kiln train without --task: the task of the model's architecture (config.json's architectures), as kiln eval
+// decides it. A pretraining checkpoint (*ForMaskedLM, *ForPreTraining, as bert-base-uncased is saved) is
+// fine-tuned for text classification on a table or JSON file (run_glue) and keeps pretraining on a .txt file
+// (run_mlm). Nothing to go by: text-classification.
+std::string infer_task(const std::map<std::string, std::string>& f) {
+  std::unique_ptr<models::PretrainedConfig> c;
+  if (f.count("model_name_or_path")) c = models::load_config(fs::path(f.at("model_name_or_path")) / "config.json");
+  else if (f.count("config_name") && !(c = models::preset_config(f.at("config_name")))) c = models::load_config(f.at("config_name"));
+  const std::string arch = c && !c->architectures.empty() ? c->architectures.front() : "";
+  std::string task = task_of_architecture(arch);
+  const bool text_file = f.count("train_file") && io::without_compression(f.at("train_file")).extension() == ".txt";
+  if (arch.ends_with("ForMaskedLM") || arch.ends_with("ForPreTraining")) task = text_file ? "masked-lm" : "";
+  if (task.empty()) task = "text-classification";
+  if (task != "text-classification")  // the default needs no word (errors stay one line)
+      std::fprintf(stderr, "kiln train: task %s (from the model's %s; --task chooses another)\n", task.c_str(),
+                 arch.c_str());
+  return task;
+}
+
+// HF's example scripts' own spellings of kiln's flags: run_clm's --block_size (--max_seq_length) and
+// run_summarization's --text_column / --summary_column (--source_column / --target_column).
+void hf_spellings(std::map<std::string, std::string>& f, const std::string& task, const char* command) {
+  auto rename = [&](const char* from, const char* to) {
+    if (!f.count(from)) return;
+    KILN_CHECK(!f.count(to), command, ": --", from, " and --", to, " name the same setting; give one");
+    f[to] = f[from];
+    f.erase(from);
+  };
+  rename("block_size", "max_seq_length");
+  if (task == "seq2seq") {
+    rename("text_column", "source_column");
+    rename("summary_column", "target_column");
+  } else if (f.count("summary_column")) {
+    std::fprintf(stderr, "kiln %s: warning: --summary_column is for --task seq2seq; ignored with --task %s\n",
+                 command, task.c_str());
+  }
+}
+
+// .txt line breaks: --keep_linebreaks, or run_clm's default (kept) for causal-lm; run_mlm's text loader drops them.
+bool keep_linebreaks(const std::map<std::string, std::string>& f, const std::string& task) {
+  auto it = f.find("keep_linebreaks");
+  return it == f.end() ? task == "causal-lm" : it->second == "true";
 }
 
 // `kiln train --help` / `kiln eval --help`: the usage, the tasks, kiln's data flags and the TrainingArguments
@@ -200,7 +263,10 @@ bool holds_files(const fs::path& dir) {
 }
 
 // --args_file F.json: the JSON object's fields as flags (HF's parse_json_file),
-// before the command line's own, which win.
+// before the command line's own, which win. A file HF's
+// TrainingArguments.to_json_string() wrote loads: its fields kiln has no use
+// for are listed once as ignored when their values ask for nothing, and are
+// errors when they ask for what kiln lacks (train::classify_hf_field).
 std::vector<std::string> expand_args_file(const std::vector<std::string>& args) {
   std::vector<std::string> out, rest;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -213,7 +279,18 @@ std::vector<std::string> expand_args_file(const std::vector<std::string>& args) 
     }
     nlohmann::json j = read_json_file(path);
     KILN_CHECK(j.is_object(), path, ": expected a JSON object of argument names and values");
-    for (const auto& [k, v] : j.items()) {
+    std::string ignored;
+    for (const auto& item : j.items()) {
+      std::string k = item.key(), why;
+      nlohmann::json v = item.value();
+      if (auto kiln_form = train::translate_hf_field(k, v, path)) {
+        std::tie(k, v) = *kiln_form;
+      } else if (const train::HfField use = train::classify_hf_field(k, v, &why); use == train::HfField::Ignored) {
+        ignored += (ignored.empty() ? "" : ", ") + k;
+        continue;
+      } else if (use == train::HfField::Lacking) {
+        throw Error(detail::concat(path, ": key '", k, "': ", v.dump(), " asks for ", why, ", which kiln does not have"));
+      }
       if (v.is_null()) continue;
       if (std::find(kExtraSwitches.begin(), kExtraSwitches.end(), k) != kExtraSwitches.end()) {
         KILN_CHECK(v.is_boolean(), path, ": '", k, "' must be true or false, got ", json_found(v));
@@ -223,6 +300,9 @@ std::vector<std::string> expand_args_file(const std::vector<std::string>& args) 
       out.push_back("--" + k);
       out.push_back(v.is_string() ? v.get<std::string>() : v.is_boolean() ? (v.get<bool>() ? "true" : "false") : v.dump());
     }
+    if (!ignored.empty())
+      std::fprintf(stderr, "kiln train: %s: ignored (HF fields kiln has no use for, at values that ask for nothing): %s\n",
+                   path.c_str(), ignored.c_str());
   }
   out.insert(out.end(), rest.begin(), rest.end());
   return out;
@@ -258,28 +338,54 @@ void write_word_predictions(const train::Predictions& p, const data::Features& t
   std::fprintf(stderr, "kiln train: %zu tagged rows -> %s\n", p.token_labels.size(), path.string().c_str());
 }
 
+// A decoded text as run_summarization writes and scores it: one line, stripped.
+std::string one_line(std::string line) {
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  const size_t first = line.find_first_not_of(" \t"), last = line.find_last_not_of(" \t");
+  return first == std::string::npos ? "" : line.substr(first, last - first + 1);
+}
+
 // run_summarization's generated_predictions.txt: each test source's greedy
-// output, decoded without special tokens, one per line.
-void write_generated(models::PreTrainedModel& model, const data::Features& test, const train::TrainingArguments& ta,
+// output, decoded without special tokens, one per line. Returns the lines.
+std::vector<std::string> write_generated(models::PreTrainedModel& model, const data::Features& test, const train::TrainingArguments& ta,
                      int64_t max_target_length, const cli::TokenizerBundle& tok, const fs::path& path) {
   model.eval();
   models::GenerationConfig g;
   g.max_new_tokens = ta.generation_max_length.value_or(max_target_length);
   std::string text;
+  std::vector<std::string> lines;
   const auto batch = static_cast<size_t>(ta.per_device_eval_batch_size);
   for (size_t i = 0; i < test.size(); i += batch) {
     std::vector<std::vector<int64_t>> chunk(test.input_ids.begin() + static_cast<std::ptrdiff_t>(i),
                                             test.input_ids.begin() + static_cast<std::ptrdiff_t>(std::min(test.size(), i + batch)));
     for (const auto& seq : models::generate(model, chunk, g)) {
       std::vector<uint32_t> ids(seq.begin(), seq.end());
-      std::string line = tok.tokenizer.decode(ids, true);
-      std::replace(line.begin(), line.end(), '\n', ' ');  // one prediction per line
-      const size_t first = line.find_first_not_of(" \t"), last = line.find_last_not_of(" \t");
-      text += (first == std::string::npos ? "" : line.substr(first, last - first + 1)) + "\n";  // HF strips
+      lines.push_back(one_line(tok.tokenizer.decode(ids, true)));
+      text += lines.back() + "\n";
     }
   }
   write_file_atomic(path, text);
   std::fprintf(stderr, "kiln train: %zu generated predictions -> %s\n", test.size(), path.string().c_str());
+  return lines;
+}
+
+// run_summarization's and run_translation's scores of generated text against the test targets (decoded as
+// HF decodes the labels: without special tokens, stripped): ROUGE-1/2/L F-measures x 100, sacrebleu's BLEU.
+void score_generated(const std::vector<std::string>& generated, const data::Features& test,
+                     const cli::TokenizerBundle& tok, nlohmann::json& metrics) {
+  std::vector<std::string> refs;
+  for (const auto& t : test.target_ids) {
+    std::vector<uint32_t> ids;
+    for (int64_t id : t)
+      if (id >= 0) ids.push_back(static_cast<uint32_t>(id));
+    refs.push_back(one_line(tok.tokenizer.decode(ids, true)));
+  }
+  const train::RougeScores r = train::rouge(generated, refs);
+  auto percent = [](double v) { return std::round(v * 100 * 1e4) / 1e4; };  // run_summarization's round(v * 100, 4)
+  metrics["predict_rouge1"] = percent(r.rouge1);
+  metrics["predict_rouge2"] = percent(r.rouge2);
+  metrics["predict_rougeL"] = percent(r.rougeL);
+  metrics["predict_bleu"] = train::corpus_bleu(generated, {refs});
 }
 
 int run_train(const std::vector<std::string>& raw_args) {
@@ -289,14 +395,15 @@ int run_train(const std::vector<std::string>& raw_args) {
                            "run.json [flags]   (the same names as JSON; the command line wins)"))
     return 0;
   std::map<std::string, std::string> f;
-  std::vector<std::string> args = expand_args_file(raw_args);
+  std::vector<std::string> args = cli::with_hf_names(expand_args_file(raw_args), {"batch_size"});
   train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, kExtraFlags, kExtraSwitches);
   ta.do_train = true;
-  const std::string task = f.count("task") ? f["task"] : "text-classification";
+  const std::string task = f.count("task") ? f["task"] : infer_task(f);
   KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
                  task == "multiple-choice" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
              "train: --task must be text-classification, token-classification, question-answering, multiple-choice, ",
              "masked-lm, causal-lm or seq2seq, got '", task, "'");
+  hf_spellings(f, task, "train");
   check_task_flags(f, task);
   const bool s2s = task == "seq2seq";
   if (s2s) {  // --source_column / --target_column are the text pair of each row
@@ -342,10 +449,17 @@ int run_train(const std::vector<std::string>& raw_args) {
   data::DatasetOptions dopt = cli::dataset_options(f);
   dopt.multiple_choice = mc;  // run_swag: sent1, sent2, ending0, ending1, ..., label
   dopt.split_into_words = ner;  // run_ner: a list of words and a list of tags per row
+  dopt.keep_linebreaks = keep_linebreaks(f, task);
   if (qa) qa_columns(f, dopt);  // run_qa: id, question, context and answers per row
-  data::Dataset train_ds = data::load_dataset(f["train_file"], dopt);
+  // datasets' JSON `field` of each file (--train_file_field data), else found.
+  auto with_field = [&](data::DatasetOptions o, const char* flag) {
+    o.json_field = f.count(flag) ? f[flag] : "";
+    return o;
+  };
+  data::Dataset train_ds = data::load_dataset(f["train_file"], with_field(dopt, "train_file_field"));
   std::optional<data::Dataset> eval_ds;
-  if (f.count("validation_file")) eval_ds = data::load_dataset(f["validation_file"], dopt);
+  if (f.count("validation_file"))
+    eval_ds = data::load_dataset(f["validation_file"], with_field(dopt, "validation_file_field"));
   if (f.count("validation_split_percentage")) {  // run_mlm / run_clm: train[:p%] validates, train[p%:] trains
     const int64_t pct = int_flag(f, "validation_split_percentage", 5);
     KILN_CHECK(pct < 100, "train: --validation_split_percentage must be below 100, got ", pct);
@@ -458,6 +572,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     for (size_t i = 0; i < labels.labels.size(); ++i) model->config().id2label[static_cast<int64_t>(i)] = labels.labels[i];
   }
   if (classes && labels.is_regression) model->config().problem_type = "regression";
+  if (s2s) cli::save_source_prefix(model->config(), f.count("source_prefix") ? f["source_prefix"] : "");
   return model;
   };
 
@@ -494,7 +609,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   if (ta.do_predict) {
     data::DatasetOptions topt = dopt;
     if (!s2s && !ner && !qa) topt.label_column = "";
-    const data::Dataset test_ds = data::load_dataset(f["test_file"], topt);
+    const data::Dataset test_ds = data::load_dataset(f["test_file"], with_field(topt, "test_file_field"));
     // run_ner and run_qa keep the tags / answers for predict_* scores (a file without them is predicted only),
     // seq2seq its targets.
     if (qa) {
@@ -574,8 +689,12 @@ int run_train(const std::vector<std::string>& raw_args) {
       auto m = trainer.evaluate("predict", test_f);
       m.erase("perplexity");
       for (auto& [k, v] : m) pj[k] = all[k] = v;
-      if (ta.predict_with_generate) write_generated(*model, *test_f, ta, int_flag(f, "max_target_length", max_len),
-                                                    tok, out / "generated_predictions.txt");
+      if (ta.predict_with_generate) {
+        const auto generated = write_generated(*model, *test_f, ta, int_flag(f, "max_target_length", max_len), tok,
+                                               out / "generated_predictions.txt");
+        score_generated(generated, *test_f, tok, pj);
+        for (const char* k : {"predict_rouge1", "predict_rouge2", "predict_rougeL", "predict_bleu"}) all[k] = pj[k];
+      }
     } else if (qa) {  // run_qa: predict_predictions.json, and predict_* scores when the test rows have answers
       for (auto& [k, v] : trainer.evaluate("predict", test_f)) pj[k] = all[k] = v;
     } else if (ner) {  // run_ner: predict_* scores when the test rows are tagged, and predictions.txt
@@ -588,6 +707,11 @@ int run_train(const std::vector<std::string>& raw_args) {
     if (!pj.empty()) io::write_json_file_atomic(out / "predict_results.json", pj);
   }
   io::write_json_file_atomic(out / "all_results.json", all);
+  cli::ModelCard card{out.filename().empty() ? out.parent_path().filename().string() : out.filename().string(),
+                      f.count("model_name_or_path") ? f["model_name_or_path"] : "", f.count("config_name") ? f["config_name"] : "", task,
+                      {f["train_file"]}, {}, &ta, trainer.state().log_history, this_replica().world_size()};
+  if (eval_ds) card.eval_files = {eval_ds->source};
+  cli::write_hf_output_files(out, card, *model, tok);
   std::printf("model saved to %s\n", out.string().c_str());
   }, static_cast<int>(ta.num_replicas));
   if (stopped) {  // the shell's status for a process a signal ended: 128 + the signal
@@ -600,16 +724,7 @@ int run_train(const std::vector<std::string>& raw_args) {
 // The task a saved model is evaluated on: --task when given (it must fit the
 // architecture), else the one its architecture was trained for.
 std::string eval_task(const std::string& arch, const std::map<std::string, std::string>& f) {
-  const auto ends = [&](const char* s) { return arch.ends_with(s); };
-  const std::string fits = ends("ForSequenceClassification")      ? "text-classification"
-                           : ends("ForTokenClassification")       ? "token-classification"
-                           : ends("ForQuestionAnswering")         ? "question-answering"
-                           : ends("ForMultipleChoice")            ? "multiple-choice"
-                           : ends("ForMaskedLM")                  ? "masked-lm"
-                           : ends("ForCausalLM")                  ? "causal-lm"
-                           : arch == "GPT2LMHeadModel"            ? "causal-lm"
-                           : arch == "T5ForConditionalGeneration" ? "seq2seq"
-                                                                  : "";
+  const std::string fits = task_of_architecture(arch);
   KILN_CHECK(!fits.empty(), "eval: cannot evaluate a ", arch,
              " (a *ForSequenceClassification, *ForTokenClassification, *ForQuestionAnswering, *ForMultipleChoice, ",
              "*ForMaskedLM, ",
@@ -625,12 +740,12 @@ int run_eval(const std::vector<std::string>& args) {
                        "(the task is the model's: its architecture decides; kiln train's data flags apply)"))
     return 0;
   std::map<std::string, std::string> f;
-  std::vector<std::string> a = args;
+  std::vector<std::string> a = cli::with_hf_names(args);
   bool has_out = false;
-  for (const auto& s : args) has_out = has_out || s.rfind("--output_dir", 0) == 0;
-  if (!has_out) {  // evaluation writes nothing but eval_results.json into the model dir
-    for (size_t i = 0; i + 1 < args.size(); ++i)
-      if (args[i] == "--model_name_or_path") a.insert(a.end(), {"--output_dir", args[i + 1]});
+  for (const auto& s : a) has_out = has_out || s.rfind("--output_dir", 0) == 0;
+  if (!has_out) {  // without --output_dir, only a question-answering model writes (its predictions) into the model dir
+    for (size_t i = 0; i + 1 < a.size(); ++i)
+      if (a[i] == "--model_name_or_path") a.insert(a.end(), {"--output_dir", a[i + 1]});
   }
   train::TrainingArguments ta = train::TrainingArguments::parse(a, &f, kExtraFlags, kExtraSwitches);
   KILN_CHECK(f.count("model_name_or_path"), "eval: --model_name_or_path DIR is required");
@@ -644,6 +759,7 @@ int run_eval(const std::vector<std::string>& args) {
   cli::TokenizerBundle tok = cli::load_tokenizer(f.count("tokenizer_name") ? fs::path(f["tokenizer_name"]) : dir);
   auto model = models::from_pretrained(dir, {});
   const std::string task = eval_task(model->architecture(), f);
+  hf_spellings(f, task, "eval");
   const bool mlm = task == "masked-lm", clm = task == "causal-lm", s2s = task == "seq2seq",
              ner = task == "token-classification", qa = task == "question-answering", mc = task == "multiple-choice";
   if (s2s) {  // as kiln train: the source and target columns are each row's text pair
@@ -654,7 +770,9 @@ int run_eval(const std::vector<std::string>& args) {
   data::DatasetOptions dopt = cli::dataset_options(f);
   dopt.split_into_words = ner;
   dopt.multiple_choice = mc;
+  dopt.keep_linebreaks = keep_linebreaks(f, task);
   if (qa) qa_columns(f, dopt);
+  if (f.count("validation_file_field")) dopt.json_field = f["validation_file_field"];
   data::Dataset ds = data::load_dataset(f["validation_file"], dopt);
   const int64_t max_len =
       cli::sequence_length(max_seq_length_flag(f), model->config(), "eval", qa ? cli::kQaMaxSeqLength : 128);
@@ -668,7 +786,7 @@ int run_eval(const std::vector<std::string>& args) {
   if (s2s)
     feats = std::make_shared<data::Features>(data::tokenize_seq2seq(
         ds, tok.tokenizer, int_flag(f, "max_source_length", max_len), int_flag(f, "max_target_length", max_len),
-        f.count("source_prefix") ? f["source_prefix"] : ""));
+        f.count("source_prefix") ? f["source_prefix"] : cli::saved_source_prefix(model->config())));
   else if (mlm || clm)
     feats = std::make_shared<data::Features>(data::group_texts(ds, tok.tokenizer, max_len, mlm));
   else if (ner) {
@@ -717,6 +835,13 @@ int run_eval(const std::vector<std::string>& args) {
   trainer.set_question_answering(qa_options(f, "eval"));
   auto m = trainer.evaluate("eval");
   for (auto& [k, v] : m) std::printf("%s = %.4f\n", k.c_str(), v);
+  if (has_out) {  // HF's trainer.save_metrics("eval", metrics): output_dir/eval_results.json
+    nlohmann::json ej = nlohmann::json::object();
+    for (auto& [k, v] : m) ej[k] = v;
+    fs::create_directories(ta.output_dir);
+    io::write_json_file_atomic(fs::path(ta.output_dir) / "eval_results.json", ej);
+    std::fprintf(stderr, "kiln eval: metrics -> %s\n", (fs::path(ta.output_dir) / "eval_results.json").string().c_str());
+  }
   return 0;
 }
 

@@ -9,8 +9,55 @@
 
 namespace kiln::cli {
 
+const std::vector<FlagAlias> kHfNames = {{"model_name_or_path", "model"},
+                                         {"tokenizer_name", "tokenizer"},
+                                         {"config_name", "config"},
+                                         {"per_device_eval_batch_size", "batch_size"}};
+
+namespace {
+
+std::string underscored(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+// The other name of `name`'s kHfNames pair ("" when it has none).
+std::string other_name(const std::string& name) {
+  for (const auto& a : kHfNames) {
+    if (name == a.hf) return a.kiln;
+    if (name == a.kiln) return a.hf;
+  }
+  return "";
+}
+
+}  // namespace
+
 Flags::Flags(std::string command, std::vector<FlagSpec> specs, std::string usage)
     : command_(std::move(command)), usage_(std::move(usage)), specs_(std::move(specs)) {}
+
+std::string Flags::canonical(const std::string& name) const {
+  const std::string n = underscored(name), other = other_name(n);
+  for (const auto& s : specs_)
+    if (s.name == n || (!other.empty() && s.name == other) || (!s.alias.empty() && s.alias == n)) return s.name;
+  return "";
+}
+
+std::vector<std::string> with_hf_names(const std::vector<std::string>& args, const std::vector<std::string>& keep) {
+  std::vector<std::string> out;
+  for (const auto& arg : args) {
+    std::string rewritten = arg;
+    if (arg.rfind("--", 0) == 0) {
+      const size_t eq = arg.find('=');
+      const std::string name = underscored(arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2));
+      rewritten = "--" + name + (eq == std::string::npos ? "" : arg.substr(eq));
+      for (const auto& a : kHfNames)
+        if (name == a.kiln && std::find(keep.begin(), keep.end(), name) == keep.end())
+          rewritten = "--" + std::string(a.hf) + (eq == std::string::npos ? "" : arg.substr(eq));
+    }
+    out.push_back(rewritten);
+  }
+  return out;
+}
 
 std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
   return train::closest_name(word, candidates);
@@ -31,11 +78,16 @@ void Flags::parse(const std::vector<std::string>& args) {
       name = name.substr(0, eq);
       inline_value = true;
     }
-    auto spec = std::find_if(specs_.begin(), specs_.end(), [&](const FlagSpec& s) { return s.name == name; });
+    const std::string declared = canonical(name);
+    auto spec = std::find_if(specs_.begin(), specs_.end(), [&](const FlagSpec& s) { return s.name == declared; });
     if (spec == specs_.end()) {
       std::vector<std::string> names;
-      for (const auto& s : specs_) names.push_back(s.name);
-      std::string near = closest(name, names);
+      for (const auto& s : specs_) {
+        names.push_back(s.name);
+        if (std::string other = other_name(s.name); !other.empty()) names.push_back(other);
+        if (!s.alias.empty()) names.push_back(s.alias);
+      }
+      std::string near = closest(underscored(name), names);
       throw Error(command_ + ": unknown flag '--" + name + "'" + (near.empty() ? "" : " (did you mean --" + near + "?)") +
                   "\n" + usage_);
     }
@@ -45,17 +97,29 @@ void Flags::parse(const std::vector<std::string>& args) {
         value = args[++i];
       }
     } else {
-      KILN_CHECK(!inline_value, command_, ": flag --", name, " takes no value\n", usage_);
+      // "--bf16", or HF's "--bf16 true|false" (a following word that is not a bool word is not its value).
+      if (!inline_value && i + 1 < args.size() && train::parse_bool_word(args[i + 1])) value = args[++i];
+      if (!inline_value && value.empty()) value = "true";
+      auto on = train::parse_bool_word(value);
+      KILN_CHECK(on, command_, ": flag --", name, ": invalid value '", value, "' (expected true or false, or no value)\n",
+                 usage_);
+      if (!*on) {
+        values_.erase(spec->name);
+        continue;
+      }
       value = "true";
     }
-    values_[name] = value;
+    values_[spec->name] = value;
   }
-  for (const auto& s : specs_)
-    KILN_CHECK(!s.required || has(s.name), command_, ": missing --", s.name, "\n", usage_);
+  for (const auto& s : specs_) {
+    const std::string other = s.alias.empty() ? other_name(s.name) : s.alias;
+    KILN_CHECK(!s.required || has(s.name), command_, ": missing --", s.name,
+               other.empty() ? "" : " (or --" + other + ")", "\n", usage_);
+  }
 }
 
 std::string Flags::get(const std::string& name, const std::string& fallback) const {
-  auto it = values_.find(name);
+  auto it = values_.find(canonical(name));
   return it == values_.end() ? fallback : it->second;
 }
 
@@ -80,11 +144,11 @@ double number_value(const std::string& command, const std::string& name, const s
 }
 
 int64_t Flags::integer(const std::string& name, int64_t fallback, int64_t min) const {
-  return has(name) ? integer_value(command_, name, values_.at(name), min) : fallback;
+  return has(name) ? integer_value(command_, name, get(name), min) : fallback;
 }
 
 double Flags::number(const std::string& name, double fallback) const {
-  return has(name) ? number_value(command_, name, values_.at(name)) : fallback;
+  return has(name) ? number_value(command_, name, get(name)) : fallback;
 }
 
 }  // namespace kiln::cli

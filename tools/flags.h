@@ -1,7 +1,11 @@
 #pragma once
 // Command-line flags of the `kiln` subcommands: "--name value", "--name=value"
-// and switches. An unknown flag is an error that suggests the closest valid
-// name; a missing value or required flag names the flag.
+// and switches ("--bf16", or "--bf16 true|false" as HF's parser takes them).
+// Every command takes Hugging Face's names (--model_name_or_path,
+// --tokenizer_name, --per_device_eval_batch_size, ...) and kiln's short ones
+// (--model, --tokenizer, --batch_size) for the same flag (kHfNames), with
+// dashes or underscores. An unknown flag is an error that suggests the
+// closest valid name; a missing value or required flag names the flag.
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -11,10 +15,25 @@
 namespace kiln::cli {
 
 struct FlagSpec {
-  std::string name;  // without "--"
+  std::string name;  // without "--"; either name of a kHfNames pair
   bool takes_value = true;
   bool required = false;
+  std::string alias = "";  // another name this command takes for it (kHfNames' pairs need none)
 };
+
+// Hugging Face's name of a flag and kiln's short one: a command that declares
+// either accepts both, and get()/has() answer to either.
+struct FlagAlias {
+  const char* hf;
+  const char* kiln;
+};
+extern const std::vector<FlagAlias> kHfNames;
+
+// `args` with kiln's short names (kHfNames) spelled as HF's and dashes in
+// flag names as underscores, for the commands whose parser knows HF's names
+// only (kiln train and eval): "--model D" is "--model_name_or_path D". Names
+// in `keep` are not renamed.
+std::vector<std::string> with_hf_names(const std::vector<std::string>& args, const std::vector<std::string>& keep = {});
 
 class Flags {
  public:
@@ -22,7 +41,7 @@ class Flags {
   void parse(const std::vector<std::string>& args);
   bool help() const { return help_; }
   const std::string& usage() const { return usage_; }
-  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  bool has(const std::string& name) const { return values_.count(canonical(name)) > 0; }
   std::string get(const std::string& name, const std::string& fallback = "") const;
   // The flag's value as a whole integer (at least `min`) or a whole number;
   // `fallback` when absent. Anything else ("3abc", "2.7" for an integer, a
@@ -31,6 +50,8 @@ class Flags {
   double number(const std::string& name, double fallback) const;
 
  private:
+  // The declared name that `name` (either of a kHfNames pair, dashes or underscores) stands for; "" if none.
+  std::string canonical(const std::string& name) const;
   std::string command_, usage_;
   std::vector<FlagSpec> specs_;
   std::map<std::string, std::string> values_;

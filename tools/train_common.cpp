@@ -47,6 +47,22 @@ int64_t padding_id(const TokenizerBundle& tok, const models::PretrainedConfig& c
   return tok.pad_id;
 }
 
+std::string saved_source_prefix(const models::PretrainedConfig& config) {
+  const nlohmann::json* p = &config.extra;
+  for (const char* key : {"task_specific_params", "summarization", "prefix"}) {
+    if (!p->is_object() || !p->contains(key)) return "";
+    p = &(*p)[key];
+  }
+  return p->is_string() ? p->get<std::string>() : "";
+}
+
+void save_source_prefix(models::PretrainedConfig& config, const std::string& prefix) {
+  nlohmann::json& params = config.extra["task_specific_params"];
+  if (!params.is_object()) params = nlohmann::json::object();
+  if (!params["summarization"].is_object()) params["summarization"] = nlohmann::json::object();
+  params["summarization"]["prefix"] = prefix;
+}
+
 data::DatasetOptions dataset_options(const std::map<std::string, std::string>& flags) {
   data::DatasetOptions o;
   if (auto it = flags.find("text_column"); it != flags.end()) o.text_column = it->second;

@@ -44,6 +44,12 @@ data::DatasetOptions dataset_options(const std::map<std::string, std::string>& f
 int64_t sequence_length(std::optional<int64_t> asked, const models::PretrainedConfig& config, const char* command,
                         int64_t fallback = 128);
 
+// The seq2seq source prefix ("summarize: ") a model was trained with, kept in
+// its config.json where HF's pipelines read it
+// (task_specific_params.summarization.prefix); "" when none.
+std::string saved_source_prefix(const models::PretrainedConfig& config);
+void save_source_prefix(models::PretrainedConfig& config, const std::string& prefix);
+
 // run_qa's defaults: --max_seq_length 384 and --doc_stride 128, the stride
 // lowered to a third of a shorter sequence length (128 of 384).
 constexpr int64_t kQaMaxSeqLength = 384;

@@ -1,8 +1,11 @@
 // load_dataset: CSV (RFC 4180 edge cases), TSV, JSON Lines, plain text, and
 // every error with the file, line and column or key it names.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "dataset/util.h"
+#include "kiln/core/file.h"
 #include "kiln/data/dataset.h"
 #include "kiln/data/labels.h"
 
@@ -84,8 +87,17 @@ TEST(CsvTest, Errors) {
   EXPECT_EQ(error_of([&] { load_dataset(ragged); }),
             ragged.string() + ":3: ragged row: expected 2 fields (columns: sentence, label), found 3");
 
-  auto stray = d.write("q.csv", "sentence,label\nsaid \"hi\",b\n");
-  EXPECT_CONTAINS(error_of([&] { load_dataset(stray); }), stray.string() + ":2:6: bad quote");
+  // A quote inside an unquoted field is itself, as pandas reads it, with one warning naming the first.
+  auto stray = d.write("q.csv", "sentence,label\nsaid \"hi\",b\nx\"y,c\n");
+  ::testing::internal::CaptureStderr();
+  Dataset quoted = load_dataset(stray);
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(quoted.rows.size(), 2u);
+  EXPECT_EQ(quoted.rows[0].text, "said \"hi\"");
+  EXPECT_EQ(quoted.rows[1].text, "x\"y");
+  EXPECT_CONTAINS(warning, stray.string() + ":2:6: '\"' inside an unquoted field, read as a quote as pandas reads it "
+                           "(3 such quotes;");
+  EXPECT_EQ(std::count(warning.begin(), warning.end(), '\n'), 1);
   auto after = d.write("q2.csv", "sentence,label\n\"a\"b,c\n");
   EXPECT_CONTAINS(error_of([&] { load_dataset(after); }),
               after.string() + ":2:4: bad quote: 'b' after the closing quote");
@@ -191,6 +203,68 @@ TEST(TextTest, OneExamplePerNonBlankLine) {
   EXPECT_EQ(ds.rows[2].text, "last");
   EXPECT_FALSE(ds.has_labels);
   EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("e.txt", "\n\n")); }), "empty dataset (no rows)");
+}
+
+// datasets' text loader with keep_linebreaks (run_clm's default): every line, its break kept, blank ones too.
+TEST(TextTest, KeepLinebreaksKeepsEveryLineWithItsBreak) {
+  TempDir d;
+  DatasetOptions o;
+  o.keep_linebreaks = true;
+  Dataset ds = load_dataset(d.write("t.txt", "first line\r\n\n   \nlast"), o);
+  ASSERT_EQ(ds.rows.size(), 4u);
+  EXPECT_EQ(ds.rows[0].text, "first line\r\n");
+  EXPECT_EQ(ds.rows[1].text, "\n");
+  EXPECT_EQ(ds.rows[2].text, "   \n");
+  EXPECT_EQ(ds.rows[3].text, "last");
+}
+
+// Compressed files as datasets reads them: the format from the name under .gz / .zst; several gzip members one
+// after the other; a damaged stream an error naming the file.
+TEST(CompressedTest, GzipAndZstdFilesReadAsTheirFormat) {
+  const std::string dir = std::string(KILN_TEST_DATA_DIR) + "/datasets/";
+  for (const char* name : {"rows.csv.gz", "rows.csv.zst"}) {
+    Dataset ds = load_dataset(dir + name);
+    ASSERT_EQ(ds.rows.size(), 2u) << name;
+    EXPECT_EQ(ds.rows[1].text, "bad, slow screen") << name;
+    EXPECT_EQ(ds.rows[1].label, "negative") << name;
+  }
+  Dataset two = load_dataset(dir + "two_members.csv.gz");
+  ASSERT_EQ(two.rows.size(), 3u);
+  EXPECT_EQ(two.rows[2].text, "more text");
+  EXPECT_EQ(load_dataset(dir + "rows.jsonl.zst").rows[1].text, "another");
+
+  TempDir d;
+  const std::string gz = kiln::read_file(dir + "rows.csv.gz"), zst = kiln::read_file(dir + "rows.csv.zst");
+  auto cut = d.write("cut.csv.gz", gz.substr(0, gz.size() / 2));
+  EXPECT_EQ(error_of([&] { load_dataset(cut); }), cut.string() + ": truncated gzip stream (it ends before its last block)");
+  auto cut_zst = d.write("cut.csv.zst", zst.substr(0, zst.size() - 4));
+  EXPECT_EQ(error_of([&] { load_dataset(cut_zst); }), cut_zst.string() + ": truncated zstd stream (it ends inside a frame)");
+  auto plain = d.write("plain.csv.gz", "sentence,label\nx,y\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(plain); }), plain.string() + ": not a valid gzip stream (");
+  auto junk = d.write("junk.csv.zst", "sentence,label\nx,y\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(junk); }), junk.string() + ": not a valid zstd stream (");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(d.write("t.parquet.gz", gz)); }), "unsupported dataset file extension '.parquet'");
+}
+
+// datasets' JSON with a field: {"version": ..., "data": [rows]}, the field named or the only list found.
+TEST(JsonTest, RowsUnderAField) {
+  TempDir d;
+  auto p = d.write("f.json", "{\"version\": \"1.0\",\n \"data\": [{\"text\": \"a\", \"label\": \"x\"},\n"
+                             "  {\"text\": \"b\", \"label\": \"y\"}]}\n");
+  for (const std::string field : {"", "data"}) {
+    Dataset ds = load_dataset(p, {.json_field = field});
+    ASSERT_EQ(ds.rows.size(), 2u) << field;
+    EXPECT_EQ(ds.rows[1].text, "b");
+    EXPECT_EQ(ds.rows[1].label, "y");
+  }
+  EXPECT_EQ(error_of([&] { load_dataset(p, {.json_field = "rows"}); }),
+            p.string() + ": no field 'rows' (keys: version, data)");
+  EXPECT_EQ(error_of([&] { load_dataset(p, {.json_field = "version"}); }),
+            p.string() + ": field 'version' must be a list of rows, found string \"1.0\"");
+  auto bad = d.write("b.json", "{\"data\": [{\"text\": \"a\", \"label\": 1}, 3]}");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(bad); }), bad.string() + ": data[1]: expected a JSON object");
+  // A JSON-lines .json file is read as before.
+  EXPECT_EQ(load_dataset(d.write("l.json", "{\"text\": \"a\", \"label\": 1}\n{\"text\": \"b\", \"label\": 2}\n")).rows.size(), 2u);
 }
 
 // run_ner's files: a list of words and a list of tags per JSON row.

@@ -2,6 +2,7 @@
 // whole sequence each step, and decoding compiles once per cache bucket. GPT-2
 // and T5 (both variants: relu with tied embeddings, gated-gelu with lm_head).
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "kiln/models/generation.h"
@@ -326,3 +327,26 @@ TEST(Generation, BadT5InputIsAClearError) {
 
 }  // namespace
 }  // namespace kiln
+
+// HF's RepetitionPenaltyLogitsProcessor(1.5) then NoRepeatNGramLogitsProcessor(2) / (3) on one row, as
+// transformers computes them for ids [0, 3, 1, 4, 0, 3].
+TEST(LogitsProcessors, RepetitionPenaltyAndNoRepeatNgramAsTransformers) {
+  const std::vector<int64_t> ids = {0, 3, 1, 4, 0, 3};
+  const float inf = std::numeric_limits<float>::infinity();
+  kiln::models::GenerationConfig g;
+  g.repetition_penalty = 1.5;
+  g.no_repeat_ngram_size = 2;
+  std::vector<float> logits = {1.0f, -2.0f, 0.5f, 3.0f, -0.5f, 2.0f};
+  kiln::models::process_logits(logits, ids, g);
+  EXPECT_EQ(logits, (std::vector<float>{1.0f / 1.5f, -inf, 0.5f, 2.0f, -0.75f, 2.0f}));
+  kiln::models::GenerationConfig three;
+  three.no_repeat_ngram_size = 3;
+  logits = {1.0f, -2.0f, 0.5f, 3.0f, -0.5f, 2.0f};
+  kiln::models::process_logits(logits, ids, three);
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, -inf, 0.5f, 3.0f, -0.5f, 2.0f}));
+  // Fewer ids than an n-gram needs: nothing is banned.
+  three.no_repeat_ngram_size = 8;
+  logits = {1.0f, -2.0f, 0.5f, 3.0f, -0.5f, 2.0f};
+  kiln::models::process_logits(logits, ids, three);
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f, -0.5f, 2.0f}));
+}

@@ -12,6 +12,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
 #include "kiln/core/atomic_file.h"
+#include "kiln/io/compressed.h"
 #include "kiln/tokenizers/utf8.h"
 
 namespace kiln::data {
@@ -76,11 +77,15 @@ struct Table {
   std::vector<size_t> lines;
 };
 
-// RFC 4180 with LF or CRLF line ends. A quote may only open a field or, doubled,
-// stand for itself inside a quoted field.
+// RFC 4180 with LF or CRLF line ends. A quote opens a field or, doubled,
+// stands for itself inside a quoted field; inside an unquoted field it is
+// itself, as pandas reads it (with a warning: often a field that should have
+// been quoted).
 Table parse_csv(std::string_view s, const std::string& where) {
   Table t;
   size_t i = 0, line = 1, line_start = 0;
+  size_t stray_quotes = 0;
+  std::string first_stray;
   auto at = [&](size_t pos) { return detail::concat(where, ":", line, ":", column_of(s, line_start, pos)); };
   auto is_eol = [&](size_t pos) { return s[pos] == '\n' || (s[pos] == '\r' && pos + 1 < s.size() && s[pos + 1] == '\n'); };
   while (i < s.size()) {
@@ -121,9 +126,7 @@ Table parse_csv(std::string_view s, const std::string& where) {
                                      " (a quote inside a field is written \"\")"));
       } else {
         while (i < s.size() && s[i] != ',' && !is_eol(i)) {
-          if (s[i] == '"')
-            throw Error(detail::concat(at(i), ": bad quote: '\"' inside an unquoted field (quote the whole field "
-                                              "and double the quote: \"a \"\"b\"\"\")"));
+          if (s[i] == '"' && stray_quotes++ == 0) first_stray = at(i);
           field += s[i++];
         }
       }
@@ -147,6 +150,10 @@ Table parse_csv(std::string_view s, const std::string& where) {
       t.lines.push_back(record_line);
     }
   }
+  if (stray_quotes > 0)
+    std::fprintf(stderr, "kiln: warning: %s: '\"' inside an unquoted field, read as a quote as pandas reads it (%zu "
+                 "such quote%s; to be sure, quote the whole field and double the quote: \"a \"\"b\"\"\")\n",
+                 first_stray.c_str(), stray_quotes, stray_quotes == 1 ? "" : "s");
   return t;
 }
 
@@ -445,6 +452,41 @@ std::optional<std::vector<ordered_json>> qa_document(std::string_view s, const s
   return rows;
 }
 
+// datasets' JSON with `field`: the rows of the list under `field` (or under the only key holding a list of
+// objects) of a
+// file that is one object; nullopt when the file is not one object (JSON lines) and no field was asked for.
+std::optional<std::vector<ordered_json>> field_rows(std::string_view s, const std::string& field,
+                                                    const std::string& where, std::vector<std::string>* row_where) {
+  ordered_json doc;
+  try {
+    doc = parse_ordered_json(s, where);
+  } catch (const Error&) {
+    if (!field.empty()) throw;
+    return std::nullopt;  // JSON lines (or broken JSON: the line reader says where)
+  }
+  if (!doc.is_object()) return std::nullopt;
+  std::string key = field;
+  if (key.empty()) {
+    std::vector<std::string> lists;
+    for (const auto& [k, v] : doc.items())
+      if (v.is_array() && !v.empty() && v.front().is_object()) lists.push_back(k);
+    if (lists.size() != 1) return std::nullopt;  // one row of JSON lines
+    key = lists.front();
+  }
+  if (!doc.contains(key)) {
+    std::vector<std::string> keys;
+    for (auto k = doc.begin(); k != doc.end(); ++k) keys.push_back(k.key());
+    throw Error(detail::concat(where, ": no field '", key, "' (keys: ", joined(keys), ")"));
+  }
+  KILN_CHECK(doc[key].is_array(), where, ": field '", key, "' must be a list of rows, found ", json_found(doc[key]));
+  std::vector<ordered_json> rows;
+  for (size_t k = 0; k < doc[key].size(); ++k) {
+    row_where->push_back(detail::concat(where, ": ", key, "[", k, "]"));
+    rows.push_back(std::move(doc[key][k]));
+  }
+  return rows;
+}
+
 Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o, const std::string& where) {
   std::vector<ordered_json> objects;
   std::vector<std::string> row_where;
@@ -452,6 +494,8 @@ Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o,
   std::optional<std::vector<ordered_json>> document;
   if (o.question_answering && allow_array && first != std::string_view::npos && s[first] == '{')
     document = qa_document(s, where, &row_where);
+  if (!document && allow_array && first != std::string_view::npos && s[first] == '{')
+    document = field_rows(s, o.json_field, where, &row_where);
   if (document) {
     objects = std::move(*document);
   } else if (allow_array && first != std::string_view::npos && s[first] == '[') {
@@ -514,7 +558,7 @@ Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o,
   return ds;
 }
 
-Dataset load_text(std::string_view s, const std::string& where) {
+Dataset load_text(std::string_view s, const std::string& where, bool keep_linebreaks) {
   Dataset ds;
   ds.source = where;
   size_t pos = 0;
@@ -522,6 +566,11 @@ Dataset load_text(std::string_view s, const std::string& where) {
     size_t end = s.find('\n', pos);
     if (end == std::string_view::npos) end = s.size();
     std::string_view l = s.substr(pos, end - pos);
+    if (keep_linebreaks) {
+      ds.rows.push_back(Example{std::string(s.substr(pos, std::min(end + 1, s.size()) - pos)), "", ""});
+      pos = end + 1;
+      continue;
+    }
     pos = end + 1;
     if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
     if (l.find_first_not_of(" \t\f\v\r") == std::string_view::npos) continue;
@@ -531,12 +580,13 @@ Dataset load_text(std::string_view s, const std::string& where) {
   return ds;
 }
 
-// The format's extension, lower case (".csv"); an error for other files.
+// The format's extension, lower case (".csv"; "train.csv.gz" is a CSV file); an error for other files.
 std::string check_extension(const fs::path& path) {
-  std::string ext = path.extension().string();
+  std::string ext = io::without_compression(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   KILN_CHECK(ext == ".csv" || ext == ".tsv" || ext == ".json" || ext == ".jsonl" || ext == ".txt", path.string(),
-             ": unsupported dataset file extension '", ext, "' (expected .csv, .tsv, .json, .jsonl or .txt)");
+             ": unsupported dataset file extension '", ext,
+             "' (expected .csv, .tsv, .json, .jsonl or .txt, optionally compressed: .gz or .zst)");
   return ext;
 }
 
@@ -544,7 +594,7 @@ std::string check_extension(const fs::path& path) {
 
 Dataset load_dataset(const fs::path& path, const DatasetOptions& options) {
   check_extension(path);
-  return parse_dataset(read_file(path), path.string(), options);
+  return parse_dataset(io::read_data_file(path), path.string(), options);
 }
 
 Dataset parse_dataset(std::string_view s, const std::string& where, const DatasetOptions& options) {
@@ -561,7 +611,7 @@ Dataset parse_dataset(std::string_view s, const std::string& where, const Datase
   if (ext == ".tsv") return from_table(parse_tsv(s), options, where);
   KILN_CHECK(!options.multiple_choice || ext != ".txt", where, ": multiple choice reads CSV, TSV or JSON rows ",
              "(sent1, sent2, ending0, ending1, ..., label), not '", ext, "'");
-  if (ext == ".txt") return load_text(s, where);
+  if (ext == ".txt") return load_text(s, where, options.keep_linebreaks);
   return load_json(s, ext == ".json", options, where);
 }
 

@@ -58,6 +58,16 @@ struct DatasetOptions {
   // "sent2"), endings "ending0", "ending1", ... (at least two, numbered from
   // 0 without gaps) and the right ending's index (label_column).
   bool multiple_choice = false;
+  // Text files (.txt): each line keeps its line break ("\n", or "\r\n"), and a
+  // blank line is a row of its line break, as datasets' text loader with
+  // keep_linebreaks (run_clm's default). Otherwise lines lose them and blank
+  // lines are dropped.
+  bool keep_linebreaks = false;
+  // A .json file holding one object with the rows in a list under a key, as
+  // datasets' JSON loader reads it with `field`: that key; "" = the object's
+  // only key whose value is a list of objects. A file of JSON lines is read
+  // as before.
+  std::string json_field = "";
 };
 
 struct Dataset {

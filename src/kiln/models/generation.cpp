@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -15,8 +16,10 @@ namespace kiln::models {
 
 namespace {
 
-// Picks the next token from one row of logits on the host.
-int64_t choose(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng) {
+// Picks the next token from one row of logits on the host, the ids so far `ids`.
+int64_t choose(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng,
+               const std::vector<int64_t>& ids) {
+  process_logits(logits, ids, g);
   if (!g.do_sample) return std::max_element(logits.begin(), logits.end()) - logits.begin();
   const int64_t V = static_cast<int64_t>(logits.size());
   std::vector<int64_t> order(V);
@@ -44,6 +47,10 @@ int64_t choose(std::vector<float> logits, const GenerationConfig& g, std::mt1993
 void check_config(const GenerationConfig& g) {
   KILN_CHECK(g.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", g.max_new_tokens);
   KILN_CHECK(g.bucket > 0, "generate: bucket must be > 0, got ", g.bucket);
+  KILN_CHECK(g.repetition_penalty > 0 && std::isfinite(g.repetition_penalty),
+             "generate: repetition_penalty must be a positive number, got ", g.repetition_penalty);
+  KILN_CHECK(g.no_repeat_ngram_size >= 0, "generate: no_repeat_ngram_size must be >= 0 (0 = off), got ",
+             g.no_repeat_ngram_size);
   if (!g.do_sample) return;
   KILN_CHECK(g.temperature > 0, "generate: temperature must be > 0, got ", g.temperature);
   KILN_CHECK(g.top_k >= 0, "generate: top_k must be >= 0 (0 = off), got ", g.top_k);
@@ -62,6 +69,29 @@ void check_prompts(const std::vector<std::vector<int64_t>>& prompts, int64_t voc
 int64_t capacity(int64_t n, int64_t bucket) { return std::max<int64_t>(1, (n + bucket - 1) / bucket) * bucket; }
 
 }  // namespace
+
+void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids, const GenerationConfig& g) {
+  const auto V = static_cast<int64_t>(logits.size());
+  if (g.repetition_penalty != 1.0) {
+    std::vector<bool> seen(logits.size(), false);
+    for (int64_t id : ids)
+      if (id >= 0 && id < V && !seen[static_cast<size_t>(id)]) {
+        seen[static_cast<size_t>(id)] = true;
+        float& x = logits[static_cast<size_t>(id)];
+        x = static_cast<float>(x < 0 ? x * g.repetition_penalty : x / g.repetition_penalty);
+      }
+  }
+  const auto n = static_cast<size_t>(g.no_repeat_ngram_size);
+  if (n == 0 || ids.size() + 1 < n) return;
+  // Every earlier n-gram whose first n-1 ids are the last n-1: its last id would repeat it.
+  const size_t len = ids.size();
+  for (size_t start = 0; start + n <= len; ++start)
+    if (std::equal(ids.begin() + static_cast<std::ptrdiff_t>(start),
+                   ids.begin() + static_cast<std::ptrdiff_t>(start + n - 1),
+                   ids.begin() + static_cast<std::ptrdiff_t>(len - (n - 1))))
+      if (const int64_t banned = ids[start + n - 1]; banned >= 0 && banned < V)
+        logits[static_cast<size_t>(banned)] = -std::numeric_limits<float>::infinity();
+}
 
 std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& g) {
@@ -91,7 +121,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
         Tensor logits = model.forward(in).logits;
         auto all = logits.to_vector<float>();
         std::vector<float> last(all.end() - V, all.end());
-        int64_t next = choose(std::move(last), g, rng);
+        int64_t next = choose(std::move(last), g, rng, seq);
         seq.push_back(next);
         if (ends(next)) break;
       }
@@ -115,7 +145,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
       mark_step(dev);
       if (t + 1 < static_cast<int64_t>(seq.size())) continue;  // still reading the prompt
       if (static_cast<int64_t>(seq.size()) >= need) break;
-      int64_t next = choose(logits.to_vector<float>(), g, rng);
+      int64_t next = choose(logits.to_vector<float>(), g, rng, seq);
       seq.push_back(next);
       if (ends(next)) break;
     }
@@ -193,7 +223,9 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
         fed[b] = c.pad_token_id;
         continue;
       }
-      int64_t next = choose(std::vector<float>(logits.begin() + b * V, logits.begin() + (b + 1) * V), g, rng);
+      std::vector<int64_t> so_far = {c.decoder_start_token_id};
+      so_far.insert(so_far.end(), out[b].begin(), out[b].end());
+      int64_t next = choose(std::vector<float>(logits.begin() + b * V, logits.begin() + (b + 1) * V), g, rng, so_far);
       out[b].push_back(next);
       fed[b] = next;
       done[b] = next == eos;

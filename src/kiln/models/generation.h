@@ -23,7 +23,18 @@ struct GenerationConfig {
   std::optional<int64_t> eos_token_id;  // default: the config's; an id outside the vocabulary (-1) never stops
   bool use_cache = true;
   int64_t bucket = 64;  // cache capacity granularity
+  // HF's logits processors, applied before greedy choice or sampling: every id
+  // already in the sequence has its logit divided by repetition_penalty
+  // (multiplied when negative); an id that would repeat an n-gram of
+  // no_repeat_ngram_size tokens is never chosen (0 = off).
+  double repetition_penalty = 1.0;
+  int64_t no_repeat_ngram_size = 0;
 };
+
+// HF's RepetitionPenaltyLogitsProcessor and NoRepeatNGramLogitsProcessor on
+// one row of logits, given the ids so far (a decoder-only model's prompt and
+// output; an encoder-decoder's decoder input, its start token first).
+void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids, const GenerationConfig& g);
 
 // A decoder-only LM (GPT2LMHeadModel, LlamaForCausalLM): continues each
 // prompt (token ids) on its own; returns prompt + generated ids per prompt,

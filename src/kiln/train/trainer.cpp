@@ -23,6 +23,7 @@
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/metrics.h"
 #include "kiln/train/output_dir.h"
+#include "kiln/train/progress.h"
 #include "kiln/train/seqeval.h"
 #include "kiln/train/stop_signals.h"
 #include "kiln/train/tensorboard.h"
@@ -58,13 +59,6 @@ bool decays(const std::string& name) {
   return !bias && !norm;
 }
 
-std::string format_duration(double s) {
-  int64_t t = static_cast<int64_t>(s + 0.5);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(t / 3600), (long long)(t / 60 % 60), (long long)(t % 60));
-  return buf;
-}
-
 // Accuracy and macro-F1 of predictions against labels over C classes.
 std::pair<double, double> accuracy_f1(const std::vector<int64_t>& pred, const std::vector<int64_t>& gold, int64_t C) {
   int64_t correct = 0;
@@ -91,6 +85,19 @@ std::pair<double, double> accuracy_f1(const std::vector<int64_t>& pred, const st
 // ends the run within a step or two, not after everything queued has run.
 constexpr size_t kStepsInFlight = 2;
 
+// HF's num_parameters(exclude_embeddings=True): the parameters outside nn.Embedding tables (word, position and
+// token-type embeddings, T5's shared table and relative attention bias), each tied weight once.
+int64_t non_embedding_parameters(const models::PreTrainedModel& model) {
+  static const char* const kTables[] = {"word_embeddings.weight", "position_embeddings.weight",
+                                        "token_type_embeddings.weight", "wte.weight", "wpe.weight",
+                                        "embed_tokens.weight", "shared.weight", "relative_attention_bias.weight"};
+  int64_t n = 0;
+  for (const auto& [name, p] : model.named_parameters())
+    if (std::none_of(std::begin(kTables), std::end(kTables), [&](const char* t) { return name.ends_with(t); }))
+      n += p.numel();
+  return n;
+}
+
 // Test hook: KILN_TEST_SAVE_DELAY_MS slows checkpoint writing so a test can
 // kill the process in the middle of a save.
 void save_delay() {
@@ -114,7 +121,7 @@ json TrainerState::to_json() const {
          {"num_input_tokens_seen", num_input_tokens_seen},
          {"num_train_epochs", num_train_epochs},
          {"save_steps", save_steps},
-         {"total_flos", 0},
+         {"total_flos", total_flos},
          {"train_batch_size", train_batch_size},
          {"trial_name", nullptr},
          {"trial_params", nullptr}};
@@ -145,6 +152,7 @@ TrainerState TrainerState::from_json(const json& j, const std::string& src) {
   KILN_CHECK(history.is_array(), src, ": 'log_history' must be a list, got ", json_found(history));
   for (const auto& e : history) s.log_history.push_back(e);
   s.num_input_tokens_seen = json_value<int64_t>(j, "num_input_tokens_seen", 0, src);
+  s.total_flos = json_value<double>(j, "total_flos", 0, src);
   if (j.contains("stateful_callbacks") && j["stateful_callbacks"].is_object() &&
       j["stateful_callbacks"].contains("EarlyStoppingCallback")) {
     const std::string where = src + ": stateful_callbacks.EarlyStoppingCallback";
@@ -188,6 +196,8 @@ Trainer::Trainer(models::PreTrainedModel& model, TrainingArguments args, Task ta
              "kiln::spawn(fn, num_replicas)");
   dist::set_timeout(static_cast<double>(args_.ddp_timeout));  // every replica passes the same
   progress_tty_ = ::isatty(STDERR_FILENO) && replica_.is_master() && !args_.disable_tqdm.value_or(false);
+  flos_per_token_ = 6.0 * static_cast<double>(non_embedding_parameters(model_));
+  progress_on_ = replica_.is_master() && (args_.disable_tqdm ? !*args_.disable_tqdm : progress_tty_);
   if (args_.gradient_checkpointing) model_.set_gradient_checkpointing(true);  // as HF's Trainer does
   if (args_.tf32) set_allow_tf32(true);  // HF: torch.backends.cuda.matmul.allow_tf32 = True
   build_optimizer();
@@ -614,6 +624,9 @@ std::map<std::string, double> Trainer::train() {
   std::optional<StopListener> listening;  // a first SIGINT / SIGTERM ends the loop after its step
   listening.emplace();
   std::deque<std::future<void>> in_flight;  // one per queued step, ready once it has run
+  // Drawn by the step closures, when each step has run.
+  auto progress = std::make_shared<ProgressLine>("", "step", total, static_cast<double>(samples_per_step),
+                                                 progress_on_, progress_tty_, start_step);
   while (state_.global_step < total) {
     if (world > 1) dist::throw_if_aborted();
     for (; in_flight.size() >= kStepsInFlight; in_flight.pop_front()) in_flight.front().wait();
@@ -633,9 +646,10 @@ std::map<std::string, double> Trainer::train() {
       if (host.weight != 0) local_tokens += static_cast<double>(host.input_ids.size());
     }
     const double step_items = world > 1 ? dist::all_reduce_host(local_items) : local_items;
-    if (args_.include_num_input_tokens_seen)  // HF: input_ids' elements, padding included, over every replica
-      state_.num_input_tokens_seen +=
-          static_cast<int64_t>(world > 1 ? dist::all_reduce_host(local_tokens) : local_tokens);
+    // HF: input_ids' elements, padding included, over every replica.
+    const double step_tokens = world > 1 ? dist::all_reduce_host(local_tokens) : local_tokens;
+    if (args_.include_num_input_tokens_seen) state_.num_input_tokens_seen += static_cast<int64_t>(step_tokens);
+    state_.total_flos += flos_per_token_ * step_tokens;
     const int64_t tokens_seen = state_.num_input_tokens_seen;
     Tensor loss_sum, grad_norm;
     double epoch_now = 0;
@@ -687,9 +701,8 @@ std::map<std::string, double> Trainer::train() {
 
     // Read this step's loss once it has run, off the host's critical path.
     const int64_t step = state_.global_step;
-    const double elapsed = seconds_since(t0);
     if (replica_.is_master()) add_step_closure(
-        [this, loss_sum, grad_norm, lr, step, total, elapsed, start_step, samples_per_step, epoch_now] {
+        [this, loss_sum, grad_norm, lr, step, epoch_now, progress] {
           double l = 0, gn = 0;
           try {
             l = loss_sum.item();
@@ -708,14 +721,9 @@ std::map<std::string, double> Trainer::train() {
           ++total_loss_count_;
           last_loss_ = l;
           last_grad_norm_ = gn;
-          if (progress_tty_) {
-            double rate = (step - start_step) * samples_per_step / std::max(elapsed, 1e-9);
-            double eta = (total - step) * elapsed / std::max<int64_t>(step - start_step, 1);
-            std::fprintf(stderr, "\r\033[K%3d%% | step %lld/%lld | epoch %.2f | loss %.4f | lr %.3g | %.1f samples/s | ETA %s",
-                         (int)(100 * step / total), (long long)step, (long long)total, epoch_now, l, lr, rate,
-                         format_duration(eta).c_str());
-            std::fflush(stderr);
-          }
+          char detail[96];
+          std::snprintf(detail, sizeof detail, "epoch %.2f | loss %.4f | lr %.3g", epoch_now, l, lr);
+          progress->completed(step, detail);
         },
         device_);
 
@@ -813,8 +821,8 @@ std::map<std::string, double> Trainer::train() {
   listening.reset();
   wait_device_ops(device_);
   throw_if_step_failed();
+  progress->finish();
   if (stopped_by_signal_) {
-    if (progress_tty_) std::fprintf(stderr, "\n");
     if (replica_.is_master()) {
       const std::string dir = checkpoint_dir(state_.global_step).string();
       const char* sig = signal_name(stop_requested());
@@ -831,7 +839,6 @@ std::map<std::string, double> Trainer::train() {
     return {};
   }
   metrics::record_data_wait(device_loader.wait_seconds());
-  if (progress_tty_) std::fprintf(stderr, "\n");
   double runtime = seconds_since(t0);
   std::map<std::string, double> metrics;
   {
@@ -844,6 +851,7 @@ std::map<std::string, double> Trainer::train() {
   metrics["train_steps_per_second"] = steps_run / std::max(runtime, 1e-9);
   metrics["epoch"] = state_.epoch;
   metrics["train_samples"] = static_cast<double>(train_->size());
+  metrics["total_flos"] = state_.total_flos;
   json summary = json::object();
   for (auto& [k, v] : metrics) summary[k] = v;
   record_log(summary, state_.global_step);
@@ -906,6 +914,11 @@ void logit_rows(const Tensor& t, const std::vector<int64_t>& rows, const data::F
 }
 }  // namespace
 
+std::shared_ptr<ProgressLine> Trainer::batch_progress(const std::string& label, int64_t batches) const {
+  return std::make_shared<ProgressLine>(label, "batch", batches, static_cast<double>(args_.per_device_eval_batch_size),
+                                        progress_on_, progress_tty_);
+}
+
 std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
                                                std::shared_ptr<const data::Features> features) {
   if (!features) features = eval_;
@@ -953,6 +966,7 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
     span_rows.clear();
   };
   auto t0 = std::chrono::steady_clock::now();
+  auto progress = batch_progress(prefix, batches);
   {
     NoGradGuard no_grad;
     Bf16Scope bf16(args_.bf16);
@@ -985,10 +999,13 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
         for (int64_t r = 0; r < batch.host.batch_size; ++r) gold_rows.emplace_back(l.begin() + r * T, l.begin() + (r + 1) * T);
       }
       mark_step(device_);
+      add_step_closure([progress, b] { progress->completed(b + 1); }, device_);
       if (args_.eval_accumulation_steps && (b + 1) % *args_.eval_accumulation_steps == 0) to_host();
     }
   }
   to_host();
+  wait_device_ops(device_);
+  progress->finish();
   std::map<std::string, double> m;
   if (n > 0 || !qa) m[prefix + "_loss"] = loss_total / std::max<int64_t>(n, 1);
   if (task_ != Task::TextClassification && !tokens && !qa && !choices) m["perplexity"] = std::exp(m[prefix + "_loss"]);
@@ -1090,6 +1107,7 @@ Predictions Trainer::predict(const data::Features& features) {
     outs.clear();
     out_rows.clear();
   };
+  auto progress = batch_progress("predict", loader.batches_per_epoch());
   {
     NoGradGuard no_grad;
     Bf16Scope bf16(args_.bf16);
@@ -1108,10 +1126,13 @@ Predictions Trainer::predict(const data::Features& features) {
         out_rows.push_back(batch.host.indices);
       }
       mark_step(device_);
+      add_step_closure([progress, b] { progress->completed(b + 1); }, device_);
       if (args_.eval_accumulation_steps && (b + 1) % *args_.eval_accumulation_steps == 0) to_host();
     }
   }
   to_host();
+  wait_device_ops(device_);
+  progress->finish();
   return p;
 }
 

@@ -29,7 +29,8 @@
 
 namespace kiln::train {
 
-class Reporter;  // tensorboard.h
+class Reporter;      // tensorboard.h
+class ProgressLine;  // progress.h
 
 enum class Task { TextClassification, MaskedLM, CausalLM, Seq2Seq, TokenClassification, QuestionAnswering, MultipleChoice };
 
@@ -45,6 +46,9 @@ struct TrainerState {
   std::optional<double> best_metric;
   std::string best_model_checkpoint;
   int64_t num_input_tokens_seen = 0;
+  // HF's estimate of the training's floating-point operations: 6 x the input_ids tokens (padding included,
+  // every replica) x the parameters outside embedding tables, summed over the steps run.
+  double total_flos = 0;
   // HF's EarlyStoppingCallback state (stateful_callbacks in trainer_state.json):
   // evaluations in a row without improvement; set once early stopping has judged an evaluation.
   std::optional<int64_t> early_stopping_patience_counter;
@@ -168,6 +172,11 @@ class Trainer {
   int64_t total_loss_count_ = 0;
   bool step_failed_ = false;  // a step's loss could not be read (the loop then stops)
   bool progress_tty_ = false;
+  // The progress line is drawn: on a terminal, or anywhere with --disable_tqdm false (HF's tqdm).
+  bool progress_on_ = false;
+  double flos_per_token_ = 0;  // 6 x the non-embedding parameters (TrainerState::total_flos)
+  // The progress line of an evaluation or prediction over `batches` batches.
+  std::shared_ptr<ProgressLine> batch_progress(const std::string& label, int64_t batches) const;
   int64_t stop_after_ = -1;
   bool stopped_by_signal_ = false;
   // Where the data stream resumes: the batch after the last one trained on.

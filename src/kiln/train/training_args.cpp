@@ -125,13 +125,6 @@ bool is_bool_field(const Field& f) {
   return std::holds_alternative<bool TA::*>(f.member) || std::holds_alternative<std::optional<bool> TA::*>(f.member);
 }
 
-// HF's string_to_bool words (case-insensitive).
-std::optional<bool> parse_bool_word(std::string v) {
-  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (v == "true" || v == "1" || v == "yes" || v == "t" || v == "y") return true;
-  if (v == "false" || v == "0" || v == "no" || v == "f" || v == "n") return false;
-  return std::nullopt;
-}
 
 template <typename T>
 std::optional<T> parse_number(const std::string& text) {
@@ -425,6 +418,13 @@ std::string normalized_flag(std::string name) {
 
 }  // namespace
 
+std::optional<bool> parse_bool_word(std::string v) {
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (v == "true" || v == "1" || v == "yes" || v == "t" || v == "y") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "f" || v == "n") return false;
+  return std::nullopt;
+}
+
 std::string closest_name(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
   size_t best_distance = std::string::npos;
@@ -574,6 +574,10 @@ nlohmann::json TrainingArguments::to_json() const {
 
 void TrainingArguments::resolve_defaults() {
   if (!do_eval && eval_strategy != "no") do_eval = true;
+  // HF's Trainer.train(resume_from_checkpoint=True): the output directory's last checkpoint (a directory of that
+  // name, should one exist, is still a directory).
+  if (auto b = parse_bool_word(resume_from_checkpoint); b && !std::filesystem::is_directory(resume_from_checkpoint))
+    resume_from_checkpoint = *b ? "latest" : "";
   // HF copies logging_steps into eval_steps; a ratio cannot live in the integer eval_steps, so it stays unset and
   // eval_interval() falls back to logging_steps, which gives the same steps.
   if (eval_strategy == "steps" && (!eval_steps || *eval_steps == 0)) {

@@ -61,7 +61,7 @@ struct TrainingArguments {
   bool load_best_model_at_end = false;
   std::optional<std::string> metric_for_best_model;  // default "loss" when load_best_model_at_end (HF)
   std::optional<bool> greater_is_better;             // default: false for names ending in "loss", else true (HF)
-  std::string resume_from_checkpoint;                // "" | DIR | "latest"
+  std::string resume_from_checkpoint;                // "" | DIR | "latest" (HF's true: "latest"; false: "")
   // Resuming: start the checkpoint's epoch from its first batch instead of where the run stopped (HF's
   // ignore_data_skip; quicker to start with a slow data source, no longer an exact continuation).
   bool ignore_data_skip = false;
@@ -170,5 +170,8 @@ struct TrainingArguments {
 // The candidate nearest to `word` by edit distance, or "" when none is close
 // (distance > max(2, |word| / 3)). Used to suggest flag and key names.
 std::string closest_name(const std::string& word, const std::vector<std::string>& candidates);
+
+// HF's string_to_bool words, case-insensitive: true/false, 1/0, yes/no, t/f, y/n; nullopt for anything else.
+std::optional<bool> parse_bool_word(std::string v);
 
 }  // namespace kiln::train
