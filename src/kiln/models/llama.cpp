@@ -5,6 +5,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/models/config_json.h"
+#include "kiln/models/packing.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
@@ -359,6 +360,13 @@ Tensor LlamaForTask::body(const ModelInputs& in) {
   Tensor causal = reshape(le(reshape(idx, {1, T}), reshape(idx, {T, 1})), {1, 1, T, T});  // key <= query
   Tensor mask;
   if (in.attention_mask.defined()) mask = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
+  if (in.position_ids.defined()) {  // packed rows: each token's own position, attention within its example
+    check_position_ids(in.position_ids, ids);
+    Tensor at = reshape(cast(in.position_ids, DType::i64), {B * T});
+    cos = reshape(index_select(cos_, at), {B, 1, T, D});
+    sin = reshape(index_select(sin_, at), {B, 1, T, D});
+    mask = packed_attention_mask(in.position_ids, mask);
+  }
   Tensor x = embed_tokens_->forward(ids);
   for (auto& layer : layers_)
     x = run_layer(gradient_checkpointing_, *this, *gen_,
@@ -386,6 +394,7 @@ Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::ve
 
 ModelOutputs LlamaForTask::forward(const ModelInputs& in) {
   if (head_ == Head::None) check_accepts(in, {"input_ids", "attention_mask"});
+  else if (head_ == Head::LM) check_accepts(in, {"input_ids", "attention_mask", "labels", "position_ids"});
   else check_accepts(in, {"input_ids", "attention_mask", "labels"});
   Tensor h = body(in);
   ModelOutputs out;
