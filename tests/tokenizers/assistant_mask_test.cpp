@@ -12,6 +12,7 @@
 
 #include "kiln/core/json.h"
 #include "kiln/tokenizers/chat_template.h"
+#include "support/local_time.h"
 #include "kiln/tokenizers/tokenizer.h"
 
 using namespace kiln::tokenizers;
@@ -21,13 +22,7 @@ namespace {
 
 const std::string kSft = std::string(KILN_TEST_DATA_DIR) + "/sft/";
 
-std::chrono::system_clock::time_point local_time(const std::string& iso) {
-  std::tm tm{};
-  std::istringstream in(iso);
-  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
-  tm.tm_isdst = -1;
-  return std::chrono::system_clock::from_time_t(std::mktime(&tm));
-}
+using kiln::testing::local_time;
 
 std::vector<std::pair<size_t, size_t>> spans_of(const ordered_json& j) {
   std::vector<std::pair<size_t, size_t>> out;

@@ -147,13 +147,22 @@ ChatTemplate ChatTemplate::from_pretrained(const std::string& directory, const s
                                          : std::string("no tokenizer_config.json")) + ")");
   }
 
-  ordered_json special = ordered_json::object();
-  collect_special_tokens(config, config_path.string(), special);
-  const fs::path map_path = dir / "special_tokens_map.json";
-  if (fs::exists(map_path)) collect_special_tokens(read_ordered_json_file(map_path), map_path.string(), special);
-  ChatTemplate t(chosen.text, std::move(special), chosen.name);
+  ChatTemplate t(chosen.text, pretrained_special_tokens(directory), chosen.name);
   t.origin_ = chosen.origin;
   return t;
+}
+
+ordered_json pretrained_special_tokens(const std::string& directory) {
+  const fs::path dir(directory), config_path = dir / "tokenizer_config.json";
+  ordered_json special = ordered_json::object();
+  if (fs::exists(config_path)) {
+    const ordered_json config = read_ordered_json_file(config_path);
+    if (!config.is_object()) throw Error(config_path.string() + ": expected a JSON object, found " + json_found(config));
+    collect_special_tokens(config, config_path.string(), special);
+  }
+  const fs::path map_path = dir / "special_tokens_map.json";
+  if (fs::exists(map_path)) collect_special_tokens(read_ordered_json_file(map_path), map_path.string(), special);
+  return special;
 }
 
 std::string ChatTemplate::apply(const ordered_json& messages, const ChatTemplateOptions& options) const {

@@ -81,6 +81,11 @@ std::string render_chat_template(std::string_view text, const nlohmann::ordered_
                                  const ChatTemplateOptions& options = {});
 
 
+// The special tokens of a tokenizer directory, as from_pretrained gives them
+// to its template: {"bos_token": "<s>", "eos_token": "</s>", ...} (none
+// without tokenizer_config.json or special_tokens_map.json).
+nlohmann::ordered_json pretrained_special_tokens(const std::string& directory);
+
 // transformers' assistant_masks (apply_chat_template with
 // return_assistant_tokens_mask=True): 1 for every token of `encoding` (the
 // rendering's text, encoded without special tokens) whose character offsets
