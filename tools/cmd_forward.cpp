@@ -80,7 +80,7 @@ int run_forward(const std::vector<std::string>& args) {
   };
   kiln::models::ModelInputs in{field("input_ids"), field("attention_mask"), field("token_type_ids"), field("labels"),
                                field("start_positions"), field("end_positions"), field("decoder_input_ids"),
-                               field("decoder_attention_mask")};
+                               field("decoder_attention_mask"), field("position_ids")};
   KILN_CHECK(kiln::is_integral(in.input_ids.dtype()) && in.input_ids.rank() == 2, inputs_path,
              ": 'input_ids' must be a list of lists of token ids");
   KILN_CHECK(in.input_ids.numel() > 0, inputs_path, ": 'input_ids' must hold at least one row of at least one token, ",

@@ -1,7 +1,11 @@
 // kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]
 //               [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--per_device_eval_batch_size N]
+//               [--chat [--messages FILE.json]]
 // Continues each prompt with a causal LM (GPT-2) or, with an encoder-decoder
 // (T5), takes each prompt as the encoder input; prints one line per prompt.
+// --chat renders each prompt as a user turn (or --messages as a conversation)
+// with the model's chat template and the generation prompt, stops at the
+// template's end of turn (the tokenizer's eos_token) and prints the reply.
 #include <cstdio>
 #include <sstream>
 
@@ -9,7 +13,9 @@
 #include "flags.h"
 #include "kiln/core/error.h"
 #include "kiln/core/file.h"
+#include "kiln/core/json.h"
 #include "kiln/models/generation.h"
+#include "kiln/tokenizers/chat_template.h"
 #include "train_common.h"
 
 namespace {
@@ -19,15 +25,41 @@ constexpr const char* kUsage =
     "usage: kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]\n"
     "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache]\n"
     "                     [--per_device_eval_batch_size N] [--repetition_penalty P] [--no_repeat_ngram_size N]\n"
-    "                     (--model, --batch_size: the short names)\n"
+    "                     [--chat [--messages FILE.json]] (--model, --batch_size: the short names)\n"
     "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --per_device_eval_batch_size, 8)\n"
-    "with the source prefix it was trained with (--source_prefix P to give another, \"\" for none) before each prompt.";
+    "with the source prefix it was trained with (--source_prefix P to give another, \"\" for none) before each prompt.\n"
+    "--chat: each prompt is a user turn (--messages: a JSON list of {\"role\", \"content\"}) rendered with the\n"
+    "model's chat template and its generation prompt; prints the reply, stopping at the end of turn.";
+
+// --chat: the conversations to continue, each rendered with the generation prompt and tokenized as
+// transformers' apply_chat_template(tokenize=True) does (the template writes the special tokens).
+std::vector<std::vector<int64_t>> chat_prompts(const kiln::cli::Flags& flags, const std::vector<std::string>& prompts,
+                                               const kiln::cli::TokenizerBundle& tok,
+                                               const kiln::tokenizers::ChatTemplate& chat) {
+  std::vector<nlohmann::ordered_json> conversations;
+  for (const auto& p : prompts) conversations.push_back({{{"role", "user"}, {"content", p}}});
+  if (flags.has("messages")) {
+    const std::string path = flags.get("messages");
+    nlohmann::ordered_json messages = kiln::read_ordered_json_file(path);
+    kiln::tokenizers::check_messages(messages, path);
+    conversations.push_back(std::move(messages));
+  }
+  std::vector<std::vector<int64_t>> ids;
+  kiln::tokenizers::ChatTemplateOptions o;
+  o.add_generation_prompt = true;
+  for (const auto& c : conversations) {
+    const auto e = tok.tokenizer.encode(chat.apply(c, o), false);
+    ids.emplace_back(e.ids.begin(), e.ids.end());
+  }
+  return ids;
+}
 
 int run_generate(const std::vector<std::string>& args) {
   cli::Flags flags("generate",
                    {{"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
                     {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
-                    {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}},
+                    {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"chat", false},
+                    {"messages"}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -41,7 +73,10 @@ int run_generate(const std::vector<std::string>& args) {
     for (std::string line; std::getline(f, line);)
       if (!line.empty()) prompts.push_back(line);
   }
-  KILN_CHECK(!prompts.empty(), "generate: give --prompt TEXT or --prompts_file FILE\n", kUsage);
+  const bool chat = flags.has("chat");
+  KILN_CHECK(chat || !flags.has("messages"), "generate: --messages is read with --chat\n", kUsage);
+  KILN_CHECK(!prompts.empty() || (chat && flags.has("messages")),
+             "generate: give --prompt TEXT or --prompts_file FILE", chat ? " or --messages FILE.json" : "", "\n", kUsage);
   auto model = models::from_pretrained(flags.get("model"), {});
   auto* causal = dynamic_cast<models::CausalLM*>(model.get());
   auto* t5 = dynamic_cast<models::T5ForTask*>(model.get());
@@ -66,15 +101,30 @@ int run_generate(const std::vector<std::string>& args) {
         std::fprintf(stderr, "kiln generate: warning: --%s only applies with --do_sample (greedy decoding ignores it)\n",
                      k);
   const auto batch = static_cast<size_t>(flags.integer("batch_size", 8, 1));
+  std::optional<tokenizers::ChatTemplate> templ;
+  if (chat) {
+    KILN_CHECK(causal, "generate: --chat needs a decoder-only model (a chat template's prompt is continued)");
+    templ = tokenizers::ChatTemplate::from_pretrained(flags.get("model"));
+    const auto& special = templ->special_tokens();
+    const std::string eot = special.contains("eos_token") ? special["eos_token"].get<std::string>() : "";
+    const auto eot_id = tok.tokenizer.token_to_id(eot);
+    KILN_CHECK(!eot.empty() && eot_id, "generate: --chat stops at the end of turn, the eos_token of ",
+               flags.get("model"), "/tokenizer_config.json, which ", eot.empty() ? "names none" : "is not a token");
+    g.eos_token_id = *eot_id;
+  }
   // A causal LM continues the raw text; T5's encoder input ends with </s>, as HF's tokenizer(text) gives it.
   std::vector<std::vector<int64_t>> ids;
   const std::string prefix = !t5 ? "" : flags.has("source_prefix") ? flags.get("source_prefix")
                                                                     : cli::saved_source_prefix(model->config());
   if (!t5 && flags.has("source_prefix"))
     std::fprintf(stderr, "kiln generate: warning: --source_prefix is for encoder-decoder models (T5); ignored\n");
-  for (const auto& p : prompts) {
-    auto e = tok.tokenizer.encode(prefix + p, /*add_special_tokens=*/t5 != nullptr);
-    ids.emplace_back(e.ids.begin(), e.ids.end());
+  if (templ) {
+    ids = chat_prompts(flags, prompts, tok, *templ);
+  } else {
+    for (const auto& p : prompts) {
+      auto e = tok.tokenizer.encode(prefix + p, /*add_special_tokens=*/t5 != nullptr);
+      ids.emplace_back(e.ids.begin(), e.ids.end());
+    }
   }
   std::vector<std::vector<int64_t>> out;
   if (causal) {
@@ -87,8 +137,11 @@ int run_generate(const std::vector<std::string>& args) {
       for (auto& seq : models::generate(*t5, chunk, g)) out.push_back(std::move(seq));
     }
   }
-  for (const auto& seq : out) {
-    std::vector<uint32_t> u(seq.begin(), seq.end());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto& seq = out[i];
+    // A chat prints the reply alone: the tokens after the rendered conversation.
+    const size_t from = templ ? std::min(ids[i].size(), seq.size()) : 0;
+    std::vector<uint32_t> u(seq.begin() + static_cast<std::ptrdiff_t>(from), seq.end());
     std::printf("%s\n", tok.tokenizer.decode(u, true).c_str());
   }
   return 0;

@@ -3,7 +3,7 @@
 //
 //   kiln train --model_name_or_path DIR | --config_name PRESET_OR_FILE --tokenizer_name DIR
 //              --task text-classification|token-classification|question-answering|multiple-choice|
-//                     masked-lm|causal-lm|seq2seq
+//                     masked-lm|causal-lm|seq2seq|sft
 //              --train_file F [--validation_file F]
 //              [--text_column C] [--text_pair_column C] [--label_column C]
 //              [--max_seq_length 128] [--pad_to_max_length] [--pad_to_multiple_of N] [--mlm_probability 0.15]
@@ -36,13 +36,14 @@
 #include "kiln/train/stop_signals.h"
 #include "kiln/train/trainer.h"
 #include "train_common.h"
+#include "train_sft.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace kiln;
 
-const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name", "tokenizer_name", "task",
+const std::vector<std::string> kBaseFlags = {"model_name_or_path", "config_name", "tokenizer_name", "task",
                                               "train_file", "validation_file", "text_column", "text_pair_column",
                                               "label_column", "max_seq_length", "pad_to_multiple_of",
                                               "mlm_probability", "source_column", "target_column", "source_prefix",
@@ -52,8 +53,19 @@ const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name
                                               "max_answer_length", "null_score_diff_threshold", "question_column",
                                               "context_column", "answer_column", "block_size", "summary_column",
                                               "train_file_field", "validation_file_field", "test_file_field"};
-const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes", "label_all_tokens",
+const std::vector<std::string> kBaseSwitches = {"pad_to_max_length", "ignore_mismatched_sizes", "label_all_tokens",
                                                  "version_2_with_negative", "keep_linebreaks"};
+// With --task sft's own (train_sft.h).
+const std::vector<std::string> kExtraFlags = [] {
+  auto v = kBaseFlags;
+  v.insert(v.end(), cli::kSftFlags.begin(), cli::kSftFlags.end());
+  return v;
+}();
+const std::vector<std::string> kExtraSwitches = [] {
+  auto v = kBaseSwitches;
+  v.insert(v.end(), cli::kSftSwitches.begin(), cli::kSftSwitches.end());
+  return v;
+}();
 
 // kiln train's own numeric flags: the smallest value each takes.
 const std::map<std::string, int64_t> kIntegerFlags = {
@@ -93,7 +105,8 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
         "question_column", "context_column", "answer_column"}},
       {"seq2seq", {"source_column", "target_column", "source_prefix", "max_source_length", "max_target_length"}},
       {"token-classification", {"label_all_tokens"}},
-      {"text-classification", {"text_pair_column"}}};
+      {"text-classification", {"text_pair_column"}},
+      {"sft", {"assistant_only_loss", "completion_only_loss", "packing", "max_length", "dataset_text_field"}}};
   if (task == "question-answering")
     for (const char* name : {"text_column", "text_pair_column"})
       if (f.count(name))
@@ -187,7 +200,7 @@ bool print_help(const std::vector<std::string>& args, const char* usage) {
   for (const auto& n : kExtraSwitches) flags += "  --" + n + "\n";
   std::printf("%s\n\ntasks: text-classification (run_glue), token-classification (run_ner), question-answering "
               "(run_qa),\n       multiple-choice (run_swag), masked-lm (run_mlm), causal-lm (run_clm), seq2seq "
-              "(run_summarization)\n\ndata and model flags:\n%s\nTrainingArguments (Hugging Face's names and "
+              "(run_summarization),\n       sft (TRL's SFTTrainer: conversations, prompt-completion pairs; docs/sft.md)\n\ndata and model flags:\n%s\nTrainingArguments (Hugging Face's names and "
               "defaults):\n%s",
               usage, flags.c_str(), train::TrainingArguments::help().c_str());
   return true;
@@ -398,12 +411,19 @@ int run_train(const std::vector<std::string>& raw_args) {
   std::vector<std::string> args = cli::with_hf_names(expand_args_file(raw_args), {"batch_size"});
   train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, kExtraFlags, kExtraSwitches);
   ta.do_train = true;
-  const std::string task = f.count("task") ? f["task"] : infer_task(f);
+  std::string task = f.count("task") ? f["task"] : infer_task(f);
   KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
-                 task == "multiple-choice" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
+                 task == "multiple-choice" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq" ||
+                 task == "sft",
              "train: --task must be text-classification, token-classification, question-answering, multiple-choice, ",
-             "masked-lm, causal-lm or seq2seq, got '", task, "'");
+             "masked-lm, causal-lm, seq2seq or sft, got '", task, "'");
+  if (task == "causal-lm" && f.count("train_file") && cli::is_sft_file(f["train_file"])) {
+    std::fprintf(stderr, "kiln train: %s holds conversations or prompt-completion pairs: training as --task sft\n",
+                 f["train_file"].c_str());
+    task = "sft";
+  }
   hf_spellings(f, task, "train");
+  const bool sft = task == "sft";  // causal-lm's model and loss on SFT data (train_sft.h)
   check_task_flags(f, task);
   const bool s2s = task == "seq2seq";
   if (s2s) {  // --source_column / --target_column are the text pair of each row
@@ -456,10 +476,12 @@ int run_train(const std::vector<std::string>& raw_args) {
     o.json_field = f.count(flag) ? f[flag] : "";
     return o;
   };
-  data::Dataset train_ds = data::load_dataset(f["train_file"], with_field(dopt, "train_file_field"));
+  data::Dataset train_ds = sft ? data::Dataset{} : data::load_dataset(f["train_file"], with_field(dopt, "train_file_field"));
   std::optional<data::Dataset> eval_ds;
   if (f.count("validation_file"))
-    eval_ds = data::load_dataset(f["validation_file"], with_field(dopt, "validation_file_field"));
+    eval_ds = sft ? data::Dataset{} : data::load_dataset(f["validation_file"], with_field(dopt, "validation_file_field"));
+  KILN_CHECK(!sft || !f.count("validation_split_percentage"), "train: --validation_split_percentage is not read by ",
+             "--task sft; pass --validation_file");
   if (f.count("validation_split_percentage")) {  // run_mlm / run_clm: train[:p%] validates, train[p%:] trains
     const int64_t pct = int_flag(f, "validation_split_percentage", 5);
     KILN_CHECK(pct < 100, "train: --validation_split_percentage must be below 100, got ", pct);
@@ -487,10 +509,11 @@ int run_train(const std::vector<std::string>& raw_args) {
       f.count("model_name_or_path") ? models::load_config(fs::path(f["model_name_or_path"]) / "config.json")
                                     : models::preset_config(f["config_name"]);
   if (!run_config) run_config = models::load_config(f["config_name"]);
-  const int64_t max_len =
-      cli::sequence_length(max_seq_length_flag(f), *run_config, "train", qa ? cli::kQaMaxSeqLength : 128);
+  const int64_t max_len = sft ? cli::sequence_length(cli::sft_max_length_flag(f), *run_config, "train", 1024)
+                              : cli::sequence_length(max_seq_length_flag(f), *run_config, "train",
+                                                     qa ? cli::kQaMaxSeqLength : 128);
 
-  const bool mlm = task == "masked-lm", clm = task == "causal-lm", lm = mlm || clm || s2s;
+  const bool mlm = task == "masked-lm", clm = task == "causal-lm" || sft, lm = mlm || clm || s2s;
   const bool classes = !lm && !qa && !mc;  // a classification head with a label set
   if (qa)
     KILN_CHECK(train_ds.has_labels, f["train_file"], ": no answers to train on (key '", dopt.label_column,
@@ -597,12 +620,17 @@ int run_train(const std::vector<std::string>& raw_args) {
     if (f.count(flag)) rows = std::make_shared<data::Features>(rows->head(static_cast<size_t>(int_flag(f, flag, 0))));
     return rows;
   };
-  auto train_f = at_most(features(qa ? first_examples(train_ds, f, "max_train_samples") : train_ds),
-                         "max_train_samples");
+  auto train_f = sft ? at_most(cli::sft_features(f["train_file"], tok, f, max_len), "max_train_samples")
+                     : at_most(features(qa ? first_examples(train_ds, f, "max_train_samples") : train_ds),
+                               "max_train_samples");
   std::shared_ptr<data::Features> eval_f;
-  if (eval_ds)
+  if (eval_ds && sft) {
+    eval_f = at_most(cli::sft_features(f["validation_file"], tok, f, max_len), "max_eval_samples");
+    eval_ds->source = f["validation_file"];
+  } else if (eval_ds) {
     eval_f = qa ? features(first_examples(*eval_ds, f, "max_eval_samples"))
                 : at_most(features(*eval_ds), "max_eval_samples");
+  }
   // The test rows, read before training so a bad file fails at once. As run_glue, classification
   // predicts without labels; seq2seq keeps its targets for predict_loss.
   std::shared_ptr<data::Features> test_f;
@@ -624,7 +652,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   if (eval_f && ta.eval_strategy == "no") ta.do_eval = true;
 
   data::CollatorOptions co;
-  co.pad_token_id = cli::padding_id(tok, *run_config);
+  co.pad_token_id = sft ? cli::sft_padding_id(tok) : cli::padding_id(tok, *run_config);
   co.max_length = max_len;
   co.pad_to_max_length = switch_on(f, "pad_to_max_length");
   co.pad_to_multiple_of = int_flag(f, "pad_to_multiple_of", 0);
@@ -773,9 +801,11 @@ int run_eval(const std::vector<std::string>& args) {
   dopt.keep_linebreaks = keep_linebreaks(f, task);
   if (qa) qa_columns(f, dopt);
   if (f.count("validation_file_field")) dopt.json_field = f["validation_file_field"];
-  data::Dataset ds = data::load_dataset(f["validation_file"], dopt);
+  const bool sft = clm && cli::is_sft_file(f["validation_file"]);  // conversations: as kiln train --task sft
+  data::Dataset ds = sft ? data::Dataset{} : data::load_dataset(f["validation_file"], dopt);
   const int64_t max_len =
-      cli::sequence_length(max_seq_length_flag(f), model->config(), "eval", qa ? cli::kQaMaxSeqLength : 128);
+      sft ? cli::sequence_length(cli::sft_max_length_flag(f), model->config(), "eval", 1024)
+          : cli::sequence_length(max_seq_length_flag(f), model->config(), "eval", qa ? cli::kQaMaxSeqLength : 128);
   std::vector<std::string> names;
   for (auto& [id, l] : model->config().id2label) names.push_back(l);
   data::LabelMap labels = data::LabelMap::from_labels(names);
@@ -787,6 +817,8 @@ int run_eval(const std::vector<std::string>& args) {
     feats = std::make_shared<data::Features>(data::tokenize_seq2seq(
         ds, tok.tokenizer, int_flag(f, "max_source_length", max_len), int_flag(f, "max_target_length", max_len),
         f.count("source_prefix") ? f["source_prefix"] : cli::saved_source_prefix(model->config())));
+  else if (sft)
+    feats = cli::sft_features(f["validation_file"], tok, f, max_len);
   else if (mlm || clm)
     feats = std::make_shared<data::Features>(data::group_texts(ds, tok.tokenizer, max_len, mlm));
   else if (ner) {
@@ -809,7 +841,7 @@ int run_eval(const std::vector<std::string>& args) {
     feats = std::make_shared<data::Features>(data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
   }
   data::CollatorOptions co;
-  co.pad_token_id = cli::padding_id(tok, model->config());
+  co.pad_token_id = sft ? cli::sft_padding_id(tok) : cli::padding_id(tok, model->config());
   co.max_length = max_len;
   co.mlm = mlm;
   co.causal_lm = clm;

@@ -14,7 +14,7 @@ TokenizerBundle load_tokenizer(const fs::path& dir) {
   KILN_CHECK(fs::is_directory(dir), "tokenizer: '", dir.string(), "' is not a directory");
   TokenizerBundle b{tokenizers::Tokenizer::from_pretrained(dir.string()), dir, {}, 0, -1, {}};
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
-                        "merges.txt", "spiece.model"})
+                        "merges.txt", "spiece.model", "chat_template.jinja"})
     if (fs::exists(dir / f)) b.files.push_back(dir / f);
   auto id = [&](std::initializer_list<const char*> names) -> int64_t {
     for (const char* n : names)

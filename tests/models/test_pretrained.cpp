@@ -646,7 +646,7 @@ TEST(Pretrained, InputsAModelDoesNotTakeAreNamed) {
   in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 7}, {1, 2});
   in.decoder_input_ids = Tensor::from_vector(std::vector<int64_t>{1}, {1, 1});
   EXPECT_CONTAINS(testing::error_of([&] { gpt2->forward(in); }), "GPT2LMHeadModel takes no decoder_input_ids (its inputs: input_ids, "
-                                       "attention_mask, token_type_ids, labels)");
+                                       "attention_mask, token_type_ids, labels, position_ids)");
   EXPECT_CONTAINS(testing::error_of([&] { bert->forward(in); }), "BertForSequenceClassification takes no decoder_input_ids");
   EXPECT_NO_THROW(t5->forward(in));
   in.decoder_input_ids = Tensor();

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "kiln/tokenizers/chat_template.h"
+#include "support/local_time.h"
 #include "kiln/tokenizers/jinja.h"
 
 using namespace kiln::tokenizers;
@@ -36,14 +37,7 @@ std::string slurp(const std::string& path) {
 
 ordered_json read_json(const std::string& path) { return ordered_json::parse(slurp(path)); }
 
-// The goldens' "now" ("2024-07-26T09:30:15", local time) as a time point.
-std::chrono::system_clock::time_point local_time(const std::string& iso) {
-  std::tm tm{};
-  std::istringstream in(iso);
-  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
-  tm.tm_isdst = -1;
-  return std::chrono::system_clock::from_time_t(std::mktime(&tm));
-}
+using kiln::testing::local_time;
 
 // What one rendering gave, in the goldens' terms.
 struct Outcome {

@@ -73,6 +73,21 @@ Batch collate_choices(const Features& f, const std::vector<int64_t>& rows, const
     for (int64_t r : rows) b.labels.push_back(f.labels[static_cast<size_t>(r)]);
   return b;
 }
+// Packed rows: each example's positions count from 0, and its first token is no target (TRL's padding-free
+// collator sets labels -100 where position_ids == 0), so no example is trained to predict the next one's start.
+void restart_positions(const Features& f, const std::vector<int64_t>& rows, Batch& b) {
+  const int64_t T = b.seq_len;
+  b.position_ids.assign(static_cast<size_t>(b.batch_size * T), 0);
+  for (int64_t i = 0; i < b.batch_size; ++i) {
+    int64_t at = i * T;
+    for (int64_t len : f.seq_lengths[static_cast<size_t>(rows[i])]) {
+      for (int64_t p = 0; p < len; ++p) b.position_ids[at + p] = p;
+      if (!b.labels.empty()) b.labels[at] = -100;
+      at += len;
+    }
+    KILN_CHECK(at <= (i + 1) * T, "collate: row ", rows[i], "'s packed examples are longer than the row");
+  }
+}
 }  // namespace
 
 Batch collate(const Features& f, const std::vector<int64_t>& rows, const CollatorOptions& o, int64_t epoch,
@@ -159,6 +174,7 @@ Batch collate(const Features& f, const std::vector<int64_t>& rows, const Collato
   } else if (!f.float_labels.empty()) {
     for (int64_t r : rows) b.float_labels.push_back(f.float_labels[r]);
   }
+  if (!f.seq_lengths.empty()) restart_positions(f, rows, b);
   if (!f.start_positions.empty())
     for (int64_t r : rows) {
       b.start_positions.push_back(f.start_positions[r]);

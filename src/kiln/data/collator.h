@@ -17,6 +17,9 @@ struct Batch {
   std::vector<int64_t> labels;      // [B] classification, [B,T] MLM (-100 = ignored), or empty
   std::vector<float> float_labels;  // [B] regression, or empty
   std::vector<int64_t> start_positions, end_positions;  // [B] question answering, or empty
+  // Packed rows (Features::seq_lengths): [B, T] positions restarting at 0 for every example (0 on padding),
+  // as TRL's padding-free collator gives them; else empty.
+  std::vector<int64_t> position_ids;
   // Multiple choice: input_ids, attention_mask and token_type_ids are [B, num_choices, T], labels [B].
   int64_t num_choices = 0;
   std::vector<int64_t> indices;     // dataset row of each example (global sample index)

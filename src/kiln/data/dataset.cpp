@@ -487,6 +487,32 @@ std::optional<std::vector<ordered_json>> field_rows(std::string_view s, const st
   return rows;
 }
 
+// A .json file's one array of objects, or JSON lines; each value with where it came from.
+JsonRows json_rows(std::string_view s, bool allow_array, const std::string& where) {
+  JsonRows rows;
+  const size_t first = s.find_first_not_of(" \t\r\n");
+  if (allow_array && first != std::string_view::npos && s[first] == '[') {
+    ordered_json arr = parse_ordered_json(s, where);
+    for (size_t k = 0; k < arr.size(); ++k) {
+      rows.where.push_back(detail::concat(where, ": item ", k));
+      rows.objects.push_back(std::move(arr[k]));
+    }
+    return rows;
+  }
+  size_t line = 0, pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find('\n', pos);
+    if (end == std::string_view::npos) end = s.size();
+    std::string_view l = s.substr(pos, end - pos);
+    pos = end + 1;
+    ++line;
+    if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    rows.objects.push_back(parse_ordered_json(l, where, line));
+    rows.where.push_back(detail::concat(where, ":", line));
+  }
+  return rows;
+}
+
 Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o, const std::string& where) {
   std::vector<ordered_json> objects;
   std::vector<std::string> row_where;
@@ -498,25 +524,10 @@ Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o,
     document = field_rows(s, o.json_field, where, &row_where);
   if (document) {
     objects = std::move(*document);
-  } else if (allow_array && first != std::string_view::npos && s[first] == '[') {
-    // A .json file holding one array of objects.
-    ordered_json arr = parse_ordered_json(s, where);
-    for (size_t k = 0; k < arr.size(); ++k) {
-      row_where.push_back(detail::concat(where, ": item ", k));
-      objects.push_back(std::move(arr[k]));
-    }
   } else {
-    size_t line = 0, pos = 0;
-    while (pos < s.size()) {
-      size_t end = s.find('\n', pos);
-      if (end == std::string_view::npos) end = s.size();
-      std::string_view l = s.substr(pos, end - pos);
-      pos = end + 1;
-      ++line;
-      if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-      objects.push_back(parse_ordered_json(l, where, line));
-      row_where.push_back(detail::concat(where, ":", line));
-    }
+    JsonRows rows = json_rows(s, allow_array, where);
+    objects = std::move(rows.objects);
+    row_where = std::move(rows.where);
   }
   KILN_CHECK(!objects.empty(), where, ": empty dataset (no rows)");
   for (size_t r = 0; r < objects.size(); ++r)
@@ -595,6 +606,22 @@ std::string check_extension(const fs::path& path) {
 Dataset load_dataset(const fs::path& path, const DatasetOptions& options) {
   check_extension(path);
   return parse_dataset(io::read_data_file(path), path.string(), options);
+}
+
+JsonRows load_json_rows(const fs::path& path) { return parse_json_rows(read_file(path), path.string()); }
+
+JsonRows parse_json_rows(std::string_view s, const std::string& where) {
+  const std::string ext = check_extension(where);
+  KILN_CHECK(ext == ".json" || ext == ".jsonl", where, ": expected a .jsonl or .json file of JSON objects, not '", ext,
+             "'");
+  if (s.substr(0, 3) == "\xEF\xBB\xBF") s.remove_prefix(3);
+  check_utf8(s, where);
+  JsonRows rows = json_rows(s, ext == ".json", where);
+  KILN_CHECK(!rows.objects.empty(), where, ": empty dataset (no rows)");
+  for (size_t r = 0; r < rows.objects.size(); ++r)
+    KILN_CHECK(rows.objects[r].is_object(), rows.where[r], ": expected a JSON object, found ",
+               json_found(rows.objects[r]));
+  return rows;
 }
 
 Dataset parse_dataset(std::string_view s, const std::string& where, const DatasetOptions& options) {

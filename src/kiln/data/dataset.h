@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace kiln::data {
 
 // One row of a text dataset.
@@ -92,5 +94,17 @@ Dataset load_dataset(const std::filesystem::path& path, const DatasetOptions& op
 // The same from a file's bytes in memory: `source` is the file's name, whose
 // extension picks the format, and prefixes every error.
 Dataset parse_dataset(std::string_view bytes, const std::string& source, const DatasetOptions& options = {});
+
+// The rows of a .jsonl file (one JSON object a line, blank lines skipped) or
+// a .json file holding one array of objects, as JSON values, each with where
+// it came from ("f.jsonl:3", "f.json: item 2"): for data whose cells are not
+// strings (conversations). A UTF-8 byte-order mark is skipped; errors as
+// load_dataset's (invalid JSON or UTF-8, a row that is not an object, no rows).
+struct JsonRows {
+  std::vector<nlohmann::ordered_json> objects;
+  std::vector<std::string> where;
+};
+JsonRows load_json_rows(const std::filesystem::path& path);
+JsonRows parse_json_rows(std::string_view bytes, const std::string& source);
 
 }  // namespace kiln::data

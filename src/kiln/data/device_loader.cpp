@@ -20,6 +20,7 @@ std::map<std::string, Tensor> to_device(const Batch& b, Device device) {
   } else if (!b.float_labels.empty()) {
     t.emplace("labels", Tensor::from_vector(b.float_labels, Shape{b.batch_size}, device, "labels"));
   }
+  if (!b.position_ids.empty()) t.emplace("position_ids", Tensor::from_vector(b.position_ids, bt, device, "position_ids"));
   if (!b.start_positions.empty()) {
     t.emplace("start_positions", Tensor::from_vector(b.start_positions, Shape{b.batch_size}, device, "start_positions"));
     t.emplace("end_positions", Tensor::from_vector(b.end_positions, Shape{b.batch_size}, device, "end_positions"));

@@ -57,6 +57,7 @@ Features Features::head(size_t n) const {
   f.example_index = cut(example_index);
   f.context_offsets = cut(context_offsets);
   f.choice_lengths = cut(choice_lengths);
+  f.seq_lengths = cut(seq_lengths);
   f.examples = examples;
   return f;
 }

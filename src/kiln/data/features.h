@@ -34,6 +34,9 @@ struct Features {
   // Multiple choice (tokenize_choices): input_ids / token_type_ids hold a
   // row's choices one after the other; these are their lengths.
   std::vector<std::vector<int64_t>> choice_lengths;
+  // Packed rows (pack_sft): the lengths of the examples each row holds, in
+  // order; the collator restarts position ids and confines attention to each.
+  std::vector<std::vector<int64_t>> seq_lengths;
   size_t size() const { return input_ids.size(); }
   // The first n rows (all when n >= size()): HF's dataset.select(range(n)).
   Features head(size_t n) const;

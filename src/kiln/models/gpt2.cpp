@@ -5,6 +5,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/models/config_json.h"
+#include "kiln/models/packing.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
@@ -198,6 +199,10 @@ Tensor GPT2ForTask::transformer(const ModelInputs& in) {
              to_string(ids.shape()));
   Device dev = ids.device();
   Tensor pos = broadcast_to(reshape(arange(T, DType::i64, dev), {1, T}), {B, T});
+  if (in.position_ids.defined()) {  // packed rows (models/packing.h): positions below n_positions, as T's
+    check_position_ids(in.position_ids, ids);
+    pos = cast(in.position_ids, DType::i64);
+  }
   Tensor x = wte_->forward(ids) + wpe_->forward(pos);
   if (in.token_type_ids.defined()) x = x + wte_->forward(in.token_type_ids);  // as HF's GPT2Model: from wte
   x = drop_->forward(x);
@@ -206,6 +211,7 @@ Tensor GPT2ForTask::transformer(const ModelInputs& in) {
   Tensor mask;
   if (in.attention_mask.defined())
     mask = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
+  if (in.position_ids.defined()) mask = packed_attention_mask(in.position_ids, mask);
   for (auto& block : h_)
     x = run_layer(gradient_checkpointing_, *this, *gen_,
                   [block, causal, mask](const Tensor& h) { return block->forward(h, causal, mask); }, x);
@@ -238,6 +244,7 @@ Tensor GPT2ForTask::decode_step(const Tensor& token, const Tensor& pos, std::vec
 ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {
   const GPT2Config& c = gpt2_config();
   if (head_ == Head::None) check_accepts(in, {"input_ids", "attention_mask", "token_type_ids"});
+  else if (head_ == Head::LM) check_accepts(in, {"input_ids", "attention_mask", "token_type_ids", "labels", "position_ids"});
   else check_accepts(in, {"input_ids", "attention_mask", "token_type_ids", "labels"});
   Tensor h = transformer(in);
   ModelOutputs out;

@@ -7,6 +7,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/models/config_json.h"
+#include "kiln/models/packing.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
@@ -609,6 +610,13 @@ Tensor LlamaForTask::body(const ModelInputs& in) {
     m.windowed = logical_and(m.causal, reshape(gt(key + static_cast<double>(*c.sliding_window), query), {1, 1, T, T}));
   if (in.attention_mask.defined())
     m.padding = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
+  if (in.position_ids.defined()) {  // packed rows: each token's own position, attention within its example
+    check_position_ids(in.position_ids, ids);
+    Tensor at = reshape(cast(in.position_ids, DType::i64), {B * T});
+    cos = reshape(index_select(table.cos, at), {B, 1, T, D});
+    sin = reshape(index_select(table.sin, at), {B, 1, T, D});
+    m.padding = packed_attention_mask(in.position_ids, m.padding);
+  }
   Tensor x = embed_tokens_->forward(ids);
   if (c.gemma()) x = x * std::sqrt(static_cast<double>(c.hidden_size));  // GemmaModel's normalizer
   for (auto& layer : layers_)
@@ -644,6 +652,7 @@ Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::ve
 
 ModelOutputs LlamaForTask::forward(const ModelInputs& in) {
   if (head_ == Head::None) check_accepts(in, {"input_ids", "attention_mask"});
+  else if (head_ == Head::LM) check_accepts(in, {"input_ids", "attention_mask", "labels", "position_ids"});
   else check_accepts(in, {"input_ids", "attention_mask", "labels"});
   Tensor h = body(in);
   ModelOutputs out;

@@ -40,6 +40,7 @@ std::vector<std::string> ModelInputs::given() const {
   put("attention_mask", attention_mask);
   put("token_type_ids", token_type_ids);
   put("labels", labels);
+  put("position_ids", position_ids);
   put("start_positions", start_positions);
   put("end_positions", end_positions);
   put("decoder_input_ids", decoder_input_ids);

@@ -23,6 +23,10 @@ struct ModelInputs {
   Tensor labels;          // task-dependent (optional)
   Tensor start_positions, end_positions;  // question answering (optional)
   Tensor decoder_input_ids, decoder_attention_mask;  // encoder-decoder (optional: derived from labels)
+  // i64 [B, T] (optional; decoder-only models): each token's position. Packed rows restart at 0 for every
+  // example, and attention stays within an example (models/packing.h). Last, so that aggregate
+  // initialisation in the order above is unchanged.
+  Tensor position_ids;
   // The given (defined) fields, by HF's argument names.
   std::vector<std::string> given() const;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <regex>
 
 #include "kiln/core/error.h"
 #include "kiln/core/file.h"
@@ -77,7 +78,10 @@ void check_messages(const ordered_json& messages, const std::string& where) {
 }
 
 ChatTemplate::ChatTemplate(std::string_view text, ordered_json special_tokens, std::string name)
-    : template_(text, name), special_tokens_(std::move(special_tokens)), origin_(std::move(name)) {
+    : template_(text, name),
+      special_tokens_(std::move(special_tokens)),
+      origin_(std::move(name)),
+      has_generation_(std::regex_search(text.begin(), text.end(), std::regex(R"(\{%-?\s*generation\s*-?%\})"))) {
   if (!special_tokens_.is_object())
     throw Error(origin_ + ": special tokens must be a JSON object, found " + json_found(special_tokens_));
 }
@@ -143,16 +147,29 @@ ChatTemplate ChatTemplate::from_pretrained(const std::string& directory, const s
                                          : std::string("no tokenizer_config.json")) + ")");
   }
 
-  ordered_json special = ordered_json::object();
-  collect_special_tokens(config, config_path.string(), special);
-  const fs::path map_path = dir / "special_tokens_map.json";
-  if (fs::exists(map_path)) collect_special_tokens(read_ordered_json_file(map_path), map_path.string(), special);
-  ChatTemplate t(chosen.text, std::move(special), chosen.name);
+  ChatTemplate t(chosen.text, pretrained_special_tokens(directory), chosen.name);
   t.origin_ = chosen.origin;
   return t;
 }
 
+ordered_json pretrained_special_tokens(const std::string& directory) {
+  const fs::path dir(directory), config_path = dir / "tokenizer_config.json";
+  ordered_json special = ordered_json::object();
+  if (fs::exists(config_path)) {
+    const ordered_json config = read_ordered_json_file(config_path);
+    if (!config.is_object()) throw Error(config_path.string() + ": expected a JSON object, found " + json_found(config));
+    collect_special_tokens(config, config_path.string(), special);
+  }
+  const fs::path map_path = dir / "special_tokens_map.json";
+  if (fs::exists(map_path)) collect_special_tokens(read_ordered_json_file(map_path), map_path.string(), special);
+  return special;
+}
+
 std::string ChatTemplate::apply(const ordered_json& messages, const ChatTemplateOptions& options) const {
+  return render(messages, options).text;
+}
+
+ChatRendering ChatTemplate::render(const ordered_json& messages, const ChatTemplateOptions& options) const {
   check_messages(messages, "");
   using jinja::Value;
   jinja::DictData vars;
@@ -170,7 +187,25 @@ std::string ChatTemplate::apply(const ordered_json& messages, const ChatTemplate
   } catch (const jinja::EvalError& e) {
     throw Error(origin_ + ": template variables: " + e.what());
   }
-  return template_.render(vars, options.render);
+  ChatRendering out;
+  jinja::RenderOptions render = options.render;
+  if (!render.generation_spans) render.generation_spans = &out.generation_spans;
+  out.text = template_.render(vars, render);
+  return out;
+}
+
+std::vector<int64_t> assistant_tokens_mask(const Encoding& encoding,
+                                           const std::vector<std::pair<size_t, size_t>>& spans) {
+  // One pass, spans and offsets both in order, as transformers walks them.
+  std::vector<int64_t> mask(encoding.size(), 0);
+  size_t span = 0;
+  for (size_t t = 0; t < encoding.offsets.size(); ++t) {
+    const auto [start, end] = encoding.offsets[t];
+    while (span < spans.size() && start >= spans[span].second) ++span;
+    if (span == spans.size()) break;
+    if (end > spans[span].first) mask[t] = 1;
+  }
+  return mask;
 }
 
 std::string render_chat_template(std::string_view text, const ordered_json& messages,

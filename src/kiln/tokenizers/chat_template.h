@@ -13,9 +13,18 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/tokenizers/encoding.h"
 #include "kiln/tokenizers/jinja.h"
 
 namespace kiln::tokenizers {
+
+// A rendering with where its {% generation %} blocks landed.
+struct ChatRendering {
+  std::string text;
+  // [start, end) in characters (code points) of `text`, one per generation
+  // block rendered, in order: transformers' generation_indices.
+  std::vector<std::pair<size_t, size_t>> generation_spans;
+};
 
 struct ChatTemplateOptions {
   bool add_generation_prompt = false;
@@ -47,6 +56,13 @@ class ChatTemplate {
   // The rendered conversation. `messages` must be a list of objects with a
   // string "role" (checked, errors name "messages[i]").
   std::string apply(const nlohmann::ordered_json& messages, const ChatTemplateOptions& options = {}) const;
+  // The same, with the spans of the {% generation %} blocks (transformers'
+  // apply_chat_template with return_assistant_tokens_mask=True).
+  ChatRendering render(const nlohmann::ordered_json& messages, const ChatTemplateOptions& options = {}) const;
+  // Whether the template has a {% generation %} tag (transformers' test:
+  // the regex \{\%-?\s*generation\s*-?\%\}), without which no token is an
+  // assistant token.
+  bool has_generation_blocks() const { return has_generation_; }
 
   const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }
   // Where the template came from ("DIR/chat_template.jinja", ...), for messages.
@@ -56,6 +72,7 @@ class ChatTemplate {
   jinja::Template template_;
   nlohmann::ordered_json special_tokens_;
   std::string origin_;
+  bool has_generation_ = false;
 };
 
 // One-off rendering: ChatTemplate(text, special_tokens).apply(messages, options).
@@ -63,6 +80,19 @@ std::string render_chat_template(std::string_view text, const nlohmann::ordered_
                                  const nlohmann::ordered_json& special_tokens = nlohmann::ordered_json::object(),
                                  const ChatTemplateOptions& options = {});
 
+
+// The special tokens of a tokenizer directory, as from_pretrained gives them
+// to its template: {"bos_token": "<s>", "eos_token": "</s>", ...} (none
+// without tokenizer_config.json or special_tokens_map.json).
+nlohmann::ordered_json pretrained_special_tokens(const std::string& directory);
+
+// transformers' assistant_masks (apply_chat_template with
+// return_assistant_tokens_mask=True): 1 for every token of `encoding` (the
+// rendering's text, encoded without special tokens) whose character offsets
+// overlap a generation span, 0 elsewhere; a span cut by truncation keeps the
+// tokens that remain.
+std::vector<int64_t> assistant_tokens_mask(const Encoding& encoding,
+                                           const std::vector<std::pair<size_t, size_t>>& spans);
 
 // Throws kiln::Error unless `messages` is a list of objects with a string
 // "role": "<where>: messages[2]: missing key 'role'".

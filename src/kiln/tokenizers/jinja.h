@@ -21,6 +21,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/tokenizers/jinja_value.h"
@@ -39,6 +41,13 @@ struct RenderOptions {
   RenderLimits limits;
   // The time strftime_now() formats (local time); the current time when unset.
   std::optional<std::chrono::system_clock::time_point> now;
+  // Where to record the output spans of {% generation %} blocks, as
+  // transformers' AssistantTracker does for return_assistant_tokens_mask:
+  // [start, end) in characters (code points) of the output; start is the
+  // length of the output written so far when the block ends (inside a macro
+  // or a block `set`, as in transformers, that is not where the text lands).
+  // Null: not recorded.
+  std::vector<std::pair<size_t, size_t>>* generation_spans = nullptr;
 };
 
 class RaisedError : public Error {

@@ -56,7 +56,10 @@ void Frame::set(const std::string& name, Value value) {
 }
 
 Interpreter::Interpreter(const Source& source, const RenderOptions& options)
-    : source_(source), limits_(options.limits), now_(options.now.value_or(std::chrono::system_clock::now())) {}
+    : source_(source),
+      limits_(options.limits),
+      now_(options.now.value_or(std::chrono::system_clock::now())),
+      generation_spans_(options.generation_spans) {}
 
 Interpreter::~Interpreter() {
   for (auto& ns : namespaces_) ns->attrs.items.clear();
@@ -68,8 +71,10 @@ std::string Interpreter::render(const Body& body, const DictData& variables) {
     if (k.is_string()) root->set(k.as_string(), v);
   std::string out;
   out_ = &out;
+  root_ = &out;
   exec(body, root);
   out_ = nullptr;
+  root_ = nullptr;
   return out;
 }
 
@@ -171,7 +176,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const FramePtr& frame) {
         return Flow::Normal;
       }
       case StmtKind::Scope:
-        exec(s.body, child(frame));
+        exec_generation(s, frame);
         return Flow::Normal;
       case StmtKind::Break:
         return Flow::Break;
@@ -182,6 +187,18 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const FramePtr& frame) {
     rethrow(e, s.pos);
   }
   return Flow::Normal;
+}
+
+// {% generation %}: its body, and where it lies in the output when tracked.
+void Interpreter::exec_generation(const Stmt& s, const FramePtr& frame) {
+  if (!generation_spans_) {
+    exec(s.body, child(frame));
+    return;
+  }
+  const std::string text = capture(s.body, child(frame));
+  const size_t start = utf8::count_chars(*root_);
+  generation_spans_->emplace_back(start, start + utf8::count_chars(text));
+  emit(text);
 }
 
 Interpreter::Flow Interpreter::exec_for(const Stmt& s, const FramePtr& frame) {

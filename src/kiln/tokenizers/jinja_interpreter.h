@@ -48,6 +48,8 @@ class Interpreter {
   RenderLimits limits_;
   std::chrono::system_clock::time_point now_;
   std::string* out_ = nullptr;
+  const std::string* root_ = nullptr;  // the template's output (out_ differs while capturing)
+  std::vector<std::pair<size_t, size_t>>* generation_spans_ = nullptr;
   int64_t steps_ = 0;
   int call_depth_ = 0;
   int eval_depth_ = 0;
@@ -63,6 +65,7 @@ class Interpreter {
   Flow exec(const Body& body, const FramePtr& frame);
   Flow exec(const Stmt& s, const FramePtr& frame);
   Flow exec_for(const Stmt& s, const FramePtr& frame);
+  void exec_generation(const Stmt& s, const FramePtr& frame);
   void exec_call_block(const Stmt& s, const FramePtr& frame);
   void assign(const Target& target, const Value& value, Frame& frame);
   Value make_macro(const std::shared_ptr<MacroDef>& def, const FramePtr& frame);

@@ -344,6 +344,7 @@ models::ModelInputs Trainer::inputs_of(const data::DeviceBatch& b) const {
   // tokenizer gives them (a GPT-2 would add them to its embeddings).
   if (model_.tokenizer_gives_token_types()) in.token_type_ids = get("token_type_ids");
   in.labels = get("labels");
+  in.position_ids = get("position_ids");
   in.start_positions = get("start_positions");
   in.end_positions = get("end_positions");
   return in;

@@ -1,0 +1,105 @@
+#include "train_sft.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+#include "flags.h"
+#include "kiln/core/error.h"
+#include "kiln/data/sft.h"
+#include "kiln/tokenizers/chat_template.h"
+
+namespace kiln::cli {
+
+namespace fs = std::filesystem;
+
+bool is_sft_file(const fs::path& path) {
+  const std::string ext = path.extension().string();
+  if (ext != ".jsonl" && ext != ".json") return false;
+  return data::looks_like_sft_data(data::load_json_rows(path));
+}
+
+std::optional<int64_t> sft_max_length_flag(const std::map<std::string, std::string>& flags) {
+  for (const char* name : {"max_length", "max_seq_length"})
+    if (auto it = flags.find(name); it != flags.end()) return cli::integer_value("train", name, it->second, 1);
+  return std::nullopt;
+}
+
+namespace {
+
+// An SFT special token (eos_token, pad_token) as tokenizer_config.json / special_tokens_map.json name it, or "".
+std::string special_token(const TokenizerBundle& tok, const char* name) {
+  const auto s = tokenizers::pretrained_special_tokens(tok.dir.string());
+  return s.contains(name) && s[name].is_string() ? s[name].get<std::string>() : "";
+}
+
+}  // namespace
+
+int64_t sft_padding_id(const TokenizerBundle& tok) {
+  for (const char* name : {"pad_token", "eos_token"}) {
+    const std::string token = special_token(tok, name);
+    if (auto id = tok.tokenizer.token_to_id(token); id && !token.empty()) return *id;
+  }
+  return tok.pad_id;
+}
+
+std::shared_ptr<data::Features> sft_features(const fs::path& file, const TokenizerBundle& tok,
+                                             const std::map<std::string, std::string>& flags, int64_t max_length) {
+  const data::JsonRows rows = data::load_json_rows(file);
+  data::SftOptions o;
+  if (auto it = flags.find("dataset_text_field"); it != flags.end()) o.text_column = it->second;
+  const data::SftFormat format = data::detect_sft_format(rows, o.text_column);
+  const bool conversational =
+      format == data::SftFormat::Conversational || format == data::SftFormat::ConversationalPromptCompletion;
+  // Plain-text rows need no template (the tokenizer directory may have none).
+  std::optional<tokenizers::ChatTemplate> chat;
+  if (conversational) chat = tokenizers::ChatTemplate::from_pretrained(tok.dir.string());
+  auto on = [&](const char* name) { return flags.count(name) && flags.at(name) == "true"; };
+  o.assistant_only_loss = on("assistant_only_loss");
+  o.packing = on("packing");
+  if (auto it = flags.find("completion_only_loss"); it != flags.end()) {
+    // HF's argument parser reads booleans as its string_to_bool does.
+    std::string v = it->second;
+    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+    const bool yes = v == "true" || v == "t" || v == "yes" || v == "y" || v == "1";
+    KILN_CHECK(yes || v == "false" || v == "f" || v == "no" || v == "n" || v == "0",
+               "train: --completion_only_loss must be true or false, got '", it->second, "'");
+    o.completion_only_loss = yes;
+    if (*o.completion_only_loss && format != data::SftFormat::PromptCompletion &&
+        format != data::SftFormat::ConversationalPromptCompletion)
+      std::fprintf(stderr, "kiln train: warning: --completion_only_loss applies to prompt-completion data; %s is %s\n",
+                   file.string().c_str(), data::sft_format_name(format));
+  }
+  o.max_length = max_length;
+  o.eos_token = special_token(tok, "eos_token");
+  KILN_CHECK(conversational || !o.eos_token.empty(), file.string(), ": ", data::sft_format_name(format),
+             " data ends each text with the tokenizer's eos_token, and ", tok.dir.string(),
+             "/tokenizer_config.json names none");
+  data::SftStats stats;
+  auto features = std::make_shared<data::Features>(data::tokenize_sft(rows, tok.tokenizer, chat ? &*chat : nullptr, o, &stats));
+  size_t tokens = 0, longest = 0;
+  for (const auto& ids : features->input_ids) {
+    tokens += ids.size();
+    longest = std::max(longest, ids.size());
+  }
+  std::fprintf(stderr, "kiln train: %s: %s data, %zu examples, %zu tokens", file.string().c_str(),
+               data::sft_format_name(format), stats.rows, tokens);
+  if (stats.dropped) std::fprintf(stderr, ", %zu dropped (no label left after truncation)", stats.dropped);
+  if (stats.prefix_mismatches)
+    std::fprintf(stderr, ", %zu whose prompt tokens are not a prefix of prompt + completion's", stats.prefix_mismatches);
+  if (o.packing) {
+    const size_t examples = features->size();
+    features = std::make_shared<data::Features>(data::pack_sft(*features, max_length));
+    size_t packed = 0;
+    for (const auto& ids : features->input_ids) packed += ids.size();
+    // Padded batches pad every example to the longest; packed rows are max_length long at most.
+    const double padded = static_cast<double>(examples) * static_cast<double>(std::min<size_t>(longest, max_length));
+    std::fprintf(stderr, "; packed into %zu rows of up to %lld tokens (%.1f%% of %zu examples padded to the longest "
+                 "would be padding)", features->size(), static_cast<long long>(max_length),
+                 100.0 * (1.0 - static_cast<double>(packed) / padded), examples);
+  }
+  std::fprintf(stderr, "\n");
+  return features;
+}
+
+}  // namespace kiln::cli
