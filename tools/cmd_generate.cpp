@@ -10,6 +10,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/file.h"
 #include "kiln/models/generation.h"
+#include "lora_flags.h"
 #include "train_common.h"
 
 namespace {
@@ -18,12 +19,13 @@ using namespace kiln;
 constexpr const char* kUsage =
     "usage: kiln generate --model DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]\n"
     "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--batch_size N]\n"
+    "                     [--adapter LORA_DIR]  (a PEFT adapter on the base --model)\n"
     "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --batch_size, 8).";
 
 int run_generate(const std::vector<std::string>& args) {
   cli::Flags flags("generate",
                    {{"model", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
-                    {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"batch_size"}},
+                    {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"batch_size"}, {"adapter"}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -38,13 +40,13 @@ int run_generate(const std::vector<std::string>& args) {
       if (!line.empty()) prompts.push_back(line);
   }
   KILN_CHECK(!prompts.empty(), "generate: give --prompt TEXT or --prompts_file FILE\n", kUsage);
-  auto model = models::from_pretrained(flags.get("model"), {});
+  auto model = models::from_pretrained_with_adapter(flags.get("model"), flags.get("adapter"), {});
   auto* causal = dynamic_cast<models::CausalLM*>(model.get());
   auto* t5 = dynamic_cast<models::T5ForTask*>(model.get());
   KILN_CHECK((causal && causal->can_generate()) || (t5 && t5->can_generate()), "generate: ", model->architecture(),
              " cannot generate text; it needs a language-model head (GPT2LMHeadModel, a Llama, Mistral or Qwen2 ",
              "*ForCausalLM, or T5ForConditionalGeneration)");
-  cli::TokenizerBundle tok = cli::load_tokenizer(flags.get("model"));
+  cli::TokenizerBundle tok = cli::load_tokenizer(cli::tokenizer_dir_for(flags.get("model"), flags.get("adapter")));
   models::GenerationConfig g;
   // (Ranges the generation checks itself, with HF's messages: max_new_tokens, top_k.)
   g.max_new_tokens = flags.integer("max_new_tokens", 20);

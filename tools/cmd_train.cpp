@@ -25,12 +25,14 @@
 #include "kiln/models/generation.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/llama.h"
+#include "kiln/models/lora.h"
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
 #include "kiln/models/token_ids.h"
 #include "kiln/train/output_dir.h"
 #include "kiln/train/stop_signals.h"
 #include "kiln/train/trainer.h"
+#include "lora_flags.h"
 #include "train_common.h"
 
 namespace {
@@ -49,6 +51,11 @@ const std::vector<std::string> kExtraFlags = {"model_name_or_path", "config_name
                                               "context_column", "answer_column"};
 const std::vector<std::string> kExtraSwitches = {"pad_to_max_length", "ignore_mismatched_sizes", "label_all_tokens",
                                                  "version_2_with_negative"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
 // kiln train's own numeric flags: the smallest value each takes.
 const std::map<std::string, int64_t> kIntegerFlags = {
@@ -290,8 +297,12 @@ int run_train(const std::vector<std::string>& raw_args) {
     return 0;
   std::map<std::string, std::string> f;
   std::vector<std::string> args = expand_args_file(raw_args);
-  train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, kExtraFlags, kExtraSwitches);
+  train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, with(kExtraFlags, cli::kLoraFlags),
+                                                                with(kExtraSwitches, cli::kLoraSwitches));
   ta.do_train = true;
+  std::optional<models::LoraConfig> lora = cli::lora_from_flags(f, ta.seed);
+  if (lora && f.count("model_name_or_path"))
+    lora->base_model_name_or_path = fs::absolute(f["model_name_or_path"]).lexically_normal().string();
   const std::string task = f.count("task") ? f["task"] : "text-classification";
   KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
                  task == "multiple-choice" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
@@ -458,6 +469,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     for (size_t i = 0; i < labels.labels.size(); ++i) model->config().id2label[static_cast<int64_t>(i)] = labels.labels[i];
   }
   if (classes && labels.is_regression) model->config().problem_type = "regression";
+  if (lora) models::apply_lora(*model, *lora);  // --use_peft: the base frozen, adapters train
   return model;
   };
 
@@ -632,7 +644,7 @@ int run_eval(const std::vector<std::string>& args) {
     for (size_t i = 0; i + 1 < args.size(); ++i)
       if (args[i] == "--model_name_or_path") a.insert(a.end(), {"--output_dir", args[i + 1]});
   }
-  train::TrainingArguments ta = train::TrainingArguments::parse(a, &f, kExtraFlags, kExtraSwitches);
+  train::TrainingArguments ta = train::TrainingArguments::parse(a, &f, with(kExtraFlags, {"adapter"}), kExtraSwitches);
   KILN_CHECK(f.count("model_name_or_path"), "eval: --model_name_or_path DIR is required");
   KILN_CHECK(f.count("validation_file"), "eval: --validation_file is required");
   // kiln train's flags that evaluating does not use: named, not silently dropped.
@@ -641,8 +653,10 @@ int run_eval(const std::vector<std::string>& args) {
     if (f.count(flag)) std::fprintf(stderr, "kiln eval: warning: --%s is for kiln train; ignored\n", flag);
   for (const auto& [name, min] : kIntegerFlags) int_flag(f, name.c_str(), 0);  // bad values fail before loading
   fs::path dir = f["model_name_or_path"];
-  cli::TokenizerBundle tok = cli::load_tokenizer(f.count("tokenizer_name") ? fs::path(f["tokenizer_name"]) : dir);
-  auto model = models::from_pretrained(dir, {});
+  const fs::path adapter = f.count("adapter") ? fs::path(f["adapter"]) : fs::path();
+  cli::TokenizerBundle tok =
+      cli::load_tokenizer(f.count("tokenizer_name") ? fs::path(f["tokenizer_name"]) : cli::tokenizer_dir_for(dir, adapter));
+  auto model = models::from_pretrained_with_adapter(dir, adapter, {});
   const std::string task = eval_task(model->architecture(), f);
   const bool mlm = task == "masked-lm", clm = task == "causal-lm", s2s = task == "seq2seq",
              ner = task == "token-classification", qa = task == "question-answering", mc = task == "multiple-choice";

@@ -138,7 +138,8 @@ TEST(Lora, KilnAdapterRoundTripsThroughPeftFiles) {
   EXPECT_EQ(j["peft_type"], "LORA");
   EXPECT_EQ(j["task_type"], "CAUSAL_LM");
   EXPECT_EQ(j["r"], 2);
-  EXPECT_EQ(j["lora_alpha"], 5.0);
+  EXPECT_EQ(j["lora_alpha"], 5);
+  EXPECT_TRUE(j["lora_alpha"].is_number_integer());
   EXPECT_EQ(j["fan_in_fan_out"], true);
   EXPECT_EQ(j["target_modules"], nlohmann::json({"c_attn"}));
   for (const char* key : {"bias", "modules_to_save", "use_rslora", "use_dora", "rank_pattern", "alpha_pattern",

@@ -185,11 +185,14 @@ std::string peft_task_type(const std::string& architecture) {
 json LoraConfig::to_json() const {
   auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
   json targets = target_regex ? json(*target_regex) : json(target_modules);
-  return json{{"alpha_pattern", alpha_pattern},
+  // PEFT's lora_alpha is an int; a whole alpha is written as one.
+  const json alpha = lora_alpha == std::floor(lora_alpha) && std::abs(lora_alpha) < 1e15
+                         ? json(static_cast<int64_t>(lora_alpha))
+                         : json(lora_alpha);
+  json j{{"alpha_pattern", alpha_pattern},
               {"auto_mapping", nullptr},
               {"base_model_name_or_path", or_null(base_model_name_or_path)},
               {"bias", "none"},
-              {"exclude_modules", exclude_modules.empty() ? json(nullptr) : json(exclude_modules)},
               {"fan_in_fan_out", fan_in_fan_out},
               {"inference_mode", true},
               {"init_lora_weights", true},
@@ -197,7 +200,7 @@ json LoraConfig::to_json() const {
               {"layers_pattern", nullptr},
               {"layers_to_transform", nullptr},
               {"loftq_config", json::object()},
-              {"lora_alpha", lora_alpha},
+              {"lora_alpha", alpha},
               {"lora_dropout", lora_dropout},
               {"megatron_config", nullptr},
               {"megatron_core", "megatron.core"},
@@ -210,6 +213,9 @@ json LoraConfig::to_json() const {
               {"task_type", or_null(task_type)},
               {"use_dora", false},
               {"use_rslora", use_rslora}};
+  // Only when used: PEFT before 0.14 has no such field and refuses unknown ones.
+  if (!exclude_modules.empty()) j["exclude_modules"] = exclude_modules;
+  return j;
 }
 
 namespace {
@@ -396,6 +402,33 @@ void load_adapter(PreTrainedModel& model, const fs::path& dir) {
     throw Error((dir / kConfigFile).string() + ": " + e.what());
   }
   load_adapter_weights(model, dir);
+}
+
+fs::path adapter_base_dir(const fs::path& adapter_dir) {
+  const LoraConfig c = read_adapter_config(adapter_dir);
+  const std::string file = (adapter_dir / kConfigFile).string();
+  KILN_CHECK(!c.base_model_name_or_path.empty(), file,
+             ": 'base_model_name_or_path' is null, so the base model is unknown: pass it with --model BASE --adapter ",
+             adapter_dir.string());
+  const fs::path named = c.base_model_name_or_path;
+  if (fs::is_regular_file(named / "config.json")) return named;
+  const fs::path beside = adapter_dir / named;
+  if (named.is_relative() && fs::is_regular_file(beside / "config.json")) return beside;
+  throw Error(file + ": 'base_model_name_or_path' is '" + c.base_model_name_or_path +
+              "', which is no model directory here (kiln reads local directories, not the Hub): pass the base with "
+              "--model BASE --adapter " + adapter_dir.string());
+}
+
+std::unique_ptr<PreTrainedModel> from_pretrained_with_adapter(const fs::path& model, const fs::path& adapter,
+                                                              const LoadOptions& options) {
+  fs::path base = model, adapter_dir = adapter;
+  if (adapter_dir.empty() && is_adapter_dir(model)) {
+    adapter_dir = model;
+    base = adapter_base_dir(model);
+  }
+  auto m = from_pretrained(base, options);
+  if (!adapter_dir.empty()) load_adapter(*m, adapter_dir);
+  return m;
 }
 
 void merge_lora(PreTrainedModel& model) {

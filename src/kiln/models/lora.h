@@ -88,4 +88,16 @@ void merge_lora(PreTrainedModel& model);
 // Whether DIR holds an adapter (adapter_config.json).
 bool is_adapter_dir(const std::filesystem::path& dir);
 
+// The base model directory an adapter names (base_model_name_or_path): as
+// given when it exists, else relative to the adapter directory. An error
+// naming the file when it names none that exists.
+std::filesystem::path adapter_base_dir(const std::filesystem::path& adapter_dir);
+
+// A base model with an adapter on it, as `AutoPeftModel.from_pretrained`:
+// `adapter` empty and `model` an adapter directory: its named base;
+// `adapter` given: `model` is the base. Neither: from_pretrained(model).
+std::unique_ptr<PreTrainedModel> from_pretrained_with_adapter(const std::filesystem::path& model,
+                                                              const std::filesystem::path& adapter,
+                                                              const LoadOptions& options = {});
+
 }  // namespace kiln::models
