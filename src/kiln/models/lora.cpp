@@ -21,6 +21,8 @@ namespace {
 constexpr const char* kConfigFile = "adapter_config.json";
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
 constexpr const char* kKeyPrefix = "base_model.model.";
+// Far above any useful rank; a bound so a hostile file cannot ask for terabytes.
+constexpr int64_t kMaxRank = 65536;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -264,8 +266,10 @@ LoraConfig LoraConfig::from_json(const json& j, const std::string& file) {
   KILN_CHECK(type == "LORA", file, ": peft_type '", type, "' is not supported: kiln loads LoRA adapters (peft_type \"LORA\")");
   check_unsupported(j, file);
   LoraConfig c;
+  KILN_CHECK(!j.contains("r") || j["r"].is_null() || j["r"].is_number_integer(), file,
+             ": 'r' must be a whole number, got ", j["r"].dump());
   c.r = number<int64_t>(j, "r", 8, file);
-  KILN_CHECK(c.r > 0, file, ": 'r' must be positive, got ", c.r);
+  KILN_CHECK(c.r > 0 && c.r <= kMaxRank, file, ": 'r' must be in [1, ", kMaxRank, "], got ", c.r);
   c.lora_alpha = number<double>(j, "lora_alpha", 8.0, file);
   c.lora_dropout = number<double>(j, "lora_dropout", 0.0, file);
   KILN_CHECK(c.lora_dropout >= 0 && c.lora_dropout < 1, file, ": 'lora_dropout' must be in [0, 1), got ", c.lora_dropout);
@@ -293,6 +297,9 @@ LoraConfig LoraConfig::from_json(const json& j, const std::string& file) {
     KILN_CHECK(j[key].is_object(), file, ": '", key, "' must be an object, got ", j[key].dump());
     for (const auto& [k, v] : j[key].items()) {
       KILN_CHECK(v.is_number(), file, ": '", key, "'.'", k, "' must be a number, got ", v.dump());
+      KILN_CHECK(std::string(key) != "rank_pattern" || (v.is_number_integer() && v.get<int64_t>() > 0 &&
+                                                         v.get<int64_t>() <= kMaxRank),
+                 file, ": 'rank_pattern'.'", k, "' must be a whole number in [1, ", kMaxRank, "], got ", v.dump());
       if (std::string(key) == "rank_pattern")
         c.rank_pattern[k] = v.get<int64_t>();
       else
@@ -307,7 +314,7 @@ LoraConfig LoraConfig::from_json(const json& j, const std::string& file) {
 
 void apply_lora(PreTrainedModel& model, LoraConfig c) {
   KILN_CHECK(!model.lora_config(), "apply_lora: the model has a LoRA adapter already");
-  KILN_CHECK(c.r > 0, "LoRA: r must be positive, got ", c.r);
+  KILN_CHECK(c.r > 0 && c.r <= kMaxRank, "LoRA: r must be in [1, ", kMaxRank, "], got ", c.r);
   KILN_CHECK(c.lora_dropout >= 0 && c.lora_dropout < 1, "LoRA: lora_dropout must be in [0, 1), got ", c.lora_dropout);
   std::vector<Layer> layers = adaptable_layers(model);
   resolve(c, model, layers);
