@@ -50,7 +50,7 @@ class Checkpointed(nn.Module):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
-    for k, v in dict(batch=4, seq=256, steps=2, warmup=1, r=16,
+    for k, v in dict(batch=4, seq=256, steps=2, warmup=1, lora_r=16,
                      threads=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))).items():
         ap.add_argument("--" + k, type=int, default=v)
     ap.add_argument("--bf16", action="store_true")
@@ -64,7 +64,7 @@ def main():
     for layer in model.layers:
         for name, child in list(layer.named_children()):
             if isinstance(child, nn.Linear):
-                setattr(layer, name, LoraLinear(child, a.r))
+                setattr(layer, name, LoraLinear(child, a.lora_r))
     model.layers = nn.ModuleList(Checkpointed(layer) for layer in model.layers)
     vocab, n = cfg["vocab_size"], a.batch * a.seq
     ids = torch.tensor([5 + (i * 7919) % (vocab - 5) for i in range(n)]).view(a.batch, a.seq)
@@ -76,7 +76,7 @@ def main():
     run_steps(model, loss_of, a.steps, clip=1.0, warmup=a.warmup,
               report={"parameters": sum(p.numel() for p in model.parameters()),
                       "trained": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                      "bf16": a.bf16, "lora_r": a.r})
+                      "bf16": a.bf16, "lora_r": a.lora_r})
 
 
 if __name__ == "__main__":

@@ -68,6 +68,26 @@ TEST_P(LoraGolden, PeftAdapterGivesPeftLogitsLossAndGradients) {
     ++checked;
   }
   EXPECT_EQ(checked, std::count_if(golden.begin(), golden.end(), [](auto& g) { return g.first.rfind("grad.", 0) == 0; }));
+  // What kiln writes for it is what PEFT wrote: the same tensors (names,
+  // shapes) and the same LoRA settings, so PEFT loads it with no missing or
+  // unexpected keys.
+  testing::TempDir tmp;
+  const fs::path peft_dir = data(std::string("lora/") + c.name + "/adapter");
+  models::save_adapter(*model, tmp.path());
+  auto ours = io::SafetensorsFile::open(tmp.path() / "adapter_model.safetensors");
+  auto theirs = io::SafetensorsFile::open(peft_dir / "adapter_model.safetensors");
+  ASSERT_EQ(ours.entries().size(), theirs.entries().size());
+  for (const auto& e : theirs.entries()) {
+    ASSERT_TRUE(ours.find(e.name)) << e.name;
+    EXPECT_EQ(ours.find(e.name)->shape, e.shape) << e.name;
+  }
+  nlohmann::json mine = read_json_file(tmp.path() / "adapter_config.json");
+  nlohmann::json peft = read_json_file(peft_dir / "adapter_config.json");
+  for (const char* key : {"peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "fan_in_fan_out", "use_rslora",
+                          "modules_to_save", "rank_pattern", "alpha_pattern", "bias"})
+    EXPECT_EQ(mine[key], peft[key]) << key;
+  auto as_set = [](const nlohmann::json& j) { return std::set<std::string>(j.begin(), j.end()); };
+  EXPECT_EQ(as_set(mine["target_modules"]), as_set(peft["target_modules"]));
   // The base is frozen: no gradient reaches any of its weights.
   std::set<std::string> trained;
   for (auto& [key, p] : models::adapter_state(*model)) trained.insert(key.substr(std::string("base_model.model.").size()));
