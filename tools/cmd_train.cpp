@@ -303,6 +303,9 @@ int run_train(const std::vector<std::string>& raw_args) {
   std::optional<models::LoraConfig> lora = cli::lora_from_flags(f, ta.seed);
   if (lora && f.count("model_name_or_path"))
     lora->base_model_name_or_path = fs::absolute(f["model_name_or_path"]).lexically_normal().string();
+  else if (lora)
+    std::fprintf(stderr, "kiln train: warning: --use_peft with --config_name adapts fresh weights that are not saved "
+                         "(only the adapter is): the adapter cannot be used without them\n");
   const std::string task = f.count("task") ? f["task"] : "text-classification";
   KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
                  task == "multiple-choice" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq",
