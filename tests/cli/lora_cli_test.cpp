@@ -89,6 +89,13 @@ TEST_F(LoraCli, TrainWritesAdaptersAndResumesExactly) {
                dir_.path());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(bytes(path("resumed/adapter_model.safetensors")), bytes(path("lora/adapter_model.safetensors")));
+  // The checkpoint holds an adapter: resuming it as a full fine-tune is refused.
+  r = run_kiln("train --model_name_or_path " + path("base") + " --train_file " + data("train.csv") +
+                   " --max_seq_length 32 --pad_to_max_length --max_steps 6 --output_dir " + path("resumed") +
+                   " --overwrite_output_dir --resume_from_checkpoint " + path("resumed/checkpoint-3"),
+               dir_.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_CONTAINS(r.output, "holds a LoRA adapter (a --use_peft run)");
 }
 
 TEST_F(LoraCli, ForwardEvalPredictAndMergeReadTheAdapter) {

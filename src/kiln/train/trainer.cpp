@@ -470,6 +470,11 @@ void Trainer::load_checkpoint(const fs::path& dir) {
                "position, so training cannot resume from it (start a new run with --model_name_or_path ",
                dir.string(), ")");
   }
+  const bool adapter_checkpoint = fs::exists(dir / "adapter_config.json");
+  KILN_CHECK(adapter_checkpoint == (model_.lora_config() != nullptr), "resume_from_checkpoint: ", dir.string(),
+             adapter_checkpoint ? " holds a LoRA adapter (a --use_peft run): resume with the same --use_peft flags"
+                                : " holds a full model, but this run trains a LoRA adapter (--use_peft): resume "
+                                  "without --use_peft");
   const char* weights_file = model_.lora_config() ? "adapter_model.safetensors" : "model.safetensors";
   for (const char* f : {weights_file, "optimizer.safetensors", "trainer_state.json", "rng_state.json"})
     KILN_CHECK(fs::exists(dir / f), "resume_from_checkpoint: ", (dir / f).string(), " is missing: not a complete checkpoint");
