@@ -109,6 +109,7 @@ def build(name, base, auto, lora_args):
     shutil.rmtree(d, ignore_errors=True)
     adapter_dir = os.path.join(d, "adapter")
     peft_model.save_pretrained(adapter_dir)
+    os.remove(os.path.join(adapter_dir, "README.md"))  # PEFT's model card template: not needed here
 
     # PEFT's saved key for each trainable tensor: the adapter name dropped,
     # a modules_to_save copy under its module's own path.
