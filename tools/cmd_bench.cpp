@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "command.h"
@@ -28,6 +29,7 @@
 #include "kiln/models/bert.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/llama.h"
+#include "kiln/models/lora.h"
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
 #ifdef KILN_HAVE_CUDA
@@ -43,6 +45,8 @@ constexpr const char* kUsage =
     "usage: kiln bench --model PRESET_DIR_OR_CONFIG [--task text-classification|masked-lm|causal-lm|seq2seq]\n"
     "                  [--batch 8] [--seq 128] [--target_len T] [--steps 10] [--warmup 2] [--device cpu|cuda:N]\n"
     "                  [--gradient_checkpointing] [--tf32] [--bf16] [--gemm_shapes] [--sync] [--json]\n"
+    "                  [--lora_r R [--lora_target_modules all-linear]]\n"
+    "  --lora_r: a LoRA step (alpha 2R, dropout 0; see docs/lora.md): the base frozen, AdamW on the adapter\n"
     "  --gemm_shapes: also print the GFLOP/s of every GEMM shape the peak was measured at, without and with a bias\n"
     "  --sync: read each step's loss before tracing the next (by default step N+1 is traced while step N runs,\n"
     "          as the Trainer does)";
@@ -106,7 +110,7 @@ int run_bench(const std::vector<std::string>& args) {
   cli::Flags flags("bench",
                    {{"model", true, true}, {"task"}, {"batch"}, {"seq"}, {"target_len"}, {"steps"}, {"warmup"},
                     {"device"}, {"gradient_checkpointing", false}, {"tf32", false}, {"bf16", false},
-                    {"gemm_shapes", false}, {"sync", false}, {"json", false}},
+                    {"gemm_shapes", false}, {"sync", false}, {"json", false}, {"lora_r"}, {"lora_target_modules"}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -208,7 +212,19 @@ int run_bench(const std::vector<std::string>& args) {
     set_allow_tf32(true);
   }
   const bool bf16 = flags.has("bf16");
-  optim::AdamW opt(model->parameters(), {.lr = 5e-5, .weight_decay = 0.01});
+  if (flags.has("lora_r")) {
+    models::LoraConfig lora;
+    lora.r = flags.integer("lora_r", 16, 1);
+    lora.lora_alpha = 2.0 * static_cast<double>(lora.r);
+    lora.target_modules.clear();
+    std::istringstream names(flags.get("lora_target_modules", "all-linear"));
+    for (std::string name; std::getline(names, name, ',');) lora.target_modules.push_back(name);
+    models::apply_lora(*model, lora);
+  }
+  std::vector<Tensor> trained;
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) trained.push_back(p);
+  optim::AdamW opt(trained, {.lr = 5e-5, .weight_decay = 0.01});
   metrics::reset();
   std::vector<double> times, trace_times;
   double loss = 0;

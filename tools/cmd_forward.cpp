@@ -1,4 +1,5 @@
-// kiln forward --model_name_or_path DIR (or --model DIR) --inputs inputs.json --output out.json [--architecture ARCH]
+// kiln forward --model_name_or_path DIR (or --model DIR) [--adapter LORA_DIR] --inputs inputs.json --output out.json
+//              [--architecture ARCH]   (the model may be a PEFT adapter directory whose adapter_config.json names its base)
 // Runs the model in eval mode on {"input_ids": [[...]], "attention_mask": ...,
 // "token_type_ids": ..., "labels": ...} and writes {"logits": [...], "loss": x}:
 // how a user checks that a model agrees with Python's transformers.
@@ -8,13 +9,16 @@
 #include "flags.h"
 #include "kiln/core/error.h"
 #include "kiln/io/json_file.h"
+#include "kiln/models/lora.h"
 #include "kiln/models/model.h"
 
 namespace {
 
 using nlohmann::json;
 
-constexpr const char* kUsage = "usage: kiln forward --model_name_or_path DIR --inputs inputs.json --output out.json [--architecture ARCH]";
+constexpr const char* kUsage =
+    "usage: kiln forward --model_name_or_path DIR [--adapter LORA_DIR] --inputs inputs.json --output out.json "
+    "[--architecture ARCH]\n(the model may be a PEFT adapter directory whose adapter_config.json names its base)";
 
 // A rectangular nested JSON array of numbers -> Tensor (i64 when all are integers).
 kiln::Tensor to_tensor(const json& j, const std::string& where) {
@@ -57,7 +61,9 @@ json to_json(const kiln::Tensor& t) {
 }
 
 int run_forward(const std::vector<std::string>& args) {
-  kiln::cli::Flags flags("forward", {{"model_name_or_path", true, true}, {"inputs", true, true}, {"output", true, true}, {"architecture"}},
+  kiln::cli::Flags flags("forward",
+                         {{"model_name_or_path", true, true}, {"inputs", true, true}, {"output", true, true},
+                          {"architecture"}, {"adapter"}},
                          kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -88,7 +94,7 @@ int run_forward(const std::vector<std::string>& args) {
 
   kiln::models::LoadOptions opts;
   opts.architecture = flags.get("architecture");
-  auto model = kiln::models::from_pretrained(flags.get("model"), opts);
+  auto model = kiln::models::from_pretrained_with_adapter(flags.get("model"), flags.get("adapter"), opts);
   model->eval();
   kiln::models::ModelOutputs out;
   {

@@ -16,6 +16,7 @@
 #include "kiln/core/json.h"
 #include "kiln/models/generation.h"
 #include "kiln/tokenizers/chat_template.h"
+#include "lora_flags.h"
 #include "train_common.h"
 
 namespace {
@@ -25,11 +26,12 @@ constexpr const char* kUsage =
     "usage: kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]\n"
     "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache]\n"
     "                     [--per_device_eval_batch_size N] [--repetition_penalty P] [--no_repeat_ngram_size N]\n"
-    "                     [--chat [--messages FILE.json]] (--model, --batch_size: the short names)\n"
+    "                     [--chat [--messages FILE.json]] [--adapter LORA_DIR] (--model, --batch_size: the short names)\n"
     "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --per_device_eval_batch_size, 8)\n"
     "with the source prefix it was trained with (--source_prefix P to give another, \"\" for none) before each prompt.\n"
     "--chat: each prompt is a user turn (--messages: a JSON list of {\"role\", \"content\"}) rendered with the\n"
-    "model's chat template and its generation prompt; prints the reply, stopping at the end of turn.";
+    "model's chat template and its generation prompt; prints the reply, stopping at the end of turn.\n"
+    "--adapter: a PEFT adapter on the base model (or give the adapter directory as the model).";
 
 // --chat: the conversations to continue, each rendered with the generation prompt and tokenized as
 // transformers' apply_chat_template(tokenize=True) does (the template writes the special tokens).
@@ -59,7 +61,7 @@ int run_generate(const std::vector<std::string>& args) {
                    {{"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
                     {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
                     {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"chat", false},
-                    {"messages"}},
+                    {"messages"}, {"adapter"}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -77,13 +79,13 @@ int run_generate(const std::vector<std::string>& args) {
   KILN_CHECK(chat || !flags.has("messages"), "generate: --messages is read with --chat\n", kUsage);
   KILN_CHECK(!prompts.empty() || (chat && flags.has("messages")),
              "generate: give --prompt TEXT or --prompts_file FILE", chat ? " or --messages FILE.json" : "", "\n", kUsage);
-  auto model = models::from_pretrained(flags.get("model"), {});
+  auto model = models::from_pretrained_with_adapter(flags.get("model"), flags.get("adapter"), {});
   auto* causal = dynamic_cast<models::CausalLM*>(model.get());
   auto* t5 = dynamic_cast<models::T5ForTask*>(model.get());
   KILN_CHECK((causal && causal->can_generate()) || (t5 && t5->can_generate()), "generate: ", model->architecture(),
              " cannot generate text; it needs a language-model head (GPT2LMHeadModel, a Llama, Mistral or Qwen2 ",
              "*ForCausalLM, or T5ForConditionalGeneration)");
-  cli::TokenizerBundle tok = cli::load_tokenizer(flags.get("model"));
+  cli::TokenizerBundle tok = cli::load_tokenizer(cli::tokenizer_dir_for(flags.get("model"), flags.get("adapter")));
   models::GenerationConfig g;
   // (Ranges the generation checks itself, with HF's messages: max_new_tokens, top_k.)
   g.max_new_tokens = flags.integer("max_new_tokens", 20);

@@ -16,6 +16,7 @@
 #include "kiln/io/compressed.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
+#include "lora_flags.h"
 #include "train_common.h"
 
 namespace {
@@ -24,7 +25,7 @@ using namespace kiln;
 constexpr const char* kUsage =
     "usage: kiln predict --model_name_or_path DIR --test_file FILE --output FILE.jsonl [--max_seq_length N] "
     "[--text_column C] [--text_pair_column C] [--per_device_eval_batch_size N] [--bf16] [--doc_stride N] [--max_answer_length N] "
-    "[--version_2_with_negative]\n"
+    "[--version_2_with_negative] [--adapter LORA_DIR]\n"
     "A sequence classifier reads CSV/TSV/JSON rows or text lines; a token classifier reads JSON rows with a list "
     "of words (--text_column, default 'tokens') or text lines split at whitespace; a question-answering model "
     "reads JSON rows with a question and a context (--text_column, default 'question'; --text_pair_column, "
@@ -34,7 +35,7 @@ int run_predict(const std::vector<std::string>& args) {
   cli::Flags flags("predict",
                    {{"model_name_or_path", true, true}, {"test_file", true, true, "input"}, {"output", true, true},
                     {"max_seq_length"}, {"text_column"}, {"text_pair_column"}, {"per_device_eval_batch_size"}, {"bf16", false}, {"doc_stride"},
-                    {"max_answer_length"}, {"version_2_with_negative", false}},
+                    {"max_answer_length"}, {"version_2_with_negative", false}, {"adapter"}},
                    kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -42,7 +43,7 @@ int run_predict(const std::vector<std::string>& args) {
     return 0;
   }
   std::filesystem::path dir = flags.get("model");
-  auto model = models::from_pretrained(dir, {});
+  auto model = models::from_pretrained_with_adapter(dir, flags.get("adapter"), {});
   const bool tokens = model->architecture().ends_with("ForTokenClassification");
   const bool qa = model->architecture().ends_with("ForQuestionAnswering");
   const bool mc = model->architecture().ends_with("ForMultipleChoice");
@@ -52,7 +53,7 @@ int run_predict(const std::vector<std::string>& args) {
   for (const char* name : {"doc_stride", "max_answer_length", "version_2_with_negative"})
     if (!qa && flags.has(name))
       std::fprintf(stderr, "kiln predict: warning: --%s is for question-answering models; ignored\n", name);
-  cli::TokenizerBundle tok = cli::load_tokenizer(dir);
+  cli::TokenizerBundle tok = cli::load_tokenizer(cli::tokenizer_dir_for(dir, flags.get("adapter")));
   data::DatasetOptions dopt;
   dopt.text_column = flags.get("text_column");
   dopt.text_pair_column = flags.get("text_pair_column");

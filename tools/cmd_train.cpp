@@ -27,6 +27,7 @@
 #include "kiln/models/generation.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/llama.h"
+#include "kiln/models/lora.h"
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
 #include "kiln/models/token_ids.h"
@@ -35,6 +36,7 @@
 #include "kiln/train/output_dir.h"
 #include "kiln/train/stop_signals.h"
 #include "kiln/train/trainer.h"
+#include "lora_flags.h"
 #include "train_common.h"
 #include "train_sft.h"
 
@@ -66,6 +68,11 @@ const std::vector<std::string> kExtraSwitches = [] {
   v.insert(v.end(), cli::kSftSwitches.begin(), cli::kSftSwitches.end());
   return v;
 }();
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
 // kiln train's own numeric flags: the smallest value each takes.
 const std::map<std::string, int64_t> kIntegerFlags = {
@@ -409,8 +416,15 @@ int run_train(const std::vector<std::string>& raw_args) {
     return 0;
   std::map<std::string, std::string> f;
   std::vector<std::string> args = cli::with_hf_names(expand_args_file(raw_args), {"batch_size"});
-  train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, kExtraFlags, kExtraSwitches);
+  train::TrainingArguments ta = train::TrainingArguments::parse(args, &f, with(kExtraFlags, cli::kLoraFlags),
+                                                                with(kExtraSwitches, cli::kLoraSwitches));
   ta.do_train = true;
+  std::optional<models::LoraConfig> lora = cli::lora_from_flags(f, ta.seed);
+  if (lora && f.count("model_name_or_path"))
+    lora->base_model_name_or_path = fs::absolute(f["model_name_or_path"]).lexically_normal().string();
+  else if (lora)
+    std::fprintf(stderr, "kiln train: warning: --use_peft with --config_name adapts fresh weights that are not saved "
+                         "(only the adapter is): the adapter cannot be used without them\n");
   std::string task = f.count("task") ? f["task"] : infer_task(f);
   KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
                  task == "multiple-choice" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq" ||
@@ -596,6 +610,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   }
   if (classes && labels.is_regression) model->config().problem_type = "regression";
   if (s2s) cli::save_source_prefix(model->config(), f.count("source_prefix") ? f["source_prefix"] : "");
+  if (lora) models::apply_lora(*model, *lora);  // --use_peft: the base frozen, adapters train
   return model;
   };
 
@@ -775,7 +790,7 @@ int run_eval(const std::vector<std::string>& args) {
     for (size_t i = 0; i + 1 < a.size(); ++i)
       if (a[i] == "--model_name_or_path") a.insert(a.end(), {"--output_dir", a[i + 1]});
   }
-  train::TrainingArguments ta = train::TrainingArguments::parse(a, &f, kExtraFlags, kExtraSwitches);
+  train::TrainingArguments ta = train::TrainingArguments::parse(a, &f, with(kExtraFlags, {"adapter"}), kExtraSwitches);
   KILN_CHECK(f.count("model_name_or_path"), "eval: --model_name_or_path DIR is required");
   KILN_CHECK(f.count("validation_file"), "eval: --validation_file is required");
   // kiln train's flags that evaluating does not use: named, not silently dropped.
@@ -784,8 +799,10 @@ int run_eval(const std::vector<std::string>& args) {
     if (f.count(flag)) std::fprintf(stderr, "kiln eval: warning: --%s is for kiln train; ignored\n", flag);
   for (const auto& [name, min] : kIntegerFlags) int_flag(f, name.c_str(), 0);  // bad values fail before loading
   fs::path dir = f["model_name_or_path"];
-  cli::TokenizerBundle tok = cli::load_tokenizer(f.count("tokenizer_name") ? fs::path(f["tokenizer_name"]) : dir);
-  auto model = models::from_pretrained(dir, {});
+  const fs::path adapter = f.count("adapter") ? fs::path(f["adapter"]) : fs::path();
+  cli::TokenizerBundle tok =
+      cli::load_tokenizer(f.count("tokenizer_name") ? fs::path(f["tokenizer_name"]) : cli::tokenizer_dir_for(dir, adapter));
+  auto model = models::from_pretrained_with_adapter(dir, adapter, {});
   const std::string task = eval_task(model->architecture(), f);
   hf_spellings(f, task, "eval");
   const bool mlm = task == "masked-lm", clm = task == "causal-lm", s2s = task == "seq2seq",

@@ -16,6 +16,8 @@
 
 namespace kiln::models {
 
+struct LoraConfig;  // models/lora.h
+
 struct ModelInputs {
   Tensor input_ids;       // i64 [B, T]
   Tensor attention_mask;  // [B, T], 1 = token, 0 = padding (optional)
@@ -67,12 +69,16 @@ class PreTrainedModel : public nn::Module {
   PretrainedConfig& config() { return *config_; }
   // Writes config.json and model.safetensors (atomically, in HF's layout).
   void save_pretrained(const std::filesystem::path& dir) const;
+  // The LoRA adapter apply_lora attached (models/lora.h); null when none.
+  const LoraConfig* lora_config() const { return lora_.get(); }
+  void set_lora_config(std::shared_ptr<const LoraConfig> lora) { lora_ = std::move(lora); }
 
  protected:
   PretrainedConfig& config_ref() { return *config_; }
 
  private:
   std::unique_ptr<PretrainedConfig> config_;
+  std::shared_ptr<const LoraConfig> lora_;
 };
 
 struct LoadOptions {

@@ -1,6 +1,7 @@
 #include "kiln/nn/module.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "kiln/core/error.h"
@@ -85,6 +86,29 @@ LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& dict, bo
   return report;
 }
 
+void Module::collect_modules(const std::string& path, std::vector<std::pair<std::string, Module*>>& out) {
+  out.emplace_back(path, this);
+  for (auto& [name, child] : children_) {
+    if (name.empty()) {  // a nameless child's modules sit at this path's level
+      const size_t before = out.size();
+      child->collect_modules(path, out);
+      out.erase(out.begin() + static_cast<std::ptrdiff_t>(before));  // the child itself shares this path
+      continue;
+    }
+    child->collect_modules(path.empty() ? name : path + "." + name, out);
+  }
+}
+
+void Module::remove_child(const Module* m) {
+  std::erase_if(children_, [m](const auto& c) { return c.second.get() == m; });
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  collect_modules("", out);
+  return out;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [n, c] : children_) c->train(on);
@@ -98,6 +122,36 @@ void materialize(const std::vector<Tensor>& tensors) {
   for (auto& [dev, impls] : by_device) runtime::DeviceContext::get(dev).materialize(impls);
   for (const auto& t : tensors) t.node()->data->wait();
 }
+
+void Adaptable::attach_lora(std::shared_ptr<LoraBranch> branch) {
+  KILN_CHECK(!lora_, "attach_lora: the layer has a LoRA adapter already");
+  lora_ = register_module("", std::move(branch));
+}
+
+void Adaptable::detach_lora() {
+  if (!lora_) return;
+  remove_child(lora_.get());
+  lora_.reset();
+}
+
+Tensor Adaptable::with_lora(const Tensor& x, const Tensor& y) const { return lora_ ? y + lora_->forward(x) : y; }
+
+LoraBranch::LoraBranch(int64_t in, int64_t out, int64_t r, double scaling_, double p,
+                       std::shared_ptr<Generator> dropout_gen, Generator& init_gen, Device device)
+    : scaling(scaling_) {
+  KILN_CHECK(r > 0, "LoRA: r must be positive, got ", r);
+  // kaiming_uniform_(a=√5) on [r, in]: bound = √(2 / (1 + 5)) · √(3 / in) = 1 / √in.
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  Init none{&init_gen, 0.0, device};
+  lora_A = register_module("lora_A", std::make_shared<Linear>(in, r, none, false));
+  lora_B = register_module("lora_B", std::make_shared<Linear>(r, out, none, false));
+  NoGradGuard no_grad;
+  lora_A->weight.assign((rand({r, in}, init_gen, device) * 2.0 - 1.0) * bound);
+  lora_B->weight.assign(zeros({out, r}, DType::f32, device));
+  dropout = register_module("lora_dropout", std::make_shared<Dropout>(p, std::move(dropout_gen)));
+}
+
+Tensor LoraBranch::delta_weight() const { return matmul(lora_B->weight, lora_A->weight) * scaling; }
 
 Linear::Linear(int64_t in, int64_t out, const Init& init, bool with_bias) {
   weight = register_parameter("weight", init.normal({out, in}));

@@ -32,6 +32,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
   std::map<std::string, Tensor> state_dict() const;
+  // Every module under this one (itself first, as ""), by dotted path, depth first.
+  std::vector<std::pair<std::string, Module*>> named_modules();
   // Copies matching tensors in (shape-checked, cast to the parameter's dtype).
   // strict: any missing, unexpected or mis-shaped key throws with the report.
   LoadReport load_state_dict(const std::map<std::string, Tensor>& dict, bool strict = true);
@@ -48,10 +50,12 @@ class Module {
     children_.emplace_back(name, m);
     return m;
   }
+  void remove_child(const Module* m);
 
  private:
   void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out,
                std::vector<const TensorImpl*>& seen) const;
+  void collect_modules(const std::string& path, std::vector<std::pair<std::string, Module*>>& out);
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
@@ -70,18 +74,36 @@ struct Init {
 // this, training steps start from data, so they compile once.
 void materialize(const std::vector<Tensor>& tensors);
 
-class Linear : public Module {
+class LoraBranch;
+
+// What a layer a LoRA adapter can sit beside has: its branch, attached as a
+// child without a name of its own, so the adapter's parameters are the
+// layer's "lora_A.weight" and "lora_B.weight", as PEFT names them.
+class Adaptable : public Module {
+ public:
+  void attach_lora(std::shared_ptr<LoraBranch> branch);
+  void detach_lora();
+  const std::shared_ptr<LoraBranch>& lora() const { return lora_; }
+
+ protected:
+  Tensor with_lora(const Tensor& x, const Tensor& y) const;
+
+ private:
+  std::shared_ptr<LoraBranch> lora_;
+};
+
+class Linear : public Adaptable {
  public:
   Linear(int64_t in, int64_t out, const Init& init, bool bias = true);
-  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }
+  Tensor forward(const Tensor& x) const { return with_lora(x, linear(x, weight, bias)); }
   Tensor weight, bias;  // [out, in], [out]
 };
 
 // GPT-2's Conv1D: a linear layer whose weight is stored [in, out]: y = x·W + b.
-class Conv1D : public Module {
+class Conv1D : public Adaptable {
  public:
   Conv1D(int64_t in, int64_t out, const Init& init);
-  Tensor forward(const Tensor& x) const { return matmul(x, weight) + bias; }
+  Tensor forward(const Tensor& x) const { return with_lora(x, matmul(x, weight) + bias); }
   Tensor weight, bias;  // [in, out], [out]
 };
 
@@ -124,6 +146,21 @@ class Dropout : public Module {
 
  private:
   std::shared_ptr<Generator> gen_;
+};
+
+// PEFT's LoRA branch beside a frozen layer: scaling · B(A(dropout(x))), with
+// lora_A [r, in] Kaiming-uniform (a = √5, as nn.Linear initialises) and
+// lora_B [out, r] zero, so a fresh adapter leaves the layer's output as it was.
+class LoraBranch : public Module {
+ public:
+  LoraBranch(int64_t in, int64_t out, int64_t r, double scaling, double dropout, std::shared_ptr<Generator> dropout_gen,
+             Generator& init_gen, Device device);
+  Tensor forward(const Tensor& x) const { return lora_B->forward(lora_A->forward(dropout->forward(x))) * scaling; }
+  // scaling · B·A, [out, in]: what merging adds to the layer's weight.
+  Tensor delta_weight() const;
+  std::shared_ptr<Linear> lora_A, lora_B;
+  std::shared_ptr<Dropout> dropout;
+  double scaling;
 };
 
 // HF's ACT2FN: "gelu" (erf), "gelu_new" / "gelu_pytorch_tanh" (tanh form),

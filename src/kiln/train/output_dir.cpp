@@ -139,7 +139,10 @@ void remove_checkpoint_leftovers(const fs::path& dir) {
 }
 
 std::string missing_checkpoint_file(const fs::path& dir) {
-  for (const char* f : {"config.json", "model.safetensors", "training_args.json", "trainer_state.json"})
+  // A LoRA run's checkpoints hold PEFT's adapter files instead of the model's.
+  const bool adapter = fs::exists(dir / "adapter_config.json");
+  for (const char* f : {adapter ? "adapter_model.safetensors" : "config.json", adapter ? "adapter_config.json" : "model.safetensors",
+                        "training_args.json", "trainer_state.json"})
     if (!fs::exists(dir / f)) return f;
   bool model_only = false;
   try {

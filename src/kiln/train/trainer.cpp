@@ -19,6 +19,7 @@
 #include "kiln/distributed/timeout.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/models/lora.h"
 #include "kiln/runtime/autocast.h"
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/metrics.h"
@@ -219,6 +220,7 @@ void Trainer::build_optimizer() {
   params_.clear();
   param_names_.clear();
   for (auto& [name, p] : model_.named_parameters()) {
+    if (!p.requires_grad()) continue;  // frozen (LoRA's base): no gradient, no optimizer state
     if (decays(name)) {
       params_.push_back(p);
       param_names_.push_back(name);
@@ -396,12 +398,26 @@ fs::path Trainer::find_checkpoint(const std::string& which) const {
 }
 
 void Trainer::save_model(const fs::path& dir) const {
-  model_.save_pretrained(dir);
+  if (model_.lora_config())
+    models::save_adapter(model_, dir);  // PEFT's files: the adapter, not the frozen base
+  else
+    model_.save_pretrained(dir);
   for (const auto& f : extra_files_) {
     std::error_code ec;
     fs::copy_file(f, dir / f.filename(), fs::copy_options::overwrite_existing, ec);
     KILN_CHECK(!ec, "cannot copy ", f.string(), " into ", dir.string(), ": ", ec.message());
   }
+}
+
+void Trainer::load_model_weights(const fs::path& dir) {
+  if (model_.lora_config()) {
+    models::load_adapter_weights(model_, dir);
+    return;
+  }
+  auto weights = io::load_safetensors(dir / "model.safetensors", device_);
+  nn::LoadReport report = model_.load_state_dict(weights, false);
+  KILN_CHECK(report.ok(), "resume_from_checkpoint: ", (dir / "model.safetensors").string(),
+             " does not match the model:\n", report.describe());
 }
 
 void Trainer::save_checkpoint(const std::vector<std::pair<std::string, Tensor>>& opt) {
@@ -465,12 +481,15 @@ void Trainer::load_checkpoint(const fs::path& dir) {
                "position, so training cannot resume from it (start a new run with --model_name_or_path ",
                dir.string(), ")");
   }
-  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer_state.json", "rng_state.json"})
+  const bool adapter_checkpoint = fs::exists(dir / "adapter_config.json");
+  KILN_CHECK(adapter_checkpoint == (model_.lora_config() != nullptr), "resume_from_checkpoint: ", dir.string(),
+             adapter_checkpoint ? " holds a LoRA adapter (a --use_peft run): resume with the same --use_peft flags"
+                                : " holds a full model, but this run trains a LoRA adapter (--use_peft): resume "
+                                  "without --use_peft");
+  const char* weights_file = model_.lora_config() ? "adapter_model.safetensors" : "model.safetensors";
+  for (const char* f : {weights_file, "optimizer.safetensors", "trainer_state.json", "rng_state.json"})
     KILN_CHECK(fs::exists(dir / f), "resume_from_checkpoint: ", (dir / f).string(), " is missing: not a complete checkpoint");
-  auto weights = io::load_safetensors(dir / "model.safetensors", device_);
-  nn::LoadReport report = model_.load_state_dict(weights, false);
-  KILN_CHECK(report.ok(), "resume_from_checkpoint: ", (dir / "model.safetensors").string(),
-             " does not match the model:\n", report.describe());
+  load_model_weights(dir);
   io::SafetensorsFile opt = io::SafetensorsFile::open(dir / "optimizer.safetensors");
   const std::string opt_file = (dir / "optimizer.safetensors").string();
   // Checkpoints from before the optimizer was recorded were all AdamW's.
@@ -860,8 +879,7 @@ std::map<std::string, double> Trainer::train() {
   if (args_.load_best_model_at_end && !state_.best_model_checkpoint.empty()) {
     std::fprintf(stderr, "kiln train: loading the best model from %s (%s = %g)\n", state_.best_model_checkpoint.c_str(),
                  args_.metric_for_best_model.value_or("loss").c_str(), state_.best_metric.value_or(0));
-    auto best = io::load_safetensors(fs::path(state_.best_model_checkpoint) / "model.safetensors", device_);
-    model_.load_state_dict(best, true);
+    load_model_weights(state_.best_model_checkpoint);
   }
   if (replica_.is_master()) {
     save_model(out);

@@ -133,6 +133,8 @@ class Trainer {
   std::vector<std::pair<std::string, Tensor>> optimizer_state();
   void save_checkpoint(const std::vector<std::pair<std::string, Tensor>>& optimizer_state);
   void load_checkpoint(const std::filesystem::path& dir);
+  // The model's weights from a checkpoint: model.safetensors, or a LoRA run's adapter.
+  void load_model_weights(const std::filesystem::path& dir);
   void rotate_checkpoints();
   void record_log(nlohmann::json entry, int64_t step);
   // HF's EarlyStoppingCallback.on_evaluate: true when training should stop.

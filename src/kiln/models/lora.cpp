@@ -1,0 +1,457 @@
+#include "kiln/models/lora.h"
+
+#include <algorithm>
+#include <cmath>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "kiln/core/error.h"
+#include "kiln/core/json.h"
+#include "kiln/io/json_file.h"
+#include "kiln/io/safetensors.h"
+
+namespace kiln::models {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kConfigFile = "adapter_config.json";
+constexpr const char* kWeightsFile = "adapter_model.safetensors";
+constexpr const char* kKeyPrefix = "base_model.model.";
+// Far above any useful rank; a bound so a hostile file cannot ask for terabytes.
+constexpr int64_t kMaxRank = 65536;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// PEFT's list matching: the whole path, or a suffix after a dot.
+bool matches_name_list(const std::string& path, const std::vector<std::string>& names) {
+  return std::any_of(names.begin(), names.end(),
+                     [&](const std::string& n) { return path == n || ends_with(path, "." + n); });
+}
+
+std::regex compile_regex(const std::string& pattern, const std::string& what) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw Error("LoRA: " + what + " '" + pattern + "' is not a valid regular expression: " + e.what());
+  }
+}
+
+// PEFT's check for LoRA inside a modules_to_save module: a whole component run equal to it.
+bool inside_module_to_save(const std::string& path, const std::vector<std::string>& modules_to_save) {
+  const std::string dotted = "." + path + ".";
+  return std::any_of(modules_to_save.begin(), modules_to_save.end(),
+                     [&](const std::string& m) { return dotted.find("." + m + ".") != std::string::npos; });
+}
+
+// Whether a parameter belongs to a modules_to_save module: some module path
+// above it ends with one of the names (PEFT's key.endswith(target_key)).
+bool saved_in_full(const std::string& param, const std::vector<std::string>& modules_to_save) {
+  for (size_t dot = param.find('.'); dot != std::string::npos; dot = param.find('.', dot + 1)) {
+    const std::string module = param.substr(0, dot);
+    for (const auto& m : modules_to_save)
+      if (ends_with(module, m)) return true;
+  }
+  return false;
+}
+
+// PEFT's get_pattern_key: the first key whose regex matches the path's end.
+template <typename V>
+const V* pattern_value(const std::map<std::string, V>& patterns, const std::string& path) {
+  for (const auto& [key, value] : patterns)
+    if (std::regex_match(path, compile_regex("(.*\\.)?(" + key + ")", "pattern key"))) return &value;
+  return nullptr;
+}
+
+struct Layer {
+  std::string path;
+  nn::Adaptable* module;
+  int64_t in, out;
+  bool conv1d;
+};
+
+// The model's layers LoRA can adapt (Linear, Conv1D), by path.
+std::vector<Layer> adaptable_layers(PreTrainedModel& model) {
+  std::vector<Layer> out;
+  for (auto& [path, m] : model.named_modules()) {
+    if (auto* l = dynamic_cast<nn::Linear*>(m))
+      out.push_back({path, l, l->weight.shape()[1], l->weight.shape()[0], false});
+    else if (auto* c = dynamic_cast<nn::Conv1D*>(m))
+      out.push_back({path, c, c->weight.shape()[0], c->weight.shape()[1], true});
+  }
+  return out;
+}
+
+// "all-linear": every linear layer but the output head (PEFT excludes the
+// output embeddings, and a sequence classifier's head).
+std::vector<std::string> all_linear(const std::vector<Layer>& layers, const std::string& task_type) {
+  std::vector<std::string> out;
+  for (const auto& l : layers) {
+    if (l.path == "lm_head") continue;
+    if (task_type == "SEQ_CLS" && (l.path == "score" || l.path == "classifier")) continue;
+    out.push_back(l.path);
+  }
+  return out;
+}
+
+std::string list_paths(const std::vector<Layer>& layers) {
+  std::ostringstream os;
+  for (size_t i = 0; i < layers.size(); ++i) os << (i ? ", " : "") << layers[i].path;
+  return os.str();
+}
+
+void add_unique(std::vector<std::string>& list, const std::string& name) {
+  if (std::find(list.begin(), list.end(), name) == list.end()) list.push_back(name);
+}
+
+// Fills task type, targets and modules_to_save the way get_peft_model does.
+void resolve(LoraConfig& c, const PreTrainedModel& model, const std::vector<Layer>& layers) {
+  if (c.task_type.empty()) c.task_type = peft_task_type(model.architecture());
+  if (c.task_type == "SEQ_CLS" || c.task_type == "TOKEN_CLS") {
+    add_unique(c.modules_to_save, "classifier");
+    add_unique(c.modules_to_save, "score");
+  } else if (c.task_type == "QUESTION_ANS") {
+    add_unique(c.modules_to_save, "qa_outputs");
+  }
+  if (!c.target_regex && c.target_modules.empty()) {
+    c.target_modules = default_lora_target_modules(model.config().model_type);
+    KILN_CHECK(!c.target_modules.empty(), "LoRA: no default target_modules for model_type '",
+               model.config().model_type, "': name them (for example all-linear); its linear layers are ",
+               list_paths(layers));
+  }
+  if (!c.target_regex && c.target_modules.size() == 1 && c.target_modules[0] == "all-linear")
+    c.target_modules = all_linear(layers, c.task_type);
+}
+
+bool is_target(const LoraConfig& c, const std::string& path, const std::optional<std::regex>& target) {
+  if (matches_name_list(path, c.exclude_modules)) return false;
+  if (inside_module_to_save(path, c.modules_to_save)) return false;
+  return target ? std::regex_match(path, *target) : matches_name_list(path, c.target_modules);
+}
+
+std::string module_kind(nn::Module* m) {
+  if (dynamic_cast<nn::Embedding*>(m)) return "an Embedding";
+  if (dynamic_cast<nn::LayerNorm*>(m) || dynamic_cast<nn::RMSNorm*>(m)) return "a norm layer";
+  return "a container";
+}
+
+// A target name that matches a module kiln cannot adapt: PEFT refuses those too.
+void check_no_other_matches(PreTrainedModel& model, const LoraConfig& c, const std::optional<std::regex>& target) {
+  for (auto& [path, m] : model.named_modules()) {
+    if (path.empty() || dynamic_cast<nn::Adaptable*>(m) || dynamic_cast<nn::LoraBranch*>(m)) continue;
+    const bool hit = target ? std::regex_match(path, *target) : matches_name_list(path, c.target_modules);
+    KILN_CHECK(!hit, "LoRA: target module '", path, "' is ", module_kind(m),
+               ": kiln's LoRA adapts Linear and Conv1D layers");
+  }
+}
+
+void set_trainable(PreTrainedModel& model, const LoraConfig& c) {
+  for (auto& [name, p] : model.named_parameters()) {
+    const bool train = saved_in_full(name, c.modules_to_save) || name.find("lora_") != std::string::npos;
+    if (p.requires_grad() != train) p.requires_grad_(train);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> default_lora_target_modules(const std::string& model_type) {
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, for the model types kiln builds.
+  static const std::map<std::string, std::vector<std::string>> defaults = {
+      {"bert", {"query", "value"}},       {"roberta", {"query", "value"}}, {"gpt2", {"c_attn"}},
+      {"t5", {"q", "v"}},                 {"mt5", {"q", "v"}},             {"llama", {"q_proj", "v_proj"}},
+      {"mistral", {"q_proj", "v_proj"}},  {"mixtral", {"q_proj", "v_proj"}}, {"qwen2", {"q_proj", "v_proj"}},
+      {"qwen3", {"q_proj", "v_proj"}},    {"gemma", {"q_proj", "v_proj"}}, {"gemma2", {"q_proj", "v_proj"}},
+      {"gemma3_text", {"q_proj", "v_proj"}},
+  };
+  auto it = defaults.find(model_type);
+  return it == defaults.end() ? std::vector<std::string>{} : it->second;
+}
+
+std::string peft_task_type(const std::string& architecture) {
+  static const std::pair<const char*, const char*> by_suffix[] = {
+      {"ForSequenceClassification", "SEQ_CLS"}, {"ForTokenClassification", "TOKEN_CLS"},
+      {"ForQuestionAnswering", "QUESTION_ANS"}, {"ForCausalLM", "CAUSAL_LM"},
+      {"LMHeadModel", "CAUSAL_LM"},             {"ForConditionalGeneration", "SEQ_2_SEQ_LM"},
+  };
+  for (const auto& [suffix, type] : by_suffix)
+    if (ends_with(architecture, suffix)) return type;
+  if (ends_with(architecture, "Model")) return "FEATURE_EXTRACTION";
+  return "";
+}
+
+json LoraConfig::to_json() const {
+  auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  json targets = target_regex ? json(*target_regex) : json(target_modules);
+  // PEFT's lora_alpha is an int; a whole alpha is written as one.
+  const json alpha = lora_alpha == std::floor(lora_alpha) && std::abs(lora_alpha) < 1e15
+                         ? json(static_cast<int64_t>(lora_alpha))
+                         : json(lora_alpha);
+  json j{{"alpha_pattern", alpha_pattern},
+              {"auto_mapping", nullptr},
+              {"base_model_name_or_path", or_null(base_model_name_or_path)},
+              {"bias", "none"},
+              {"fan_in_fan_out", fan_in_fan_out},
+              {"inference_mode", true},
+              {"init_lora_weights", true},
+              {"layer_replication", nullptr},
+              {"layers_pattern", nullptr},
+              {"layers_to_transform", nullptr},
+              {"loftq_config", json::object()},
+              {"lora_alpha", alpha},
+              {"lora_dropout", lora_dropout},
+              {"megatron_config", nullptr},
+              {"megatron_core", "megatron.core"},
+              {"modules_to_save", modules_to_save.empty() ? json(nullptr) : json(modules_to_save)},
+              {"peft_type", "LORA"},
+              {"r", r},
+              {"rank_pattern", rank_pattern},
+              {"revision", nullptr},
+              {"target_modules", targets},
+              {"task_type", or_null(task_type)},
+              {"use_dora", false},
+              {"use_rslora", use_rslora}};
+  // Only when used: PEFT before 0.14 has no such field and refuses unknown ones.
+  if (!exclude_modules.empty()) j["exclude_modules"] = exclude_modules;
+  return j;
+}
+
+namespace {
+
+std::vector<std::string> string_list(const json& j, const std::string& key, const std::string& file) {
+  if (!j.contains(key) || j[key].is_null()) return {};
+  KILN_CHECK(j[key].is_array(), file, ": '", key, "' must be a list of module names, got ", j[key].dump());
+  std::vector<std::string> out;
+  for (const auto& v : j[key]) {
+    KILN_CHECK(v.is_string(), file, ": '", key, "' must hold strings, got ", v.dump());
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+template <typename T>
+T number(const json& j, const std::string& key, T fallback, const std::string& file) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  KILN_CHECK(j[key].is_number(), file, ": '", key, "' must be a number, got ", j[key].dump());
+  return j[key].get<T>();
+}
+
+// Options kiln does not implement: set to anything but their default, an error.
+void check_unsupported(const json& j, const std::string& file) {
+  auto is_default = [&](const char* key, const json& fallback) {
+    return !j.contains(key) || j[key].is_null() || j[key] == fallback;
+  };
+  const std::pair<const char*, json> off[] = {
+      {"use_dora", false},      {"lora_bias", false},          {"use_qalora", false},
+      {"layer_replication", nullptr}, {"layers_to_transform", nullptr}, {"target_parameters", nullptr},
+      {"trainable_token_indices", nullptr}, {"alora_invocation_tokens", nullptr}, {"megatron_config", nullptr},
+  };
+  for (const auto& [key, fallback] : off)
+    KILN_CHECK(is_default(key, fallback), file, ": '", key, "' = ", j[key].dump(),
+               " is not supported by kiln's LoRA (it needs ", fallback.dump(), ")");
+  KILN_CHECK(is_default("bias", "none"), file, ": 'bias' = ", j["bias"].dump(),
+             " is not supported: kiln's LoRA trains no biases (bias \"none\")");
+}
+
+}  // namespace
+
+LoraConfig LoraConfig::from_json(const json& j, const std::string& file) {
+  KILN_CHECK(j.is_object(), file, ": an adapter config must be a JSON object");
+  KILN_CHECK(j.contains("peft_type") && j["peft_type"].is_string(), file, ": 'peft_type' is missing");
+  const std::string type = j["peft_type"].get<std::string>();
+  KILN_CHECK(type == "LORA", file, ": peft_type '", type, "' is not supported: kiln loads LoRA adapters (peft_type \"LORA\")");
+  check_unsupported(j, file);
+  LoraConfig c;
+  KILN_CHECK(!j.contains("r") || j["r"].is_null() || j["r"].is_number_integer(), file,
+             ": 'r' must be a whole number, got ", j["r"].dump());
+  c.r = number<int64_t>(j, "r", 8, file);
+  KILN_CHECK(c.r > 0 && c.r <= kMaxRank, file, ": 'r' must be in [1, ", kMaxRank, "], got ", c.r);
+  c.lora_alpha = number<double>(j, "lora_alpha", 8.0, file);
+  c.lora_dropout = number<double>(j, "lora_dropout", 0.0, file);
+  KILN_CHECK(c.lora_dropout >= 0 && c.lora_dropout < 1, file, ": 'lora_dropout' must be in [0, 1), got ", c.lora_dropout);
+  if (j.contains("target_modules") && j["target_modules"].is_string())
+    c.target_regex = j["target_modules"].get<std::string>();
+  else
+    c.target_modules = string_list(j, "target_modules", file);
+  if (c.target_regex && *c.target_regex == "all-linear") {
+    c.target_modules = {"all-linear"};
+    c.target_regex.reset();
+  }
+  if (j.contains("exclude_modules") && j["exclude_modules"].is_string())
+    throw Error(file + ": 'exclude_modules' as a regular expression is not supported; list the module names");
+  c.exclude_modules = string_list(j, "exclude_modules", file);
+  c.modules_to_save = string_list(j, "modules_to_save", file);
+  auto boolean = [&](const char* key) {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    KILN_CHECK(j[key].is_boolean(), file, ": '", key, "' must be true or false, got ", j[key].dump());
+    return j[key].get<bool>();
+  };
+  c.use_rslora = boolean("use_rslora");
+  c.fan_in_fan_out = boolean("fan_in_fan_out");
+  for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    KILN_CHECK(j[key].is_object(), file, ": '", key, "' must be an object, got ", j[key].dump());
+    for (const auto& [k, v] : j[key].items()) {
+      KILN_CHECK(v.is_number(), file, ": '", key, "'.'", k, "' must be a number, got ", v.dump());
+      KILN_CHECK(std::string(key) != "rank_pattern" || (v.is_number_integer() && v.get<int64_t>() > 0 &&
+                                                         v.get<int64_t>() <= kMaxRank),
+                 file, ": 'rank_pattern'.'", k, "' must be a whole number in [1, ", kMaxRank, "], got ", v.dump());
+      if (std::string(key) == "rank_pattern")
+        c.rank_pattern[k] = v.get<int64_t>();
+      else
+        c.alpha_pattern[k] = v.get<double>();
+    }
+  }
+  if (j.contains("task_type") && j["task_type"].is_string()) c.task_type = j["task_type"].get<std::string>();
+  if (j.contains("base_model_name_or_path") && j["base_model_name_or_path"].is_string())
+    c.base_model_name_or_path = j["base_model_name_or_path"].get<std::string>();
+  return c;
+}
+
+void apply_lora(PreTrainedModel& model, LoraConfig c) {
+  KILN_CHECK(!model.lora_config(), "apply_lora: the model has a LoRA adapter already");
+  KILN_CHECK(c.r > 0 && c.r <= kMaxRank, "LoRA: r must be in [1, ", kMaxRank, "], got ", c.r);
+  KILN_CHECK(c.lora_dropout >= 0 && c.lora_dropout < 1, "LoRA: lora_dropout must be in [0, 1), got ", c.lora_dropout);
+  std::vector<Layer> layers = adaptable_layers(model);
+  resolve(c, model, layers);
+  std::optional<std::regex> target;
+  if (c.target_regex) target = compile_regex(*c.target_regex, "target_modules");
+  check_no_other_matches(model, c, target);
+  std::vector<Layer> chosen;
+  for (const auto& l : layers)
+    if (is_target(c, l.path, target)) chosen.push_back(l);
+  if (chosen.empty()) {
+    std::ostringstream want;
+    if (c.target_regex) want << "'" << *c.target_regex << "'";
+    for (size_t i = 0; i < c.target_modules.size(); ++i) want << (i ? ", " : "") << c.target_modules[i];
+    throw Error("LoRA: target_modules " + want.str() + " match no Linear or Conv1D layer of the " +
+                model.architecture() + "; its layers are " + list_paths(layers));
+  }
+  set_trainable(model, c);  // freezes the base first: the branches added below train
+  Generator init_gen(c.seed);
+  // Non-owning: the model owns its generator and outlives its branches.
+  std::shared_ptr<Generator> dropout_gen(std::shared_ptr<Generator>(), &model.dropout_generator());
+  for (const auto& l : chosen) {
+    const int64_t* rank = pattern_value(c.rank_pattern, l.path);
+    const double* alpha = pattern_value(c.alpha_pattern, l.path);
+    const int64_t r = rank ? *rank : c.r;
+    const double a = alpha ? *alpha : c.lora_alpha;
+    KILN_CHECK(r > 0, "LoRA: rank_pattern gives ", l.path, " rank ", r, "; it must be positive");
+    const double scaling = c.use_rslora ? a / std::sqrt(static_cast<double>(r)) : a / static_cast<double>(r);
+    const Tensor& w = l.conv1d ? static_cast<nn::Conv1D*>(l.module)->weight : static_cast<nn::Linear*>(l.module)->weight;
+    l.module->attach_lora(std::make_shared<nn::LoraBranch>(l.in, l.out, r, scaling, c.lora_dropout, dropout_gen,
+                                                           init_gen, w.device()));
+    if (l.conv1d) c.fan_in_fan_out = true;  // PEFT sets it for Conv1D targets, with a warning
+  }
+  model.set_lora_config(std::make_shared<const LoraConfig>(std::move(c)));
+  model.train(model.is_training());  // the new branches follow the model's mode
+}
+
+std::vector<std::pair<std::string, Tensor>> adapter_state(const PreTrainedModel& model) {
+  const LoraConfig* c = model.lora_config();
+  KILN_CHECK(c, "adapter_state: the model has no LoRA adapter (apply_lora first)");
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, p] : model.named_parameters())
+    if (name.find("lora_A.") != std::string::npos || name.find("lora_B.") != std::string::npos ||
+        saved_in_full(name, c->modules_to_save))
+      out.emplace_back(kKeyPrefix + name, p);
+  return out;
+}
+
+bool is_adapter_dir(const fs::path& dir) { return fs::is_regular_file(dir / kConfigFile); }
+
+void save_adapter(const PreTrainedModel& model, const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  KILN_CHECK(!ec, dir.string(), ": cannot create directory: ", ec.message());
+  // Weights first, config last: a directory with a config always has its weights.
+  io::save_safetensors(dir / kWeightsFile, adapter_state(model), {{"format", "pt"}});
+  io::write_json_file_atomic(dir / kConfigFile, model.lora_config()->to_json());
+}
+
+LoraConfig read_adapter_config(const fs::path& dir) {
+  const fs::path file = dir / kConfigFile;
+  KILN_CHECK(fs::exists(file), file.string(), " is missing: ", dir.string(), " is not a PEFT adapter directory");
+  return LoraConfig::from_json(read_json_file(file), file.string());
+}
+
+void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
+  const fs::path path = dir / kWeightsFile;
+  KILN_CHECK(fs::exists(path), path.string(), " is missing (PEFT writes the adapter's weights there)");
+  io::SafetensorsFile file = io::SafetensorsFile::open(path);
+  const std::string where = path.string();
+  std::set<std::string> expected;
+  NoGradGuard no_grad;
+  for (auto& [key, p] : adapter_state(model)) {
+    expected.insert(key);
+    KILN_CHECK(file.find(key), where, ": tensor '", key,
+               "' is missing: the adapter does not match the base model (it has no weights for this layer)");
+    Tensor t = file.load(key, p.device());
+    KILN_CHECK(t.shape() == p.shape(), where, ": tensor '", key, "' has shape ", to_string(t.shape()),
+               ", the base model needs ", to_string(p.shape()), ": the adapter was made for another base model");
+    p.assign(cast(t, p.dtype()));
+  }
+  for (const auto& e : file.entries())
+    KILN_CHECK(expected.count(e.name), where, ": tensor '", e.name,
+               "' names no adapted layer or saved module of this ", model.architecture(),
+               ": the adapter does not match the base model");
+}
+
+void load_adapter(PreTrainedModel& model, const fs::path& dir) {
+  LoraConfig c = read_adapter_config(dir);
+  try {
+    apply_lora(model, c);
+  } catch (const Error& e) {
+    throw Error((dir / kConfigFile).string() + ": " + e.what());
+  }
+  load_adapter_weights(model, dir);
+}
+
+fs::path adapter_base_dir(const fs::path& adapter_dir) {
+  const LoraConfig c = read_adapter_config(adapter_dir);
+  const std::string file = (adapter_dir / kConfigFile).string();
+  KILN_CHECK(!c.base_model_name_or_path.empty(), file,
+             ": 'base_model_name_or_path' is null, so the base model is unknown: pass it with --model BASE --adapter ",
+             adapter_dir.string());
+  const fs::path named = c.base_model_name_or_path;
+  if (fs::is_regular_file(named / "config.json")) return named;
+  const fs::path beside = adapter_dir / named;
+  if (named.is_relative() && fs::is_regular_file(beside / "config.json")) return beside;
+  throw Error(file + ": 'base_model_name_or_path' is '" + c.base_model_name_or_path +
+              "', which is no model directory here (kiln reads local directories, not the Hub): pass the base with "
+              "--model BASE --adapter " + adapter_dir.string());
+}
+
+std::unique_ptr<PreTrainedModel> from_pretrained_with_adapter(const fs::path& model, const fs::path& adapter,
+                                                              const LoadOptions& options) {
+  fs::path base = model, adapter_dir = adapter;
+  if (adapter_dir.empty() && is_adapter_dir(model)) {
+    adapter_dir = model;
+    base = adapter_base_dir(model);
+  }
+  auto m = from_pretrained(base, options);
+  if (!adapter_dir.empty()) load_adapter(*m, adapter_dir);
+  return m;
+}
+
+void merge_lora(PreTrainedModel& model) {
+  KILN_CHECK(model.lora_config(), "merge_lora: the model has no LoRA adapter");
+  NoGradGuard no_grad;
+  for (auto& [path, m] : model.named_modules()) {
+    auto* a = dynamic_cast<nn::Adaptable*>(m);
+    if (!a || !a->lora()) continue;
+    Tensor delta = a->lora()->delta_weight();
+    if (auto* l = dynamic_cast<nn::Linear*>(m)) l->weight.assign(l->weight + delta);
+    if (auto* c = dynamic_cast<nn::Conv1D*>(m)) c->weight.assign(c->weight + transpose(delta, 0, 1));
+    a->detach_lora();
+  }
+  model.set_lora_config(nullptr);
+  for (auto& [name, p] : model.named_parameters())
+    if (!p.requires_grad()) p.requires_grad_(true);
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,160 @@
+// kiln train --use_peft end to end: the output and checkpoints hold PEFT's
+// adapter files with the adapter's optimizer state, a resumed run equals the
+// straight one bit for bit, and forward / eval / predict / merge read the
+// adapter (--adapter, or an adapter directory as --model).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "kiln/core/json.h"
+#include "kiln/io/safetensors.h"
+#include "support/run_kiln.h"
+#include "support/temp_dir.h"
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::run_kiln;
+
+std::string bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+class LoraCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(run_kiln("demo-data --output_dir " + (dir_.path() / "data").string(), dir_.path()).status, 0);
+    // A small base model to adapt (two steps of full training from fresh weights).
+    auto r = run_kiln("train --config_name " + data("model_config.json") + " --tokenizer_name " + data("") +
+                          " --train_file " + data("train.csv") + " --max_seq_length 32 --pad_to_max_length" +
+                          " --per_device_train_batch_size 16 --max_steps 2 --seed 3 --output_dir " + path("base"),
+                      dir_.path());
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  std::string data(const std::string& f) const { return (dir_.path() / "data" / f).string(); }
+  std::string path(const std::string& f) const { return (dir_.path() / f).string(); }
+  std::string lora_train(const std::string& out, const std::string& extra = "") const {
+    return "train --model_name_or_path " + path("base") + " --train_file " + data("train.csv") +
+           " --max_seq_length 32 --pad_to_max_length --per_device_train_batch_size 8 --learning_rate 1e-3 --seed 3" +
+           " --use_peft --lora_r 4 --lora_target_modules query,value --max_steps 6 --save_steps 3 --output_dir " +
+           path(out) + " " + extra;
+  }
+  std::string forward(const std::string& model_args) const {
+    std::ofstream(path("in.json")) << R"({"input_ids": [[2, 100, 200, 3], [2, 250, 3, 0]]})";
+    auto r = run_kiln("forward " + model_args + " --inputs " + path("in.json") + " --output " + path("out.json"),
+                      dir_.path());
+    EXPECT_EQ(r.status, 0) << r.output;
+    return bytes(path("out.json"));
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(LoraCli, TrainWritesAdaptersAndResumesExactly) {
+  auto r = run_kiln(lora_train("lora"), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* dir : {"lora", "lora/checkpoint-3", "lora/checkpoint-6"}) {
+    EXPECT_TRUE(fs::exists(dir_.path() / dir / "adapter_config.json")) << dir;
+    EXPECT_TRUE(fs::exists(dir_.path() / dir / "adapter_model.safetensors")) << dir;
+    EXPECT_FALSE(fs::exists(dir_.path() / dir / "model.safetensors")) << dir << ": the full model is not saved";
+  }
+  json config = read_json_file(dir_.path() / "lora" / "adapter_config.json");
+  EXPECT_EQ(config["peft_type"], "LORA");
+  EXPECT_EQ(config["task_type"], "SEQ_CLS");
+  EXPECT_EQ(config["r"], 4);
+  EXPECT_EQ(config["lora_alpha"], 32);  // TRL's default
+  EXPECT_EQ(config["lora_dropout"], 0.05);
+  EXPECT_EQ(config["target_modules"], json({"query", "value"}));
+  EXPECT_EQ(config["modules_to_save"], json({"classifier", "score"}));
+  EXPECT_EQ(config["base_model_name_or_path"], fs::absolute(path("base")).lexically_normal().string());
+  // The optimizer state is the adapter's and the classifier's only.
+  auto opt = io::SafetensorsFile::open(dir_.path() / "lora" / "checkpoint-3" / "optimizer.safetensors");
+  int lora = 0;
+  for (const auto& e : opt.entries()) {
+    const bool trained = e.name.find(".lora_") != std::string::npos || e.name.find("classifier.") != std::string::npos;
+    EXPECT_TRUE(trained) << e.name;
+    lora += e.name.find(".lora_") != std::string::npos;
+  }
+  EXPECT_EQ(lora, 2 * 2 * 2 * 2);  // 2 layers × (query, value) × (A, B) × (exp_avg, exp_avg_sq)
+  // Resuming from checkpoint-3 gives the straight run's adapter, bit for bit.
+  fs::create_directories(dir_.path() / "resumed");
+  fs::copy(dir_.path() / "lora" / "checkpoint-3", dir_.path() / "resumed" / "checkpoint-3");
+  r = run_kiln(lora_train("resumed", "--overwrite_output_dir --resume_from_checkpoint " + path("resumed/checkpoint-3")),
+               dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(bytes(path("resumed/adapter_model.safetensors")), bytes(path("lora/adapter_model.safetensors")));
+  // The checkpoint holds an adapter: resuming it as a full fine-tune is refused.
+  r = run_kiln("train --model_name_or_path " + path("base") + " --train_file " + data("train.csv") +
+                   " --max_seq_length 32 --pad_to_max_length --max_steps 6 --output_dir " + path("resumed") +
+                   " --overwrite_output_dir --resume_from_checkpoint " + path("resumed/checkpoint-3"),
+               dir_.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_CONTAINS(r.output, "holds a LoRA adapter (a --use_peft run)");
+}
+
+TEST_F(LoraCli, ForwardEvalPredictAndMergeReadTheAdapter) {
+  auto r = run_kiln(lora_train("lora", "--gradient_accumulation_steps 2 --gradient_checkpointing"), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string base = forward("--model " + path("base"));
+  const std::string with_flag = forward("--model " + path("base") + " --adapter " + path("lora"));
+  const std::string auto_peft = forward("--model " + path("lora"));
+  EXPECT_NE(base, with_flag);
+  EXPECT_EQ(with_flag, auto_peft);
+  // merge_and_unload: a full model with the same logits.
+  r = run_kiln("merge --model " + path("lora") + " --output_dir " + path("merged"), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* f : {"config.json", "model.safetensors", "vocab.txt"})
+    EXPECT_TRUE(fs::exists(dir_.path() / "merged" / f)) << f;
+  json a = json::parse(with_flag), b = json::parse(forward("--model " + path("merged")));
+  for (size_t i = 0; i < 2; ++i)
+    for (size_t j = 0; j < 2; ++j)
+      EXPECT_NEAR(a["logits"][i][j].get<double>(), b["logits"][i][j].get<double>(), 1e-5);
+  for (const auto& key : io::load_safetensors(dir_.path() / "merged" / "model.safetensors"))
+    EXPECT_EQ(key.first.find("lora_"), std::string::npos) << key.first;
+  r = run_kiln("predict --model " + path("lora") + " --input " + data("test.txt") + " --output " + path("pred.jsonl"),
+               dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(bytes(path("pred.jsonl")), "\"label\":");
+  r = run_kiln("eval --model_name_or_path " + path("base") + " --adapter " + path("lora") + " --validation_file " +
+                   data("validation.csv") + " --max_seq_length 32 --output_dir " + path("ev"),
+               dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "eval_accuracy = ");
+}
+
+TEST_F(LoraCli, BadInputIsAClearError) {
+  std::ofstream(path("in.json")) << R"({"input_ids": [[2, 3]]})";
+  auto r = run_kiln(lora_train("x", "--lora_target_modules nothing_here"), dir_.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_CONTAINS(r.output, "match no Linear or Conv1D layer");
+  EXPECT_CONTAINS(r.output, "bert.encoder.layer.0.attention.self.query");
+  r = run_kiln(lora_train("y", "--lora_r 0"), dir_.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_CONTAINS(r.output, "lora_r");
+  r = run_kiln("forward --model " + path("base") + " --adapter " + data("") + " --inputs " + path("in.json") +
+                   " --output y",
+               dir_.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_CONTAINS(r.output, "adapter_config.json is missing");
+  fs::create_directories(dir_.path() / "ia3");
+  std::ofstream(dir_.path() / "ia3" / "adapter_config.json") << R"({"peft_type": "IA3", "base_model_name_or_path": null})";
+  r = run_kiln("forward --model " + path("base") + " --adapter " + path("ia3") + " --inputs " + path("in.json") +
+                   " --output " + path("o.json"),
+               dir_.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_CONTAINS(r.output, "peft_type 'IA3' is not supported");
+  fs::create_directories(dir_.path() / "nobase");
+  std::ofstream(dir_.path() / "nobase" / "adapter_config.json") << R"({"peft_type": "LORA", "base_model_name_or_path": null})";
+  r = run_kiln("merge --model " + path("nobase") + " --output_dir " + path("m"), dir_.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_CONTAINS(r.output, "'base_model_name_or_path' is null");
+}
+
+}  // namespace
+}  // namespace kiln

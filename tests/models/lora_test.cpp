@@ -1,0 +1,284 @@
+// LoRA (models/lora.h) against Hugging Face PEFT: adapters PEFT wrote load
+// and give PEFT's logits, loss and adapter gradients (goldens from
+// tools/goldens/gen_lora_goldens.py); kiln's adapters round-trip; frozen
+// weights get no gradient and no weight-gradient product in the step.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "kiln/compiler/compile.h"
+#include "kiln/io/json_file.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/models/lora.h"
+#include "kiln/models/model.h"
+#include "support/program_util.h"
+#include "support/temp_dir.h"
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using models::LoraConfig;
+
+fs::path data(const std::string& rel) { return fs::path(KILN_TEST_DATA_DIR) / rel; }
+
+::testing::AssertionResult close(const Tensor& got, const Tensor& want, double rtol, double atol) {
+  if (got.shape() != want.shape())
+    return ::testing::AssertionFailure() << "shape " << to_string(got.shape()) << " vs " << to_string(want.shape());
+  return testing::all_close(got.to_vector<double>(), want.to_vector<double>(), rtol, atol);
+}
+
+models::ModelInputs inputs_of(const std::map<std::string, Tensor>& golden) {
+  auto get = [&](const char* k) { return golden.count(k) ? golden.at(k) : Tensor(); };
+  models::ModelInputs in;
+  in.input_ids = get("input_ids");
+  in.attention_mask = get("attention_mask");
+  in.labels = get("labels");
+  in.decoder_input_ids = get("decoder_input_ids");
+  return in;
+}
+
+struct Case {
+  const char* name;
+  const char* base;
+};
+class LoraGolden : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LoraGolden, PeftAdapterGivesPeftLogitsLossAndGradients) {
+  const Case c = GetParam();
+  auto model = models::from_pretrained(data(c.base));
+  model->eval();
+  models::load_adapter(*model, data(std::string("lora/") + c.name + "/adapter"));
+  auto golden = io::load_safetensors(data(std::string("lora/") + c.name + "/golden.safetensors"));
+  models::ModelOutputs out = model->forward(inputs_of(golden));
+  EXPECT_TRUE(close(out.logits, golden.at("logits"), 1e-4, 1e-5)) << "logits";
+  EXPECT_TRUE(close(out.loss, golden.at("loss"), 1e-5, 1e-6)) << "loss";
+  out.loss.backward();
+  int checked = 0;
+  for (auto& [key, p] : models::adapter_state(*model)) {
+    auto it = golden.find("grad." + key);
+    ASSERT_NE(it, golden.end()) << "no golden gradient for " << key;
+    ASSERT_TRUE(p.grad().defined()) << key;
+    double scale = 0;
+    for (double v : it->second.to_vector<double>()) scale = std::max(scale, std::abs(v));
+    EXPECT_TRUE(close(p.grad(), it->second, 1e-4, std::max(1e-6, 4e-6 * scale))) << "grad of " << key;
+    ++checked;
+  }
+  EXPECT_EQ(checked, std::count_if(golden.begin(), golden.end(), [](auto& g) { return g.first.rfind("grad.", 0) == 0; }));
+  // What kiln writes for it is what PEFT wrote: the same tensors (names,
+  // shapes) and the same LoRA settings, so PEFT loads it with no missing or
+  // unexpected keys.
+  testing::TempDir tmp;
+  const fs::path peft_dir = data(std::string("lora/") + c.name + "/adapter");
+  models::save_adapter(*model, tmp.path());
+  auto ours = io::SafetensorsFile::open(tmp.path() / "adapter_model.safetensors");
+  auto theirs = io::SafetensorsFile::open(peft_dir / "adapter_model.safetensors");
+  ASSERT_EQ(ours.entries().size(), theirs.entries().size());
+  for (const auto& e : theirs.entries()) {
+    ASSERT_TRUE(ours.find(e.name)) << e.name;
+    EXPECT_EQ(ours.find(e.name)->shape, e.shape) << e.name;
+  }
+  nlohmann::json mine = read_json_file(tmp.path() / "adapter_config.json");
+  nlohmann::json peft = read_json_file(peft_dir / "adapter_config.json");
+  for (const char* key : {"peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "fan_in_fan_out", "use_rslora",
+                          "modules_to_save", "rank_pattern", "alpha_pattern", "bias"})
+    EXPECT_EQ(mine[key], peft[key]) << key;
+  auto as_set = [](const nlohmann::json& j) { return std::set<std::string>(j.begin(), j.end()); };
+  EXPECT_EQ(as_set(mine["target_modules"]), as_set(peft["target_modules"]));
+  // The base is frozen: no gradient reaches any of its weights.
+  std::set<std::string> trained;
+  for (auto& [key, p] : models::adapter_state(*model)) trained.insert(key.substr(std::string("base_model.model.").size()));
+  for (auto& [name, p] : model->named_parameters()) {
+    EXPECT_EQ(p.requires_grad(), trained.count(name) == 1) << name;
+    if (!trained.count(name)) EXPECT_FALSE(p.grad().defined()) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Peft, LoraGolden,
+                         ::testing::Values(Case{"bert_seqcls", "bert/bert_seqcls"},
+                                           Case{"roberta_seqcls_all_linear", "bert/roberta_seqcls"},
+                                           Case{"gpt2_lm", "gpt2/gpt2_lm"}, Case{"t5", "t5/t5_gated_untied"},
+                                           Case{"llama_lm_all_linear", "llama/llama_lm"},
+                                           Case{"qwen2_lm_rslora", "llama/qwen2_lm_tied"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+std::map<std::string, Tensor> llama_golden() { return io::load_safetensors(data("lora/llama_lm_all_linear/golden.safetensors")); }
+
+TEST(Lora, FreshAdapterLeavesTheModelAsItWasAndTrainsOnlyTheBranches) {
+  auto golden = llama_golden();
+  auto model = models::from_pretrained(data("llama/llama_lm"));
+  model->eval();
+  Tensor before = model->forward(inputs_of(golden)).logits;
+  LoraConfig cfg;
+  cfg.r = 4;
+  models::apply_lora(*model, cfg);
+  ASSERT_TRUE(model->lora_config());
+  EXPECT_EQ(model->lora_config()->target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(model->lora_config()->task_type, "CAUSAL_LM");
+  EXPECT_TRUE(close(model->forward(inputs_of(golden)).logits, before, 0, 0));
+  int trainable = 0;
+  for (auto& [name, p] : model->named_parameters()) {
+    if (!p.requires_grad()) continue;
+    ++trainable;
+    EXPECT_TRUE(name.find("self_attn.q_proj.lora_") != std::string::npos ||
+                name.find("self_attn.v_proj.lora_") != std::string::npos)
+        << name;
+    auto v = p.to_vector<double>();
+    if (name.find("lora_B") != std::string::npos) {
+      EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](double x) { return x == 0; })) << name;
+    } else {  // Kaiming-uniform(a=√5) on [r, in]: U(-1/√in, 1/√in)
+      const double bound = 1 / std::sqrt(static_cast<double>(p.shape()[1]));
+      EXPECT_TRUE(std::all_of(v.begin(), v.end(), [&](double x) { return std::abs(x) <= bound; })) << name;
+      EXPECT_GT(*std::max_element(v.begin(), v.end()), bound / 2) << name;
+    }
+  }
+  EXPECT_EQ(trainable, 2 * 2 * 2);  // 2 layers × (q, v) × (A, B)
+}
+
+TEST(Lora, KilnAdapterRoundTripsThroughPeftFiles) {
+  testing::TempDir tmp;
+  auto golden = io::load_safetensors(data("lora/gpt2_lm/golden.safetensors"));
+  auto model = models::from_pretrained(data("gpt2/gpt2_lm"));
+  model->eval();
+  LoraConfig cfg;
+  cfg.r = 2;
+  cfg.lora_alpha = 5;
+  models::apply_lora(*model, cfg);
+  EXPECT_TRUE(model->lora_config()->fan_in_fan_out);  // GPT-2's Conv1D, as PEFT sets it
+  {
+    NoGradGuard no_grad;
+    for (auto& [key, p] : models::adapter_state(*model)) p.assign(p + 0.3);
+  }
+  Tensor want = model->forward(inputs_of(golden)).logits;
+  models::save_adapter(*model, tmp.path() / "adapter");
+  nlohmann::json j = read_json_file(tmp.path() / "adapter" / "adapter_config.json");
+  EXPECT_EQ(j["peft_type"], "LORA");
+  EXPECT_EQ(j["task_type"], "CAUSAL_LM");
+  EXPECT_EQ(j["r"], 2);
+  EXPECT_EQ(j["lora_alpha"], 5);
+  EXPECT_TRUE(j["lora_alpha"].is_number_integer());
+  EXPECT_EQ(j["fan_in_fan_out"], true);
+  EXPECT_EQ(j["target_modules"], nlohmann::json({"c_attn"}));
+  for (const char* key : {"bias", "modules_to_save", "use_rslora", "use_dora", "rank_pattern", "alpha_pattern",
+                          "init_lora_weights", "layers_to_transform", "base_model_name_or_path", "inference_mode"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  auto fresh = models::from_pretrained(data("gpt2/gpt2_lm"));
+  fresh->eval();
+  models::load_adapter(*fresh, tmp.path() / "adapter");
+  EXPECT_TRUE(close(fresh->forward(inputs_of(golden)).logits, want, 0, 0));
+}
+
+TEST(Lora, MergeFoldsTheAdapterIntoTheWeights) {
+  for (const auto& [name, base] : {std::pair{"gpt2_lm", "gpt2/gpt2_lm"}, {"llama_lm_all_linear", "llama/llama_lm"},
+                                   {"bert_seqcls", "bert/bert_seqcls"}}) {
+    auto golden = io::load_safetensors(data(std::string("lora/") + name + "/golden.safetensors"));
+    auto model = models::from_pretrained(data(base));
+    model->eval();
+    models::load_adapter(*model, data(std::string("lora/") + name + "/adapter"));
+    models::merge_lora(*model);
+    EXPECT_FALSE(model->lora_config());
+    for (auto& [n, p] : model->named_parameters()) {
+      EXPECT_EQ(n.find("lora_"), std::string::npos) << n;
+      EXPECT_TRUE(p.requires_grad()) << n;
+    }
+    EXPECT_TRUE(close(model->forward(inputs_of(golden)).logits, golden.at("logits"), 1e-4, 1e-5)) << name;
+  }
+}
+
+// The weight-gradient products of a step: matrix products whose result has a
+// frozen weight's shape ([out, in], or [in, out] transposed).
+int frozen_weight_products(const models::PreTrainedModel& model, const std::vector<Tensor>& results) {
+  std::set<Shape> frozen;
+  for (auto& [name, p] : model.named_parameters())
+    if (p.rank() == 2 && name.find("lora_") == std::string::npos && name.find("embed") == std::string::npos) {
+      frozen.insert(p.shape());
+      frozen.insert(Shape{p.shape()[1], p.shape()[0]});
+    }
+  testing::TracedProgram t = testing::trace_program(results);
+  int n = 0;
+  for (const auto& in : t.program.instrs)
+    if (!in.fused && in.op == ir::Op::MatMul && frozen.count(in.output.view.shape)) ++n;
+  return n;
+}
+
+TEST(Lora, StepHasNoWeightGradientProductForFrozenWeights) {
+  auto golden = llama_golden();
+  auto step = [&](bool lora) {
+    auto model = models::from_pretrained(data("llama/llama_lm"));
+    model->eval();
+    if (lora) {
+      LoraConfig cfg;
+      cfg.r = 4;
+      cfg.target_modules = {"all-linear"};
+      models::apply_lora(*model, cfg);
+    }
+    Tensor loss = model->forward(inputs_of(golden)).loss;
+    loss.backward();
+    std::vector<Tensor> results{loss};
+    for (auto& [name, p] : model->named_parameters())
+      if (p.grad().defined()) results.push_back(p.grad());
+    return frozen_weight_products(*model, results);
+  };
+  EXPECT_GT(step(false), 0);  // full fine-tuning has them: the count sees them
+  EXPECT_EQ(step(true), 0);
+}
+
+TEST(Lora, Errors) {
+  testing::TempDir tmp;
+  auto model = [] { return models::from_pretrained(data("llama/llama_lm")); };
+  auto write_config = [&](const std::string& text) {
+    fs::create_directories(tmp.path() / "a");
+    std::ofstream(tmp.path() / "a" / "adapter_config.json") << text;
+    return tmp.path() / "a";
+  };
+  {
+    auto m = model();
+    LoraConfig cfg;
+    cfg.target_modules = {"query", "nothing"};
+    std::string e = testing::error_of([&] { models::apply_lora(*m, cfg); });
+    EXPECT_CONTAINS(e, "match no Linear or Conv1D layer");
+    EXPECT_CONTAINS(e, "model.layers.0.self_attn.q_proj");
+  }
+  {
+    auto m = model();
+    std::string e = testing::error_of([&] { models::load_adapter(*m, write_config(R"({"peft_type": "IA3"})")); });
+    EXPECT_CONTAINS(e, "adapter_config.json");
+    EXPECT_CONTAINS(e, "peft_type 'IA3' is not supported");
+  }
+  {
+    auto m = model();
+    std::string e = testing::error_of(
+        [&] { models::load_adapter(*m, write_config(R"({"peft_type": "LORA", "r": 4, "use_dora": true})")); });
+    EXPECT_CONTAINS(e, "'use_dora'");
+  }
+  {
+    auto m = model();
+    LoraConfig cfg;
+    cfg.target_modules = {"embed_tokens"};
+    EXPECT_CONTAINS(testing::error_of([&] { models::apply_lora(*m, cfg); }), "is an Embedding");
+  }
+  {  // A rank the file's tensors do not have: what an adapter for another base gives.
+    const fs::path dir = tmp.path() / "r2";
+    fs::create_directories(dir);
+    fs::copy_file(data("lora/qwen2_lm_rslora/adapter/adapter_model.safetensors"), dir / "adapter_model.safetensors");
+    nlohmann::json j = read_json_file(data("lora/qwen2_lm_rslora/adapter/adapter_config.json"));
+    j["r"] = 2;
+    io::write_json_file_atomic(dir / "adapter_config.json", j);
+    auto m = model();
+    std::string e = testing::error_of([&] { models::load_adapter(*m, dir); });
+    EXPECT_CONTAINS(e, "adapter_model.safetensors");
+    EXPECT_CONTAINS(e, "lora_A.weight' has shape [4,32], the base model needs [2,32]");
+  }
+  {  // GPT-2's adapter on Llama: its targets name nothing there.
+    auto m = model();
+    std::string e = testing::error_of([&] { models::load_adapter(*m, data("lora/gpt2_lm/adapter")); });
+    EXPECT_CONTAINS(e, "adapter_config.json");
+    EXPECT_CONTAINS(e, "c_attn");
+  }
+}
+
+}  // namespace
+}  // namespace kiln
