@@ -528,9 +528,7 @@ class Lowering {
   void keep_attention_probabilities() {
     auto& instrs = prog_.instrs;
     for (Instr& grad : instrs) {
-      if (grad.op != Op::AttentionGrad || grad.inputs.size() < 5 || grad.attrs.ints.size() != 3 ||
-          grad.inputs[0].dtype != DType::f32)
-        continue;
+      if (grad.op != Op::AttentionGrad || grad.inputs.size() < 5 || grad.attrs.ints.size() != 3) continue;
       const Shape& q = grad.inputs[0].view.shape;
       const int64_t tk = grad.inputs[1].view.shape[2];
       if (q[2] * tk > CompileOptions::kKeptProbabilities) continue;

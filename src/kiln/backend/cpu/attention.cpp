@@ -64,7 +64,6 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   // keys, 64's 62.5 %).
   g.block = std::clamp<int64_t>(16384 / std::max<int64_t>(g.Tk, 1), 16, 128);
   g.kept = ins.attrs.ints.size() > 3 && ins.attrs.ints[3] == 1;
-  KILN_CHECK(!g.kept || !g.bf16, "attention: kept probabilities are for f32 operands, got bf16");
   return g;
 }
 
@@ -223,17 +222,24 @@ void dropped(const Geometry& g, const Block& x, const int64_t* extent, const flo
   }
 }
 
-// dropped() from kept probabilities: 0 where the sign bit is set, else
-// p · factor.
+// dropped() from kept probabilities: with dropout 0 where the sign bit is
+// set, else p · factor; for bf16 inputs rounded.
 void kept_dropped(const Geometry& g, const Block& x, const int64_t* extent, const float* p, float* out) {
   const int64_t n = x.keys;
   const float factor = g.inv_keep;
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* pr = p + r * n;
     float* o = out + r * n;
+    const int64_t e = extent[r];
+    if (g.key) {
 #pragma omp simd
-    for (int64_t j = 0; j < extent[r]; ++j) o[j] = std::signbit(pr[j]) ? 0.0f : pr[j] * factor;
-    std::fill(o + extent[r], o + n, 0.0f);
+      for (int64_t j = 0; j < e; ++j) o[j] = std::signbit(pr[j]) ? 0.0f : pr[j] * factor;
+    } else {
+      std::copy(pr, pr + e, o);
+    }
+    if (g.bf16)
+      for (int64_t j = 0; j < e; ++j) o[j] = round_to_bf16(o[j]);
+    std::fill(o + e, o + n, 0.0f);
   }
 }
 
@@ -373,10 +379,10 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
         }
         const int64_t m = x.keys;
         const float* pdp = pr0;  // the probabilities as the forward's product read them
-        if (kept && g.key) {
+        if (kept && (g.key || g.bf16)) {
           kept_dropped(g, x, extent.data(), pr0, pd);
           pdp = pd;
-        } else if (keep || g.bf16) {
+        } else if (!kept && (keep || g.bf16)) {
           dropped(g, x, extent.data(), p, keep, pd);
           pdp = pd;
         }
