@@ -23,6 +23,7 @@
 
 #include "command.h"
 #include "flags.h"
+#include "kiln/backend/cpu/executor.h"
 #include "kiln/compiler/profile.h"
 #include "kiln/core/error.h"
 #include "kiln/kiln.h"
@@ -104,6 +105,14 @@ double gemm_gflops(int64_t M, int64_t K, int64_t N, Device device, DType dtype, 
     if (rep > 0) best = std::max(best, 2.0 * M * K * N / dt / 1e9);  // rep 0 compiles
   }
   return best;
+}
+
+// How this device runs --bf16's products (the CPU: oneDNN's bf16 kernel, or
+// the emulation where the CPU has no bf16 instructions).
+std::string bf16_products(Device device) {
+  if (device.kind != DeviceKind::CPU) return "bf16 GEMMs on the device";
+  if (!backend::cpu::native_bf16_products()) return "emulated (operands widened to f32 for sgemm)";
+  return "oneDNN " + backend::cpu::bf16_matmul_implementation();
 }
 
 int run_bench(const std::vector<std::string>& args) {
@@ -288,10 +297,11 @@ int run_bench(const std::vector<std::string>& args) {
   if (task != "text-classification")
     for (const auto& [name, p] : model->named_parameters())
       if (p.shape().size() == 2 && p.shape()[0] == V) shapes.insert({p.shape()[1], V});
-  double peak_gflops = 0;
+  double peak_gflops = 0, fp32_peak_gflops = 0;
   std::string peak_shape, every_shape;
   for (auto [k, n] : shapes) {
     double g = gemm_gflops(B * T, k, n, device, bf16 ? DType::bf16 : DType::f32);
+    if (bf16) fp32_peak_gflops = std::max(fp32_peak_gflops, gemm_gflops(B * T, k, n, device, DType::f32));
     const std::string shape = "[" + std::to_string(B * T) + "x" + std::to_string(k) + "] x [" + std::to_string(k) +
                               "x" + std::to_string(n) + "]";
     if (flags.has("gemm_shapes")) {
@@ -323,6 +333,7 @@ int run_bench(const std::vector<std::string>& args) {
               seq2seq ? ": the decoder's and the head's target tokens" : "");
   std::printf("  GEMM peak        %.1f GFLOP/s at %s%s -> model FLOP/s is %.0f %% of it\n", peak_gflops,
               peak_shape.c_str(), bf16 ? " (bf16)" : "", 100.0 * model_gflops / std::max(peak_gflops, 1e-9));
+  if (bf16) std::printf("  fp32 GEMM peak   %.1f GFLOP/s; bf16 products: %s\n", fp32_peak_gflops, bf16_products(device).c_str());
   if (flags.has("gemm_shapes")) std::printf("%s", every_shape.c_str());
   if (compiler::profiling()) {  // where the step's time goes: products against the peak, and the rest
     const double n = static_cast<double>(steps), product_gflops = kernels.product_flops /
@@ -350,10 +361,11 @@ int run_bench(const std::vector<std::string>& args) {
         "{\"model\": \"%s\", \"task\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"flop_parameters\": %lld, \"model_flops_per_step\": %.0f, \"median_step_s\": %.6f, \"host_tracing_s\": %.6f, "
         "\"tokens_per_s\": %.2f, \"model_gflops\": %.2f, \"gemm_peak_gflops\": %.2f, \"fraction_of_gemm_peak\": %.4f, "
         "\"compile_s\": %.4f, \"compiles\": %lld, \"compiles_from_disk\": %lld, \"peak_rss_mb\": %.1f, \"bf16\": %s, "
-        "\"loss\": %s}\n",
+        "\"fp32_gemm_peak_gflops\": %s, \"loss\": %s}\n",
         model->architecture().c_str(), task.c_str(), (long long)B, (long long)T, (long long)num_params, (long long)flop_params, step_flops, median, median_trace,
         tokens / median, model_gflops, peak_gflops, model_gflops / std::max(peak_gflops, 1e-9), m.compile_seconds,
-        (long long)m.compiles, (long long)m.compiles_from_disk, peak_rss_mb, bf16 ? "true" : "false", json_number(loss).c_str());
+        (long long)m.compiles, (long long)m.compiles_from_disk, peak_rss_mb, bf16 ? "true" : "false",
+        bf16 ? json_number(fp32_peak_gflops).c_str() : "null", json_number(loss).c_str());
   return 0;
 }
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch reference for bench/bert: one training step (forward, backward,
 AdamW) of BertForSequenceClassification, written like Hugging Face's modelling
-code (nn.Linear/LayerNorm/Embedding, eager attention). fp32, CPU.
+code (nn.Linear/LayerNorm/Embedding, eager attention). fp32, or with --bf16 under torch.autocast("cpu", bfloat16); CPU.
 
-usage: bert_train_step.py [--layers 12] [--hidden 768] [--heads 12] [--batch 8] [--seq 128] [--steps 10]
+usage: bert_train_step.py [--layers 12] [--hidden 768] [--heads 12] [--batch 8] [--seq 128] [--steps 10] [--warmup 2] [--bf16]
 Prints one JSON line: median step seconds, peak RSS.
 """
 import argparse, math, os, sys
@@ -59,6 +59,8 @@ def main():
     for k, v in dict(layers=12, hidden=768, heads=12, batch=8, seq=128, steps=10, vocab=30522,
                      threads=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))).items():
         ap.add_argument("--" + k, type=int, default=v)
+    ap.add_argument("--bf16", action="store_true", help='torch.autocast("cpu", dtype=torch.bfloat16)')
+    ap.add_argument("--warmup", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)  # PyTorch defaults to physical cores; compare at the same count
     torch.manual_seed(0)
@@ -66,7 +68,7 @@ def main():
     ids = torch.randint(0, a.vocab, (a.batch, a.seq))
     mask = torch.ones(a.batch, a.seq, dtype=torch.long)
     labels = torch.randint(0, 2, (a.batch,))
-    run_steps(model, lambda: model(ids, mask, labels), a.steps)
+    run_steps(model, lambda: model(ids, mask, labels), a.steps, warmup=a.warmup, bf16=a.bf16)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch reference for bench/gpt2: one GPT-2 causal-LM training step (forward,
 backward, AdamW), written like Hugging Face's modelling code (Conv1D as
-[in, out] matmuls, eager attention, tied lm_head). fp32, CPU.
+[in, out] matmuls, eager attention, tied lm_head). fp32, or with --bf16 under torch.autocast("cpu", bfloat16); CPU.
 
-usage: gpt2_train_step.py [--layers 12] [--embd 768] [--heads 12] [--batch 4] [--seq 256] [--steps 5]
+usage: gpt2_train_step.py [--layers 12] [--embd 768] [--heads 12] [--batch 4] [--seq 256] [--steps 5] [--warmup 2] [--bf16]
 Prints one JSON line: median step seconds, peak RSS.
 """
 import argparse, math, os, sys
@@ -71,12 +71,14 @@ def main():
     for k, v in dict(layers=12, embd=768, heads=12, batch=4, seq=256, steps=5, vocab=50257,
                      threads=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))).items():
         ap.add_argument("--" + k, type=int, default=v)
+    ap.add_argument("--bf16", action="store_true", help='torch.autocast("cpu", dtype=torch.bfloat16)')
+    ap.add_argument("--warmup", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = GPT2(a.vocab, 1024, a.embd, a.layers, a.heads)
     ids = torch.randint(0, a.vocab, (a.batch, a.seq))
-    run_steps(model, lambda: model(ids), a.steps)
+    run_steps(model, lambda: model(ids), a.steps, warmup=a.warmup, bf16=a.bf16)
 
 
 if __name__ == "__main__":

@@ -48,11 +48,13 @@ Executed execute(const std::vector<Tensor>& results, bool jit) {
 // Both ways, output by output, byte for byte — except that a NaN equals any
 // NaN: x86 returns the first operand's NaN, and the compiler may swap the
 // operands of a commutative + or * in the interpreter's loops.
-bool same_bits(const std::vector<char>& a, const std::vector<char>& b, size_t at, bool f32) {
-  if (!f32) return a[at] == b[at];
-  float x, y;
-  std::memcpy(&x, &a[at], 4);
-  std::memcpy(&y, &b[at], 4);
+// (A bf16 value is the top half of an f32: compared as that f32.)
+bool same_bits(const std::vector<char>& a, const std::vector<char>& b, size_t at, DType t) {
+  if (t != DType::f32 && t != DType::bf16) return a[at] == b[at];
+  const size_t n = t == DType::f32 ? 4 : 2, high = 4 - n;
+  float x = 0, y = 0;
+  std::memcpy(reinterpret_cast<char*>(&x) + high, &a[at], n);
+  std::memcpy(reinterpret_cast<char*>(&y) + high, &b[at], n);
   return std::memcmp(&x, &y, 4) == 0 || (std::isnan(x) && std::isnan(y));
 }
 
@@ -66,10 +68,10 @@ void expect_same_bits(const std::vector<Tensor>& results, const char* what) {
     const auto& a = jit.outputs[o];
     const auto& b = interpreted.outputs[o];
     ASSERT_EQ(a.size(), b.size()) << what << " output " << o;
-    const bool f32 = results[o].dtype() == DType::f32;
-    const size_t step = f32 ? 4 : 1;
+    const DType t = results[o].dtype();
+    const size_t step = dtype_size(t) >= 2 ? dtype_size(t) : 1;
     size_t first = 0;
-    while (first < a.size() && same_bits(a, b, first, f32)) first += step;
+    while (first < a.size() && same_bits(a, b, first, t)) first += step;
     EXPECT_EQ(first, a.size()) << what << ": output " << o << " differs from byte " << first << " of " << a.size();
   }
 }
@@ -109,6 +111,38 @@ TEST(CpuJit, EveryOpMatchesTheInterpreterBitForBit) {
     expect_same_bits({logical_and(bx, by), logical_or(bx, lt(y, z)), logical_not(bx), where(gt(x, y), x, z),
                       where(bx, y, z), cast(lt(x, z), DType::f32) * y},
                      (what + ", logic").c_str());
+  }
+}
+
+// bf16 tensors (--bf16's activations and product operands) are read and
+// written by the compiled loops: loads widen exactly, casts and stores round
+// to nearest even (ties, NaN, infinities, values rounding up to infinity),
+// as the interpreter does, including rows read row by row.
+TEST(CpuJit, Bf16LoadsStoresAndCastsMatchTheInterpreterBitForBit) {
+  for (int64_t n : {8, 13, 24, 31, 1037, 40000}) {
+    std::vector<float> v = awkward_values(n, 21);
+    // Ties to even both ways, and the largest finite floats below and above
+    // bf16's largest finite value.
+    const float ties[] = {1.00390625f, 1.01171875f, -1.00390625f, 3.3961775e38f, 3.3895314e38f};
+    for (size_t i = 3; i < v.size(); i += 11) v[i] = ties[(i / 11) % std::size(ties)];
+    Tensor x = Tensor::from_vector(v, {n});
+    Tensor y = Tensor::from_vector(awkward_values(n, 22), {n});
+    Tensor xb = cast(x, DType::bf16);  // a stored bf16 input of the programs below
+    mark_step();
+    const std::string what = "n = " + std::to_string(n);
+    expect_same_bits({cast(x, DType::bf16), cast(x * y, DType::bf16), cast(cast(x, DType::bf16), DType::f32) * y,
+                      cast(xb, DType::f32) + y, xb * y, cast(xb * 3.0, DType::bf16), cast(gelu(cast(xb, DType::f32)), DType::bf16)},
+                     (what + ", bf16").c_str());
+  }
+  const int64_t B = 3, T = 23, L = 128;  // a bf16 input read row by row
+  Tensor wide = cast(Tensor::from_vector(awkward_values(B * T * (L + 16), 23), {B, T, L + 16}), DType::bf16);
+  Tensor y = Tensor::from_vector(awkward_values(B * T * L, 24), {B, T, L});
+  mark_step();
+  const std::vector<Tensor> rows = {cast(slice(wide, 2, 8, 8 + L) * y, DType::bf16)};
+  expect_same_bits(rows, "bf16 rows");
+  if (backend::cpu::jit_enabled()) {
+    const Executed run = execute(rows, true);
+    EXPECT_EQ(run.compiled, run.fused) << "a bf16 group was interpreted";
   }
 }
 
@@ -367,7 +401,7 @@ TEST(CpuJit, WideGeluGivesTheCompiledLoopsBits) {
       ASSERT_NE(kernel, nullptr) << "the compiled loop declined the program";
       backend::cpu::run_jit(*kernel, ins, in, compiled_out.data(), {});
       for (int64_t j = at; j < at + n; ++j)
-        ASSERT_TRUE(same_bits(wide_out, compiled_out, static_cast<size_t>(j) * 4, true))
+        ASSERT_TRUE(same_bits(wide_out, compiled_out, static_cast<size_t>(j) * 4, DType::f32))
             << form << ", " << compiler::instr_label(ins) << ": value " << j - at << " of " << n;
     }
 #if defined(__AVX512F__)

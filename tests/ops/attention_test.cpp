@@ -194,6 +194,12 @@ TEST(FusedAttention, Bf16ProductsFollowAutocastsComposite) {
   masked.B = 1, masked.H = 1, masked.Tq = 1, masked.Tk = 3, masked.D = 5;
   masked.mask_values = {-0.287f, 0.0f, -std::numeric_limits<float>::infinity()};
   expect_matches_composite(masked, true, 1e-4);
+  Case plain;  // no dropout: the kept probabilities, rounded for the product with dy
+  plain.causal = true, plain.D = 16;
+  expect_matches_composite(plain, true, 1e-4);
+  Case longer;  // 300 rows: over the kept size, the gradient recomputes them
+  longer.B = 1, longer.H = 2, longer.Tq = 300, longer.Tk = 300, longer.mask = true, longer.dropout = 0.1;
+  expect_matches_composite(longer, true, 1e-4);
   const Result bf = run(c, true, true), fp = run(c, true, false);
   const double moved = testing::relative_error(bf.out, fp.out);
   EXPECT_GT(moved, 1e-4) << "bf16 products must differ from f32 ones";

@@ -55,7 +55,7 @@ struct CompileOptions {
   // dv, and no concatenation into its [B, T, 3·H·D] projection's gradient
   // (CPU; the CUDA kernels write contiguous heads).
   bool token_major_attention = false;
-  // An f32 Attention whose gradient comes later keeps its softmax
+  // An Attention (f32 or bf16 operands; no sliding window) whose gradient comes later keeps its softmax
   // probabilities for it, as an extra output (ExtraOutput::reg -1) of
   // B·H·Tq·(Tk + 1) floats that the gradient's instruction reads in place of
   // the forward's result (its input size - 2), when a head's Tq·Tk is at most

@@ -88,7 +88,7 @@ void keep_attention_probabilities(Program& prog) {
   for (Instr& grad : instrs) {
     // (Not with a sliding window: the kernel's windowed blocks start past key 0.)
     if (grad.op != Op::AttentionGrad || grad.inputs.size() < 5 || grad.attrs.ints.size() != 3 ||
-        grad.attrs.floats.size() > 2 || grad.inputs[0].dtype != DType::f32)
+        grad.attrs.floats.size() > 2)
       continue;
     const Shape& q = grad.inputs[0].view.shape;
     const int64_t tk = grad.inputs[1].view.shape[2];

@@ -22,6 +22,9 @@ constexpr EnvVar kVars[] = {
     {"KILN_EAGER", "0", "1: run each op as it is traced instead of compiling graphs (for debugging)"},
     {"KILN_JIT", "1", "CPU: fused elementwise loops compiled to machine code (0: the interpreter runs them)"},
     {"KILN_JIT_WIDE", "1", "CPU: the compiled loops use 16-lane AVX-512 registers where the CPU has them"},
+    {"KILN_CPU_BF16", "auto",
+     "CPU: products of bf16 operands run as oneDNN's bf16 matmul where the CPU has AVX512-BF16 or AMX ('auto'), "
+     "or widened to f32 ('emulate')"},
     {"KILN_ATTENTION", "auto", "attention as one fused kernel ('fused'), as matmul/softmax/matmul ('composite'), "
                                "or the fused kernel where it applies ('auto')"},
     {"KILN_CUDA_FUSED", "auto",

@@ -28,6 +28,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -67,7 +68,6 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   // keys, 64's 62.5 %).
   g.block = std::clamp<int64_t>(16384 / std::max<int64_t>(g.Tk, 1), 16, 128);
   g.kept = ins.attrs.ints.size() > 3 && ins.attrs.ints[3] == 1;
-  KILN_CHECK(!g.kept || !g.bf16, "attention: kept probabilities are for f32 operands, got bf16");
   return g;
 }
 
@@ -209,6 +209,17 @@ bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, 
   return true;
 }
 
+// x[0, n) rounded to bf16 in place: round_to_bf16's bits, without its
+// branch, so that the loop vectorizes.
+void round_bf16(float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t u = std::bit_cast<uint32_t>(x[j]);
+    const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) : u + 0x7fffu + ((u >> 16) & 1u);
+    x[j] = std::bit_cast<float>(r & 0xffff0000u);
+  }
+}
+
 // The probabilities the product with v reads, row by row over each row's
 // extent (p and keep are 0 past it): dropped (p · factor, 0 where dropped
 // even if p is NaN, as dropout()'s where) and, for bf16 inputs, rounded.
@@ -227,22 +238,29 @@ void dropped(const Geometry& g, const Block& x, const int64_t* extent, const flo
       std::copy(pr, pr + e, o);
     }
     if (g.bf16)
-      for (int64_t j = 0; j < e; ++j) o[j] = round_to_bf16(o[j]);
+      round_bf16(o, e);
     if (o != pr) std::fill(o + e, o + n, 0.0f);
   }
 }
 
-// dropped() from kept probabilities: 0 where the sign bit is set, else
-// p · factor.
+// dropped() from kept probabilities: with dropout 0 where the sign bit is
+// set, else p · factor; for bf16 inputs rounded.
 void kept_dropped(const Geometry& g, const Block& x, const int64_t* extent, const float* p, float* out) {
   const int64_t n = x.keys;
   const float factor = g.inv_keep;
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* pr = p + r * n;
     float* o = out + r * n;
+    const int64_t e = extent[r];
+    if (g.key) {
 #pragma omp simd
-    for (int64_t j = 0; j < extent[r]; ++j) o[j] = std::signbit(pr[j]) ? 0.0f : pr[j] * factor;
-    std::fill(o + extent[r], o + n, 0.0f);
+      for (int64_t j = 0; j < e; ++j) o[j] = std::signbit(pr[j]) ? 0.0f : pr[j] * factor;
+    } else {
+      std::copy(pr, pr + e, o);
+    }
+    if (g.bf16)
+      round_bf16(o, e);
+    std::fill(o + e, o + n, 0.0f);
   }
 }
 
@@ -342,9 +360,11 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
     rounded.resize(static_cast<size_t>(g.B * g.H * g.Tq * g.D));
 #pragma omp parallel for collapse(2)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh)
-      for (int64_t i = 0; i < g.Tq; ++i)
-        for (int64_t d = 0; d < g.D; ++d)
-          rounded[(bh * g.Tq + i) * g.D + d] = round_to_bf16(dy.at(bh / g.H, bh % g.H, i)[d]);
+      for (int64_t i = 0; i < g.Tq; ++i) {
+        float* row = rounded.data() + (bh * g.Tq + i) * g.D;
+        std::copy(dy.at(bh / g.H, bh % g.H, i), dy.at(bh / g.H, bh % g.H, i) + g.D, row);
+        round_bf16(row, g.D);
+      }
     dy = {rounded.data(), g.H * g.Tq * g.D, g.Tq * g.D, g.D};
   }
   const int64_t blocks = blocks_of(g);
@@ -384,10 +404,10 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
         }
         const int64_t m = x.cols();
         const float* pdp = pr0;  // the probabilities as the forward's product read them
-        if (kept && g.key) {
+        if (kept && (g.key || g.bf16)) {
           kept_dropped(g, x, extent.data(), pr0, pd);
           pdp = pd;
-        } else if (keep || g.bf16) {
+        } else if (!kept && (keep || g.bf16)) {
           dropped(g, x, extent.data(), p, keep, pd);
           pdp = pd;
         }
@@ -400,7 +420,7 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
           float* dr = ds + r * m;
           const int64_t e = extent[r];  // (past it p is 0: so is the gradient of the scores)
           if (g.bf16)  // the gradient of autocast's bf16 probabilities
-            for (int64_t j = 0; j < e; ++j) dr[j] = round_to_bf16(dr[j]);
+            round_bf16(dr, e);
           if (kept && g.key) {  // dropped where the sign bit is set
             const float factor = g.inv_keep;
 #pragma omp simd
@@ -420,7 +440,7 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
           // Later keys hold a constant: no gradient, even where a row spread its weight there.
           std::fill(dr + (g.causal ? std::min(e, x.i0 + r + 1 - x.k0) : e), dr + m, 0.0f);
           if (g.bf16)
-            for (int64_t j = 0; j < e; ++j) dr[j] = round_to_bf16(dr[j]);
+            round_bf16(dr, e);
         }
         ok = ok && sgemm(false, false, x.rows, g.D, m, ds, m, k.at(x.b, x.h, x.k0), k.ld,
                          dq.at(x.b, x.h, x.i0), dq.ld, false);

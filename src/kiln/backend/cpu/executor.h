@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <future>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kiln/compiler/program.h"
@@ -116,6 +117,25 @@ bool sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, in
 bool prefers_matmul_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K);
 bool matmul_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
                       const float* b, int64_t ldb, float* c, int64_t ldc, const float* bias, bool accumulate);
+// The same with bf16 operands (their bits), f32 sums and result: oneDNN's
+// bf16 matmul. Also inside parallel regions (single-threaded there). False
+// where oneDNN has only its reference implementation for the layout.
+bool matmul_primitive_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda,
+                           const uint16_t* b, int64_t ldb, float* c, int64_t ldc, const float* bias, bool accumulate);
+// The CPU has bf16 dot-product instructions (AVX512-BF16 or AMX), as oneDNN
+// detects them at run time.
+bool cpu_has_bf16_products();
+// Products of bf16 operands run as bf16 products: cpu_has_bf16_products()
+// and the environment does not force the emulation (KILN_CPU_BF16=emulate).
+bool native_bf16_products();
+// Tests compare both paths: false forces the emulation; true is ignored on a
+// CPU without bf16 products.
+void set_native_bf16_products(bool on);
+// oneDNN's implementation of a bf16 product (brg:avx512_core_bf16,
+// brg:avx512_core_amx, ...), or "" where it has only its reference one.
+std::string bf16_matmul_implementation();
+// Says once on stderr that bf16 products are emulated (widened to f32).
+void note_emulated_bf16();
 // The softmax kernel's row steps: the largest of x[0, n), and e = exp(x - m)
 // with its sum (float blocks of 512, the blocks in double).
 float row_max(const float* x, int64_t n);

@@ -1,7 +1,12 @@
 // oneDNN's matmul primitive for the GEMM shapes where it beats oneDNN's
-// sgemm (see prefers_matmul_primitive), created once per shape and layout.
+// sgemm (see prefers_matmul_primitive), and for every product of bf16
+// operands on a CPU with bf16 dot products (AVX512-BF16, AMX), created once
+// per shape and layout.
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -12,6 +17,7 @@
 #include <vector>
 
 #include "kiln/backend/cpu/executor.h"
+#include "kiln/core/env.h"
 #include "kiln/core/error.h"
 
 namespace kiln::backend::cpu {
@@ -33,14 +39,15 @@ namespace {
 
 struct Key {
   int64_t M, N, K, lda, ldb, ldc;
-  bool ta, tb, bias, accumulate;
-  auto tie() const { return std::tie(M, N, K, lda, ldb, ldc, ta, tb, bias, accumulate); }
+  bool ta, tb, bias, accumulate, bf16;  // bf16: bf16 operands (the result and bias stay f32)
+  auto tie() const { return std::tie(M, N, K, lda, ldb, ldc, ta, tb, bias, accumulate, bf16); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
 struct Primitive {
   dnnl::matmul prim;
   dnnl::memory::desc a, b, c, bias, scratch;
+  std::string impl;  // oneDNN's name for the implementation, e.g. brg:avx512_core_bf16
 };
 
 const dnnl::engine& engine() {
@@ -60,14 +67,15 @@ std::shared_ptr<const Primitive> primitive_for(const Key& k) {
   try {
     using dnnl::memory;
     const auto f32 = memory::data_type::f32;
+    const auto operands = k.bf16 ? memory::data_type::bf16 : f32;
     // Row-major storage: element (i, j) of a transposed operand sits at j·ld + i.
-    auto desc = [&](int64_t rows, int64_t cols, bool trans, int64_t ld) {
-      return memory::desc({rows, cols}, f32, trans ? memory::dims{1, ld} : memory::dims{ld, 1});
+    auto desc = [&](int64_t rows, int64_t cols, bool trans, int64_t ld, memory::data_type t) {
+      return memory::desc({rows, cols}, t, trans ? memory::dims{1, ld} : memory::dims{ld, 1});
     };
     auto p = std::make_shared<Primitive>();
-    p->a = desc(k.M, k.K, k.ta, k.lda);
-    p->b = desc(k.K, k.N, k.tb, k.ldb);
-    p->c = desc(k.M, k.N, false, k.ldc);
+    p->a = desc(k.M, k.K, k.ta, k.lda, operands);
+    p->b = desc(k.K, k.N, k.tb, k.ldb, operands);
+    p->c = desc(k.M, k.N, false, k.ldc, f32);
     if (k.bias) p->bias = memory::desc({1, k.N}, f32, memory::dims{k.N, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // one scratchpad per call: replicas may share a primitive
@@ -81,6 +89,7 @@ std::shared_ptr<const Primitive> primitive_for(const Key& k) {
     dnnl::matmul::primitive_desc pd(d, attr, engine());
     if (std::strncmp(pd.impl_info_str(), "ref", 3) != 0) {
       p->scratch = pd.scratchpad_desc();
+      p->impl = pd.impl_info_str();
       p->prim = dnnl::matmul(pd);
       made = std::move(p);
     }
@@ -91,16 +100,13 @@ std::shared_ptr<const Primitive> primitive_for(const Key& k) {
   return made;
 }
 
-}  // namespace
-
-bool matmul_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
-                      const float* b, int64_t ldb, float* c, int64_t ldc, const float* bias, bool accumulate) {
-  const auto p = primitive_for({M, N, K, lda, ldb, ldc, ta, tb, bias != nullptr, accumulate});
+bool run(const Key& k, const void* a, const void* b, float* c, const float* bias) {
+  const auto p = primitive_for(k);
   if (!p) return false;
   thread_local std::vector<char> scratch;
   scratch.resize(p->scratch.get_size());
   const dnnl::engine& e = engine();
-  dnnl::memory am(p->a, e, const_cast<float*>(a)), bm(p->b, e, const_cast<float*>(b)), cm(p->c, e, c),
+  dnnl::memory am(p->a, e, const_cast<void*>(a)), bm(p->b, e, const_cast<void*>(b)), cm(p->c, e, c),
       sm(p->scratch, e, scratch.data());
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
@@ -110,10 +116,67 @@ bool matmul_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f
     p->prim.execute(s, args);
     s.wait();
   } catch (const dnnl::error& err) {
-    throw Error(std::string("matmul: oneDNN's matmul primitive failed for M=") + std::to_string(M) +
-                " N=" + std::to_string(N) + " K=" + std::to_string(K) + ": " + err.what());
+    throw Error(std::string("matmul: oneDNN's ") + (k.bf16 ? "bf16 " : "") + "matmul primitive failed for M=" +
+                std::to_string(k.M) + " N=" + std::to_string(k.N) + " K=" + std::to_string(k.K) + ": " + err.what());
   }
   return true;
+}
+
+// KILN_CPU_BF16: auto (native bf16 products where the CPU has them) or
+// emulate (always widen to f32, as on a CPU without them).
+bool bf16_forced_off() {
+  static const bool off = env_choice("KILN_CPU_BF16", {"auto", "emulate"}) == "emulate";
+  return off;
+}
+
+}  // namespace
+
+bool matmul_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float* c, int64_t ldc, const float* bias, bool accumulate) {
+  return run({M, N, K, lda, ldb, ldc, ta, tb, bias != nullptr, accumulate, false}, a, b, c, bias);
+}
+
+bool matmul_primitive_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda,
+                           const uint16_t* b, int64_t ldb, float* c, int64_t ldc, const float* bias, bool accumulate) {
+  return run({M, N, K, lda, ldb, ldc, ta, tb, bias != nullptr, accumulate, true}, a, b, c, bias);
+}
+
+bool cpu_has_bf16_products() {
+  // oneDNN's ISA masks nest: AVX512-BF16 (0xe7) and AMX (0x3e7) both hold
+  // every bit of avx512_core_bf16.
+  const auto bits = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (bits & bf16) == bf16;
+}
+
+namespace {
+std::atomic<int> g_native{-1};  // -1: not decided yet
+}
+
+bool native_bf16_products() {
+  int v = g_native.load();
+  if (v < 0) {
+    const int decided = cpu_has_bf16_products() && !bf16_forced_off() ? 1 : 0;
+    v = g_native.compare_exchange_strong(v, decided) ? decided : g_native.load();  // a setter wins
+  }
+  return v == 1;
+}
+
+void set_native_bf16_products(bool on) { g_native.store(on && cpu_has_bf16_products() ? 1 : 0); }
+
+std::string bf16_matmul_implementation() {
+  const auto p = primitive_for({64, 64, 64, 64, 64, 64, false, true, false, false, true});
+  return p ? p->impl : "";
+}
+
+void note_emulated_bf16() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::fprintf(stderr, "kiln: %s: bf16 matrix products are emulated (operands widened to f32 for sgemm: "
+                 "exact, but no faster than fp32)\n",
+                 cpu_has_bf16_products() ? "bf16 products turned off (KILN_CPU_BF16=emulate)"
+                                         : "this CPU has no bf16 instructions (AVX512-BF16 or AMX)");
+  });
 }
 
 }  // namespace kiln::backend::cpu

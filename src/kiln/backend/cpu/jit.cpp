@@ -16,6 +16,7 @@
 
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/vecmath.h"
+#include "kiln/core/bf16.h"
 #include "kiln/core/env.h"
 #include "kiln/core/error.h"
 
@@ -49,8 +50,8 @@ std::atomic<int> g_enabled{-1};  // -1: not read from KILN_JIT yet
 #ifdef KILN_HAVE_XBYAK
 
 // (An i32 or i64 load makes the program integral: evaluated in double.)
-bool loadable(DType t) { return t == DType::f32 || t == DType::b8; }
-bool storable(DType t) { return t == DType::f32 || t == DType::b8; }
+bool loadable(DType t) { return t == DType::f32 || t == DType::b8 || t == DType::bf16; }
+bool storable(DType t) { return t == DType::f32 || t == DType::b8 || t == DType::bf16; }
 
 #ifdef KILN_HAVE_LIBMVEC
 // Transcendental steps: the compiled loop calls these with the operands in
@@ -169,7 +170,7 @@ bool compilable(const Instr& ins) {
   for (const auto& e : ins.extra_outputs)
     if (!stored_ok(e.out)) return false;
   for (const auto& s : ins.program) {
-    if (!supported(s) || s.dtype == DType::bf16) return false;
+    if (!supported(s)) return false;
     if (s.op == Op::Data) {
       const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
       if (!loadable(in.dtype) || !(in.view.is_contiguous() || in.view.is_broadcast_scalar() ||
@@ -200,9 +201,10 @@ std::string signature(const Instr& ins) {
   return sig;
 }
 
-// Stack slots of 32 bytes: four constants, then one per step (a value's home
-// when it is not in a register).
-enum ConstSlot { kZero = 0, kOne, kSign, kAbs, kConstSlots };
+// Stack slots of 32 bytes: the constants, then one per step (a value's home
+// when it is not in a register). kLsb..kQuietLow: bf16 rounding (bf16.h's
+// bf16_from_float, lane for lane).
+enum ConstSlot { kZero = 0, kOne, kSign, kAbs, kLsb, kRound, kHigh, kQuiet, kQuietLow, kConstSlots };
 // vcmpps predicates, as C++ compares floats (ordered, except !=).
 enum Pred : uint8_t { kEq = 0x00, kLt = 0x01, kLe = 0x02, kUnord = 0x03, kNe = 0x04, kGe = 0x0D, kGt = 0x0E };
 
@@ -299,6 +301,11 @@ class Generator : public Xbyak::CodeGenerator {
     if (invariant_[k]) {  // one value for every element (of the call's row: row_broadcast)
       if (in.dtype == DType::f32) {
         vbroadcastss(d, dword[rax]);
+      } else if (in.dtype == DType::bf16) {  // the top half of an f32
+        movzx(eax, word[rax]);
+        shl(eax, 16);
+        vmovd(x, eax);
+        vbroadcastss(d, x);
       } else {  // b8
         movzx(eax, byte[rax]);
         vcvtsi2ss(x, x, eax);
@@ -308,14 +315,41 @@ class Generator : public Xbyak::CodeGenerator {
     }
     if (in.dtype == DType::f32) {
       vmovups(d, ptr[rax + r12 * 4 + 32 * h]);
+    } else if (in.dtype == DType::bf16) {  // exact: the bits to the top half
+      vpmovzxwd(d, ptr[rax + r12 * 2 + 16 * h]);
+      vpslld(d, d, 16);
     } else {  // b8: 0 or 1 per byte
       vpmovzxbd(d, ptr[rax + r12 + 8 * h]);
       vcvtdq2ps(d, d);
     }
   }
 
+  static float constant_value(const FusedStep& s) {
+    const float v = static_cast<float>(s.attrs.floats[0]);
+    return s.dtype == DType::bf16 ? kiln::round_to_bf16(v) : v;
+  }
+
   // mask (all ones / zero per lane) -> 1.0f / 0.0f
   void mask_to_one(const Xbyak::Ymm& d, const Xbyak::Ymm& mask) { vandps(d, mask, cslot(kOne)); }
+
+  // t0 = v's bits plus bf16_from_float's rounding increment (0x7fff plus
+  // the kept half's lowest bit; none for a NaN), t1 = v's NaN lanes.
+  void bf16_round_up(const Xbyak::Ymm& v) {
+    vcmpps(t1_, v, v, kUnord);
+    vpsrld(t0_, v, 16);
+    vpand(t0_, t0_, cslot(kLsb));
+    vpaddd(t0_, t0_, cslot(kRound));
+    vpandn(t0_, t1_, t0_);
+    vpaddd(t0_, t0_, v);
+  }
+  // d = v rounded to the nearest bf16 value (ties to even), as a float; a
+  // NaN keeps its top half and becomes quiet (round_to_bf16).
+  void round_to_bf16(const Xbyak::Ymm& d, const Xbyak::Ymm& v) {
+    bf16_round_up(v);
+    vpand(t0_, t0_, cslot(kHigh));
+    vpand(t1_, t1_, cslot(kQuiet));
+    vpor(d, t0_, t1_);
+  }
 
   // A transcendental step: every value in a register goes to its slot (the
   // callee may change every ymm register), the operands to ymm0 and ymm1.
@@ -370,7 +404,7 @@ class Generator : public Xbyak::CodeGenerator {
     if (s.op == Op::Data || s.op == Op::Constant) {
       const Xbyak::Ymm d(alloc());
       if (s.op == Op::Data) load_input(k, h, d);
-      else broadcast_bits(d, std::bit_cast<uint32_t>(static_cast<float>(s.attrs.floats[0])));
+      else broadcast_bits(d, std::bit_cast<uint32_t>(constant_value(s)));
       bind(out, d.getIdx());
       return;
     }
@@ -437,12 +471,13 @@ class Generator : public Xbyak::CodeGenerator {
           nonzero(t0_, a);
           mask_to_one(d, t0_);
         } else {
-          vmovaps(d, a);  // f32 from f32
+          vmovaps(d, a);  // f32 or bf16 from f32 or bf16 (rounded below)
         }
         break;
       case Op::Detach: vmovaps(d, a); break;
       default: KILN_ASSERT(false);
     }
+    if (s.dtype == DType::bf16) round_to_bf16(d, d);  // a bf16 value, as the interpreter rounds it
     // (Not before the loop: an invariant step may be the last reader of a
     // value that earlier loop steps read too. spill_all stores them all.)
     // (An invariant read by both halves is unbound after the first: it
@@ -460,6 +495,16 @@ class Generator : public Xbyak::CodeGenerator {
     mov(rax, ptr[rbx + 8 * index]);
     if (out.dtype == DType::f32) {
       vmovups(ptr[rax + r12 * 4 + 32 * h], v);
+      return;
+    }
+    if (out.dtype == DType::bf16) {  // bf16_from_float: the rounded top halves, packed
+      bf16_round_up(v);
+      vpsrld(t0_, t0_, 16);
+      vpand(t1_, t1_, cslot(kQuietLow));
+      vpor(t0_, t0_, t1_);
+      vextracti128(Xbyak::Xmm(15), t0_, 1);
+      vpackusdw(Xbyak::Xmm(14), Xbyak::Xmm(14), Xbyak::Xmm(15));
+      vmovdqu(ptr[rax + r12 * 2 + 16 * h], Xbyak::Xmm(14));
       return;
     }
     // b8: v != 0 -> 1 byte per lane
@@ -526,6 +571,12 @@ class Generator : public Xbyak::CodeGenerator {
     vmovups(cslot(kSign), t0_);
     broadcast_bits(t0_, 0x7FFFFFFFu);
     vmovups(cslot(kAbs), t0_);
+    const std::pair<ConstSlot, uint32_t> bf16_bits[] = {
+        {kLsb, 1u}, {kRound, 0x7FFFu}, {kHigh, 0xFFFF0000u}, {kQuiet, 0x00400000u}, {kQuietLow, 0x40u}};
+    for (const auto& [c, bits] : bf16_bits) {
+      broadcast_bits(t0_, bits);
+      vmovups(cslot(c), t0_);
+    }
     // Values that are the same for every element, once, into their slots.
     for (int32_t k = 0; k < n; ++k)
       if (invariant_[k]) emit_step(k);

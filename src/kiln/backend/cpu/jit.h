@@ -12,8 +12,11 @@
 // 8-lane functions (vecmath.h), or with AVX-512 their 16-lane forms, which
 // give the same bits lane for lane (jit_wide_enabled).
 //
+// bf16 operands are widened on load (exact) and rounded to nearest even on
+// store, and steps of bf16 dtype round their value, as the interpreter does.
+//
 // Programs the code generator does not take stay with the interpreter:
-// random numbers, bf16 values, double-evaluated integer programs, and
+// random numbers, double-evaluated integer programs, and
 // operands that are neither contiguous nor one broadcast value nor
 // contiguous along rows of the last axis of 64 values or more (those run a
 // call per row, with the row's pointers: the same code).

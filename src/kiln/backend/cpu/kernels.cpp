@@ -330,6 +330,60 @@ const float* as_f32_operand(const Operand& op, const char* base, std::vector<flo
 
 namespace {
 
+// A product's operands as matmul_kernel lays them out.
+struct Layout {
+  Mat a, b;
+  const std::vector<int64_t>&ao, &bo;  // batch offsets, in elements
+  bool one_gemm;                        // all batches as one [nb·M, K] x [K, N] product
+  int64_t M, N, K;
+};
+
+// bf16 operands on a CPU with bf16 dot products: oneDNN's bf16 matmul,
+// f32 sums and result, the bias (f32) added by the primitive or, strided,
+// put in c first and summed onto. False (nothing written that the f32 path
+// does not write again) where oneDNN declines the layout or the shape is
+// empty.
+bool bf16_products(const Instr& ins, std::span<char* const> in, const Layout& l, float* c) {
+  const int64_t nb = static_cast<int64_t>(l.ao.size()), M = l.M, N = l.N, K = l.K;
+  if (K == 0 || M == 0 || N == 0 || nb == 0) return false;
+  const uint16_t* a = reinterpret_cast<const uint16_t*>(in[0]);
+  const uint16_t* b = reinterpret_cast<const uint16_t*>(in[1]);
+  const bool bias = ins.inputs.size() == 3;
+  const float* v = nullptr;
+  if (bias) {
+    const Operand& V = ins.inputs[2];
+    const int64_t vs = V.view.strides.empty() ? 1 : V.view.strides[0];
+    v = reinterpret_cast<const float*>(in[2]) + V.view.offset;
+    if (!l.one_gemm || vs != 1) {  // every row of c starts as the bias; the products add to it
+#pragma omp parallel for schedule(static) if (nb * M * N > 65536)
+      for (int64_t r = 0; r < nb * M; ++r)
+        for (int64_t j = 0; j < N; ++j) c[r * N + j] = v[j * vs];
+      v = nullptr;
+    }
+  }
+  const bool accumulate = bias && !v;
+  if (l.one_gemm)
+    return matmul_primitive_bf16(l.a.trans, l.b.trans, M * nb, N, K, a + l.ao[0], l.a.ld, b + l.bo[0], l.b.ld, c, N,
+                                 v, accumulate);
+  // Batched (attention's composite): the batch over threads, one product each.
+  if (!matmul_primitive_bf16(l.a.trans, l.b.trans, M, N, K, a + l.ao[0], l.a.ld, b + l.bo[0], l.b.ld, c, N, nullptr,
+                             accumulate))
+    return false;
+  // Errors are collected: nothing may throw out of a parallel region.
+  bool ok = true;
+#pragma omp parallel for schedule(dynamic) if (nb >= omp_get_max_threads()) reduction(&& : ok)
+  for (int64_t i = 1; i < nb; ++i) {
+    try {
+      ok = ok && matmul_primitive_bf16(l.a.trans, l.b.trans, M, N, K, a + l.ao[i], l.a.ld, b + l.bo[i], l.b.ld,
+                                       c + i * M * N, N, nullptr, accumulate);
+    } catch (const Error&) {
+      ok = false;
+    }
+  }
+  KILN_CHECK(ok, "matmul: oneDNN's bf16 matmul failed for a batch of ", nb, " [", M, "x", K, "]·[", K, "x", N, "]");
+  return true;
+}
+
 void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   const Operand &A = ins.inputs[0], &B = ins.inputs[1];
   bool ta = ins.attrs.ints[0], tb = ins.attrs.ints[1];
@@ -340,10 +394,25 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   int64_t K = ta ? A.view.shape[ra - 2] : A.view.shape[ra - 1];
   Shape out_batch(os.begin(), os.end() - 2);
   int64_t nb = numel(out_batch);
-  // bf16 operands (--bf16): this CPU has no bf16 GEMM, so each is widened
-  // to f32 first (exact), which gives a bf16 GEMM's result: exact products,
-  // sums in f32. The buffers are kept for the next product, unless large
-  // (an LM head's [tokens, vocabulary] gradient).
+  Mat la = gemm_layout(A.view, ta), lb = gemm_layout(B.view, tb);
+  std::vector<int64_t> ao = batch_offsets(A.view, out_batch), bo = batch_offsets(B.view, out_batch);
+  // B shared by every batch and A's batches stacked row-major: one GEMM.
+  bool b_shared = std::all_of(bo.begin(), bo.end(), [&](int64_t o) { return o == bo[0]; });
+  bool a_stacked = !la.trans && la.ld == K;
+  for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * M * K;
+  const bool one_gemm = nb == 1 || (b_shared && a_stacked);
+  float* c = out_ptr<float>(ins, out);
+  if (A.dtype == DType::bf16) {
+    if (native_bf16_products()) {
+      if (bf16_products(ins, in, {la, lb, ao, bo, one_gemm, M, N, K}, c)) return;
+    } else {
+      note_emulated_bf16();
+    }
+  }
+  // bf16 operands without bf16 products (or a layout oneDNN's bf16 matmul
+  // declines): each is widened to f32 first (exact), which gives a bf16
+  // GEMM's result: exact products, sums in f32. The buffers are kept for the
+  // next product, unless large (an LM head's [tokens, vocabulary] gradient).
   thread_local std::vector<float> wide_a, wide_b;
   struct Release {
     ~Release() {
@@ -353,14 +422,6 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   } release;
   const float* a = as_f32_operand(A, in[0], wide_a);
   const float* b = as_f32_operand(B, in[1], wide_b);
-  float* c = out_ptr<float>(ins, out);
-  Mat la = gemm_layout(A.view, ta), lb = gemm_layout(B.view, tb);
-  std::vector<int64_t> ao = batch_offsets(A.view, out_batch), bo = batch_offsets(B.view, out_batch);
-  // B shared by every batch and A's batches stacked row-major: one GEMM.
-  bool b_shared = std::all_of(bo.begin(), bo.end(), [&](int64_t o) { return o == bo[0]; });
-  bool a_stacked = !la.trans && la.ld == K;
-  for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * M * K;
-  const bool one_gemm = nb == 1 || (b_shared && a_stacked);
   // (Not inside a parallel region: a paired product runs on one thread.)
   const bool primitive =
       one_gemm && K > 0 && !omp_in_parallel() && prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K);

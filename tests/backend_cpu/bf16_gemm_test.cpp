@@ -1,0 +1,193 @@
+// Products of bf16 operands on the CPU (--bf16): oneDNN's bf16 matmul where
+// the CPU has bf16 dot products (AVX512-BF16, AMX), the operands widened to
+// f32 for sgemm elsewhere. Either way a product is the sum of the exact
+// products of the bf16 values, summed in f32: both are checked against the
+// rounded operands multiplied and summed in double, within f32 summation
+// error, and against each other.
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <cstdint>
+#include <vector>
+
+#include "kiln/backend/cpu/executor.h"
+#include "kiln/core/bf16.h"
+#include "kiln/runtime/autocast.h"
+#include "kiln/runtime/ops.h"
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+using backend::cpu::cpu_has_bf16_products;
+using backend::cpu::native_bf16_products;
+using backend::cpu::set_native_bf16_products;
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = bf16_from_float(v[i]);
+  return h;
+}
+
+std::vector<float> rounded(std::vector<float> v) {
+  for (auto& x : v) x = round_to_bf16(x);
+  return v;
+}
+
+// Row-major c = op(a)·op(b) (+ bias) in double, and the bound on an f32
+// sum's error: K·2⁻²⁴·Σ|products| (plus the bias's rounding), per element.
+struct Reference {
+  std::vector<double> c, bound;
+};
+Reference reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const std::vector<float>& a, int64_t lda,
+                    const std::vector<float>& b, int64_t ldb, const float* bias) {
+  Reference r{std::vector<double>(static_cast<size_t>(M * N)), std::vector<double>(static_cast<size_t>(M * N))};
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = bias ? bias[j] : 0.0, mag = bias ? std::abs(bias[j]) : 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p =
+            static_cast<double>(ta ? a[k * lda + i] : a[i * lda + k]) * (tb ? b[j * ldb + k] : b[k * ldb + j]);
+        acc += p;
+        mag += std::abs(p);
+      }
+      r.c[i * N + j] = acc;
+      r.bound[i * N + j] = (K + 2) * std::ldexp(1.0, -24) * mag + 1e-30;
+    }
+  return r;
+}
+
+void expect_within(const std::vector<float>& got, const Reference& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.c.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want.c[i], want.bound[i]) << what << " at " << i;
+}
+
+// Where the CPU has bf16 instructions, products of bf16 operands run as
+// oneDNN's bf16 kernels (not its reference code, not an f32 GEMM).
+TEST(CpuBf16Gemm, NativePathWhereTheCpuHasIt) {
+  if (!cpu_has_bf16_products()) GTEST_SKIP() << "this CPU has no AVX512-BF16 or AMX: bf16 products are emulated";
+  if (const char* v = std::getenv("KILN_CPU_BF16"); v && std::string(v) == "emulate")
+    GTEST_SKIP() << "KILN_CPU_BF16=emulate";
+  EXPECT_TRUE(native_bf16_products());
+  const std::string impl = backend::cpu::bf16_matmul_implementation();
+  EXPECT_NE(impl.find("bf16"), std::string::npos) << impl;  // avx512_core_bf16, or amx with bf16 in its name
+  EXPECT_NE(impl.rfind("ref", 0), 0u) << impl;
+}
+
+// The primitive itself, every layout the matmul kernel gives it: padded
+// leading dimensions, transposes, a bias, accumulation into c.
+TEST(CpuBf16Gemm, PrimitiveMatchesRoundedOperandsSummedInDouble) {
+  if (!native_bf16_products()) GTEST_SKIP() << "bf16 products are emulated here";
+  struct Case {
+    bool ta, tb;
+    int64_t M, N, K, pad;
+  };
+  for (const Case& t : {Case{false, true, 37, 24, 200, 0}, Case{false, true, 64, 16, 96, 3},
+                        Case{true, false, 29, 31, 45, 0}, Case{false, false, 8, 50, 70, 5},
+                        Case{true, true, 17, 9, 33, 2}, Case{false, true, 1, 40, 300, 0},
+                        Case{false, false, 256, 256, 1024, 0}}) {
+    const int64_t arows = t.ta ? t.K : t.M, acols = t.ta ? t.M : t.K;
+    const int64_t brows = t.tb ? t.N : t.K, bcols = t.tb ? t.K : t.N;
+    const int64_t lda = acols + t.pad, ldb = bcols + t.pad;
+    const auto a = rounded(testing::uniform_values(arows * lda, 1)), b = rounded(testing::uniform_values(brows * ldb, 2));
+    const auto ah = to_bf16(a), bh = to_bf16(b);
+    const std::vector<float> bias = testing::uniform_values(t.N, 3), c0 = testing::uniform_values(t.M * t.N, 4);
+    const std::string what = std::to_string(t.M) + "x" + std::to_string(t.N) + "x" + std::to_string(t.K) +
+                             (t.ta ? " T" : " N") + (t.tb ? "T" : "N");
+    for (int mode = 0; mode < 3; ++mode) {  // plain, bias, accumulate
+      std::vector<float> c = c0;
+      const float* bp = mode == 1 ? bias.data() : mode == 2 ? c0.data() : nullptr;  // (c0's row 0 stands in)
+      ASSERT_TRUE(backend::cpu::matmul_primitive_bf16(t.ta, t.tb, t.M, t.N, t.K, ah.data(), lda, bh.data(), ldb,
+                                                      c.data(), t.N, mode == 1 ? bias.data() : nullptr, mode == 2))
+          << what << ": oneDNN declined the layout";
+      Reference want = reference(t.ta, t.tb, t.M, t.N, t.K, a, lda, b, ldb, mode == 1 ? bp : nullptr);
+      if (mode == 2)
+        for (size_t i = 0; i < want.c.size(); ++i) want.c[i] += c0[i], want.bound[i] += std::abs(c0[i]) * 1e-7;
+      expect_within(c, want, what + (mode == 0 ? " plain" : mode == 1 ? " bias" : " accumulate"));
+    }
+  }
+}
+
+// Through the compiler and the matmul kernel, on whichever path this CPU
+// takes and on the emulated one: a linear layer (bias folded in), a strided
+// bias, batched products (attention's composite), a shared weight's
+// gradient (Tᵀ·N), all of bf16 operands.
+struct Products {
+  std::vector<std::vector<float>> values;
+  std::vector<Reference> want;
+};
+Products products_of_bf16_operands() {
+  const int64_t B = 3, M = 40, N = 24, K = 130;
+  const auto xv = rounded(testing::uniform_values(B * M * K, 5)), wv = rounded(testing::uniform_values(N * K, 6));
+  const auto yv = rounded(testing::uniform_values(B * K * N, 7));
+  const std::vector<float> bv = testing::uniform_values(2 * N, 8);
+  Tensor x = cast(Tensor::from_vector(xv, {B, M, K}), DType::bf16), w = cast(Tensor::from_vector(wv, {N, K}), DType::bf16);
+  Tensor y = cast(Tensor::from_vector(yv, {B, K, N}), DType::bf16);
+  Tensor b2 = Tensor::from_vector(bv, {2 * N});
+  Products p;
+  p.values.push_back((matmul(x, w, false, true) + slice(b2, 0, 0, N)).to_vector<float>());
+  p.want.push_back(reference(false, true, B * M, N, K, xv, K, wv, K, bv.data()));
+  std::vector<float> strided;
+  for (int64_t j = 0; j < N; ++j) strided.push_back(bv[2 * j]);
+  p.values.push_back((matmul(x, w, false, true) + slice(b2, 0, 0, 2 * N, 2)).to_vector<float>());
+  p.want.push_back(reference(false, true, B * M, N, K, xv, K, wv, K, strided.data()));
+  p.values.push_back(matmul(x, y).to_vector<float>());
+  Reference batched;
+  for (int64_t i = 0; i < B; ++i) {
+    const std::vector<float> xi(xv.begin() + i * M * K, xv.begin() + (i + 1) * M * K);
+    const std::vector<float> yi(yv.begin() + i * K * N, yv.begin() + (i + 1) * K * N);
+    Reference r = reference(false, false, M, N, K, xi, K, yi, N, nullptr);
+    batched.c.insert(batched.c.end(), r.c.begin(), r.c.end());
+    batched.bound.insert(batched.bound.end(), r.bound.begin(), r.bound.end());
+  }
+  p.want.push_back(batched);
+  Tensor x2 = reshape(x, {B * M, K});
+  p.values.push_back(matmul(x2, x2, true, false).to_vector<float>());  // [K, K]: the TN layout
+  p.want.push_back(reference(true, false, K, K, B * M, xv, K, xv, K, nullptr));
+  return p;
+}
+
+TEST(CpuBf16Gemm, KernelProductsMatchRoundedOperandsOnBothPaths) {
+  const bool was = native_bf16_products();
+  for (bool native : {true, false}) {
+    set_native_bf16_products(native);
+    const Products p = products_of_bf16_operands();
+    for (size_t i = 0; i < p.values.size(); ++i)
+      expect_within(p.values[i], p.want[i],
+                    std::string(native_bf16_products() ? "native" : "emulated") + ", product " + std::to_string(i));
+  }
+  set_native_bf16_products(was);
+}
+
+// An Autocast training step's gradients through both paths: the same
+// within f32 summation error (the sums run in a different order).
+TEST(CpuBf16Gemm, AutocastGradientsAgreeBetweenNativeAndEmulated) {
+  if (!cpu_has_bf16_products()) GTEST_SKIP() << "no native path on this CPU to compare with";
+  const bool was = native_bf16_products();
+  auto grads = [](bool native) {
+    set_native_bf16_products(native);
+    Generator g(11);
+    Tensor x = randn({2, 16, 96}, g), w1 = randn({192, 96}, g), w2 = randn({96, 192}, g);
+    Tensor b1 = randn({192}, g);
+    for (Tensor* p : {&w1, &w2, &b1}) p->requires_grad_();
+    Tensor loss;
+    {
+      Autocast on;
+      const Tensor h = linear(gelu(linear(x, w1, b1)), w2);
+      loss = mean(h * h);
+    }
+    loss.backward();
+    return std::vector<std::vector<float>>{{loss.item()}, w1.grad().to_vector<float>(), w2.grad().to_vector<float>(),
+                                           b1.grad().to_vector<float>()};
+  };
+  const auto native = grads(true), emulated = grads(false);
+  set_native_bf16_products(was);
+  for (size_t t = 0; t < native.size(); ++t)
+    for (size_t i = 0; i < native[t].size(); ++i)
+      // Gradients are rounded to bf16 after the products: one bf16 step apart at most.
+      ASSERT_NEAR(native[t][i], emulated[t][i], 1e-2 * std::abs(emulated[t][i]) + 1e-6) << "tensor " << t << " at " << i;
+}
+
+}  // namespace
+}  // namespace kiln
