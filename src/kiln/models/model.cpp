@@ -8,6 +8,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/bert.h"
+#include "kiln/models/deberta.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/llama.h"
 #include "kiln/models/t5.h"
@@ -122,7 +123,10 @@ std::vector<std::string> supported_architectures() {
           "Phi3ForCausalLM",
           "Phi3ForSequenceClassification",
           "T5ForConditionalGeneration",
-          "T5EncoderModel"};
+          "T5EncoderModel",
+          "DebertaV2Model",
+          "DebertaV2ForSequenceClassification",
+          "DebertaV2ForTokenClassification"};
 }
 
 std::unique_ptr<PretrainedConfig> load_config(const fs::path& path) {
@@ -138,16 +142,17 @@ std::unique_ptr<PretrainedConfig> config_from_json(const nlohmann::json& j, cons
   else if (LlamaConfig::is_type(type))
     config = std::make_unique<LlamaConfig>(LlamaConfig::from_json(j, source));
   else if (type == "t5") config = std::make_unique<T5Config>(T5Config::from_json(j, source));
+  else if (type == "deberta-v2") config = std::make_unique<DebertaV2Config>(DebertaV2Config::from_json(j, source));
   else
     throw Error(source + (type.empty() ? std::string(": no 'model_type'") : ": model_type '" + excerpt(type) + "' is not supported") +
-                " (supported: bert, roberta, distilbert, gpt2, " + LlamaConfig::kTypes + ", t5)");
+                " (supported: bert, roberta, distilbert, gpt2, " + LlamaConfig::kTypes + ", t5, deberta-v2)");
   check_model_size(*config, source);
   return config;
 }
 
 std::string preset_names() {
   return "bert-tiny, bert-mini, bert-small, bert-base, roberta-base, distilbert-base, distilbert-tiny, gpt2, gpt2-tiny, "
-         "llama-tiny, " + std::string(LlamaConfig::kPresets) + ", t5-small, t5-tiny, t5-v1_1-tiny";
+         "llama-tiny, " + std::string(LlamaConfig::kPresets) + ", t5-small, t5-tiny, t5-v1_1-tiny, deberta-v3-tiny, deberta-v3-base";
 }
 
 std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
@@ -164,6 +169,7 @@ std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
     return c;
   }
   if (auto l = LlamaConfig::preset(name)) return std::make_unique<LlamaConfig>(*l);
+  if (auto d = DebertaV2Config::preset(name)) return std::make_unique<DebertaV2Config>(*d);
   if (name == "llama-tiny") {  // Llama's layout at a size that trains in seconds
     auto c = std::make_unique<LlamaConfig>();
     c->hidden_size = 128;
@@ -220,6 +226,11 @@ std::unique_ptr<PreTrainedModel> build_model(const std::string& architecture, co
     auto* c = dynamic_cast<const T5Config*>(&config);
     KILN_CHECK(c, "architecture ", architecture, " needs a t5 config, got model_type '", config.model_type, "'");
     return std::make_unique<T5ForTask>(architecture, *c, seed, device);
+  }
+  if (architecture.rfind("DebertaV2", 0) == 0) {
+    auto* c = dynamic_cast<const DebertaV2Config*>(&config);
+    KILN_CHECK(c, "architecture ", architecture, " needs a deberta-v2 config, got model_type '", config.model_type, "'");
+    return std::make_unique<DebertaV2ForTask>(architecture, *c, seed, device);
   }
   auto* c = dynamic_cast<const BertConfig*>(&config);
   KILN_CHECK(c, "architecture ", architecture, " needs a bert/roberta/distilbert config, got model_type '",
