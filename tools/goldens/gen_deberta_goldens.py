@@ -28,11 +28,15 @@ positions, no token types) and DeBERTa-v2's (separate pos_key_proj /
 pos_query_proj, absolute positions and token types, relative distances
 clamped at max_relative_positions without buckets), each with padded rows.
 
+relative_positions.json holds HF's position bucket of every distance in
+-1100..1100 at deberta-v3-base's position_buckets 256 / max_relative_positions 512.
+
 Checks before writing: the float64 run agrees with a float32 run (relative
 1e-4), every parameter gets a gradient, and the files read back.
 """
 
 import collections
+import json
 import os
 import sys
 import tempfile
@@ -181,10 +185,26 @@ def build_case(name, arch, num_labels, batch, seq, use_mask, changes, seed):
     print("%-22s loss=%-12.6g bytes=%s" % (name, float(loss), [len(files[f]) for f in sorted(files)]))
 
 
+def write_relative_positions():
+    """HF's bucket of every distance -1100..1100 under microsoft/deberta-v3-base's position_buckets 256 and
+    max_relative_positions 512 (relative_positions.json): make_log_bucket_position's float32 ceil, checked
+    element by element."""
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+    distances = torch.arange(-1100, 1101, dtype=torch.long)
+    buckets = make_log_bucket_position(distances, 256, 512).to(torch.long)
+    path = os.path.join(DATA, "deberta", "relative_positions.json")
+    with open(path, "w") as f:
+        json.dump({"bucket_size": 256, "max_position": 512, "first_distance": -1100,
+                   "buckets": buckets.tolist()}, f, separators=(",", ":"))
+        f.write("\n")
+    print("relative_positions.json: %d distances" % len(buckets))
+
+
 def main():
     assert transformers.__version__ == "5.25.0", transformers.__version__
     for case in CASES:
         build_case(*case)
+    write_relative_positions()
 
 
 if __name__ == "__main__":
