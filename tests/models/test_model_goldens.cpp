@@ -124,7 +124,8 @@ INSTANTIATE_TEST_SUITE_P(HfDecoders, HfSaveGolden, kHfDecoders);
 // DeBERTa-v2's (own position projections, absolute positions, token types).
 const auto kDeberta = ::testing::Values("deberta/deberta_v3_seqcls", "deberta/deberta_v3_tokcls",
                                         "deberta/deberta_v3_model", "deberta/deberta_v2_seqcls",
-                                        "deberta/deberta_v3_c2p_only");
+                                        "deberta/deberta_v3_c2p_only", "deberta/deberta_v3_negative_label",
+                                        "deberta/deberta_v3_soft_labels");
 INSTANTIATE_TEST_SUITE_P(Deberta, ModelGolden, kDeberta);
 INSTANTIATE_TEST_SUITE_P(Deberta, HfSaveGolden, kDeberta);
 

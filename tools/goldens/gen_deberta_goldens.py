@@ -74,14 +74,21 @@ CASES = [
     ("deberta_v2_seqcls", "DebertaV2ForSequenceClassification", 3, 3, 7, True, V2, 5004),
     ("deberta_v3_c2p_only", "DebertaV2ForSequenceClassification", 2, 3, 7, True,
      dict(V3, pos_att_type=["c2p"], share_att_key=False), 5005),
+    # No problem_type: HF's own rules. Integer labels drop the rows labelled < 0; [batch, labels] float
+    # labels are soft targets.
+    ("deberta_v3_negative_label", "DebertaV2ForSequenceClassification", 3, 3, 7, True,
+     dict(V3, problem_type=None, labels="negative"), 5006),
+    ("deberta_v3_soft_labels", "DebertaV2ForSequenceClassification", 3, 3, 7, True,
+     dict(V3, problem_type=None, labels="soft"), 5007),
 ]
 
 
 def build_model(arch, num_labels, changes):
     kw = dict(changes)
+    kw.pop("labels", None)
     if num_labels is not None:
         kw["num_labels"] = num_labels
-        kw["problem_type"] = "single_label_classification"
+        kw.setdefault("problem_type", "single_label_classification")
     config = AutoConfig.for_model("deberta-v2", **kw)
     config.architectures = [arch]
     auto = AutoModel if arch.endswith("Model") else (
@@ -101,7 +108,7 @@ def init_params(model, gen):
                 p.copy_(r * (0.1 if name.endswith(".bias") else 0.2))
 
 
-def make_inputs(arch, cfg, batch, seq, use_mask, gen):
+def make_inputs(arch, cfg, batch, seq, use_mask, gen, label_kind=None):
     V = cfg.vocab_size
     inputs = collections.OrderedDict()
     mask = torch.tensor(ATTN_MASK, dtype=torch.int64) if use_mask else torch.ones(batch, seq, dtype=torch.int64)
@@ -119,6 +126,10 @@ def make_inputs(arch, cfg, batch, seq, use_mask, gen):
         inputs["labels"] = torch.where(mask == 1, lab, torch.full_like(lab, -100))
     elif arch.endswith("ForSequenceClassification"):
         inputs["labels"] = torch.randint(0, cfg.num_labels, (batch,), generator=gen, dtype=torch.int64)
+        if label_kind == "negative":
+            inputs["labels"][1] = -1
+        elif label_kind == "soft":
+            inputs["labels"] = torch.softmax(torch.randn(batch, cfg.num_labels, generator=gen), -1)
     else:
         inputs["loss_weight_hidden"] = torch.randn(batch, seq, cfg.hidden_size, generator=gen, dtype=torch.float32)
     return inputs
@@ -147,7 +158,7 @@ def build_case(name, arch, num_labels, batch, seq, use_mask, changes, seed):
     model = build_model(arch, num_labels, changes)
     model.eval()
     init_params(model, gen)
-    inputs = make_inputs(arch, model.config, batch, seq, use_mask, gen)
+    inputs = make_inputs(arch, model.config, batch, seq, use_mask, gen, changes.get("labels"))
     out_dir = os.path.join(DATA, "deberta", name)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
