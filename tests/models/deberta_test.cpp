@@ -5,8 +5,10 @@
 #include <filesystem>
 
 #include "kiln/core/json.h"
+#include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/deberta.h"
+#include "support/temp_dir.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -105,6 +107,40 @@ TEST(DebertaModel, TokenTypesWithoutTypeVocabularyAreAnError) {
   in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 6, 7}, {1, 3});
   in.token_type_ids = zeros({1, 3}, DType::i64);
   EXPECT_CONTAINS(testing::error_of([&] { model->forward(in); }), "no token types (type_vocab_size 0)");
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// deberta-v3-base's checkpoint holds its pre-training heads (lm_predictions.*,
+// mask_predictions.*); HF also ignores absolute position embeddings a model
+// without them is given. Both load, into the base model and a classifier.
+TEST(DebertaLoad, IgnoresPretrainingHeadsAndUnusedPositionEmbeddings) {
+  auto config = models::preset_config("deberta-v3-tiny");
+  auto base = models::create_model("DebertaV2Model", *config, 0, Device::cpu());
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, t] : base->named_parameters()) tensors.emplace_back("deberta." + name, t);
+  tensors.emplace_back("deberta.embeddings.position_embeddings.weight", zeros({512, 128}));
+  tensors.emplace_back("lm_predictions.lm_head.dense.weight", zeros({128, 128}));
+  tensors.emplace_back("mask_predictions.classifier.weight", zeros({1, 128}));
+  testing::TempDir dir;
+  io::save_safetensors(dir.path() / "model.safetensors", tensors, {{"format", "pt"}});
+  io::write_json_file_atomic(dir.path() / "config.json", config->to_json());
+  for (const char* arch : {"DebertaV2Model", "DebertaV2ForSequenceClassification"}) {
+    models::LoadOptions options;
+    options.architecture = arch;
+    std::unique_ptr<models::PreTrainedModel> model;
+    EXPECT_EQ(testing::error_of([&] { model = models::from_pretrained(dir.path(), options); }), "") << arch;
+  }
+  // A missing backbone tensor is still an error.
+  tensors.erase(std::find_if(tensors.begin(), tensors.end(),
+                             [](auto& t) { return t.first == "deberta.encoder.rel_embeddings.weight"; }));
+  io::save_safetensors(dir.path() / "model.safetensors", tensors, {{"format", "pt"}});
+  EXPECT_CONTAINS(testing::error_of([&] { models::from_pretrained(dir.path()); }),
+                  "missing tensor 'deberta.encoder.rel_embeddings.weight'");
 }
 
 }  // namespace

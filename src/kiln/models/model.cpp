@@ -302,6 +302,10 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
     dict.erase(tied);
   if (auto* llama = dynamic_cast<const LlamaConfig*>(&model->config()); llama && llama->tie_word_embeddings)
     dict.erase("lm_head.weight");  // tied to model.embed_tokens.weight
+  // DeBERTa-v3 has no absolute positions: HF ignores a checkpoint's (_keys_to_ignore_on_load_unexpected).
+  if (auto* deberta = dynamic_cast<const DebertaV2Config*>(&model->config()); deberta && !deberta->position_biased_input)
+    for (const char* k : {"deberta.embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"})
+      dict.erase(k);
 
   std::set<std::string> resized;  // ignore_mismatched_sizes: tensors of another shape, left as initialised
   std::string resized_lines;
@@ -334,6 +338,9 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
                                                                     starts_with(u, "classifier") || starts_with(u, "qa_outputs") ||
                                                                     starts_with(u, "pre_classifier.") || starts_with(u, "vocab_") ||
                                                                     starts_with(u, "score.") ||
+                                                                    // DeBERTa-v3's pre-training heads (deberta-v3-base)
+                                                                    starts_with(u, "lm_predictions.") ||
+                                                                    starts_with(u, "mask_predictions.") ||
                                                                     (model->architecture() == "T5EncoderModel" &&
                                                                      starts_with(u, "decoder.")));
     // Causal-mask buffers older GPT-2 checkpoints saved are not parameters.
