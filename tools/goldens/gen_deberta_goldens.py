@@ -211,11 +211,40 @@ def write_relative_positions():
     print("relative_positions.json: %d distances" % len(buckets))
 
 
+def write_tokenizer():
+    """A DeBERTa-v3-style tokenizer (tokenizer/): a 600-piece SentencePiece Unigram model trained on
+    tests/data/tokenizers/corpus.txt with deberta-v3's special pieces ([PAD] 0, [CLS] 1, [SEP] 2, [UNK] 3,
+    [MASK]), turned into tokenizer.json by transformers' DebertaV2Tokenizer (its precompiled nmt_nfkc
+    charsmap normalizer, Metaspace, the [CLS] A [SEP] B [SEP] template). tokenizer_ids.json holds its ids and
+    pair ids of every corpus line."""
+    import sentencepiece as spm
+    from transformers import DebertaV2Tokenizer
+    corpus = os.path.join(DATA, "tokenizers", "corpus.txt")
+    out = os.path.join(DATA, "deberta", "tokenizer")
+    with tempfile.TemporaryDirectory() as tmp:
+        spm.SentencePieceTrainer.train(
+            input=corpus, model_prefix=os.path.join(tmp, "spm"), vocab_size=600, model_type="unigram",
+            pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="[PAD]", bos_piece="[CLS]", eos_piece="[SEP]",
+            unk_piece="[UNK]", user_defined_symbols=["[MASK]"], num_threads=1, minloglevel=2)
+        tok = DebertaV2Tokenizer.from_pretrained(tmp)
+        tok.save_pretrained(out)
+    with open(corpus, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    lines = [l for l in lines if l] + ["a [MASK] here", "  two  spaces \u00e9\u00e8 \uff21\uff22 \u2014 end"]
+    golden = {"lines": lines, "ids": [tok(l)["input_ids"] for l in lines],
+              "pair_ids": [tok(a, b)["input_ids"] for a, b in zip(lines, lines[1:])]}
+    with open(os.path.join(DATA, "deberta", "tokenizer_ids.json"), "w", encoding="utf-8") as f:
+        json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
+    print("tokenizer: %d lines" % len(lines))
+
+
 def main():
     assert transformers.__version__ == "5.25.0", transformers.__version__
     for case in CASES:
         build_case(*case)
     write_relative_positions()
+    write_tokenizer()
 
 
 if __name__ == "__main__":
