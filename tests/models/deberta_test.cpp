@@ -100,6 +100,22 @@ TEST(DebertaConfig, PresetBuildsTransformersParameterNames) {
   EXPECT_FALSE(model->tokenizer_gives_token_types());
 }
 
+// HF's loss without a problem_type drops rows labelled below 0; with none
+// left it is 0 (the goldens cover a partly labelled batch).
+TEST(DebertaModel, SequenceLossWithEveryRowUnlabelledIsZero) {
+  json j = base_config();
+  j.erase("problem_type");
+  auto config = models::config_from_json(j, "cfg.json");
+  auto model = models::create_model("DebertaV2ForSequenceClassification", *config, 0, Device::cpu());
+  model->eval();
+  models::ModelInputs in;
+  in.input_ids = Tensor::from_vector(std::vector<int64_t>{5, 6, 7, 8, 9, 10}, {2, 3});
+  in.labels = Tensor::from_vector(std::vector<int64_t>{-1, -3}, {2});
+  EXPECT_EQ(model->forward(in).loss.item(), 0.0);
+  in.labels = Tensor::from_vector(std::vector<int64_t>{7, 0}, {2});  // past the 3 labels
+  EXPECT_NE(testing::error_of([&] { model->forward(in).loss.item(); }), "");
+}
+
 TEST(DebertaModel, TokenTypesWithoutTypeVocabularyAreAnError) {
   auto config = models::config_from_json(base_config(), "cfg.json");
   auto model = models::create_model("DebertaV2ForTokenClassification", *config, 0, Device::cpu());

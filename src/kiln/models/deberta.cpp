@@ -466,9 +466,13 @@ Tensor DebertaV2ForTask::sequence_loss(const Tensor& logits, const Tensor& label
   const int64_t C = c.num_labels();
   if (c.problem_type || C == 1) return sequence_classification_loss(c, logits, labels);
   if (labels.rank() == 1 || (labels.rank() == 2 && labels.dim(1) == 1)) {
-    Tensor l = reshape(cast(labels, DType::i64), {-1});
-    l = where(lt(l, zeros({}, DType::i64, l.device())), full({}, -100, DType::i64, l.device()), l);
-    return cross_entropy(logits, l);
+    // The mean over the labelled rows; 0 when there are none (HF's torch.tensor(0)).
+    Tensor l = reshape(cast(labels, DType::i64), {-1, 1});
+    const Device dev = l.device();
+    Tensor labelled = cast(ge(l, zeros({}, DType::i64, dev)), DType::f32);  // [B,1]
+    Tensor index = maximum(l, zeros({}, DType::i64, dev));
+    Tensor nll = -gather(log_softmax(logits, -1), 1, index);  // [B,1]
+    return sum(nll * labelled) / maximum(sum(labelled), full({}, 1.0, DType::f32, dev));
   }
   KILN_CHECK(labels.shape() == logits.shape(), architecture_, ": soft labels ", to_string(labels.shape()),
              " must match logits ", to_string(logits.shape()));
