@@ -96,6 +96,22 @@ TEST(GradientCheckpointing, LlamaLayersRecomputedGiveTheSameGradients) {
   expect_same(train_step(make, in, false), train_step(make, in, true), 3);  // attention dropout replayed too
 }
 
+// DeBERTa's layers also read the relative embeddings (LayerNorm'd once,
+// outside the layers) and drop them out inside each layer.
+TEST(GradientCheckpointing, DebertaLayersRecomputedGiveTheSameGradients) {
+  auto make = [] {
+    auto c = models::config_from_json({{"model_type", "deberta-v2"}, {"vocab_size", 60}, {"hidden_size", 32},
+                                       {"intermediate_size", 40}, {"num_hidden_layers", 3}, {"num_attention_heads", 4},
+                                       {"relative_attention", true}, {"position_buckets", 4},
+                                       {"max_relative_positions", 16}, {"pos_att_type", "p2c|c2p"},
+                                       {"share_att_key", true}, {"norm_rel_ebd", "layer_norm"},
+                                       {"position_biased_input", false}},
+                                      "test");
+    return models::create_model("DebertaV2ForSequenceClassification", *c, 4);
+  };
+  expect_same(train_step(make, bert_batch(), false), train_step(make, bert_batch(), true), 3);
+}
+
 // Under --bf16 the recomputed layers run their products in bf16 again
 // (backward runs outside the forward's Autocast scope).
 TEST(GradientCheckpointing, Bf16LayersAreRecomputedInBf16) {

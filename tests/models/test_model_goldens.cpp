@@ -1,7 +1,8 @@
 // Parity with Hugging Face's definitions: logits, loss and the gradient of
 // every parameter of tiny random models (padded batches) against goldens from
 // tools/goldens/gen_{bert,gpt2,llama,t5}_goldens.py (PyTorch, float64) and
-// tools/goldens/gen_hf_decoder_goldens.py (transformers itself, float64).
+// tools/goldens/gen_hf_decoder_goldens.py and gen_deberta_goldens.py (transformers itself,
+// float64).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -117,6 +118,16 @@ const auto kHfDecoders = ::testing::Values(
     "phi3/phi3_longrope_window");
 INSTANTIATE_TEST_SUITE_P(HfDecoders, ModelGolden, kHfDecoders);
 INSTANTIATE_TEST_SUITE_P(HfDecoders, HfSaveGolden, kHfDecoders);
+
+// tools/goldens/gen_deberta_goldens.py (transformers itself): DeBERTa-v3's
+// layout (log buckets, shared keys, LayerNorm'd relative embeddings) and
+// DeBERTa-v2's (own position projections, absolute positions, token types).
+const auto kDeberta = ::testing::Values("deberta/deberta_v3_seqcls", "deberta/deberta_v3_tokcls",
+                                        "deberta/deberta_v3_model", "deberta/deberta_v2_seqcls",
+                                        "deberta/deberta_v3_c2p_only", "deberta/deberta_v3_negative_label",
+                                        "deberta/deberta_v3_soft_labels");
+INSTANTIATE_TEST_SUITE_P(Deberta, ModelGolden, kDeberta);
+INSTANTIATE_TEST_SUITE_P(Deberta, HfSaveGolden, kDeberta);
 
 }  // namespace
 }  // namespace kiln

@@ -324,7 +324,7 @@ TEST(Pretrained, BadConfigsAreClearErrors) {
   cfg["model_type"] = "falcon";
   io::write_json_file_atomic(dir.path() / "config.json", cfg);
   EXPECT_CONTAINS(load_error(dir.path()), "model_type 'falcon' is not supported (supported: bert, roberta, distilbert, "
-                                          "gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, t5)");
+                                          "gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, t5, deberta-v2)");
   std::ofstream(dir.path() / "config.json") << "{\"model_type\": ";
   EXPECT_NE(load_error(dir.path()).find("config.json"), std::string::npos);
 }

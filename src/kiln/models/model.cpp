@@ -8,6 +8,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/bert.h"
+#include "kiln/models/deberta.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/llama.h"
 #include "kiln/models/t5.h"
@@ -123,7 +124,10 @@ std::vector<std::string> supported_architectures() {
           "Phi3ForCausalLM",
           "Phi3ForSequenceClassification",
           "T5ForConditionalGeneration",
-          "T5EncoderModel"};
+          "T5EncoderModel",
+          "DebertaV2Model",
+          "DebertaV2ForSequenceClassification",
+          "DebertaV2ForTokenClassification"};
 }
 
 std::unique_ptr<PretrainedConfig> load_config(const fs::path& path) {
@@ -139,16 +143,17 @@ std::unique_ptr<PretrainedConfig> config_from_json(const nlohmann::json& j, cons
   else if (LlamaConfig::is_type(type))
     config = std::make_unique<LlamaConfig>(LlamaConfig::from_json(j, source));
   else if (type == "t5") config = std::make_unique<T5Config>(T5Config::from_json(j, source));
+  else if (type == "deberta-v2") config = std::make_unique<DebertaV2Config>(DebertaV2Config::from_json(j, source));
   else
     throw Error(source + (type.empty() ? std::string(": no 'model_type'") : ": model_type '" + excerpt(type) + "' is not supported") +
-                " (supported: bert, roberta, distilbert, gpt2, " + LlamaConfig::kTypes + ", t5)");
+                " (supported: bert, roberta, distilbert, gpt2, " + LlamaConfig::kTypes + ", t5, deberta-v2)");
   check_model_size(*config, source);
   return config;
 }
 
 std::string preset_names() {
   return "bert-tiny, bert-mini, bert-small, bert-base, roberta-base, distilbert-base, distilbert-tiny, gpt2, gpt2-tiny, "
-         "llama-tiny, " + std::string(LlamaConfig::kPresets) + ", t5-small, t5-tiny, t5-v1_1-tiny";
+         "llama-tiny, " + std::string(LlamaConfig::kPresets) + ", t5-small, t5-tiny, t5-v1_1-tiny, deberta-v3-tiny, deberta-v3-base";
 }
 
 std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
@@ -165,6 +170,7 @@ std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
     return c;
   }
   if (auto l = LlamaConfig::preset(name)) return std::make_unique<LlamaConfig>(*l);
+  if (auto d = DebertaV2Config::preset(name)) return std::make_unique<DebertaV2Config>(*d);
   if (name == "llama-tiny") {  // Llama's layout at a size that trains in seconds
     auto c = std::make_unique<LlamaConfig>();
     c->hidden_size = 128;
@@ -221,6 +227,11 @@ std::unique_ptr<PreTrainedModel> build_model(const std::string& architecture, co
     auto* c = dynamic_cast<const T5Config*>(&config);
     KILN_CHECK(c, "architecture ", architecture, " needs a t5 config, got model_type '", config.model_type, "'");
     return std::make_unique<T5ForTask>(architecture, *c, seed, device);
+  }
+  if (architecture.rfind("DebertaV2", 0) == 0) {
+    auto* c = dynamic_cast<const DebertaV2Config*>(&config);
+    KILN_CHECK(c, "architecture ", architecture, " needs a deberta-v2 config, got model_type '", config.model_type, "'");
+    return std::make_unique<DebertaV2ForTask>(architecture, *c, seed, device);
   }
   auto* c = dynamic_cast<const BertConfig*>(&config);
   KILN_CHECK(c, "architecture ", architecture, " needs a bert/roberta/distilbert config, got model_type '",
@@ -292,6 +303,10 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
     dict.erase(tied);
   if (auto* llama = dynamic_cast<const LlamaConfig*>(&model->config()); llama && llama->tie_word_embeddings)
     dict.erase("lm_head.weight");  // tied to model.embed_tokens.weight
+  // DeBERTa-v3 has no absolute positions: HF ignores a checkpoint's (_keys_to_ignore_on_load_unexpected).
+  if (auto* deberta = dynamic_cast<const DebertaV2Config*>(&model->config()); deberta && !deberta->position_biased_input)
+    for (const char* k : {"deberta.embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"})
+      dict.erase(k);
 
   std::set<std::string> resized;  // ignore_mismatched_sizes: tensors of another shape, left as initialised
   std::string resized_lines;
@@ -324,6 +339,9 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
                                                                     starts_with(u, "classifier") || starts_with(u, "qa_outputs") ||
                                                                     starts_with(u, "pre_classifier.") || starts_with(u, "vocab_") ||
                                                                     starts_with(u, "score.") ||
+                                                                    // DeBERTa-v3's pre-training heads (deberta-v3-base)
+                                                                    starts_with(u, "lm_predictions.") ||
+                                                                    starts_with(u, "mask_predictions.") ||
                                                                     (model->architecture() == "T5EncoderModel" &&
                                                                      starts_with(u, "decoder.")));
     // Causal-mask buffers older GPT-2 checkpoints saved are not parameters.
