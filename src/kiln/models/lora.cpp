@@ -166,7 +166,8 @@ std::vector<std::string> default_lora_target_modules(const std::string& model_ty
       {"t5", {"q", "v"}},                 {"mt5", {"q", "v"}},             {"llama", {"q_proj", "v_proj"}},
       {"mistral", {"q_proj", "v_proj"}},  {"mixtral", {"q_proj", "v_proj"}}, {"qwen2", {"q_proj", "v_proj"}},
       {"qwen3", {"q_proj", "v_proj"}},    {"gemma", {"q_proj", "v_proj"}}, {"gemma2", {"q_proj", "v_proj"}},
-      {"gemma3_text", {"q_proj", "v_proj"}},
+      {"gemma3_text", {"q_proj", "v_proj"}}, {"distilbert", {"q_lin", "v_lin"}},
+      {"deberta-v2", {"query_proj", "value_proj"}},
   };
   auto it = defaults.find(model_type);
   return it == defaults.end() ? std::vector<std::string>{} : it->second;
