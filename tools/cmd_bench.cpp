@@ -75,7 +75,8 @@ int64_t vocab_of(const models::PretrainedConfig& c) {
 std::string architecture_for(const std::string& task, const models::PretrainedConfig& c) {
   if (task == "causal-lm") {
     std::string arch = models::causal_lm_architecture(c);
-    KILN_CHECK(!arch.empty(), "bench: --task causal-lm needs a gpt2, llama, mistral or qwen2 model, got '", c.model_type, "'");
+    KILN_CHECK(!arch.empty(), "bench: --task causal-lm needs a model of type ", models::causal_lm_types(),
+               ", got '", c.model_type, "'");
     return arch;
   }
   if (task == "seq2seq") {

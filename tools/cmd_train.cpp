@@ -547,7 +547,8 @@ int run_train(const std::vector<std::string>& raw_args) {
   auto arch_for = [&](const models::PretrainedConfig& c) {
     if (clm) {
       std::string arch = models::causal_lm_architecture(c);
-      KILN_CHECK(!arch.empty(), "causal-lm: needs a gpt2, llama, mistral or qwen2 model, got model_type '", c.model_type, "'");
+      KILN_CHECK(!arch.empty(), "causal-lm: needs a model of type ", models::causal_lm_types(),
+                 ", got model_type '", c.model_type, "'");
       return arch;
     }
     if (s2s) {

@@ -332,7 +332,7 @@ TEST(Cli, CausalLmTrainsAGpt2) {
                      (data / "train.csv").string() + " --output_dir " + (w.path() / "x").string(),
                  w.path() / "log2"),
             0);
-  EXPECT_NE(slurp(w.path() / "log2").find("causal-lm: needs a gpt2, llama, mistral or qwen2 model"), std::string::npos) << slurp(w.path() / "log2");
+  EXPECT_NE(slurp(w.path() / "log2").find("causal-lm: needs a model of type gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3"), std::string::npos) << slurp(w.path() / "log2");
 }
 
 // A Llama from the llama-tiny preset learns the demo text as a causal LM

@@ -93,7 +93,9 @@ TEST_P(LoraGolden, PeftAdapterGivesPeftLogitsLossAndGradients) {
   for (auto& [key, p] : models::adapter_state(*model)) trained.insert(key.substr(std::string("base_model.model.").size()));
   for (auto& [name, p] : model->named_parameters()) {
     EXPECT_EQ(p.requires_grad(), trained.count(name) == 1) << name;
-    if (!trained.count(name)) EXPECT_FALSE(p.grad().defined()) << name;
+    if (!trained.count(name)) {
+      EXPECT_FALSE(p.grad().defined()) << name;
+    }
   }
 }
 

@@ -387,6 +387,8 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
   return model;
 }
 
+std::string causal_lm_types() { return std::string("gpt2, ") + LlamaConfig::kTypes; }
+
 std::string causal_lm_architecture(const PretrainedConfig& config) {
   if (config.model_type == "gpt2") return "GPT2LMHeadModel";
   if (dynamic_cast<const LlamaConfig*>(&config)) return config.class_prefix() + "ForCausalLM";  // also Mistral, Qwen2/3, Gemma 1/2, Phi-3

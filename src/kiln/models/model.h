@@ -124,6 +124,8 @@ class CausalLM : public PreTrainedModel {
 // The causal-LM class of a config's model type ("GPT2LMHeadModel",
 // "LlamaForCausalLM"), or empty when the type has none.
 std::string causal_lm_architecture(const PretrainedConfig& config);
+// The model types that have one, for messages ("gpt2, llama, mistral, ...").
+std::string causal_lm_types();
 
 // The causal-LM loss of logits [B,T,V] against labels [B,T] (input_ids, -100
 // ignored): position t predicts label t+1, as transformers' ForCausalLMLoss.
