@@ -2,7 +2,8 @@
 // window shorter than the blocks) and a Llama 3.2-shaped model (llama3 rope
 // scaling, tied embeddings, explicit head_dim) train as causal LMs under
 // --bf16, save directories that load back, and generate the same tokens
-// with the key/value cache as without.
+// with the key/value cache as without; a LoRA adapter trains on each under
+// --bf16 and generates the same way.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -49,6 +50,26 @@ void train_and_generate(const nlohmann::json& config, const std::string& archite
   ASSERT_EQ(cached.status, 0) << cached.output;
   EXPECT_EQ(text_of(cached.output), text_of(recomputed.output));
   EXPECT_EQ(text_of(cached.output).rfind("the battery is", 0), 0u) << cached.output;
+
+  // LoRA on the trained model under --bf16, with PEFT's default targets for the family.
+  const fs::path lora = w.path() / "lora";
+  const auto adapted =
+      run_kiln("train --task causal-lm --bf16 --use_peft --model_name_or_path " + out.string() + " --train_file " +
+                   (data / "train.csv").string() + " --max_seq_length 32 --output_dir " + lora.string() +
+                   " --max_steps 6 --logging_steps 3 --per_device_train_batch_size 16 --learning_rate 2e-3",
+               w.path(), 600);
+  ASSERT_EQ(adapted.status, 0) << adapted.output;
+  const auto adapter = read_json_file(lora / "adapter_config.json");
+  EXPECT_EQ(adapter["peft_type"], "LORA");
+  const std::string targets = adapter["target_modules"].dump();
+  EXPECT_NE(targets.find("q_proj"), std::string::npos) << targets;
+  EXPECT_NE(targets.find("v_proj"), std::string::npos) << targets;
+  EXPECT_TRUE(fs::exists(lora / "adapter_model.safetensors"));
+  EXPECT_FALSE(fs::exists(lora / "model.safetensors"));
+  const std::string with_adapter = generate + " --adapter " + lora.string();
+  const auto a_cached = run_kiln(with_adapter, w.path()), a_recomputed = run_kiln(with_adapter + " --no_cache", w.path());
+  ASSERT_EQ(a_cached.status, 0) << a_cached.output;
+  EXPECT_EQ(text_of(a_cached.output), text_of(a_recomputed.output));
 }
 
 TEST(CliNewerFamilies, Gemma2TrainsUnderBf16AndGeneratesWithItsWindow) {
