@@ -36,14 +36,7 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 
 TEST(Env, TableNamesEachVariableOnceWithAMeaning) {
   std::set<std::string_view> names;

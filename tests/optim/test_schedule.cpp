@@ -14,18 +14,12 @@
 
 #include "kiln/core/error.h"
 #include "kiln/optim/schedule.h"
+#include "support/test_util.h"
 
 namespace kiln::optim {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kiln::testing::error_of;
 
 TEST(Schedule, MatchesTorchLambdaLRGoldensExactly) {
   std::ifstream in(std::string(KILN_TEST_DATA_DIR) + "/schedule_goldens.json");

@@ -12,20 +12,14 @@
 #include "kiln/tokenizers/jinja.h"
 #include "kiln/tokenizers/python_str.h"
 #include "support/temp_dir.h"
+#include "support/test_util.h"
 
 using namespace kiln::tokenizers;
 using nlohmann::ordered_json;
 
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kiln::testing::error_of;
 
 #define EXPECT_HAS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "\"" << (text) << "\" lacks \"" << (part) << "\""

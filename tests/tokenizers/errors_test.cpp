@@ -6,19 +6,13 @@
 #include "kiln/core/error.h"
 #include "kiln/tokenizers/tokenize_file.h"
 #include "kiln/tokenizers/tokenizer.h"
+#include "support/test_util.h"
 
 using namespace kiln::tokenizers;
 
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kiln::testing::error_of;
 
 const char* kWordLevel = R"({"model": {"type": "WordLevel", "vocab": {"a": 0, "[UNK]": 1},
                              "unk_token": "[UNK]"}, "pre_tokenizer": {"type": "WhitespaceSplit"}})";

@@ -15,6 +15,7 @@
 #include "kiln/core/error.h"
 #include "kiln/optim/schedule.h"
 #include "kiln/train/training_args.h"
+#include "support/test_util.h"
 
 namespace kiln::train {
 namespace {
@@ -24,14 +25,7 @@ using Args = std::vector<std::string>;
 
 TrainingArguments parse(Args args) { return TrainingArguments::parse(args, nullptr, {}, {}); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kiln::testing::error_of;
 
 std::string parse_error(Args args) {
   return error_of([&] { parse(args); });
