@@ -20,9 +20,10 @@ int run_env(const std::vector<std::string>& args) {
   }
   for (const kiln::EnvVar& v : kiln::env_vars()) {
     const std::string name(v.name);
-    const char* set = std::getenv(name.c_str());
-    std::printf("%s=%s%s\n    %.*s\n", name.c_str(), set ? set : std::string(v.fallback).c_str(),
-                set ? "  (set)" : "  (default)", static_cast<int>(v.meaning.size()), v.meaning.data());
+    const char* value = std::getenv(name.c_str());
+    const bool set = value && *value;  // empty counts as unset, as env_value reads it
+    std::printf("%s=%s%s\n    %.*s\n", name.c_str(), kiln::env_value(v.name).c_str(), set ? "  (set)" : "  (default)",
+                static_cast<int>(v.meaning.size()), v.meaning.data());
   }
   return 0;
 }

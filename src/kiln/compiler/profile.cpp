@@ -13,7 +13,7 @@ namespace kiln::compiler {
 
 namespace {
 
-std::string profile_mode() {
+const std::string& profile_mode() {
   static const std::string mode = env_choice("KILN_PROFILE", {"0", "1", "all"});
   return mode;
 }

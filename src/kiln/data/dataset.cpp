@@ -157,18 +157,26 @@ Table parse_csv(std::string_view s, const std::string& where) {
   return t;
 }
 
+// Calls fn(number, line, ended) for each line of s: numbered from 1, without
+// its '\n' (ended: it had one).
+template <class Fn>
+void for_each_line(std::string_view s, Fn&& fn) {
+  size_t number = 0, pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find('\n', pos);
+    const bool ended = end != std::string_view::npos;
+    if (!ended) end = s.size();
+    fn(++number, s.substr(pos, end - pos), ended);
+    pos = end + 1;
+  }
+}
+
 // Tab-separated, one record per line, no quoting.
 Table parse_tsv(std::string_view s) {
   Table t;
-  size_t line = 0, pos = 0;
-  while (pos < s.size()) {
-    size_t end = s.find('\n', pos);
-    if (end == std::string_view::npos) end = s.size();
-    std::string_view l = s.substr(pos, end - pos);
-    pos = end + 1;
-    ++line;
+  for_each_line(s, [&](size_t line, std::string_view l, bool) {
     if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
-    if (l.empty()) continue;
+    if (l.empty()) return;
     std::vector<std::string> fields;
     size_t start = 0;
     while (true) {
@@ -183,7 +191,7 @@ Table parse_tsv(std::string_view s) {
       t.records.push_back(std::move(fields));
       t.lines.push_back(line);
     }
-  }
+  });
   return t;
 }
 
@@ -499,17 +507,11 @@ JsonRows json_rows(std::string_view s, bool allow_array, const std::string& wher
     }
     return rows;
   }
-  size_t line = 0, pos = 0;
-  while (pos < s.size()) {
-    size_t end = s.find('\n', pos);
-    if (end == std::string_view::npos) end = s.size();
-    std::string_view l = s.substr(pos, end - pos);
-    pos = end + 1;
-    ++line;
-    if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+  for_each_line(s, [&](size_t line, std::string_view l, bool) {
+    if (l.find_first_not_of(" \t\r") == std::string_view::npos) return;
     rows.objects.push_back(parse_ordered_json(l, where, line));
     rows.where.push_back(detail::concat(where, ":", line));
-  }
+  });
   return rows;
 }
 
@@ -572,21 +574,15 @@ Dataset load_json(std::string_view s, bool allow_array, const DatasetOptions& o,
 Dataset load_text(std::string_view s, const std::string& where, bool keep_linebreaks) {
   Dataset ds;
   ds.source = where;
-  size_t pos = 0;
-  while (pos < s.size()) {
-    size_t end = s.find('\n', pos);
-    if (end == std::string_view::npos) end = s.size();
-    std::string_view l = s.substr(pos, end - pos);
+  for_each_line(s, [&](size_t, std::string_view l, bool ended) {
     if (keep_linebreaks) {
-      ds.rows.push_back(Example{std::string(s.substr(pos, std::min(end + 1, s.size()) - pos)), "", ""});
-      pos = end + 1;
-      continue;
+      ds.rows.push_back(Example{std::string(l) + (ended ? "\n" : ""), "", ""});
+      return;
     }
-    pos = end + 1;
     if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
-    if (l.find_first_not_of(" \t\f\v\r") == std::string_view::npos) continue;
+    if (l.find_first_not_of(" \t\f\v\r") == std::string_view::npos) return;
     ds.rows.push_back(Example{std::string(l), "", ""});
-  }
+  });
   KILN_CHECK(!ds.rows.empty(), where, ": empty dataset (no rows)");
   return ds;
 }
