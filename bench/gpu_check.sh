@@ -87,7 +87,7 @@ use_bundle() {
     xargs -r -n1 dirname | awk '!seen[$0]++' | paste -sd:)
   log "CUDA libraries from: ${cudalibs:-none found}"
   export LD_LIBRARY_PATH=$BUILD/prebuilt/bundle/lib:${cudalibs:+$cudalibs:}${LD_LIBRARY_PATH:-}
-  export KILN_TEST_DATA_DIR=$ROOT/tests/data
+  export KILN_TEST_DATA_DIR=$ROOT/tests/goldens
 }
 if [ "${USE_BUNDLE:-0}" = 1 ] && [ -f "$BUNDLE" ]; then
   use_bundle

@@ -13,7 +13,7 @@ corpus=$(mktemp --suffix=.txt)
 trap 'rm -f "$corpus"' EXIT
 export NODE_PATH="$nodedir/node_modules"
 cp "$here/bench_tokenizers.mjs" "$nodedir/bench_tokenizers.mjs"  # ESM resolves packages from the script dir
-node "$nodedir/bench_tokenizers.mjs" make-corpus "$corpus" "$mb" "$here/../../tests/data/tokenizers/corpus.txt"
+node "$nodedir/bench_tokenizers.mjs" make-corpus "$corpus" "$mb" "$here/../../tests/goldens/tokenizers/corpus.txt"
 models=("$shared/bert-base-uncased" "$shared/gpt2")
 "$build/bin/bench_tokenizers" $(printf -- '--model %s ' "${models[@]}") --corpus "$corpus"
 TOKENIZERS_PARALLELISM=false node "$nodedir/bench_tokenizers.mjs" rust "$corpus" "${models[@]}"

@@ -1,4 +1,4 @@
-// kiln train --task sft end to end on tests/data/sft (a tiny Llama from
+// kiln train --task sft end to end on tests/goldens/sft (a tiny Llama from
 // scratch with the small ChatML tokenizer): assistant-only loss trains and the
 // loss falls, causal-lm detects conversational data, packing runs and reports
 // its rows, kiln generate --chat answers from the saved model, and bad

@@ -1,4 +1,4 @@
-// DeBERTa-v2/v3 beyond the goldens (test_model_goldens.cpp): the relative
+// DeBERTa-v2/v3 beyond the goldens (model_goldens_test.cpp): the relative
 // position buckets of a real-size config against transformers', config
 // errors, and the kiln init preset's parameter names.
 #include <algorithm>

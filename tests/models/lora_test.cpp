@@ -1,6 +1,6 @@
 // LoRA (models/lora.h) against Hugging Face PEFT: adapters PEFT wrote load
 // and give PEFT's logits, loss and adapter gradients (goldens from
-// tools/goldens/gen_lora_goldens.py); kiln's adapters round-trip; frozen
+// tests/goldens/gen_lora_goldens.py); kiln's adapters round-trip; frozen
 // weights get no gradient and no weight-gradient product in the step.
 #include <algorithm>
 #include <cmath>

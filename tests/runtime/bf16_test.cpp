@@ -51,7 +51,7 @@ TEST(Bf16, ArithmeticPromotesToF32AndFusedKernelsReject) {
 // A bf16 product is the f32 product of the rounded operands: exact products
 // summed in f32 (oneDNN's bf16 matmul where the CPU has bf16 instructions,
 // the operands widened for sgemm elsewhere), so within f32 summation error
-// of the rounded values' f32 product (tests/backend_cpu/bf16_gemm_test.cpp
+// of the rounded values' f32 product (tests/backend/cpu/bf16_gemm_test.cpp
 // bounds it against double).
 TEST(Bf16, ProductsOfBf16OperandsAreTheProductsOfTheRoundedValues) {
   struct Case {

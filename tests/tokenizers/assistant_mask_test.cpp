@@ -1,8 +1,8 @@
 // {% generation %} spans and assistant token masks as transformers makes them
 // (apply_chat_template(..., return_dict=True, return_assistant_tokens_mask=True)):
-// the goldens of tools/goldens/gen_sft_goldens.py, for a ChatML template, the
+// the goldens of tests/goldens/gen_sft_goldens.py, for a ChatML template, the
 // SmolLM3-form template and one whose generation block sits in a macro, with
-// the small byte-level tokenizer of tests/data/sft/tokenizer (trim_offsets on,
+// the small byte-level tokenizer of tests/goldens/sft/tokenizer (trim_offsets on,
 // so offsets leave leading spaces out).
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Chat templates rendered byte for byte as transformers renders them: the
-// goldens of tools/goldens/gen_chat_template_goldens.py (jinja2 with HF's
+// goldens of tests/goldens/gen_chat_template_goldens.py (jinja2 with HF's
 // environment) for ten templates in the form of model families' templates
 // over every golden conversation, and small templates covering the language.
 //

@@ -1,4 +1,4 @@
-// Small tokenizers (tools/goldens/tokenizers/gen_component_goldens.js and
+// Small tokenizers (tests/goldens/tokenizers/gen_component_goldens.js and
 // gen_more_component_goldens.js) that exercise the components one family at
 // a time; expected outputs come from Hugging Face's implementation.
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // Exact agreement with Hugging Face tokenizers (npm `tokenizers`, the Rust
 // library) on the real tokenizer files in ../shared/tokenizers, over the
-// corpus in tests/data/tokenizers/corpus.txt. Expected outputs were made by
-// tools/goldens/tokenizers/gen_tokenizer_goldens.js.
+// corpus in tests/goldens/tokenizers/corpus.txt. Expected outputs were made by
+// tests/goldens/tokenizers/gen_tokenizer_goldens.js.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -1,6 +1,6 @@
 // A DeBERTa-v3-style tokenizer.json (SentencePiece Unigram with the
 // precompiled nmt_nfkc charsmap, Metaspace, [CLS] A [SEP] B [SEP]) made by
-// transformers' DebertaV2Tokenizer (tools/goldens/gen_deberta_goldens.py):
+// transformers' DebertaV2Tokenizer (tests/goldens/gen_deberta_goldens.py):
 // kiln gives transformers' ids for every corpus line and pair.
 #include <gtest/gtest.h>
 

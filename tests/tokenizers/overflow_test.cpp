@@ -1,5 +1,5 @@
 // Overflowing tokens and stride against Hugging Face's implementation
-// (tools/goldens/tokenizers/gen_overflow_goldens.js): every field of every
+// (tests/goldens/tokenizers/gen_overflow_goldens.js): every field of every
 // overflowing piece, recursively, for each post-processor family, single
 // texts and pairs, both truncation directions, padding and batches.
 #include <gtest/gtest.h>

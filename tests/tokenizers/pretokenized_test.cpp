@@ -1,5 +1,5 @@
 // Pre-split input (a list of words) against Hugging Face's implementation
-// (tools/goldens/tokenizers/gen_pretokenized_goldens.js).
+// (tests/goldens/tokenizers/gen_pretokenized_goldens.js).
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -1,7 +1,7 @@
 // Truncation against Hugging Face's implementation: every pair length on a
 // small WordLevel vocabulary, and bert-base-uncased, gpt2 and t5-small on
 // corpus pairs
-// (tools/goldens/tokenizers/gen_truncation_goldens.js).
+// (tests/goldens/tokenizers/gen_truncation_goldens.js).
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -152,7 +152,7 @@ std::string repeat(const char* w, size_t n) {
   return s;
 }
 
-// tokenizers 0.23 on WordLevel (tools/goldens/tokenizers/probe_truncation.js):
+// tokenizers 0.23 on WordLevel (tests/goldens/tokenizers/probe_truncation.js):
 // (len a, len b) with max_length -> (kept a, kept b).
 TEST(Truncation, LongestFirstMatchesHuggingFaceProbe) {
   Tokenizer tok = word_level();

@@ -1,5 +1,5 @@
 // ROUGE and BLEU against rouge_score and sacrebleu on fixed strings
-// (tests/data/generation_metrics.json, tools/goldens/gen_generation_metrics.py).
+// (tests/goldens/generation_metrics.json, tests/goldens/gen_generation_metrics.py).
 #include "kiln/train/generation_metrics.h"
 
 #include <gtest/gtest.h>

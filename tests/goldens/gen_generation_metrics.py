@@ -1,0 +1,46 @@
+"""Writes tests/goldens/generation_metrics.json: ROUGE from Google's rouge_score
+(RougeScorer(["rouge1", "rouge2", "rougeL"]), no stemmer, F-measures averaged
+over the pairs), corpus BLEU and 13a tokens from sacrebleu's defaults, on
+fixed strings (sacrebleu's README example among them).
+
+    /work/pyref/bin/pip install sacrebleu rouge-score
+    /work/pyref/bin/python tests/goldens/gen_generation_metrics.py
+"""
+import json
+import pathlib
+
+import sacrebleu
+from rouge_score import rouge_scorer
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+CASES = [
+    {  # sacrebleu's README: BLEU = 48.53
+        "hypotheses": ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."],
+        "references": [["The dog bit the man.", "It was not unexpected.", "The man bit him first."],
+                       ["The dog had bit the man.", "No one was surprised.", "The man had bitten the dog."]],
+    },
+    {
+        "hypotheses": ["The quick brown dog jumps on the log.", "price: 3.50 $ , up 2-3 %", "&quot;hi&quot; &amp; bye",
+                       "positive", ""],
+        "references": [["The quick brown fox jumps over the lazy dog", "price: 3.5 $, up 2 - 3%", "\"hi\" & bye!",
+                        "positive", "negative"]],
+    },
+    {"hypotheses": ["a b c d e f", "x y"], "references": [["a b c d e f g h", "x y z"]]},
+]
+TOKENIZE = ["Hello, world. It's 3.14 - no: 1,000!", "don't (stop) [me] {now} a/b e-mail 5-6", "end.", "<skipped>x-\ny"]
+
+scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=False)
+out = {"cases": [], "tokenize_13a": []}
+for case in CASES:
+    bleu = sacrebleu.corpus_bleu(case["hypotheses"], case["references"])
+    refs = case["references"][0]
+    scores = [scorer.score(r, p) for r, p in zip(refs, case["hypotheses"])]
+    rouge = {k: sum(s[k].fmeasure for s in scores) / len(scores) for k in ["rouge1", "rouge2", "rougeL"]}
+    out["cases"].append({**case, "bleu": bleu.score, "rouge": rouge})
+tok = Tokenizer13a()
+out["tokenize_13a"] = [{"line": line, "tokens": tok(line)} for line in TOKENIZE]
+path = pathlib.Path(__file__).resolve().parents[2] / "tests/goldens/generation_metrics.json"
+path.write_text(json.dumps(out, indent=1) + "\n")
+print(f"sacrebleu {sacrebleu.__version__}: {len(CASES)} cases -> {path}")
+for c in out["cases"]:
+    print(round(c["bleu"], 2), {k: round(v, 4) for k, v in c["rouge"].items()})

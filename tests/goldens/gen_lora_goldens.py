@@ -1,0 +1,155 @@
+#!/work/pyref/bin/python
+"""Generate LoRA adapter goldens with Hugging Face PEFT.
+
+Rerun from the repository root with the reference venv (torch, transformers, peft):
+
+    /work/pyref/bin/python tests/goldens/gen_lora_goldens.py
+
+For each case the base model is one of the committed tiny model goldens
+(tests/goldens/<family>/<case>/: config.json + model.safetensors), opened with
+transformers (eager attention, float32, eval mode). PEFT's get_peft_model
+wraps it with the case's LoraConfig; every lora_B is then drawn N(0, 0.2)
+(PEFT initialises it to zero, which would make the adapter invisible) and each
+modules_to_save copy is perturbed, so the adapter changes the logits. Written
+under tests/goldens/lora/<case>/:
+
+  adapter/adapter_config.json, adapter/adapter_model.safetensors
+                      PeftModel.save_pretrained's files, as PEFT writes them.
+  golden.safetensors  the inputs (input_ids, attention_mask, and for T5
+                      decoder_input_ids), `logits` of the PeftModel, `loss`
+                      (the labels below), and grad.<adapter key> = d loss / d
+                      each saved adapter tensor, keyed as in adapter_model.safetensors.
+
+Labels: sequence classification, labels [0, 1, ...]; causal LM, the
+input_ids (HF shifts them); T5, labels = decoder_input_ids shifted left.
+Self-check: the adapter is reloaded with PeftModel.from_pretrained on a fresh
+base and must give the same logits (no missing or unexpected keys).
+"""
+
+import os
+import shutil
+import sys
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import save_file
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA = os.path.join(REPO_ROOT, "tests", "data")
+OUT_DIR = os.path.join(DATA, "lora")
+
+# name, base case, auto class, LoraConfig arguments
+CASES = [
+    ("bert_seqcls", "bert/bert_seqcls", AutoModelForSequenceClassification,
+     dict(task_type="SEQ_CLS", r=4, lora_alpha=8, lora_dropout=0.1)),
+    ("roberta_seqcls_all_linear", "bert/roberta_seqcls", AutoModelForSequenceClassification,
+     dict(task_type="SEQ_CLS", r=2, lora_alpha=6, target_modules="all-linear")),
+    ("gpt2_lm", "gpt2/gpt2_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=16, fan_in_fan_out=True)),
+    ("t5", "t5/t5_gated_untied", AutoModelForSeq2SeqLM,
+     dict(task_type="SEQ_2_SEQ_LM", r=4, lora_alpha=8)),
+    ("llama_lm_all_linear", "llama/llama_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, target_modules="all-linear",
+          rank_pattern={"down_proj": 2}, alpha_pattern={"o_proj": 3.0})),
+    ("qwen2_lm_rslora", "llama/qwen2_lm_tied", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, use_rslora=True)),
+]
+
+INPUT_IDS = [[5, 17, 42, 8, 99 - 1, 3, 11], [7, 23, 2, 64, 31, 0, 0]]
+MASK = [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]]
+DECODER_IDS = [[0, 12, 7, 33, 5], [0, 9, 14, 2, 40]]
+
+
+def load_base(base, auto):
+    d = os.path.join(DATA, base)
+    config = AutoConfig.from_pretrained(d)
+    config._attn_implementation = "eager"
+    model = auto.from_pretrained(d, config=config, torch_dtype=torch.float32)
+    return model.eval()
+
+
+def perturb(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_B." in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+            elif ".modules_to_save." in name:
+                p.add_(torch.randn(p.shape, generator=g) * 0.2)
+
+
+def run(model, auto, n_labels):
+    ids = torch.tensor(INPUT_IDS)
+    mask = torch.tensor(MASK)
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if auto is AutoModelForSequenceClassification:
+        labels = torch.arange(ids.shape[0]) % n_labels
+    elif auto is AutoModelForSeq2SeqLM:
+        dec = torch.tensor(DECODER_IDS)
+        inputs["decoder_input_ids"] = dec
+        labels = torch.cat([dec[:, 1:], torch.full((dec.shape[0], 1), 1)], dim=1)
+    else:
+        labels = ids.masked_fill(mask == 0, -100)
+    out = model(**inputs, labels=labels)
+    return inputs, labels, out
+
+
+def build(name, base, auto, lora_args):
+    torch.manual_seed(0)
+    model = load_base(base, auto)
+    peft_model = get_peft_model(model, LoraConfig(**lora_args))
+    perturb(peft_model, 1234)
+    peft_model.eval()  # dropout off: the logits and gradients are deterministic
+    n_labels = getattr(model.config, "num_labels", 0)
+    inputs, labels, out = run(peft_model, auto, n_labels)
+    out.loss.backward()
+
+    d = os.path.join(OUT_DIR, name)
+    shutil.rmtree(d, ignore_errors=True)
+    adapter_dir = os.path.join(d, "adapter")
+    peft_model.save_pretrained(adapter_dir)
+    os.remove(os.path.join(adapter_dir, "README.md"))  # PEFT's model card template: not needed here
+
+    # PEFT's saved key for each trainable tensor: the adapter name dropped,
+    # a modules_to_save copy under its module's own path.
+    grads = {}
+    for pname, p in peft_model.named_parameters():
+        if not p.requires_grad:
+            continue
+        key = pname.replace(".default", "").replace(".modules_to_save", "")
+        grads["grad." + key] = p.grad.detach().clone()
+    golden = {k: v.clone() for k, v in inputs.items()}
+    golden["labels"] = labels
+    golden["logits"] = out.logits.detach().clone()
+    golden["loss"] = out.loss.detach().reshape([])
+    golden.update(grads)
+    save_file(golden, os.path.join(d, "golden.safetensors"), metadata={"format": "pt"})
+
+    # Self-check: PEFT reloads its own files to the same logits, and every
+    # gradient key is a tensor of the adapter file.
+    from safetensors.torch import load_file
+    saved = load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))
+    assert sorted("grad." + k for k in saved) == sorted(grads), (sorted(saved), sorted(grads))
+    fresh = PeftModel.from_pretrained(load_base(base, auto), adapter_dir).eval()
+    _, _, again = run(fresh, auto, n_labels)
+    err = (again.logits - out.logits).abs().max().item()
+    assert err < 1e-6, (name, err)
+    base_logits = run(load_base(base, auto), auto, n_labels)[2].logits
+    change = (base_logits - out.logits).abs().max().item()
+    assert change > 1e-3, (name, "the adapter does not change the logits", change)
+    print("%-28s loss=%.6f adapter tensors=%d logits change=%.3g" % (name, out.loss.item(), len(saved), change))
+
+
+def main():
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(OUT_DIR, exist_ok=True)
+    only = sys.argv[1:]
+    for case in CASES:
+        if not only or case[0] in only:
+            build(*case)
+
+
+if __name__ == "__main__":
+    main()
