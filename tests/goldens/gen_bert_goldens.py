@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from golden_io import NP_DTYPE, ST_DTYPE, case_files, check_entry, read_safetensors, rel_err, safetensors_bytes, write_cases  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OUT_DIR = os.path.join(REPO_ROOT, "tests", "data", "bert")
+OUT_DIR = os.path.join(REPO_ROOT, "tests", "goldens", "bert")
 
 torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)

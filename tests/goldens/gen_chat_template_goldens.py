@@ -46,7 +46,7 @@ from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA_DIR = os.path.join(REPO_ROOT, "tests", "data", "chat_templates")
+DATA_DIR = os.path.join(REPO_ROOT, "tests", "goldens", "chat_templates")
 
 # The local time strftime_now() reports (naive: the C++ test builds the same
 # local time with mktime).

@@ -60,7 +60,7 @@ from golden_io import (ATTN_MASK, F32_MIN, assert_agree, backward, case_files, c
                        finite_difference_check, read_safetensors, setup_torch, write_cases)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OUT_DIR = os.path.join(REPO_ROOT, "tests", "data", "gpt2")
+OUT_DIR = os.path.join(REPO_ROOT, "tests", "goldens", "gpt2")
 
 setup_torch()
 

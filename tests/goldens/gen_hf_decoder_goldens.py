@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from golden_io import ATTN_MASK, read_safetensors, rel_err, safetensors_bytes, setup_torch  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA = os.path.join(REPO_ROOT, "tests", "data")
+DATA = os.path.join(REPO_ROOT, "tests", "goldens")
 
 setup_torch()
 transformers.logging.set_verbosity_error()

@@ -36,7 +36,7 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA = os.path.join(REPO_ROOT, "tests", "data")
+DATA = os.path.join(REPO_ROOT, "tests", "goldens")
 OUT_DIR = os.path.join(DATA, "lora")
 
 # name, base case, auto class, LoraConfig arguments

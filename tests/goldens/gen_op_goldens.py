@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 SEED = 20240607
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OUT_PATH = os.path.join(REPO_ROOT, "tests", "data", "op_goldens.json")
+OUT_PATH = os.path.join(REPO_ROOT, "tests", "goldens", "op_goldens.json")
 GENERATOR_NAME = "tests/goldens/gen_op_goldens.py"
 
 OPS = {

@@ -30,7 +30,7 @@ import os
 import torch
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OUT_PATH = os.path.join(REPO_ROOT, "tests", "data", "optim_goldens.json")
+OUT_PATH = os.path.join(REPO_ROOT, "tests", "goldens", "optim_goldens.json")
 
 # name -> shape; "w" and "t" decay, "b" does not (HF: no decay for biases).
 PARAMS = [("w", (5, 7)), ("t", (2, 3, 4)), ("b", (7,))]

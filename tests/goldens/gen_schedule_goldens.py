@@ -27,7 +27,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OUT_PATH = os.path.join(REPO_ROOT, "tests", "data", "schedule_goldens.json")
+OUT_PATH = os.path.join(REPO_ROOT, "tests", "goldens", "schedule_goldens.json")
 
 
 def linear(current_step, *, num_warmup_steps, num_training_steps):

@@ -55,8 +55,8 @@ class _FixedClock(datetime):
 chat_template_utils.datetime = _FixedClock
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OUT = os.path.join(REPO_ROOT, "tests", "data", "sft")
-TEMPLATES = os.path.join(REPO_ROOT, "tests", "data", "chat_templates", "templates")
+OUT = os.path.join(REPO_ROOT, "tests", "goldens", "sft")
+TEMPLATES = os.path.join(REPO_ROOT, "tests", "goldens", "chat_templates", "templates")
 
 # ChatML with the assistant's content and end-of-turn inside {% generation %},
 # as TRL's training templates mark them.
