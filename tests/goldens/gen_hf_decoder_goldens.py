@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Golden forward/backward values for the decoder families kiln builds on its
 Llama layers, made by Hugging Face `transformers` itself: Llama 3.x rope
-scaling (llama3, linear, dynamic) with an explicit head_dim and tied
+scaling (llama3, linear, dynamic, yarn) with an explicit head_dim and tied
 embeddings, Qwen3, Mistral's and Qwen3's sliding windows, Gemma and Gemma 2.
 
 Made with transformers 5.25.0 and torch 2.15.0 (CPU). Rerun from the
@@ -72,7 +72,20 @@ CASES = [
     ("llama3", "llama_dynamic_rope", "LlamaForCausalLM", None, 2, 9, False,
      dict(max_position_embeddings=8, rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}),
      4003),
+    # YaRN with a 2048-position original context: the correction range [2, 6] blends the 8 frequencies
+    # from kept to divided by the factor; cos and sin times 0.1 ln 4 + 1.
+    ("llama3", "llama_yarn_rope", "LlamaForCausalLM", None, 3, 7, True,
+     dict(head_dim=16, max_position_embeddings=8192,
+          rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048,
+                           "rope_theta": 10000.0}), 4004),
     ("qwen3", "qwen3_lm", "Qwen3ForCausalLM", None, 3, 7, True, dict(head_dim=16, pad_token_id=0), 4101),
+    # YaRN's other knobs: an untruncated correction range from beta_fast / beta_slow, and the attention
+    # factor from mscale / mscale_all_dim.
+    ("qwen3", "qwen3_yarn_mscale", "Qwen3ForCausalLM", None, 2, 9, False,
+     dict(head_dim=16, max_position_embeddings=8192,
+          rope_parameters={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 1024,
+                           "rope_theta": 1000000.0, "beta_fast": 16.0, "beta_slow": 2.0, "mscale": 1.2,
+                           "mscale_all_dim": 0.8, "truncate": False}), 4105),
     ("qwen3", "qwen3_seqcls", "Qwen3ForSequenceClassification", 3, 3, 7, True, dict(head_dim=8, pad_token_id=0), 4102),
     ("qwen3", "qwen3_model_tied", "Qwen3Model", None, 2, 9, False,
      dict(head_dim=8, tie_word_embeddings=True, attention_bias=True), 4103),

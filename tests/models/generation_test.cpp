@@ -78,13 +78,13 @@ TEST(Generation, TooLongIsAClearError) {
 // Grouped-query caches (two key/value heads for four query heads), keys
 // stored rotated: the cache gives the tokens of recomputing everything, with
 // one compiled step; tied and untied heads.
-// Also the families on Llama's layers: llama3 rope scaling, Qwen3's per-head
+// Also the families on Llama's layers: llama3 and yarn rope scaling, Qwen3's per-head
 // norms, sliding windows shorter than the 15 positions (Mistral on every
 // layer, Qwen3 and Gemma 2 on some), Gemma's scaled embeddings and Gemma 2's
 // capped scores and logits, Phi-3's fused projections.
 TEST(Generation, LlamaCachedGreedyEqualsStepByStepArgmax) {
   for (const char* name : {"llama/llama_lm", "llama/llama_lm_tied_bias", "llama/qwen2_lm_tied", "llama3/llama3_lm_tied",
-                           "llama3/llama_linear_rope", "qwen3/qwen3_lm", "qwen3/qwen3_lm_window",
+                           "llama3/llama_linear_rope", "llama3/llama_yarn_rope", "qwen3/qwen3_lm", "qwen3/qwen3_lm_window",
                            "mistral/mistral_lm_window", "gemma/gemma_lm", "gemma/gemma2_lm", "phi3/phi3_lm"}) {
     SCOPED_TRACE(name);
     auto model = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/" + name);

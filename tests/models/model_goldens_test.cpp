@@ -112,8 +112,8 @@ TEST_P(HfSaveGolden, SavedTensorsAreTransformersOwn) {
 }
 
 const auto kHfDecoders = ::testing::Values(
-    "llama3/llama3_lm_tied", "llama3/llama_linear_rope", "llama3/llama_dynamic_rope", "qwen3/qwen3_lm",
-    "qwen3/qwen3_seqcls", "qwen3/qwen3_model_tied", "qwen3/qwen3_lm_window", "mistral/mistral_lm_window",
+    "llama3/llama3_lm_tied", "llama3/llama_linear_rope", "llama3/llama_dynamic_rope", "llama3/llama_yarn_rope",
+    "qwen3/qwen3_lm", "qwen3/qwen3_yarn_mscale", "qwen3/qwen3_seqcls", "qwen3/qwen3_model_tied", "qwen3/qwen3_lm_window", "mistral/mistral_lm_window",
     "gemma/gemma_lm", "gemma/gemma_seqcls", "gemma/gemma2_lm", "gemma/gemma2_model", "phi3/phi3_lm", "phi3/phi3_seqcls",
     "phi3/phi3_longrope_window");
 INSTANTIATE_TEST_SUITE_P(HfDecoders, ModelGolden, kHfDecoders);

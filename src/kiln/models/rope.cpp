@@ -18,6 +18,9 @@ std::vector<std::string> keys_of(const std::string& type) {
   if (type == "default") return {};
   if (type == "linear" || type == "dynamic") return {"factor"};
   if (type == "llama3") return {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+  if (type == "yarn")
+    return {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+            "mscale_all_dim", "truncate"};
   return {"short_factor", "long_factor", "original_max_position_embeddings", "factor", "attention_factor"};  // longrope
 }
 
@@ -39,8 +42,9 @@ void read_scaling(const json& obj, RopeScaling& r, const std::string& where) {
   r.type = json_value<std::string>(obj, "rope_type", json_value<std::string>(obj, "type", "default", where), where);
   if (r.type == "su") r.type = "longrope";  // Phi-3's first name for it, which HF maps to longrope
   KILN_CHECK(r.type == "default" || r.type == "linear" || r.type == "dynamic" || r.type == "llama3" ||
-                 r.type == "longrope",
-             where, ": rope_type '", r.type, "' is not supported (kiln builds default, linear, dynamic, llama3, longrope)");
+                 r.type == "longrope" || r.type == "yarn",
+             where, ": rope_type '", r.type,
+             "' is not supported (kiln builds default, linear, dynamic, llama3, longrope, yarn)");
   const std::vector<std::string> own = keys_of(r.type);
   for (const auto& [k, v] : obj.items()) {
     const bool known = k == "rope_type" || k == "type" || k == "rope_theta" || k == "partial_rotary_factor" ||
@@ -60,7 +64,7 @@ void read_scaling(const json& obj, RopeScaling& r, const std::string& where) {
     r.low_freq_factor = json_value<double>(obj, "low_freq_factor", 1.0, where);
     r.high_freq_factor = json_value<double>(obj, "high_freq_factor", 4.0, where);
   }
-  if (r.type == "llama3" || r.type == "longrope")
+  if (r.type == "llama3" || r.type == "longrope" || r.type == "yarn")
     if (auto o = detail::json_field<int64_t>(obj, "original_max_position_embeddings", where))
       r.original_max_position_embeddings = *o, r.original_given = true;
   if (r.type == "longrope") {
@@ -71,7 +75,21 @@ void read_scaling(const json& obj, RopeScaling& r, const std::string& where) {
     r.longrope_factor_given = obj.contains("factor") && !obj.at("factor").is_null();
     r.attention_factor = detail::json_field<double>(obj, "attention_factor", where);
   }
+  if (r.type == "yarn") {
+    r.attention_factor = detail::json_field<double>(obj, "attention_factor", where);
+    r.beta_fast = detail::json_field<double>(obj, "beta_fast", where);
+    r.beta_slow = detail::json_field<double>(obj, "beta_slow", where);
+    r.mscale = detail::json_field<double>(obj, "mscale", where);
+    r.mscale_all_dim = detail::json_field<double>(obj, "mscale_all_dim", where);
+    r.truncate = detail::json_field<bool>(obj, "truncate", where);
+  }
 }
+
+// YaRN's mscale (the paper's Eq. 21): 0.1 · mscale · ln(scale) + 1, and 1 for scale <= 1.
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+// Python's `x or default` for an optional number: absent, null and 0 all take the default.
+double or_default(const std::optional<double>& x, double fallback) { return x && *x != 0 ? *x : fallback; }
 
 }  // namespace
 
@@ -104,6 +122,14 @@ void RopeScaling::write(json& j) const {
     params["long_factor"] = long_factor;
     if (attention_factor) params["attention_factor"] = *attention_factor;
   }
+  if (type == "yarn") {
+    if (attention_factor) params["attention_factor"] = *attention_factor;
+    if (beta_fast) params["beta_fast"] = *beta_fast;
+    if (beta_slow) params["beta_slow"] = *beta_slow;
+    if (mscale) params["mscale"] = *mscale;
+    if (mscale_all_dim) params["mscale_all_dim"] = *mscale_all_dim;
+    if (truncate) params["truncate"] = *truncate;
+  }
   if (parameters_form) {
     params["rope_theta"] = theta;
     j["rope_parameters"] = params;
@@ -125,6 +151,14 @@ void RopeScaling::validate(int64_t head_dim, const std::string& src) const {
     KILN_CHECK(original_max_position_embeddings && *original_max_position_embeddings > 0, where,
                ": 'original_max_position_embeddings' must be a positive integer (in rope_scaling or the config)");
   }
+  if (type == "yarn") {
+    if (original_max_position_embeddings)
+      KILN_CHECK(*original_max_position_embeddings > 0, where,
+                 ": 'original_max_position_embeddings' must be a positive integer");
+    if (attention_factor) KILN_CHECK(*attention_factor > 0, where, ": 'attention_factor' must be positive");
+    KILN_CHECK(or_default(beta_fast, 32) > or_default(beta_slow, 1), where,
+               ": yarn needs beta_fast > beta_slow, got ", or_default(beta_fast, 32), " and ", or_default(beta_slow, 1));
+  }
   if (type == "dynamic")  // (its exponent divides by head_dim - 2)
     KILN_CHECK(head_dim > 2, where, ": rope_type 'dynamic' needs head_dim > 2, got ", head_dim);
   if (type == "longrope") {
@@ -136,7 +170,36 @@ void RopeScaling::validate(int64_t head_dim, const std::string& src) const {
   }
 }
 
+// YaRN (transformers' _compute_yarn_parameters): each frequency blends the
+// interpolated one (divided by factor) and the original, by a ramp over the
+// dimensions between the correction range [low, high] that beta_fast and
+// beta_slow (rotations within the original context) pick; float32 tensors,
+// double scalars, as torch computes them.
+std::vector<float> RopeScaling::yarn_inv_freq(int64_t D, int64_t mpe) const {
+  const double base = theta;
+  const double original = static_cast<double>(original_max_position_embeddings.value_or(mpe));
+  auto correction_dim = [&](double rotations) {
+    return static_cast<double>(D) * std::log(original / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+  };
+  double low = correction_dim(or_default(beta_fast, 32)), high = correction_dim(or_default(beta_slow, 1));
+  if (truncate.value_or(true)) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(D - 1));
+  if (low == high) high += 0.001;  // as HF avoids the ramp's singularity
+  const float f = static_cast<float>(factor), lo = static_cast<float>(low), span = static_cast<float>(high - low);
+  std::vector<float> inv(static_cast<size_t>(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i) {
+    const float pos = std::pow(static_cast<float>(base), static_cast<float>(2 * i) / static_cast<float>(D));
+    const float extrapolation = 1.0f / pos, interpolation = 1.0f / (f * pos);
+    const float ramp = std::clamp((static_cast<float>(i) - lo) / span, 0.0f, 1.0f);
+    const float keep = 1.0f - ramp;  // the share of the original frequency
+    inv[i] = interpolation * (1.0f - keep) + extrapolation * keep;
+  }
+  return inv;
+}
+
 std::vector<float> RopeScaling::inv_freq(int64_t D, int64_t mpe, int64_t seq_len) const {
+  if (type == "yarn") return yarn_inv_freq(D, mpe);
   const int64_t half = D / 2;
   std::vector<float> inv(static_cast<size_t>(half));
   auto exponent = [&](int64_t i) { return static_cast<float>(2 * i) / static_cast<float>(D); };
@@ -178,6 +241,12 @@ std::vector<float> RopeScaling::inv_freq(int64_t D, int64_t mpe, int64_t seq_len
 }
 
 float RopeScaling::attention_scaling(int64_t mpe) const {
+  if (type == "yarn") {
+    if (attention_factor) return static_cast<float>(*attention_factor);
+    if (or_default(mscale, 0) != 0 && or_default(mscale_all_dim, 0) != 0)
+      return static_cast<float>(yarn_mscale(factor, *mscale) / yarn_mscale(factor, *mscale_all_dim));
+    return static_cast<float>(yarn_mscale(factor, 1.0));
+  }
   if (type != "longrope") return 1.0f;
   if (attention_factor) return static_cast<float>(*attention_factor);
   const double orig = static_cast<double>(*original_max_position_embeddings);

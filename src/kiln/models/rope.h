@@ -1,7 +1,7 @@
 #pragma once
 // Rotary position embeddings' frequencies as transformers' modeling_rope_utils
 // defines them: the rope_type ("default", "linear", "dynamic", "llama3",
-// "longrope") with its parameters, read from either form a config.json has —
+// "longrope", "yarn") with its parameters, read from either form a config.json has —
 // rope_theta and rope_scaling (transformers 4) or rope_parameters
 // (transformers 5, rope_theta inside) — and written back in the form read.
 // All arithmetic in float32, as HF computes the tables.
@@ -17,10 +17,13 @@ namespace kiln::models {
 struct RopeScaling {
   std::string type = "default";
   double theta = 10000.0;
-  double factor = 1.0;                                    // linear, dynamic, llama3 (longrope: optional)
+  double factor = 1.0;                                    // linear, dynamic, llama3, yarn (longrope: optional)
   double low_freq_factor = 1.0, high_freq_factor = 4.0;   // llama3
-  std::optional<int64_t> original_max_position_embeddings;  // llama3, longrope
-  std::optional<double> attention_factor;                 // longrope
+  std::optional<int64_t> original_max_position_embeddings;  // llama3, longrope, yarn (default: max_position_embeddings)
+  std::optional<double> attention_factor;                 // longrope, yarn
+  std::optional<double> beta_fast, beta_slow;             // yarn (32 and 1 when absent)
+  std::optional<double> mscale, mscale_all_dim;           // yarn
+  std::optional<bool> truncate;                           // yarn (true when absent)
   std::vector<double> short_factor, long_factor;          // longrope, head_dim / 2 each
   bool longrope_factor_given = false;                     // longrope: "factor" was in the config
   bool original_given = false;  // original_max_position_embeddings was in the object (Phi-3 keeps it outside)
@@ -41,6 +44,9 @@ struct RopeScaling {
   // multiplied by.
   std::vector<float> inv_freq(int64_t head_dim, int64_t max_position_embeddings, int64_t seq_len) const;
   float attention_scaling(int64_t max_position_embeddings) const;
+
+ private:
+  std::vector<float> yarn_inv_freq(int64_t head_dim, int64_t max_position_embeddings) const;
 };
 
 // cos and sin tables [rows, head_dim] (row t: position t), the angles
