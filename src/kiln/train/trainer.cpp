@@ -9,9 +9,7 @@
 #include <cstdlib>
 #include <deque>
 #include <future>
-#include <thread>
 
-#include "kiln/core/env.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/mpi.h"
@@ -97,12 +95,6 @@ int64_t non_embedding_parameters(const models::PreTrainedModel& model) {
     if (std::none_of(std::begin(kTables), std::end(kTables), [&](const char* t) { return name.ends_with(t); }))
       n += p.numel();
   return n;
-}
-
-// Test hook: KILN_TEST_SAVE_DELAY_MS slows checkpoint writing so a test can
-// kill the process in the middle of a save.
-void save_delay() {
-  if (const int64_t ms = env_integer("KILN_TEST_SAVE_DELAY_MS", 0)) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 }  // namespace
@@ -428,12 +420,10 @@ void Trainer::save_checkpoint(const std::vector<std::pair<std::string, Tensor>>&
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   save_model(tmp);
-  save_delay();
   if (!args_.save_only_model) {  // what resuming needs besides the model
     // Optimizer state by parameter name.
     io::save_safetensors(tmp / "optimizer.safetensors", opt,
                          {{"step", std::to_string(optimizer_->steps_taken())}, {"optim", args_.optim}});
-    save_delay();
     json scheduler{{"type", args_.lr_scheduler_type}, {"last_epoch", state_.global_step}};
     if (plateau_) scheduler["reduce_lr_on_plateau"] = plateau_->state_dict();
     io::write_json_file_atomic(tmp / "scheduler.json", scheduler);
@@ -447,7 +437,6 @@ void Trainer::save_checkpoint(const std::vector<std::pair<std::string, Tensor>>&
   }
   io::write_json_file_atomic(tmp / "training_args.json", args_.to_json());
   io::write_json_file_atomic(tmp / "trainer_state.json", state_.to_json());
-  save_delay();
   // Publish: the directory appears whole or not at all.
   if (fs::exists(final_dir)) discard_checkpoint(final_dir);
   fs::rename(tmp, final_dir);
