@@ -39,11 +39,80 @@
 #include "lora_flags.h"
 #include "train_common.h"
 #include "train_sft.h"
+#include "train_task.h"
+
+namespace kiln::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A decoded text as run_summarization writes and scores it: one line, stripped.
+std::string one_line(std::string line) {
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  const size_t first = line.find_first_not_of(" \t"), last = line.find_last_not_of(" \t");
+  return first == std::string::npos ? "" : line.substr(first, last - first + 1);
+}
+
+}  // namespace
+
+// run_summarization's generated_predictions.txt: each test source's greedy
+// output, decoded without special tokens, one per line. Returns the lines.
+std::vector<std::string> write_generated(models::PreTrainedModel& model, const data::Features& test,
+                                         const train::TrainingArguments& ta, int64_t max_target_length,
+                                         const TokenizerBundle& tok, const fs::path& path) {
+  model.eval();
+  models::GenerationConfig g;
+  g.max_new_tokens = ta.generation_max_length.value_or(max_target_length);
+  std::string text;
+  std::vector<std::string> lines;
+  const auto batch = static_cast<size_t>(ta.per_device_eval_batch_size);
+  for (size_t i = 0; i < test.size(); i += batch) {
+    std::vector<std::vector<int64_t>> chunk(test.input_ids.begin() + static_cast<std::ptrdiff_t>(i),
+                                            test.input_ids.begin() + static_cast<std::ptrdiff_t>(std::min(test.size(), i + batch)));
+    for (const auto& seq : models::generate(model, chunk, g)) {
+      std::vector<uint32_t> ids(seq.begin(), seq.end());
+      lines.push_back(one_line(tok.tokenizer.decode(ids, true)));
+      text += lines.back() + "\n";
+    }
+  }
+  write_file_atomic(path, text);
+  std::fprintf(stderr, "kiln train: %zu generated predictions -> %s\n", test.size(), path.string().c_str());
+  return lines;
+}
+
+// run_summarization's and run_translation's scores of generated text against the test targets (decoded as
+// HF decodes the labels: without special tokens, stripped): ROUGE-1/2/L F-measures x 100, sacrebleu's BLEU.
+void score_generated(const std::vector<std::string>& generated, const data::Features& test,
+                     const TokenizerBundle& tok, nlohmann::json& metrics) {
+  std::vector<std::string> refs;
+  for (const auto& t : test.target_ids) {
+    std::vector<uint32_t> ids;
+    for (int64_t id : t)
+      if (id >= 0) ids.push_back(static_cast<uint32_t>(id));
+    refs.push_back(one_line(tok.tokenizer.decode(ids, true)));
+  }
+  const train::RougeScores r = train::rouge(generated, refs);
+  auto percent = [](double v) { return std::round(v * 100 * 1e4) / 1e4; };  // run_summarization's round(v * 100, 4)
+  metrics["predict_rouge1"] = percent(r.rouge1);
+  metrics["predict_rouge2"] = percent(r.rouge2);
+  metrics["predict_rougeL"] = percent(r.rougeL);
+  metrics["predict_bleu"] = train::corpus_bleu(generated, {refs});
+}
+
+}  // namespace kiln::cli
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace kiln;
+using cli::doc_stride;
+using cli::first_examples;
+using cli::int_flag;
+using cli::max_seq_length_flag;
+using cli::qa_columns;
+using cli::qa_options;
+using cli::switch_on;
 
 const std::vector<std::string> kBaseFlags = {"model_name_or_path", "config_name", "tokenizer_name", "task",
                                               "train_file", "validation_file", "text_column", "text_pair_column",
@@ -74,34 +143,11 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
   return a;
 }
 
-// kiln train's own numeric flags: the smallest value each takes.
-const std::map<std::string, int64_t> kIntegerFlags = {
-    {"max_seq_length", 3},    {"pad_to_multiple_of", 0}, {"max_source_length", 1},   {"max_target_length", 1},
-    {"max_train_samples", 1}, {"max_eval_samples", 1},   {"max_predict_samples", 1}, {"validation_split_percentage", 1},
-    {"doc_stride", 0},        {"n_best_size", 1},        {"max_answer_length", 1},   {"block_size", 3}};
-
-int64_t int_flag(const std::map<std::string, std::string>& f, const char* name, int64_t fallback) {
-  auto it = f.find(name);
-  return it == f.end() ? fallback : cli::integer_value("train", name, it->second, kIntegerFlags.at(name));
-}
-
-// A switch (kExtraSwitches) that is on: "--pad_to_max_length" or "--pad_to_max_length true", not "... false".
-bool switch_on(const std::map<std::string, std::string>& f, const char* name) {
-  auto it = f.find(name);
-  return it != f.end() && it->second == "true";
-}
-
-// --max_seq_length when given.
-std::optional<int64_t> max_seq_length_flag(const std::map<std::string, std::string>& f) {
-  if (!f.count("max_seq_length")) return std::nullopt;
-  return int_flag(f, "max_seq_length", 128);
-}
-
 // Every value checked before any data is read, and a flag the task does not
 // use is a warning (kiln train serves run_glue, run_ner, run_mlm, run_clm
 // and run_summarization's flags at once, so it is not an error).
 void check_task_flags(const std::map<std::string, std::string>& f, const std::string& task) {
-  for (const auto& [name, min] : kIntegerFlags) int_flag(f, name.c_str(), 0);
+  cli::check_integer_flags(f);
   if (f.count("mlm_probability")) cli::number_value("train", "mlm_probability", f.at("mlm_probability"), 0, 1);
   if (f.count("null_score_diff_threshold"))
     cli::number_value("train", "null_score_diff_threshold", f.at("null_score_diff_threshold"));
@@ -213,43 +259,6 @@ bool print_help(const std::vector<std::string>& args, const char* usage) {
   return true;
 }
 
-// run_qa's post-processing flags.
-train::QaOptions qa_options(const std::map<std::string, std::string>& f, const char* command) {
-  train::QaOptions o;
-  if (f.count("n_best_size")) o.n_best_size = cli::integer_value(command, "n_best_size", f.at("n_best_size"), 1);
-  if (f.count("max_answer_length"))
-    o.max_answer_length = cli::integer_value(command, "max_answer_length", f.at("max_answer_length"), 1);
-  o.version_2_with_negative = switch_on(f, "version_2_with_negative");
-  if (f.count("null_score_diff_threshold"))
-    o.null_score_diff_threshold = cli::number_value(command, "null_score_diff_threshold", f.at("null_score_diff_threshold"));
-  return o;
-}
-
-// The question, context and answers columns of a question-answering file
-// (run_qa's "question", "context", "answers" unless named).
-void qa_columns(const std::map<std::string, std::string>& f, data::DatasetOptions& o) {
-  o.question_answering = true;
-  auto get = [&](const char* name, const std::string& fallback) {
-    auto it = f.find(name);
-    return it == f.end() ? fallback : it->second;
-  };
-  o.text_column = get("question_column", "");
-  o.text_pair_column = get("context_column", "");
-  o.label_column = get("answer_column", "answers");
-}
-
-// --doc_stride, or run_qa's default for the sequence length.
-int64_t doc_stride(const std::map<std::string, std::string>& f, int64_t max_len) {
-  return int_flag(f, "doc_stride", cli::default_doc_stride(max_len));
-}
-
-// run_qa selects N examples first (then, for training, N of their windows): each evaluated example keeps all
-// its windows here, where run_qa's second cut can leave the last examples without any.
-data::Dataset first_examples(data::Dataset ds, const std::map<std::string, std::string>& f, const char* flag) {
-  if (f.count(flag)) ds.rows.resize(std::min(ds.rows.size(), static_cast<size_t>(int_flag(f, flag, 0))));
-  return ds;
-}
-
 // Every token id the run feeds the model lies inside its vocabulary of `vocab` (vocab_size in `config`), checked
 // before the first step as kiln generate checks its prompts: on the device an id past the embedding fails every
 // step that meets it. `sets` are the tokenized files by name.
@@ -328,84 +337,229 @@ std::vector<std::string> expand_args_file(const std::vector<std::string>& args) 
   return out;
 }
 
-// run_glue's predict_results: "index<TAB>prediction" per test row, the label's name (or the value, "%3.3f",
-// for regression).
-void write_predictions(const train::Predictions& p, const data::LabelMap& labels, const fs::path& path) {
-  std::string text = "index\tprediction\n";
-  const size_t rows = p.values.empty() ? p.labels.size() : p.values.size();
-  for (size_t i = 0; i < rows; ++i) {
-    char value[64];
-    if (!p.values.empty()) std::snprintf(value, sizeof value, "%3.3f", static_cast<double>(p.values[i]));
-    text += std::to_string(i) + "\t" +
-            (p.values.empty() ? labels.labels.at(static_cast<size_t>(p.labels[i])) : std::string(value)) + "\n";
+// A config trained from scratch takes the tokenizer's vocabulary size and
+// special token ids.
+void fit_config_to_tokenizer(models::PretrainedConfig& config, const cli::TokenizerBundle& tok) {
+  models::PretrainedConfig* c = &config;
+  const int64_t vocab = static_cast<int64_t>(tok.tokenizer.vocab_size());
+  if (auto* b = dynamic_cast<models::BertConfig*>(c)) {
+    b->vocab_size = vocab;
+    b->pad_token_id = tok.pad_id;
+  } else if (auto* g = dynamic_cast<models::GPT2Config*>(c)) {
+    g->vocab_size = vocab;
+    if (!g->pad_token_id) g->pad_token_id = tok.pad_id;  // as for Llama below: GPT2ForSequenceClassification needs it
+  } else if (auto* l = dynamic_cast<models::LlamaConfig*>(c)) {
+    l->vocab_size = vocab;
+    // LlamaForSequenceClassification finds each row's end by it; the collator pads with the same id.
+    if (!l->pad_token_id) l->pad_token_id = tok.pad_id;
+  } else if (auto* t5 = dynamic_cast<models::T5Config*>(c)) {
+    t5->vocab_size = vocab;
+    t5->pad_token_id = tok.pad_id;
+    t5->decoder_start_token_id = tok.pad_id;
+    // Targets end with the tokenizer's end token; generation stops there.
+    for (const char* end : {"</s>", "[SEP]"})
+      if (auto id = tok.tokenizer.token_to_id(end)) {
+        t5->eos_token_id = *id;
+        break;
+      }
   }
-  write_file_atomic(path, text);
-  std::fprintf(stderr, "kiln train: %zu predictions -> %s\n", rows, path.string().c_str());
 }
 
-// run_ner's predictions.txt: per test row, the tag of each word (its first
-// token's prediction), space-separated.
-void write_word_predictions(const train::Predictions& p, const data::Features& test, const data::LabelMap& labels,
-                            const fs::path& path) {
-  std::string text;
-  for (size_t r = 0; r < p.token_labels.size(); ++r) {
-    std::string line;
-    for (int64_t tag : data::per_word(p.token_labels[r], test.word_ids[r]))
-      line += (line.empty() ? "" : " ") + labels.labels.at(static_cast<size_t>(tag));
-    text += line + "\n";
+// --task, or the model's; a causal-lm file of conversations or
+// prompt-completion pairs trains as sft.
+std::string choose_task(const std::map<std::string, std::string>& f) {
+  std::string task = f.count("task") ? f.at("task") : infer_task(f);
+  cli::make_train_task(task);  // an error for a task kiln does not know
+  if (task == "causal-lm" && f.count("train_file") && cli::is_sft_file(f.at("train_file"))) {
+    std::fprintf(stderr, "kiln train: %s holds conversations or prompt-completion pairs: training as --task sft\n",
+                 f.at("train_file").c_str());
+    task = "sft";
   }
-  write_file_atomic(path, text);
-  std::fprintf(stderr, "kiln train: %zu tagged rows -> %s\n", p.token_labels.size(), path.string().c_str());
+  return task;
 }
 
-// A decoded text as run_summarization writes and scores it: one line, stripped.
-std::string one_line(std::string line) {
-  std::replace(line.begin(), line.end(), '\n', ' ');
-  const size_t first = line.find_first_not_of(" \t"), last = line.find_last_not_of(" \t");
-  return first == std::string::npos ? "" : line.substr(first, last - first + 1);
+// The flags that every task needs, and --do_predict's.
+void check_run_flags(const std::map<std::string, std::string>& f, const train::TrainingArguments& ta,
+                     const cli::TrainTask& task, const std::string& name) {
+  KILN_CHECK(f.count("train_file"), "train: --train_file is required");
+  // --do_predict: run_glue's predictions for --test_file, or run_summarization's generated outputs.
+  if (ta.do_predict) {
+    KILN_CHECK(f.count("test_file"), "train: --do_predict needs --test_file (the rows to predict)");
+    KILN_CHECK(task.predicts(),
+               "train: --do_predict is for --task text-classification, token-classification, question-answering or ",
+               "seq2seq (HF's run_swag, ",
+               "run_mlm and run_clm have no prediction step), not ", name);
+  } else {
+    for (const char* flag : {"test_file", "max_predict_samples"})
+      if (f.count(flag)) std::fprintf(stderr, "kiln train: warning: --%s is read only with --do_predict\n", flag);
+  }
+  if (ta.predict_with_generate && !task.generates())
+    std::fprintf(stderr, "kiln train: warning: --predict_with_generate is for --task seq2seq; ignored\n");
+  KILN_CHECK(f.count("model_name_or_path") || f.count("config_name"),
+             "train: pass --model_name_or_path DIR (fine-tune) or --config_name PRESET_OR_FILE with --tokenizer_name DIR (from scratch)");
 }
 
-// run_summarization's generated_predictions.txt: each test source's greedy
-// output, decoded without special tokens, one per line. Returns the lines.
-std::vector<std::string> write_generated(models::PreTrainedModel& model, const data::Features& test, const train::TrainingArguments& ta,
-                     int64_t max_target_length, const cli::TokenizerBundle& tok, const fs::path& path) {
-  model.eval();
-  models::GenerationConfig g;
-  g.max_new_tokens = ta.generation_max_length.value_or(max_target_length);
-  std::string text;
-  std::vector<std::string> lines;
-  const auto batch = static_cast<size_t>(ta.per_device_eval_batch_size);
-  for (size_t i = 0; i < test.size(); i += batch) {
-    std::vector<std::vector<int64_t>> chunk(test.input_ids.begin() + static_cast<std::ptrdiff_t>(i),
-                                            test.input_ids.begin() + static_cast<std::ptrdiff_t>(std::min(test.size(), i + batch)));
-    for (const auto& seq : models::generate(model, chunk, g)) {
-      std::vector<uint32_t> ids(seq.begin(), seq.end());
-      lines.push_back(one_line(tok.tokenizer.decode(ids, true)));
-      text += lines.back() + "\n";
-    }
+// A writable directory, this run's alone, and nothing in it overwritten unless asked. Only the first process
+// of an mpirun writes, so only it looks and locks (the others may start after it has begun writing).
+std::shared_ptr<train::OutputDirLock> lock_output_dir(const train::TrainingArguments& ta) {
+  const fs::path out(ta.output_dir);
+  std::shared_ptr<train::OutputDirLock> out_lock;
+  if (this_replica().process_rank == 0) {
+    train::prepare_output_dir(out);
+    out_lock = train::OutputDirLock::acquire(out);
+    if (holds_files(out) && !ta.overwrite_output_dir && ta.resume_from_checkpoint.empty())
+      throw Error("output_dir '" + out.string() + "' already exists and is not empty; pass --overwrite_output_dir, " +
+                  "or --resume_from_checkpoint latest to continue");
   }
-  write_file_atomic(path, text);
-  std::fprintf(stderr, "kiln train: %zu generated predictions -> %s\n", test.size(), path.string().c_str());
-  return lines;
+  return out_lock;
 }
 
-// run_summarization's and run_translation's scores of generated text against the test targets (decoded as
-// HF decodes the labels: without special tokens, stripped): ROUGE-1/2/L F-measures x 100, sacrebleu's BLEU.
-void score_generated(const std::vector<std::string>& generated, const data::Features& test,
-                     const cli::TokenizerBundle& tok, nlohmann::json& metrics) {
-  std::vector<std::string> refs;
-  for (const auto& t : test.target_ids) {
-    std::vector<uint32_t> ids;
-    for (int64_t id : t)
-      if (id >= 0) ids.push_back(static_cast<uint32_t>(id));
-    refs.push_back(one_line(tok.tokenizer.decode(ids, true)));
+// The rows of a run: the training file and the validation file, or
+// run_mlm / run_clm's --validation_split_percentage of the training rows.
+struct RunRows {
+  data::DatasetOptions options;
+  data::Dataset train;
+  std::optional<data::Dataset> eval;
+};
+
+// datasets' JSON `field` of each file (--train_file_field data), else found.
+data::DatasetOptions with_field(data::DatasetOptions o, const std::map<std::string, std::string>& f, const char* flag) {
+  o.json_field = f.count(flag) ? f.at(flag) : "";
+  return o;
+}
+
+RunRows load_rows(const std::map<std::string, std::string>& f, const cli::TrainTask& task, const std::string& name) {
+  RunRows r;
+  r.options = cli::dataset_options(f);
+  task.dataset_options(f, r.options);
+  r.options.keep_linebreaks = keep_linebreaks(f, name);
+  const bool rows = task.reads_rows();
+  if (rows) r.train = data::load_dataset(f.at("train_file"), with_field(r.options, f, "train_file_field"));
+  if (f.count("validation_file"))
+    r.eval = rows ? data::load_dataset(f.at("validation_file"), with_field(r.options, f, "validation_file_field"))
+                  : data::Dataset{};
+  KILN_CHECK(rows || !f.count("validation_split_percentage"), "train: --validation_split_percentage is not read by ",
+             "--task ", name, "; pass --validation_file");
+  if (!f.count("validation_split_percentage")) return r;
+  // run_mlm / run_clm: train[:p%] validates, train[p%:] trains
+  const int64_t pct = int_flag(f, "validation_split_percentage", 5);
+  KILN_CHECK(pct < 100, "train: --validation_split_percentage must be below 100, got ", pct);
+  if (r.eval) {
+    std::fprintf(stderr, "kiln train: warning: --validation_split_percentage is ignored: --validation_file is given\n");
+    return r;
   }
-  const train::RougeScores r = train::rouge(generated, refs);
-  auto percent = [](double v) { return std::round(v * 100 * 1e4) / 1e4; };  // run_summarization's round(v * 100, 4)
-  metrics["predict_rouge1"] = percent(r.rouge1);
-  metrics["predict_rouge2"] = percent(r.rouge2);
-  metrics["predict_rougeL"] = percent(r.rougeL);
-  metrics["predict_bleu"] = train::corpus_bleu(generated, {refs});
+  // datasets' percent slices round to the closest row (ties to even, as Python's round).
+  const auto cut = static_cast<size_t>(std::nearbyint(static_cast<double>(r.train.rows.size()) * pct / 100.0));
+  KILN_CHECK(cut > 0 && cut < r.train.rows.size(), "train: --validation_split_percentage ", pct, " of ",
+             r.train.rows.size(), " rows leaves ", cut, " for validation and ", r.train.rows.size() - cut,
+             " for training; both need rows");
+  r.eval = r.train;
+  r.eval->rows.resize(cut);
+  r.train.rows.erase(r.train.rows.begin(), r.train.rows.begin() + static_cast<std::ptrdiff_t>(cut));
+  r.eval->source = r.train.source + " [:" + std::to_string(pct) + "%]";
+  return r;
+}
+
+// What a replica's model is made from.
+struct ModelRecipe {
+  const std::map<std::string, std::string>& flags;
+  const train::TrainingArguments& args;
+  const models::PretrainedConfig& config;  // the checkpoint's, the preset or the config file
+  const cli::TrainTask& task;
+  const cli::TaskContext& ctx;
+  const std::optional<models::LoraConfig>& lora;
+};
+
+// The model on `device`: the checkpoint with the task's head, or a fresh one
+// whose vocabulary is the tokenizer's.
+std::unique_ptr<models::PreTrainedModel> make_model(const ModelRecipe& r, Device device) {
+  const auto& f = r.flags;
+  const int64_t num_labels =
+      r.ctx.labels.is_regression ? 1 : static_cast<int64_t>(r.ctx.labels.labels.size());
+  std::unique_ptr<models::PreTrainedModel> model;
+  if (f.count("model_name_or_path")) {
+    models::LoadOptions lo;
+    lo.seed = r.args.seed;
+    lo.device = device;
+    lo.architecture = r.task.architecture(r.config);
+    if (r.task.classification_head()) lo.num_labels = num_labels;
+    lo.ignore_mismatched_sizes = switch_on(f, "ignore_mismatched_sizes");
+    model = models::from_pretrained(f.at("model_name_or_path"), lo);
+  } else {
+    std::unique_ptr<models::PretrainedConfig> c = r.config.clone();  // each replica's own, set below
+    fit_config_to_tokenizer(*c, r.ctx.tok);
+    if (r.task.classification_head()) c->set_num_labels(num_labels);
+    model = models::create_model(r.task.architecture(*c), *c, r.args.seed, device);
+  }
+  r.task.finish_model(*model, r.ctx);
+  if (r.lora) models::apply_lora(*model, *r.lora);  // --use_peft: the base frozen, adapters train
+  return model;
+}
+
+// The test rows, read before training so a bad file fails at once. As run_glue, classification
+// predicts without labels; run_ner and run_qa keep the tags / answers for predict_* scores (a file without
+// them is predicted only), seq2seq its targets for predict_loss.
+std::shared_ptr<data::Features> test_rows(const cli::TrainTask& task, const data::DatasetOptions& options,
+                                          const cli::TaskContext& ctx) {
+  data::DatasetOptions topt = options;
+  if (!task.reads_test_labels()) topt.label_column = "";
+  const data::Dataset test_ds = data::load_dataset(ctx.flags.at("test_file"), with_field(topt, ctx.flags, "test_file_field"));
+  return task.test_features(test_ds, ctx);
+}
+
+data::CollatorOptions collator_options(const cli::TrainTask& task, const cli::TaskContext& ctx,
+                                       const models::PretrainedConfig& config, int64_t seed) {
+  const auto& f = ctx.flags;
+  data::CollatorOptions co;
+  co.pad_token_id = cli::padding_id(ctx.tok, config);
+  co.max_length = ctx.max_len;
+  co.pad_to_max_length = switch_on(f, "pad_to_max_length");
+  co.pad_to_multiple_of = int_flag(f, "pad_to_multiple_of", 0);
+  task.collator(co, ctx);
+  co.seed = seed;
+  co.max_target_length = int_flag(f, "max_target_length", 0);
+  return co;
+}
+
+// What the master writes after training: the evaluation and --do_predict's
+// results, all_results.json, and HF's model card and files.
+struct RunOutputs {
+  const cli::TrainTask& task;
+  const std::string& name;
+  const cli::TaskContext& ctx;
+  const train::TrainingArguments& args;
+  std::shared_ptr<data::Features> eval, test;
+  const std::optional<data::Dataset>& eval_rows;
+};
+
+void write_outputs(const RunOutputs& o, train::Trainer& trainer, models::PreTrainedModel& model,
+                   const std::map<std::string, double>& train_metrics) {
+  const auto& f = o.ctx.flags;
+  const fs::path out(o.args.output_dir);
+  nlohmann::json all = nlohmann::json::object();
+  for (auto& [k, v] : train_metrics) all[k] = v;
+  if (o.eval) {
+    auto m = trainer.evaluate("eval");
+    nlohmann::json ej = nlohmann::json::object();
+    for (auto& [k, v] : m) ej[k] = all[k] = v;
+    ej["epoch"] = trainer.state().epoch;
+    io::write_json_file_atomic(out / "eval_results.json", ej);
+    for (const char* k : {"eval_accuracy", "eval_exact_match", "eval_exact", "eval_f1", "eval_loss", "perplexity"})
+      if (m.count(k)) std::printf("%s = %.4f\n", k, m[k]);
+  }
+  if (o.test) {
+    nlohmann::json pj = nlohmann::json::object();
+    o.task.predict(cli::PredictRun{trainer, model, o.test, o.args, out}, o.ctx, pj, all);
+    if (!pj.empty()) io::write_json_file_atomic(out / "predict_results.json", pj);
+  }
+  io::write_json_file_atomic(out / "all_results.json", all);
+  cli::ModelCard card{out.filename().empty() ? out.parent_path().filename().string() : out.filename().string(),
+                      f.count("model_name_or_path") ? f.at("model_name_or_path") : "",
+                      f.count("config_name") ? f.at("config_name") : "", o.name, {f.at("train_file")}, {}, &o.args,
+                      trainer.state().log_history, this_replica().world_size()};
+  if (o.eval_rows) card.eval_files = {o.eval_rows->source};
+  cli::write_hf_output_files(out, card, model, o.ctx.tok);
+  std::printf("model saved to %s\n", out.string().c_str());
 }
 
 int run_train(const std::vector<std::string>& raw_args) {
@@ -425,96 +579,20 @@ int run_train(const std::vector<std::string>& raw_args) {
   else if (lora)
     std::fprintf(stderr, "kiln train: warning: --use_peft with --config_name adapts fresh weights that are not saved "
                          "(only the adapter is): the adapter cannot be used without them\n");
-  std::string task = f.count("task") ? f["task"] : infer_task(f);
-  KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
-                 task == "multiple-choice" || task == "masked-lm" || task == "causal-lm" || task == "seq2seq" ||
-                 task == "sft",
-             "train: --task must be text-classification, token-classification, question-answering, multiple-choice, ",
-             "masked-lm, causal-lm, seq2seq or sft, got '", task, "'");
-  if (task == "causal-lm" && f.count("train_file") && cli::is_sft_file(f["train_file"])) {
-    std::fprintf(stderr, "kiln train: %s holds conversations or prompt-completion pairs: training as --task sft\n",
-                 f["train_file"].c_str());
-    task = "sft";
-  }
-  hf_spellings(f, task, "train");
-  const bool sft = task == "sft";  // causal-lm's model and loss on SFT data (train_sft.h)
-  check_task_flags(f, task);
-  const bool s2s = task == "seq2seq";
-  if (s2s) {  // --source_column / --target_column are the text pair of each row
-    f["text_column"] = f.count("source_column") ? f["source_column"] : "source";
-    f["text_pair_column"] = f.count("target_column") ? f["target_column"] : "target";
-    f["label_column"] = "";
-  }
-  KILN_CHECK(f.count("train_file"), "train: --train_file is required");
-  // --do_predict: run_glue's predictions for --test_file, or run_summarization's generated outputs.
-  if (ta.do_predict) {
-    KILN_CHECK(f.count("test_file"), "train: --do_predict needs --test_file (the rows to predict)");
-    KILN_CHECK(task == "text-classification" || task == "token-classification" || task == "question-answering" ||
-                   task == "seq2seq",
-               "train: --do_predict is for --task text-classification, token-classification, question-answering or ",
-               "seq2seq (HF's run_swag, ",
-               "run_mlm and run_clm have no prediction step), not ", task);
-  } else {
-    for (const char* flag : {"test_file", "max_predict_samples"})
-      if (f.count(flag)) std::fprintf(stderr, "kiln train: warning: --%s is read only with --do_predict\n", flag);
-  }
-  if (ta.predict_with_generate && !s2s)
-    std::fprintf(stderr, "kiln train: warning: --predict_with_generate is for --task seq2seq; ignored\n");
-  KILN_CHECK(f.count("model_name_or_path") || f.count("config_name"),
-             "train: pass --model_name_or_path DIR (fine-tune) or --config_name PRESET_OR_FILE with --tokenizer_name DIR (from scratch)");
-
-  // A writable directory, this run's alone, and nothing in it overwritten unless asked. Only the first process
-  // of an mpirun writes, so only it looks and locks (the others may start after it has begun writing).
-  fs::path out(ta.output_dir);
-  std::shared_ptr<train::OutputDirLock> out_lock;
-  if (this_replica().process_rank == 0) {
-    train::prepare_output_dir(out);
-    out_lock = train::OutputDirLock::acquire(out);
-    if (holds_files(out) && !ta.overwrite_output_dir && ta.resume_from_checkpoint.empty())
-      throw Error("output_dir '" + out.string() + "' already exists and is not empty; pass --overwrite_output_dir, " +
-                  "or --resume_from_checkpoint latest to continue");
-  }
+  const std::string name = choose_task(f);
+  const std::unique_ptr<cli::TrainTask> task = cli::make_train_task(name);
+  hf_spellings(f, name, "train");
+  check_task_flags(f, name);
+  task->adapt_flags(f);
+  check_run_flags(f, ta, *task, name);
+  const std::shared_ptr<train::OutputDirLock> out_lock = lock_output_dir(ta);
 
   fs::path tok_dir = f.count("tokenizer_name") ? f["tokenizer_name"] : f.count("model_name_or_path") ? f["model_name_or_path"] : "";
   KILN_CHECK(!tok_dir.empty(), "train: --tokenizer_name DIR is required with --config_name");
   cli::TokenizerBundle tok = cli::load_tokenizer(tok_dir);
-
-  const bool ner = task == "token-classification", qa = task == "question-answering", mc = task == "multiple-choice";
-  data::DatasetOptions dopt = cli::dataset_options(f);
-  dopt.multiple_choice = mc;  // run_swag: sent1, sent2, ending0, ending1, ..., label
-  dopt.split_into_words = ner;  // run_ner: a list of words and a list of tags per row
-  dopt.keep_linebreaks = keep_linebreaks(f, task);
-  if (qa) qa_columns(f, dopt);  // run_qa: id, question, context and answers per row
-  // datasets' JSON `field` of each file (--train_file_field data), else found.
-  auto with_field = [&](data::DatasetOptions o, const char* flag) {
-    o.json_field = f.count(flag) ? f[flag] : "";
-    return o;
-  };
-  data::Dataset train_ds = sft ? data::Dataset{} : data::load_dataset(f["train_file"], with_field(dopt, "train_file_field"));
-  std::optional<data::Dataset> eval_ds;
-  if (f.count("validation_file"))
-    eval_ds = sft ? data::Dataset{} : data::load_dataset(f["validation_file"], with_field(dopt, "validation_file_field"));
-  KILN_CHECK(!sft || !f.count("validation_split_percentage"), "train: --validation_split_percentage is not read by ",
-             "--task sft; pass --validation_file");
-  if (f.count("validation_split_percentage")) {  // run_mlm / run_clm: train[:p%] validates, train[p%:] trains
-    const int64_t pct = int_flag(f, "validation_split_percentage", 5);
-    KILN_CHECK(pct < 100, "train: --validation_split_percentage must be below 100, got ", pct);
-    if (eval_ds) {
-      std::fprintf(stderr, "kiln train: warning: --validation_split_percentage is ignored: --validation_file is given\n");
-    } else {
-      // datasets' percent slices round to the closest row (ties to even, as Python's round).
-      const auto cut = static_cast<size_t>(std::nearbyint(static_cast<double>(train_ds.rows.size()) * pct / 100.0));
-      KILN_CHECK(cut > 0 && cut < train_ds.rows.size(), "train: --validation_split_percentage ", pct, " of ",
-                 train_ds.rows.size(), " rows leaves ", cut, " for validation and ", train_ds.rows.size() - cut,
-                 " for training; both need rows");
-      eval_ds = train_ds;
-      eval_ds->rows.resize(cut);
-      train_ds.rows.erase(train_ds.rows.begin(), train_ds.rows.begin() + static_cast<std::ptrdiff_t>(cut));
-      eval_ds->source = train_ds.source + " [:" + std::to_string(pct) + "%]";
-    }
-  }
+  RunRows rows = load_rows(f, *task, name);
   // run_glue: --do_eval (set too by an eval_strategy) requires a validation set.
-  KILN_CHECK(!ta.do_eval || eval_ds, "train: ",
+  KILN_CHECK(!ta.do_eval || rows.eval, "train: ",
              ta.eval_strategy != "no" ? "--eval_strategy " + ta.eval_strategy : std::string("--do_eval"),
              " needs a validation set: --validation_file F, or --validation_split_percentage P");
   // The model's config (to fit --max_seq_length to its positions): the
@@ -523,240 +601,43 @@ int run_train(const std::vector<std::string>& raw_args) {
       f.count("model_name_or_path") ? models::load_config(fs::path(f["model_name_or_path"]) / "config.json")
                                     : models::preset_config(f["config_name"]);
   if (!run_config) run_config = models::load_config(f["config_name"]);
-  const int64_t max_len = sft ? cli::sequence_length(cli::sft_max_length_flag(f), *run_config, "train", 1024)
-                              : cli::sequence_length(max_seq_length_flag(f), *run_config, "train",
-                                                     qa ? cli::kQaMaxSeqLength : 128);
+  const int64_t max_len = task->max_length(f, *run_config);
+  const data::LabelMap labels = task->read_labels(f, rows.train, rows.options);
+  const cli::TaskContext ctx{f, tok, max_len, labels};
 
-  const bool mlm = task == "masked-lm", clm = task == "causal-lm" || sft, lm = mlm || clm || s2s;
-  const bool classes = !lm && !qa && !mc;  // a classification head with a label set
-  if (qa)
-    KILN_CHECK(train_ds.has_labels, f["train_file"], ": no answers to train on (key '", dopt.label_column,
-               "' is missing, or null, in every row)");
-  if (mc)
-    KILN_CHECK(train_ds.has_labels, f["train_file"], ": no labels to train on (column '", dopt.label_column,
-               "', the right ending's index, is missing, or empty in every row)");
-  data::LabelMap labels;
-  if (classes) {
-    KILN_CHECK(train_ds.has_labels, f["train_file"], ": no labels to train on (column '", dopt.label_column,
-               "' is missing, or empty in every row)");
-    labels = ner ? data::LabelMap::from_word_labels(train_ds) : data::LabelMap::from_dataset(train_ds);
-  }
-
-  // The architecture follows the task: <Type>ForSequenceClassification, <Type>ForMaskedLM, GPT2LMHeadModel /
-  // LlamaForCausalLM.
-  auto arch_for = [&](const models::PretrainedConfig& c) {
-    if (clm) {
-      std::string arch = models::causal_lm_architecture(c);
-      KILN_CHECK(!arch.empty(), "causal-lm: needs a model of type ", models::causal_lm_types(),
-                 ", got model_type '", c.model_type, "'");
-      return arch;
-    }
-    if (s2s) {
-      KILN_CHECK(c.model_type == "t5", "seq2seq: needs a t5 model, got model_type '", c.model_type, "'");
-      return std::string("T5ForConditionalGeneration");
-    }
-    // run_ner's, run_qa's and run_swag's heads: the BERT family's.
-    if (const char* head = ner ? "ForTokenClassification" : qa ? "ForQuestionAnswering" : mc ? "ForMultipleChoice" : nullptr)
-      KILN_CHECK(c.model_type == "bert" || c.model_type == "roberta" || c.model_type == "distilbert", task,
-                 ": kiln trains Bert", head, ", Roberta", head, " and DistilBert", head, ", got model_type '",
-                 c.model_type, "'");
-    return c.class_prefix() + (mlm  ? "ForMaskedLM"
-                               : ner ? "ForTokenClassification"
-                               : qa  ? "ForQuestionAnswering"
-                               : mc  ? "ForMultipleChoice"
-                                     : "ForSequenceClassification");
-  };
-  const int64_t num_labels = labels.is_regression ? 1 : static_cast<int64_t>(labels.labels.size());
-  // One model per replica, on the replica's device.
-  auto make_model = [&](Device device) {
-  std::unique_ptr<models::PreTrainedModel> model;
-  if (f.count("model_name_or_path")) {
-    models::LoadOptions lo;
-    lo.seed = ta.seed;
-    lo.device = device;
-    lo.architecture = arch_for(*run_config);
-    if (classes) lo.num_labels = num_labels;
-    lo.ignore_mismatched_sizes = switch_on(f, "ignore_mismatched_sizes");
-    model = models::from_pretrained(f["model_name_or_path"], lo);
-  } else {
-    std::unique_ptr<models::PretrainedConfig> c = run_config->clone();  // each replica's own, set below
-    const int64_t vocab = static_cast<int64_t>(tok.tokenizer.vocab_size());
-    if (auto* b = dynamic_cast<models::BertConfig*>(c.get())) {
-      b->vocab_size = vocab;
-      b->pad_token_id = tok.pad_id;
-    } else if (auto* g = dynamic_cast<models::GPT2Config*>(c.get())) {
-      g->vocab_size = vocab;
-      if (!g->pad_token_id) g->pad_token_id = tok.pad_id;  // as for Llama below: GPT2ForSequenceClassification needs it
-    } else if (auto* l = dynamic_cast<models::LlamaConfig*>(c.get())) {
-      l->vocab_size = vocab;
-      // LlamaForSequenceClassification finds each row's end by it; the collator pads with the same id.
-      if (!l->pad_token_id) l->pad_token_id = tok.pad_id;
-    } else if (auto* t5 = dynamic_cast<models::T5Config*>(c.get())) {
-      t5->vocab_size = vocab;
-      t5->pad_token_id = tok.pad_id;
-      t5->decoder_start_token_id = tok.pad_id;
-      // Targets end with the tokenizer's end token; generation stops there.
-      for (const char* end : {"</s>", "[SEP]"})
-        if (auto id = tok.tokenizer.token_to_id(end)) {
-          t5->eos_token_id = *id;
-          break;
-        }
-    }
-    if (classes) c->set_num_labels(num_labels);
-    model = models::create_model(arch_for(*c), *c, ta.seed, device);
-  }
-  if (classes && !labels.is_regression) {  // label names into config.json (id2label / label2id)
-    model->config().id2label.clear();
-    for (size_t i = 0; i < labels.labels.size(); ++i) model->config().id2label[static_cast<int64_t>(i)] = labels.labels[i];
-  }
-  if (classes && labels.is_regression) model->config().problem_type = "regression";
-  if (s2s) cli::save_source_prefix(model->config(), f.count("source_prefix") ? f["source_prefix"] : "");
-  if (lora) models::apply_lora(*model, *lora);  // --use_peft: the base frozen, adapters train
-  return model;
-  };
-
-  // Language modelling: text concatenated into blocks (run_mlm / run_clm's group_texts).
-  auto features = [&](const data::Dataset& ds) {
-    if (s2s)
-      return std::make_shared<data::Features>(data::tokenize_seq2seq(
-          ds, tok.tokenizer, int_flag(f, "max_source_length", max_len), int_flag(f, "max_target_length", max_len),
-          f.count("source_prefix") ? f["source_prefix"] : ""));
-    if (ner)
-      return std::make_shared<data::Features>(
-          data::tokenize_words(ds, tok.tokenizer, max_len, &labels, switch_on(f, "label_all_tokens")));
-    if (qa)
-      return std::make_shared<data::Features>(data::tokenize_qa(std::make_shared<const data::Dataset>(ds),
-                                                                tok.tokenizer, max_len, doc_stride(f, max_len)));
-    if (mc) return std::make_shared<data::Features>(data::tokenize_choices(ds, tok.tokenizer, max_len));
-    return std::make_shared<data::Features>(lm ? data::group_texts(ds, tok.tokenizer, max_len, mlm)
-                                               : data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
-  };
-  // --max_*_samples: the first N rows after preprocessing (blocks for language models), as HF's scripts select them.
-  auto at_most = [&](std::shared_ptr<data::Features> rows, const char* flag) {
-    if (f.count(flag)) rows = std::make_shared<data::Features>(rows->head(static_cast<size_t>(int_flag(f, flag, 0))));
-    return rows;
-  };
-  auto train_f = sft ? at_most(cli::sft_features(f["train_file"], tok, f, max_len), "max_train_samples")
-                     : at_most(features(qa ? first_examples(train_ds, f, "max_train_samples") : train_ds),
-                               "max_train_samples");
-  std::shared_ptr<data::Features> eval_f;
-  if (eval_ds && sft) {
-    eval_f = at_most(cli::sft_features(f["validation_file"], tok, f, max_len), "max_eval_samples");
-    eval_ds->source = f["validation_file"];
-  } else if (eval_ds) {
-    eval_f = qa ? features(first_examples(*eval_ds, f, "max_eval_samples"))
-                : at_most(features(*eval_ds), "max_eval_samples");
-  }
-  // The test rows, read before training so a bad file fails at once. As run_glue, classification
-  // predicts without labels; seq2seq keeps its targets for predict_loss.
-  std::shared_ptr<data::Features> test_f;
-  if (ta.do_predict) {
-    data::DatasetOptions topt = dopt;
-    if (!s2s && !ner && !qa) topt.label_column = "";
-    const data::Dataset test_ds = data::load_dataset(f["test_file"], with_field(topt, "test_file_field"));
-    // run_ner and run_qa keep the tags / answers for predict_* scores (a file without them is predicted only),
-    // seq2seq its targets.
-    if (qa) {
-      test_f = features(first_examples(test_ds, f, "max_predict_samples"));
-    } else {
-      test_f = s2s || ner ? features(test_ds)
-                          : std::make_shared<data::Features>(
-                                data::tokenize_dataset(test_ds, tok.tokenizer, max_len, nullptr));
-      test_f = at_most(test_f, "max_predict_samples");
-    }
-  }
+  auto train_f = task->train_features(rows.train, ctx);
+  std::shared_ptr<data::Features> eval_f = rows.eval ? task->eval_features(*rows.eval, ctx) : nullptr;
+  std::shared_ptr<data::Features> test_f = ta.do_predict ? test_rows(*task, rows.options, ctx) : nullptr;
   if (eval_f && ta.eval_strategy == "no") ta.do_eval = true;
 
-  data::CollatorOptions co;
-  co.pad_token_id = sft ? cli::sft_padding_id(tok) : cli::padding_id(tok, *run_config);
-  co.max_length = max_len;
-  co.pad_to_max_length = switch_on(f, "pad_to_max_length");
-  co.pad_to_multiple_of = int_flag(f, "pad_to_multiple_of", 0);
-  co.mlm = mlm;
-  co.causal_lm = clm;
-  if (mlm) {
-    KILN_CHECK(tok.mask_id >= 0, "masked-lm: the tokenizer in ", tok.dir.string(), " has no [MASK] or <mask> token");
-    co.mask_token_id = tok.mask_id;
-    co.vocab_size = static_cast<int64_t>(tok.tokenizer.vocab_size());
-    co.special_token_ids = tok.special_ids;
-    if (f.count("mlm_probability"))  // checked by check_task_flags
-      co.mlm_probability = cli::number_value("train", "mlm_probability", f["mlm_probability"], 0, 1);
-  }
-  co.seed = ta.seed;
-
-  co.max_target_length = int_flag(f, "max_target_length", 0);
+  const data::CollatorOptions co = collator_options(*task, ctx, *run_config, ta.seed);
   if (f.count("model_name_or_path")) {  // from scratch, the model's vocabulary is the tokenizer's
     // Every config.json names it vocab_size.
     const int64_t vocab = run_config->to_json().value("vocab_size", int64_t{-1});
     if (vocab > 0)
       check_vocabulary(vocab, (fs::path(f["model_name_or_path"]) / "config.json").string(), tok,
                        {{f["train_file"], train_f.get()},
-                        {eval_ds ? eval_ds->source : std::string(), eval_f.get()},
+                        {rows.eval ? rows.eval->source : std::string(), eval_f.get()},
                         {f["test_file"], test_f.get()}},
                        co);
   }
-  train::Task t = mlm   ? train::Task::MaskedLM
-                   : clm ? train::Task::CausalLM
-                   : s2s ? train::Task::Seq2Seq
-                   : ner ? train::Task::TokenClassification
-                   : qa  ? train::Task::QuestionAnswering
-                   : mc  ? train::Task::MultipleChoice
-                         : train::Task::TextClassification;
   const train::QaOptions qa_opts = qa_options(f, "train");
+  const ModelRecipe recipe{f, ta, *run_config, *task, ctx, lora};
+  const RunOutputs outputs{*task, name, ctx, ta, eval_f, test_f, rows.eval};
   // A first SIGINT / SIGTERM while training stops it after the step in flight, with a checkpoint to resume from.
   train::install_stop_handlers();
   std::atomic<bool> stopped = false;  // every replica stops at the same step
   // --num_replicas N: N replicas in this process (and as many in every
   // process mpirun started); the data and tokenizer above are shared.
   spawn([&](int) {
-  auto model = make_model(train::replica_device(ta));
-  train::Trainer trainer(*model, ta, t, train_f, eval_f, co);
-  trainer.set_question_answering(qa_opts);
-  trainer.set_extra_files(tok.files);
-  auto train_metrics = trainer.train();
-  if (trainer.stopped_by_signal()) stopped = true;
-  if (trainer.stopped_by_signal() || !this_replica().is_master()) return;
-  nlohmann::json all = nlohmann::json::object();
-  for (auto& [k, v] : train_metrics) all[k] = v;
-  if (eval_f) {
-    auto m = trainer.evaluate("eval");
-    nlohmann::json ej = nlohmann::json::object();
-    for (auto& [k, v] : m) ej[k] = all[k] = v;
-    ej["epoch"] = trainer.state().epoch;
-    io::write_json_file_atomic(out / "eval_results.json", ej);
-    for (const char* k : {"eval_accuracy", "eval_exact_match", "eval_exact", "eval_f1", "eval_loss", "perplexity"})
-      if (m.count(k)) std::printf("%s = %.4f\n", k, m[k]);
-  }
-  if (test_f) {
-    nlohmann::json pj = nlohmann::json::object();
-    if (s2s) {  // run_summarization: the test loss, and with predict_with_generate the outputs
-      auto m = trainer.evaluate("predict", test_f);
-      m.erase("perplexity");
-      for (auto& [k, v] : m) pj[k] = all[k] = v;
-      if (ta.predict_with_generate) {
-        const auto generated = write_generated(*model, *test_f, ta, int_flag(f, "max_target_length", max_len), tok,
-                                               out / "generated_predictions.txt");
-        score_generated(generated, *test_f, tok, pj);
-        for (const char* k : {"predict_rouge1", "predict_rouge2", "predict_rougeL", "predict_bleu"}) all[k] = pj[k];
-      }
-    } else if (qa) {  // run_qa: predict_predictions.json, and predict_* scores when the test rows have answers
-      for (auto& [k, v] : trainer.evaluate("predict", test_f)) pj[k] = all[k] = v;
-    } else if (ner) {  // run_ner: predict_* scores when the test rows are tagged, and predictions.txt
-      if (!test_f->token_labels.empty())
-        for (auto& [k, v] : trainer.evaluate("predict", test_f)) pj[k] = all[k] = v;
-      write_word_predictions(trainer.predict(*test_f), *test_f, labels, out / "predictions.txt");
-    } else {
-      write_predictions(trainer.predict(*test_f), labels, out / "predict_results.txt");
-    }
-    if (!pj.empty()) io::write_json_file_atomic(out / "predict_results.json", pj);
-  }
-  io::write_json_file_atomic(out / "all_results.json", all);
-  cli::ModelCard card{out.filename().empty() ? out.parent_path().filename().string() : out.filename().string(),
-                      f.count("model_name_or_path") ? f["model_name_or_path"] : "", f.count("config_name") ? f["config_name"] : "", task,
-                      {f["train_file"]}, {}, &ta, trainer.state().log_history, this_replica().world_size()};
-  if (eval_ds) card.eval_files = {eval_ds->source};
-  cli::write_hf_output_files(out, card, *model, tok);
-  std::printf("model saved to %s\n", out.string().c_str());
+    auto model = make_model(recipe, train::replica_device(ta));
+    train::Trainer trainer(*model, ta, task->trainer_task(), train_f, eval_f, co);
+    trainer.set_question_answering(qa_opts);
+    trainer.set_extra_files(tok.files);
+    auto train_metrics = trainer.train();
+    if (trainer.stopped_by_signal()) stopped = true;
+    if (trainer.stopped_by_signal() || !this_replica().is_master()) return;
+    write_outputs(outputs, trainer, *model, train_metrics);
   }, static_cast<int>(ta.num_replicas));
   if (stopped) {  // the shell's status for a process a signal ended: 128 + the signal
     const int sig = train::stop_requested();
@@ -798,7 +679,7 @@ int run_eval(const std::vector<std::string>& args) {
   for (const char* flag : {"train_file", "test_file", "config_name", "max_train_samples", "max_predict_samples",
                            "validation_split_percentage", "ignore_mismatched_sizes"})
     if (f.count(flag)) std::fprintf(stderr, "kiln eval: warning: --%s is for kiln train; ignored\n", flag);
-  for (const auto& [name, min] : kIntegerFlags) int_flag(f, name.c_str(), 0);  // bad values fail before loading
+  cli::check_integer_flags(f);  // bad values fail before loading
   fs::path dir = f["model_name_or_path"];
   const fs::path adapter = f.count("adapter") ? fs::path(f["adapter"]) : fs::path();
   cli::TokenizerBundle tok =

@@ -18,6 +18,7 @@
 #include "kiln/core/json.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
+#include "support/slow_fs.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
 
@@ -111,11 +112,13 @@ int64_t last_logged_step(const std::string& log) {
 // checkpoint-N whole: the oldest is renamed away before its files go, and the
 // next run clears what was left.
 TEST(Robustness, KilledWhileRotatingLeavesEveryCheckpointWhole) {
+  if (const std::string why = testing::slow_fs_unavailable(); !why.empty()) GTEST_SKIP() << why;
   testing::TempDir w;
   const fs::path data = demo_data(w), out = w.path() / "out";
   const std::string args = train_args(data, out) + " --max_steps 12 --save_steps 2 --save_total_limit 2";
   // Each file of a discarded checkpoint takes 300 ms to go.
-  const pid_t pid = start_kiln(args, w.path() / "log1", "KILN_TEST_DELETE_DELAY_MS=300");
+  const pid_t pid =
+      start_kiln(args, w.path() / "log1", testing::slow_fs_env_words({.remove_ms = 300, .match = ".deleting-"}));
   fs::path deleting;
   const bool rotating = eventually([&] {
     auto names = names_starting(out, ".deleting-checkpoint-");
@@ -229,10 +232,11 @@ TEST(Robustness, SigintSavesACheckpointThatResumesExactly) {
 // SIGTERM asks to stop as SIGINT does; a second one, during the save, ends
 // the process at once, without publishing the checkpoint half-written.
 TEST(Robustness, ASecondSigtermEndsTheRunAtOnce) {
+  if (const std::string why = testing::slow_fs_unavailable(); !why.empty()) GTEST_SKIP() << why;
   testing::TempDir w;
   const fs::path data = demo_data(w), out = w.path() / "out";
   const pid_t pid = start_kiln(train_args(data, out) + " --max_steps 100000 --save_strategy no --logging_steps 1",
-                               w.path() / "log", "KILN_TEST_SAVE_DELAY_MS=3000");
+                               w.path() / "log", testing::slow_fs_env_words({.rename_ms = 3000, .match = "checkpoint-"}));
   const bool started = eventually([&] { return last_logged_step(slurp(w.path() / "log")) >= 2; });
   ::kill(pid, SIGTERM);
   const bool saving = started && eventually([&] { return !names_starting(out, "tmp-checkpoint-").empty(); });

@@ -32,8 +32,6 @@ constexpr EnvVar kVars[] = {
     {"KILN_CUDA_GEMM_PAD", "1", "CUDA: pad products to tensor-core-friendly shapes (0 turns the padded copies off)"},
     {"KILN_PROFILE", "0", "1: time every kernel and print the top 40 at exit; 'all': print every kernel"},
     {"KILN_DUMP", "", "comma-separated: 'graph' prints each traced graph, 'program' each compiled program, to stderr"},
-    {"KILN_TEST_SAVE_DELAY_MS", "0", "tests only: the checkpoint writer sleeps this long before renaming"},
-    {"KILN_TEST_DELETE_DELAY_MS", "0", "tests only: checkpoint rotation sleeps this long before deleting"},
 };
 
 const EnvVar& entry(std::string_view name) {

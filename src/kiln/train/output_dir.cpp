@@ -5,14 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <thread>
 
-#include "kiln/core/env.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
 
@@ -32,18 +29,6 @@ fs::path existing_ancestor(const fs::path& p) {
     if (at == at.parent_path()) break;
   }
   return {};
-}
-
-// Test hook: KILN_TEST_DELETE_DELAY_MS slows removing a discarded checkpoint
-// (a pause before each file) so a test can kill the process in the middle.
-void remove_slowly_for_tests(const fs::path& dir) {
-  const int64_t ms = env_integer("KILN_TEST_DELETE_DELAY_MS", 0);
-  if (ms == 0) return;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    fs::remove_all(e.path(), ec);
-  }
 }
 
 // Processes' locks by directory: flock() locks of two open() calls conflict
@@ -125,7 +110,6 @@ void discard_checkpoint(const fs::path& dir) {
   const fs::path away = dir.parent_path() / (".deleting-" + dir.filename().string());
   fs::remove_all(away);  // a leftover of the same name
   fs::rename(dir, away);
-  remove_slowly_for_tests(away);
   fs::remove_all(away);
 }
 

@@ -9,9 +9,7 @@
 #include <cstdlib>
 #include <deque>
 #include <future>
-#include <thread>
 
-#include "kiln/core/env.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/mpi.h"
@@ -23,6 +21,7 @@
 #include "kiln/runtime/autocast.h"
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/metrics.h"
+#include "kiln/train/flow.h"
 #include "kiln/train/output_dir.h"
 #include "kiln/train/progress.h"
 #include "kiln/train/seqeval.h"
@@ -97,12 +96,6 @@ int64_t non_embedding_parameters(const models::PreTrainedModel& model) {
     if (std::none_of(std::begin(kTables), std::end(kTables), [&](const char* t) { return name.ends_with(t); }))
       n += p.numel();
   return n;
-}
-
-// Test hook: KILN_TEST_SAVE_DELAY_MS slows checkpoint writing so a test can
-// kill the process in the middle of a save.
-void save_delay() {
-  if (const int64_t ms = env_integer("KILN_TEST_SAVE_DELAY_MS", 0)) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 }  // namespace
@@ -428,12 +421,10 @@ void Trainer::save_checkpoint(const std::vector<std::pair<std::string, Tensor>>&
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   save_model(tmp);
-  save_delay();
   if (!args_.save_only_model) {  // what resuming needs besides the model
     // Optimizer state by parameter name.
     io::save_safetensors(tmp / "optimizer.safetensors", opt,
                          {{"step", std::to_string(optimizer_->steps_taken())}, {"optim", args_.optim}});
-    save_delay();
     json scheduler{{"type", args_.lr_scheduler_type}, {"last_epoch", state_.global_step}};
     if (plateau_) scheduler["reduce_lr_on_plateau"] = plateau_->state_dict();
     io::write_json_file_atomic(tmp / "scheduler.json", scheduler);
@@ -447,7 +438,6 @@ void Trainer::save_checkpoint(const std::vector<std::pair<std::string, Tensor>>&
   }
   io::write_json_file_atomic(tmp / "training_args.json", args_.to_json());
   io::write_json_file_atomic(tmp / "trainer_state.json", state_.to_json());
-  save_delay();
   // Publish: the directory appears whole or not at all.
   if (fs::exists(final_dir)) discard_checkpoint(final_dir);
   fs::rename(tmp, final_dir);
@@ -558,14 +548,47 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   }
 }
 
-std::map<std::string, double> Trainer::train() {
+// One train() call: its plan (batch sizes, the number of optimizer steps, the
+// schedule), its data stream and the steps the host has queued.
+struct Trainer::Run {
+  int world = 1;
+  int64_t global_batch = 0;      // rows of one micro-batch over every replica
+  int64_t accum = 1;             // micro-batches per optimizer step
+  int64_t samples_per_step = 0;  // global_batch x accum
+  int64_t updates_per_epoch = 0, total = 0, start_step = 0;
+  std::optional<optim::LRSchedule> schedule;
+  std::optional<data::DeviceLoader> device_loader;
+  std::shared_ptr<ProgressLine> progress;
+  std::deque<std::future<void>> in_flight;  // one per queued step, ready once it has run
+  std::chrono::steady_clock::time_point t0;
+};
+
+struct Trainer::StepBatches {
+  std::vector<data::DeviceBatch> batches;
+  std::vector<double> items;  // what each micro-batch's loss averages over (loss_items)
+  double step_items = 0;      // their sum over every micro-batch of every replica
+};
+
+struct Trainer::StepResult {
+  int64_t step = 0;  // the global step just taken
+  double epoch = 0, lr = 0;
+  int64_t tokens_seen = 0;
+  Tensor loss_sum, grad_norm;
+};
+
+struct Trainer::EvalOutcome {
+  std::map<std::string, double> metrics;
+  bool stop_early = false;
+};
+
+// Checks the inputs; the master prepares and locks output_dir for the run, and
+// clears what a killed run left there.
+std::shared_ptr<OutputDirLock> Trainer::begin_run() {
   KILN_CHECK(train_ && train_->size() > 0, "train: the training set is empty");
   // HF's Trainer refuses this too: the evaluations would silently never happen.
   KILN_CHECK(args_.eval_strategy == "no" || (eval_ && eval_->size() > 0), "train: eval_strategy is '",
              args_.eval_strategy, "' but there is no evaluation set (--validation_file)");
   const fs::path out(args_.output_dir);
-  // The master writes: it holds the directory for the run, and clears what
-  // a killed run left there.
   std::shared_ptr<OutputDirLock> out_lock;
   if (replica_.is_master()) {
     prepare_output_dir(out);
@@ -575,32 +598,42 @@ std::map<std::string, double> Trainer::train() {
   }
   take_step_failure(device_);  // a failure before this run is not its own
   stopped_by_signal_ = step_failed_ = false;
+  return out_lock;
+}
 
-  // Every replica walks the same global batches and takes its share of each.
-  const int world = replica_.world_size();
-  const int64_t global_batch = args_.per_device_train_batch_size * world;
+// Every replica walks the same global batches and takes its share of each.
+void Trainer::make_loader(Run& run) {
+  run.world = replica_.world_size();
+  run.global_batch = args_.per_device_train_batch_size * run.world;
+  run.accum = args_.gradient_accumulation_steps;
+  run.samples_per_step = run.global_batch * run.accum;
   data::LoaderOptions lo;
-  lo.batch_size = global_batch;
+  lo.batch_size = run.global_batch;
   lo.shuffle = true;
   lo.seed = args_.data_seed.value_or(args_.seed);
   lo.drop_last = args_.dataloader_drop_last;
   lo.num_workers = static_cast<int>(args_.dataloader_num_workers);
   lo.shard = replica_.global_rank();
-  lo.num_shards = world;
-  const int64_t accum = args_.gradient_accumulation_steps;
-  if (args_.group_by_length) lo.length_grouped_batch = global_batch * accum;
+  lo.num_shards = run.world;
+  if (args_.group_by_length) lo.length_grouped_batch = run.global_batch * run.accum;
   loader_ = std::make_unique<data::DataLoader>(train_, lo, collator_);
+}
 
-  const int64_t updates_per_epoch = std::max<int64_t>(loader_->batches_per_epoch() / accum, 1);
-  int64_t total = args_.max_steps > 0 ? args_.max_steps
-                                      : static_cast<int64_t>(std::ceil(args_.num_train_epochs * updates_per_epoch));
+// The number of optimizer steps, the learning-rate schedule, and the state's
+// view of them (trainer_state.json's max_steps, num_train_epochs, *_steps).
+void Trainer::plan_schedule(Run& run) {
+  run.updates_per_epoch = std::max<int64_t>(loader_->batches_per_epoch() / run.accum, 1);
+  const int64_t total = args_.max_steps > 0
+                            ? args_.max_steps
+                            : static_cast<int64_t>(std::ceil(args_.num_train_epochs * run.updates_per_epoch));
   KILN_CHECK(total > 0, "train: no optimizer steps to take (num_train_epochs ", args_.num_train_epochs, ", max_steps ",
              args_.max_steps, ")");
-  optim::LRSchedule schedule(args_.lr_scheduler_type, args_.learning_rate, args_.num_warmup_steps(total), total,
-                             args_.schedule_kwargs());
-  if (!schedule.ignored_kwargs().empty() && replica_.is_master()) {
+  run.total = total;
+  run.schedule.emplace(args_.lr_scheduler_type, args_.learning_rate, args_.num_warmup_steps(total), total,
+                       args_.schedule_kwargs());
+  if (!run.schedule->ignored_kwargs().empty() && replica_.is_master()) {
     std::fprintf(stderr, "kiln train: warning: lr_scheduler_kwargs %s ignored: HF builds the '%s' schedule without "
-                 "keyword arguments\n", joined(schedule.ignored_kwargs()).c_str(), args_.lr_scheduler_type.c_str());
+                 "keyword arguments\n", joined(run.schedule->ignored_kwargs()).c_str(), args_.lr_scheduler_type.c_str());
   }
   plateau_.reset();
   if (args_.lr_scheduler_type == "reduce_lr_on_plateau") {
@@ -610,264 +643,265 @@ std::map<std::string, double> Trainer::train() {
                    "without one): warmup_steps / warmup_ratio ignored\n");
   }
   state_.max_steps = total;
-  state_.num_train_epochs = args_.max_steps > 0 ? (total + updates_per_epoch - 1) / updates_per_epoch
+  state_.num_train_epochs = args_.max_steps > 0 ? (total + run.updates_per_epoch - 1) / run.updates_per_epoch
                                                 : static_cast<int64_t>(std::ceil(args_.num_train_epochs));
   state_.logging_steps = args_.steps_from_ratio(args_.logging_steps, total);
   state_.save_steps = args_.steps_from_ratio(args_.save_steps, total);
   state_.eval_steps = args_.eval_steps ? *args_.eval_steps : state_.logging_steps;
-  state_.train_batch_size = global_batch;
+  state_.train_batch_size = run.global_batch;
+}
 
-  if (!args_.resume_from_checkpoint.empty()) {
-    TrainerState fresh = state_;
-    load_checkpoint(find_checkpoint(args_.resume_from_checkpoint));
-    // The run's shape comes from the current arguments; the history from the checkpoint.
-    state_.max_steps = fresh.max_steps;
-    state_.num_train_epochs = fresh.num_train_epochs;
+void Trainer::resume_from_checkpoint() {
+  if (args_.resume_from_checkpoint.empty()) return;
+  TrainerState fresh = state_;
+  load_checkpoint(find_checkpoint(args_.resume_from_checkpoint));
+  // The run's shape comes from the current arguments; the history from the checkpoint.
+  state_.max_steps = fresh.max_steps;
+  state_.num_train_epochs = fresh.num_train_epochs;
+}
+
+// HF's eval_on_start: a sanity check, one evaluation before the first step.
+void Trainer::evaluate_on_start() {
+  if (!args_.eval_on_start) return;
+  KILN_CHECK(eval_ && eval_->size() > 0, "--eval_on_start needs an evaluation set (--validation_file)");
+  if (replica_.is_master()) {
+    evaluate("eval");
+    model_.train();
   }
-  data::DeviceLoader device_loader(*loader_, device_);
-  model_.train();
+}
 
-  auto t0 = std::chrono::steady_clock::now();
-  const int64_t start_step = state_.global_step;
-  const int64_t samples_per_step = global_batch * accum;
+// The step's batches first: each loss is weighted by its share of what the
+// whole step counts (rows, or label tokens for language modelling) over
+// every micro-batch of every replica, so the gradient is the mean over the
+// global batch however it is split (HF's num_items_in_batch).
+Trainer::StepBatches Trainer::next_step_batches(Run& run) {
+  StepBatches s;
+  double local_items = 0, local_tokens = 0;
+  for (int64_t micro = 0; micro < run.accum; ++micro) {
+    s.batches.push_back(run.device_loader->next());
+    s.items.push_back(loss_items(s.batches.back().host));
+    local_items += s.items.back();
+    const data::Batch& host = s.batches.back().host;
+    if (host.weight != 0) local_tokens += static_cast<double>(host.input_ids.size());
+  }
+  s.step_items = run.world > 1 ? dist::all_reduce_host(local_items) : local_items;
+  // HF: input_ids' elements, padding included, over every replica.
+  const double step_tokens = run.world > 1 ? dist::all_reduce_host(local_tokens) : local_tokens;
+  if (args_.include_num_input_tokens_seen) state_.num_input_tokens_seen += static_cast<int64_t>(step_tokens);
+  state_.total_flos += flos_per_token_ * step_tokens;
+  return s;
+}
+
+// Forward and backward over the step's micro-batches, the gradients summing
+// in the parameters; returns the step's weighted loss, and sets `epoch` and
+// the data position to just after its last batch.
+Tensor Trainer::accumulate_gradients(Run& run, const StepBatches& s, double& epoch) {
   Generator& gen = model_.dropout_generator();
-  if (!progress_tty_ && replica_.is_master())
-    std::fprintf(stderr, "kiln train: %lld optimizer steps (%lld per epoch), batch %lld, %lld examples\n",
-                 (long long)total, (long long)updates_per_epoch, (long long)samples_per_step, (long long)train_->size());
-  if (args_.eval_on_start) {  // HF's sanity check: one evaluation before the first step
-    KILN_CHECK(eval_ && eval_->size() > 0, "--eval_on_start needs an evaluation set (--validation_file)");
-    if (replica_.is_master()) {
-      evaluate("eval");
-      model_.train();
+  Tensor loss_sum;
+  // Dropout masks are keyed by the sample's place in the global batch, with
+  // the same draws for every micro-batch of the step.
+  const uint64_t step_offset = gen.offset();
+  for (int64_t micro = 0; micro < run.accum; ++micro) {
+    const data::DeviceBatch& batch = s.batches[micro];
+    gen.set_state(gen.seed(), step_offset);
+    gen.set_sample_base(micro * run.global_batch + batch.host.first_sample);
+    Tensor loss;
+    {
+      Bf16Scope bf16(args_.bf16);
+      loss = model_.forward(inputs_of(batch)).loss;
     }
+    KILN_CHECK(loss.defined(), "train: the batch has no labels");
+    const double w = s.step_items > 0 ? s.items[micro] / s.step_items : 0.0;
+    loss = loss * Tensor::scalar(static_cast<float>(w), device_, "loss_weight");
+    loss.backward();
+    if (s.items[micro] > 0)  // a micro-batch with nothing to count has a NaN mean loss
+      loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+    epoch = batch.epoch + static_cast<double>(batch.position + 1) / loader_->batches_per_epoch();
+    data_epoch_ = batch.epoch;
+    data_position_ = batch.position + 1;
+    if (micro + 1 < run.accum) mark_step(device_);
   }
-  std::optional<StopListener> listening;  // a first SIGINT / SIGTERM ends the loop after its step
-  listening.emplace();
-  std::deque<std::future<void>> in_flight;  // one per queued step, ready once it has run
-  // Drawn by the step closures, when each step has run.
-  auto progress = std::make_shared<ProgressLine>("", "step", total, static_cast<double>(samples_per_step),
-                                                 progress_on_, progress_tty_, start_step);
-  while (state_.global_step < total) {
-    if (world > 1) dist::throw_if_aborted();
-    for (; in_flight.size() >= kStepsInFlight; in_flight.pop_front()) in_flight.front().wait();
-    throw_if_step_failed();
-    // The step's batches first: each loss is weighted by its share of what the
-    // whole step counts (rows, or label tokens for language modelling) over
-    // every micro-batch of every replica, so the gradient is the mean over the
-    // global batch however it is split (HF's num_items_in_batch).
-    std::vector<data::DeviceBatch> batches;
-    double local_items = 0, local_tokens = 0;
-    std::vector<double> items;
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      batches.push_back(device_loader.next());
-      items.push_back(loss_items(batches.back().host));
-      local_items += items.back();
-      const data::Batch& host = batches.back().host;
-      if (host.weight != 0) local_tokens += static_cast<double>(host.input_ids.size());
-    }
-    const double step_items = world > 1 ? dist::all_reduce_host(local_items) : local_items;
-    // HF: input_ids' elements, padding included, over every replica.
-    const double step_tokens = world > 1 ? dist::all_reduce_host(local_tokens) : local_tokens;
-    if (args_.include_num_input_tokens_seen) state_.num_input_tokens_seen += static_cast<int64_t>(step_tokens);
-    state_.total_flos += flos_per_token_ * step_tokens;
-    const int64_t tokens_seen = state_.num_input_tokens_seen;
-    Tensor loss_sum, grad_norm;
-    double epoch_now = 0;
-    // Dropout masks are keyed by the sample's place in the global batch, with
-    // the same draws for every micro-batch of the step.
-    const uint64_t step_offset = gen.offset();
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      const data::DeviceBatch& batch = batches[micro];
-      gen.set_state(gen.seed(), step_offset);
-      gen.set_sample_base(micro * global_batch + batch.host.first_sample);
-      Tensor loss;
-      {
-        Bf16Scope bf16(args_.bf16);
-        loss = model_.forward(inputs_of(batch)).loss;
-      }
-      KILN_CHECK(loss.defined(), "train: the batch has no labels");
-      const double w = step_items > 0 ? items[micro] / step_items : 0.0;
-      loss = loss * Tensor::scalar(static_cast<float>(w), device_, "loss_weight");
-      loss.backward();
-      if (items[micro] > 0)  // a micro-batch with nothing to count has a NaN mean loss
-        loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
-      epoch_now = batch.epoch + static_cast<double>(batch.position + 1) / loader_->batches_per_epoch();
-      data_epoch_ = batch.epoch;
-      data_position_ = batch.position + 1;
-      if (micro + 1 < accum) mark_step(device_);
-    }
-    gen.set_sample_base(0);
-    if (!loss_sum.defined()) loss_sum = zeros({}, DType::f32, device_);
-    if (world > 1)
-      loss_sum = optim::all_reduce_gradients(model_.parameters(), 1.0, args_.ddp_bucket_cap_mb, {loss_sum})[0];
-    if (args_.max_grad_norm > 0) grad_norm = optim::clip_grad_norm(model_.parameters(), args_.max_grad_norm);
-    double lr = plateau_ ? plateau_->lr() : schedule.lr(state_.global_step);
-    optimizer_->set_lr(lr);
-    optimizer_->step();
-    if (sharded()) {
-      // Each replica updated the parameters it owns; now everyone takes them.
-      for (auto& p : params_) p.zero_grad();
-      std::vector<Tensor> fresh = optim::gather_from_owners(params_, owners_, args_.ddp_bucket_cap_mb);
-      for (size_t k = 0; k < params_.size(); ++k) params_[k].assign(fresh[k]);
-    } else {
-      optimizer_->zero_grad();
-    }
-    mark_step(device_);
-    auto ran = std::make_shared<std::promise<void>>();
-    in_flight.push_back(ran->get_future());
-    add_step_closure([ran] { ran->set_value(); }, device_);
-    ++state_.global_step;
-    state_.epoch = epoch_now;
+  gen.set_sample_base(0);
+  if (!loss_sum.defined()) loss_sum = zeros({}, DType::f32, device_);
+  if (run.world > 1)
+    loss_sum = optim::all_reduce_gradients(model_.parameters(), 1.0, args_.ddp_bucket_cap_mb, {loss_sum})[0];
+  return loss_sum;
+}
 
-    // Read this step's loss once it has run, off the host's critical path.
-    const int64_t step = state_.global_step;
-    if (replica_.is_master()) add_step_closure(
-        [this, loss_sum, grad_norm, lr, step, epoch_now, progress] {
-          double l = 0, gn = 0;
-          try {
-            l = loss_sum.item();
-            gn = grad_norm.defined() ? grad_norm.item() : 0.0;
-          } catch (const Error&) {  // the step failed: the training loop reports it, once
-            std::lock_guard<std::mutex> lock(log_mu_);
-            step_failed_ = true;  // and nothing more is logged
-            return;
-          }
-          std::lock_guard<std::mutex> lock(log_mu_);
-          // HF's logging_nan_inf_filter: a NaN/inf step adds the window's loss so far over its steps + 1.
-          const double counted = args_.logging_nan_inf_filter && !std::isfinite(l) ? loss_sum_ / (loss_count_ + 1) : l;
-          loss_sum_ += counted;
-          ++loss_count_;
-          total_loss_ += counted;
-          ++total_loss_count_;
-          last_loss_ = l;
-          last_grad_norm_ = gn;
-          char detail[96];
-          std::snprintf(detail, sizeof detail, "epoch %.2f | loss %.4f | lr %.3g", epoch_now, l, lr);
-          progress->completed(step, detail);
-        },
-        device_);
-
-    bool epoch_end = std::abs(epoch_now - std::round(epoch_now)) < 1e-9;
-    // HF's DefaultFlowCallback: what this step logs, evaluates and saves.
-    bool log_now = (args_.logging_first_step && step == 1) ||
-                   (args_.logging_strategy == "steps" && state_.logging_steps > 0 && step % state_.logging_steps == 0) ||
-                   (args_.logging_strategy == "epoch" && epoch_end);
-    if (log_now && replica_.is_master()) {
-      add_step_closure(
-          [this, lr, epoch_now, step, tokens_seen] {
-            double avg;
-            double gn;
-            {
-              std::lock_guard<std::mutex> lock(log_mu_);
-              if (step_failed_) return;
-              avg = loss_count_ ? loss_sum_ / loss_count_ : 0.0;
-              gn = last_grad_norm_;
-              loss_sum_ = 0;
-              loss_count_ = 0;
-            }
-            json entry{{"loss", std::round(avg * 1e4) / 1e4}, {"grad_norm", gn}, {"learning_rate", lr},
-                       {"epoch", std::round(epoch_now * 100) / 100}};
-            if (args_.include_num_input_tokens_seen) entry["num_input_tokens_seen"] = tokens_seen;
-            record_log(std::move(entry), step);
-          },
-          device_);
-    }
-    bool eval_now =
-        eval_ && ((args_.eval_strategy == "steps" && state_.eval_steps > 0 && step % state_.eval_steps == 0 &&
-                   args_.eval_delay <= static_cast<double>(step)) ||
-                  (args_.eval_strategy == "epoch" && epoch_end && args_.eval_delay <= epoch_now));
-    bool stop_early = false;
-    std::map<std::string, double> eval_metrics;
-    if (eval_now && replica_.is_master()) {  // the master evaluates the (identical) model for all
-      wait_device_ops(device_);
-      eval_metrics = evaluate("eval");
-      model_.train();
-      if (args_.metric_for_best_model) {  // as HF's Trainer: a metric the evaluation has not is an error
-        const std::string name = best_metric_name(args_);
-        std::string have;
-        for (const auto& [k, v] : eval_metrics) have += (have.empty() ? "" : ", ") + k;
-        KILN_CHECK(eval_metrics.count(name), "--metric_for_best_model '", *args_.metric_for_best_model,
-                   "': the evaluation has no '", name, "' (its metrics: ", have, ")");
-      }
-      if (args_.early_stopping_patience) stop_early = early_stopping_says_stop(eval_metrics);
-    }
-    if (eval_now && plateau_) {  // HF: lr_scheduler.step(metrics[metric_for_best_model]) after the evaluation
-      const std::string name = best_metric_name(args_);
-      double metric = 0;
-      if (replica_.is_master()) {
-        KILN_CHECK(eval_metrics.count(name), "lr_scheduler_type reduce_lr_on_plateau: the evaluation has no '", name,
-                   "' (set --metric_for_best_model)");
-        metric = eval_metrics.at(name);
-      }
-      plateau_->step(world > 1 ? dist::all_reduce_host(metric) : metric);  // the master's metric, everywhere
-    }
-    // The master decides for every replica.
-    if (eval_now && args_.early_stopping_patience && world > 1)
-      stop_early = dist::all_reduce_host(stop_early ? 1.0 : 0.0) > 0;
-    // A stop signal makes this step the last, saved as a save step is.
-    const bool stop_now = stop_signalled();
-    bool save_now = stop_now ||
-                    (args_.save_strategy == "steps" && state_.save_steps > 0 && step % state_.save_steps == 0) ||
-                    (args_.save_strategy == "epoch" && epoch_end);
-    if (save_now) {
-      if (args_.metric_for_best_model || args_.load_best_model_at_end) {
-        const std::string name = best_metric_name(args_);
-        auto it = eval_metrics.find(name);
-        if (it != eval_metrics.end()) {
-          const bool greater = greater_is_better(args_);
-          if (!state_.best_metric || (greater ? it->second > *state_.best_metric : it->second < *state_.best_metric)) {
-            state_.best_metric = it->second;
-            state_.best_model_checkpoint = checkpoint_dir(step).string();
-          }
-        }
-      }
-      auto opt_state = optimizer_state();
-      if (replica_.is_master()) save_checkpoint(opt_state);
-      if (world > 1) rendezvous("checkpoint-" + std::to_string(step));
-    }
-    if (stop_now) {
-      stopped_by_signal_ = true;
-      break;
-    }
-    if (stop_early) {
-      if (replica_.is_master())
-        std::fprintf(stderr, "kiln train: early stopping at step %lld: %s did not improve for %lld evaluation%s\n",
-                     (long long)step, best_metric_name(args_).c_str(), (long long)*args_.early_stopping_patience,
-                     *args_.early_stopping_patience == 1 ? "" : "s");
-      break;
-    }
-    if (stop_after_ >= 0 && state_.global_step >= stop_after_) break;
+// Clipping, the optimizer's update at `lr` and clearing the gradients; the
+// gradient norm before clipping when max_grad_norm clips.
+Tensor Trainer::update_parameters(double lr) {
+  Tensor grad_norm;
+  if (args_.max_grad_norm > 0) grad_norm = optim::clip_grad_norm(model_.parameters(), args_.max_grad_norm);
+  optimizer_->set_lr(lr);
+  optimizer_->step();
+  if (sharded()) {
+    // Each replica updated the parameters it owns; now everyone takes them.
+    for (auto& p : params_) p.zero_grad();
+    std::vector<Tensor> fresh = optim::gather_from_owners(params_, owners_, args_.ddp_bucket_cap_mb);
+    for (size_t k = 0; k < params_.size(); ++k) params_[k].assign(fresh[k]);
+  } else {
+    optimizer_->zero_grad();
   }
-  listening.reset();
-  wait_device_ops(device_);
+  return grad_norm;
+}
+
+// One optimizer step, traced and queued: the device runs it while the host
+// goes on (at most kStepsInFlight queued).
+Trainer::StepResult Trainer::optimization_step(Run& run) {
+  if (run.world > 1) dist::throw_if_aborted();
+  for (; run.in_flight.size() >= kStepsInFlight; run.in_flight.pop_front()) run.in_flight.front().wait();
   throw_if_step_failed();
-  progress->finish();
-  if (stopped_by_signal_) {
-    if (replica_.is_master()) {
-      const std::string dir = checkpoint_dir(state_.global_step).string();
-      const char* sig = signal_name(stop_requested());
-      if (args_.save_only_model)
-        std::fprintf(stderr, "kiln train: stopped by %s after step %lld; the model is saved in %s (save_only_model: "
-                     "no optimizer state or data position, so the run cannot resume from it)\n",
-                     sig, (long long)state_.global_step, dir.c_str());
-      else
-        std::fprintf(stderr, "kiln train: stopped by %s after step %lld; checkpoint saved in %s\n"
-                     "kiln train: to resume, run the same command with --resume_from_checkpoint %s\n",
-                     sig, (long long)state_.global_step, dir.c_str(), dir.c_str());
+  const StepBatches batches = next_step_batches(run);
+  StepResult r;
+  r.tokens_seen = state_.num_input_tokens_seen;
+  r.loss_sum = accumulate_gradients(run, batches, r.epoch);
+  r.lr = plateau_ ? plateau_->lr() : run.schedule->lr(state_.global_step);
+  r.grad_norm = update_parameters(r.lr);
+  mark_step(device_);
+  auto ran = std::make_shared<std::promise<void>>();
+  run.in_flight.push_back(ran->get_future());
+  add_step_closure([ran] { ran->set_value(); }, device_);
+  ++state_.global_step;
+  state_.epoch = r.epoch;
+  r.step = state_.global_step;
+  return r;
+}
+
+// Reads the step's loss once it has run, off the host's critical path.
+void Trainer::queue_loss_readout(const Run& run, const StepResult& r) {
+  add_step_closure(
+      [this, loss_sum = r.loss_sum, grad_norm = r.grad_norm, lr = r.lr, step = r.step, epoch = r.epoch,
+       progress = run.progress] {
+        double l = 0, gn = 0;
+        try {
+          l = loss_sum.item();
+          gn = grad_norm.defined() ? grad_norm.item() : 0.0;
+        } catch (const Error&) {  // the step failed: the training loop reports it, once
+          std::lock_guard<std::mutex> lock(log_mu_);
+          step_failed_ = true;  // and nothing more is logged
+          return;
+        }
+        std::lock_guard<std::mutex> lock(log_mu_);
+        // HF's logging_nan_inf_filter: a NaN/inf step adds the window's loss so far over its steps + 1.
+        const double counted = args_.logging_nan_inf_filter && !std::isfinite(l) ? loss_sum_ / (loss_count_ + 1) : l;
+        loss_sum_ += counted;
+        ++loss_count_;
+        total_loss_ += counted;
+        ++total_loss_count_;
+        last_loss_ = l;
+        last_grad_norm_ = gn;
+        char detail[96];
+        std::snprintf(detail, sizeof detail, "epoch %.2f | loss %.4f | lr %.3g", epoch, l, lr);
+        progress->completed(step, detail);
+      },
+      device_);
+}
+
+// The log_history entry of a logging step: the mean loss since the last one.
+void Trainer::queue_log_entry(const StepResult& r) {
+  add_step_closure(
+      [this, lr = r.lr, epoch = r.epoch, step = r.step, tokens_seen = r.tokens_seen] {
+        double avg;
+        double gn;
+        {
+          std::lock_guard<std::mutex> lock(log_mu_);
+          if (step_failed_) return;
+          avg = loss_count_ ? loss_sum_ / loss_count_ : 0.0;
+          gn = last_grad_norm_;
+          loss_sum_ = 0;
+          loss_count_ = 0;
+        }
+        json entry{{"loss", std::round(avg * 1e4) / 1e4}, {"grad_norm", gn}, {"learning_rate", lr},
+                   {"epoch", std::round(epoch * 100) / 100}};
+        if (args_.include_num_input_tokens_seen) entry["num_input_tokens_seen"] = tokens_seen;
+        record_log(std::move(entry), step);
+      },
+      device_);
+}
+
+// An evaluation step: the master evaluates the (identical) model for all;
+// reduce_lr_on_plateau and early stopping then see its metric on every replica.
+Trainer::EvalOutcome Trainer::evaluate_during_training(const Run& run) {
+  EvalOutcome e;
+  if (replica_.is_master()) {
+    wait_device_ops(device_);
+    e.metrics = evaluate("eval");
+    model_.train();
+    if (args_.metric_for_best_model) {  // as HF's Trainer: a metric the evaluation has not is an error
+      const std::string name = best_metric_name(args_);
+      std::string have;
+      for (const auto& [k, v] : e.metrics) have += (have.empty() ? "" : ", ") + k;
+      KILN_CHECK(e.metrics.count(name), "--metric_for_best_model '", *args_.metric_for_best_model,
+                 "': the evaluation has no '", name, "' (its metrics: ", have, ")");
     }
-    if (world > 1) rendezvous("train-stopped");
-    return {};
+    if (args_.early_stopping_patience) e.stop_early = early_stopping_says_stop(e.metrics);
   }
-  metrics::record_data_wait(device_loader.wait_seconds());
-  double runtime = seconds_since(t0);
+  if (plateau_) {  // HF: lr_scheduler.step(metrics[metric_for_best_model]) after the evaluation
+    const std::string name = best_metric_name(args_);
+    double metric = 0;
+    if (replica_.is_master()) {
+      KILN_CHECK(e.metrics.count(name), "lr_scheduler_type reduce_lr_on_plateau: the evaluation has no '", name,
+                 "' (set --metric_for_best_model)");
+      metric = e.metrics.at(name);
+    }
+    plateau_->step(run.world > 1 ? dist::all_reduce_host(metric) : metric);  // the master's metric, everywhere
+  }
+  // The master decides for every replica.
+  if (args_.early_stopping_patience && run.world > 1)
+    e.stop_early = dist::all_reduce_host(e.stop_early ? 1.0 : 0.0) > 0;
+  return e;
+}
+
+// A save step: the best checkpoint so far (metric_for_best_model), then the
+// checkpoint, written by the master once every replica has its optimizer state.
+void Trainer::save_during_training(const Run& run, int64_t step, const std::map<std::string, double>& eval_metrics) {
+  if (args_.metric_for_best_model || args_.load_best_model_at_end) {
+    const std::string name = best_metric_name(args_);
+    auto it = eval_metrics.find(name);
+    if (it != eval_metrics.end()) {
+      const bool greater = greater_is_better(args_);
+      if (!state_.best_metric || (greater ? it->second > *state_.best_metric : it->second < *state_.best_metric)) {
+        state_.best_metric = it->second;
+        state_.best_model_checkpoint = checkpoint_dir(step).string();
+      }
+    }
+  }
+  auto opt_state = optimizer_state();
+  if (replica_.is_master()) save_checkpoint(opt_state);
+  if (run.world > 1) rendezvous("checkpoint-" + std::to_string(step));
+}
+
+// A run a stop signal ended: where its checkpoint is, and how to resume.
+void Trainer::report_stop_signal(const Run& run) const {
+  if (replica_.is_master()) {
+    const std::string dir = checkpoint_dir(state_.global_step).string();
+    const char* sig = signal_name(stop_requested());
+    if (args_.save_only_model)
+      std::fprintf(stderr, "kiln train: stopped by %s after step %lld; the model is saved in %s (save_only_model: "
+                   "no optimizer state or data position, so the run cannot resume from it)\n",
+                   sig, (long long)state_.global_step, dir.c_str());
+    else
+      std::fprintf(stderr, "kiln train: stopped by %s after step %lld; checkpoint saved in %s\n"
+                   "kiln train: to resume, run the same command with --resume_from_checkpoint %s\n",
+                   sig, (long long)state_.global_step, dir.c_str(), dir.c_str());
+  }
+  if (run.world > 1) rendezvous("train-stopped");
+}
+
+// The train metrics, the best model when asked, and the final model and
+// state in output_dir.
+std::map<std::string, double> Trainer::finish_training(Run& run) {
+  metrics::record_data_wait(run.device_loader->wait_seconds());
+  double runtime = seconds_since(run.t0);
   std::map<std::string, double> metrics;
   {
     std::lock_guard<std::mutex> lock(log_mu_);
     metrics["train_loss"] = total_loss_count_ ? total_loss_ / total_loss_count_ : 0.0;
   }
-  int64_t steps_run = state_.global_step - start_step;
+  int64_t steps_run = state_.global_step - run.start_step;
   metrics["train_runtime"] = runtime;
-  metrics["train_samples_per_second"] = steps_run * samples_per_step / std::max(runtime, 1e-9);
+  metrics["train_samples_per_second"] = steps_run * run.samples_per_step / std::max(runtime, 1e-9);
   metrics["train_steps_per_second"] = steps_run / std::max(runtime, 1e-9);
   metrics["epoch"] = state_.epoch;
   metrics["train_samples"] = static_cast<double>(train_->size());
@@ -882,14 +916,70 @@ std::map<std::string, double> Trainer::train() {
     load_model_weights(state_.best_model_checkpoint);
   }
   if (replica_.is_master()) {
+    const fs::path out(args_.output_dir);
     save_model(out);
     io::write_json_file_atomic(out / "training_args.json", args_.to_json());
     io::write_json_file_atomic(out / "trainer_state.json", state_.to_json());
     io::write_json_file_atomic(out / "train_results.json", summary);
     if (args_.metrics_debug) std::fprintf(stderr, "%s", metrics::report().c_str());
   }
-  if (world > 1) rendezvous("train-end");
+  if (run.world > 1) rendezvous("train-end");
   return metrics;
+}
+
+std::map<std::string, double> Trainer::train() {
+  const std::shared_ptr<OutputDirLock> out_lock = begin_run();  // held until train() returns
+  Run run;
+  make_loader(run);
+  plan_schedule(run);
+  resume_from_checkpoint();  // seeks the loader: before the device loader reads ahead
+  run.device_loader.emplace(*loader_, device_);
+  model_.train();
+
+  run.t0 = std::chrono::steady_clock::now();
+  run.start_step = state_.global_step;
+  if (!progress_tty_ && replica_.is_master())
+    std::fprintf(stderr, "kiln train: %lld optimizer steps (%lld per epoch), batch %lld, %lld examples\n",
+                 (long long)run.total, (long long)run.updates_per_epoch, (long long)run.samples_per_step,
+                 (long long)train_->size());
+  evaluate_on_start();
+  std::optional<StopListener> listening;  // a first SIGINT / SIGTERM ends the loop after its step
+  listening.emplace();
+  // Drawn by the step closures, when each step has run.
+  run.progress = std::make_shared<ProgressLine>("", "step", run.total, static_cast<double>(run.samples_per_step),
+                                                progress_on_, progress_tty_, run.start_step);
+  const StepIntervals every{state_.logging_steps, state_.eval_steps, state_.save_steps};
+  while (state_.global_step < run.total) {
+    const StepResult r = optimization_step(run);
+    if (replica_.is_master()) queue_loss_readout(run, r);
+    const StepControl control = step_control(args_, every, r.step, r.epoch, eval_ != nullptr);
+    if (control.should_log && replica_.is_master()) queue_log_entry(r);
+    const EvalOutcome evaluated = control.should_evaluate ? evaluate_during_training(run) : EvalOutcome{};
+    // A stop signal makes this step the last, saved as a save step is.
+    const bool stop_now = stop_signalled();
+    if (stop_now || control.should_save) save_during_training(run, r.step, evaluated.metrics);
+    if (stop_now) {
+      stopped_by_signal_ = true;
+      break;
+    }
+    if (evaluated.stop_early) {
+      if (replica_.is_master())
+        std::fprintf(stderr, "kiln train: early stopping at step %lld: %s did not improve for %lld evaluation%s\n",
+                     (long long)r.step, best_metric_name(args_).c_str(), (long long)*args_.early_stopping_patience,
+                     *args_.early_stopping_patience == 1 ? "" : "s");
+      break;
+    }
+    if (stop_after_ >= 0 && state_.global_step >= stop_after_) break;
+  }
+  listening.reset();
+  wait_device_ops(device_);
+  throw_if_step_failed();
+  run.progress->finish();
+  if (stopped_by_signal_) {
+    report_stop_signal(run);
+    return {};
+  }
+  return finish_training(run);
 }
 
 void Trainer::throw_if_step_failed() {

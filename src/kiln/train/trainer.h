@@ -29,8 +29,9 @@
 
 namespace kiln::train {
 
-class Reporter;      // tensorboard.h
-class ProgressLine;  // progress.h
+class Reporter;       // tensorboard.h
+class ProgressLine;   // progress.h
+class OutputDirLock;  // output_dir.h
 
 enum class Task { TextClassification, MaskedLM, CausalLM, Seq2Seq, TokenClassification, QuestionAnswering, MultipleChoice };
 
@@ -122,7 +123,30 @@ class Trainer {
   void save_model(const std::filesystem::path& dir) const;
 
  private:
-  struct Step;
+  // train()'s steps, in HF's _inner_training_loop order. Run: what the steps
+  // of one train() call share (the plan, the loader, the queue of steps in
+  // flight); StepBatches: one optimizer step's micro-batches; StepResult: what
+  // that step computed, read once it has run.
+  struct Run;
+  struct StepBatches;
+  struct StepResult;
+  struct EvalOutcome;
+  std::shared_ptr<OutputDirLock> begin_run();
+  void make_loader(Run& run);
+  void plan_schedule(Run& run);
+  void resume_from_checkpoint();
+  void evaluate_on_start();
+  StepResult optimization_step(Run& run);
+  StepBatches next_step_batches(Run& run);
+  Tensor accumulate_gradients(Run& run, const StepBatches& batches, double& epoch);
+  Tensor update_parameters(double lr);
+  void queue_loss_readout(const Run& run, const StepResult& r);
+  void queue_log_entry(const StepResult& r);
+  EvalOutcome evaluate_during_training(const Run& run);
+  void save_during_training(const Run& run, int64_t step, const std::map<std::string, double>& eval_metrics);
+  void report_stop_signal(const Run& run) const;
+  std::map<std::string, double> finish_training(Run& run);
+
   models::ModelInputs inputs_of(const data::DeviceBatch& b) const;
   // What the loss of batch b averages over: rows, or label tokens.
   double loss_items(const data::Batch& b) const;

@@ -1,0 +1,23 @@
+#include "kiln/train/flow.h"
+
+#include <cmath>
+
+namespace kiln::train {
+
+StepControl step_control(const TrainingArguments& args, const StepIntervals& every, int64_t step, double epoch,
+                         bool has_eval) {
+  const bool epoch_end = std::abs(epoch - std::round(epoch)) < 1e-9;
+  StepControl c;
+  c.should_log = (args.logging_first_step && step == 1) ||
+                 (args.logging_strategy == "steps" && every.logging_steps > 0 && step % every.logging_steps == 0) ||
+                 (args.logging_strategy == "epoch" && epoch_end);
+  c.should_evaluate =
+      has_eval && ((args.eval_strategy == "steps" && every.eval_steps > 0 && step % every.eval_steps == 0 &&
+                    args.eval_delay <= static_cast<double>(step)) ||
+                   (args.eval_strategy == "epoch" && epoch_end && args.eval_delay <= epoch));
+  c.should_save = (args.save_strategy == "steps" && every.save_steps > 0 && step % every.save_steps == 0) ||
+                  (args.save_strategy == "epoch" && epoch_end);
+  return c;
+}
+
+}  // namespace kiln::train

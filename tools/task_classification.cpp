@@ -1,0 +1,121 @@
+// --task text-classification (run_glue) and token-classification (run_ner):
+// a classification head over a label set read from the training file.
+#include <cstdio>
+
+#include "kiln/core/atomic_file.h"
+#include "kiln/core/error.h"
+#include "kiln/io/json_file.h"
+#include "train_task.h"
+
+namespace kiln::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ClassificationTask : public TrainTask {
+ public:
+  bool classification_head() const override { return true; }
+  bool predicts() const override { return true; }
+  // Label names into config.json (id2label / label2id), or the regression problem type.
+  void finish_model(models::PreTrainedModel& model, const TaskContext& ctx) const override {
+    if (ctx.labels.is_regression) {
+      model.config().problem_type = "regression";
+      return;
+    }
+    model.config().id2label.clear();
+    for (size_t i = 0; i < ctx.labels.labels.size(); ++i)
+      model.config().id2label[static_cast<int64_t>(i)] = ctx.labels.labels[i];
+  }
+
+ protected:
+  static void check_labels(const FlagValues& f, const data::Dataset& train, const data::DatasetOptions& o) {
+    KILN_CHECK(train.has_labels, f.at("train_file"), ": no labels to train on (column '", o.label_column,
+               "' is missing, or empty in every row)");
+  }
+};
+
+// run_glue's predict_results: "index<TAB>prediction" per test row, the label's name (or the value, "%3.3f",
+// for regression).
+void write_predictions(const train::Predictions& p, const data::LabelMap& labels, const fs::path& path) {
+  std::string text = "index\tprediction\n";
+  const size_t rows = p.values.empty() ? p.labels.size() : p.values.size();
+  for (size_t i = 0; i < rows; ++i) {
+    char value[64];
+    if (!p.values.empty()) std::snprintf(value, sizeof value, "%3.3f", static_cast<double>(p.values[i]));
+    text += std::to_string(i) + "\t" +
+            (p.values.empty() ? labels.labels.at(static_cast<size_t>(p.labels[i])) : std::string(value)) + "\n";
+  }
+  write_file_atomic(path, text);
+  std::fprintf(stderr, "kiln train: %zu predictions -> %s\n", rows, path.string().c_str());
+}
+
+// run_ner's predictions.txt: per test row, the tag of each word (its first
+// token's prediction), space-separated.
+void write_word_predictions(const train::Predictions& p, const data::Features& test, const data::LabelMap& labels,
+                            const fs::path& path) {
+  std::string text;
+  for (size_t r = 0; r < p.token_labels.size(); ++r) {
+    std::string line;
+    for (int64_t tag : data::per_word(p.token_labels[r], test.word_ids[r]))
+      line += (line.empty() ? "" : " ") + labels.labels.at(static_cast<size_t>(tag));
+    text += line + "\n";
+  }
+  write_file_atomic(path, text);
+  std::fprintf(stderr, "kiln train: %zu tagged rows -> %s\n", p.token_labels.size(), path.string().c_str());
+}
+
+class TextClassification : public ClassificationTask {
+ public:
+  train::Task trainer_task() const override { return train::Task::TextClassification; }
+  data::LabelMap read_labels(const FlagValues& f, const data::Dataset& train, const data::DatasetOptions& o) const override {
+    check_labels(f, train, o);
+    return data::LabelMap::from_dataset(train);
+  }
+  std::string architecture(const models::PretrainedConfig& c) const override {
+    return c.class_prefix() + "ForSequenceClassification";
+  }
+  std::shared_ptr<data::Features> features(const data::Dataset& ds, const TaskContext& ctx) const override {
+    return std::make_shared<data::Features>(data::tokenize_dataset(ds, ctx.tok.tokenizer, ctx.max_len, &ctx.labels));
+  }
+  // As run_glue: the test rows are predicted without labels.
+  bool reads_test_labels() const override { return false; }
+  std::shared_ptr<data::Features> test_features(const data::Dataset& ds, const TaskContext& ctx) const override {
+    return at_most(std::make_shared<data::Features>(data::tokenize_dataset(ds, ctx.tok.tokenizer, ctx.max_len, nullptr)),
+                   ctx.flags, "max_predict_samples");
+  }
+  void predict(const PredictRun& run, const TaskContext& ctx, nlohmann::json&, nlohmann::json&) const override {
+    write_predictions(run.trainer.predict(*run.test), ctx.labels, run.out / "predict_results.txt");
+  }
+};
+
+class TokenClassification : public ClassificationTask {
+ public:
+  train::Task trainer_task() const override { return train::Task::TokenClassification; }
+  // run_ner: a list of words and a list of tags per row.
+  void dataset_options(const FlagValues&, data::DatasetOptions& o) const override { o.split_into_words = true; }
+  data::LabelMap read_labels(const FlagValues& f, const data::Dataset& train, const data::DatasetOptions& o) const override {
+    check_labels(f, train, o);
+    return data::LabelMap::from_word_labels(train);
+  }
+  std::string architecture(const models::PretrainedConfig& c) const override {
+    return bert_family_architecture(c, "token-classification", "ForTokenClassification");
+  }
+  std::shared_ptr<data::Features> features(const data::Dataset& ds, const TaskContext& ctx) const override {
+    return std::make_shared<data::Features>(data::tokenize_words(ds, ctx.tok.tokenizer, ctx.max_len, &ctx.labels,
+                                                                 switch_on(ctx.flags, "label_all_tokens")));
+  }
+  // run_ner: predict_* scores when the test rows are tagged, and predictions.txt.
+  void predict(const PredictRun& run, const TaskContext& ctx, nlohmann::json& predict,
+               nlohmann::json& all) const override {
+    if (!run.test->token_labels.empty())
+      for (auto& [k, v] : run.trainer.evaluate("predict", run.test)) predict[k] = all[k] = v;
+    write_word_predictions(run.trainer.predict(*run.test), *run.test, ctx.labels, run.out / "predictions.txt");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<TrainTask> text_classification_task() { return std::make_unique<TextClassification>(); }
+std::unique_ptr<TrainTask> token_classification_task() { return std::make_unique<TokenClassification>(); }
+
+}  // namespace kiln::cli

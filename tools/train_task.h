@@ -1,0 +1,129 @@
+#pragma once
+// kiln train's tasks: one object per --task holds what differs between them
+// (HF's run_glue, run_ner, run_qa, run_swag, run_mlm, run_clm,
+// run_summarization and TRL's SFTTrainer): how its files are read, the
+// labels, the model's head, the tokenized features, the collator, and what
+// --do_predict writes. run_train (cmd_train.cpp) drives them.
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/data/collator.h"
+#include "kiln/data/dataset.h"
+#include "kiln/data/features.h"
+#include "kiln/data/labels.h"
+#include "kiln/models/config.h"
+#include "kiln/models/model.h"
+#include "kiln/train/trainer.h"
+#include "kiln/train/training_args.h"
+#include "train_common.h"
+
+namespace kiln::cli {
+
+// The flags a run was given, by name (TrainingArguments::parse leaves them).
+using FlagValues = std::map<std::string, std::string>;
+
+// What a task's steps read once the run's inputs are known.
+struct TaskContext {
+  const FlagValues& flags;
+  const TokenizerBundle& tok;
+  int64_t max_len = 0;          // the sequence length
+  const data::LabelMap& labels;  // a classification head's label set (empty otherwise)
+};
+
+// What --do_predict works with after training.
+struct PredictRun {
+  train::Trainer& trainer;
+  models::PreTrainedModel& model;
+  std::shared_ptr<const data::Features> test;
+  const train::TrainingArguments& args;
+  std::filesystem::path out;  // output_dir
+};
+
+class TrainTask {
+ public:
+  virtual ~TrainTask() = default;
+  virtual train::Task trainer_task() const = 0;
+  // The task's own flags in kiln's common spellings (seq2seq's source and target columns).
+  virtual void adapt_flags(FlagValues& f) const {}
+  // Whether its files are rows read by data::load_dataset (sft reads its own).
+  virtual bool reads_rows() const { return true; }
+  // The dataset options of the task's files, from the common ones.
+  virtual void dataset_options(const FlagValues& f, data::DatasetOptions& o) const {}
+  // The sequence length: --max_seq_length (or the task's own flag) fitted to the model's positions.
+  virtual int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config) const;
+  // Checks that the training set has what the task learns; a classification head's label set.
+  virtual data::LabelMap read_labels(const FlagValues& f, const data::Dataset& train,
+                                     const data::DatasetOptions& o) const {
+    return {};
+  }
+  // Whether the model has a classification head sized by the label set.
+  virtual bool classification_head() const { return false; }
+  // The architecture the task trains for a model of config `c` (an error naming what it needs otherwise).
+  virtual std::string architecture(const models::PretrainedConfig& c) const = 0;
+  // What the task writes into the model's config (label names, a source prefix).
+  virtual void finish_model(models::PreTrainedModel& model, const TaskContext& ctx) const {}
+  // The tokenized rows of a dataset.
+  virtual std::shared_ptr<data::Features> features(const data::Dataset& ds, const TaskContext& ctx) const = 0;
+  // The training and evaluation rows, --max_train_samples / --max_eval_samples applied as HF's scripts apply
+  // them. `ds` may take the name of the file the rows came from.
+  virtual std::shared_ptr<data::Features> train_features(const data::Dataset& ds, const TaskContext& ctx) const;
+  virtual std::shared_ptr<data::Features> eval_features(data::Dataset& ds, const TaskContext& ctx) const;
+  virtual void collator(data::CollatorOptions& co, const TaskContext& ctx) const {}
+  // --do_predict: whether the task has a prediction step, whether the test file's labels are read, its rows,
+  // and what it writes after training (metrics into `predict` and `all`).
+  virtual bool predicts() const { return false; }
+  virtual bool reads_test_labels() const { return true; }
+  virtual std::shared_ptr<data::Features> test_features(const data::Dataset& ds, const TaskContext& ctx) const;
+  virtual void predict(const PredictRun& run, const TaskContext& ctx, nlohmann::json& predict,
+                       nlohmann::json& all) const {}
+  // Whether --predict_with_generate applies.
+  virtual bool generates() const { return false; }
+};
+
+// The task of --task `name` (text-classification, token-classification, question-answering, multiple-choice,
+// masked-lm, causal-lm, seq2seq, sft); an error listing them for another name.
+std::unique_ptr<TrainTask> make_train_task(const std::string& name);
+
+std::unique_ptr<TrainTask> text_classification_task();
+std::unique_ptr<TrainTask> token_classification_task();
+std::unique_ptr<TrainTask> question_answering_task();
+std::unique_ptr<TrainTask> multiple_choice_task();
+std::unique_ptr<TrainTask> masked_lm_task();
+std::unique_ptr<TrainTask> causal_lm_task();
+std::unique_ptr<TrainTask> sft_task();
+std::unique_ptr<TrainTask> seq2seq_task();
+
+// kiln train's flag readers, shared by the tasks and kiln eval.
+// A numeric flag checked against its smallest value (`fallback` when absent).
+int64_t int_flag(const FlagValues& f, const char* name, int64_t fallback);
+// Every numeric flag checked, before any data is read.
+void check_integer_flags(const FlagValues& f);
+// A switch that is on: "--pad_to_max_length" or "--pad_to_max_length true", not "... false".
+bool switch_on(const FlagValues& f, const char* name);
+// --max_seq_length when given.
+std::optional<int64_t> max_seq_length_flag(const FlagValues& f);
+// --max_*_samples: the first N rows after preprocessing (blocks for language models), as HF's scripts select them.
+std::shared_ptr<data::Features> at_most(std::shared_ptr<data::Features> rows, const FlagValues& f, const char* flag);
+// run_qa selects N examples first (then, for training, N of their windows).
+data::Dataset first_examples(data::Dataset ds, const FlagValues& f, const char* flag);
+// run_qa's question, context and answers columns; its post-processing flags; --doc_stride.
+void qa_columns(const FlagValues& f, data::DatasetOptions& o);
+train::QaOptions qa_options(const FlagValues& f, const char* command);
+int64_t doc_stride(const FlagValues& f, int64_t max_len);
+// run_ner's, run_qa's and run_swag's heads are the BERT family's: <Type><head>, an error for another model.
+std::string bert_family_architecture(const models::PretrainedConfig& c, const std::string& task, const char* head);
+
+// run_summarization's generated_predictions.txt and its scores (cmd_train.cpp).
+std::vector<std::string> write_generated(models::PreTrainedModel& model, const data::Features& test,
+                                         const train::TrainingArguments& ta, int64_t max_target_length,
+                                         const TokenizerBundle& tok, const std::filesystem::path& path);
+void score_generated(const std::vector<std::string>& generated, const data::Features& test,
+                     const TokenizerBundle& tok, nlohmann::json& metrics);
+
+}  // namespace kiln::cli
