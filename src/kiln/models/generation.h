@@ -6,6 +6,7 @@
 // bucket, not once per token.
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kiln/models/gpt2.h"
@@ -29,7 +30,21 @@ struct GenerationConfig {
   // no_repeat_ngram_size tokens is never chosen (0 = off).
   double repetition_penalty = 1.0;
   int64_t no_repeat_ngram_size = 0;
+  // Beam search (num_beams > 1, transformers' _beam_search): hypotheses are
+  // ranked by sum of log-probs / generated_length ** length_penalty;
+  // early_stopping True stops an input once num_beams hypotheses are done,
+  // False once the best running beam cannot beat the worst done one at its
+  // current length, Never once it cannot at max length (length_penalty > 0).
+  // num_return_sequences (<= num_beams) best hypotheses come back per prompt.
+  enum class EarlyStopping { False, True, Never };
+  int64_t num_beams = 1;
+  double length_penalty = 1.0;
+  EarlyStopping early_stopping = EarlyStopping::False;
+  int64_t num_return_sequences = 1;
 };
+
+// "true"/"false"/"never" (any case; also a JSON bool's text): HF's early_stopping values.
+GenerationConfig::EarlyStopping parse_early_stopping(const std::string& text);
 
 // HF's RepetitionPenaltyLogitsProcessor and NoRepeatNGramLogitsProcessor on
 // one row of logits, given the ids so far (a decoder-only model's prompt and
