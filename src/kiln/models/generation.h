@@ -1,6 +1,7 @@
 #pragma once
-// Text generation: greedy or sampling (temperature, top-k, top-p), stopping
-// at EOS, for causal LMs (GPT-2, Llama) and encoder-decoders (T5). With the
+// Text generation: greedy, sampling (temperature, top-k, top-p) or beam
+// search (num_beams > 1, beam_search.h), stopping at EOS, for causal LMs
+// (GPT-2, Llama) and encoder-decoders (T5). With the
 // key/value cache each new token is one decode step whose graph depends only
 // on the cache capacity (rounded up to a bucket), so it compiles once per
 // bucket, not once per token.
@@ -72,6 +73,9 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
 std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& config);
 
+// With num_beams > 1 each overload returns num_return_sequences sequences per
+// prompt (prompt-major, best first), in the same form.
+//
 // Either of the above by the model's type; a model without a language-model
 // head (BERT, GPT2Model, T5EncoderModel, ...) is an error naming it.
 std::vector<std::vector<int64_t>> generate(PreTrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
