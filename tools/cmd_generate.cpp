@@ -12,6 +12,7 @@
 
 #include "command.h"
 #include "flags.h"
+#include "generation_flags.h"
 #include "kiln/core/error.h"
 #include "kiln/core/file.h"
 #include "kiln/core/json.h"
@@ -60,33 +61,13 @@ std::vector<std::vector<int64_t>> chat_prompts(const kiln::cli::Flags& flags, co
   return ids;
 }
 
-// --num_beams, --length_penalty, --early_stopping (true, false or never), --num_return_sequences.
-void read_beam_flags(const kiln::cli::Flags& flags, kiln::models::GenerationConfig& g) {
-  g.num_beams = flags.integer("num_beams", g.num_beams);
-  g.length_penalty = flags.number("length_penalty", g.length_penalty);
-  g.num_return_sequences = flags.integer("num_return_sequences", g.num_return_sequences);
-  if (flags.has("early_stopping")) {
-    try {
-      g.early_stopping = models::parse_early_stopping(flags.get("early_stopping"));
-    } catch (const Error& e) {
-      throw Error(std::string("generate: --") + e.what());
-    }
-  }
-  if (g.num_beams == 1)  // as HF's GenerationConfig.validate warns
-    for (const char* k : {"length_penalty", "early_stopping"})
-      if (flags.has(k))
-        std::fprintf(stderr, "kiln generate: warning: --%s only applies with --num_beams > 1 (beam search); ignored\n",
-                     k);
-}
-
 int run_generate(const std::vector<std::string>& args) {
-  cli::Flags flags("generate",
-                   {{"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
-                    {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
-                    {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"chat", false},
-                    {"messages"}, {"adapter"}, {"num_beams"}, {"length_penalty"}, {"early_stopping"},
-                    {"num_return_sequences"}},
-                   kUsage);
+  std::vector<cli::FlagSpec> specs = {
+      {"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
+      {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
+      {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"chat", false}, {"messages"}, {"adapter"}};
+  for (auto& s : cli::beam_flag_specs()) specs.push_back(std::move(s));
+  cli::Flags flags("generate", std::move(specs), kUsage);
   flags.parse(args);
   if (flags.help()) {
     std::printf("%s\n", kUsage);
@@ -113,7 +94,7 @@ int run_generate(const std::vector<std::string>& args) {
   models::GenerationConfig g;
   // The model's generation_config.json first (as generate() reads model.generation_config), the flags over it.
   models::apply_generation_config(flags.get("model"), g);
-  read_beam_flags(flags, g);
+  cli::read_beam_flags(flags, g, "generate");
   // (Ranges the generation checks itself, with HF's messages: max_new_tokens, top_k.)
   g.max_new_tokens = flags.integer("max_new_tokens", 20);
   g.do_sample = flags.has("do_sample");

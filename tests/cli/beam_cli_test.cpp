@@ -99,6 +99,36 @@ TEST_F(BeamCli, GenerateBeamsAsTheLibraryAndGenerationConfigDefaults) {
   fails("", "generation_config.json: \"num_beams\" must be an integer, found");
 }
 
+// kiln predict with a T5: one JSON line per source, the beams kiln generate prints for it.
+TEST_F(BeamCli, PredictGeneratesForSeq2Seq) {
+  SKIP_WITHOUT_SHARED((fs::path(KILN_SHARED_DIR) / "tokenizers" / "t5-small").string());
+  const fs::path m = t5("t5");
+  std::ofstream(dir_ / "sources.txt") << "summarize: the battery lasts all day\nhello there\n";
+  const std::string beams = " --num_beams 3 --num_return_sequences 2 --max_new_tokens 5";
+  const auto gen = run_kiln("generate --model " + m.string() + " --prompts_file " + (dir_ / "sources.txt").string() +
+                                beams + " --source_prefix ''",
+                            dir_.path());
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  const auto pred = run_kiln("predict --model_name_or_path " + m.string() + " --test_file " +
+                                 (dir_ / "sources.txt").string() + " --output " + (dir_ / "p.jsonl").string() +
+                                 " --predict_with_generate --generation_num_beams 3 --num_return_sequences 2" +
+                                 " --generation_max_length 5",
+                             dir_.path());
+  ASSERT_EQ(pred.status, 0) << pred.output;
+  std::ifstream in(dir_ / "p.jsonl");
+  std::string expected, line;
+  size_t rows = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    ASSERT_EQ(j["candidates"].size(), 2u) << line;
+    EXPECT_EQ(j["generated_text"], j["candidates"][0]);
+    for (const auto& c : j["candidates"]) expected += c.get<std::string>() + "\n";
+    ++rows;
+  }
+  EXPECT_EQ(rows, 2u);
+  EXPECT_EQ(gen.output, expected);
+}
+
 // kiln eval of a seq2seq model under --predict_with_generate (beam search by --generation_num_beams): the loss and
 // run_summarization's generated-text scores.
 TEST_F(BeamCli, Seq2SeqEvalReportsRougeAndBleu) {
