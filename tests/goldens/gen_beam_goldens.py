@@ -14,7 +14,7 @@ model's sequences are prompt + generated ids, each prompt generated alone
 (batch 1); T5's prompts are one padded batch and its sequences the decoder
 output without the decoder start token. EOS is given explicitly: a token the
 greedy continuation produces early (so that beams finish at different
-lengths) or the config's.
+lengths) or the config's; the multi-EOS cases give a list of two.
 """
 import json
 import pathlib
@@ -70,6 +70,27 @@ def causal_cases(name, max_new_tokens):
     return cases
 
 
+def multi_eos_cases(name, max_new_tokens):
+    """A config listing several EOS ids (as Llama 3's does): (1 + #eos) * num_beams candidates a step. The
+    case's eos_token_id is the list, which the test writes into a copy of the model's config.json."""
+    model = AutoModelForCausalLM.from_pretrained(ROOT / name).eval()
+    cases = []
+    for nb, lp, es, nrs in [(2, 1.0, False, 1), (3, 2.0, "never", 2), (4, 0.6, True, 3)]:
+        for prompt in CAUSAL_PROMPTS:
+            greedy = model.generate(torch.tensor([prompt]), max_new_tokens=5, do_sample=False, num_beams=1,
+                                    pad_token_id=0)[0, len(prompt):].tolist()
+            eos = [greedy[1], greedy[3]] if greedy[1] != greedy[3] else [greedy[1], greedy[4]]
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False, num_beams=nb,
+                                 length_penalty=lp, early_stopping=es, num_return_sequences=nrs, eos_token_id=eos,
+                                 pad_token_id=0, return_dict_in_generate=True, output_scores=True)
+            seqs = [out.sequences[r, :len(prompt) + generated_length(out.beam_indices[r])].tolist() for r in range(nrs)]
+            cases.append({"model": name, "prompts": [prompt], "num_beams": nb, "length_penalty": lp,
+                          "early_stopping": es, "num_return_sequences": nrs, "repetition_penalty": 1.0,
+                          "no_repeat_ngram_size": 0, "eos_token_id": eos, "max_new_tokens": max_new_tokens,
+                          "sequences": [seqs], "sequences_scores": [out.sequences_scores.tolist()]})
+    return cases
+
+
 def t5_cases(name, max_new_tokens):
     model = T5ForConditionalGeneration.from_pretrained(ROOT / name).eval()
     S = max(len(p) for p in T5_PROMPTS)
@@ -97,7 +118,7 @@ def t5_cases(name, max_new_tokens):
 if __name__ == "__main__":
     import transformers
     cases = causal_cases("gpt2/gpt2_lm", 9) + causal_cases("llama/llama_lm", 8) + t5_cases("t5/t5_relu_tied", 8) \
-        + t5_cases("t5/t5_gated_untied", 7)
+        + t5_cases("t5/t5_gated_untied", 7) + multi_eos_cases("llama/llama_lm", 8)
     path = ROOT / "beam_search.json"
     path.write_text(json.dumps({"transformers": transformers.__version__, "cases": cases}, indent=1) + "\n")
     lens = [len(s) for c in cases for p in c["sequences"] for s in p]
