@@ -12,6 +12,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/models/beam_search.h"
 #include "kiln/models/generation.h"
+#include "kiln/models/generation_config.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
 
@@ -112,6 +113,31 @@ TEST(BeamSearch, BadSettingsAreClearErrors) {
   EXPECT_NE(testing::error_of([] { models::parse_early_stopping("sometimes"); }).find("got 'sometimes'"), std::string::npos);
   EXPECT_EQ(models::parse_early_stopping("True"), GenerationConfig::EarlyStopping::True);
   EXPECT_EQ(models::parse_early_stopping("never"), GenerationConfig::EarlyStopping::Never);
+}
+
+// generation_config.json's beam settings (or config.json's when there is none); wrong types name file and key.
+TEST(GenerationConfigFile, BeamSettingsFromTheModelDirectory) {
+  testing::TempDir dir;
+  GenerationConfig g;
+  models::apply_generation_config("", g);  // no directory: nothing
+  EXPECT_EQ(g.num_beams, 1);
+  dir.write("config.json", R"({"num_beams": 4, "length_penalty": 2.0, "no_repeat_ngram_size": 3})");
+  models::apply_generation_config(dir.path(), g);
+  EXPECT_EQ(g.num_beams, 4);
+  EXPECT_EQ(g.length_penalty, 2.0);
+  EXPECT_EQ(g.no_repeat_ngram_size, 3);
+  dir.write("generation_config.json",
+            R"({"num_beams": 3, "early_stopping": "never", "num_return_sequences": 2, "do_sample": true})");
+  g = GenerationConfig{};
+  models::apply_generation_config(dir.path(), g);
+  EXPECT_EQ(g.num_beams, 3);
+  EXPECT_EQ(g.length_penalty, 1.0);  // the generation config wins whole: config.json is not read
+  EXPECT_EQ(g.early_stopping, GenerationConfig::EarlyStopping::Never);
+  EXPECT_EQ(g.num_return_sequences, 2);
+  EXPECT_FALSE(g.do_sample);  // not a beam setting: flags decide
+  dir.write("generation_config.json", R"({"early_stopping": true, "length_penalty": "long"})");
+  const std::string e = testing::error_of([&] { models::apply_generation_config(dir.path(), g); });
+  EXPECT_NE(e.find("generation_config.json: \"length_penalty\" must be a number, found"), std::string::npos) << e;
 }
 
 // Zero new tokens gives the prompts back, num_return_sequences times each.

@@ -52,6 +52,7 @@ nlohmann::ordered_json default_generation_config(const PreTrainedModel& model) {
 }
 
 void apply_generation_config(const std::filesystem::path& dir, GenerationConfig& g) {
+  if (dir.empty()) return;  // a model built from a preset has no directory (and the working directory is not it)
   std::filesystem::path file = dir / "generation_config.json";
   if (!std::filesystem::exists(file)) file = dir / "config.json";
   if (!std::filesystem::exists(file)) return;

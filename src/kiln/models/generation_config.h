@@ -24,7 +24,8 @@ nlohmann::ordered_json default_generation_config(const PreTrainedModel& model);
 // num_beams, length_penalty, early_stopping, num_return_sequences,
 // repetition_penalty, no_repeat_ngram_size. Other keys (do_sample,
 // temperature, max_length, token ids) are left to flags and the model config.
-// A value of the wrong type is an error naming the file and the key.
+// A value of the wrong type is an error naming the file and the key. An
+// empty `dir` (a model from a preset) applies nothing.
 void apply_generation_config(const std::filesystem::path& dir, GenerationConfig& g);
 
 }  // namespace kiln::models
