@@ -1,5 +1,6 @@
 // kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]
 //               [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--per_device_eval_batch_size N]
+//               [--num_beams N] [--length_penalty L] [--early_stopping true|false|never] [--num_return_sequences R]
 //               [--chat [--messages FILE.json]]
 // Continues each prompt with a causal LM (GPT-2) or, with an encoder-decoder
 // (T5), takes each prompt as the encoder input; prints one line per prompt.
@@ -11,10 +12,12 @@
 
 #include "command.h"
 #include "flags.h"
+#include "generation_flags.h"
 #include "kiln/core/error.h"
 #include "kiln/core/file.h"
 #include "kiln/core/json.h"
 #include "kiln/models/generation.h"
+#include "kiln/models/generation_config.h"
 #include "kiln/tokenizers/chat_template.h"
 #include "lora_flags.h"
 #include "train_common.h"
@@ -26,8 +29,10 @@ constexpr const char* kUsage =
     "usage: kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]\n"
     "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache]\n"
     "                     [--per_device_eval_batch_size N] [--repetition_penalty P] [--no_repeat_ngram_size N]\n"
+    "                     [--num_beams N [--length_penalty L] [--early_stopping true|false|never] [--num_return_sequences R]]\n"
     "                     [--chat [--messages FILE.json]] [--adapter LORA_DIR] (--model, --batch_size: the short names)\n"
     "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --per_device_eval_batch_size, 8)\n"
+    "--num_beams: beam search (defaults from the model's generation_config.json); R lines per prompt, best first.\n"
     "with the source prefix it was trained with (--source_prefix P to give another, \"\" for none) before each prompt.\n"
     "--chat: each prompt is a user turn (--messages: a JSON list of {\"role\", \"content\"}) rendered with the\n"
     "model's chat template and its generation prompt; prints the reply, stopping at the end of turn.\n"
@@ -57,12 +62,12 @@ std::vector<std::vector<int64_t>> chat_prompts(const kiln::cli::Flags& flags, co
 }
 
 int run_generate(const std::vector<std::string>& args) {
-  cli::Flags flags("generate",
-                   {{"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
-                    {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
-                    {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"chat", false},
-                    {"messages"}, {"adapter"}},
-                   kUsage);
+  std::vector<cli::FlagSpec> specs = {
+      {"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
+      {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
+      {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"chat", false}, {"messages"}, {"adapter"}};
+  for (auto& s : cli::beam_flag_specs()) specs.push_back(std::move(s));
+  cli::Flags flags("generate", std::move(specs), kUsage);
   flags.parse(args);
   if (flags.help()) {
     std::printf("%s\n", kUsage);
@@ -87,6 +92,9 @@ int run_generate(const std::vector<std::string>& args) {
              "*ForCausalLM, or T5ForConditionalGeneration)");
   cli::TokenizerBundle tok = cli::load_tokenizer(cli::tokenizer_dir_for(flags.get("model"), flags.get("adapter")));
   models::GenerationConfig g;
+  // The model's generation_config.json first (as generate() reads model.generation_config), the flags over it.
+  models::apply_generation_config(flags.get("model"), g);
+  cli::read_beam_flags(flags, g, "generate");
   // (Ranges the generation checks itself, with HF's messages: max_new_tokens, top_k.)
   g.max_new_tokens = flags.integer("max_new_tokens", 20);
   g.do_sample = flags.has("do_sample");
@@ -95,8 +103,8 @@ int run_generate(const std::vector<std::string>& args) {
   g.top_p = flags.number("top_p", 1.0);
   g.seed = static_cast<uint64_t>(flags.integer("seed", 0, 0));
   g.use_cache = !flags.has("no_cache");
-  g.repetition_penalty = flags.number("repetition_penalty", 1.0);
-  g.no_repeat_ngram_size = flags.integer("no_repeat_ngram_size", 0);
+  g.repetition_penalty = flags.number("repetition_penalty", g.repetition_penalty);
+  g.no_repeat_ngram_size = flags.integer("no_repeat_ngram_size", g.no_repeat_ngram_size);
   if (!g.do_sample)  // as HF's generate warns: greedy decoding reads none of them
     for (const char* k : {"temperature", "top_k", "top_p", "seed"})
       if (flags.has(k))
@@ -142,7 +150,7 @@ int run_generate(const std::vector<std::string>& args) {
   for (size_t i = 0; i < out.size(); ++i) {
     const auto& seq = out[i];
     // A chat prints the reply alone: the tokens after the rendered conversation.
-    const size_t from = templ ? std::min(ids[i].size(), seq.size()) : 0;
+    const size_t from = templ ? std::min(ids[i / static_cast<size_t>(g.num_return_sequences)].size(), seq.size()) : 0;
     std::vector<uint32_t> u(seq.begin() + static_cast<std::ptrdiff_t>(from), seq.end());
     std::printf("%s\n", tok.tokenizer.decode(u, true).c_str());
   }

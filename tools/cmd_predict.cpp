@@ -11,11 +11,14 @@
 
 #include "command.h"
 #include "flags.h"
+#include "generation_flags.h"
 #include "kiln/core/error.h"
 #include "kiln/core/atomic_file.h"
 #include "kiln/io/compressed.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
+#include "kiln/models/generation.h"
+#include "kiln/models/generation_config.h"
 #include "lora_flags.h"
 #include "train_common.h"
 
@@ -29,14 +32,67 @@ constexpr const char* kUsage =
     "A sequence classifier reads CSV/TSV/JSON rows or text lines; a token classifier reads JSON rows with a list "
     "of words (--text_column, default 'tokens') or text lines split at whitespace; a question-answering model "
     "reads JSON rows with a question and a context (--text_column, default 'question'; --text_pair_column, "
-    "default 'context'); a multiple-choice model reads run_swag's rows (sent1, sent2, ending0, ending1, ...).";
+    "default 'context'); a multiple-choice model reads run_swag's rows (sent1, sent2, ending0, ending1, ...).\n"
+    "A seq2seq model (T5) generates from each row's source (text lines, or --text_column, default 'source'; "
+    "--predict_with_generate is implied) with [--max_new_tokens N (--generation_max_length), default 128] "
+    "[--num_beams N (--generation_num_beams)] [--length_penalty L] [--early_stopping true|false|never] "
+    "[--num_return_sequences R] [--source_prefix P]: {\"generated_text\": ...} per row.";
+
+// A seq2seq model (T5): each row's source (a text line, or --text_column, default "source") with the source
+// prefix, generated from as Seq2SeqTrainer.predict(predict_with_generate=True) does; one JSON line per row,
+// {"generated_text": best} (and "candidates", best first, with --num_return_sequences > 1).
+int predict_seq2seq(const cli::Flags& flags, models::PreTrainedModel& model, const std::filesystem::path& dir) {
+  cli::TokenizerBundle tok = cli::load_tokenizer(cli::tokenizer_dir_for(dir, flags.get("adapter")));
+  data::DatasetOptions dopt;
+  dopt.text_column = flags.get("text_column", "source");
+  dopt.label_column = "";
+  const data::Dataset ds = data::load_dataset(flags.get("input"), dopt);
+  const std::string prefix =
+      flags.has("source_prefix") ? flags.get("source_prefix") : cli::saved_source_prefix(model.config());
+  const auto max_len = static_cast<size_t>(flags.integer("max_seq_length", 1024, 2));  // run_summarization's default
+  std::vector<std::vector<int64_t>> sources;
+  for (const auto& row : ds.rows) {
+    auto e = tok.tokenizer.encode(prefix + row.text, /*add_special_tokens=*/true);
+    std::vector<int64_t> ids(e.ids.begin(), e.ids.end());
+    if (ids.size() > max_len) {  // truncated as HF's tokenizer does: the closing </s> stays
+      ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(max_len) - 1, ids.end() - 1);
+    }
+    sources.push_back(std::move(ids));
+  }
+  models::GenerationConfig g;
+  models::apply_generation_config(dir, g);
+  cli::read_beam_flags(flags, g, "predict");
+  g.max_new_tokens = flags.integer("max_new_tokens", 128, 1);  // run_summarization's max_target_length
+  const auto batch = static_cast<size_t>(flags.integer("batch_size", 32, 1));
+  const auto R = static_cast<size_t>(std::max<int64_t>(g.num_return_sequences, 1));
+  std::string out;
+  for (size_t i = 0; i < sources.size(); i += batch) {
+    std::vector<std::vector<int64_t>> chunk(sources.begin() + static_cast<std::ptrdiff_t>(i),
+                                            sources.begin() + static_cast<std::ptrdiff_t>(std::min(sources.size(), i + batch)));
+    const auto seqs = models::generate(model, chunk, g);
+    for (size_t r = 0; r < seqs.size(); r += R) {
+      nlohmann::ordered_json line;
+      nlohmann::json candidates = nlohmann::json::array();
+      for (size_t k = r; k < r + R; ++k)
+        candidates.push_back(tok.tokenizer.decode(std::vector<uint32_t>(seqs[k].begin(), seqs[k].end()), true));
+      line["generated_text"] = candidates[0];
+      if (R > 1) line["candidates"] = candidates;
+      out += line.dump() + "\n";
+    }
+  }
+  write_file_atomic(flags.get("output"), out);
+  std::fprintf(stderr, "kiln predict: %zu generated rows -> %s\n", sources.size(), flags.get("output").c_str());
+  return 0;
+}
 
 int run_predict(const std::vector<std::string>& args) {
-  cli::Flags flags("predict",
-                   {{"model_name_or_path", true, true}, {"test_file", true, true, "input"}, {"output", true, true},
-                    {"max_seq_length"}, {"text_column"}, {"text_pair_column"}, {"per_device_eval_batch_size"}, {"bf16", false}, {"doc_stride"},
-                    {"max_answer_length"}, {"version_2_with_negative", false}, {"adapter"}},
-                   kUsage);
+  std::vector<cli::FlagSpec> specs = {
+      {"model_name_or_path", true, true}, {"test_file", true, true, "input"}, {"output", true, true},
+      {"max_seq_length"}, {"text_column"}, {"text_pair_column"}, {"per_device_eval_batch_size"}, {"bf16", false},
+      {"doc_stride"}, {"max_answer_length"}, {"version_2_with_negative", false}, {"adapter"},
+      {"predict_with_generate", false}, {"max_new_tokens", true, false, "generation_max_length"}, {"source_prefix"}};
+  for (auto& s : cli::beam_flag_specs()) specs.push_back(std::move(s));
+  cli::Flags flags("predict", std::move(specs), kUsage);
   flags.parse(args);
   if (flags.help()) {
     std::printf("%s\n", kUsage);
@@ -47,6 +103,9 @@ int run_predict(const std::vector<std::string>& args) {
   const bool tokens = model->architecture().ends_with("ForTokenClassification");
   const bool qa = model->architecture().ends_with("ForQuestionAnswering");
   const bool mc = model->architecture().ends_with("ForMultipleChoice");
+  if (model->architecture() == "T5ForConditionalGeneration") return predict_seq2seq(flags, *model, dir);
+  if (flags.has("predict_with_generate"))
+    std::fprintf(stderr, "kiln predict: warning: --predict_with_generate is for seq2seq models (T5); ignored\n");
   KILN_CHECK(tokens || qa || mc || model->architecture().find("SequenceClassification") != std::string::npos,
              "predict: ", model->architecture(), " is not a sequence classification, token classification, ",
              "question-answering or multiple-choice model");

@@ -25,6 +25,7 @@
 #include "kiln/io/compressed.h"
 #include "kiln/io/json_file.h"
 #include "kiln/models/generation.h"
+#include "kiln/models/generation_config.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/llama.h"
 #include "kiln/models/lora.h"
@@ -56,14 +57,19 @@ std::string one_line(std::string line) {
 
 }  // namespace
 
-// run_summarization's generated_predictions.txt: each test source's greedy
-// output, decoded without special tokens, one per line. Returns the lines.
+// run_summarization's generated_predictions.txt: each test source's output
+// (greedy, or beam search with --generation_num_beams or the model's
+// generation_config.json in `model_dir`), decoded without special tokens, one
+// per line, into `path` (none when empty). Returns the lines.
 std::vector<std::string> write_generated(models::PreTrainedModel& model, const data::Features& test,
                                          const train::TrainingArguments& ta, int64_t max_target_length,
-                                         const TokenizerBundle& tok, const fs::path& path) {
+                                         const TokenizerBundle& tok, const fs::path& path, const fs::path& model_dir) {
   model.eval();
   models::GenerationConfig g;
+  models::apply_generation_config(model_dir, g);  // the model's beam settings, as Seq2SeqTrainer's generate reads them
   g.max_new_tokens = ta.generation_max_length.value_or(max_target_length);
+  if (ta.generation_num_beams) g.num_beams = *ta.generation_num_beams;
+  g.num_return_sequences = 1;
   std::string text;
   std::vector<std::string> lines;
   const auto batch = static_cast<size_t>(ta.per_device_eval_batch_size);
@@ -76,15 +82,17 @@ std::vector<std::string> write_generated(models::PreTrainedModel& model, const d
       text += lines.back() + "\n";
     }
   }
+  if (path.empty()) return lines;
   write_file_atomic(path, text);
   std::fprintf(stderr, "kiln train: %zu generated predictions -> %s\n", test.size(), path.string().c_str());
   return lines;
 }
 
 // run_summarization's and run_translation's scores of generated text against the test targets (decoded as
-// HF decodes the labels: without special tokens, stripped): ROUGE-1/2/L F-measures x 100, sacrebleu's BLEU.
+// HF decodes the labels: without special tokens, stripped): ROUGE-1/2/L/Lsum F-measures x 100 (Porter-stemmed
+// tokens), sacrebleu's BLEU, each named <prefix>_<metric>.
 void score_generated(const std::vector<std::string>& generated, const data::Features& test,
-                     const TokenizerBundle& tok, nlohmann::json& metrics) {
+                     const TokenizerBundle& tok, nlohmann::json& metrics, const std::string& prefix) {
   std::vector<std::string> refs;
   for (const auto& t : test.target_ids) {
     std::vector<uint32_t> ids;
@@ -92,12 +100,13 @@ void score_generated(const std::vector<std::string>& generated, const data::Feat
       if (id >= 0) ids.push_back(static_cast<uint32_t>(id));
     refs.push_back(one_line(tok.tokenizer.decode(ids, true)));
   }
-  const train::RougeScores r = train::rouge(generated, refs);
+  const train::RougeScores r = train::rouge(generated, refs, /*use_stemmer=*/true);  // as run_summarization
   auto percent = [](double v) { return std::round(v * 100 * 1e4) / 1e4; };  // run_summarization's round(v * 100, 4)
-  metrics["predict_rouge1"] = percent(r.rouge1);
-  metrics["predict_rouge2"] = percent(r.rouge2);
-  metrics["predict_rougeL"] = percent(r.rougeL);
-  metrics["predict_bleu"] = train::corpus_bleu(generated, {refs});
+  metrics[prefix + "_rouge1"] = percent(r.rouge1);
+  metrics[prefix + "_rouge2"] = percent(r.rouge2);
+  metrics[prefix + "_rougeL"] = percent(r.rougeL);
+  metrics[prefix + "_rougeLsum"] = percent(r.rougeLsum);
+  metrics[prefix + "_bleu"] = train::corpus_bleu(generated, {refs});
 }
 
 }  // namespace kiln::cli
@@ -633,7 +642,11 @@ int run_train(const std::vector<std::string>& raw_args) {
     auto model = make_model(recipe, train::replica_device(ta));
     train::Trainer trainer(*model, ta, task->trainer_task(), train_f, eval_f, co);
     trainer.set_question_answering(qa_opts);
-    trainer.set_extra_files(tok.files);
+    std::vector<fs::path> extra_files = tok.files;
+    // The model's own generation_config.json (its decoding settings) travels with it, as save_pretrained keeps it.
+    if (f.count("model_name_or_path") && fs::exists(fs::path(f["model_name_or_path"]) / "generation_config.json"))
+      extra_files.push_back(fs::path(f["model_name_or_path"]) / "generation_config.json");
+    trainer.set_extra_files(extra_files);
     auto train_metrics = trainer.train();
     if (trainer.stopped_by_signal()) stopped = true;
     if (trainer.stopped_by_signal() || !this_replica().is_master()) return;
@@ -765,6 +778,14 @@ int run_eval(const std::vector<std::string>& args) {
   train::Trainer trainer(*model, ta, t, nullptr, feats, co);
   trainer.set_question_answering(qa_options(f, "eval"));
   auto m = trainer.evaluate("eval");
+  if (s2s && ta.predict_with_generate) {  // run_summarization's eval under --predict_with_generate: the scores too
+    nlohmann::json scores;
+    score_generated(write_generated(*model, *feats, ta, int_flag(f, "max_target_length", max_len), tok, {}, dir), *feats,
+                    tok, scores, "eval");
+    for (auto& [k, v] : scores.items()) m[k] = v.get<double>();
+  } else if (ta.predict_with_generate) {
+    std::fprintf(stderr, "kiln eval: warning: --predict_with_generate is for seq2seq models; ignored\n");
+  }
   for (auto& [k, v] : m) std::printf("%s = %.4f\n", k.c_str(), v);
   if (has_out) {  // HF's trainer.save_metrics("eval", metrics): output_dir/eval_results.json
     nlohmann::json ej = nlohmann::json::object();

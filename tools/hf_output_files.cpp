@@ -204,25 +204,11 @@ ordered_json special_tokens_map(const TokenizerBundle& tok) {
   return out;
 }
 
-ordered_json generation_config(const models::PreTrainedModel& model) {
-  const std::string& arch = model.architecture();
-  const bool generates = arch.ends_with("ForCausalLM") || arch == "GPT2LMHeadModel" || arch.ends_with("ForConditionalGeneration");
-  if (!generates) return nullptr;
-  const json c = model.config().to_json();
-  ordered_json g = {{"_from_model_config", true}};
-  for (const char* key : {"bos_token_id", "decoder_start_token_id", "eos_token_id", "pad_token_id"})
-    if (c.contains(key) && !c[key].is_null()) g[key] = c[key];
-  if (c.contains("transformers_version")) g["transformers_version"] = c["transformers_version"];
-  return g;
-}
-
-void write_hf_output_files(const fs::path& dir, const ModelCard& card, const models::PreTrainedModel& model,
+void write_hf_output_files(const fs::path& dir, const ModelCard& card, const models::PreTrainedModel& /*model*/,
                            const TokenizerBundle& tok) {
   write_file_atomic(dir / "README.md", model_card_text(card));
   if (!fs::exists(tok.dir / "special_tokens_map.json"))
     write_file_atomic(dir / "special_tokens_map.json", special_tokens_map(tok).dump(2) + "\n");
-  if (const ordered_json g = generation_config(model); !g.is_null())
-    write_file_atomic(dir / "generation_config.json", g.dump(2) + "\n");
 }
 
 }  // namespace kiln::cli

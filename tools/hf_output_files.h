@@ -1,8 +1,7 @@
 #pragma once
 // The files Hugging Face's Trainer leaves in an output directory besides the
 // model: a README.md model card (Trainer.create_model_card), the tokenizer's
-// special_tokens_map.json, and generation_config.json for a model that
-// generates (save_pretrained when model.can_generate()).
+// special_tokens_map.json (generation_config.json comes with save_pretrained).
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -36,13 +35,9 @@ std::string model_card_text(const ModelCard& card);
 // conventional ones its vocabulary holds ([CLS], <s>, <|endoftext|>, ...).
 nlohmann::ordered_json special_tokens_map(const TokenizerBundle& tok);
 
-// HF's GenerationConfig.from_model_config for a model that generates (the
-// config's bos/eos/pad/decoder_start token ids); null otherwise.
-nlohmann::ordered_json generation_config(const models::PreTrainedModel& model);
-
-// Writes README.md, special_tokens_map.json (unless the tokenizer has its own,
-// copied with the model) and generation_config.json (for a generative model)
-// into `dir`, atomically.
+// Writes README.md and special_tokens_map.json (unless the tokenizer has its
+// own, copied with the model) into `dir`, atomically. (generation_config.json
+// comes with the model: PreTrainedModel::save_pretrained writes it.)
 void write_hf_output_files(const std::filesystem::path& dir, const ModelCard& card,
                            const models::PreTrainedModel& model, const TokenizerBundle& tok);
 

@@ -39,9 +39,10 @@ class Seq2Seq : public TrainTask {
     if (!run.args.predict_with_generate) return;
     const auto generated =
         write_generated(run.model, *run.test, run.args, int_flag(ctx.flags, "max_target_length", ctx.max_len),
-                        ctx.tok, run.out / "generated_predictions.txt");
+                        ctx.tok, run.out / "generated_predictions.txt",
+                        ctx.flags.count("model_name_or_path") ? ctx.flags.at("model_name_or_path") : "");
     score_generated(generated, *run.test, ctx.tok, predict);
-    for (const char* k : {"predict_rouge1", "predict_rouge2", "predict_rougeL", "predict_bleu"}) all[k] = predict[k];
+    for (const char* k : {"predict_rouge1", "predict_rouge2", "predict_rougeL", "predict_rougeLsum", "predict_bleu"}) all[k] = predict[k];
   }
 
  private:

@@ -122,8 +122,9 @@ std::string bert_family_architecture(const models::PretrainedConfig& c, const st
 // run_summarization's generated_predictions.txt and its scores (cmd_train.cpp).
 std::vector<std::string> write_generated(models::PreTrainedModel& model, const data::Features& test,
                                          const train::TrainingArguments& ta, int64_t max_target_length,
-                                         const TokenizerBundle& tok, const std::filesystem::path& path);
+                                         const TokenizerBundle& tok, const std::filesystem::path& path,
+                                         const std::filesystem::path& model_dir);
 void score_generated(const std::vector<std::string>& generated, const data::Features& test,
-                     const TokenizerBundle& tok, nlohmann::json& metrics);
+                     const TokenizerBundle& tok, nlohmann::json& metrics, const std::string& prefix = "predict");
 
 }  // namespace kiln::cli

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/core/json.h"
+#include "kiln/train/porter_stemmer.h"
 
 namespace kiln::train {
 namespace {
@@ -19,13 +20,31 @@ TEST(GenerationMetrics, BleuAndRougeAsTheReferencePackages) {
     const auto hyps = c["hypotheses"].get<std::vector<std::string>>();
     const auto refs = c["references"].get<std::vector<std::vector<std::string>>>();
     EXPECT_NEAR(corpus_bleu(hyps, refs), c["bleu"].get<double>(), 1e-9) << c.dump();
-    const RougeScores r = rouge(hyps, refs[0]);
-    EXPECT_NEAR(r.rouge1, c["rouge"]["rouge1"].get<double>(), 1e-12) << c.dump();
-    EXPECT_NEAR(r.rouge2, c["rouge"]["rouge2"].get<double>(), 1e-12) << c.dump();
-    EXPECT_NEAR(r.rougeL, c["rouge"]["rougeL"].get<double>(), 1e-12) << c.dump();
+    for (const bool stem : {false, true}) {
+      const RougeScores r = rouge(hyps, refs[0], stem);
+      const auto& want = c[stem ? "rouge_stemmed" : "rouge"];
+      EXPECT_NEAR(r.rouge1, want["rouge1"].get<double>(), 1e-12) << stem << c.dump();
+      EXPECT_NEAR(r.rouge2, want["rouge2"].get<double>(), 1e-12) << stem << c.dump();
+      EXPECT_NEAR(r.rougeL, want["rougeL"].get<double>(), 1e-12) << stem << c.dump();
+      EXPECT_NEAR(r.rougeLsum, want["rougeLsum"].get<double>(), 1e-12) << stem << c.dump();
+    }
   }
   // sacrebleu's README: BLEU = 48.53.
   EXPECT_NEAR(goldens()["cases"][0]["bleu"].get<double>(), 48.53, 0.005);
+}
+
+TEST(GenerationMetrics, PorterStemsAsNltk) {
+  ASSERT_GE(goldens()["porter"].size(), 90u);
+  for (const auto& w : goldens()["porter"])
+    EXPECT_EQ(porter_stem(w["word"].get<std::string>()), w["stem"].get<std::string>()) << w.dump();
+}
+
+// Summary-level LCS by hand: reference sentences "a b c" and "d e", prediction lines "a c" and "e d b":
+// the union LCS of "a b c" with the lines is {a, c} + {b}; of "d e" {e} (or {d}): 4 hits of 5 / 5 tokens.
+TEST(GenerationMetrics, RougeLsumUnionLcsByHand) {
+  const RougeScores r = rouge({"a c\ne d b"}, {"a b c\nd e"});
+  EXPECT_NEAR(r.rougeLsum, 0.8, 1e-12);
+  EXPECT_NEAR(rouge({"a b c d e"}, {"a b c\n\nd e"}).rougeLsum, 1.0, 1e-12);  // empty lines are no sentences
 }
 
 TEST(GenerationMetrics, Tokenize13aAsSacrebleu) {

@@ -376,8 +376,9 @@ TEST(TrainingArgs, FlowFieldRules) {
              "--eval_accumulation_steps must be a positive integer");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--fp16"}), "--fp16 is not supported: kiln's mixed precision is bf16");
   EXPECT_FALSE(parse({"--output_dir", "o", "--fp16", "false"}).fp16);
-  EXPECT_HAS(parse_error({"--output_dir", "o", "--generation_num_beams", "4"}),
-             "--generation_num_beams must be 1: kiln generates greedily (no beam search), got 4");
+  EXPECT_EQ(parse({"--output_dir", "o", "--generation_num_beams", "4"}).generation_num_beams, 4);
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--generation_num_beams", "0"}),
+             "--generation_num_beams must be a positive integer, got 0");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--generation_max_length", "0"}), "--generation_max_length must be a");
   // Early stopping: HF's callback assertions, and a save strategy so there is a best metric to compare with.
   EXPECT_HAS(parse_error({"--output_dir", "o", "--early_stopping_patience", "2", "--eval_strategy", "epoch"}),

@@ -1,6 +1,7 @@
 #include "kiln/models/generation.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "kiln/core/error.h"
+#include "kiln/models/beam_search.h"
 #include "kiln/models/token_ids.h"
 #include "kiln/runtime/context.h"
 
@@ -44,6 +46,17 @@ int64_t choose(std::vector<float> logits, const GenerationConfig& g, std::mt1993
   return order[keep - 1];
 }
 
+// transformers' GenerationConfig.validate for the beam settings.
+void check_beam_config(const GenerationConfig& g) {
+  KILN_CHECK(g.num_beams >= 1, "generate: num_beams must be >= 1, got ", g.num_beams);
+  KILN_CHECK(std::isfinite(g.length_penalty), "generate: length_penalty must be a finite number, got ", g.length_penalty);
+  KILN_CHECK(g.num_return_sequences >= 1, "generate: num_return_sequences must be >= 1, got ", g.num_return_sequences);
+  KILN_CHECK(g.num_return_sequences <= g.num_beams, "generate: num_return_sequences (", g.num_return_sequences,
+             ") has to be smaller or equal to num_beams (", g.num_beams, ")");
+  KILN_CHECK(g.num_beams == 1 || !g.do_sample,
+             "generate: beam search with sampling (num_beams > 1 with do_sample) is not implemented; use one of them");
+}
+
 void check_config(const GenerationConfig& g) {
   KILN_CHECK(g.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", g.max_new_tokens);
   KILN_CHECK(g.bucket > 0, "generate: bucket must be > 0, got ", g.bucket);
@@ -51,6 +64,7 @@ void check_config(const GenerationConfig& g) {
              "generate: repetition_penalty must be a positive number, got ", g.repetition_penalty);
   KILN_CHECK(g.no_repeat_ngram_size >= 0, "generate: no_repeat_ngram_size must be >= 0 (0 = off), got ",
              g.no_repeat_ngram_size);
+  check_beam_config(g);
   if (!g.do_sample) return;
   KILN_CHECK(g.temperature > 0, "generate: temperature must be > 0, got ", g.temperature);
   KILN_CHECK(g.top_k >= 0, "generate: top_k must be >= 0 (0 = off), got ", g.top_k);
@@ -63,6 +77,16 @@ void check_prompts(const std::vector<std::vector<int64_t>>& prompts, int64_t voc
   if (auto bad = id_outside_vocabulary(prompts, vocab_size))
     throw Error(detail::concat("generate: prompt ", bad->row, " token ", bad->position, " is id ", bad->id,
                                ", outside the vocabulary [0, ", vocab_size, ")"));
+}
+
+// Each prompt + max_new_tokens within the model's positions.
+void check_positions(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& g) {
+  const std::optional<int64_t> max_positions = model.config().max_positions();
+  if (!max_positions) return;
+  for (const auto& prompt : prompts)
+    KILN_CHECK(static_cast<int64_t>(prompt.size()) + g.max_new_tokens <= *max_positions, "generate: prompt (",
+               prompt.size(), " tokens) + max_new_tokens (", g.max_new_tokens, ") exceeds the model's ", *max_positions,
+               " positions");
 }
 
 // Cache capacity: n positions rounded up to the bucket.
@@ -93,12 +117,25 @@ void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids,
         logits[static_cast<size_t>(banned)] = -std::numeric_limits<float>::infinity();
 }
 
+GenerationConfig::EarlyStopping parse_early_stopping(const std::string& text) {
+  std::string t = text;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (t == "true") return GenerationConfig::EarlyStopping::True;
+  if (t == "false") return GenerationConfig::EarlyStopping::False;
+  if (t == "never") return GenerationConfig::EarlyStopping::Never;
+  throw Error("early_stopping must be true, false or \"never\" (transformers' values), got '" + text + "'");
+}
+
 std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& g) {
   KILN_CHECK(model.can_generate(), "generate: ", model.architecture(), " has no language-model head");
   check_config(g);
   const int64_t V = model.vocab_size();
   check_prompts(prompts, V);
+  if (g.num_beams > 1) {
+    check_positions(model, prompts, g);
+    return beam_search(model, prompts, g);
+  }
   const std::vector<int64_t> eos = g.eos_token_id ? std::vector<int64_t>{*g.eos_token_id} : model.eos_token_ids();
   auto ends = [&](int64_t id) { return std::find(eos.begin(), eos.end(), id) != eos.end(); };
   const std::optional<int64_t> max_positions = model.config().max_positions();
@@ -108,10 +145,8 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
   std::mt19937_64 rng(g.seed);
   std::vector<std::vector<int64_t>> out;
   for (const auto& prompt : prompts) {
-    int64_t need = static_cast<int64_t>(prompt.size()) + g.max_new_tokens;
-    if (max_positions)
-      KILN_CHECK(need <= *max_positions, "generate: prompt (", prompt.size(), " tokens) + max_new_tokens (",
-                 g.max_new_tokens, ") exceeds the model's ", *max_positions, " positions");
+    const int64_t need = static_cast<int64_t>(prompt.size()) + g.max_new_tokens;
+    check_positions(model, {prompt}, g);
     std::vector<int64_t> seq = prompt;
     if (!g.use_cache) {
       // Reference path: the whole sequence through the model every step.
@@ -161,6 +196,7 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
   check_config(g);
   const T5Config& c = model.t5_config();
   check_prompts(prompts, c.vocab_size);
+  if (g.num_beams > 1) return beam_search(model, prompts, g);
   const int64_t B = static_cast<int64_t>(prompts.size()), V = c.vocab_size;
   std::vector<std::vector<int64_t>> out(prompts.size());
   if (B == 0 || g.max_new_tokens == 0) return out;

@@ -1,11 +1,13 @@
 #pragma once
-// Text generation: greedy or sampling (temperature, top-k, top-p), stopping
-// at EOS, for causal LMs (GPT-2, Llama) and encoder-decoders (T5). With the
+// Text generation: greedy, sampling (temperature, top-k, top-p) or beam
+// search (num_beams > 1, beam_search.h), stopping at EOS, for causal LMs
+// (GPT-2, Llama) and encoder-decoders (T5). With the
 // key/value cache each new token is one decode step whose graph depends only
 // on the cache capacity (rounded up to a bucket), so it compiles once per
 // bucket, not once per token.
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kiln/models/gpt2.h"
@@ -29,7 +31,21 @@ struct GenerationConfig {
   // no_repeat_ngram_size tokens is never chosen (0 = off).
   double repetition_penalty = 1.0;
   int64_t no_repeat_ngram_size = 0;
+  // Beam search (num_beams > 1, transformers' _beam_search): hypotheses are
+  // ranked by sum of log-probs / generated_length ** length_penalty;
+  // early_stopping True stops an input once num_beams hypotheses are done,
+  // False once the best running beam cannot beat the worst done one at its
+  // current length, Never once it cannot at max length (length_penalty > 0).
+  // num_return_sequences (<= num_beams) best hypotheses come back per prompt.
+  enum class EarlyStopping { False, True, Never };
+  int64_t num_beams = 1;
+  double length_penalty = 1.0;
+  EarlyStopping early_stopping = EarlyStopping::False;
+  int64_t num_return_sequences = 1;
 };
+
+// "true"/"false"/"never" (any case; also a JSON bool's text): HF's early_stopping values.
+GenerationConfig::EarlyStopping parse_early_stopping(const std::string& text);
 
 // HF's RepetitionPenaltyLogitsProcessor and NoRepeatNGramLogitsProcessor on
 // one row of logits, given the ids so far (a decoder-only model's prompt and
@@ -57,6 +73,9 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
 std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& config);
 
+// With num_beams > 1 each overload returns num_return_sequences sequences per
+// prompt (prompt-major, best first), in the same form.
+//
 // Either of the above by the model's type; a model without a language-model
 // head (BERT, GPT2Model, T5EncoderModel, ...) is an error naming it.
 std::vector<std::vector<int64_t>> generate(PreTrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,

@@ -9,6 +9,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/models/bert.h"
 #include "kiln/models/deberta.h"
+#include "kiln/models/generation_config.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/llama.h"
 #include "kiln/models/t5.h"
@@ -67,6 +68,9 @@ void PreTrainedModel::save_pretrained(const fs::path& dir) const {
   // Weights first, config last: a directory with a config always has its weights.
   io::save_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
   io::write_json_file_atomic(dir / "config.json", config().to_json());
+  // As transformers' save_pretrained: a model that generates gets its generation_config.json.
+  if (const nlohmann::json g = default_generation_config(*this); !g.is_null())
+    io::write_json_file_atomic(dir / "generation_config.json", g);
 }
 
 Tensor sequence_classification_loss(const PretrainedConfig& config, const Tensor& logits, const Tensor& labels) {

@@ -4,9 +4,11 @@
 #include <array>
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/train/porter_stemmer.h"
 
 namespace kiln::train {
 
@@ -50,6 +52,67 @@ double rouge_l(const std::vector<std::string>& target, const std::vector<std::st
   return fmeasure(lcs / static_cast<double>(prediction.size()), lcs / static_cast<double>(target.size()));
 }
 
+// rouge_score's lcs_ind: indices into `ref` of one LCS with `can`, backtracked as _backtrack_norec does.
+std::vector<size_t> lcs_indices(const std::vector<std::string>& ref, const std::vector<std::string>& can) {
+  const size_t R = ref.size(), C = can.size();
+  std::vector<std::vector<size_t>> t(R + 1, std::vector<size_t>(C + 1, 0));
+  for (size_t i = 1; i <= R; ++i)
+    for (size_t j = 1; j <= C; ++j)
+      t[i][j] = ref[i - 1] == can[j - 1] ? t[i - 1][j - 1] + 1 : std::max(t[i - 1][j], t[i][j - 1]);
+  std::vector<size_t> out;
+  for (size_t i = R, j = C; i > 0 && j > 0;) {
+    if (ref[i - 1] == can[j - 1]) {
+      out.push_back(--i);
+      --j;
+    } else if (t[i][j - 1] > t[i - 1][j]) {
+      --j;
+    } else {
+      --i;
+    }
+  }
+  return out;
+}
+
+// rouge_score's _summary_level_lcs over sentences of tokens.
+double rouge_lsum(const std::vector<std::vector<std::string>>& ref, const std::vector<std::vector<std::string>>& can) {
+  std::map<std::string, int64_t> ref_counts, can_counts;
+  size_t m = 0, n = 0;
+  for (const auto& s : ref) {
+    m += s.size();
+    for (const auto& t : s) ++ref_counts[t];
+  }
+  for (const auto& s : can) {
+    n += s.size();
+    for (const auto& t : s) ++can_counts[t];
+  }
+  if (m == 0 || n == 0) return 0.0;
+  int64_t hits = 0;
+  for (const auto& r : ref) {
+    std::set<size_t> uni;  // the union of r's LCS positions with every candidate sentence, in order
+    for (const auto& c : can)
+      for (size_t i : lcs_indices(r, c)) uni.insert(i);
+    for (size_t i : uni) {
+      auto& rc = ref_counts[r[i]];
+      auto& cc = can_counts[r[i]];
+      if (rc > 0 && cc > 0) {
+        ++hits;
+        --rc;
+        --cc;
+      }
+    }
+  }
+  return fmeasure(static_cast<double>(hits) / static_cast<double>(n), static_cast<double>(hits) / static_cast<double>(m));
+}
+
+// rouge_score's get_sents for rougeLsum: the non-empty lines, each tokenized.
+std::vector<std::vector<std::string>> sentences(const std::string& text, bool use_stemmer) {
+  std::vector<std::vector<std::string>> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(rouge_tokens(line, use_stemmer));
+  return out;
+}
+
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 // mteval's punctuation: [\{-\~\[-\` -\&\(-\+\:-\@\/].
@@ -71,7 +134,7 @@ std::vector<std::string> split_spaces(const std::string& s) {
 
 }  // namespace
 
-std::vector<std::string> rouge_tokens(const std::string& text) {
+std::vector<std::string> rouge_tokens(const std::string& text, bool use_stemmer) {
   std::vector<std::string> out;
   std::string cur;
   for (char ch : text) {
@@ -84,24 +147,30 @@ std::vector<std::string> rouge_tokens(const std::string& text) {
     }
   }
   if (!cur.empty()) out.push_back(std::move(cur));
+  if (use_stemmer)
+    for (auto& t : out)
+      if (t.size() > 3) t = porter_stem(t);
   return out;
 }
 
-RougeScores rouge(const std::vector<std::string>& predictions, const std::vector<std::string>& references) {
+RougeScores rouge(const std::vector<std::string>& predictions, const std::vector<std::string>& references,
+                  bool use_stemmer) {
   KILN_CHECK(predictions.size() == references.size(), "rouge: ", predictions.size(), " predictions for ",
              references.size(), " references");
   RougeScores s;
   if (predictions.empty()) return s;
   for (size_t i = 0; i < predictions.size(); ++i) {
-    const auto t = rouge_tokens(references[i]), p = rouge_tokens(predictions[i]);
+    const auto t = rouge_tokens(references[i], use_stemmer), p = rouge_tokens(predictions[i], use_stemmer);
     s.rouge1 += rouge_n(t, p, 1);
     s.rouge2 += rouge_n(t, p, 2);
     s.rougeL += rouge_l(t, p);
+    s.rougeLsum += rouge_lsum(sentences(references[i], use_stemmer), sentences(predictions[i], use_stemmer));
   }
   const auto n = static_cast<double>(predictions.size());
   s.rouge1 /= n;
   s.rouge2 /= n;
   s.rougeL /= n;
+  s.rougeLsum /= n;
   return s;
 }
 

@@ -326,9 +326,7 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
     throw fail("eval_delay", "must be >= 0 (steps or epochs before the first evaluation)" + got(a.eval_delay));
   if (a.eval_accumulation_steps) positive_int("eval_accumulation_steps", *a.eval_accumulation_steps);
   if (a.generation_max_length) positive_int("generation_max_length", *a.generation_max_length);
-  if (a.generation_num_beams && *a.generation_num_beams != 1)
-    throw fail("generation_num_beams", "must be 1: kiln generates greedily (no beam search)" +
-                                           got(*a.generation_num_beams));
+  if (a.generation_num_beams) positive_int("generation_num_beams", *a.generation_num_beams);
   if (a.fp16)
     throw fail("fp16", "is not supported: kiln's mixed precision is bf16 (--bf16), which needs no loss scaling");
   if (a.use_cpu && a.device.rfind("cuda", 0) == 0)

@@ -104,9 +104,9 @@ struct TrainingArguments {
   std::string optim = "adamw_torch";
   bool save_safetensors = true;  // kiln writes safetensors only: false is an error
   bool push_to_hub = false;      // no network: true is an error
-  // Seq2SeqTrainingArguments' generation fields (kiln train --task seq2seq --do_predict): generate the test set's
-  // outputs (greedy, up to generation_max_length tokens; default: --max_target_length) into
-  // generated_predictions.txt. kiln decodes greedily: generation_num_beams other than 1 is an error.
+  // Seq2SeqTrainingArguments' generation fields (kiln train --task seq2seq --do_predict, kiln eval): generate the
+  // outputs (up to generation_max_length tokens, default --max_target_length; beam search with
+  // generation_num_beams > 1, else the model's generation_config.json's num_beams) and score them.
   bool predict_with_generate = false;
   std::optional<int64_t> generation_max_length, generation_num_beams;
   // kiln additions (also flags): replicas and debugging

@@ -1,0 +1,320 @@
+#include "kiln/models/beam_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "kiln/core/error.h"
+#include "kiln/runtime/context.h"
+
+namespace kiln::models {
+
+namespace {
+
+constexpr float kNeg = -1.0e9f;  // transformers' "may not be chosen" offset
+
+// Indices of the k largest values, largest first; equal values keep the lower index.
+std::vector<int64_t> top_k(const std::vector<float>& v, int64_t k) {
+  std::vector<int64_t> idx(v.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  k = std::min<int64_t>(k, static_cast<int64_t>(v.size()));
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
+    return v[static_cast<size_t>(a)] > v[static_cast<size_t>(b)] ||
+           (v[static_cast<size_t>(a)] == v[static_cast<size_t>(b)] && a < b);
+  });
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
+// log_softmax of one row, in float32 as transformers takes it.
+void log_softmax(float* x, int64_t n) {
+  const float m = *std::max_element(x, x + n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
+  const auto lse = static_cast<float>(std::log(sum));
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] - m - lse;
+}
+
+float length_norm(int64_t length, double penalty) {
+  return static_cast<float>(std::pow(static_cast<double>(length), penalty));
+}
+
+}  // namespace
+
+BeamSearch::BeamSearch(const std::vector<std::vector<int64_t>>& prefixes, std::vector<int64_t> eos,
+                       const GenerationConfig& g)
+    : g_(g), eos_(std::move(eos)), batch_(static_cast<int64_t>(prefixes.size())), beams_(g.num_beams) {
+  KILN_CHECK(batch_ > 0, "beam search: no inputs");
+  prompt_len_ = cur_len_ = static_cast<int64_t>(prefixes[0].size());
+  for (const auto& p : prefixes)
+    KILN_CHECK(static_cast<int64_t>(p.size()) == prompt_len_, "beam search: prefixes of different lengths");
+  max_length_ = prompt_len_ + g.max_new_tokens;
+  for (const auto& p : prefixes)
+    for (int64_t j = 0; j < beams_; ++j) {
+      running_.push_back(p);
+      finished_.push_back(p);
+      // Only the first beam starts live, so the first step does not pick the same token num_beams times.
+      running_scores_.push_back(j == 0 ? 0.0f : kNeg);
+      finished_scores_.push_back(kNeg);
+    }
+  is_finished_.assign(running_.size(), 0);
+  unsatisfied_.assign(static_cast<size_t>(batch_), 1);
+  done_ = g.max_new_tokens == 0;
+}
+
+// transformers' _get_top_k_continuations: the best continuations of input b over all its beams.
+std::vector<BeamSearch::Candidate> BeamSearch::top_continuations(const std::vector<float>& logits, int64_t vocab,
+                                                                 int64_t b) const {
+  std::vector<float> acc(static_cast<size_t>(beams_ * vocab));
+  for (int64_t j = 0; j < beams_; ++j) {
+    const int64_t row = b * beams_ + j;
+    std::vector<float> lp(logits.begin() + row * vocab, logits.begin() + (row + 1) * vocab);
+    log_softmax(lp.data(), vocab);
+    process_logits(lp, running_[static_cast<size_t>(row)], g_);
+    for (int64_t v = 0; v < vocab; ++v) acc[static_cast<size_t>(j * vocab + v)] = lp[v] + running_scores_[row];
+  }
+  const int64_t keep = std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())) * beams_;
+  std::vector<Candidate> top;
+  for (int64_t i : top_k(acc, keep)) {
+    const int64_t token = i % vocab;
+    const bool eos = std::find(eos_.begin(), eos_.end(), token) != eos_.end();
+    top.push_back({acc[static_cast<size_t>(i)], b * beams_ + i / vocab, token, eos || cur_len_ + 1 >= max_length_});
+  }
+  return top;
+}
+
+// transformers' _update_finished_beams: the top num_beams candidates that stopped compete with the
+// finished slots under the length penalty.
+void BeamSearch::update_finished(int64_t b, const std::vector<Candidate>& top) {
+  const size_t first = static_cast<size_t>(b * beams_), n = static_cast<size_t>(beams_);
+  bool full = true;
+  for (size_t j = 0; j < n; ++j) full = full && is_finished_[first + j];
+  const float norm = length_norm(cur_len_ + 1 - prompt_len_, g_.length_penalty);
+  std::vector<float> scores(finished_scores_.begin() + first, finished_scores_.begin() + first + n);
+  std::vector<char> fin(is_finished_.begin() + first, is_finished_.begin() + first + n);
+  for (size_t k = 0; k < top.size(); ++k) {
+    const bool just_finished = top[k].stops && k < n;
+    float s = top[k].score / norm;
+    if (full && g_.early_stopping == GenerationConfig::EarlyStopping::True) s += kNeg;
+    if (!unsatisfied_[static_cast<size_t>(b)]) s += kNeg;
+    if (!just_finished) s += kNeg;
+    scores.push_back(s);
+    fin.push_back(just_finished);
+  }
+  std::vector<std::vector<int64_t>> seqs(finished_.begin() + first, finished_.begin() + first + n);
+  for (const Candidate& c : top) {
+    seqs.push_back(running_[static_cast<size_t>(c.parent)]);
+    seqs.back().push_back(c.token);
+  }
+  const std::vector<int64_t> best = top_k(scores, beams_);
+  for (size_t j = 0; j < n; ++j) {
+    const auto k = static_cast<size_t>(best[j]);
+    finished_[first + j] = seqs[k];
+    finished_scores_[first + j] = scores[k];
+    is_finished_[first + j] = fin[k];
+  }
+}
+
+// transformers' _check_early_stop_heuristic for input b (after cur_len_ advanced).
+bool BeamSearch::improvement_possible(int64_t b) const {
+  const size_t first = static_cast<size_t>(b * beams_), n = static_cast<size_t>(beams_);
+  const bool never = g_.early_stopping == GenerationConfig::EarlyStopping::Never && g_.length_penalty > 0;
+  const int64_t best_length = never ? max_length_ - prompt_len_ : cur_len_ - prompt_len_;
+  const float best_running = running_scores_[first] / length_norm(best_length, g_.length_penalty);
+  const float worst = *std::min_element(finished_scores_.begin() + first, finished_scores_.begin() + first + n);
+  for (size_t j = 0; j < n; ++j)
+    if (best_running > (is_finished_[first + j] ? worst : kNeg)) return true;
+  return false;
+}
+
+std::vector<int64_t> BeamSearch::step(const std::vector<float>& logits, int64_t vocab) {
+  KILN_CHECK(!done_, "beam search: step after the search ended");
+  KILN_CHECK(static_cast<int64_t>(logits.size()) == rows() * vocab, "beam search: logits have ", logits.size(),
+             " values, expected ", rows() * vocab);
+  std::vector<std::vector<int64_t>> next(running_.size());
+  std::vector<float> next_scores(running_.size());
+  std::vector<int64_t> parents(running_.size());
+  bool all_stop = true;
+  for (int64_t b = 0; b < batch_; ++b) {
+    const std::vector<Candidate> top = top_continuations(logits, vocab, b);
+    // _get_running_beams_for_next_iteration: the best that did not stop run on.
+    std::vector<float> live(top.size());
+    for (size_t k = 0; k < top.size(); ++k) {
+      live[k] = top[k].score + (top[k].stops ? kNeg : 0.0f);
+      all_stop = all_stop && top[k].stops;
+    }
+    const std::vector<int64_t> keep = top_k(live, beams_);
+    for (int64_t j = 0; j < beams_; ++j) {
+      const Candidate& c = top[static_cast<size_t>(keep[j])];
+      const auto row = static_cast<size_t>(b * beams_ + j);
+      next[row] = running_[static_cast<size_t>(c.parent)];
+      next[row].push_back(c.token);
+      next_scores[row] = live[static_cast<size_t>(keep[j])];
+      parents[row] = c.parent;
+    }
+    update_finished(b, top);
+  }
+  running_ = std::move(next);
+  running_scores_ = std::move(next_scores);
+  ++cur_len_;
+  bool any_unsatisfied = false;
+  for (int64_t b = 0; b < batch_; ++b) {
+    auto& u = unsatisfied_[static_cast<size_t>(b)];
+    u = u && improvement_possible(b);
+    any_unsatisfied = any_unsatisfied || u;
+  }
+  const bool all_finished = std::all_of(is_finished_.begin(), is_finished_.end(), [](char f) { return f != 0; });
+  done_ = !any_unsatisfied || (all_finished && g_.early_stopping == GenerationConfig::EarlyStopping::True) || all_stop;
+  return parents;
+}
+
+std::vector<std::vector<int64_t>> BeamSearch::results() const {
+  if (cur_len_ == prompt_len_) {  // nothing generated: the prefixes
+    std::vector<std::vector<int64_t>> out;
+    for (int64_t b = 0; b < batch_; ++b)
+      for (int64_t r = 0; r < g_.num_return_sequences; ++r) out.push_back(running_[static_cast<size_t>(b * beams_)]);
+    return out;
+  }
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t b = 0; b < batch_; ++b)
+    for (int64_t r = 0; r < g_.num_return_sequences; ++r) out.push_back(finished_[static_cast<size_t>(b * beams_ + r)]);
+  return out;
+}
+
+namespace {
+
+// Rows of x (first dim) picked by `rows`: a cache reordered by beam, an encoder output expanded per beam.
+Tensor pick_rows(const Tensor& x, const std::vector<int64_t>& rows) {
+  Shape shape = x.shape();
+  const int64_t n = shape[0];
+  Tensor idx = Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())}, x.device(), "beam_rows");
+  shape[0] = static_cast<int64_t>(rows.size());
+  return reshape(index_select(reshape(x, {n, -1}), idx), shape);
+}
+
+void reorder(std::vector<Tensor>& caches, const std::vector<int64_t>& rows) {
+  for (Tensor& c : caches) c.assign(pick_rows(c, rows));
+}
+
+int64_t capacity(int64_t n, int64_t bucket) { return std::max<int64_t>(1, (n + bucket - 1) / bucket) * bucket; }
+
+// One causal-LM prompt: num_beams rows advance together, each step's caches reordered by the rows continued.
+std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::vector<int64_t>& prompt,
+                                                  const GenerationConfig& g, const std::vector<int64_t>& eos) {
+  const int64_t V = model.vocab_size(), N = g.num_beams, P = static_cast<int64_t>(prompt.size());
+  Device dev = model.parameters().front().device();
+  BeamSearch search({prompt}, eos, g);
+  if (!g.use_cache) {
+    // Reference path: every running hypothesis through the whole model each step.
+    while (!search.done()) {
+      std::vector<int64_t> ids;
+      for (const auto& seq : search.running()) ids.insert(ids.end(), seq.begin(), seq.end());
+      const int64_t T = static_cast<int64_t>(search.running()[0].size());
+      ModelInputs in;
+      in.input_ids = Tensor::from_vector(ids, {N, T}, dev, "input_ids");
+      Tensor last = slice(model.forward(in).logits, 1, T - 1, T);
+      search.step(last.to_vector<float>(), V);
+    }
+    return search.results();
+  }
+  int64_t L = capacity(P + g.max_new_tokens, g.bucket);
+  if (auto max_positions = model.config().max_positions()) L = std::min(*max_positions, L);
+  const CausalLM::CacheShape cs = model.cache_shape();
+  std::vector<Tensor> kc, vc;
+  const std::vector<float> zeros(static_cast<size_t>(N * cs.kv_heads * L * cs.head_dim), 0.0f);
+  for (int64_t l = 0; l < cs.layers; ++l) {
+    kc.push_back(Tensor::from_vector(zeros, {N, cs.kv_heads, L, cs.head_dim}, dev, "k_cache"));
+    vc.push_back(Tensor::from_vector(zeros, {N, cs.kv_heads, L, cs.head_dim}, dev, "v_cache"));
+  }
+  auto step = [&](const std::vector<int64_t>& tokens, int64_t t) {
+    Tensor token = Tensor::from_vector(tokens, {N, 1}, dev, "token");
+    Tensor pos = Tensor::from_vector(std::vector<int64_t>{t}, {}, dev, "position");
+    Tensor logits = model.decode_step(token, pos, kc, vc);
+    mark_step(dev);
+    return logits;
+  };
+  // The prompt through the same one-token step, every row alike.
+  Tensor logits;
+  for (int64_t t = 0; t < P; ++t) logits = step(std::vector<int64_t>(static_cast<size_t>(N), prompt[t]), t);
+  for (int64_t t = P; !search.done(); ++t) {
+    const std::vector<int64_t> parents = search.step(logits.to_vector<float>(), V);
+    if (search.done()) break;
+    reorder(kc, parents);
+    reorder(vc, parents);
+    std::vector<int64_t> last;
+    for (const auto& seq : search.running()) last.push_back(seq.back());
+    logits = step(last, t);
+  }
+  return search.results();
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> beam_search(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                              const GenerationConfig& g) {
+  const std::vector<int64_t> eos = g.eos_token_id ? std::vector<int64_t>{*g.eos_token_id} : model.eos_token_ids();
+  model.eval();
+  NoGradGuard no_grad;
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& prompt : prompts)
+    for (auto& seq : beam_search_one(model, prompt, g, eos)) out.push_back(std::move(seq));
+  return out;
+}
+
+std::vector<std::vector<int64_t>> beam_search(T5ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
+                                              const GenerationConfig& g) {
+  const T5Config& c = model.t5_config();
+  const int64_t B = static_cast<int64_t>(prompts.size()), N = g.num_beams, R = B * N, V = c.vocab_size;
+  if (B == 0) return {};
+  int64_t S = 0;
+  for (const auto& p : prompts) S = std::max(S, static_cast<int64_t>(p.size()));
+  // The prompts padded on the right, encoded once; each row of the encoder output and mask repeated per beam.
+  std::vector<int64_t> ids(static_cast<size_t>(B * S), c.pad_token_id), mask(static_cast<size_t>(B * S), 0), rows;
+  for (int64_t b = 0; b < B; ++b) {
+    for (size_t j = 0; j < prompts[b].size(); ++j) {
+      ids[b * S + j] = prompts[b][j];
+      mask[b * S + j] = 1;
+    }
+    rows.insert(rows.end(), static_cast<size_t>(N), b);
+  }
+  Device dev = model.parameters().front().device();
+  model.eval();
+  NoGradGuard no_grad;
+  Tensor prompt_mask = Tensor::from_vector(mask, {B, S}, dev, "attention_mask");
+  Tensor enc = pick_rows(model.encode(Tensor::from_vector(ids, {B, S}, dev, "input_ids"), prompt_mask), rows);
+  Tensor attention_mask = pick_rows(prompt_mask, rows);
+  BeamSearch search(std::vector<std::vector<int64_t>>(static_cast<size_t>(B), {c.decoder_start_token_id}),
+                    {g.eos_token_id.value_or(c.eos_token_id)}, g);
+  T5DecoderCache cache;
+  if (g.use_cache) cache = model.start_decoding(enc, attention_mask, capacity(g.max_new_tokens, g.bucket));
+  mark_step(dev);  // the encoder (and the cross-attention keys/values), once
+  for (int64_t t = 0; !search.done(); ++t) {
+    std::vector<float> logits;
+    if (g.use_cache) {
+      std::vector<int64_t> last;
+      for (const auto& seq : search.running()) last.push_back(seq.back());
+      Tensor token = Tensor::from_vector(last, {R, 1}, dev, "decoder_token");
+      Tensor pos = Tensor::from_vector(std::vector<int64_t>{t}, {}, dev, "decoder_position");
+      Tensor out = model.decode_step(token, pos, cache);
+      mark_step(dev);
+      logits = out.to_vector<float>();
+    } else {  // reference path: every hypothesis through the whole decoder
+      std::vector<int64_t> dec;
+      for (const auto& seq : search.running()) dec.insert(dec.end(), seq.begin(), seq.end());
+      Tensor out = model.decode(Tensor::from_vector(dec, {R, t + 1}, dev, "decoder_input_ids"), {}, enc, attention_mask);
+      logits = slice(out, 1, t, t + 1).to_vector<float>();
+    }
+    const std::vector<int64_t> parents = search.step(logits, V);
+    if (g.use_cache && !search.done()) {
+      reorder(cache.self_k, parents);
+      reorder(cache.self_v, parents);
+    }
+  }
+  // Without the decoder start, as generate(T5) returns its ids.
+  std::vector<std::vector<int64_t>> out = search.results();
+  for (auto& seq : out) seq.erase(seq.begin());
+  return out;
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,69 @@
+#pragma once
+// Beam search as transformers' GenerationMixin._beam_search computes it, on
+// the host: the model side (a causal LM's or T5's decode steps, the cache
+// reordered by beam) is in beam_search.cpp's drivers, the bookkeeping here.
+//
+// Per input, num_beams running hypotheses (row b*num_beams + j) and
+// num_beams finished slots. Each step takes every row's next-token logits,
+// log-softmaxes them, applies the logits processors (repetition penalty,
+// no-repeat n-grams) against the row's ids, adds the row's score and keeps the
+// best (1 + #eos, at least 2) * num_beams continuations of the input. Of
+// these, those ending in EOS or at max length that rank among the first
+// num_beams become finished candidates scored score / length ** length_penalty
+// (length: generated ids, EOS included); the best num_beams unfinished ones
+// run on. Scores are float32 as in transformers, -1e9 marks what may not be
+// chosen, and ties keep the lower index.
+#include <cstdint>
+#include <vector>
+
+#include "kiln/models/generation.h"
+
+namespace kiln::models {
+
+class BeamSearch {
+ public:
+  // prefixes: each input's ids so far (a causal LM's prompt, T5's decoder
+  // start); all of one length, the decoder prompt length.
+  BeamSearch(const std::vector<std::vector<int64_t>>& prefixes, std::vector<int64_t> eos, const GenerationConfig& g);
+
+  // logits: rows() * vocab values, row r the next-token logits of running
+  // hypothesis r. Returns, per new running row, the row it continues (the
+  // cache reorder index).
+  std::vector<int64_t> step(const std::vector<float>& logits, int64_t vocab);
+  bool done() const { return done_; }
+  int64_t rows() const { return static_cast<int64_t>(running_.size()); }
+  // Every running hypothesis's ids (prefix + generated), row by row.
+  const std::vector<std::vector<int64_t>>& running() const { return running_; }
+  // num_return_sequences hypotheses per input, best first, each prefix +
+  // generated ids (ending at its EOS or at max length).
+  std::vector<std::vector<int64_t>> results() const;
+
+ private:
+  struct Candidate {
+    float score;
+    int64_t parent;  // running row
+    int64_t token;
+    bool stops;
+  };
+  std::vector<Candidate> top_continuations(const std::vector<float>& logits, int64_t vocab, int64_t b) const;
+  void update_finished(int64_t b, const std::vector<Candidate>& top);
+  bool improvement_possible(int64_t b) const;
+
+  GenerationConfig g_;
+  std::vector<int64_t> eos_;
+  int64_t batch_, beams_, prompt_len_, max_length_, cur_len_;
+  std::vector<std::vector<int64_t>> running_, finished_;
+  std::vector<float> running_scores_, finished_scores_;
+  std::vector<char> is_finished_, unsatisfied_;  // per slot; per input
+  bool done_ = false;
+};
+
+// The beam-search drivers generate() dispatches to when num_beams > 1; same
+// inputs and outputs as generate(), with num_return_sequences sequences per
+// prompt (prompt-major).
+std::vector<std::vector<int64_t>> beam_search(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                              const GenerationConfig& g);
+std::vector<std::vector<int64_t>> beam_search(T5ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
+                                              const GenerationConfig& g);
+
+}  // namespace kiln::models

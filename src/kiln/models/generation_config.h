@@ -1,0 +1,31 @@
+#pragma once
+// generation_config.json, as transformers reads and writes it: the decoding
+// settings a model directory carries (num_beams, length_penalty, ...), and
+// the file save_pretrained writes for a model that generates.
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/models/generation.h"
+
+namespace kiln::models {
+
+// Whether the architecture has a language-model head generate() runs
+// (GPT2LMHeadModel, *ForCausalLM, *ForConditionalGeneration).
+bool generates_text(const std::string& architecture);
+
+// transformers' GenerationConfig.from_model_config: the config's bos, eos,
+// pad and decoder-start token ids (and beam settings an older config.json
+// holds); null for a model that does not generate.
+nlohmann::ordered_json default_generation_config(const PreTrainedModel& model);
+
+// Applies the decoding settings `dir`/generation_config.json holds (or, with
+// no such file, those config.json holds, as transformers falls back to):
+// num_beams, length_penalty, early_stopping, num_return_sequences,
+// repetition_penalty, no_repeat_ngram_size. Other keys (do_sample,
+// temperature, max_length, token ids) are left to flags and the model config.
+// A value of the wrong type is an error naming the file and the key. An
+// empty `dir` (a model from a preset) applies nothing.
+void apply_generation_config(const std::filesystem::path& dir, GenerationConfig& g);
+
+}  // namespace kiln::models

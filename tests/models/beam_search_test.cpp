@@ -1,0 +1,186 @@
+// Beam search: the token ids transformers 5.25's generate() returns
+// (tests/goldens/beam_search.json, gen_beam_goldens.py) for the tiny GPT-2,
+// Llama and T5 models over num_beams, length_penalty, early_stopping,
+// num_return_sequences and the logits processors; the cached decoding equals
+// recomputing every hypothesis; bad settings are clear errors.
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "kiln/core/json.h"
+#include "kiln/io/json_file.h"
+#include "kiln/models/beam_search.h"
+#include "kiln/models/generation.h"
+#include "kiln/models/generation_config.h"
+#include "support/temp_dir.h"
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+using models::GenerationConfig;
+
+models::PreTrainedModel& golden_model(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<models::PreTrainedModel>> models;
+  auto& m = models[name];
+  if (!m) m = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/" + name);
+  return *m;
+}
+
+GenerationConfig config_of(const nlohmann::json& c) {
+  GenerationConfig g;
+  g.num_beams = c["num_beams"];
+  g.length_penalty = c["length_penalty"];
+  const auto& es = c["early_stopping"];
+  g.early_stopping = models::parse_early_stopping(es.is_string() ? es.get<std::string>() : es.dump());
+  g.num_return_sequences = c["num_return_sequences"];
+  g.repetition_penalty = c["repetition_penalty"];
+  g.no_repeat_ngram_size = c["no_repeat_ngram_size"];
+  if (c["eos_token_id"].is_number()) g.eos_token_id = c["eos_token_id"].get<int64_t>();  // a list: the config's
+  g.max_new_tokens = c["max_new_tokens"];
+  return g;
+}
+
+const nlohmann::json& cases() {
+  static const nlohmann::json j = read_json_file(std::string(KILN_TEST_DATA_DIR) + "/beam_search.json");
+  return j["cases"];
+}
+
+std::vector<std::vector<int64_t>> expected(const nlohmann::json& c) {
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& per_prompt : c["sequences"])
+    for (const auto& seq : per_prompt) out.push_back(seq.get<std::vector<int64_t>>());
+  return out;
+}
+
+// The case's model; one whose case lists several EOS ids from a copy of its directory whose config.json lists them.
+models::PreTrainedModel& model_of(const nlohmann::json& c) {
+  if (!c["eos_token_id"].is_array()) return golden_model(c["model"]);
+  static testing::TempDir dir;
+  const std::string name = c["model"].get<std::string>() + "_eos_" + c["eos_token_id"].dump();
+  static std::map<std::string, std::unique_ptr<models::PreTrainedModel>> models;
+  auto& m = models[name];
+  if (!m) {
+    const std::filesystem::path src = std::string(KILN_TEST_DATA_DIR) + "/" + c["model"].get<std::string>();
+    const std::filesystem::path copy = dir / std::to_string(models.size());
+    std::filesystem::create_directories(copy);
+    std::filesystem::copy_file(src / "model.safetensors", copy / "model.safetensors");
+    nlohmann::json config = read_json_file(src / "config.json");
+    config["eos_token_id"] = c["eos_token_id"];
+    io::write_json_file_atomic(copy / "config.json", config);
+    m = models::from_pretrained(copy);
+  }
+  return *m;
+}
+
+TEST(BeamSearch, TokenIdsAsTransformers) {
+  ASSERT_GE(cases().size(), 50u);
+  size_t multi_eos = 0;
+  for (const auto& c : cases()) {
+    SCOPED_TRACE(c.dump().substr(0, 300));
+    const auto prompts = c["prompts"].get<std::vector<std::vector<int64_t>>>();
+    EXPECT_EQ(models::generate(model_of(c), prompts, config_of(c)), expected(c));
+    multi_eos += c["eos_token_id"].is_array();
+  }
+  EXPECT_GE(multi_eos, 9u);
+}
+
+TEST(BeamSearch, CachedEqualsRecomputed) {
+  size_t i = 0;
+  for (const auto& c : cases()) {
+    if (i++ % 6 != 0) continue;  // recomputing compiles per length: a sample of the cases
+    SCOPED_TRACE(c.dump().substr(0, 300));
+    GenerationConfig g = config_of(c);
+    g.use_cache = false;
+    const auto prompts = c["prompts"].get<std::vector<std::vector<int64_t>>>();
+    EXPECT_EQ(models::generate(model_of(c), prompts, g), expected(c));
+  }
+}
+
+TEST(BeamSearch, BadSettingsAreClearErrors) {
+  auto& gpt2 = golden_model("gpt2/gpt2_lm");
+  GenerationConfig g;
+  g.num_beams = 2;
+  g.num_return_sequences = 3;
+  EXPECT_NE(testing::error_of([&] { models::generate(gpt2, {{1, 2}}, g); }).find("num_return_sequences (3) has to be smaller or equal to num_beams (2)"), std::string::npos);
+  g.num_return_sequences = 1;
+  g.do_sample = true;
+  EXPECT_NE(testing::error_of([&] { models::generate(gpt2, {{1, 2}}, g); }).find("not implemented"), std::string::npos);
+  g.do_sample = false;
+  g.num_beams = 0;
+  EXPECT_NE(testing::error_of([&] { models::generate(gpt2, {{1, 2}}, g); }).find("num_beams must be >= 1, got 0"), std::string::npos);
+  EXPECT_NE(testing::error_of([] { models::parse_early_stopping("sometimes"); }).find("got 'sometimes'"), std::string::npos);
+  EXPECT_EQ(models::parse_early_stopping("True"), GenerationConfig::EarlyStopping::True);
+  EXPECT_EQ(models::parse_early_stopping("never"), GenerationConfig::EarlyStopping::Never);
+}
+
+// generation_config.json's beam settings (or config.json's when there is none); wrong types name file and key.
+TEST(GenerationConfigFile, BeamSettingsFromTheModelDirectory) {
+  testing::TempDir dir;
+  GenerationConfig g;
+  models::apply_generation_config("", g);  // no directory: nothing
+  EXPECT_EQ(g.num_beams, 1);
+  dir.write("config.json", R"({"num_beams": 4, "length_penalty": 2.0, "no_repeat_ngram_size": 3})");
+  models::apply_generation_config(dir.path(), g);
+  EXPECT_EQ(g.num_beams, 4);
+  EXPECT_EQ(g.length_penalty, 2.0);
+  EXPECT_EQ(g.no_repeat_ngram_size, 3);
+  dir.write("generation_config.json",
+            R"({"num_beams": 3, "early_stopping": "never", "num_return_sequences": 2, "do_sample": true})");
+  g = GenerationConfig{};
+  models::apply_generation_config(dir.path(), g);
+  EXPECT_EQ(g.num_beams, 3);
+  EXPECT_EQ(g.length_penalty, 1.0);  // the generation config wins whole: config.json is not read
+  EXPECT_EQ(g.early_stopping, GenerationConfig::EarlyStopping::Never);
+  EXPECT_EQ(g.num_return_sequences, 2);
+  EXPECT_FALSE(g.do_sample);  // not a beam setting: flags decide
+  dir.write("generation_config.json", R"({"early_stopping": true, "length_penalty": "long"})");
+  const std::string e = testing::error_of([&] { models::apply_generation_config(dir.path(), g); });
+  EXPECT_NE(e.find("generation_config.json: \"length_penalty\" must be a number, found"), std::string::npos) << e;
+}
+
+// Zero new tokens gives the prompts back, num_return_sequences times each.
+TEST(BeamSearch, NothingToGenerate) {
+  models::BeamSearch search({{4, 5}}, {1}, [] {
+    GenerationConfig g;
+    g.num_beams = 3;
+    g.num_return_sequences = 2;
+    g.max_new_tokens = 0;
+    return g;
+  }());
+  EXPECT_TRUE(search.done());
+  EXPECT_EQ(search.results(), (std::vector<std::vector<int64_t>>{{4, 5}, {4, 5}}));
+}
+
+// Two beams over a 4-token vocabulary with hand-made log-probs: the first
+// step keeps only beam 0's continuations, EOS (3) among the best num_beams
+// becomes a finished hypothesis scored log p / length ** length_penalty.
+TEST(BeamSearch, EosFinishesAHypothesisAndMaxLengthTheRest) {
+  GenerationConfig g;
+  g.num_beams = 2;
+  g.max_new_tokens = 2;
+  g.length_penalty = 1.0;
+  models::BeamSearch search({{0}}, {3}, g);
+  auto row = [](std::vector<float> p) {
+    for (float& x : p) x = std::log(x);
+    return p;
+  };
+  auto cat = [](std::vector<float> a, const std::vector<float>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  // Step 1: EOS is the best token (0.5): it finishes; 1 and 2 run on.
+  auto parents = search.step(cat(row({0.01f, 0.3f, 0.19f, 0.5f}), row({0.25f, 0.25f, 0.25f, 0.25f})), 4);
+  EXPECT_EQ(parents, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(search.running(), (std::vector<std::vector<int64_t>>{{0, 1}, {0, 2}}));
+  ASSERT_FALSE(search.done());
+  // Step 2 reaches max length, so every candidate finishes: log(0.3 * 0.9) / 2 = -0.65 beats [0,3]'s
+  // log(0.5) / 1 = -0.69 and [0,2,0]'s log(0.19 * 0.9) / 2 = -0.88.
+  search.step(cat(row({0.05f, 0.05f, 0.9f, 0.0001f}), row({0.9f, 0.05f, 0.04f, 0.01f})), 4);
+  EXPECT_TRUE(search.done());
+  EXPECT_EQ(search.results(), (std::vector<std::vector<int64_t>>{{0, 1, 2}}));
+}
+
+}  // namespace
+}  // namespace kiln
