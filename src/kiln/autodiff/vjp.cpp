@@ -20,6 +20,69 @@ NodePtr div(const NodePtr& a, const NodePtr& b) { return ir::binary(Op::Div, a, 
 NodePtr mul(const NodePtr& a, double s) { return mul(a, scalar(s, a)); }
 NodePtr zeros_like(const NodePtr& x) { return ir::constant(0.0, x->shape, x->dtype, x->device); }
 NodePtr as_f32(const NodePtr& b) { return ir::cast(b, DType::f32); }
+// The rules of the products and the composites (vjp's other ops).
+std::vector<NodePtr> vjp_contraction_or_composite(const NodePtr& self, const NodePtr& value, const NodePtr& g) {
+  const auto& in = self->inputs;
+  const auto& at = self->attrs;
+  switch (self->op) {
+    case Op::MatMul: {  // y = op(a) · op(b), op = optional transpose of the last two dims
+      const auto [ta, tb] = ir::MatMulAttrs::of(at);
+      const NodePtr &a = in[0], &b = in[1];
+      // bf16 operands: the gradient products take g in bf16 too (as under
+      // torch.autocast), give f32 sums, and the operands' gradients are
+      // rounded to bf16 after any batch sum.
+      const NodePtr gm = ir::cast(g, a->dtype);
+      NodePtr da, db;
+      if (a->requires_grad)
+        da = ta ? ir::matmul(b, gm, tb, true) : ir::matmul(gm, b, false, !tb);
+      if (b->requires_grad) {
+        if (b->rank() == 2 && a->rank() > 2 && !ta) {
+          // A shared weight: fold a's batch dims into rows, one GEMM
+          // (Σ_batch aᵀg = a_flatᵀ g_flat) instead of a batched product + sum.
+          NodePtr a2 = ir::reshape(a, {-1, a->shape.back()});
+          NodePtr g2 = ir::reshape(gm, {-1, g->shape.back()});
+          db = tb ? ir::matmul(g2, a2, true, false) : ir::matmul(a2, g2, true, false);
+        } else {
+          db = tb ? ir::matmul(gm, a, true, ta) : ir::matmul(a, gm, !ta, false);
+        }
+      }
+      return {da ? ir::cast(ir::sum_to(da, a->shape), a->dtype) : nullptr,
+              db ? ir::cast(ir::sum_to(db, b->shape), b->dtype) : nullptr};
+    }
+    case Op::Softmax: {  // y = softmax(x + mask)
+      NodePtr dx = ir::softmax_grad(value, g, ir::AxisAttrs::of(at).axis);
+      if (in.size() > 1) return {dx, dx};
+      return {dx};
+    }
+    case Op::LogSoftmax: {  // y = log_softmax(x + mask)
+      NodePtr dx = ir::log_softmax_grad(value, g, ir::AxisAttrs::of(at).axis);
+      if (in.size() > 1) return {dx, dx};
+      return {dx};
+    }
+    case Op::Normalize:  // y = (x - mean) / sqrt(var + eps)
+      return {ir::normalize_grad(in[0], g, ir::NormalizeAttrs::of(at).eps)};
+    case Op::CrossEntropy:
+      return {ir::cross_entropy_grad(in[0], in[1], g, ir::CrossEntropyAttrs::of(at).ignore_index,
+                                     ir::CrossEntropyAttrs::of(at).smoothing),
+              nullptr};
+    case Op::Attention: {  // y = dropout(softmax(scale·q kᵀ, causal, + mask)) v
+      KILN_CHECK(!ir::AttentionAttrs::of(at).has_mask || !in[3]->requires_grad,
+                 "backward: fused attention gives no gradient to its mask (use the composite for a learned bias)");
+      const NodePtr grads = ir::attention_grad(self, value, g);
+      std::vector<NodePtr> out(in.size());
+      int64_t off = 0;
+      for (size_t k = 0; k < 3; ++k) {
+        const int64_t n = numel(in[k]->shape);
+        if (in[k]->requires_grad)
+          out[k] = ir::cast(ir::reshape(ir::slice(grads, 0, off, off + n, 1), in[k]->shape), in[k]->dtype);
+        off += n;
+      }
+      return out;
+    }
+    default:
+      throw Error(std::string("backward: op '") + ir::op_name(self->op) + "' has no gradient");
+  }
+}
 }  // namespace
 
 std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePtr& g) {
@@ -52,7 +115,7 @@ std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePt
     case Op::Relu:  // y = max(x, 0)
       return {ir::where(ir::binary(Op::Gt, in[0], scalar(0.0, in[0])), g, scalar(0.0, g))};
     case Op::Gelu:  // y = gelu(x)
-      return {ir::gelu_grad(in[0], g, at.ints[0] == 1)};
+      return {ir::gelu_grad(in[0], g, ir::GeluAttrs::of(at).tanh_form)};
     case Op::Add:
       return {g, g};
     case Op::Sub:
@@ -80,27 +143,32 @@ std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePt
       return {ir::broadcast_to(g, in[0]->shape)};
     case Op::ReduceMax: {  // y = max_axes x: g shared among the maxima
       NodePtr hit = as_f32(ir::binary(Op::Eq, in[0], ir::broadcast_to(value, in[0]->shape)));
-      NodePtr count = ir::reduce(Op::Sum, hit, at.ints, true);
+      NodePtr count = ir::reduce(Op::Sum, hit, ir::ReduceAttrs::of(at).axes, true);
       return {mul(hit, ir::broadcast_to(div(g, count), in[0]->shape))};
     }
     case Op::Reshape:
       return {ir::reshape(g, in[0]->shape)};
     case Op::Permute: {
-      std::vector<int64_t> inv(at.ints.size());
-      for (size_t i = 0; i < inv.size(); ++i) inv[at.ints[i]] = static_cast<int64_t>(i);
+      const std::vector<int64_t> perm = ir::PermuteAttrs::of(at).perm;
+      std::vector<int64_t> inv(perm.size());
+      for (size_t i = 0; i < inv.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
       return {ir::permute(g, inv)};
     }
     case Op::Broadcast:
       return {ir::sum_to(g, in[0]->shape)};
-    case Op::Slice:
-      return {ir::slice_grad(g, in[0]->shape, at.ints[0], at.ints[1], at.ints[2], at.ints[3])};
-    case Op::SliceGrad:
-      return {ir::slice(g, at.ints[0], at.ints[1], at.ints[2], at.ints[3])};
+    case Op::Slice: {
+      const auto s = ir::SliceAttrs::of(at);
+      return {ir::slice_grad(g, in[0]->shape, s.dim, s.start, s.end, s.step)};
+    }
+    case Op::SliceGrad: {
+      const auto s = ir::SliceAttrs::of(at);
+      return {ir::slice(g, s.dim, s.start, s.end, s.step)};
+    }
     case Op::Barrier:
       return {g, nullptr};
     case Op::Concat: {
       std::vector<NodePtr> out;
-      int64_t d = at.ints[0], off = 0;
+      int64_t d = ir::DimAttrs::of(at).dim, off = 0;
       for (const auto& x : in) {
         out.push_back(ir::slice(g, d, off, off + x->shape[d], 1));
         off += x->shape[d];
@@ -108,69 +176,17 @@ std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePt
       return out;
     }
     case Op::IndexSelect:  // y = table[ids]
-      return {ir::index_add(in[1], g, in[0]->shape[0], at.ints[0]), nullptr};
+      return {ir::index_add(in[1], g, in[0]->shape[0], ir::PaddingAttrs::of(at).padding_idx), nullptr};
     case Op::IndexAdd:  // y = zeros.index_add(ids, src)
       return {nullptr, ir::index_select(g, in[0], -1)};
     case Op::Gather:  // y = gather(x, d, index)
-      return {ir::scatter_add(zeros_like(in[0]), at.ints[0], in[1], g), nullptr};
+      return {ir::scatter_add(zeros_like(in[0]), ir::DimAttrs::of(at).dim, in[1], g), nullptr};
     case Op::ScatterAdd:  // y = base.scatter_add(d, index, src)
-      return {g, nullptr, ir::gather(g, at.ints[0], in[1])};
+      return {g, nullptr, ir::gather(g, ir::DimAttrs::of(at).dim, in[1])};
     case Op::Cast:  // y = x as another dtype: the gradient in x's dtype (f32 <-> bf16)
       return {is_floating(in[0]->dtype) ? ir::cast(g, in[0]->dtype) : nullptr};
-    case Op::MatMul: {  // y = op(a) · op(b), op = optional transpose of the last two dims
-      bool ta = at.ints[0], tb = at.ints[1];
-      const NodePtr &a = in[0], &b = in[1];
-      // bf16 operands: the gradient products take g in bf16 too (as under
-      // torch.autocast), give f32 sums, and the operands' gradients are
-      // rounded to bf16 after any batch sum.
-      const NodePtr gm = ir::cast(g, a->dtype);
-      NodePtr da, db;
-      if (a->requires_grad)
-        da = ta ? ir::matmul(b, gm, tb, true) : ir::matmul(gm, b, false, !tb);
-      if (b->requires_grad) {
-        if (b->rank() == 2 && a->rank() > 2 && !ta) {
-          // A shared weight: fold a's batch dims into rows, one GEMM
-          // (Σ_batch aᵀg = a_flatᵀ g_flat) instead of a batched product + sum.
-          NodePtr a2 = ir::reshape(a, {-1, a->shape.back()});
-          NodePtr g2 = ir::reshape(gm, {-1, g->shape.back()});
-          db = tb ? ir::matmul(g2, a2, true, false) : ir::matmul(a2, g2, true, false);
-        } else {
-          db = tb ? ir::matmul(gm, a, true, ta) : ir::matmul(a, gm, !ta, false);
-        }
-      }
-      return {da ? ir::cast(ir::sum_to(da, a->shape), a->dtype) : nullptr,
-              db ? ir::cast(ir::sum_to(db, b->shape), b->dtype) : nullptr};
-    }
-    case Op::Softmax: {  // y = softmax(x + mask)
-      NodePtr dx = ir::softmax_grad(value, g, at.ints[0]);
-      if (in.size() > 1) return {dx, dx};
-      return {dx};
-    }
-    case Op::LogSoftmax: {  // y = log_softmax(x + mask)
-      NodePtr dx = ir::log_softmax_grad(value, g, at.ints[0]);
-      if (in.size() > 1) return {dx, dx};
-      return {dx};
-    }
-    case Op::Normalize:  // y = (x - mean) / sqrt(var + eps)
-      return {ir::normalize_grad(in[0], g, at.floats[0])};
-    case Op::CrossEntropy:
-      return {ir::cross_entropy_grad(in[0], in[1], g, at.ints[0], at.floats[0]), nullptr};
-    case Op::Attention: {  // y = dropout(softmax(scale·q kᵀ, causal, + mask)) v
-      KILN_CHECK(!at.ints[1] || !in[3]->requires_grad,
-                 "backward: fused attention gives no gradient to its mask (use the composite for a learned bias)");
-      const NodePtr grads = ir::attention_grad(self, value, g);
-      std::vector<NodePtr> out(in.size());
-      int64_t off = 0;
-      for (size_t k = 0; k < 3; ++k) {
-        const int64_t n = numel(in[k]->shape);
-        if (in[k]->requires_grad)
-          out[k] = ir::cast(ir::reshape(ir::slice(grads, 0, off, off + n, 1), in[k]->shape), in[k]->dtype);
-        off += n;
-      }
-      return out;
-    }
     default:
-      throw Error(std::string("backward: op '") + ir::op_name(self->op) + "' has no gradient");
+      return vjp_contraction_or_composite(self, value, g);
   }
 }
 

@@ -24,17 +24,18 @@ inline AttentionArgs attention_args(const compiler::Instr& ins) {
   AttentionArgs a;
   a.B = qs[0], a.H = qs[1], a.Tq = qs[2], a.Tk = ins.inputs[1].view.shape[2];
   a.D = static_cast<int>(qs[3]);
-  a.causal = ins.attrs.ints[0] != 0;
-  a.scale = static_cast<float>(ins.attrs.floats[0]);
-  a.dropout = static_cast<float>(ins.attrs.floats[1]);
-  if (ins.attrs.floats[1] > 0.0) a.inv_keep = static_cast<float>(1.0 / (1.0 - ins.attrs.floats[1]));
-  if (ins.attrs.floats.size() > 2) a.window = static_cast<int64_t>(ins.attrs.floats[2]);
+  const auto at = ir::AttentionAttrs::of(ins.attrs);
+  a.causal = at.causal;
+  a.scale = static_cast<float>(at.scale);
+  a.dropout = static_cast<float>(at.dropout_p);
+  if (at.dropout_p > 0.0) a.inv_keep = static_cast<float>(1.0 / (1.0 - at.dropout_p));
+  a.window = at.window;
   int next = 3;
-  if (ins.attrs.ints[1]) {
+  if (at.has_mask) {
     a.mask_input = next++;
     if (ins.inputs[a.mask_input].view.shape[0] == a.B && a.B > 1) a.mask_batch_stride = a.Tk;
   }
-  if (ins.attrs.ints[2]) a.key_input = next;
+  if (at.has_dropout) a.key_input = next;
   return a;
 }
 

@@ -42,7 +42,29 @@ std::string shapes_str(const NodePtr& a, const NodePtr& b) {
 bool GradMode::enabled() { return g_grad_enabled; }
 void GradMode::set(bool enabled) { g_grad_enabled = enabled; }
 
+namespace {
+// The op table's contract (ir/ops.def): how many inputs an op takes and
+// what its result's dtype is. A builder that breaks it is a bug in kiln.
+void check_op_contract(Op op, DType dtype, const std::vector<NodePtr>& inputs) {
+  const auto count = static_cast<int>(inputs.size());
+  KILN_CHECK(count >= op_min_inputs(op) && (op_max_inputs(op) < 0 || count <= op_max_inputs(op)), op_name(op),
+             ": internal error: ", count, " inputs, the op takes ", op_min_inputs(op), " to ", op_max_inputs(op));
+  DType want = dtype;
+  switch (op_dtype_rule(op)) {
+    case DTypeRule::Given: break;
+    case DTypeRule::Input0: want = inputs[0]->dtype; break;
+    case DTypeRule::Input1: want = inputs[1]->dtype; break;
+    case DTypeRule::Bool: want = DType::b8; break;
+    case DTypeRule::F32: want = DType::f32; break;
+    case DTypeRule::I64: want = DType::i64; break;
+  }
+  KILN_CHECK(dtype == want, op_name(op), ": internal error: result dtype ", dtype_name(dtype), ", the op gives ",
+             dtype_name(want));
+}
+}  // namespace
+
 NodePtr make_node(Op op, DType dtype, Shape shape, std::vector<NodePtr> inputs, Attrs attrs) {
+  check_op_contract(op, dtype, inputs);
   auto n = std::make_shared<Node>();
   n->op = op;
   n->dtype = dtype;
@@ -72,14 +94,14 @@ NodePtr data(std::shared_ptr<Buffer> buffer, Shape shape, DType dtype, Device de
 }
 
 NodePtr constant(double value, Shape shape, DType dtype, Device device) {
-  auto n = make_node(Op::Constant, dtype, std::move(shape), {}, Attrs{{}, {value}});
+  auto n = make_node(Op::Constant, dtype, std::move(shape), {}, ConstantAttrs{value}.attrs());
   n->device = device;
   return n;
 }
 
 NodePtr iota(int64_t n, double start, double step, DType dtype, Device device) {
   KILN_CHECK(n >= 0, "arange: negative length ", n);
-  auto node = make_node(Op::Iota, dtype, {n}, {}, Attrs{{}, {start, step}});
+  auto node = make_node(Op::Iota, dtype, {n}, {}, IotaAttrs{start, step}.attrs());
   node->device = device;
   return node;
 }
@@ -117,12 +139,12 @@ NodePtr unary(Op op, const NodePtr& x) {
 
 NodePtr gelu(const NodePtr& x, bool tanh_form) {
   check_float(x, Op::Gelu);
-  return make_node(Op::Gelu, DType::f32, x->shape, {x}, Attrs{{tanh_form ? 1 : 0}, {}});
+  return make_node(Op::Gelu, DType::f32, x->shape, {x}, GeluAttrs{tanh_form}.attrs());
 }
 
 NodePtr gelu_grad(const NodePtr& x, const NodePtr& dy, bool tanh_form) {
   KILN_CHECK(x->shape == dy->shape, "gelu_grad: shapes ", shapes_str(x, dy), " differ");
-  return make_node(Op::GeluGrad, DType::f32, x->shape, {x, dy}, Attrs{{tanh_form ? 1 : 0}, {}});
+  return make_node(Op::GeluGrad, DType::f32, x->shape, {x, dy}, GeluAttrs{tanh_form}.attrs());
 }
 
 NodePtr cast(const NodePtr& x, DType dtype) {
@@ -191,7 +213,7 @@ NodePtr reduce(Op op, const NodePtr& x, std::vector<int64_t> axes, bool keepdim)
     std::vector<int64_t> run(axes.begin() + j, axes.begin() + i);
     Shape s = cur->shape;
     for (int64_t a : run) s[a] = 1;
-    cur = make_node(op, t, s, {cur}, Attrs{run, {}});
+    cur = make_node(op, t, s, {cur}, ReduceAttrs{run}.attrs());
     i = j;
   }
   if (!keepdim && !axes.empty()) {
@@ -210,7 +232,7 @@ NodePtr argmax(const NodePtr& x, int64_t axis, bool keepdim) {
   s[a] = 1;
   // bf16 values compare as the f32 values they widen to.
   NodePtr n = make_node(Op::ArgMax, DType::i64, s, {cast(x, x->dtype == DType::bf16 ? DType::f32 : x->dtype)},
-                        Attrs{{a}, {}});
+                        AxisAttrs{a}.attrs());
   if (!keepdim) {
     s.erase(s.begin() + a);
     n = reshape(n, s);
@@ -270,7 +292,7 @@ NodePtr permute(const NodePtr& x, std::vector<int64_t> perm) {
     identity = identity && perm[i] == i;
   }
   if (identity) return x;
-  return make_node(Op::Permute, x->dtype, s, {x}, Attrs{perm, {}});
+  return make_node(Op::Permute, x->dtype, s, {x}, PermuteAttrs{perm}.attrs());
 }
 
 NodePtr transpose(const NodePtr& x, int64_t dim0, int64_t dim1) {
@@ -299,12 +321,12 @@ NodePtr slice(const NodePtr& x, int64_t dim, int64_t start, int64_t end, int64_t
   if (start == 0 && end == n && step == 1) return x;
   Shape s = x->shape;
   s[d] = (end - start + step - 1) / step;
-  return make_node(Op::Slice, x->dtype, s, {x}, Attrs{{d, start, end, step}, {}});
+  return make_node(Op::Slice, x->dtype, s, {x}, SliceAttrs{d, start, end, step}.attrs());
 }
 
 NodePtr slice_grad(const NodePtr& dy, const Shape& input_shape, int64_t dim, int64_t start,
                    int64_t end, int64_t step) {
-  return make_node(Op::SliceGrad, dy->dtype, input_shape, {dy}, Attrs{{dim, start, end, step}, {}});
+  return make_node(Op::SliceGrad, dy->dtype, input_shape, {dy}, SliceAttrs{dim, start, end, step}.attrs());
 }
 
 NodePtr concat(const std::vector<NodePtr>& xs, int64_t dim) {
@@ -322,7 +344,7 @@ NodePtr concat(const std::vector<NodePtr>& xs, int64_t dim) {
                  " and ", to_string(x->shape), " differ outside dim ", d);
     s[d] += x->shape[d];
   }
-  return make_node(Op::Concat, xs[0]->dtype, s, xs, Attrs{{d}, {}});
+  return make_node(Op::Concat, xs[0]->dtype, s, xs, DimAttrs{d}.attrs());
 }
 
 NodePtr barrier(const NodePtr& x, const NodePtr& after) {
@@ -336,7 +358,7 @@ NodePtr index_select(const NodePtr& table, const NodePtr& ids, int64_t padding_i
   KILN_CHECK(table->rank() >= 1, "index_select: table must have rank >= 1");
   Shape s = ids->shape;
   s.insert(s.end(), table->shape.begin() + 1, table->shape.end());
-  return make_node(Op::IndexSelect, table->dtype, s, {table, ids}, Attrs{{padding_idx}, {}});
+  return make_node(Op::IndexSelect, table->dtype, s, {table, ids}, PaddingAttrs{padding_idx}.attrs());
 }
 
 // The row kernels (index_add, gather, scatter_add) work on f32: bf16 values
@@ -345,7 +367,7 @@ NodePtr index_add(const NodePtr& ids, const NodePtr& src, int64_t rows, int64_t 
   if (src->dtype == DType::bf16) return cast(index_add(ids, cast(src, DType::f32), rows, padding_idx), DType::bf16);
   Shape s{rows};
   s.insert(s.end(), src->shape.begin() + ids->rank(), src->shape.end());
-  return make_node(Op::IndexAdd, src->dtype, s, {ids, src}, Attrs{{padding_idx}, {}});
+  return make_node(Op::IndexAdd, src->dtype, s, {ids, src}, PaddingAttrs{padding_idx}.attrs());
 }
 
 NodePtr gather(const NodePtr& x, int64_t dim, const NodePtr& index) {
@@ -357,7 +379,7 @@ NodePtr gather(const NodePtr& x, int64_t dim, const NodePtr& index) {
   for (int64_t i = 0; i < x->rank(); ++i)
     KILN_CHECK(i == d || index->shape[i] <= x->shape[i], "gather: index ", to_string(index->shape),
                " larger than input ", to_string(x->shape), " at dim ", i);
-  return make_node(Op::Gather, x->dtype, index->shape, {x, index}, Attrs{{d}, {}});
+  return make_node(Op::Gather, x->dtype, index->shape, {x, index}, DimAttrs{d}.attrs());
 }
 
 NodePtr scatter_add(const NodePtr& base, int64_t dim, const NodePtr& index, const NodePtr& src) {
@@ -369,7 +391,7 @@ NodePtr scatter_add(const NodePtr& base, int64_t dim, const NodePtr& index, cons
              to_string(src->shape), " differ");
   KILN_CHECK(src->rank() == base->rank() && src->dtype == base->dtype, "scatter_add: src ",
              to_string(src->shape), " and base ", to_string(base->shape), " differ in rank or dtype");
-  return make_node(Op::ScatterAdd, base->dtype, base->shape, {base, index, src}, Attrs{{d}, {}});
+  return make_node(Op::ScatterAdd, base->dtype, base->shape, {base, index, src}, DimAttrs{d}.attrs());
 }
 
 NodePtr matmul(const NodePtr& a, const NodePtr& b, bool transpose_a, bool transpose_b) {
@@ -390,24 +412,24 @@ NodePtr matmul(const NodePtr& a, const NodePtr& b, bool transpose_a, bool transp
   Shape s = broadcast_shapes(ba, bb, "matmul");
   s.push_back(M);
   s.push_back(N);
-  return make_node(Op::MatMul, DType::f32, s, {a, b}, Attrs{{transpose_a, transpose_b}, {}});
+  return make_node(Op::MatMul, DType::f32, s, {a, b}, MatMulAttrs{transpose_a, transpose_b}.attrs());
 }
 
 static NodePtr softmax_like(Op op, const NodePtr& x, int64_t axis, const NodePtr& mask) {
   check_float(x, op);
   int64_t a = normalize_axis(axis, x->rank(), op_name(op));
-  if (!mask) return make_node(op, DType::f32, x->shape, {x}, Attrs{{a}, {}});
+  if (!mask) return make_node(op, DType::f32, x->shape, {x}, AxisAttrs{a}.attrs());
   check_float(mask, op);
   Shape b = broadcast_shapes(x->shape, mask->shape, op_name(op));
   KILN_CHECK(b == x->shape, op_name(op), ": mask ", to_string(mask->shape), " does not broadcast to input ",
              to_string(x->shape));
-  return make_node(op, DType::f32, x->shape, {x, broadcast_to(mask, x->shape)}, Attrs{{a}, {}});
+  return make_node(op, DType::f32, x->shape, {x, broadcast_to(mask, x->shape)}, AxisAttrs{a}.attrs());
 }
 
 NodePtr softmax(const NodePtr& x, int64_t axis, const NodePtr& mask) { return softmax_like(Op::Softmax, x, axis, mask); }
 
 NodePtr softmax_grad(const NodePtr& y, const NodePtr& dy, int64_t axis) {
-  return make_node(Op::SoftmaxGrad, DType::f32, y->shape, {y, dy}, Attrs{{axis}, {}});
+  return make_node(Op::SoftmaxGrad, DType::f32, y->shape, {y, dy}, AxisAttrs{axis}.attrs());
 }
 
 NodePtr log_softmax(const NodePtr& x, int64_t axis, const NodePtr& mask) {
@@ -415,17 +437,17 @@ NodePtr log_softmax(const NodePtr& x, int64_t axis, const NodePtr& mask) {
 }
 
 NodePtr log_softmax_grad(const NodePtr& y, const NodePtr& dy, int64_t axis) {
-  return make_node(Op::LogSoftmaxGrad, DType::f32, y->shape, {y, dy}, Attrs{{axis}, {}});
+  return make_node(Op::LogSoftmaxGrad, DType::f32, y->shape, {y, dy}, AxisAttrs{axis}.attrs());
 }
 
 NodePtr normalize(const NodePtr& x, double eps) {
   check_float(x, Op::Normalize);
   KILN_CHECK(x->rank() >= 1, "layer_norm: input must have rank >= 1");
-  return make_node(Op::Normalize, DType::f32, x->shape, {x}, Attrs{{}, {eps}});
+  return make_node(Op::Normalize, DType::f32, x->shape, {x}, NormalizeAttrs{eps}.attrs());
 }
 
 NodePtr normalize_grad(const NodePtr& x, const NodePtr& dy, double eps) {
-  return make_node(Op::NormalizeGrad, DType::f32, x->shape, {x, dy}, Attrs{{}, {eps}});
+  return make_node(Op::NormalizeGrad, DType::f32, x->shape, {x, dy}, NormalizeAttrs{eps}.attrs());
 }
 
 NodePtr cross_entropy(const NodePtr& logits, const NodePtr& labels, int64_t ignore_index,
@@ -442,13 +464,13 @@ NodePtr cross_entropy(const NodePtr& logits, const NodePtr& labels, int64_t igno
   int64_t C = logits->shape.back();
   NodePtr l2 = reshape(logits, {-1, C});
   NodePtr y1 = reshape(labels, {-1});
-  return make_node(Op::CrossEntropy, DType::f32, {}, {l2, y1}, Attrs{{ignore_index}, {label_smoothing}});
+  return make_node(Op::CrossEntropy, DType::f32, {}, {l2, y1}, CrossEntropyAttrs{ignore_index, label_smoothing}.attrs());
 }
 
 NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const NodePtr& dloss,
                            int64_t ignore_index, double label_smoothing) {
   return make_node(Op::CrossEntropyGrad, DType::f32, logits->shape, {logits, labels, dloss},
-                   Attrs{{ignore_index}, {label_smoothing}});
+                   CrossEntropyAttrs{ignore_index, label_smoothing}.attrs());
 }
 
 bool attention_takes_mask(const Shape& m, int64_t batch, int64_t keys) {
@@ -483,9 +505,10 @@ NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const No
                "attention: dropout needs an i64 [3] rng key (Generator::next_key)");
     inputs.push_back(key);
   }
-  Attrs attrs{{causal, mask != nullptr, dropout > 0.0}, {scale, dropout}};
-  if (window > 0) attrs.floats.push_back(static_cast<double>(window));
-  return make_node(Op::Attention, DType::f32, q->shape, std::move(inputs), std::move(attrs));
+  AttentionAttrs a;
+  a.causal = causal, a.has_mask = mask != nullptr, a.has_dropout = dropout > 0.0;
+  a.scale = scale, a.dropout_p = dropout, a.window = window;
+  return make_node(Op::Attention, DType::f32, q->shape, std::move(inputs), a.attrs());
 }
 
 NodePtr attention_grad(const NodePtr& fwd, const NodePtr& out, const NodePtr& dout) {
@@ -508,7 +531,7 @@ NodePtr all_reduce(const std::vector<NodePtr>& inputs, int64_t group, int64_t re
     KILN_CHECK(x->device == device, "all_reduce: tensors on ", device.str(), " and ", x->device.str());
     total += x->numel();
   }
-  auto n = make_node(Op::AllReduce, DType::f32, {total}, inputs, Attrs{{group, replica}, {scale}});
+  auto n = make_node(Op::AllReduce, DType::f32, {total}, inputs, AllReduceAttrs{group, replica, scale}.attrs());
   n->seq = next_collective_seq();
   return n;
 }
@@ -522,9 +545,7 @@ NodePtr broadcast_from(const std::vector<NodePtr>& inputs, int64_t group, int64_
     KILN_CHECK(x->dtype == DType::f32, "broadcast_from: tensors must be f32, got ", dtype_name(x->dtype));
     total += x->numel();
   }
-  Attrs a{{group, replica}, {}};
-  a.ints.insert(a.ints.end(), roots.begin(), roots.end());
-  auto n = make_node(Op::BroadcastFrom, DType::f32, {total}, inputs, a);
+  auto n = make_node(Op::BroadcastFrom, DType::f32, {total}, inputs, BroadcastFromAttrs{group, replica, roots}.attrs());
   n->seq = next_collective_seq();
   return n;
 }

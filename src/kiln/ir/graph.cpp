@@ -53,7 +53,7 @@ uint64_t Graph::structure_hash() const { return hash_graph(*this, false); }
 
 int32_t Graph::param_node(int32_t p) const {
   for (size_t i = 0; i < nodes.size(); ++i)
-    if (nodes[i].op == Op::Data && nodes[i].attrs.ints[0] == p) return static_cast<int32_t>(i);
+    if (nodes[i].op == Op::Data && ParamAttrs::of(nodes[i].attrs).index == p) return static_cast<int32_t>(i);
   KILN_ASSERT(false);
   return -1;
 }
@@ -101,7 +101,7 @@ Graph flatten(const std::vector<NodePtr>& outputs, std::vector<NodePtr>* params)
         GraphNode gn{node->op, node->dtype, node->shape, {}, node->attrs};
         for (const auto& in : node->inputs) gn.inputs.push_back(index.at(in.get()));
         if (node->op == Op::Data) {
-          gn.attrs = Attrs{{g.num_params++}, {}};
+          gn.attrs = ParamAttrs{g.num_params++}.attrs();
           if (params) params->push_back(*ptr);
         }
         index[node] = static_cast<int32_t>(g.nodes.size());

@@ -13,15 +13,10 @@
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/shape.h"
+#include "kiln/ir/attrs.h"
 #include "kiln/ir/op.h"
 
 namespace kiln::ir {
-
-struct Attrs {
-  std::vector<int64_t> ints;
-  std::vector<double> floats;
-  bool operator==(const Attrs&) const = default;
-};
 
 struct Node;
 using NodePtr = std::shared_ptr<Node>;

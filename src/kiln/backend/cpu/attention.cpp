@@ -67,7 +67,7 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   // rows measured alike and 128 10-15 % slower (its blocks reach 75 % of the
   // keys, 64's 62.5 %).
   g.block = std::clamp<int64_t>(16384 / std::max<int64_t>(g.Tk, 1), 16, 128);
-  g.kept = ins.attrs.ints.size() > 3 && ins.attrs.ints[3] == 1;
+  g.kept = ir::AttentionAttrs::of(ins.attrs).kept_probs;
   return g;
 }
 

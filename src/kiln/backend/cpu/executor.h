@@ -58,7 +58,8 @@ inline double sum_lanes(const double* lanes) {
 template <typename MakeBlock>
 void sum_fused_blocks(const compiler::Instr& ins, float* y, MakeBlock make_block) {
   const Shape& shape = ins.program_shape;
-  const AxisSplit p = split_axes(shape, ins.attrs.ints.front(), ins.attrs.ints.back());
+  const auto axes = ir::ReduceAttrs::of(ins.attrs);
+  const AxisSplit p = split_axes(shape, axes.first(), axes.last());
   KILN_ASSERT(p.inner == 1);
   const int64_t blocks = (p.axis + kSumBlock - 1) / kSumBlock;
   std::vector<double> partial(static_cast<size_t>(p.outer * blocks));

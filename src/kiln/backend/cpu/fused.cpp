@@ -12,6 +12,7 @@
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/philox.h"
 #include "kiln/backend/cpu/vecmath.h"
+#include "kiln/backend/elementwise.h"
 #include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
 
@@ -119,49 +120,59 @@ void store(const Operand& op, char* base, int64_t start, int64_t len, const T* s
   }
 }
 
-constexpr double kSqrt2 = 1.41421356237309504880;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-
-template <typename T>
-inline T gelu(T x, bool tanh_form) {
-  if (tanh_form) return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x)));
-  return T(0.5) * x * (T(1) + std::erf(x / T(kSqrt2)));
-}
-
-template <typename T>
-inline T gelu_grad(T x, bool tanh_form) {
-  if (tanh_form) {
-    T u = T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x);
-    T t = std::tanh(u);
-    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * x * x);
+// A step of an op with a formula (backend/elementwise.h) over len values:
+// the formula as the loop's body, the unused operands never read.
+template <Op op, typename T>
+void eval_formula(const FusedStep& s, const T* a, const T* b, const T* c, T* r, int64_t len) {
+  const auto dtype = static_cast<uint8_t>(s.dtype);
+  const int32_t form = ir::GeluAttrs::of(s.attrs).tanh_form ? 1 : 0;
+  constexpr int arity = ir::op_min_inputs(op);
+  // `omp simd`: GCC's -O2 cost model does not vectorise a loop that needs a
+  // run-time aliasing check, and a step's array is never one of its operands'.
+  if constexpr (arity == 1) {
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) r[j] = elementwise::formula<op, T>(dtype, form, a[j], T(0), T(0));
+  } else if constexpr (arity == 2) {
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) r[j] = elementwise::formula<op, T>(dtype, form, a[j], b[j], T(0));
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) r[j] = elementwise::formula<op, T>(dtype, form, a[j], b[j], c[j]);
   }
-  return T(0.5) * (T(1) + std::erf(x / T(kSqrt2))) + x * std::exp(T(-0.5) * x * x) * T(kInvSqrt2Pi);
 }
 
-template <typename T>
-T cast_to(DType t, T x) {
-  switch (t) {
-    case DType::f32: return static_cast<T>(static_cast<float>(x));
-    case DType::bf16: return static_cast<T>(round_to_bf16(static_cast<float>(x)));
-    case DType::i32: case DType::i64: return std::trunc(x);
-    case DType::b8: return x != T(0) ? T(1) : T(0);
+// A float step of one of ops.def's Call ops through its lane forms
+// (vecmath.h); false for the others.
+template <Op op>
+bool eval_vector_form(const FusedStep& s, const float* a, const float* b, float* r, int64_t len) {
+  if constexpr (ir::op_fused_form(op) == ir::FusedForm::Call) {
+    vec::VecForm<op>::array(a, b, r, len, ir::GeluAttrs::of(s.attrs).tanh_form);
+    return true;
+  } else {
+    return false;
   }
-  return x;
 }
 
-// Transcendental float steps through the vector math library (vecmath.h);
-// false when the step is not one of them.
-bool eval_transcendental(const FusedStep& s, const float* a, const float* b, float* r, int64_t len) {
+// How eval_op computed a step: not at all (a load, a constant, a draw),
+// through float lane forms, or through the formula.
+enum class Eval { None, Lanes, Formula };
+
+// A step with a formula: float Call ops through their lane forms, the
+// others through the formula.
+template <typename T>
+Eval eval_op(const FusedStep& s, const T* a, const T* b, const T* c, T* r, int64_t len) {
   switch (s.op) {
-    case Op::Exp: vec::exp(a, r, len); return true;
-    case Op::Log: vec::log(a, r, len); return true;
-    case Op::Tanh: vec::tanh(a, r, len); return true;
-    case Op::Erf: vec::erf(a, r, len); return true;
-    case Op::Sigmoid: vec::sigmoid(a, r, len); return true;
-    case Op::Gelu: vec::gelu(a, r, len, s.attrs.ints[0] == 1); return true;
-    case Op::GeluGrad: vec::gelu_grad(a, b, r, len, s.attrs.ints[0] == 1); return true;  // dy · gelu'(x)
-    default: return false;
+#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, Fused)                              \
+  case Op::Name:                                                                                   \
+    if constexpr (elementwise::has_formula(Op::Name)) {                                            \
+      if constexpr (std::is_same_v<T, float>)                                                      \
+        if (eval_vector_form<Op::Name>(s, a, b, r, len)) return Eval::Lanes;                       \
+      eval_formula<Op::Name, T>(s, a, b, c, r, len);                                               \
+      return Eval::Formula;                                                                        \
+    }                                                                                              \
+    return Eval::None;
+#include "kiln/ir/ops.def"
+    default: return Eval::None;
   }
 }
 
@@ -230,63 +241,26 @@ void eval_chunk(const Instr& ins, const RegisterMap& map, std::span<char* const>
     const T* a = s.a >= 0 ? at(s.a) : nullptr;
     const T* b = s.b >= 0 ? at(s.b) : nullptr;
     const T* c = s.c >= 0 ? at(s.c) : nullptr;
-// `omp simd`: GCC's -O2 cost model does not vectorise a loop that needs a
-// run-time aliasing check, and a step's array is never one of its operands'.
-#define KILN_EW(expr) _Pragma("omp simd") for (int64_t j = 0; j < len; ++j) r[j] = (expr)
-    if constexpr (std::is_same_v<T, float>) {
-      if (eval_transcendental(s, a, b, r, len)) continue;
-    }
-    switch (s.op) {
-      case Op::Data: load(ins.inputs[s.load], inputs[s.load], start, len, r); break;
-      case Op::Constant: std::fill(r, r + len, static_cast<T>(s.attrs.floats[0])); break;
-      case Op::RandUniform:
-      case Op::RandNormal: {
-        const Operand& key_op = ins.inputs[s.load];
-        const int64_t* key = reinterpret_cast<const int64_t*>(inputs[s.load]) + key_op.view.offset;
-        uint64_t seed = static_cast<uint64_t>(key[0]), offset = static_cast<uint64_t>(key[1]);
-        const int64_t first = start + (numel(key_op.view.shape) > 2 ? key[2] : 0);
-        if (s.op == Op::RandUniform) Philox::uniform_range(seed, offset, static_cast<uint64_t>(first), len, r);
-        else Philox::normal_range(seed, offset, static_cast<uint64_t>(first), len, r);
-        break;
+    const Eval how = eval_op(s, a, b, c, r, len);
+    if (how == Eval::Lanes) continue;  // lane forms give float values, stored as they are
+    if (how == Eval::None) {
+      switch (s.op) {
+        case Op::Data: load(ins.inputs[s.load], inputs[s.load], start, len, r); break;
+        case Op::Constant: std::fill(r, r + len, static_cast<T>(ir::ConstantAttrs::of(s.attrs).value)); break;
+        case Op::RandUniform:
+        case Op::RandNormal: {
+          const Operand& key_op = ins.inputs[s.load];
+          const int64_t* key = reinterpret_cast<const int64_t*>(inputs[s.load]) + key_op.view.offset;
+          uint64_t seed = static_cast<uint64_t>(key[0]), offset = static_cast<uint64_t>(key[1]);
+          const int64_t first = start + (numel(key_op.view.shape) > 2 ? key[2] : 0);
+          if (s.op == Op::RandUniform) Philox::uniform_range(seed, offset, static_cast<uint64_t>(first), len, r);
+          else Philox::normal_range(seed, offset, static_cast<uint64_t>(first), len, r);
+          break;
+        }
+        default:
+          throw Error(std::string("fused kernel: unsupported op ") + ir::op_name(s.op));
       }
-      case Op::Neg: KILN_EW(-a[j]); break;
-      case Op::Exp: KILN_EW(std::exp(a[j])); break;
-      case Op::Log: KILN_EW(std::log(a[j])); break;
-      case Op::Tanh: KILN_EW(std::tanh(a[j])); break;
-      case Op::Erf: KILN_EW(std::erf(a[j])); break;
-      case Op::Sqrt: KILN_EW(std::sqrt(a[j])); break;
-      case Op::Rsqrt: KILN_EW(T(1) / std::sqrt(a[j])); break;
-      case Op::Abs: KILN_EW(std::abs(a[j])); break;
-      case Op::Sigmoid: KILN_EW(T(1) / (T(1) + std::exp(-a[j]))); break;
-      case Op::Relu: KILN_EW(a[j] > T(0) ? a[j] : T(0)); break;
-      case Op::Gelu: { bool t = s.attrs.ints[0] == 1; KILN_EW(gelu(a[j], t)); break; }
-      case Op::GeluGrad: { bool t = s.attrs.ints[0] == 1; KILN_EW(b[j] * gelu_grad(a[j], t)); break; }
-      case Op::Not: KILN_EW(a[j] == T(0) ? T(1) : T(0)); break;
-      case Op::Cast: KILN_EW(cast_to(s.dtype, a[j])); break;
-      case Op::Detach: KILN_EW(a[j]); break;
-      case Op::Add: KILN_EW(a[j] + b[j]); break;
-      case Op::Sub: KILN_EW(a[j] - b[j]); break;
-      case Op::Mul: KILN_EW(a[j] * b[j]); break;
-      case Op::Div:
-        if (is_floating(s.dtype)) KILN_EW(a[j] / b[j]);
-        else KILN_EW(std::trunc(a[j] / b[j]));
-        break;
-      case Op::Pow: KILN_EW(std::pow(a[j], b[j])); break;
-      case Op::Max: KILN_EW(a[j] > b[j] || std::isnan(a[j]) ? a[j] : b[j]); break;
-      case Op::Min: KILN_EW(a[j] < b[j] || std::isnan(a[j]) ? a[j] : b[j]); break;
-      case Op::Eq: KILN_EW(a[j] == b[j] ? T(1) : T(0)); break;
-      case Op::Ne: KILN_EW(a[j] != b[j] ? T(1) : T(0)); break;
-      case Op::Lt: KILN_EW(a[j] < b[j] ? T(1) : T(0)); break;
-      case Op::Le: KILN_EW(a[j] <= b[j] ? T(1) : T(0)); break;
-      case Op::Gt: KILN_EW(a[j] > b[j] ? T(1) : T(0)); break;
-      case Op::Ge: KILN_EW(a[j] >= b[j] ? T(1) : T(0)); break;
-      case Op::And: KILN_EW(a[j] != T(0) && b[j] != T(0) ? T(1) : T(0)); break;
-      case Op::Or: KILN_EW(a[j] != T(0) || b[j] != T(0) ? T(1) : T(0)); break;
-      case Op::Where: KILN_EW(a[j] != T(0) ? b[j] : c[j]); break;
-      default:
-        throw Error(std::string("fused kernel: unsupported op ") + ir::op_name(s.op));
     }
-#undef KILN_EW
     // Values of f32 registers are rounded to f32 even when evaluated in
     // double, values of bf16 ones to bf16.
     if (std::is_same_v<T, double> && s.dtype == DType::f32 && s.op != Op::Data)
@@ -394,7 +368,7 @@ void run_wide_gelu(const Instr& ins, std::span<char* const> inputs, char* output
   };
   const float* x = operand(s.a);
   const float* dy = s.op == Op::GeluGrad ? operand(s.b) : nullptr;
-  const bool tanh_form = s.attrs.ints[0] == 1;
+  const bool tanh_form = ir::GeluAttrs::of(s.attrs).tanh_form;
   float* r = reinterpret_cast<float*>(output) + ins.output.view.offset;
   const int64_t n = numel(ins.output.view.shape), block = 16384, blocks = (n + block - 1) / block;
 #pragma omp parallel for schedule(static) if (n > 32768)
@@ -413,7 +387,7 @@ void run_dropout_mask(const Instr& ins, std::span<char* const> inputs, char* out
   const int64_t* key = reinterpret_cast<const int64_t*>(inputs[static_cast<size_t>(draw.load)]) + key_op.view.offset;
   const auto seed = static_cast<uint64_t>(key[0]), offset = static_cast<uint64_t>(key[1]);
   const int64_t first = numel(key_op.view.shape) > 2 ? key[2] : 0;
-  const float p = static_cast<float>(ins.program[1].attrs.floats[0]);  // the interpreter's constant, as float
+  const float p = static_cast<float>(ir::ConstantAttrs::of(ins.program[1].attrs).value);  // the interpreter's constant, as float
   uint8_t* out = reinterpret_cast<uint8_t*>(output) + ins.output.view.offset;
   const int64_t n = numel(ins.output.view.shape), block = 2048, blocks = (n + block - 1) / block;
 #pragma omp parallel for schedule(static) if (n > 32768)

@@ -54,67 +54,51 @@ bool loadable(DType t) { return t == DType::f32 || t == DType::b8 || t == DType:
 bool storable(DType t) { return t == DType::f32 || t == DType::b8 || t == DType::bf16; }
 
 #ifdef KILN_HAVE_LIBMVEC
-// Transcendental steps: the compiled loop calls these with the operands in
-// ymm0 (and ymm1), the interpreter's 8-lane functions (vecmath.h).
-__m256 call_exp(__m256 x) { return vec::exp8(x); }
-__m256 call_log(__m256 x) { return vec::log8(x); }
-__m256 call_tanh(__m256 x) { return vec::tanh8(x); }
-__m256 call_erf(__m256 x) { return vec::erf8(x); }
-__m256 call_sigmoid(__m256 x) { return vec::sigmoid8(x); }
-__m256 call_gelu(__m256 x) { return vec::gelu8(x, false); }
-__m256 call_gelu_tanh(__m256 x) { return vec::gelu8(x, true); }
-__m256 call_gelu_grad(__m256 x, __m256 dy) { return vec::gelu_grad8(x, dy, false); }
-__m256 call_gelu_grad_tanh(__m256 x, __m256 dy) { return vec::gelu_grad8(x, dy, true); }
+// Steps of ops.def's Call ops: the compiled loop calls their lane forms
+// (vecmath.h's VecForm) with the operands in ymm0 (and ymm1), or zmm0 (and
+// zmm1) for loops that take 16 values an iteration.
+template <Op op, bool tanh_form>
+__m256 call8(__m256 x, __m256 y) {
+  return vec::VecForm<op>::lanes8(x, y, tanh_form);
+}
 #endif
 #if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
-// The same on 16 lanes (zmm0, zmm1), lane for lane the 8-lane functions'
-// bits (vecmath.h), for loops that take 16 values an iteration.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-__m512 call16_exp(__m512 x) { return vec::exp16_mvec(x); }
-__m512 call16_log(__m512 x) { return vec::log16(x); }
-__m512 call16_tanh(__m512 x) { return vec::tanh16(x); }
-__m512 call16_erf(__m512 x) { return vec::erf16(x); }
-__m512 call16_sigmoid(__m512 x) { return vec::sigmoid16(x); }
-__m512 call16_gelu(__m512 x) { return vec::gelu16(x, false); }
-__m512 call16_gelu_tanh(__m512 x) { return vec::gelu16(x, true); }
-__m512 call16_gelu_grad(__m512 x, __m512 dy) { return vec::gelu_grad16(x, dy, false); }
-__m512 call16_gelu_grad_tanh(__m512 x, __m512 dy) { return vec::gelu_grad16(x, dy, true); }
+template <Op op, bool tanh_form>
+__m512 call16(__m512 x, __m512 y) {
+  return vec::VecForm<op>::lanes16(x, y, tanh_form);
+}
 #pragma GCC diagnostic pop
 constexpr bool kHave16 = true;
 #else
 constexpr bool kHave16 = false;
 #endif
 
-// The function a transcendental step calls (its 16-lane form with `wide`);
+#ifdef KILN_HAVE_LIBMVEC
+template <Op op>
+const void* callee_of([[maybe_unused]] bool tanh_form, [[maybe_unused]] bool wide) {
+  if constexpr (ir::op_fused_form(op) != ir::FusedForm::Call) {
+    return nullptr;
+  } else {
+#ifdef __AVX512F__
+    if (wide) return reinterpret_cast<const void*>(tanh_form ? &call16<op, true> : &call16<op, false>);
+#endif
+    return reinterpret_cast<const void*>(tanh_form ? &call8<op, true> : &call8<op, false>);
+  }
+}
+#endif
+
+// The function a step of a Call op calls (its 16-lane form with `wide`);
 // null for the others.
 const void* callee(const FusedStep& s, bool wide = false) {
 #ifdef KILN_HAVE_LIBMVEC
-  const bool tanh_form = (s.op == Op::Gelu || s.op == Op::GeluGrad) && s.attrs.ints[0] == 1;
-#ifdef __AVX512F__
-  if (wide) {
-    switch (s.op) {
-      case Op::Exp: return reinterpret_cast<const void*>(&call16_exp);
-      case Op::Log: return reinterpret_cast<const void*>(&call16_log);
-      case Op::Tanh: return reinterpret_cast<const void*>(&call16_tanh);
-      case Op::Erf: return reinterpret_cast<const void*>(&call16_erf);
-      case Op::Sigmoid: return reinterpret_cast<const void*>(&call16_sigmoid);
-      case Op::Gelu: return reinterpret_cast<const void*>(tanh_form ? &call16_gelu_tanh : &call16_gelu);
-      case Op::GeluGrad:
-        return reinterpret_cast<const void*>(tanh_form ? &call16_gelu_grad_tanh : &call16_gelu_grad);
-      default: return nullptr;
-    }
-  }
-#endif
+  const bool tanh_form = ir::GeluAttrs::of(s.attrs).tanh_form;
   switch (s.op) {
-    case Op::Exp: return reinterpret_cast<const void*>(&call_exp);
-    case Op::Log: return reinterpret_cast<const void*>(&call_log);
-    case Op::Tanh: return reinterpret_cast<const void*>(&call_tanh);
-    case Op::Erf: return reinterpret_cast<const void*>(&call_erf);
-    case Op::Sigmoid: return reinterpret_cast<const void*>(&call_sigmoid);
-    case Op::Gelu: return reinterpret_cast<const void*>(tanh_form ? &call_gelu_tanh : &call_gelu);
-    case Op::GeluGrad: return reinterpret_cast<const void*>(tanh_form ? &call_gelu_grad_tanh : &call_gelu_grad);
+#define KILN_OP(Name, ...) \
+  case Op::Name: return callee_of<Op::Name>(tanh_form, wide);
+#include "kiln/ir/ops.def"
     default: return nullptr;
   }
 #else
@@ -123,17 +107,11 @@ const void* callee(const FusedStep& s, bool wide = false) {
 #endif
 }
 
+// The ops the compiled loops emit as instructions or load (ir/ops.def's
+// Inline and Load forms), and those they call.
 bool supported(const FusedStep& s) {
-  if (callee(s)) return true;
-  switch (s.op) {
-    case Op::Data: case Op::Constant: case Op::Neg: case Op::Abs: case Op::Sqrt: case Op::Rsqrt:
-    case Op::Relu: case Op::Detach: case Op::Cast: case Op::Not: case Op::Add: case Op::Sub:
-    case Op::Mul: case Op::Div: case Op::Max: case Op::Min: case Op::Eq: case Op::Ne: case Op::Lt:
-    case Op::Le: case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::Where:
-      return true;
-    default:
-      return false;
-  }
+  const ir::FusedForm form = ir::op_fused_form(s.op);
+  return form == ir::FusedForm::Load || form == ir::FusedForm::Inline || callee(s);
 }
 
 // Whether an elementwise instruction's input is read row by row (run_rows):
@@ -190,7 +168,7 @@ std::string signature(const Instr& ins) {
     put(s.op), put(s.dtype), put(s.a), put(s.b), put(s.c), put(s.load);
     put(s.attrs.ints.size());  // GELU's form
     for (int64_t v : s.attrs.ints) put(v);
-    if (s.op == Op::Constant) put(static_cast<float>(s.attrs.floats[0]));
+    if (s.op == Op::Constant) put(static_cast<float>(ir::ConstantAttrs::of(s.attrs).value));
     if (s.op == Op::Data) {
       const Operand& in = ins.inputs[static_cast<size_t>(s.load)];
       put(in.dtype), put(in.view.is_broadcast_scalar()), put(row_broadcast(ins, in.view));
@@ -325,7 +303,7 @@ class Generator : public Xbyak::CodeGenerator {
   }
 
   static float constant_value(const FusedStep& s) {
-    const float v = static_cast<float>(s.attrs.floats[0]);
+    const float v = static_cast<float>(ir::ConstantAttrs::of(s.attrs).value);
     return s.dtype == DType::bf16 ? kiln::round_to_bf16(v) : v;
   }
 

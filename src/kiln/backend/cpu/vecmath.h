@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kiln/ir/op.h"
+
 #if defined(__AVX2__) && defined(__x86_64__)
 #include <immintrin.h>
 extern "C" {
@@ -317,5 +319,70 @@ inline void gelu_grad(const float* a, const float* b, float* r, int64_t n, bool 
 #endif
   for (; j < n; ++j) r[j] = gelu_grad1(a[j], b[j], tanh_form);
 }
+
+// The float lane forms of ir/ops.def's Call ops, one specialisation per op:
+// array(a, b, r, n, tanh_form) over n values (the interpreter's float
+// groups: fused.cpp), lanes8 / lanes16 on one __m256 / __m512 (the compiled
+// loops' callees: jit.cpp; where the build has libmvec, and AVX-512 for
+// lanes16). b and the second lane operand are GeluGrad's dy, unused by the
+// unary ops; tanh_form is GELU's form (ir::GeluAttrs).
+template <ir::Op op>
+struct VecForm;
+
+#ifdef KILN_HAVE_LIBMVEC
+#define KILN_VEC_LANES8(f8) \
+  static __m256 lanes8(__m256 x, __m256, bool) { return f8(x); }
+#else
+#define KILN_VEC_LANES8(f8)
+#endif
+#if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
+#define KILN_VEC_LANES16(f16) \
+  static __m512 lanes16(__m512 x, __m512, bool) { return f16(x); }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#else
+#define KILN_VEC_LANES16(f16)
+#endif
+#define KILN_VEC_UNARY(Op_, f, f8, f16)                                                        \
+  template <>                                                                                  \
+  struct VecForm<ir::Op::Op_> {                                                                \
+    static void array(const float* a, const float*, float* r, int64_t n, bool) { f(a, r, n); } \
+    KILN_VEC_LANES8(f8)                                                                        \
+    KILN_VEC_LANES16(f16)                                                                      \
+  };
+KILN_VEC_UNARY(Exp, exp, exp8, exp16_mvec)
+KILN_VEC_UNARY(Log, log, log8, log16)
+KILN_VEC_UNARY(Tanh, tanh, tanh8, tanh16)
+KILN_VEC_UNARY(Erf, erf, erf8, erf16)
+KILN_VEC_UNARY(Sigmoid, sigmoid, sigmoid8, sigmoid16)
+#undef KILN_VEC_UNARY
+#undef KILN_VEC_LANES8
+#undef KILN_VEC_LANES16
+
+template <>
+struct VecForm<ir::Op::Gelu> {
+  static void array(const float* a, const float*, float* r, int64_t n, bool t) { gelu(a, r, n, t); }
+#ifdef KILN_HAVE_LIBMVEC
+  static __m256 lanes8(__m256 x, __m256, bool t) { return gelu8(x, t); }
+#ifdef __AVX512F__
+  static __m512 lanes16(__m512 x, __m512, bool t) { return gelu16(x, t); }
+#endif
+#endif
+};
+// dy · gelu'(x)
+template <>
+struct VecForm<ir::Op::GeluGrad> {
+  static void array(const float* a, const float* b, float* r, int64_t n, bool t) { gelu_grad(a, b, r, n, t); }
+#ifdef KILN_HAVE_LIBMVEC
+  static __m256 lanes8(__m256 x, __m256 dy, bool t) { return gelu_grad8(x, dy, t); }
+#ifdef __AVX512F__
+  static __m512 lanes16(__m512 x, __m512 dy, bool t) { return gelu_grad16(x, dy, t); }
+#endif
+#endif
+};
+#if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace kiln::backend::cpu::vec

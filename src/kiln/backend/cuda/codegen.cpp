@@ -96,7 +96,7 @@ std::string fused_kernel_source(const Instr& ins, const std::string& name) {
         break;
       }
       case Op::Constant:
-        value = T + "(" + bits_of(s.attrs.floats.empty() ? 0.0 : s.attrs.floats[0]) + ")";
+        value = T + "(" + bits_of(ir::ConstantAttrs::of(s.attrs).value) + ")";
         break;
       case Op::RandUniform:
       case Op::RandNormal: {
@@ -116,7 +116,7 @@ std::string fused_kernel_source(const Instr& ins, const std::string& name) {
         auto operand = [&](int32_t x) { return x >= 0 ? v(x) : T + "(0)"; };
         value = "op_value<" + T + ">((kiln::ir::Op)" + std::to_string(static_cast<int>(s.op)) + ", " +
                 std::to_string(static_cast<int>(s.dtype)) + ", " +
-                std::to_string(s.attrs.ints.empty() ? 0 : s.attrs.ints[0]) + ", " + operand(s.a) + ", " +
+                std::to_string(ir::GeluAttrs::of(s.attrs).tanh_form ? 1 : 0) + ", " + operand(s.a) + ", " +
                 operand(s.b) + ", " + operand(s.c) + ")";
       }
     }

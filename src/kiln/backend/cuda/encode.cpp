@@ -86,8 +86,8 @@ FusedRecord encode_fused(const Instr& ins) {
     f.b = static_cast<uint8_t>(s.b >= 0 ? phys[s.b] : 0);
     f.c = static_cast<uint8_t>(s.c >= 0 ? phys[s.c] : 0);
     f.load = static_cast<int16_t>(s.load);
-    f.iattr = s.attrs.ints.empty() ? 0 : static_cast<int32_t>(s.attrs.ints[0]);
-    f.value = s.attrs.floats.empty() ? 0.0 : s.attrs.floats[0];
+    f.iattr = ir::GeluAttrs::of(s.attrs).tanh_form ? 1 : 0;  // the only int a fused step has
+    f.value = ir::ConstantAttrs::of(s.attrs).value;
     if ((s.op == ir::Op::Data || s.op == ir::Op::RandUniform || s.op == ir::Op::RandNormal))
       KILN_ASSERT(s.load >= 0 && s.load < static_cast<int32_t>(ins.inputs.size()));
     // Operands read for the last time free their registers (the step reads
@@ -207,7 +207,7 @@ GemmPlan plan_gemm(const Instr& ins) {
   KILN_CHECK(A.dtype == B.dtype && is_floating(A.dtype) && ins.output.dtype == DType::f32,
              "cuda backend: matmul of ", dtype_name(A.dtype), " and ", dtype_name(B.dtype), " into ",
              dtype_name(ins.output.dtype), ": expected two f32 or two bf16 operands and an f32 result");
-  const bool ta = ins.attrs.ints[0], tb = ins.attrs.ints[1];
+  const auto [ta, tb] = ir::MatMulAttrs::of(ins.attrs);
   const Shape& os = ins.output.view.shape;
   const size_t r = os.size(), ra = A.view.shape.size();
   GemmPlan g;

@@ -63,9 +63,10 @@ static_assert(static_cast<uint8_t>(DType::f32) == kF32 && static_cast<uint8_t>(D
               static_cast<uint8_t>(DType::i64) == kI64 && static_cast<uint8_t>(DType::b8) == kB8 &&
               static_cast<uint8_t>(DType::bf16) == kBF16);
 
-// (outer, axis, inner) of a Sum / ReduceMax over axes [ints.front(), ints.back()].
+// (outer, axis, inner) of a Sum / ReduceMax over its axes [first, last].
 Split reduce_split(const Instr& ins) {
-  return split_shape(ins.inputs[0].view.shape, ins.attrs.ints.front(), ins.attrs.ints.back());
+  const auto axes = ir::ReduceAttrs::of(ins.attrs);
+  return split_shape(ins.inputs[0].view.shape, axes.first(), axes.last());
 }
 
 // bf16 tensor-core work (bf16 products, fused attention) needs Ampere or newer.
@@ -212,7 +213,7 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
                        "(--bf16 / kiln::Autocast); got ", dtype_name(ins.inputs[0].dtype),
                        " (KILN_ATTENTION=auto uses the composite in fp32)");
             require_bf16_tensor_cores(ds, "cuda backend: fused attention needs");
-            KILN_CHECK(ins.attrs.ints.size() == 3, "the CUDA attention kernels recompute the probabilities "
+            KILN_CHECK(!ir::AttentionAttrs::of(ins.attrs).kept_probs, "the CUDA attention kernels recompute the probabilities "
                        "(compile without CompileOptions::attention_probabilities)");
             if (ins.op == Op::AttentionGrad)
               scratch_bytes = std::max(scratch_bytes, kernels::attention_scratch_bytes(attention_args(ins)));
@@ -338,14 +339,18 @@ void collective(DeviceState& ds, const Instr& ins, const std::vector<char*>& in,
     at += sizes[k];
   }
   KILN_CUDA_CHECK(cudaStreamSynchronize(ds.stream));  // the inputs' kernels and the copies are done
-  const int64_t group = ins.attrs.ints[0];
-  const int replica = static_cast<int>(ins.attrs.ints[1]);
   float* buf = host.data();
   if (ins.op == Op::AllReduce) {
-    const double scale = ins.attrs.floats[0];
+    const auto a = ir::AllReduceAttrs::of(ins.attrs);
+    const int64_t group = a.group;
+    const int replica = static_cast<int>(a.replica);
+    const double scale = a.scale;
     dist::submit(group, replica, [&] { dist::all_reduce_in_place(group, replica, buf, total, scale); }).get();
   } else {
-    std::vector<int64_t> roots(ins.attrs.ints.begin() + 2, ins.attrs.ints.end());
+    const auto a = ir::BroadcastFromAttrs::of(ins.attrs);
+    const int64_t group = a.group;
+    const int replica = static_cast<int>(a.replica);
+    const std::vector<int64_t>& roots = a.roots;
     dist::submit(group, replica, [&] { dist::broadcast_in_place(group, replica, buf, sizes, roots); }).get();
   }
   // Ordered before the kernels that read the result; `host` may go once the call returns (pageable memory is
@@ -364,10 +369,10 @@ std::string report_message(const Instr& ins, const ErrorReport& r) {
     case Op::Gather:
     case Op::ScatterAdd:
       return detail::concat(ir::op_name(ins.op), ": index ", r.value, " out of range [0, ", r.limit, ") along dim ",
-                            ins.attrs.ints[0]);
+                            ir::DimAttrs::of(ins.attrs).dim);
     default:
       return detail::concat("cross_entropy: label ", r.value, " at row ", r.position, " out of range [0, ", r.limit,
-                            ") (ignore_index is ", ins.attrs.ints[0], ")");
+                            ") (ignore_index is ", ir::CrossEntropyAttrs::of(ins.attrs).ignore_index, ")");
   }
 }
 
@@ -382,7 +387,8 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
   double* scratch = plan.scratch ? static_cast<double*>(plan.scratch->ptr) : nullptr;
   switch (ins.op) {
     case Op::Iota:
-      return kernels::iota(o, code(ins.output.dtype), os[0], ins.attrs.floats[0], ins.attrs.floats[1], s);
+      return kernels::iota(o, code(ins.output.dtype), os[0], ir::IotaAttrs::of(ins.attrs).start,
+                           ir::IotaAttrs::of(ins.attrs).step, s);
     case Op::Sum:
     case Op::ReduceMax:
       KILN_CHECK(ins.output.dtype == DType::f32 || is_integral(ins.output.dtype), "reduce: unsupported dtype ",
@@ -392,14 +398,16 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
     case Op::ArgMax:
       KILN_CHECK(ins.inputs[0].dtype != DType::b8, "argmax: unsupported dtype");
       return kernels::argmax(inp(0), reinterpret_cast<int64_t*>(o), code(ins.inputs[0].dtype),
-                             split_shape(ins.inputs[0].view.shape, ins.attrs.ints[0], ins.attrs.ints[0]), s);
+                             split_shape(ins.inputs[0].view.shape, ir::ReduceAttrs::of(ins.attrs).first(),
+                                         ir::ReduceAttrs::of(ins.attrs).first()), s);
     case Op::SliceGrad: {
-      const int64_t d = ins.attrs.ints[0];
+      const auto sl = ir::SliceAttrs::of(ins.attrs);
+      const int64_t d = sl.dim;
       return kernels::slice_grad(inp(0), o, static_cast<int>(es), split_shape(os, d, d), ins.inputs[0].view.shape[d],
-                                 ins.attrs.ints[1], ins.attrs.ints[3], s);
+                                 sl.start, sl.step, s);
     }
     case Op::Concat: {
-      const int64_t d = ins.attrs.ints[0];
+      const int64_t d = ir::DimAttrs::of(ins.attrs).dim;
       const Split p = split_shape(os, d, d);
       int64_t off = 0;
       for (size_t k = 0; k < ins.inputs.size(); ++k) {
@@ -426,7 +434,7 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
       else
         KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, numel(os) * es, s));
       return kernels::index_add(inp(0), code(ins.inputs[0].dtype), reinterpret_cast<const float*>(inp(1)),
-                                reinterpret_cast<float*>(o), V, R, n, ins.attrs.ints[0], report,
+                                reinterpret_cast<float*>(o), V, R, n, ir::PaddingAttrs::of(ins.attrs).padding_idx, report,
                                 plan.scratch ? plan.scratch->ptr : nullptr, s);
     }
     case Op::Gather:
@@ -436,7 +444,7 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
       const Shape& xs = ins.inputs[0].view.shape;
       kernels::GatherShape g;
       g.rank = static_cast<int32_t>(is.size());
-      g.dim = static_cast<int32_t>(ins.attrs.ints[0]);
+      g.dim = static_cast<int32_t>(ir::DimAttrs::of(ins.attrs).dim);
       const auto xst = contiguous_strides(xs);
       for (int k = 0; k < g.rank; ++k) {
         g.index_shape[k] = is[k];
@@ -470,13 +478,13 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
     case Op::Softmax:
     case Op::LogSoftmax: {
       const float* mask = ins.inputs.size() > 1 ? reinterpret_cast<const float*>(inp(1)) : nullptr;
-      const int64_t axis = ins.attrs.ints[0];
+      const int64_t axis = ir::AxisAttrs::of(ins.attrs).axis;
       return kernels::softmax(reinterpret_cast<const float*>(inp(0)), mask, reinterpret_cast<float*>(o),
                               split_shape(os, axis, axis), ins.op == Op::LogSoftmax, s);
     }
     case Op::SoftmaxGrad:
     case Op::LogSoftmaxGrad: {
-      const int64_t axis = ins.attrs.ints[0];
+      const int64_t axis = ir::AxisAttrs::of(ins.attrs).axis;
       return kernels::softmax_grad(reinterpret_cast<const float*>(inp(0)), reinterpret_cast<const float*>(inp(1)),
                                    reinterpret_cast<float*>(o), split_shape(os, axis, axis),
                                    ins.op == Op::LogSoftmaxGrad, s);
@@ -486,20 +494,21 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
       const int64_t C = os.empty() ? 1 : os.back(), N = numel(os) / std::max<int64_t>(C, 1);
       if (ins.op == Op::Normalize)
         return kernels::normalize(reinterpret_cast<const float*>(inp(0)), reinterpret_cast<float*>(o), N, C,
-                                  ins.attrs.floats[0], s);
+                                  ir::NormalizeAttrs::of(ins.attrs).eps, s);
       return kernels::normalize_grad(reinterpret_cast<const float*>(inp(0)), reinterpret_cast<const float*>(inp(1)),
-                                     reinterpret_cast<float*>(o), N, C, ins.attrs.floats[0], s);
+                                     reinterpret_cast<float*>(o), N, C, ir::NormalizeAttrs::of(ins.attrs).eps, s);
     }
     case Op::CrossEntropy:
     case Op::CrossEntropyGrad: {
       const Shape& ls = ins.inputs[0].view.shape;
       const int64_t N = ls[0], C = ls[1];
       const auto* x = reinterpret_cast<const float*>(inp(0));
+      const auto ce = ir::CrossEntropyAttrs::of(ins.attrs);
       if (ins.op == Op::CrossEntropy)
         return kernels::cross_entropy(x, inp(1), code(ins.inputs[1].dtype), reinterpret_cast<float*>(o), N, C,
-                                      ins.attrs.ints[0], ins.attrs.floats[0], scratch, report, s);
+                                      ce.ignore_index, ce.smoothing, scratch, report, s);
       return kernels::cross_entropy_grad(x, inp(1), code(ins.inputs[1].dtype), reinterpret_cast<const float*>(inp(2)),
-                                         reinterpret_cast<float*>(o), N, C, ins.attrs.ints[0], ins.attrs.floats[0],
+                                         reinterpret_cast<float*>(o), N, C, ce.ignore_index, ce.smoothing,
                                          scratch, report, s);
     }
     case Op::Attention:

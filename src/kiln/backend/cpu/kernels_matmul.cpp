@@ -1,0 +1,362 @@
+// Matrix products: oneDNN's sgemm (and bf16 matmul primitive), our own
+// loops for matrix-vector shapes.
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+#include "kiln/backend/cpu/kernels.h"
+#include "kiln/backend/cpu/vecmath.h"
+#include "kiln/core/bf16.h"
+#include "kiln/core/error.h"
+
+namespace kiln::backend::cpu {
+
+using compiler::Instr;
+using compiler::Operand;
+using ir::Op;
+
+namespace {
+
+// c[n] += Σ_{k0 <= k < k1} a[k] · b[k·ldb + n] for n in [n0, n1), k in
+// order. Eight rows a pass: c is loaded and stored once for eight of them
+// (the same adds in the same order as one row a pass), and eight streams
+// from memory are in flight.
+void add_scaled_rows(const float* a, const float* b, int64_t ldb, int64_t k0, int64_t k1, int64_t n0, int64_t n1,
+                     float* c) {
+  int64_t k = k0;
+  for (; k + 8 <= k1; k += 8) {
+    const float* bk[8];
+    float ak[8];
+    for (int j = 0; j < 8; ++j) {
+      bk[j] = b + (k + j) * ldb;
+      ak[j] = a[k + j];
+    }
+#pragma omp simd
+    for (int64_t n = n0; n < n1; ++n) {
+      float v = c[n];
+      v += ak[0] * bk[0][n];
+      v += ak[1] * bk[1][n];
+      v += ak[2] * bk[2][n];
+      v += ak[3] * bk[3][n];
+      v += ak[4] * bk[4][n];
+      v += ak[5] * bk[5][n];
+      v += ak[6] * bk[6][n];
+      v += ak[7] * bk[7][n];
+      c[n] = v;
+    }
+  }
+  for (; k < k1; ++k) {
+    const float* bk = b + k * ldb;
+    const float ak = a[k];
+#pragma omp simd
+    for (int64_t n = n0; n < n1; ++n) c[n] += ak * bk[n];
+  }
+}
+
+// GEMM: oneDNN's sgemm (row-major), chosen by bench/gemm: at BERT-base shapes
+// it led OpenBLAS 0.3.21 by ~7% per layer and BLIS by ~3%, and by 16-25% on
+// the small batched attention products, run from our own OpenMP loop.
+// Matrix-vector shapes (M == 1 or N == 1, as in one-token decode steps) run
+// on our own loops: oneDNN's sgemm crashed on some of them (M == 1 inside an
+// OpenMP batch loop). They are bound by reading B, so M == 1 takes eight of
+// B's rows a pass (eight dot products, or eight rows scaled into c), and the
+// dot products prefetch the group after next: GPT-2's decode products ran
+// at 11-22 GB/s one row a pass; 37-53 GB/s now.
+// accumulate: c += a·b (c holds the bias rows), else c = a·b.
+void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
+                int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  auto A = [&](int64_t m, int64_t k) { return ta ? a[k * lda + m] : a[m * lda + k]; };
+  if (M == 1) {  // c[n] = Σ_k a[k] · B(k, n)
+    std::vector<float> av(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) av[k] = A(0, k);
+    if (tb) {  // B(k, n) = b[n·ldb + k]: a dot product per output, eight outputs at a time
+      const int64_t groups = N / 8;
+#pragma omp parallel for if (N * K > 65536)
+      for (int64_t q = 0; q < groups; ++q) {
+        const int64_t n = q * 8;
+        const float* br[8];
+        for (int j = 0; j < 8; ++j) br[j] = b + (n + j) * ldb;
+        if (n + 24 <= N) {  // the group after next, into the cache (GPT-2's LM head; docs/performance.md)
+          const char* ahead = reinterpret_cast<const char*>(b + (n + 16) * ldb);
+          for (int64_t o = 0; o < 8 * ldb * static_cast<int64_t>(sizeof(float)); o += 64) __builtin_prefetch(ahead + o);
+        }
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
+        for (int64_t k = 0; k < K; ++k) {
+          s0 += av[k] * br[0][k];
+          s1 += av[k] * br[1][k];
+          s2 += av[k] * br[2][k];
+          s3 += av[k] * br[3][k];
+          s4 += av[k] * br[4][k];
+          s5 += av[k] * br[5][k];
+          s6 += av[k] * br[6][k];
+          s7 += av[k] * br[7][k];
+        }
+        const float sums[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+        for (int j = 0; j < 8; ++j) c[n + j] = accumulate ? c[n + j] + sums[j] : sums[j];
+      }
+      for (int64_t n = groups * 8; n < N; ++n) {  // the last N % 8 outputs
+        const float* bn = b + n * ldb;
+        float acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t k = 0; k < K; ++k) acc += av[k] * bn[k];
+        c[n] = accumulate ? c[n] + acc : acc;  // (never 0 · c: c may hold NaN before it is written)
+      }
+    } else if (N <= 4096 && N * K > 65536) {  // B(k, n) = b[k·ldb + n], short rows: B's rows in parts
+      // A decode step's projections: each of eight fixed parts of B's rows is
+      // summed into its own vector (in L1) by whichever thread takes it, and
+      // the parts are then added in order, so whole rows stream from memory
+      // and the bits do not depend on the threads (GPT-2's MLP c_proj: 23-31
+      // GB/s with column ranges per thread, 41-53 in parts).
+      constexpr int64_t kParts = 8;
+      thread_local std::vector<float> scratch;  // (a fresh 128 KB block each call would be mapped afresh)
+      scratch.assign(static_cast<size_t>(kParts * N), 0.0f);
+      float* part = scratch.data();  // (the OpenMP threads see their own thread_local)
+#pragma omp parallel for schedule(static)
+      for (int64_t p = 0; p < kParts; ++p)
+        add_scaled_rows(av.data(), b, ldb, K * p / kParts, K * (p + 1) / kParts, 0, N, part + p * N);
+      for (int64_t n = 0; n < N; ++n) c[n] = accumulate ? c[n] + part[n] : part[n];
+      for (int64_t p = 1; p < kParts; ++p) {
+        const float* pp = part + p * N;
+#pragma omp simd
+        for (int64_t n = 0; n < N; ++n) c[n] += pp[n];
+      }
+    } else {  // B(k, n) = b[k·ldb + n]: rows of B scaled and summed, threads own column ranges
+#pragma omp parallel if (N * K > 65536)
+      {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        int64_t n0 = N * t / nt, n1 = N * (t + 1) / nt;
+        if (!accumulate) std::fill(c + n0, c + n1, 0.0f);
+        add_scaled_rows(av.data(), b, ldb, 0, K, n0, n1, c);
+      }
+    }
+    return;
+  }
+  auto B = [&](int64_t k, int64_t n) { return tb ? b[n * ldb + k] : b[k * ldb + n]; };
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      float acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += A(m, k) * B(k, n);
+      c[m * ldc + n] = accumulate ? c[m * ldc + n] + acc : acc;
+    }
+}
+
+}  // namespace
+
+bool sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
+           int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  if (M == 0 || N == 0) return true;  // an empty result (oneDNN refuses the call)
+  if (M == 1 || N == 1) {
+    small_gemm(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, accumulate);
+    return true;
+  }
+  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c,
+                    ldc) == dnnl_success;
+}
+
+namespace {
+
+// GEMM operand: a stored matrix (rows, cols) with strides, seen as row-major
+// with a transpose flag and leading dimension.
+struct Mat {
+  bool trans;
+  int64_t ld;
+};
+Mat gemm_layout(const compiler::View& v, bool logical_trans) {
+  size_t r = v.shape.size();
+  int64_t rows = v.shape[r - 2], cols = v.shape[r - 1];
+  int64_t sr = v.strides[r - 2], sc = v.strides[r - 1];
+  bool row_major = (sc == 1 || cols == 1) && (sr >= cols || rows == 1) && sr > 0;
+  if (row_major) return {logical_trans, rows == 1 ? std::max<int64_t>(cols, 1) : sr};
+  return {!logical_trans, cols == 1 ? std::max<int64_t>(rows, 1) : sc};
+}
+
+// Batch offsets (in elements) of a view for every output batch index.
+std::vector<int64_t> batch_offsets(const compiler::View& v, const Shape& out_batch) {
+  int64_t nb = numel(out_batch);
+  std::vector<int64_t> offs(nb, v.offset);
+  int64_t vr = static_cast<int64_t>(v.shape.size()) - 2, br = static_cast<int64_t>(out_batch.size());
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t rem = b, off = v.offset;
+    for (int64_t d = br - 1; d >= 0; --d) {
+      int64_t idx = rem % out_batch[d];
+      rem /= out_batch[d];
+      int64_t vd = d - (br - vr);
+      if (vd >= 0 && v.shape[vd] != 1) off += idx * v.strides[vd];
+    }
+    offs[b] = off;
+  }
+  return offs;
+}
+
+}  // namespace
+
+// The slot of a GEMM operand as f32: as stored, or (bf16) the elements the
+// view spans converted into `wide`, at the same offsets.
+const float* as_f32_operand(const Operand& op, const char* base, std::vector<float>& wide) {
+  if (op.dtype == DType::f32) return reinterpret_cast<const float*>(base);
+  KILN_CHECK(op.dtype == DType::bf16, "matmul: expected f32 or bf16 operands, got ", dtype_name(op.dtype));
+  const auto& v = op.view;
+  int64_t end = v.offset + 1;
+  for (size_t d = 0; d < v.shape.size(); ++d) {
+    if (v.shape[d] == 0) return reinterpret_cast<const float*>(base);  // nothing is read
+    end += (v.shape[d] - 1) * v.strides[d];
+  }
+  wide.resize(static_cast<size_t>(end));
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(base);
+  float* dst = wide.data();
+#pragma omp parallel for schedule(static) if (end - v.offset > 65536)
+  for (int64_t i = v.offset; i < end; ++i) dst[i] = bf16_to_float(src[i]);
+  return dst;
+}
+
+namespace {
+
+// A product's operands as matmul_kernel lays them out.
+struct Layout {
+  Mat a, b;
+  const std::vector<int64_t>&ao, &bo;  // batch offsets, in elements
+  bool one_gemm;                        // all batches as one [nb·M, K] x [K, N] product
+  int64_t M, N, K;
+};
+
+// bf16 operands on a CPU with bf16 dot products: oneDNN's bf16 matmul,
+// f32 sums and result, the bias (f32) added by the primitive or, strided,
+// put in c first and summed onto. False (nothing written that the f32 path
+// does not write again) where oneDNN declines the layout or the shape is
+// empty.
+bool bf16_products(const Instr& ins, std::span<char* const> in, const Layout& l, float* c) {
+  const int64_t nb = static_cast<int64_t>(l.ao.size()), M = l.M, N = l.N, K = l.K;
+  if (K == 0 || M == 0 || N == 0 || nb == 0) return false;
+  const uint16_t* a = reinterpret_cast<const uint16_t*>(in[0]);
+  const uint16_t* b = reinterpret_cast<const uint16_t*>(in[1]);
+  const bool bias = ins.inputs.size() == 3;
+  const float* v = nullptr;
+  if (bias) {
+    const Operand& V = ins.inputs[2];
+    const int64_t vs = V.view.strides.empty() ? 1 : V.view.strides[0];
+    v = reinterpret_cast<const float*>(in[2]) + V.view.offset;
+    if (!l.one_gemm || vs != 1) {  // every row of c starts as the bias; the products add to it
+#pragma omp parallel for schedule(static) if (nb * M * N > 65536)
+      for (int64_t r = 0; r < nb * M; ++r)
+        for (int64_t j = 0; j < N; ++j) c[r * N + j] = v[j * vs];
+      v = nullptr;
+    }
+  }
+  const bool accumulate = bias && !v;
+  if (l.one_gemm)
+    return matmul_primitive_bf16(l.a.trans, l.b.trans, M * nb, N, K, a + l.ao[0], l.a.ld, b + l.bo[0], l.b.ld, c, N,
+                                 v, accumulate);
+  // Batched (attention's composite): the batch over threads, one product each.
+  if (!matmul_primitive_bf16(l.a.trans, l.b.trans, M, N, K, a + l.ao[0], l.a.ld, b + l.bo[0], l.b.ld, c, N, nullptr,
+                             accumulate))
+    return false;
+  // Errors are collected: nothing may throw out of a parallel region.
+  bool ok = true;
+#pragma omp parallel for schedule(dynamic) if (nb >= omp_get_max_threads()) reduction(&& : ok)
+  for (int64_t i = 1; i < nb; ++i) {
+    try {
+      ok = ok && matmul_primitive_bf16(l.a.trans, l.b.trans, M, N, K, a + l.ao[i], l.a.ld, b + l.bo[i], l.b.ld,
+                                       c + i * M * N, N, nullptr, accumulate);
+    } catch (const Error&) {
+      ok = false;
+    }
+  }
+  KILN_CHECK(ok, "matmul: oneDNN's bf16 matmul failed for a batch of ", nb, " [", M, "x", K, "]·[", K, "x", N, "]");
+  return true;
+}
+
+void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
+  const Operand &A = ins.inputs[0], &B = ins.inputs[1];
+  const auto [ta, tb] = ir::MatMulAttrs::of(ins.attrs);
+  const Shape& os = ins.output.view.shape;
+  size_t r = os.size();
+  int64_t M = os[r - 2], N = os[r - 1];
+  size_t ra = A.view.shape.size();
+  int64_t K = ta ? A.view.shape[ra - 2] : A.view.shape[ra - 1];
+  Shape out_batch(os.begin(), os.end() - 2);
+  int64_t nb = numel(out_batch);
+  Mat la = gemm_layout(A.view, ta), lb = gemm_layout(B.view, tb);
+  std::vector<int64_t> ao = batch_offsets(A.view, out_batch), bo = batch_offsets(B.view, out_batch);
+  // B shared by every batch and A's batches stacked row-major: one GEMM.
+  bool b_shared = std::all_of(bo.begin(), bo.end(), [&](int64_t o) { return o == bo[0]; });
+  bool a_stacked = !la.trans && la.ld == K;
+  for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * M * K;
+  const bool one_gemm = nb == 1 || (b_shared && a_stacked);
+  float* c = out_ptr<float>(ins, out);
+  if (A.dtype == DType::bf16) {
+    if (native_bf16_products()) {
+      if (bf16_products(ins, in, {la, lb, ao, bo, one_gemm, M, N, K}, c)) return;
+    } else {
+      note_emulated_bf16();
+    }
+  }
+  // bf16 operands without bf16 products (or a layout oneDNN's bf16 matmul
+  // declines): each is widened to f32 first (exact), which gives a bf16
+  // GEMM's result: exact products, sums in f32. The buffers are kept for the
+  // next product, unless large (an LM head's [tokens, vocabulary] gradient).
+  thread_local std::vector<float> wide_a, wide_b;
+  struct Release {
+    ~Release() {
+      for (auto* w : {&wide_a, &wide_b})
+        if (w->capacity() > (size_t{16} << 20)) std::vector<float>().swap(*w);
+    }
+  } release;
+  const float* a = as_f32_operand(A, in[0], wide_a);
+  const float* b = as_f32_operand(B, in[1], wide_b);
+  // (Not inside a parallel region: a paired product runs on one thread.)
+  const bool primitive =
+      one_gemm && K > 0 && !omp_in_parallel() && prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K);
+  // A bias (compiler/simplify.cpp folds `product + bias` into the product):
+  // the matmul primitive adds a contiguous one itself; otherwise every row
+  // of c starts as the bias and the GEMM adds to it.
+  const bool bias = ins.inputs.size() == 3;
+  if (bias) {
+    const Operand& V = ins.inputs[2];
+    const float* v = reinterpret_cast<const float*>(in[2]) + V.view.offset;
+    const int64_t vs = V.view.strides.empty() ? 1 : V.view.strides[0];
+    if (primitive && vs == 1 &&
+        matmul_primitive(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N, v, false))
+      return;
+#pragma omp parallel for schedule(static) if (nb * M * N > 65536)
+    for (int64_t r = 0; r < nb * M; ++r) {
+      float* row = c + r * N;
+      if (vs == 1) std::memcpy(row, v, N * sizeof(float));
+      else for (int64_t j = 0; j < N; ++j) row[j] = v[j * vs];
+    }
+  }
+  if (K == 0) {
+    if (!bias) std::fill(c, c + nb * M * N, 0.0f);
+    return;
+  }
+  if (one_gemm) {
+    if (primitive &&
+        matmul_primitive(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N, nullptr, bias))
+      return;
+    KILN_CHECK(sgemm(la.trans, lb.trans, M * nb, N, K, a + ao[0], la.ld, b + bo[0], lb.ld, c, N, bias),
+               "matmul: oneDNN sgemm failed for M=", M * nb, " N=", N, " K=", K);
+    return;
+  }
+  // Batched (attention): our OpenMP loop over the batch, one single-threaded
+  // sgemm per matrix (faster than threading each small call, bench/gemm).
+  // Errors are collected: nothing may throw out of a parallel region.
+  bool ok = true;
+#pragma omp parallel for schedule(dynamic) if (nb >= omp_get_max_threads()) reduction(&& : ok)
+  for (int64_t i = 0; i < nb; ++i)
+    ok = ok && sgemm(la.trans, lb.trans, M, N, K, a + ao[i], la.ld, b + bo[i], lb.ld, c + i * M * N, N, bias);
+  KILN_CHECK(ok, "matmul: oneDNN sgemm failed for a batch of ", nb, " [", M, "x", K, "]·[", K, "x", N, "]");
+}
+
+}  // namespace
+
+void run_matmul(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const>) {
+  matmul_kernel(ins, in, out);
+}
+
+}  // namespace kiln::backend::cpu
