@@ -27,12 +27,8 @@
 #include "kiln/compiler/profile.h"
 #include "kiln/core/error.h"
 #include "kiln/kiln.h"
-#include "kiln/models/bert.h"
-#include "kiln/models/gpt2.h"
-#include "kiln/models/llama.h"
 #include "kiln/models/lora.h"
 #include "kiln/models/model.h"
-#include "kiln/models/t5.h"
 #ifdef KILN_HAVE_CUDA
 #include "kiln/backend/cuda/cuda.h"
 #endif
@@ -62,14 +58,6 @@ std::string json_number(double x) {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-int64_t vocab_of(const models::PretrainedConfig& c) {
-  if (auto* b = dynamic_cast<const models::BertConfig*>(&c)) return b->vocab_size;
-  if (auto* g = dynamic_cast<const models::GPT2Config*>(&c)) return g->vocab_size;
-  if (auto* l = dynamic_cast<const models::LlamaConfig*>(&c)) return l->vocab_size;
-  if (auto* t = dynamic_cast<const models::T5Config*>(&c)) return t->vocab_size;
-  throw Error("bench: unsupported model_type '" + c.model_type + "'");
 }
 
 std::string architecture_for(const std::string& task, const models::PretrainedConfig& c) {
@@ -153,7 +141,7 @@ int run_bench(const std::vector<std::string>& args) {
     if (task == "text-classification") config->set_num_labels(2);
     model = models::create_model(architecture_for(task, *config), *config, 0, device);
   }
-  const int64_t V = vocab_of(model->config());
+  const int64_t V = model->config().vocabulary_size();
 
   // Synthetic batch: fixed ids, labels as the task wants them.
   std::vector<int64_t> ids(B * T);

@@ -580,28 +580,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     model = models::from_pretrained(f["model_name_or_path"], lo);
   } else {
     std::unique_ptr<models::PretrainedConfig> c = run_config->clone();  // each replica's own, set below
-    const int64_t vocab = static_cast<int64_t>(tok.tokenizer.vocab_size());
-    if (auto* b = dynamic_cast<models::BertConfig*>(c.get())) {
-      b->vocab_size = vocab;
-      b->pad_token_id = tok.pad_id;
-    } else if (auto* g = dynamic_cast<models::GPT2Config*>(c.get())) {
-      g->vocab_size = vocab;
-      if (!g->pad_token_id) g->pad_token_id = tok.pad_id;  // as for Llama below: GPT2ForSequenceClassification needs it
-    } else if (auto* l = dynamic_cast<models::LlamaConfig*>(c.get())) {
-      l->vocab_size = vocab;
-      // LlamaForSequenceClassification finds each row's end by it; the collator pads with the same id.
-      if (!l->pad_token_id) l->pad_token_id = tok.pad_id;
-    } else if (auto* t5 = dynamic_cast<models::T5Config*>(c.get())) {
-      t5->vocab_size = vocab;
-      t5->pad_token_id = tok.pad_id;
-      t5->decoder_start_token_id = tok.pad_id;
-      // Targets end with the tokenizer's end token; generation stops there.
-      for (const char* end : {"</s>", "[SEP]"})
-        if (auto id = tok.tokenizer.token_to_id(end)) {
-          t5->eos_token_id = *id;
-          break;
-        }
-    }
+    c->adapt_to_tokenizer(cli::tokenizer_ids(tok));
     if (classes) c->set_num_labels(num_labels);
     model = models::create_model(arch_for(*c), *c, ta.seed, device);
   }

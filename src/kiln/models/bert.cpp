@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "kiln/core/error.h"
+#include "kiln/models/registry.h"
 
 namespace kiln::models {
 
@@ -353,6 +354,21 @@ ModelOutputs BertForTask::forward(const ModelInputs& in) {
     case Head::MultipleChoice: break;  // forward_choices() answered above
   }
   return out;
+}
+
+const ModelFamily& bert_family() {
+  static const ModelFamily family{
+      .model_types = {"bert", "roberta", "distilbert"},
+      .architectures = class_names({"Bert", "Roberta", "DistilBert"},
+                                   {"Model", "ForSequenceClassification", "ForTokenClassification",
+                                    "ForQuestionAnswering", "ForMaskedLM", "ForMultipleChoice"}),
+      .aliases = {},
+      .presets = {"bert-tiny", "bert-mini", "bert-small", "bert-base", "roberta-base", "distilbert-base",
+                  "distilbert-tiny"},
+      .read_config = &read_config_as<BertConfig>,
+      .preset = &preset_as<BertConfig>,
+      .build = &build_as<BertForTask, BertConfig>};
+  return family;
 }
 
 }  // namespace kiln::models

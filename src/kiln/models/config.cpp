@@ -275,6 +275,29 @@ std::optional<BertConfig> BertConfig::preset(const std::string& name) {
   return c;
 }
 
+std::string BertConfig::architecture_for(ModelTask task) const {
+  switch (task) {
+    case ModelTask::SequenceClassification: return class_prefix() + "ForSequenceClassification";
+    case ModelTask::TokenClassification: return class_prefix() + "ForTokenClassification";
+    case ModelTask::QuestionAnswering: return class_prefix() + "ForQuestionAnswering";
+    case ModelTask::MultipleChoice: return class_prefix() + "ForMultipleChoice";
+    case ModelTask::MaskedLM: return class_prefix() + "ForMaskedLM";
+    default: return "";
+  }
+}
+
+void BertConfig::adapt_to_tokenizer(const TokenizerIds& ids) {
+  vocab_size = ids.vocab_size;
+  pad_token_id = ids.pad_id;
+}
+
+std::vector<std::string> BertConfig::ignored_checkpoint_keys() const {
+  // The masked-LM decoders, tied to the word embeddings.
+  if (distilbert()) return {"vocab_projector.weight"};
+  return {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "lm_head.decoder.weight",
+          "lm_head.decoder.bias"};
+}
+
 json BertConfig::to_json() const {
   json j = config_json::write_common(*this);
   if (distilbert()) j["sinusoidal_pos_embds"] = false;

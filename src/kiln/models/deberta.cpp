@@ -7,6 +7,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/models/config_json.h"
+#include "kiln/models/registry.h"
 
 namespace kiln::models {
 
@@ -199,6 +200,35 @@ std::optional<DebertaV2Config> DebertaV2Config::preset(const std::string& name) 
   DebertaV2Config c = from_json(j, "preset " + name);
   c.architectures = {"DebertaV2ForSequenceClassification"};
   return c;
+}
+
+std::string DebertaV2Config::architecture_for(ModelTask task) const {
+  if (task == ModelTask::SequenceClassification) return "DebertaV2ForSequenceClassification";
+  if (task == ModelTask::TokenClassification) return "DebertaV2ForTokenClassification";
+  return "";
+}
+
+void DebertaV2Config::adapt_to_tokenizer(const TokenizerIds& ids) {
+  vocab_size = ids.vocab_size;
+  pad_token_id = ids.pad_id;
+}
+
+std::vector<std::string> DebertaV2Config::ignored_checkpoint_keys() const {
+  // DeBERTa-v3 has no absolute positions: HF ignores a checkpoint's (_keys_to_ignore_on_load_unexpected).
+  if (position_biased_input) return {};
+  return {"deberta.embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"};
+}
+
+const ModelFamily& deberta_family() {
+  static const ModelFamily family{
+      .model_types = {"deberta-v2"},
+      .architectures = {"DebertaV2Model", "DebertaV2ForSequenceClassification", "DebertaV2ForTokenClassification"},
+      .aliases = {},
+      .presets = {"deberta-v3-tiny", "deberta-v3-base"},
+      .read_config = &read_config_as<DebertaV2Config>,
+      .preset = &preset_as<DebertaV2Config>,
+      .build = &build_as<DebertaV2ForTask, DebertaV2Config>};
+  return family;
 }
 
 std::vector<SizeTerm> DebertaV2Config::size_terms() const {

@@ -6,6 +6,7 @@
 #include "kiln/core/error.h"
 #include "kiln/models/config_json.h"
 #include "kiln/models/packing.h"
+#include "kiln/models/registry.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
@@ -83,6 +84,42 @@ json GPT2Config::to_json() const {
   gpt2_fields(*this, config_json::Writer{j});
   j["n_ctx"] = n_positions;
   return j;
+}
+
+std::optional<GPT2Config> GPT2Config::preset(const std::string& name) {
+  if (name != "gpt2" && name != "gpt2-tiny") return std::nullopt;
+  GPT2Config c;
+  if (name == "gpt2-tiny") {
+    c.n_layer = 2;
+    c.n_embd = 128;
+    c.n_head = 2;
+    c.n_positions = 256;
+  }
+  c.architectures = {"GPT2LMHeadModel"};
+  return c;
+}
+
+std::string GPT2Config::architecture_for(ModelTask task) const {
+  if (task == ModelTask::CausalLM) return "GPT2LMHeadModel";
+  if (task == ModelTask::SequenceClassification) return "GPT2ForSequenceClassification";
+  return "";
+}
+
+void GPT2Config::adapt_to_tokenizer(const TokenizerIds& ids) {
+  vocab_size = ids.vocab_size;
+  // GPT2ForSequenceClassification finds each row's end by it; the collator pads with the same id.
+  if (!pad_token_id) pad_token_id = ids.pad_id;
+}
+
+const ModelFamily& gpt2_family() {
+  static const ModelFamily family{.model_types = {"gpt2"},
+                                  .architectures = {"GPT2Model", "GPT2LMHeadModel", "GPT2ForSequenceClassification"},
+                                  .aliases = {},
+                                  .presets = {"gpt2", "gpt2-tiny"},
+                                  .read_config = &read_config_as<GPT2Config>,
+                                  .preset = &preset_as<GPT2Config>,
+                                  .build = &build_as<GPT2ForTask, GPT2Config>};
+  return family;
 }
 
 GPT2Block::GPT2Block(const GPT2Config& c, int64_t layer, const nn::Init& init, const std::shared_ptr<Generator>& gen)

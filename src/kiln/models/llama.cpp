@@ -8,6 +8,7 @@
 #include "kiln/core/error.h"
 #include "kiln/models/config_json.h"
 #include "kiln/models/packing.h"
+#include "kiln/models/registry.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
@@ -146,6 +147,17 @@ LlamaConfig LlamaConfig::defaults(const std::string& model_type) {
 }
 
 std::optional<LlamaConfig> LlamaConfig::preset(const std::string& name) {
+  if (name == "llama-tiny") {  // Llama's layout at a size that trains in seconds
+    LlamaConfig c;
+    c.hidden_size = 128;
+    c.intermediate_size = 352;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 512;
+    c.architectures = {"LlamaForCausalLM"};
+    return c;
+  }
   static const std::map<std::string, std::string> types = {{"llama3-tiny", "llama"},   {"qwen3-tiny", "qwen3"},
                                                            {"mistral-tiny", "mistral"}, {"gemma-tiny", "gemma"},
                                                            {"gemma2-tiny", "gemma2"}, {"phi3-tiny", "phi3"}};
@@ -177,6 +189,36 @@ std::optional<LlamaConfig> LlamaConfig::preset(const std::string& name) {
   if (name == "gemma2-tiny") c.query_pre_attn_scalar = 32;
   c.architectures = {c.class_prefix() + "ForCausalLM"};
   return c;
+}
+
+std::string LlamaConfig::architecture_for(ModelTask task) const {
+  if (task == ModelTask::CausalLM) return class_prefix() + "ForCausalLM";
+  if (task == ModelTask::SequenceClassification) return class_prefix() + "ForSequenceClassification";
+  return "";
+}
+
+void LlamaConfig::adapt_to_tokenizer(const TokenizerIds& ids) {
+  vocab_size = ids.vocab_size;
+  // LlamaForSequenceClassification finds each row's end by it; the collator pads with the same id.
+  if (!pad_token_id) pad_token_id = ids.pad_id;
+}
+
+std::vector<std::string> LlamaConfig::ignored_checkpoint_keys() const {
+  if (tie_word_embeddings) return {"lm_head.weight"};  // tied to model.embed_tokens.weight
+  return {};
+}
+
+const ModelFamily& llama_family() {
+  static const ModelFamily family{
+      .model_types = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3"},
+      .architectures = class_names({"Llama", "Mistral", "Qwen2", "Qwen3", "Gemma", "Gemma2", "Phi3"},
+                                   {"Model", "ForCausalLM", "ForSequenceClassification"}),
+      .aliases = {},
+      .presets = {"llama-tiny", "llama3-tiny", "qwen3-tiny", "mistral-tiny", "gemma-tiny", "gemma2-tiny", "phi3-tiny"},
+      .read_config = &read_config_as<LlamaConfig>,
+      .preset = &preset_as<LlamaConfig>,
+      .build = &build_as<LlamaForTask, LlamaConfig>};
+  return family;
 }
 
 std::vector<std::string> LlamaConfig::default_layer_types() const {

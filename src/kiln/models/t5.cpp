@@ -5,6 +5,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/models/config_json.h"
+#include "kiln/models/registry.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
@@ -220,6 +221,47 @@ json T5Config::to_json() const {
   j["num_decoder_layers"] = decoder_layers();
   j["is_encoder_decoder"] = true;
   return j;
+}
+
+std::optional<T5Config> T5Config::preset(const std::string& name) {
+  if (name != "t5-small" && name != "t5-tiny" && name != "t5-v1_1-tiny") return std::nullopt;
+  T5Config c;  // defaults are t5-small's
+  if (name != "t5-small") {
+    c.d_model = 64;
+    c.d_kv = 16;
+    c.d_ff = 128;
+    c.num_layers = 2;
+    c.num_heads = 4;
+  }
+  if (name == "t5-v1_1-tiny") {
+    c.feed_forward_proj = "gated-gelu";
+    c.tie_word_embeddings = false;
+  }
+  c.architectures = {"T5ForConditionalGeneration"};
+  return c;
+}
+
+void T5Config::adapt_to_tokenizer(const TokenizerIds& ids) {
+  vocab_size = ids.vocab_size;
+  pad_token_id = ids.pad_id;
+  decoder_start_token_id = ids.pad_id;
+  // Targets end with the tokenizer's end token; generation stops there.
+  if (ids.eos_id) eos_token_id = *ids.eos_id;
+}
+
+std::vector<std::string> T5Config::ignored_checkpoint_keys() const {
+  return {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"};  // both are `shared`
+}
+
+const ModelFamily& t5_family() {
+  static const ModelFamily family{.model_types = {"t5"},
+                                  .architectures = {"T5ForConditionalGeneration", "T5EncoderModel"},
+                                  .aliases = {"T5WithLMHeadModel"},  // the old name of T5ForConditionalGeneration
+                                  .presets = {"t5-small", "t5-tiny", "t5-v1_1-tiny"},
+                                  .read_config = &read_config_as<T5Config>,
+                                  .preset = &preset_as<T5Config>,
+                                  .build = &build_as<T5ForTask, T5Config>};
+  return family;
 }
 
 int64_t t5_relative_position_bucket(int64_t relative_position, bool bidirectional, int64_t num_buckets,
