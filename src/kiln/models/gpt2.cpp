@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "kiln/core/error.h"
+#include "kiln/models/attention.h"
 #include "kiln/models/config_json.h"
 #include "kiln/models/packing.h"
 #include "kiln/models/registry.h"
@@ -146,15 +147,8 @@ Tensor GPT2Block::forward(const Tensor& x, const Tensor& causal, const Tensor& m
   double scale = 1.0;
   if (c_.scale_attn_weights) scale /= std::sqrt(static_cast<double>(D));
   if (c_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(layer_ + 1);
-  Tensor attended;  // [B,NH,T,D]
-  if (use_fused_attention(q, k, mask)) {
-    attended = fused_attention(q, k, v, {mask, true, scale, attn_dropout_->active_p(), attn_dropout_->generator()});
-  } else {
-    Tensor scores = matmul(q, k, false, true) * scale;  // [B,NH,T,T]
-    // Future keys get finfo(float32).min, as HF's torch.where does; padding adds the attention mask.
-    scores = where(causal, scores, full({}, kMin, DType::f32, x.device()));
-    attended = matmul(attn_dropout_->forward(softmax(scores, -1, mask)), v);
-  }
+  Tensor attended =  // [B,NH,T,D]
+      attend(q, k, v, {.mask = mask, .scale = scale, .causal = true, .allowed = causal}, *attn_dropout_);
   Tensor ctx = reshape(permute(attended, {0, 2, 1, 3}), {B, T, C});
   Tensor h = x + resid_dropout_->forward(attn_proj_->forward(ctx));
   Tensor m = mlp_proj_->forward(nn::activation(c_.activation_function, c_fc_->forward(ln_2_->forward(h))));

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "kiln/core/error.h"
+#include "kiln/models/attention.h"
 #include "kiln/models/config_json.h"
 #include "kiln/models/packing.h"
 #include "kiln/models/registry.h"
@@ -438,16 +439,15 @@ class LlamaDecoderLayer : public nn::Module {
     Tensor v = repeat_kv(heads(vp, KVH_), NH_ / KVH_);
     const bool windowed = window_ && *window_ < T;  // (a window as long as the sequence changes nothing)
     // The CPU kernel skips the blocks before a window; the CUDA kernels have no window yet.
-    const bool fused = !cap_ && (!windowed || x.device().kind == DeviceKind::CPU) && use_fused_attention(q, k, m.padding);
-    Tensor attended;  // [B,NH,T,D]
-    if (fused) {
-      attended = fused_attention(q, k, v, {m.padding, true, scale_, attn_dropout_->active_p(), attn_dropout_->generator(),
-                                           windowed ? *window_ : 0});
-    } else {
-      Tensor scores = soft_cap(matmul(q, k, false, true) * scale_, cap_);
-      scores = where(windowed ? m.windowed : m.causal, scores, full({}, kMin, DType::f32, x.device()));
-      attended = matmul(attn_dropout_->forward(softmax(scores, -1, m.padding)), v);
-    }
+    Tensor attended = attend(q, k, v,  // [B,NH,T,D]
+                             {.mask = m.padding,
+                              .scale = scale_,
+                              .causal = true,
+                              .allowed = windowed ? m.windowed : m.causal,
+                              .window = windowed ? *window_ : 0,
+                              .soft_cap = cap_,
+                              .fusable = !windowed || x.device().kind == DeviceKind::CPU},
+                             *attn_dropout_);
     return residual_mlp(x, o_->forward(reshape(permute(attended, {0, 2, 1, 3}), {B, T, NH_ * D_})));
   }
 
