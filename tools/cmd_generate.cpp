@@ -85,9 +85,9 @@ int run_generate(const std::vector<std::string>& args) {
   KILN_CHECK(!prompts.empty() || (chat && flags.has("messages")),
              "generate: give --prompt TEXT or --prompts_file FILE", chat ? " or --messages FILE.json" : "", "\n", kUsage);
   auto model = models::from_pretrained_with_adapter(flags.get("model"), flags.get("adapter"), {});
-  auto* causal = dynamic_cast<models::CausalLM*>(model.get());
-  auto* t5 = dynamic_cast<models::T5ForTask*>(model.get());
-  KILN_CHECK((causal && causal->can_generate()) || (t5 && t5->can_generate()), "generate: ", model->architecture(),
+  // An encoder-decoder (T5) reads a prompt as its encoder's input; a causal LM continues it.
+  const bool seq2seq = model->config().is_encoder_decoder();
+  KILN_CHECK(model->can_generate(), "generate: ", model->architecture(),
              " cannot generate text; it needs a language-model head (GPT2LMHeadModel, a Llama, Mistral or Qwen2 ",
              "*ForCausalLM, or T5ForConditionalGeneration)");
   cli::TokenizerBundle tok = cli::load_tokenizer(cli::tokenizer_dir_for(flags.get("model"), flags.get("adapter")));
@@ -113,7 +113,7 @@ int run_generate(const std::vector<std::string>& args) {
   const auto batch = static_cast<size_t>(flags.integer("batch_size", 8, 1));
   std::optional<tokenizers::ChatTemplate> templ;
   if (chat) {
-    KILN_CHECK(causal, "generate: --chat needs a decoder-only model (a chat template's prompt is continued)");
+    KILN_CHECK(!seq2seq, "generate: --chat needs a decoder-only model (a chat template's prompt is continued)");
     templ = tokenizers::ChatTemplate::from_pretrained(flags.get("model"));
     const auto& special = templ->special_tokens();
     const std::string eot = special.contains("eos_token") ? special["eos_token"].get<std::string>() : "";
@@ -124,27 +124,27 @@ int run_generate(const std::vector<std::string>& args) {
   }
   // A causal LM continues the raw text; T5's encoder input ends with </s>, as HF's tokenizer(text) gives it.
   std::vector<std::vector<int64_t>> ids;
-  const std::string prefix = !t5 ? "" : flags.has("source_prefix") ? flags.get("source_prefix")
+  const std::string prefix = !seq2seq ? "" : flags.has("source_prefix") ? flags.get("source_prefix")
                                                                     : cli::saved_source_prefix(model->config());
-  if (!t5 && flags.has("source_prefix"))
+  if (!seq2seq && flags.has("source_prefix"))
     std::fprintf(stderr, "kiln generate: warning: --source_prefix is for encoder-decoder models (T5); ignored\n");
   if (templ) {
     ids = chat_prompts(flags, prompts, tok, *templ);
   } else {
     for (const auto& p : prompts) {
-      auto e = tok.tokenizer.encode(prefix + p, /*add_special_tokens=*/t5 != nullptr);
+      auto e = tok.tokenizer.encode(prefix + p, /*add_special_tokens=*/seq2seq);
       ids.emplace_back(e.ids.begin(), e.ids.end());
     }
   }
   std::vector<std::vector<int64_t>> out;
-  if (causal) {
-    out = models::generate(*causal, ids, g);
+  if (!seq2seq) {
+    out = models::generate(*model, ids, g);
   } else {
     const uint64_t seed = g.seed;
     for (size_t i = 0; i < ids.size(); i += batch) {
       g.seed = seed + i / batch;  // each batch its own sampling stream
       std::vector<std::vector<int64_t>> chunk(ids.begin() + i, ids.begin() + std::min(ids.size(), i + batch));
-      for (auto& seq : models::generate(*t5, chunk, g)) out.push_back(std::move(seq));
+      for (auto& seq : models::generate(*model, chunk, g)) out.push_back(std::move(seq));
     }
   }
   for (size_t i = 0; i < out.size(); ++i) {

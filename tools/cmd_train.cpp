@@ -346,34 +346,6 @@ std::vector<std::string> expand_args_file(const std::vector<std::string>& args) 
   return out;
 }
 
-// A config trained from scratch takes the tokenizer's vocabulary size and
-// special token ids.
-void fit_config_to_tokenizer(models::PretrainedConfig& config, const cli::TokenizerBundle& tok) {
-  models::PretrainedConfig* c = &config;
-  const int64_t vocab = static_cast<int64_t>(tok.tokenizer.vocab_size());
-  if (auto* b = dynamic_cast<models::BertConfig*>(c)) {
-    b->vocab_size = vocab;
-    b->pad_token_id = tok.pad_id;
-  } else if (auto* g = dynamic_cast<models::GPT2Config*>(c)) {
-    g->vocab_size = vocab;
-    if (!g->pad_token_id) g->pad_token_id = tok.pad_id;  // as for Llama below: GPT2ForSequenceClassification needs it
-  } else if (auto* l = dynamic_cast<models::LlamaConfig*>(c)) {
-    l->vocab_size = vocab;
-    // LlamaForSequenceClassification finds each row's end by it; the collator pads with the same id.
-    if (!l->pad_token_id) l->pad_token_id = tok.pad_id;
-  } else if (auto* t5 = dynamic_cast<models::T5Config*>(c)) {
-    t5->vocab_size = vocab;
-    t5->pad_token_id = tok.pad_id;
-    t5->decoder_start_token_id = tok.pad_id;
-    // Targets end with the tokenizer's end token; generation stops there.
-    for (const char* end : {"</s>", "[SEP]"})
-      if (auto id = tok.tokenizer.token_to_id(end)) {
-        t5->eos_token_id = *id;
-        break;
-      }
-  }
-}
-
 // --task, or the model's; a causal-lm file of conversations or
 // prompt-completion pairs trains as sft.
 std::string choose_task(const std::map<std::string, std::string>& f) {
@@ -496,7 +468,7 @@ std::unique_ptr<models::PreTrainedModel> make_model(const ModelRecipe& r, Device
     model = models::from_pretrained(f.at("model_name_or_path"), lo);
   } else {
     std::unique_ptr<models::PretrainedConfig> c = r.config.clone();  // each replica's own, set below
-    fit_config_to_tokenizer(*c, r.ctx.tok);
+    c->adapt_to_tokenizer(cli::tokenizer_ids(r.ctx.tok));  // from scratch, the vocabulary and ids are the tokenizer's
     if (r.task.classification_head()) c->set_num_labels(num_labels);
     model = models::create_model(r.task.architecture(*c), *c, r.args.seed, device);
   }

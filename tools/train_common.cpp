@@ -3,8 +3,6 @@
 #include <cstdio>
 
 #include "kiln/core/error.h"
-#include "kiln/models/gpt2.h"
-#include "kiln/models/llama.h"
 
 namespace kiln::cli {
 
@@ -28,6 +26,16 @@ TokenizerBundle load_tokenizer(const fs::path& dir) {
   return b;
 }
 
+models::TokenizerIds tokenizer_ids(const TokenizerBundle& tok) {
+  models::TokenizerIds ids{static_cast<int64_t>(tok.tokenizer.vocab_size()), tok.pad_id, std::nullopt};
+  for (const char* end : {"</s>", "[SEP]"})
+    if (auto id = tok.tokenizer.token_to_id(end)) {
+      ids.eos_id = *id;
+      break;
+    }
+  return ids;
+}
+
 int64_t sequence_length(std::optional<int64_t> asked, const models::PretrainedConfig& config, const char* command,
                         int64_t fallback) {
   const int64_t want = asked.value_or(fallback);
@@ -42,9 +50,7 @@ int64_t sequence_length(std::optional<int64_t> asked, const models::PretrainedCo
 }
 
 int64_t padding_id(const TokenizerBundle& tok, const models::PretrainedConfig& config) {
-  if (auto* g = dynamic_cast<const models::GPT2Config*>(&config); g && g->pad_token_id) return *g->pad_token_id;
-  if (auto* l = dynamic_cast<const models::LlamaConfig*>(&config); l && l->pad_token_id) return *l->pad_token_id;
-  return tok.pad_id;
+  return config.batch_pad_id().value_or(tok.pad_id);
 }
 
 std::string saved_source_prefix(const models::PretrainedConfig& config) {

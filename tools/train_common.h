@@ -27,6 +27,10 @@ struct TokenizerBundle {
   std::vector<int64_t> special_ids;
 };
 TokenizerBundle load_tokenizer(const std::filesystem::path& dir);
+// What a config without weights adapts to (PretrainedConfig::adapt_to_tokenizer):
+// the tokenizer's size, pad id, and end token (</s>, else [SEP]), which
+// seq2seq targets end with and generation stops at.
+models::TokenizerIds tokenizer_ids(const TokenizerBundle& tok);
 
 // The id the collator pads with: the tokenizer's, except for a decoder-only
 // model (GPT-2, the Llama family) whose config names its own pad_token_id:

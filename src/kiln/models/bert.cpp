@@ -4,6 +4,8 @@
 #include <limits>
 
 #include "kiln/core/error.h"
+#include "kiln/models/attention.h"
+#include "kiln/models/registry.h"
 
 namespace kiln::models {
 
@@ -72,14 +74,7 @@ Tensor BertLayer::forward(const Tensor& x, const Tensor& mask, bool first_only) 
   Tensor q = heads(query_->forward(xq), Tq), k = heads(key_->forward(x), T), v = heads(value_->forward(x), T);
   // scores = q kᵀ / √D + mask -> softmax over keys
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  Tensor attended;  // [B,NH,t,D]
-  if (use_fused_attention(q, k, mask)) {
-    attended = fused_attention(q, k, v, {mask, false, scale, attn_probs_dropout_->active_p(),
-                                         attn_probs_dropout_->generator()});
-  } else {
-    Tensor probs = attn_probs_dropout_->forward(softmax(matmul(q, k, false, true) * scale, -1, mask));
-    attended = matmul(probs, v);
-  }
+  Tensor attended = attend(q, k, v, {.mask = mask, .scale = scale}, *attn_probs_dropout_);  // [B,NH,t,D]
   Tensor context = reshape(permute(attended, {0, 2, 1, 3}), {B, Tq, H});
   Tensor attn = attn_norm_->forward(attn_out_dropout_->forward(attn_out_->forward(context)) + xq);
   Tensor inter = nn::activation(config_.hidden_act, intermediate_->forward(attn));
@@ -353,6 +348,21 @@ ModelOutputs BertForTask::forward(const ModelInputs& in) {
     case Head::MultipleChoice: break;  // forward_choices() answered above
   }
   return out;
+}
+
+const ModelFamily& bert_family() {
+  static const ModelFamily family{
+      .model_types = {"bert", "roberta", "distilbert"},
+      .architectures = class_names({"Bert", "Roberta", "DistilBert"},
+                                   {"Model", "ForSequenceClassification", "ForTokenClassification",
+                                    "ForQuestionAnswering", "ForMaskedLM", "ForMultipleChoice"}),
+      .aliases = {},
+      .presets = {"bert-tiny", "bert-mini", "bert-small", "bert-base", "roberta-base", "distilbert-base",
+                  "distilbert-tiny"},
+      .read_config = &read_config_as<BertConfig>,
+      .preset = &preset_as<BertConfig>,
+      .build = &build_as<BertForTask, BertConfig>};
+  return family;
 }
 
 }  // namespace kiln::models

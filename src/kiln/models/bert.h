@@ -70,6 +70,9 @@ class BertForTask : public PreTrainedModel {
   ModelOutputs forward(const ModelInputs& inputs) override;
   std::string architecture() const override { return architecture_; }
   std::string base_model_prefix() const override { return prefix_; }
+  std::vector<std::string> head_prefixes() const override {
+    return {"cls.", "lm_head.", "classifier", "qa_outputs", "pre_classifier.", "vocab_"};
+  }
   // RoBERTa's and DistilBERT's tokenizers give none.
   bool tokenizer_gives_token_types() const override { return !roberta_ && !distil_; }
   BertBackbone& backbone() { return *backbone_; }

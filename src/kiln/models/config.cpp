@@ -16,35 +16,46 @@ using config_json::read;
 using config_json::read_opt;
 
 namespace {
-const std::vector<std::string> kBertKeys = {
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-    "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-    "initializer_range", "layer_norm_eps", "pad_token_id", "bos_token_id", "eos_token_id", "position_embedding_type",
-    "classifier_dropout"};
-// DistilBertConfig's keys and the BertConfig fields they hold, for reading and
-// writing alike (Config is BertConfig or const BertConfig).
-template <class Config, class Visit>
-void distilbert_fields(Config& c, Visit&& visit) {
+using config_json::Unset;
+// BertConfig's keys (RobertaConfig's are the same), or DistilBertConfig's
+// names for the same fields, for reading and writing alike (Config is
+// BertConfig or const BertConfig).
+constexpr auto bert_fields = [](auto& c, auto&& visit) {
+  if (c.distilbert()) {
+    visit("sinusoidal_pos_embds");  // must be false: checked on reading, written false
+    visit("vocab_size", c.vocab_size);
+    visit("max_position_embeddings", c.max_position_embeddings);
+    visit("n_layers", c.num_hidden_layers);
+    visit("n_heads", c.num_attention_heads);
+    visit("dim", c.hidden_size);
+    visit("hidden_dim", c.intermediate_size);
+    visit("dropout", c.hidden_dropout_prob);
+    visit("attention_dropout", c.attention_probs_dropout_prob);
+    visit("activation", c.hidden_act);
+    visit("initializer_range", c.initializer_range);
+    visit("qa_dropout", c.qa_dropout);
+    visit("seq_classif_dropout", c.seq_classif_dropout);
+    visit("pad_token_id", c.pad_token_id);
+    return;
+  }
   visit("vocab_size", c.vocab_size);
+  visit("hidden_size", c.hidden_size);
+  visit("num_hidden_layers", c.num_hidden_layers);
+  visit("num_attention_heads", c.num_attention_heads);
+  visit("intermediate_size", c.intermediate_size);
+  visit("hidden_act", c.hidden_act);
+  visit("hidden_dropout_prob", c.hidden_dropout_prob);
+  visit("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
   visit("max_position_embeddings", c.max_position_embeddings);
-  visit("n_layers", c.num_hidden_layers);
-  visit("n_heads", c.num_attention_heads);
-  visit("dim", c.hidden_size);
-  visit("hidden_dim", c.intermediate_size);
-  visit("dropout", c.hidden_dropout_prob);
-  visit("attention_dropout", c.attention_probs_dropout_prob);
-  visit("activation", c.hidden_act);
+  visit("type_vocab_size", c.type_vocab_size);
   visit("initializer_range", c.initializer_range);
-  visit("qa_dropout", c.qa_dropout);
-  visit("seq_classif_dropout", c.seq_classif_dropout);
+  visit("layer_norm_eps", c.layer_norm_eps);
   visit("pad_token_id", c.pad_token_id);
-}
-std::vector<std::string> distilbert_keys() {
-  std::vector<std::string> keys = {"sinusoidal_pos_embds"};
-  BertConfig c;
-  distilbert_fields(c, [&](const char* key, auto&) { keys.emplace_back(key); });
-  return keys;
-}
+  visit("bos_token_id", c.bos_token_id, Unset::omit);
+  visit("eos_token_id", c.eos_token_id, Unset::omit);
+  visit("position_embedding_type", c.position_embedding_type);
+  visit("classifier_dropout", c.classifier_dropout);
+};
 const std::vector<std::string> kCommonKeys = {"model_type", "architectures", "id2label", "label2id", "num_labels",
                                               "problem_type"};
 }  // namespace
@@ -182,38 +193,18 @@ BertConfig BertConfig::from_json(const json& j, const std::string& src) {
     c.layer_norm_eps = 1e-5;
     c.vocab_size = 50265;
   }
-  if (c.model_type == "distilbert") {  // DistilBertConfig: its names and defaults
+  if (c.model_type == "distilbert") {  // DistilBertConfig's defaults
     c.num_hidden_layers = 6;
     c.type_vocab_size = 0;  // no token type embeddings
-    config_json::read_common(j, c, src);
+  }
+  config_json::read_common(j, c, src);
+  if (c.distilbert()) {
     bool sinusoidal = false;
     read(j, "sinusoidal_pos_embds", sinusoidal, src);
     KILN_CHECK(!sinusoidal, src, ": 'sinusoidal_pos_embds' true is not supported (HF freezes those position "
                "embeddings; kiln would train them)");
-    distilbert_fields(c, [&](const char* key, auto& field) { read(j, key, field, src); });
-    config_json::keep_unknown(j, c, distilbert_keys());
-    c.validate(src);
-    return c;
   }
-  config_json::read_common(j, c, src);
-  read(j, "vocab_size", c.vocab_size, src);
-  read(j, "hidden_size", c.hidden_size, src);
-  read(j, "num_hidden_layers", c.num_hidden_layers, src);
-  read(j, "num_attention_heads", c.num_attention_heads, src);
-  read(j, "intermediate_size", c.intermediate_size, src);
-  read(j, "hidden_act", c.hidden_act, src);
-  read(j, "hidden_dropout_prob", c.hidden_dropout_prob, src);
-  read(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, src);
-  read(j, "max_position_embeddings", c.max_position_embeddings, src);
-  read(j, "type_vocab_size", c.type_vocab_size, src);
-  read(j, "initializer_range", c.initializer_range, src);
-  read(j, "layer_norm_eps", c.layer_norm_eps, src);
-  read(j, "pad_token_id", c.pad_token_id, src);
-  read_opt(j, "bos_token_id", c.bos_token_id, src);
-  read_opt(j, "eos_token_id", c.eos_token_id, src);
-  read(j, "position_embedding_type", c.position_embedding_type, src);
-  read_opt(j, "classifier_dropout", c.classifier_dropout, src);
-  config_json::keep_unknown(j, c, kBertKeys);
+  config_json::read_fields(j, c, src, bert_fields);
   c.validate(src);
   return c;
 }
@@ -284,30 +275,33 @@ std::optional<BertConfig> BertConfig::preset(const std::string& name) {
   return c;
 }
 
+std::string BertConfig::architecture_for(ModelTask task) const {
+  switch (task) {
+    case ModelTask::SequenceClassification: return class_prefix() + "ForSequenceClassification";
+    case ModelTask::TokenClassification: return class_prefix() + "ForTokenClassification";
+    case ModelTask::QuestionAnswering: return class_prefix() + "ForQuestionAnswering";
+    case ModelTask::MultipleChoice: return class_prefix() + "ForMultipleChoice";
+    case ModelTask::MaskedLM: return class_prefix() + "ForMaskedLM";
+    default: return "";
+  }
+}
+
+void BertConfig::adapt_to_tokenizer(const TokenizerIds& ids) {
+  vocab_size = ids.vocab_size;
+  pad_token_id = ids.pad_id;
+}
+
+std::vector<std::string> BertConfig::ignored_checkpoint_keys() const {
+  // The masked-LM decoders, tied to the word embeddings.
+  if (distilbert()) return {"vocab_projector.weight"};
+  return {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "lm_head.decoder.weight",
+          "lm_head.decoder.bias"};
+}
+
 json BertConfig::to_json() const {
   json j = config_json::write_common(*this);
-  if (distilbert()) {
-    j["sinusoidal_pos_embds"] = false;
-    distilbert_fields(*this, [&](const char* key, const auto& field) { j[key] = field; });
-    return j;
-  }
-  j["vocab_size"] = vocab_size;
-  j["hidden_size"] = hidden_size;
-  j["num_hidden_layers"] = num_hidden_layers;
-  j["num_attention_heads"] = num_attention_heads;
-  j["intermediate_size"] = intermediate_size;
-  j["hidden_act"] = hidden_act;
-  j["hidden_dropout_prob"] = hidden_dropout_prob;
-  j["attention_probs_dropout_prob"] = attention_probs_dropout_prob;
-  j["max_position_embeddings"] = max_position_embeddings;
-  j["type_vocab_size"] = type_vocab_size;
-  j["initializer_range"] = initializer_range;
-  j["layer_norm_eps"] = layer_norm_eps;
-  j["pad_token_id"] = pad_token_id;
-  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
-  if (eos_token_id) j["eos_token_id"] = *eos_token_id;
-  j["position_embedding_type"] = position_embedding_type;
-  j["classifier_dropout"] = classifier_dropout ? json(*classifier_dropout) : json(nullptr);
+  if (distilbert()) j["sinusoidal_pos_embds"] = false;
+  bert_fields(*this, config_json::Writer{j});
   return j;
 }
 

@@ -20,6 +20,25 @@ struct SizeTerm {
   long double parameters = 0;
 };
 
+// What a model is trained for: picks the architecture HF's example scripts build.
+enum class ModelTask {
+  SequenceClassification,
+  TokenClassification,
+  QuestionAnswering,
+  MultipleChoice,
+  MaskedLM,
+  CausalLM,
+  Seq2SeqLM
+};
+
+// The tokenizer a new model (from a preset or a config file, no weights) is
+// trained with: its size, its padding id and its end token, if it has one.
+struct TokenizerIds {
+  int64_t vocab_size = 0;
+  int64_t pad_id = 0;
+  std::optional<int64_t> eos_id;
+};
+
 // What every Hugging Face config has (PretrainedConfig): the model type, the
 // architectures, labels for classification heads, and the fields kiln does
 // not interpret (kept and written back). Token ids live in each model's
@@ -47,6 +66,24 @@ struct PretrainedConfig {
   virtual std::optional<int64_t> max_positions() const { return std::nullopt; }
   // The model's weights by part, naming the config fields each comes from.
   virtual std::vector<SizeTerm> size_terms() const = 0;
+  // The number of token ids the embeddings hold (vocab_size).
+  virtual int64_t vocabulary_size() const = 0;
+  // The id batches must be padded with when the model finds each row's end
+  // by it (GPT-2's and Llama's sequence classifiers: their pad_token_id); none
+  // when the tokenizer's own pad id serves.
+  virtual std::optional<int64_t> batch_pad_id() const { return std::nullopt; }
+  // Encoder-decoder (T5): a prompt is the encoder's input, not continued text.
+  virtual bool is_encoder_decoder() const { return false; }
+  // The HF class this model type has for `task` ("BertForTokenClassification",
+  // "GPT2LMHeadModel"), or empty when it has none.
+  virtual std::string architecture_for(ModelTask task) const = 0;
+  // Fits a config without weights to the tokenizer a run trains with: the
+  // vocabulary size, the padding id and (T5) the ids generation starts and ends with.
+  virtual void adapt_to_tokenizer(const TokenizerIds& ids) = 0;
+  // Keys a checkpoint may hold that are not parameters of this model: tied
+  // copies HF saved (a decoder equal to the word embeddings) and tensors HF
+  // ignores on loading. from_pretrained drops them.
+  virtual std::vector<std::string> ignored_checkpoint_keys() const { return {}; }
 };
 
 // Throws when the weights `c` describes would not fit in this machine's
@@ -109,6 +146,10 @@ struct BertConfig : PretrainedConfig {
     return max_position_embeddings - (model_type == "roberta" ? pad_token_id + 1 : 0);
   }
   void validate(const std::string& source) const;
+  int64_t vocabulary_size() const override { return vocab_size; }
+  std::string architecture_for(ModelTask task) const override;
+  void adapt_to_tokenizer(const TokenizerIds& ids) override;
+  std::vector<std::string> ignored_checkpoint_keys() const override;
 };
 
 }  // namespace kiln::models

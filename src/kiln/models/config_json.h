@@ -1,6 +1,7 @@
 #pragma once
 // Reading and writing config.json fields: typed reads whose errors name the
 // file and key, and the fields every PretrainedConfig shares.
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -31,10 +32,79 @@ void read_opt(const json& j, const char* key, std::optional<T>& out, const std::
   out = v;
 }
 
-// model_type, architectures, id2label (or num_labels), problem_type, pad_token_id.
-void read_common(const json& j, PretrainedConfig& c, const std::string& src);
+// A config's field table is one function template per config that names each
+// config.json key once, with the member it fills:
+//
+//   constexpr auto gpt2_fields = [](auto& c, auto&& visit) {  // c: GPT2Config or const GPT2Config
+//     visit("n_embd", c.n_embd);
+//     visit("n_inner", c.n_inner);                       // unset: written as null
+//     visit("pad_token_id", c.pad_token_id, Unset::omit);  // unset: not written
+//     visit("layer_types");  // a key the config reads and writes by hand
+//   };
+//
+// Visiting it with Reader reads config.json, with Writer writes it and with
+// KeyLister lists the keys the config interprets (the rest go to `extra`).
+// Members are int64_t, double, bool, std::string or std::optional of those;
+// a null in config.json unsets an optional member (HF's None).
+enum class Unset { null, omit };  // how Writer writes an unset optional member
+
+struct Reader {
+  const json& j;
+  const std::string& src;
+  template <typename T>
+  void operator()(const char* key, T& field, Unset = Unset::null) const {
+    read(j, key, field, src);
+  }
+  template <typename T>
+  void operator()(const char* key, std::optional<T>& field, Unset = Unset::null) const {
+    auto it = j.find(key);
+    if (it == j.end()) return;
+    if (it->is_null()) return field.reset();
+    T v{};
+    read(j, key, v, src);
+    field = v;
+  }
+  void operator()(const char*) const {}
+};
+
+struct Writer {
+  json& j;
+  template <typename T>
+  void operator()(const char* key, const T& field, Unset = Unset::null) const {
+    j[key] = field;
+  }
+  template <typename T>
+  void operator()(const char* key, const std::optional<T>& field, Unset unset = Unset::null) const {
+    if (field) j[key] = *field;
+    else if (unset == Unset::null) j[key] = nullptr;
+  }
+  void operator()(const char*) const {}
+};
+
+struct KeyLister {
+  std::vector<std::string>& keys;
+  template <typename T>
+  void operator()(const char* key, const T&, Unset = Unset::null) const {
+    keys.emplace_back(key);
+  }
+  void operator()(const char* key) const { keys.emplace_back(key); }
+};
+
 // Keys outside `known` (and the common ones) go to c.extra.
 void keep_unknown(const json& j, PretrainedConfig& c, const std::vector<std::string>& known);
+
+// Reads the fields `fields` names from j into c and keeps the keys it does not
+// name (nor the common ones) in c.extra.
+template <class Config, class Fields>
+void read_fields(const json& j, Config& c, const std::string& src, const Fields& fields) {
+  fields(c, Reader{j, src});
+  std::vector<std::string> keys;
+  fields(c, KeyLister{keys});
+  keep_unknown(j, c, keys);
+}
+
+// model_type, architectures, id2label (or num_labels), problem_type, pad_token_id.
+void read_common(const json& j, PretrainedConfig& c, const std::string& src);
 // The common fields, over c.extra.
 json write_common(const PretrainedConfig& c);
 // problem_type and id2label consistency.

@@ -7,21 +7,42 @@
 
 #include "kiln/core/error.h"
 #include "kiln/models/config_json.h"
+#include "kiln/models/registry.h"
 
 namespace kiln::models {
 
 using nlohmann::json;
-using config_json::read;
-using config_json::read_opt;
 
 namespace {
 
-const std::vector<std::string> kDebertaKeys = {
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-    "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-    "initializer_range", "layer_norm_eps", "relative_attention", "max_relative_positions", "position_buckets",
-    "pad_token_id", "position_biased_input", "pos_att_type", "share_att_key", "norm_rel_ebd", "pooler_dropout",
-    "pooler_hidden_act", "cls_dropout"};
+using config_json::Unset;
+// DebertaV2Config's keys. pooler_hidden_size is written (hidden_size) unless
+// the config read one (kept in extra).
+constexpr auto deberta_fields = [](auto& c, auto&& visit) {
+  visit("vocab_size", c.vocab_size);
+  visit("hidden_size", c.hidden_size);
+  visit("num_hidden_layers", c.num_hidden_layers);
+  visit("num_attention_heads", c.num_attention_heads);
+  visit("intermediate_size", c.intermediate_size);
+  visit("hidden_act", c.hidden_act);
+  visit("hidden_dropout_prob", c.hidden_dropout_prob);
+  visit("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
+  visit("max_position_embeddings", c.max_position_embeddings);
+  visit("type_vocab_size", c.type_vocab_size);
+  visit("initializer_range", c.initializer_range);
+  visit("layer_norm_eps", c.layer_norm_eps);
+  visit("relative_attention", c.relative_attention);
+  visit("max_relative_positions", c.max_relative_positions);
+  visit("position_buckets", c.position_buckets);
+  visit("pad_token_id", c.pad_token_id);
+  visit("position_biased_input", c.position_biased_input);
+  visit("pos_att_type");  // a list, or the older "p2c|c2p" string: read_pos_att_type
+  visit("share_att_key", c.share_att_key);
+  visit("norm_rel_ebd", c.norm_rel_ebd);
+  visit("pooler_dropout", c.pooler_dropout);
+  visit("pooler_hidden_act", c.pooler_hidden_act);
+  visit("cls_dropout", c.cls_dropout, Unset::omit);
+};
 
 // pos_att_type: a list of strings, or HF's older "p2c|c2p" string form.
 std::vector<std::string> read_pos_att_type(const json& j, const std::string& src) {
@@ -98,31 +119,8 @@ DebertaV2Config DebertaV2Config::from_json(const json& j, const std::string& src
   KILN_CHECK(j.is_object(), src, ": expected a JSON object, got ", json_found(j));
   DebertaV2Config c;
   config_json::read_common(j, c, src);
-  read(j, "vocab_size", c.vocab_size, src);
-  read(j, "hidden_size", c.hidden_size, src);
-  read(j, "num_hidden_layers", c.num_hidden_layers, src);
-  read(j, "num_attention_heads", c.num_attention_heads, src);
-  read(j, "intermediate_size", c.intermediate_size, src);
-  read(j, "hidden_act", c.hidden_act, src);
-  read(j, "hidden_dropout_prob", c.hidden_dropout_prob, src);
-  read(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, src);
-  read(j, "max_position_embeddings", c.max_position_embeddings, src);
-  read(j, "type_vocab_size", c.type_vocab_size, src);
-  read(j, "initializer_range", c.initializer_range, src);
-  read(j, "layer_norm_eps", c.layer_norm_eps, src);
-  read(j, "relative_attention", c.relative_attention, src);
-  read(j, "max_relative_positions", c.max_relative_positions, src);
-  read(j, "position_buckets", c.position_buckets, src);
-  if (j.contains("pad_token_id") && j["pad_token_id"].is_null()) c.pad_token_id.reset();
-  else read_opt(j, "pad_token_id", c.pad_token_id, src);
-  read(j, "position_biased_input", c.position_biased_input, src);
+  config_json::read_fields(j, c, src, deberta_fields);
   c.pos_att_type = read_pos_att_type(j, src);
-  read(j, "share_att_key", c.share_att_key, src);
-  read(j, "norm_rel_ebd", c.norm_rel_ebd, src);
-  read(j, "pooler_dropout", c.pooler_dropout, src);
-  read(j, "pooler_hidden_act", c.pooler_hidden_act, src);
-  read_opt(j, "cls_dropout", c.cls_dropout, src);
-  config_json::keep_unknown(j, c, kDebertaKeys);
   c.validate(src);
   check_unsupported(j, c, src);
   return c;
@@ -179,30 +177,9 @@ void DebertaV2Config::validate(const std::string& src) const {
 
 json DebertaV2Config::to_json() const {
   json j = config_json::write_common(*this);
-  j["vocab_size"] = vocab_size;
-  j["hidden_size"] = hidden_size;
-  j["num_hidden_layers"] = num_hidden_layers;
-  j["num_attention_heads"] = num_attention_heads;
-  j["intermediate_size"] = intermediate_size;
-  j["hidden_act"] = hidden_act;
-  j["hidden_dropout_prob"] = hidden_dropout_prob;
-  j["attention_probs_dropout_prob"] = attention_probs_dropout_prob;
-  j["max_position_embeddings"] = max_position_embeddings;
-  j["type_vocab_size"] = type_vocab_size;
-  j["initializer_range"] = initializer_range;
-  j["layer_norm_eps"] = layer_norm_eps;
-  j["relative_attention"] = relative_attention;
-  j["max_relative_positions"] = max_relative_positions;
-  j["position_buckets"] = position_buckets;
-  j["pad_token_id"] = pad_token_id ? json(*pad_token_id) : json(nullptr);
-  j["position_biased_input"] = position_biased_input;
+  deberta_fields(*this, config_json::Writer{j});
   j["pos_att_type"] = pos_att_type;
-  j["share_att_key"] = share_att_key;
-  j["norm_rel_ebd"] = norm_rel_ebd;
-  j["pooler_dropout"] = pooler_dropout;
-  j["pooler_hidden_act"] = pooler_hidden_act;
   if (!j.contains("pooler_hidden_size")) j["pooler_hidden_size"] = hidden_size;
-  if (cls_dropout) j["cls_dropout"] = *cls_dropout;
   return j;
 }
 
@@ -223,6 +200,35 @@ std::optional<DebertaV2Config> DebertaV2Config::preset(const std::string& name) 
   DebertaV2Config c = from_json(j, "preset " + name);
   c.architectures = {"DebertaV2ForSequenceClassification"};
   return c;
+}
+
+std::string DebertaV2Config::architecture_for(ModelTask task) const {
+  if (task == ModelTask::SequenceClassification) return "DebertaV2ForSequenceClassification";
+  if (task == ModelTask::TokenClassification) return "DebertaV2ForTokenClassification";
+  return "";
+}
+
+void DebertaV2Config::adapt_to_tokenizer(const TokenizerIds& ids) {
+  vocab_size = ids.vocab_size;
+  pad_token_id = ids.pad_id;
+}
+
+std::vector<std::string> DebertaV2Config::ignored_checkpoint_keys() const {
+  // DeBERTa-v3 has no absolute positions: HF ignores a checkpoint's (_keys_to_ignore_on_load_unexpected).
+  if (position_biased_input) return {};
+  return {"deberta.embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"};
+}
+
+const ModelFamily& deberta_family() {
+  static const ModelFamily family{
+      .model_types = {"deberta-v2"},
+      .architectures = {"DebertaV2Model", "DebertaV2ForSequenceClassification", "DebertaV2ForTokenClassification"},
+      .aliases = {},
+      .presets = {"deberta-v3-tiny", "deberta-v3-base"},
+      .read_config = &read_config_as<DebertaV2Config>,
+      .preset = &preset_as<DebertaV2Config>,
+      .build = &build_as<DebertaV2ForTask, DebertaV2Config>};
+  return family;
 }
 
 std::vector<SizeTerm> DebertaV2Config::size_terms() const {

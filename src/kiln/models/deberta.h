@@ -55,6 +55,10 @@ struct DebertaV2Config : PretrainedConfig {
     return position_biased_input ? std::optional<int64_t>(max_position_embeddings) : std::nullopt;
   }
   std::vector<SizeTerm> size_terms() const override;
+  int64_t vocabulary_size() const override { return vocab_size; }
+  std::string architecture_for(ModelTask task) const override;
+  void adapt_to_tokenizer(const TokenizerIds& ids) override;
+  std::vector<std::string> ignored_checkpoint_keys() const override;
   void validate(const std::string& source) const;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
@@ -112,6 +116,10 @@ class DebertaV2ForTask : public PreTrainedModel {
   ModelOutputs forward(const ModelInputs& inputs) override;
   std::string architecture() const override { return architecture_; }
   std::string base_model_prefix() const override { return "deberta"; }
+  // (lm_predictions. and mask_predictions.: DeBERTa-v3's pre-training heads, in deberta-v3-base.)
+  std::vector<std::string> head_prefixes() const override {
+    return {"cls.", "classifier", "qa_outputs", "lm_predictions.", "mask_predictions."};
+  }
   bool tokenizer_gives_token_types() const override {
     return static_cast<const DebertaV2Config&>(config()).type_vocab_size > 0;
   }

@@ -4,21 +4,39 @@
 #include <limits>
 
 #include "kiln/core/error.h"
+#include "kiln/models/attention.h"
 #include "kiln/models/config_json.h"
 #include "kiln/models/packing.h"
+#include "kiln/models/registry.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
 
-using config_json::read;
-using config_json::read_opt;
 using nlohmann::json;
 
 namespace {
-const std::vector<std::string> kGPT2Keys = {
-    "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function", "resid_pdrop",
-    "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "initializer_range", "scale_attn_weights",
-    "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "bos_token_id", "eos_token_id", "pad_token_id"};
+using config_json::Unset;
+// GPT2Config's keys. n_ctx is written (as n_positions) for older readers.
+constexpr auto gpt2_fields = [](auto& c, auto&& visit) {
+  visit("vocab_size", c.vocab_size);
+  visit("n_positions", c.n_positions);
+  visit("n_embd", c.n_embd);
+  visit("n_layer", c.n_layer);
+  visit("n_head", c.n_head);
+  visit("n_inner", c.n_inner);
+  visit("activation_function", c.activation_function);
+  visit("resid_pdrop", c.resid_pdrop);
+  visit("embd_pdrop", c.embd_pdrop);
+  visit("attn_pdrop", c.attn_pdrop);
+  visit("layer_norm_epsilon", c.layer_norm_epsilon);
+  visit("initializer_range", c.initializer_range);
+  visit("scale_attn_weights", c.scale_attn_weights);
+  visit("scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx);
+  visit("reorder_and_upcast_attn", c.reorder_and_upcast_attn);
+  visit("bos_token_id", c.bos_token_id);
+  visit("eos_token_id", c.eos_token_id);
+  visit("pad_token_id", c.pad_token_id, Unset::omit);
+};
 constexpr double kMin = std::numeric_limits<float>::lowest();
 }  // namespace
 
@@ -33,25 +51,7 @@ std::vector<SizeTerm> GPT2Config::size_terms() const {
 GPT2Config GPT2Config::from_json(const json& j, const std::string& src) {
   GPT2Config c;
   config_json::read_common(j, c, src);
-  read(j, "vocab_size", c.vocab_size, src);
-  read(j, "n_positions", c.n_positions, src);
-  read(j, "n_embd", c.n_embd, src);
-  read(j, "n_layer", c.n_layer, src);
-  read(j, "n_head", c.n_head, src);
-  read_opt(j, "n_inner", c.n_inner, src);
-  read(j, "activation_function", c.activation_function, src);
-  read(j, "resid_pdrop", c.resid_pdrop, src);
-  read(j, "embd_pdrop", c.embd_pdrop, src);
-  read(j, "attn_pdrop", c.attn_pdrop, src);
-  read(j, "layer_norm_epsilon", c.layer_norm_epsilon, src);
-  read(j, "initializer_range", c.initializer_range, src);
-  read(j, "scale_attn_weights", c.scale_attn_weights, src);
-  read(j, "scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx, src);
-  read(j, "reorder_and_upcast_attn", c.reorder_and_upcast_attn, src);
-  if (j.contains("bos_token_id")) c.bos_token_id.reset(), read_opt(j, "bos_token_id", c.bos_token_id, src);
-  if (j.contains("eos_token_id")) c.eos_token_id.reset(), read_opt(j, "eos_token_id", c.eos_token_id, src);
-  read_opt(j, "pad_token_id", c.pad_token_id, src);
-  config_json::keep_unknown(j, c, kGPT2Keys);
+  config_json::read_fields(j, c, src, gpt2_fields);
   c.validate(src);
   return c;
 }
@@ -82,26 +82,45 @@ void GPT2Config::validate(const std::string& src) const {
 
 json GPT2Config::to_json() const {
   json j = config_json::write_common(*this);
-  j["vocab_size"] = vocab_size;
-  j["n_positions"] = n_positions;
+  gpt2_fields(*this, config_json::Writer{j});
   j["n_ctx"] = n_positions;
-  j["n_embd"] = n_embd;
-  j["n_layer"] = n_layer;
-  j["n_head"] = n_head;
-  j["n_inner"] = n_inner ? json(*n_inner) : json(nullptr);
-  j["activation_function"] = activation_function;
-  j["resid_pdrop"] = resid_pdrop;
-  j["embd_pdrop"] = embd_pdrop;
-  j["attn_pdrop"] = attn_pdrop;
-  j["layer_norm_epsilon"] = layer_norm_epsilon;
-  j["initializer_range"] = initializer_range;
-  j["scale_attn_weights"] = scale_attn_weights;
-  j["scale_attn_by_inverse_layer_idx"] = scale_attn_by_inverse_layer_idx;
-  j["reorder_and_upcast_attn"] = reorder_and_upcast_attn;
-  j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);
-  j["eos_token_id"] = eos_token_id ? json(*eos_token_id) : json(nullptr);
-  if (pad_token_id) j["pad_token_id"] = *pad_token_id;
   return j;
+}
+
+std::optional<GPT2Config> GPT2Config::preset(const std::string& name) {
+  if (name != "gpt2" && name != "gpt2-tiny") return std::nullopt;
+  GPT2Config c;
+  if (name == "gpt2-tiny") {
+    c.n_layer = 2;
+    c.n_embd = 128;
+    c.n_head = 2;
+    c.n_positions = 256;
+  }
+  c.architectures = {"GPT2LMHeadModel"};
+  return c;
+}
+
+std::string GPT2Config::architecture_for(ModelTask task) const {
+  if (task == ModelTask::CausalLM) return "GPT2LMHeadModel";
+  if (task == ModelTask::SequenceClassification) return "GPT2ForSequenceClassification";
+  return "";
+}
+
+void GPT2Config::adapt_to_tokenizer(const TokenizerIds& ids) {
+  vocab_size = ids.vocab_size;
+  // GPT2ForSequenceClassification finds each row's end by it; the collator pads with the same id.
+  if (!pad_token_id) pad_token_id = ids.pad_id;
+}
+
+const ModelFamily& gpt2_family() {
+  static const ModelFamily family{.model_types = {"gpt2"},
+                                  .architectures = {"GPT2Model", "GPT2LMHeadModel", "GPT2ForSequenceClassification"},
+                                  .aliases = {},
+                                  .presets = {"gpt2", "gpt2-tiny"},
+                                  .read_config = &read_config_as<GPT2Config>,
+                                  .preset = &preset_as<GPT2Config>,
+                                  .build = &build_as<GPT2ForTask, GPT2Config>};
+  return family;
 }
 
 GPT2Block::GPT2Block(const GPT2Config& c, int64_t layer, const nn::Init& init, const std::shared_ptr<Generator>& gen)
@@ -128,15 +147,8 @@ Tensor GPT2Block::forward(const Tensor& x, const Tensor& causal, const Tensor& m
   double scale = 1.0;
   if (c_.scale_attn_weights) scale /= std::sqrt(static_cast<double>(D));
   if (c_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(layer_ + 1);
-  Tensor attended;  // [B,NH,T,D]
-  if (use_fused_attention(q, k, mask)) {
-    attended = fused_attention(q, k, v, {mask, true, scale, attn_dropout_->active_p(), attn_dropout_->generator()});
-  } else {
-    Tensor scores = matmul(q, k, false, true) * scale;  // [B,NH,T,T]
-    // Future keys get finfo(float32).min, as HF's torch.where does; padding adds the attention mask.
-    scores = where(causal, scores, full({}, kMin, DType::f32, x.device()));
-    attended = matmul(attn_dropout_->forward(softmax(scores, -1, mask)), v);
-  }
+  Tensor attended =  // [B,NH,T,D]
+      attend(q, k, v, {.mask = mask, .scale = scale, .causal = true, .allowed = causal}, *attn_dropout_);
   Tensor ctx = reshape(permute(attended, {0, 2, 1, 3}), {B, T, C});
   Tensor h = x + resid_dropout_->forward(attn_proj_->forward(ctx));
   Tensor m = mlp_proj_->forward(nn::activation(c_.activation_function, c_fc_->forward(ln_2_->forward(h))));

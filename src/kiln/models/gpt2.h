@@ -32,11 +32,17 @@ struct GPT2Config : PretrainedConfig {
 
   int64_t inner() const { return n_inner.value_or(4 * n_embd); }
   static GPT2Config from_json(const nlohmann::json& j, const std::string& source);
+  // Presets: "gpt2" (GPT-2 small) and "gpt2-tiny" (2 layers, n_embd 128); nullopt for other names.
+  static std::optional<GPT2Config> preset(const std::string& name);
   nlohmann::json to_json() const override;
   std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<GPT2Config>(*this); }
   std::string class_prefix() const override { return "GPT2"; }
   std::vector<SizeTerm> size_terms() const override;
   std::optional<int64_t> max_positions() const override { return n_positions; }
+  int64_t vocabulary_size() const override { return vocab_size; }
+  std::optional<int64_t> batch_pad_id() const override { return pad_token_id; }
+  std::string architecture_for(ModelTask task) const override;
+  void adapt_to_tokenizer(const TokenizerIds& ids) override;
   void validate(const std::string& source) const;
 };
 
@@ -65,6 +71,7 @@ class GPT2ForTask : public CausalLM {
   ModelOutputs forward(const ModelInputs& inputs) override;
   std::string architecture() const override { return architecture_; }
   std::string base_model_prefix() const override { return "transformer"; }
+  std::vector<std::string> head_prefixes() const override { return {"lm_head.", "score."}; }
   Generator& dropout_generator() override { return *gen_; }
   void set_gradient_checkpointing(bool on) override { gradient_checkpointing_ = on; }
   const GPT2Config& gpt2_config() const { return static_cast<const GPT2Config&>(config()); }

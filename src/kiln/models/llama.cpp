@@ -6,40 +6,63 @@
 #include <map>
 
 #include "kiln/core/error.h"
+#include "kiln/models/attention.h"
 #include "kiln/models/config_json.h"
 #include "kiln/models/packing.h"
+#include "kiln/models/registry.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
 
-using config_json::read;
-using config_json::read_opt;
 using nlohmann::json;
 
 namespace {
-// The keys every type of the family has, then each type's own.
-const std::vector<std::string> kCommonKeys = {
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "max_position_embeddings", "initializer_range", "rms_norm_eps",
-    "pad_token_id", "bos_token_id", "eos_token_id", "tie_word_embeddings", "rope_theta", "rope_scaling",
-    "rope_parameters", "attention_dropout"};
-const std::vector<std::string> kWindowKeys = {"use_sliding_window", "sliding_window", "max_window_layers", "layer_types"};
-std::vector<std::string> keys_of(const std::string& type) {
-  std::vector<std::string> keys = kCommonKeys;
-  keys.push_back(type == "gemma2" ? "hidden_activation" : "hidden_act");
-  if (type == "llama") keys.insert(keys.end(), {"pretraining_tp", "attention_bias", "mlp_bias"});
-  if (type == "mistral") keys.insert(keys.end(), {"sliding_window"});
-  if (type == "qwen2" || type == "qwen3") keys.insert(keys.end(), kWindowKeys.begin(), kWindowKeys.end());
-  if (type == "qwen3" || type == "gemma" || type == "gemma2") keys.push_back("attention_bias");
-  if (type == "phi3")
-    keys.insert(keys.end(), {"original_max_position_embeddings", "resid_pdrop", "embd_pdrop", "sliding_window"});
-  if (type == "gemma2")
-    keys.insert(keys.end(), {"query_pre_attn_scalar", "sliding_window", "layer_types", "final_logit_softcapping",
-                             "attn_logit_softcapping"});
-  return keys;
-}
+using config_json::Unset;
 // The key of the activation: Gemma 2 names it hidden_activation.
 const char* act_key(const std::string& type) { return type == "gemma2" ? "hidden_activation" : "hidden_act"; }
+bool qwen(const std::string& type) { return type == "qwen2" || type == "qwen3"; }
+// The keys every type of the family has, then each type's own.
+constexpr auto llama_fields = [](auto& c, auto&& visit) {
+  const std::string& type = c.model_type;
+  visit("vocab_size", c.vocab_size);
+  visit("hidden_size", c.hidden_size);
+  visit("intermediate_size", c.intermediate_size);
+  visit("num_hidden_layers", c.num_hidden_layers);
+  visit("num_attention_heads", c.num_attention_heads);
+  visit("num_key_value_heads", c.num_key_value_heads);  // written resolved (kv_heads)
+  visit("head_dim", c.head_dim, Unset::omit);
+  visit(act_key(type), c.hidden_act);
+  visit("max_position_embeddings", c.max_position_embeddings);
+  visit("initializer_range", c.initializer_range);
+  visit("rms_norm_eps", c.rms_norm_eps);
+  visit("pad_token_id", c.pad_token_id, Unset::omit);
+  visit("bos_token_id", c.bos_token_id);
+  visit("eos_token_id");  // one id or a list
+  visit("tie_word_embeddings", c.tie_word_embeddings);
+  for (const char* rope_key : {"rope_theta", "rope_scaling", "rope_parameters"}) visit(rope_key);  // RopeScaling
+  visit("attention_dropout", c.attention_dropout);
+  if (type == "llama") {  // LlamaConfig's own
+    visit("pretraining_tp", c.pretraining_tp);
+    visit("mlp_bias", c.mlp_bias);
+  }
+  if (type != "mistral" && type != "qwen2" && type != "phi3") visit("attention_bias", c.attention_bias);
+  if (type == "phi3") {
+    visit("original_max_position_embeddings", c.original_max_position_embeddings);
+    visit("resid_pdrop", c.resid_pdrop);
+    visit("embd_pdrop", c.embd_pdrop);
+  }
+  if (type != "llama" && type != "gemma") visit("sliding_window", c.sliding_window);  // null: no window
+  if (qwen(type)) {
+    visit("use_sliding_window", c.use_sliding_window);
+    visit("max_window_layers", c.max_window_layers);
+  }
+  if (qwen(type) || type == "gemma2") visit("layer_types");  // written resolved (default_layer_types)
+  if (type == "gemma2") {
+    visit("query_pre_attn_scalar", c.query_pre_attn_scalar);
+    visit("final_logit_softcapping", c.final_logit_softcapping);
+    visit("attn_logit_softcapping", c.attn_logit_softcapping);
+  }
+};
 constexpr double kMin = std::numeric_limits<float>::lowest();
 
 // rotate_half: [x1, x2] -> [-x2, x1] over the last axis (D = 2 halves).
@@ -125,6 +148,17 @@ LlamaConfig LlamaConfig::defaults(const std::string& model_type) {
 }
 
 std::optional<LlamaConfig> LlamaConfig::preset(const std::string& name) {
+  if (name == "llama-tiny") {  // Llama's layout at a size that trains in seconds
+    LlamaConfig c;
+    c.hidden_size = 128;
+    c.intermediate_size = 352;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 512;
+    c.architectures = {"LlamaForCausalLM"};
+    return c;
+  }
   static const std::map<std::string, std::string> types = {{"llama3-tiny", "llama"},   {"qwen3-tiny", "qwen3"},
                                                            {"mistral-tiny", "mistral"}, {"gemma-tiny", "gemma"},
                                                            {"gemma2-tiny", "gemma2"}, {"phi3-tiny", "phi3"}};
@@ -156,6 +190,36 @@ std::optional<LlamaConfig> LlamaConfig::preset(const std::string& name) {
   if (name == "gemma2-tiny") c.query_pre_attn_scalar = 32;
   c.architectures = {c.class_prefix() + "ForCausalLM"};
   return c;
+}
+
+std::string LlamaConfig::architecture_for(ModelTask task) const {
+  if (task == ModelTask::CausalLM) return class_prefix() + "ForCausalLM";
+  if (task == ModelTask::SequenceClassification) return class_prefix() + "ForSequenceClassification";
+  return "";
+}
+
+void LlamaConfig::adapt_to_tokenizer(const TokenizerIds& ids) {
+  vocab_size = ids.vocab_size;
+  // LlamaForSequenceClassification finds each row's end by it; the collator pads with the same id.
+  if (!pad_token_id) pad_token_id = ids.pad_id;
+}
+
+std::vector<std::string> LlamaConfig::ignored_checkpoint_keys() const {
+  if (tie_word_embeddings) return {"lm_head.weight"};  // tied to model.embed_tokens.weight
+  return {};
+}
+
+const ModelFamily& llama_family() {
+  static const ModelFamily family{
+      .model_types = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3"},
+      .architectures = class_names({"Llama", "Mistral", "Qwen2", "Qwen3", "Gemma", "Gemma2", "Phi3"},
+                                   {"Model", "ForCausalLM", "ForSequenceClassification"}),
+      .aliases = {},
+      .presets = {"llama-tiny", "llama3-tiny", "qwen3-tiny", "mistral-tiny", "gemma-tiny", "gemma2-tiny", "phi3-tiny"},
+      .read_config = &read_config_as<LlamaConfig>,
+      .preset = &preset_as<LlamaConfig>,
+      .build = &build_as<LlamaForTask, LlamaConfig>};
+  return family;
 }
 
 std::vector<std::string> LlamaConfig::default_layer_types() const {
@@ -201,27 +265,20 @@ std::vector<SizeTerm> LlamaConfig::size_terms() const {
 }
 
 namespace {
-// The window and per-type fields (sliding_window, layer_types, Gemma 2's scalars).
-void read_type_fields(const json& j, LlamaConfig& c, const std::string& src) {
-  if (c.model_type == "llama") {  // LlamaConfig's own
-    read(j, "pretraining_tp", c.pretraining_tp, src);
-    read(j, "mlp_bias", c.mlp_bias, src);
+// The keys the table leaves to code: eos_token_id, the rotary keys, layer_types, and checks across keys.
+void read_by_hand(const json& j, LlamaConfig& c, const std::string& src) {
+  if (auto it = j.find("eos_token_id"); it != j.end()) {
+    c.eos_token_id.clear();
+    const json ids = it->is_array() ? *it : it->is_null() ? json::array() : json::array({*it});
+    for (const json& id : ids) {
+      KILN_CHECK(id.is_number_integer(), src, ": 'eos_token_id' must be an id or a list of ids, got ", it->dump());
+      c.eos_token_id.push_back(id.get<int64_t>());
+    }
   }
-  if (c.model_type != "mistral" && c.model_type != "qwen2" && !c.phi3()) read(j, "attention_bias", c.attention_bias, src);
-  if (c.phi3()) {
-    read(j, "original_max_position_embeddings", c.original_max_position_embeddings, src);
-    read(j, "resid_pdrop", c.resid_pdrop, src);
-    read(j, "embd_pdrop", c.embd_pdrop, src);
-    // Phi3Config's original_max_position_embeddings is the one longrope reads.
-    if (c.rope.type == "longrope") c.rope.original_max_position_embeddings = c.original_max_position_embeddings;
-  }
-  if (c.model_type != "llama" && c.model_type != "gemma" && j.contains("sliding_window"))  // null: no window
-    c.sliding_window.reset(), read_opt(j, "sliding_window", c.sliding_window, src);
-  if (c.model_type == "qwen2" || c.model_type == "qwen3") {
-    read(j, "use_sliding_window", c.use_sliding_window, src);
-    read(j, "max_window_layers", c.max_window_layers, src);
-  }
-  if (c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "gemma2")
+  c.rope = RopeScaling::from_json(j, c.rope.theta, src);
+  // Phi3Config's original_max_position_embeddings is the one longrope reads.
+  if (c.phi3() && c.rope.type == "longrope") c.rope.original_max_position_embeddings = c.original_max_position_embeddings;
+  if (qwen(c.model_type) || c.gemma2())
     if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
       KILN_CHECK(it->is_array(), src, ": 'layer_types' must be a list, got ", json_found(*it));
       for (const json& t : *it) {
@@ -230,12 +287,6 @@ void read_type_fields(const json& j, LlamaConfig& c, const std::string& src) {
         c.layer_types.push_back(t.get<std::string>());
       }
     }
-  if (c.gemma2()) {
-    read(j, "query_pre_attn_scalar", c.query_pre_attn_scalar, src);
-    for (auto [key, field] : {std::pair{"final_logit_softcapping", &c.final_logit_softcapping},
-                              std::pair{"attn_logit_softcapping", &c.attn_logit_softcapping}})
-      if (j.contains(key)) field->reset(), read_opt(j, key, *field, src);
-  }
   if (c.gemma()) {
     KILN_CHECK(json_value<bool>(j, "use_bidirectional_attention", false, src) == false, src,
                ": 'use_bidirectional_attention' true is not supported (kiln builds causal Gemma decoders)");
@@ -249,32 +300,8 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& src) {
   LlamaConfig c = defaults(type != j.end() && type->is_string() ? type->get<std::string>() : "llama");
   config_json::read_common(j, c, src);
   KILN_CHECK(is_type(c.model_type), src, ": model_type '", c.model_type, "' is not one of ", kTypes);
-  read(j, "vocab_size", c.vocab_size, src);
-  read(j, "hidden_size", c.hidden_size, src);
-  read(j, "intermediate_size", c.intermediate_size, src);
-  read(j, "num_hidden_layers", c.num_hidden_layers, src);
-  read(j, "num_attention_heads", c.num_attention_heads, src);
-  read_opt(j, "num_key_value_heads", c.num_key_value_heads, src);
-  read_opt(j, "head_dim", c.head_dim, src);
-  read(j, act_key(c.model_type), c.hidden_act, src);
-  read(j, "max_position_embeddings", c.max_position_embeddings, src);
-  read(j, "initializer_range", c.initializer_range, src);
-  read(j, "rms_norm_eps", c.rms_norm_eps, src);
-  if (j.contains("pad_token_id")) c.pad_token_id.reset(), read_opt(j, "pad_token_id", c.pad_token_id, src);
-  if (j.contains("bos_token_id")) c.bos_token_id.reset(), read_opt(j, "bos_token_id", c.bos_token_id, src);
-  if (auto it = j.find("eos_token_id"); it != j.end()) {
-    c.eos_token_id.clear();
-    const json ids = it->is_array() ? *it : it->is_null() ? json::array() : json::array({*it});
-    for (const json& id : ids) {
-      KILN_CHECK(id.is_number_integer(), src, ": 'eos_token_id' must be an id or a list of ids, got ", it->dump());
-      c.eos_token_id.push_back(id.get<int64_t>());
-    }
-  }
-  read(j, "tie_word_embeddings", c.tie_word_embeddings, src);
-  c.rope = RopeScaling::from_json(j, c.rope.theta, src);
-  read(j, "attention_dropout", c.attention_dropout, src);
-  read_type_fields(j, c, src);
-  config_json::keep_unknown(j, c, keys_of(c.model_type));
+  config_json::read_fields(j, c, src, llama_fields);
+  read_by_hand(j, c, src);
   c.validate(src);
   return c;
 }
@@ -323,48 +350,13 @@ void LlamaConfig::validate(const std::string& src) const {
 
 json LlamaConfig::to_json() const {
   json j = config_json::write_common(*this);
-  j["vocab_size"] = vocab_size;
-  j["hidden_size"] = hidden_size;
-  j["intermediate_size"] = intermediate_size;
-  j["num_hidden_layers"] = num_hidden_layers;
-  j["num_attention_heads"] = num_attention_heads;
+  llama_fields(*this, config_json::Writer{j});
   j["num_key_value_heads"] = kv_heads();
-  if (head_dim) j["head_dim"] = *head_dim;
-  j[act_key(model_type)] = hidden_act;
-  j["max_position_embeddings"] = max_position_embeddings;
-  j["initializer_range"] = initializer_range;
-  j["rms_norm_eps"] = rms_norm_eps;
-  if (pad_token_id) j["pad_token_id"] = *pad_token_id;
-  j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);
   j["eos_token_id"] = eos_token_id.size() == 1 ? json(eos_token_id[0])
                       : eos_token_id.empty()   ? json(nullptr)
                                                : json(eos_token_id);
-  j["tie_word_embeddings"] = tie_word_embeddings;
   rope.write(j);
-  j["attention_dropout"] = attention_dropout;
-  if (model_type == "llama") {
-    j["pretraining_tp"] = pretraining_tp;
-    j["mlp_bias"] = mlp_bias;
-  }
-  if (model_type != "mistral" && model_type != "qwen2" && !phi3()) j["attention_bias"] = attention_bias;
-  if (phi3()) {
-    j["original_max_position_embeddings"] = original_max_position_embeddings;
-    j["resid_pdrop"] = resid_pdrop;
-    j["embd_pdrop"] = embd_pdrop;
-  }
-  if (model_type != "llama" && model_type != "gemma")
-    j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
-  if (model_type == "qwen2" || model_type == "qwen3") {
-    j["use_sliding_window"] = use_sliding_window;
-    j["max_window_layers"] = max_window_layers;
-  }
-  if (model_type == "qwen2" || model_type == "qwen3" || gemma2())
-    j["layer_types"] = layer_types.empty() ? default_layer_types() : layer_types;
-  if (gemma2()) {
-    j["query_pre_attn_scalar"] = query_pre_attn_scalar;
-    j["final_logit_softcapping"] = final_logit_softcapping ? json(*final_logit_softcapping) : json(nullptr);
-    j["attn_logit_softcapping"] = attn_logit_softcapping ? json(*attn_logit_softcapping) : json(nullptr);
-  }
+  if (qwen(model_type) || gemma2()) j["layer_types"] = layer_types.empty() ? default_layer_types() : layer_types;
   return j;
 }
 
@@ -447,16 +439,15 @@ class LlamaDecoderLayer : public nn::Module {
     Tensor v = repeat_kv(heads(vp, KVH_), NH_ / KVH_);
     const bool windowed = window_ && *window_ < T;  // (a window as long as the sequence changes nothing)
     // The CPU kernel skips the blocks before a window; the CUDA kernels have no window yet.
-    const bool fused = !cap_ && (!windowed || x.device().kind == DeviceKind::CPU) && use_fused_attention(q, k, m.padding);
-    Tensor attended;  // [B,NH,T,D]
-    if (fused) {
-      attended = fused_attention(q, k, v, {m.padding, true, scale_, attn_dropout_->active_p(), attn_dropout_->generator(),
-                                           windowed ? *window_ : 0});
-    } else {
-      Tensor scores = soft_cap(matmul(q, k, false, true) * scale_, cap_);
-      scores = where(windowed ? m.windowed : m.causal, scores, full({}, kMin, DType::f32, x.device()));
-      attended = matmul(attn_dropout_->forward(softmax(scores, -1, m.padding)), v);
-    }
+    Tensor attended = attend(q, k, v,  // [B,NH,T,D]
+                             {.mask = m.padding,
+                              .scale = scale_,
+                              .causal = true,
+                              .allowed = windowed ? m.windowed : m.causal,
+                              .window = windowed ? *window_ : 0,
+                              .soft_cap = cap_,
+                              .fusable = !windowed || x.device().kind == DeviceKind::CPU},
+                             *attn_dropout_);
     return residual_mlp(x, o_->forward(reshape(permute(attended, {0, 2, 1, 3}), {B, T, NH_ * D_})));
   }
 

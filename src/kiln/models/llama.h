@@ -39,11 +39,10 @@ struct LlamaConfig : PretrainedConfig {
   static bool is_type(const std::string& model_type);
   // The defaults of each model type (HF's config class defaults).
   static LlamaConfig defaults(const std::string& model_type);
-  // Tiny presets of each family's layout (kiln init): "llama3-tiny" (Llama 3.2's:
+  // Tiny presets of each family's layout (kiln init): "llama-tiny" (Llama 2's), "llama3-tiny" (Llama 3.2's:
   // llama3 rope scaling, tied, explicit head_dim), "qwen3-tiny", "mistral-tiny"
   // (a 64-key window), "gemma-tiny", "gemma2-tiny", "phi3-tiny"; nullopt for other names.
   static std::optional<LlamaConfig> preset(const std::string& name);
-  static constexpr const char* kPresets = "llama3-tiny, qwen3-tiny, mistral-tiny, gemma-tiny, gemma2-tiny, phi3-tiny";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -101,6 +100,11 @@ struct LlamaConfig : PretrainedConfig {
   std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<LlamaConfig>(*this); }
   std::vector<SizeTerm> size_terms() const override;
   std::string class_prefix() const override;
+  int64_t vocabulary_size() const override { return vocab_size; }
+  std::optional<int64_t> batch_pad_id() const override { return pad_token_id; }
+  std::string architecture_for(ModelTask task) const override;
+  void adapt_to_tokenizer(const TokenizerIds& ids) override;
+  std::vector<std::string> ignored_checkpoint_keys() const override;
   void validate(const std::string& source) const;
 };
 
@@ -115,6 +119,7 @@ class LlamaForTask : public CausalLM {
   ModelOutputs forward(const ModelInputs& inputs) override;
   std::string architecture() const override { return architecture_; }
   std::string base_model_prefix() const override { return "model"; }
+  std::vector<std::string> head_prefixes() const override { return {"lm_head.", "score."}; }
   Generator& dropout_generator() override { return *gen_; }
   void set_gradient_checkpointing(bool on) override { gradient_checkpointing_ = on; }
   const LlamaConfig& llama_config() const { return static_cast<const LlamaConfig&>(config()); }

@@ -7,12 +7,8 @@
 #include "kiln/core/error.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
-#include "kiln/models/bert.h"
-#include "kiln/models/deberta.h"
 #include "kiln/models/generation_config.h"
-#include "kiln/models/gpt2.h"
-#include "kiln/models/llama.h"
-#include "kiln/models/t5.h"
+#include "kiln/models/registry.h"
 
 namespace kiln::models {
 
@@ -85,53 +81,9 @@ Tensor sequence_classification_loss(const PretrainedConfig& config, const Tensor
 }
 
 std::vector<std::string> supported_architectures() {
-  return {"BertModel",
-          "BertForSequenceClassification",
-          "BertForTokenClassification",
-          "BertForQuestionAnswering",
-          "BertForMaskedLM",
-          "BertForMultipleChoice",
-          "RobertaModel",
-          "RobertaForSequenceClassification",
-          "RobertaForTokenClassification",
-          "RobertaForQuestionAnswering",
-          "RobertaForMaskedLM",
-          "RobertaForMultipleChoice",
-          "DistilBertModel",
-          "DistilBertForSequenceClassification",
-          "DistilBertForTokenClassification",
-          "DistilBertForQuestionAnswering",
-          "DistilBertForMaskedLM",
-          "DistilBertForMultipleChoice",
-          "GPT2Model",
-          "GPT2LMHeadModel",
-          "GPT2ForSequenceClassification",
-          "LlamaModel",
-          "LlamaForCausalLM",
-          "LlamaForSequenceClassification",
-          "MistralModel",
-          "MistralForCausalLM",
-          "MistralForSequenceClassification",
-          "Qwen2Model",
-          "Qwen2ForCausalLM",
-          "Qwen2ForSequenceClassification",
-          "Qwen3Model",
-          "Qwen3ForCausalLM",
-          "Qwen3ForSequenceClassification",
-          "GemmaModel",
-          "GemmaForCausalLM",
-          "GemmaForSequenceClassification",
-          "Gemma2Model",
-          "Gemma2ForCausalLM",
-          "Gemma2ForSequenceClassification",
-          "Phi3Model",
-          "Phi3ForCausalLM",
-          "Phi3ForSequenceClassification",
-          "T5ForConditionalGeneration",
-          "T5EncoderModel",
-          "DebertaV2Model",
-          "DebertaV2ForSequenceClassification",
-          "DebertaV2ForTokenClassification"};
+  std::vector<std::string> archs;
+  for (const ModelFamily* f : model_families()) archs.insert(archs.end(), f->architectures.begin(), f->architectures.end());
+  return archs;
 }
 
 std::unique_ptr<PretrainedConfig> load_config(const fs::path& path) {
@@ -140,115 +92,45 @@ std::unique_ptr<PretrainedConfig> load_config(const fs::path& path) {
 
 std::unique_ptr<PretrainedConfig> config_from_json(const nlohmann::json& j, const std::string& source) {
   const std::string type = json_value<std::string>(j, "model_type", "", source);
-  std::unique_ptr<PretrainedConfig> config;
-  if (type == "bert" || type == "roberta" || type == "distilbert")
-    config = std::make_unique<BertConfig>(BertConfig::from_json(j, source));
-  else if (type == "gpt2") config = std::make_unique<GPT2Config>(GPT2Config::from_json(j, source));
-  else if (LlamaConfig::is_type(type))
-    config = std::make_unique<LlamaConfig>(LlamaConfig::from_json(j, source));
-  else if (type == "t5") config = std::make_unique<T5Config>(T5Config::from_json(j, source));
-  else if (type == "deberta-v2") config = std::make_unique<DebertaV2Config>(DebertaV2Config::from_json(j, source));
-  else
+  const ModelFamily* family = family_of_type(type);
+  if (!family) {
+    std::vector<std::string> types;
+    for (const ModelFamily* f : model_families()) types.insert(types.end(), f->model_types.begin(), f->model_types.end());
     throw Error(source + (type.empty() ? std::string(": no 'model_type'") : ": model_type '" + excerpt(type) + "' is not supported") +
-                " (supported: bert, roberta, distilbert, gpt2, " + LlamaConfig::kTypes + ", t5, deberta-v2)");
+                " (supported: " + joined(types) + ")");
+  }
+  std::unique_ptr<PretrainedConfig> config = family->read_config(j, source);
   check_model_size(*config, source);
   return config;
 }
 
 std::string preset_names() {
-  return "bert-tiny, bert-mini, bert-small, bert-base, roberta-base, distilbert-base, distilbert-tiny, gpt2, gpt2-tiny, "
-         "llama-tiny, " + std::string(LlamaConfig::kPresets) + ", t5-small, t5-tiny, t5-v1_1-tiny, deberta-v3-tiny, deberta-v3-base";
+  std::vector<std::string> names;
+  for (const ModelFamily* f : model_families()) names.insert(names.end(), f->presets.begin(), f->presets.end());
+  return joined(names);
 }
 
 std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
-  if (auto b = BertConfig::preset(name)) return std::make_unique<BertConfig>(*b);
-  if (name == "gpt2" || name == "gpt2-tiny") {
-    auto c = std::make_unique<GPT2Config>();
-    if (name == "gpt2-tiny") {
-      c->n_layer = 2;
-      c->n_embd = 128;
-      c->n_head = 2;
-      c->n_positions = 256;
-    }
-    c->architectures = {"GPT2LMHeadModel"};
-    return c;
-  }
-  if (auto l = LlamaConfig::preset(name)) return std::make_unique<LlamaConfig>(*l);
-  if (auto d = DebertaV2Config::preset(name)) return std::make_unique<DebertaV2Config>(*d);
-  if (name == "llama-tiny") {  // Llama's layout at a size that trains in seconds
-    auto c = std::make_unique<LlamaConfig>();
-    c->hidden_size = 128;
-    c->intermediate_size = 352;
-    c->num_hidden_layers = 2;
-    c->num_attention_heads = 4;
-    c->num_key_value_heads = 2;
-    c->max_position_embeddings = 512;
-    c->architectures = {"LlamaForCausalLM"};
-    return c;
-  }
-  if (name == "t5-small" || name == "t5-tiny" || name == "t5-v1_1-tiny") {
-    auto c = std::make_unique<T5Config>();  // defaults are t5-small's
-    if (name != "t5-small") {
-      c->d_model = 64;
-      c->d_kv = 16;
-      c->d_ff = 128;
-      c->num_layers = 2;
-      c->num_heads = 4;
-    }
-    if (name == "t5-v1_1-tiny") {
-      c->feed_forward_proj = "gated-gelu";
-      c->tie_word_embeddings = false;
-    }
-    c->architectures = {"T5ForConditionalGeneration"};
-    return c;
-  }
+  for (const ModelFamily* f : model_families())
+    if (std::find(f->presets.begin(), f->presets.end(), name) != f->presets.end()) return f->preset(name);
   return nullptr;
 }
-
-namespace {
-std::unique_ptr<PreTrainedModel> build_model(const std::string& architecture, const PretrainedConfig& config,
-                                             uint64_t seed, Device device) {
-  auto archs = supported_architectures();
-  archs.push_back("T5WithLMHeadModel");  // the old name of T5ForConditionalGeneration
-  if (std::find(archs.begin(), archs.end(), architecture) == archs.end()) {
-    std::string list;
-    for (const auto& a : archs) list += (list.empty() ? "" : ", ") + a;
-    throw Error("unsupported architecture '" + architecture + "' (supported: " + list + ")");
-  }
-  if (architecture.rfind("GPT2", 0) == 0) {
-    auto* c = dynamic_cast<const GPT2Config*>(&config);
-    KILN_CHECK(c, "architecture ", architecture, " needs a gpt2 config, got model_type '", config.model_type, "'");
-    return std::make_unique<GPT2ForTask>(architecture, *c, seed, device);
-  }
-  if (architecture.rfind("Llama", 0) == 0 || architecture.rfind("Mistral", 0) == 0 ||
-      architecture.rfind("Qwen", 0) == 0 || architecture.rfind("Gemma", 0) == 0 || architecture.rfind("Phi3", 0) == 0) {
-    auto* c = dynamic_cast<const LlamaConfig*>(&config);
-    KILN_CHECK(c, "architecture ", architecture, " needs a config of model_type ", LlamaConfig::kTypes,
-               ", got model_type '", config.model_type, "'");
-    return std::make_unique<LlamaForTask>(architecture, *c, seed, device);
-  }
-  if (architecture.rfind("T5", 0) == 0) {
-    auto* c = dynamic_cast<const T5Config*>(&config);
-    KILN_CHECK(c, "architecture ", architecture, " needs a t5 config, got model_type '", config.model_type, "'");
-    return std::make_unique<T5ForTask>(architecture, *c, seed, device);
-  }
-  if (architecture.rfind("DebertaV2", 0) == 0) {
-    auto* c = dynamic_cast<const DebertaV2Config*>(&config);
-    KILN_CHECK(c, "architecture ", architecture, " needs a deberta-v2 config, got model_type '", config.model_type, "'");
-    return std::make_unique<DebertaV2ForTask>(architecture, *c, seed, device);
-  }
-  auto* c = dynamic_cast<const BertConfig*>(&config);
-  KILN_CHECK(c, "architecture ", architecture, " needs a bert/roberta/distilbert config, got model_type '",
-             config.model_type, "'");
-  return std::make_unique<BertForTask>(architecture, *c, seed, device);
-}
-}  // namespace
 
 std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const PretrainedConfig& config,
                                               uint64_t seed, Device device) {
   check_model_size(config, architecture + "'s config");
+  const ModelFamily* family = family_of_architecture(architecture);
+  if (!family) {
+    std::vector<std::string> archs = supported_architectures();
+    for (const ModelFamily* f : model_families()) archs.insert(archs.end(), f->aliases.begin(), f->aliases.end());
+    throw Error("unsupported architecture '" + architecture + "' (supported: " + joined(archs) + ")");
+  }
+  KILN_CHECK(std::find(family->model_types.begin(), family->model_types.end(), config.model_type) !=
+                 family->model_types.end(),
+             "architecture ", architecture, " needs a config of model_type ", joined(family->model_types),
+             ", got model_type '", config.model_type, "'");
   try {
-    return build_model(architecture, config, seed, device);
+    return family->build(architecture, config, seed, device);
   } catch (const std::bad_alloc&) {
     throw Error(detail::concat("out of memory while building ", architecture, " on ", device.str()));
   }
@@ -301,16 +183,7 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
   }
 
   // Tied duplicates HF may have saved (decoder = word embeddings) are not separate parameters.
-  for (const char* tied : {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "lm_head.decoder.weight",
-                           "lm_head.decoder.bias", "vocab_projector.weight", "encoder.embed_tokens.weight",
-                           "decoder.embed_tokens.weight"})
-    dict.erase(tied);
-  if (auto* llama = dynamic_cast<const LlamaConfig*>(&model->config()); llama && llama->tie_word_embeddings)
-    dict.erase("lm_head.weight");  // tied to model.embed_tokens.weight
-  // DeBERTa-v3 has no absolute positions: HF ignores a checkpoint's (_keys_to_ignore_on_load_unexpected).
-  if (auto* deberta = dynamic_cast<const DebertaV2Config*>(&model->config()); deberta && !deberta->position_biased_input)
-    for (const char* k : {"deberta.embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"})
-      dict.erase(k);
+  for (const std::string& ignored : model->config().ignored_checkpoint_keys()) dict.erase(ignored);
 
   std::set<std::string> resized;  // ignore_mismatched_sizes: tensors of another shape, left as initialised
   std::string resized_lines;
@@ -338,16 +211,11 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
     else new_head.push_back(m);
   }
   std::vector<std::string> other_heads;
+  const std::vector<std::string> heads = model->head_prefixes();
   for (const auto& u : report.unexpected) {
-    bool in_backbone = model_has_prefix ? starts_with(u, prefix) : !(starts_with(u, "cls.") || starts_with(u, "lm_head.") ||
-                                                                    starts_with(u, "classifier") || starts_with(u, "qa_outputs") ||
-                                                                    starts_with(u, "pre_classifier.") || starts_with(u, "vocab_") ||
-                                                                    starts_with(u, "score.") ||
-                                                                    // DeBERTa-v3's pre-training heads (deberta-v3-base)
-                                                                    starts_with(u, "lm_predictions.") ||
-                                                                    starts_with(u, "mask_predictions.") ||
-                                                                    (model->architecture() == "T5EncoderModel" &&
-                                                                     starts_with(u, "decoder.")));
+    bool in_backbone = model_has_prefix ? starts_with(u, prefix)
+                                        : std::none_of(heads.begin(), heads.end(),
+                                                       [&](const std::string& h) { return starts_with(u, h); });
     // Causal-mask buffers older GPT-2 checkpoints saved are not parameters.
     if (u.ends_with(".attn.bias") || u.ends_with(".attn.masked_bias")) continue;
     // A checkpoint's pooler is unused by heads that have none (as in HF).
@@ -391,12 +259,17 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
   return model;
 }
 
-std::string causal_lm_types() { return std::string("gpt2, ") + LlamaConfig::kTypes; }
+std::string causal_lm_types() {
+  std::vector<std::string> types;
+  for (const ModelFamily* f : model_families())
+    for (const std::string& type : f->model_types)
+      if (!f->read_config({{"model_type", type}}, type)->architecture_for(ModelTask::CausalLM).empty())
+        types.push_back(type);
+  return joined(types);
+}
 
 std::string causal_lm_architecture(const PretrainedConfig& config) {
-  if (config.model_type == "gpt2") return "GPT2LMHeadModel";
-  if (dynamic_cast<const LlamaConfig*>(&config)) return config.class_prefix() + "ForCausalLM";  // also Mistral, Qwen2/3, Gemma 1/2, Phi-3
-  return "";
+  return config.architecture_for(ModelTask::CausalLM);  // also Mistral, Qwen2/3, Gemma 1/2, Phi-3
 }
 
 Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, const Tensor& input_ids) {

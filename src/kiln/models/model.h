@@ -57,6 +57,12 @@ class PreTrainedModel : public nn::Module {
     check_accepts(inputs, std::span<const std::string_view>(accepted.begin(), accepted.size()));
   }
   virtual std::string architecture() const = 0;
+  // Whether it has a head that generates text (a causal or seq2seq LM head).
+  virtual bool can_generate() const { return false; }
+  // Prefixes of the heads' tensor names ("cls.", "classifier", "lm_head."):
+  // a checkpoint's tensors under them belong to another head, not to the
+  // backbone, when a base model (no base_model_prefix in its names) loads it.
+  virtual std::vector<std::string> head_prefixes() const = 0;
   // The backbone's attribute name ("bert", "roberta"); keys under it belong to the base model.
   virtual std::string base_model_prefix() const = 0;
   // The stream dropout draws from (saved in checkpoints so a resumed run repeats the same masks).
@@ -110,7 +116,7 @@ class CausalLM : public PreTrainedModel {
     int64_t layers, kv_heads, head_dim;
   };
   // Whether it has its language-model head (GPT2LMHeadModel, LlamaForCausalLM).
-  virtual bool can_generate() const = 0;
+  bool can_generate() const override = 0;
   virtual int64_t vocab_size() const = 0;
   // The ids that end a generated sequence (Llama 3 configs list several).
   virtual std::vector<int64_t> eos_token_ids() const = 0;

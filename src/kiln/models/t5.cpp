@@ -5,23 +5,38 @@
 
 #include "kiln/core/error.h"
 #include "kiln/models/config_json.h"
+#include "kiln/models/registry.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
 
-using config_json::read;
-using config_json::read_opt;
 using nlohmann::json;
 
 namespace {
 
 constexpr double kMin = std::numeric_limits<float>::lowest();
 
-const std::vector<std::string> kT5Keys = {
-    "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
-    "relative_attention_num_buckets", "relative_attention_max_distance", "dropout_rate", "layer_norm_epsilon",
-    "initializer_factor", "feed_forward_proj", "tie_word_embeddings", "pad_token_id", "eos_token_id",
-    "decoder_start_token_id"};
+// T5Config's keys. num_decoder_layers is written resolved (num_layers when
+// unset), and is_encoder_decoder true, as HF writes them.
+constexpr auto t5_fields = [](auto& c, auto&& visit) {
+  visit("vocab_size", c.vocab_size);
+  visit("d_model", c.d_model);
+  visit("d_kv", c.d_kv);
+  visit("d_ff", c.d_ff);
+  visit("num_layers", c.num_layers);
+  visit("num_decoder_layers", c.num_decoder_layers);
+  visit("num_heads", c.num_heads);
+  visit("relative_attention_num_buckets", c.relative_attention_num_buckets);
+  visit("relative_attention_max_distance", c.relative_attention_max_distance);
+  visit("dropout_rate", c.dropout_rate);
+  visit("layer_norm_epsilon", c.layer_norm_epsilon);
+  visit("initializer_factor", c.initializer_factor);
+  visit("feed_forward_proj", c.feed_forward_proj);
+  visit("tie_word_embeddings", c.tie_word_embeddings);
+  visit("pad_token_id", c.pad_token_id);
+  visit("eos_token_id", c.eos_token_id);
+  visit("decoder_start_token_id", c.decoder_start_token_id);
+};
 
 nn::Init scaled(const nn::Init& base, double std) { return nn::Init{base.gen, std, base.device}; }
 
@@ -173,24 +188,7 @@ std::vector<SizeTerm> T5Config::size_terms() const {
 T5Config T5Config::from_json(const json& j, const std::string& src) {
   T5Config c;
   config_json::read_common(j, c, src);
-  read(j, "vocab_size", c.vocab_size, src);
-  read(j, "d_model", c.d_model, src);
-  read(j, "d_kv", c.d_kv, src);
-  read(j, "d_ff", c.d_ff, src);
-  read(j, "num_layers", c.num_layers, src);
-  read_opt(j, "num_decoder_layers", c.num_decoder_layers, src);
-  read(j, "num_heads", c.num_heads, src);
-  read(j, "relative_attention_num_buckets", c.relative_attention_num_buckets, src);
-  read(j, "relative_attention_max_distance", c.relative_attention_max_distance, src);
-  read(j, "dropout_rate", c.dropout_rate, src);
-  read(j, "layer_norm_epsilon", c.layer_norm_epsilon, src);
-  read(j, "initializer_factor", c.initializer_factor, src);
-  read(j, "feed_forward_proj", c.feed_forward_proj, src);
-  read(j, "tie_word_embeddings", c.tie_word_embeddings, src);
-  read(j, "pad_token_id", c.pad_token_id, src);
-  read(j, "eos_token_id", c.eos_token_id, src);
-  read(j, "decoder_start_token_id", c.decoder_start_token_id, src);
-  config_json::keep_unknown(j, c, kT5Keys);
+  config_json::read_fields(j, c, src, t5_fields);
   c.validate(src);
   return c;
 }
@@ -219,25 +217,51 @@ void T5Config::validate(const std::string& src) const {
 
 json T5Config::to_json() const {
   json j = config_json::write_common(*this);
-  j["vocab_size"] = vocab_size;
-  j["d_model"] = d_model;
-  j["d_kv"] = d_kv;
-  j["d_ff"] = d_ff;
-  j["num_layers"] = num_layers;
+  t5_fields(*this, config_json::Writer{j});
   j["num_decoder_layers"] = decoder_layers();
-  j["num_heads"] = num_heads;
-  j["relative_attention_num_buckets"] = relative_attention_num_buckets;
-  j["relative_attention_max_distance"] = relative_attention_max_distance;
-  j["dropout_rate"] = dropout_rate;
-  j["layer_norm_epsilon"] = layer_norm_epsilon;
-  j["initializer_factor"] = initializer_factor;
-  j["feed_forward_proj"] = feed_forward_proj;
-  j["tie_word_embeddings"] = tie_word_embeddings;
-  j["pad_token_id"] = pad_token_id;
-  j["eos_token_id"] = eos_token_id;
-  j["decoder_start_token_id"] = decoder_start_token_id;
   j["is_encoder_decoder"] = true;
   return j;
+}
+
+std::optional<T5Config> T5Config::preset(const std::string& name) {
+  if (name != "t5-small" && name != "t5-tiny" && name != "t5-v1_1-tiny") return std::nullopt;
+  T5Config c;  // defaults are t5-small's
+  if (name != "t5-small") {
+    c.d_model = 64;
+    c.d_kv = 16;
+    c.d_ff = 128;
+    c.num_layers = 2;
+    c.num_heads = 4;
+  }
+  if (name == "t5-v1_1-tiny") {
+    c.feed_forward_proj = "gated-gelu";
+    c.tie_word_embeddings = false;
+  }
+  c.architectures = {"T5ForConditionalGeneration"};
+  return c;
+}
+
+void T5Config::adapt_to_tokenizer(const TokenizerIds& ids) {
+  vocab_size = ids.vocab_size;
+  pad_token_id = ids.pad_id;
+  decoder_start_token_id = ids.pad_id;
+  // Targets end with the tokenizer's end token; generation stops there.
+  if (ids.eos_id) eos_token_id = *ids.eos_id;
+}
+
+std::vector<std::string> T5Config::ignored_checkpoint_keys() const {
+  return {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"};  // both are `shared`
+}
+
+const ModelFamily& t5_family() {
+  static const ModelFamily family{.model_types = {"t5"},
+                                  .architectures = {"T5ForConditionalGeneration", "T5EncoderModel"},
+                                  .aliases = {"T5WithLMHeadModel"},  // the old name of T5ForConditionalGeneration
+                                  .presets = {"t5-small", "t5-tiny", "t5-v1_1-tiny"},
+                                  .read_config = &read_config_as<T5Config>,
+                                  .preset = &preset_as<T5Config>,
+                                  .build = &build_as<T5ForTask, T5Config>};
+  return family;
 }
 
 int64_t t5_relative_position_bucket(int64_t relative_position, bool bidirectional, int64_t num_buckets,

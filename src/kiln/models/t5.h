@@ -30,10 +30,20 @@ struct T5Config : PretrainedConfig {
   bool gated() const { return feed_forward_proj.rfind("gated-", 0) == 0; }
   std::string act() const;  // the activation inside the feed-forward
   static T5Config from_json(const nlohmann::json& j, const std::string& source);
+  // Presets: "t5-small", "t5-tiny" (2 layers, d_model 64) and "t5-v1_1-tiny" (the
+  // same in T5 v1.1's form: gated-gelu, untied lm_head); nullopt for other names.
+  static std::optional<T5Config> preset(const std::string& name);
   nlohmann::json to_json() const override;
   std::unique_ptr<PretrainedConfig> clone() const override { return std::make_unique<T5Config>(*this); }
   std::vector<SizeTerm> size_terms() const override;
   std::string class_prefix() const override { return "T5"; }
+  int64_t vocabulary_size() const override { return vocab_size; }
+  bool is_encoder_decoder() const override { return true; }
+  std::string architecture_for(ModelTask task) const override {
+    return task == ModelTask::Seq2SeqLM ? "T5ForConditionalGeneration" : "";
+  }
+  void adapt_to_tokenizer(const TokenizerIds& ids) override;
+  std::vector<std::string> ignored_checkpoint_keys() const override;
   void validate(const std::string& source) const;
 };
 
@@ -63,10 +73,15 @@ class T5ForTask : public PreTrainedModel {
   ModelOutputs forward(const ModelInputs& inputs) override;
   std::string architecture() const override { return architecture_; }
   std::string base_model_prefix() const override { return "transformer"; }
+  // T5EncoderModel: a T5ForConditionalGeneration checkpoint's decoder is another head's.
+  std::vector<std::string> head_prefixes() const override {
+    if (encoder_only_) return {"lm_head.", "decoder."};
+    return {"lm_head."};
+  }
   Generator& dropout_generator() override { return *gen_; }
   void set_gradient_checkpointing(bool on) override;
   const T5Config& t5_config() const { return static_cast<const T5Config&>(config()); }
-  bool can_generate() const { return !encoder_only_; }
+  bool can_generate() const override { return !encoder_only_; }
 
   // The pieces forward() is made of, for generation. encode: ids [B,S] and
   // their 0/1 mask (or undefined) -> encoder output [B,S,C].
