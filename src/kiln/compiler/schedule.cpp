@@ -86,8 +86,8 @@ void merge_losses_into_gradients(Program& prog) {
 void keep_attention_probabilities(Program& prog) {
   auto& instrs = prog.instrs;
   for (Instr& grad : instrs) {
-    // (Not with a sliding window: the kernel's windowed blocks start past key 0.)
-    if (grad.op != Op::AttentionGrad || grad.inputs.size() < 5 || grad.attrs.ints.size() != 3 ||
+    // (Not with a sliding window or segments: the kernel's blocks then start past key 0.)
+    if (grad.op != Op::AttentionGrad || grad.inputs.size() < 5 || grad.attrs.ints.size() != 4 || grad.attrs.ints[3] ||
         grad.attrs.floats.size() > 2)
       continue;
     const Shape& q = grad.inputs[0].view.shape;

@@ -40,8 +40,10 @@
 //   CrossEntropy  inputs (logits [N,C], labels [N]); ints[0] = ignore_index, floats[0] = smoothing; scalar mean
 //   CrossEntropyGrad inputs (logits, labels, dloss []); same attrs
 //   Attention     inputs (q [B,H,Tq,D], k [B,H,Tk,D], v [B,H,Tk,D]), then the mask
-//                 [B or 1,1,1,Tk] f32 if ints[1], then the dropout's rng key if ints[2];
-//                 ints = {causal, has_mask, has_dropout}, floats = {scale, dropout p} and,
+//                 [B or 1,1,1,Tk] f32 if ints[1], then the dropout's rng key if ints[2],
+//                 then segment ids i32/i64 [B,Tk] if ints[3] (packed rows, Tq = Tk: a
+//                 query sees only keys of its own segment, which lie in one run);
+//                 ints = {causal, has_mask, has_dropout, has_segments}, floats = {scale, dropout p} and,
 //                 for a sliding window, its size (keys per query; then "key <= query"
 //                 below reads "query - window < key <= query"):
 //                 dropout(softmax(where(key <= query or not causal, scale·q kᵀ, f32 min)

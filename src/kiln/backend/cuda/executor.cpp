@@ -212,8 +212,10 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
                        "(--bf16 / kiln::Autocast); got ", dtype_name(ins.inputs[0].dtype),
                        " (KILN_ATTENTION=auto uses the composite in fp32)");
             require_bf16_tensor_cores(ds, "cuda backend: fused attention needs");
-            KILN_CHECK(ins.attrs.ints.size() == 3, "the CUDA attention kernels recompute the probabilities "
+            KILN_CHECK(ins.attrs.ints.size() == 4, "the CUDA attention kernels recompute the probabilities "
                        "(compile without CompileOptions::attention_probabilities)");
+            KILN_CHECK(!ins.attrs.ints[3], "cuda backend: fused attention takes no segment ids (packed rows) yet; "
+                       "the models take the composite with a block-diagonal mask on CUDA");
             if (ins.op == Op::AttentionGrad)
               scratch_bytes = std::max(scratch_bytes, kernels::attention_scratch_bytes(attention_args(ins)));
             break;
