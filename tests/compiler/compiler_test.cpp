@@ -365,8 +365,8 @@ TEST(Compiler, AttentionKeepsItsProbabilitiesForTheGradient) {
   EXPECT_EQ(kept.view.shape, (Shape{2 * 3 * 256 * 257}));
   EXPECT_EQ(p.slots[kept.slot].nbytes, size_t{2 * 3 * 256 * 257} * sizeof(float));
   EXPECT_EQ(grad->inputs[grad->inputs.size() - 2], kept) << p.dump();
-  EXPECT_EQ(fwd->attrs.ints, (std::vector<int64_t>{1, 0, 0, 1}));
-  EXPECT_EQ(grad->attrs.ints, (std::vector<int64_t>{1, 0, 0, 1}));
+  EXPECT_EQ(fwd->attrs.ints, (std::vector<int64_t>{1, 0, 0, 0, 1}));
+  EXPECT_EQ(grad->attrs.ints, (std::vector<int64_t>{1, 0, 0, 0, 1}));
   const auto back = compiler::deserialize_program(compiler::serialize_program(graph, p), graph);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->dump(), p.dump());
@@ -374,7 +374,7 @@ TEST(Compiler, AttentionKeepsItsProbabilitiesForTheGradient) {
     for (const auto& ins : compiled(T, option).second.instrs)
       if (ins.op == ir::Op::Attention || ins.op == ir::Op::AttentionGrad) {
         EXPECT_TRUE(ins.extra_outputs.empty()) << T;
-        EXPECT_EQ(ins.attrs.ints.size(), 3u) << T;
+        EXPECT_EQ(ins.attrs.ints.size(), 4u) << T;
       }
 }
 
