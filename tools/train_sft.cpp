@@ -57,6 +57,17 @@ std::shared_ptr<data::Features> sft_features(const fs::path& file, const Tokeniz
   auto on = [&](const char* name) { return flags.count(name) && flags.at(name) == "true"; };
   o.assistant_only_loss = on("assistant_only_loss");
   o.packing = on("packing");
+  data::PackingStrategy strategy = data::PackingStrategy::Bfd;
+  if (auto it = flags.find("packing_strategy"); it != flags.end()) {
+    try {
+      strategy = data::parse_packing_strategy(it->second);
+    } catch (const Error& e) {
+      throw Error(std::string("train: --") + e.what());
+    }
+    if (!o.packing)
+      std::fprintf(stderr, "kiln train: warning: --packing_strategy %s applies with --packing; ignored\n",
+                   it->second.c_str());
+  }
   if (auto it = flags.find("completion_only_loss"); it != flags.end()) {
     // HF's argument parser reads booleans as its string_to_bool does.
     std::string v = it->second;
@@ -89,13 +100,14 @@ std::shared_ptr<data::Features> sft_features(const fs::path& file, const Tokeniz
     std::fprintf(stderr, ", %zu whose prompt tokens are not a prefix of prompt + completion's", stats.prefix_mismatches);
   if (o.packing) {
     const size_t examples = features->size();
-    features = std::make_shared<data::Features>(data::pack_sft(*features, max_length));
+    features = std::make_shared<data::Features>(data::pack_sft(*features, max_length, strategy));
     size_t packed = 0;
     for (const auto& ids : features->input_ids) packed += ids.size();
     // Padded batches pad every example to the longest; packed rows are max_length long at most.
     const double padded = static_cast<double>(examples) * static_cast<double>(std::min<size_t>(longest, max_length));
-    std::fprintf(stderr, "; packed into %zu rows of up to %lld tokens (%.1f%% of %zu examples padded to the longest "
-                 "would be padding)", features->size(), static_cast<long long>(max_length),
+    std::fprintf(stderr, "; packed (%s) into %zu rows of up to %lld tokens (%.1f%% of %zu examples padded to the "
+                 "longest would be padding)", data::packing_strategy_name(strategy), features->size(),
+                 static_cast<long long>(max_length),
                  100.0 * (1.0 - static_cast<double>(packed) / padded), examples);
   }
   std::fprintf(stderr, "\n");

@@ -1,7 +1,7 @@
 #pragma once
 // kiln train --task sft: TRL SFTTrainer's data (conversations, prompt-completion
 // pairs or text, rendered with the tokenizer's chat template) and flags
-// (--assistant_only_loss, --completion_only_loss, --packing, --max_length).
+// (--assistant_only_loss, --completion_only_loss, --packing, --packing_strategy, --max_length).
 // The model side is causal-lm's; only the data differs. docs/sft.md.
 #include <filesystem>
 #include <map>
@@ -16,7 +16,8 @@
 namespace kiln::cli {
 
 // The flags --task sft reads (kiln train's flag lists take them in).
-inline const std::vector<std::string> kSftFlags = {"completion_only_loss", "max_length", "dataset_text_field"};
+inline const std::vector<std::string> kSftFlags = {"completion_only_loss", "max_length", "dataset_text_field",
+                                                   "packing_strategy"};
 inline const std::vector<std::string> kSftSwitches = {"assistant_only_loss", "packing"};
 
 // Whether `path` (a .jsonl / .json file) holds conversational or prompt-completion rows: --task causal-lm reads it

@@ -1,7 +1,7 @@
 // kiln train --task sft end to end on tests/goldens/sft (a tiny Llama from
 // scratch with the small ChatML tokenizer): assistant-only loss trains and the
-// loss falls, causal-lm detects conversational data, packing runs and reports
-// its rows, kiln generate --chat answers from the saved model, and bad
+// loss falls, causal-lm detects conversational data, packing runs (each of
+// TRL's strategies) and reports its rows, kiln generate --chat answers from the saved model, and bad
 // combinations are one-line errors.
 #include <filesystem>
 #include <string>
@@ -67,7 +67,14 @@ TEST_F(Sft, CausalLmDetectsConversationsAndPacks) {
                        dir_.path());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_CONTAINS(r.output, "training as --task sft");
-  EXPECT_CONTAINS(r.output, "packed into");
+  EXPECT_CONTAINS(r.output, "packed (bfd) into");
+  for (const char* strategy : {"bfd_split", "wrapped"}) {
+    r = run_kiln(train("chat.jsonl", std::string("out_") + strategy,
+                       std::string("--task sft --packing --packing_strategy ") + strategy + " --max_length 48 --max_steps 2"),
+                 dir_.path());
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_CONTAINS(r.output, std::string("packed (") + strategy + ") into");
+  }
 }
 
 TEST_F(Sft, PromptCompletionTrains) {
@@ -97,6 +104,9 @@ TEST_F(Sft, BadCombinationsAreClearErrors) {
   r = run_kiln(train("chat.jsonl", "e3", "--task sft --completion_only_loss maybe --max_steps 1"), dir_.path());
   EXPECT_EQ(r.status, 1);
   EXPECT_CONTAINS(r.output, "--completion_only_loss must be true or false");
+  r = run_kiln(train("chat.jsonl", "e4", "--task sft --packing --packing_strategy ffd --max_steps 1"), dir_.path());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_CONTAINS(r.output, "--packing_strategy must be one of bfd, bfd_split, wrapped (TRL's), got 'ffd'");
 }
 
 }  // namespace

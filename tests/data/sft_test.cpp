@@ -10,6 +10,7 @@
 #include "kiln/core/json.h"
 #include "kiln/data/collator.h"
 #include "kiln/data/sft.h"
+#include "support/test_util.h"
 
 using namespace kiln;
 using nlohmann::ordered_json;
@@ -167,6 +168,52 @@ TEST(Sft, PackingIsBestFitDecreasing) {
   EXPECT_EQ(p.input_ids, ids);
   EXPECT_EQ(p.token_labels, ids);
   EXPECT_EQ(p.seq_lengths, lengths);
+}
+
+// TRL's pack_dataset docstring example, bfd_split: the 5-token row's last token becomes a piece of its own.
+TEST(Sft, PackingBfdSplitKeepsTheOverflow) {
+  data::Features f;
+  f.input_ids = {{1, 2, 3, 4, 5}, {6, 7}, {8, 9, 10}, {11}, {}};
+  f.token_labels = {{1, -100, 3, 4, 5}, {6, 7}, {8, 9, 10}, {11}, {}};
+  const data::Features p = data::pack_sft(f, 4, data::PackingStrategy::BfdSplit);
+  const std::vector<std::vector<int64_t>> ids = {{1, 2, 3, 4}, {8, 9, 10, 5}, {6, 7, 11}};
+  const std::vector<std::vector<int64_t>> labels = {{1, -100, 3, 4}, {8, 9, 10, 5}, {6, 7, 11}};
+  const std::vector<std::vector<int64_t>> lengths = {{4}, {3, 1}, {2, 1}};
+  EXPECT_EQ(p.input_ids, ids);
+  EXPECT_EQ(p.token_labels, labels);
+  EXPECT_EQ(p.seq_lengths, lengths);
+}
+
+// wrapped: the rows one after another cut every max_length tokens, one sequence a row (no seq_lengths).
+TEST(Sft, PackingWrappedCutsAcrossExamples) {
+  data::Features f;
+  f.input_ids = {{1, 2, 3}, {4, 5}, {}, {6, 7, 8}, {9}};
+  f.token_labels = {{1, 2, 3}, {-100, 5}, {}, {6, 7, 8}, {9}};
+  const data::Features p = data::pack_sft(f, 4, data::PackingStrategy::Wrapped);
+  const std::vector<std::vector<int64_t>> ids = {{1, 2, 3, 4}, {5, 6, 7, 8}, {9}};
+  const std::vector<std::vector<int64_t>> labels = {{1, 2, 3, -100}, {5, 6, 7, 8}, {9}};
+  EXPECT_EQ(p.input_ids, ids);
+  EXPECT_EQ(p.token_labels, labels);
+  EXPECT_TRUE(p.seq_lengths.empty());
+  EXPECT_EQ(data::parse_packing_strategy("bfd_split"), data::PackingStrategy::BfdSplit);
+  EXPECT_CONTAINS(kiln::testing::error_of([] { data::parse_packing_strategy("best"); }),
+                  "packing_strategy must be one of bfd, bfd_split, wrapped (TRL's), got 'best'");
+}
+
+// TRL packs each batch of 1000 rows that datasets' map hands it apart: 1001 one-token rows wrapped into rows of 3
+// are 334 rows for the first 1000 (the last of 1 token) and one for the last row, not 334 in all.
+TEST(Sft, PackingWorksOnBatchesOf1000Rows) {
+  data::Features f;
+  for (int64_t i = 0; i < 1001; ++i) {
+    f.input_ids.push_back({i});
+    f.token_labels.push_back({i});
+  }
+  const data::Features p = data::pack_sft(f, 3, data::PackingStrategy::Wrapped);
+  ASSERT_EQ(p.size(), 335u);
+  EXPECT_EQ(p.input_ids[333], std::vector<int64_t>{999});
+  EXPECT_EQ(p.input_ids[334], std::vector<int64_t>{1000});
+  const data::Features b = data::pack_sft(f, 3);
+  EXPECT_EQ(b.size(), 335u);  // (bfd: 333 full rows and one of 1 from the first batch)
 }
 
 // Every token of every example lands in exactly one packed row, and no row is longer than max_length.

@@ -2,12 +2,13 @@
 // ids restarting per example compute, token for token, what each example
 // computes alone, and the loss of the packed row (the first token of each
 // example no target, as TRL's padding-free collator labels it) equals the
-// token-weighted mean of the examples' own losses. GPT-2 and Llama, with and
-// without a padded second row.
+// token-weighted mean of the examples' own losses, with the same parameter
+// gradients. GPT-2 and Llama, with and without a padded second row.
 #include <cmath>
 #include <numeric>
 
 #include "kiln/models/model.h"
+#include "kiln/models/packing.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -92,16 +93,58 @@ void check_packed(models::PreTrainedModel& model, bool second_row) {
   EXPECT_NEAR(out.loss.to_vector<float>()[0], want_sum / want_targets, 2e-5);
 }
 
+// Each parameter's gradient of the packed row's loss (the token-weighted mean)
+// is that of the examples' own losses weighted alike: on the CPU the fused
+// attention with segment ids, for GPT-2 and Llama.
+void check_packed_gradients(models::PreTrainedModel& model) {
+  model.eval();
+  auto gradients = [&](const Tensor& loss) {
+    for (const Tensor& p : model.parameters()) Tensor(p).zero_grad();
+    loss.backward();
+    std::vector<std::vector<double>> g;
+    for (const Tensor& p : model.parameters()) g.push_back(p.grad().to_vector<double>());
+    return g;
+  };
+  double targets = 0;
+  for (const auto& ex : kExamples) targets += static_cast<double>(ex.size() - 1);
+  Tensor weighted;
+  std::vector<int64_t> ids, pos, labels;
+  for (const auto& ex : kExamples) {
+    models::ModelInputs in;
+    in.input_ids = Tensor::from_vector(ex, {1, static_cast<int64_t>(ex.size())});
+    in.labels = in.input_ids;
+    Tensor term = model.forward(in).loss * (static_cast<double>(ex.size() - 1) / targets);
+    weighted = weighted.defined() ? weighted + term : term;
+    for (size_t p = 0; p < ex.size(); ++p) {
+      ids.push_back(ex[p]);
+      pos.push_back(static_cast<int64_t>(p));
+      labels.push_back(p == 0 ? -100 : ex[p]);
+    }
+  }
+  const auto alone = gradients(weighted);
+  models::ModelInputs in;
+  const auto T = static_cast<int64_t>(ids.size());
+  in.input_ids = Tensor::from_vector(ids, {1, T});
+  in.position_ids = Tensor::from_vector(pos, {1, T});
+  in.labels = Tensor::from_vector(labels, {1, T});
+  const auto packed = gradients(model.forward(in).loss);
+  ASSERT_EQ(packed.size(), alone.size());
+  for (size_t i = 0; i < packed.size(); ++i)
+    EXPECT_LE(testing::relative_error(packed[i], alone[i]), 1e-4) << "parameter " << model.named_parameters()[i].first;
+}
+
 TEST(Packing, Gpt2PackedEqualsAlone) {
   auto model = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/gpt2/gpt2_lm");
   check_packed(*model, false);
   check_packed(*model, true);
+  check_packed_gradients(*model);
 }
 
 TEST(Packing, LlamaPackedEqualsAlone) {
   auto model = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/llama/llama_lm");
   check_packed(*model, false);
   check_packed(*model, true);
+  check_packed_gradients(*model);
 }
 
 // Without restarting positions the row is one sequence: the later examples see the earlier ones, and the logits
@@ -121,6 +164,21 @@ TEST(Packing, WithoutPositionIdsExamplesSeeEachOther) {
   double diff = 0;
   for (int64_t i = 0; i < 3 * V; ++i) diff = std::max(diff, std::abs(double(packed[5 * V + i]) - alone[i]));
   EXPECT_GT(diff, 1e-3);
+}
+
+// On the CPU packed rows take the fused kernel with each token's example as its segment id (t - position_ids[t]);
+// the block-diagonal mask is what a composite adds instead.
+TEST(Packing, CpuRowsTakeTheFusedKernelWithSegmentIds) {
+  const Tensor pos = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 0, 1, 0, 0, 1, 2, 3, 0, 0}, {2, 6});
+  const Tensor padding = zeros({2, 1, 1, 6});
+  const models::RowMasks m = models::row_masks(pos, padding);
+  EXPECT_EQ(m.segments.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0, 3, 3, 5, 0, 0, 0, 0, 4, 5}));
+  const Tensor q = zeros({2, 2, 6, 8});
+  EXPECT_TRUE(m.fused(q, q));
+  EXPECT_EQ(m.composite().shape(), (Shape{2, 1, 6, 6}));
+  const models::RowMasks plain = models::row_masks(Tensor(), padding);
+  EXPECT_FALSE(plain.segments.defined());
+  EXPECT_EQ(plain.composite().shape(), (Shape{2, 1, 1, 6}));
 }
 
 TEST(Packing, BadPositionIdsAreAClearError) {

@@ -17,6 +17,7 @@ struct AttentionArgs {
   int64_t mask_batch_stride = 0;  // Tk when the mask has one row per batch entry, else 0
   int64_t window = 0;             // a causal sliding window's keys per query (0: none)
   int mask_input = -1, key_input = -1;  // the inputs holding the mask and the rng key (-1: none)
+  int segment_input = -1;               // the input holding the segment ids (-1: none)
 };
 
 inline AttentionArgs attention_args(const compiler::Instr& ins) {
@@ -35,7 +36,8 @@ inline AttentionArgs attention_args(const compiler::Instr& ins) {
     a.mask_input = next++;
     if (ins.inputs[a.mask_input].view.shape[0] == a.B && a.B > 1) a.mask_batch_stride = a.Tk;
   }
-  if (at.has_dropout) a.key_input = next;
+  if (at.has_dropout) a.key_input = next++;
+  if (at.has_segments) a.segment_input = next;
   return a;
 }
 

@@ -86,10 +86,10 @@ void merge_losses_into_gradients(Program& prog) {
 void keep_attention_probabilities(Program& prog) {
   auto& instrs = prog.instrs;
   for (Instr& grad : instrs) {
-    // (Not with a sliding window: the kernel's windowed blocks start past key 0.)
-    if (grad.op != Op::AttentionGrad || grad.inputs.size() < 5 || grad.attrs.ints.size() != 3 ||
-        grad.attrs.floats.size() > 2)
-      continue;
+    // (Not with a sliding window or segments: the kernel's blocks then start past key 0.)
+    if (grad.op != Op::AttentionGrad || grad.inputs.size() < 5) continue;
+    ir::AttentionAttrs at = ir::AttentionAttrs::of(grad.attrs);
+    if (at.kept_probs || at.has_segments || at.window > 0) continue;
     const Shape& q = grad.inputs[0].view.shape;
     const int64_t tk = grad.inputs[1].view.shape[2];
     if (q[2] * tk > CompileOptions::kKeptProbabilities) continue;
@@ -104,8 +104,8 @@ void keep_attention_probabilities(Program& prog) {
     const Operand kept{add_slot(prog, SlotKind::Temp, 0, static_cast<size_t>(n) * sizeof(float)), View::contiguous({n}),
                        DType::f32};
     fwd->extra_outputs.push_back(ExtraOutput{-1, kept});
-    fwd->attrs.ints.push_back(1);
-    grad.attrs.ints.push_back(1);
+    at.kept_probs = true;
+    fwd->attrs = grad.attrs = at.attrs();
     result = kept;
   }
 }

@@ -195,21 +195,45 @@ Features tokenize_sft(const JsonRows& rows, const tokenizers::Tokenizer& tok, co
   return f;
 }
 
-Features pack_sft(const Features& rows, int64_t max_length) {
-  KILN_CHECK(max_length > 0, "packing needs a max_length > 0");
+const char* packing_strategy_name(PackingStrategy s) {
+  switch (s) {
+    case PackingStrategy::Bfd: return "bfd";
+    case PackingStrategy::BfdSplit: return "bfd_split";
+    case PackingStrategy::Wrapped: return "wrapped";
+  }
+  return "";
+}
+
+PackingStrategy parse_packing_strategy(const std::string& name) {
+  for (PackingStrategy s : {PackingStrategy::Bfd, PackingStrategy::BfdSplit, PackingStrategy::Wrapped})
+    if (name == packing_strategy_name(s)) return s;
+  throw Error("packing_strategy must be one of bfd, bfd_split, wrapped (TRL's), got '" + name + "'");
+}
+
+namespace {
+
+// datasets.Dataset.map's default batch_size: TRL's pack_dataset packs each batch of rows apart.
+constexpr size_t kMapBatch = 1000;
+
+// Tokens [begin, end) of row `row`: an example, or with bfd_split a fragment of one.
+struct Piece {
+  size_t row;
+  int64_t begin, end;
+  int64_t size() const { return end - begin; }
+};
+
+// Best-fit decreasing (TRL's _pack_bfd): the longest piece first (ties in order), each into the fullest row it
+// fits, else a new row; the rows appended to `out` with their pieces' lengths.
+void pack_bfd(const Features& rows, std::vector<Piece> pieces, int64_t max_length, Features& out) {
+  std::stable_sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.size() > b.size(); });
   struct Bin {
-    std::vector<size_t> rows;
+    std::vector<size_t> pieces;
     int64_t length = 0;
   };
-  std::vector<size_t> order;
-  for (size_t i = 0; i < rows.size(); ++i)
-    if (!rows.input_ids[i].empty()) order.push_back(i);  // TRL filters out empty sequences
-  auto len = [&](size_t i) { return std::min<int64_t>(static_cast<int64_t>(rows.input_ids[i].size()), max_length); };
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return len(a) > len(b); });
   std::vector<Bin> bins;
   std::map<int64_t, std::deque<size_t>> by_space;  // the bins with each amount of room left, oldest first
-  for (size_t i : order) {
-    const int64_t n = len(i);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int64_t n = pieces[i].size();
     auto it = by_space.lower_bound(n);  // the fullest bin it fits (TRL's segment tree search)
     size_t bin;
     if (it == by_space.end()) {
@@ -220,22 +244,60 @@ Features pack_sft(const Features& rows, int64_t max_length) {
       it->second.pop_front();
       if (it->second.empty()) by_space.erase(it);
     }
-    bins[bin].rows.push_back(i);
+    bins[bin].pieces.push_back(i);
     bins[bin].length += n;
     if (bins[bin].length < max_length) by_space[max_length - bins[bin].length].push_back(bin);
   }
-  Features out;
   for (const Bin& b : bins) {
     std::vector<int64_t> ids, labels, lengths;
-    for (size_t i : b.rows) {
-      const auto n = static_cast<std::ptrdiff_t>(len(i));
-      ids.insert(ids.end(), rows.input_ids[i].begin(), rows.input_ids[i].begin() + n);
-      labels.insert(labels.end(), rows.token_labels[i].begin(), rows.token_labels[i].begin() + n);
-      lengths.push_back(n);
+    for (size_t i : b.pieces) {
+      const Piece& x = pieces[i];
+      ids.insert(ids.end(), rows.input_ids[x.row].begin() + x.begin, rows.input_ids[x.row].begin() + x.end);
+      labels.insert(labels.end(), rows.token_labels[x.row].begin() + x.begin, rows.token_labels[x.row].begin() + x.end);
+      lengths.push_back(x.size());
     }
     out.input_ids.push_back(std::move(ids));
     out.token_labels.push_back(std::move(labels));
     out.seq_lengths.push_back(std::move(lengths));
+  }
+}
+
+// TRL's _pack_wrapped: rows [first, last) one after another, cut every max_length tokens; each row one sequence.
+void pack_wrapped(const Features& rows, size_t first, size_t last, int64_t max_length, Features& out) {
+  std::vector<int64_t> ids, labels;
+  for (size_t r = first; r < last; ++r) {
+    ids.insert(ids.end(), rows.input_ids[r].begin(), rows.input_ids[r].end());
+    labels.insert(labels.end(), rows.token_labels[r].begin(), rows.token_labels[r].end());
+  }
+  for (size_t at = 0; at < ids.size(); at += static_cast<size_t>(max_length)) {
+    const size_t end = std::min(ids.size(), at + static_cast<size_t>(max_length));
+    out.input_ids.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(at), ids.begin() + static_cast<std::ptrdiff_t>(end));
+    out.token_labels.emplace_back(labels.begin() + static_cast<std::ptrdiff_t>(at),
+                                  labels.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+}
+
+}  // namespace
+
+Features pack_sft(const Features& rows, int64_t max_length, PackingStrategy strategy) {
+  KILN_CHECK(max_length > 0, "packing needs a max_length > 0");
+  KILN_CHECK(rows.token_labels.size() == rows.input_ids.size(), "packing: ", rows.input_ids.size(), " rows of ids and ",
+             rows.token_labels.size(), " of labels");
+  Features out;
+  for (size_t first = 0; first < rows.size(); first += kMapBatch) {
+    const size_t last = std::min(rows.size(), first + kMapBatch);
+    if (strategy == PackingStrategy::Wrapped) {
+      pack_wrapped(rows, first, last, max_length, out);
+      continue;
+    }
+    std::vector<Piece> pieces;
+    for (size_t r = first; r < last; ++r) {  // (TRL filters out empty sequences)
+      const auto n = static_cast<int64_t>(rows.input_ids[r].size());
+      if (strategy == PackingStrategy::Bfd && n > 0) pieces.push_back({r, 0, std::min(n, max_length)});
+      for (int64_t at = 0; strategy == PackingStrategy::BfdSplit && at < n; at += max_length)
+        pieces.push_back({r, at, std::min(n, at + max_length)});
+    }
+    pack_bfd(rows, std::move(pieces), max_length, out);
   }
   return out;
 }

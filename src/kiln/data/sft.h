@@ -9,8 +9,8 @@
 //   prompt-completion       {"prompt": "...", "completion": "..."}      completion + EOS
 //   conversational p-c      {"prompt": [messages], "completion": [messages]}
 //
-// Packing (TRL's "bfd" strategy) then puts several examples in one row;
-// Features::seq_lengths records where each starts again.
+// Packing (TRL's packing strategies, pack_sft) then puts several examples in
+// one row; Features::seq_lengths records where each starts again.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -60,10 +60,23 @@ struct SftStats {
 Features tokenize_sft(const JsonRows& rows, const tokenizers::Tokenizer& tok, const tokenizers::ChatTemplate* chat,
                       const SftOptions& options, SftStats* stats = nullptr);
 
-// TRL's pack_dataset(strategy="bfd"): each row cut to `max_length`, then
-// best-fit decreasing into rows of at most max_length tokens (the longest
-// first, each into the fullest row it fits). seq_lengths gives each packed
-// row's examples' lengths, in order.
-Features pack_sft(const Features& rows, int64_t max_length);
+// TRL's packing_strategy values: "bfd" (its default), "bfd_split", "wrapped".
+enum class PackingStrategy { Bfd, BfdSplit, Wrapped };
+const char* packing_strategy_name(PackingStrategy s);
+// From TRL's name; anything else is an error naming the choices.
+PackingStrategy parse_packing_strategy(const std::string& name);
+
+// TRL's pack_dataset(rows, max_length, strategy), a batch of 1000 rows at a
+// time as datasets' map hands them to it:
+//   bfd        each row cut to max_length, then best-fit decreasing into rows
+//              of at most max_length tokens (the longest first, each into the
+//              fullest row it fits; empty rows dropped);
+//   bfd_split  the same, with a row longer than max_length split into pieces
+//              of max_length (and the rest) instead of cut;
+//   wrapped    the rows one after another, cut every max_length tokens: an
+//              example may span two rows and a row holds one sequence (no
+//              seq_lengths: attention crosses examples, as TRL's).
+// seq_lengths (bfd, bfd_split) gives each packed row's examples' lengths, in order.
+Features pack_sft(const Features& rows, int64_t max_length, PackingStrategy strategy = PackingStrategy::Bfd);
 
 }  // namespace kiln::data

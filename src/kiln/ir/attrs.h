@@ -160,6 +160,9 @@ struct AttentionAttrs {
   // Set by the compiler (CompileOptions::attention_probabilities): the
   // forward keeps its probabilities for the gradient to read.
   bool kept_probs = false;
+  // Segment ids [B,T] follow the other inputs (packed rows: a query sees
+  // only the keys of its own segment).
+  bool has_segments = false;
   double scale = 1.0, dropout_p = 0.0;
   int64_t window = 0;  // a causal sliding window's keys per query (0: none)
 
@@ -168,13 +171,15 @@ struct AttentionAttrs {
     AttentionAttrs r;
     r.causal = a.ints[0] != 0, r.has_mask = a.ints[1] != 0, r.has_dropout = a.ints[2] != 0;
     r.kept_probs = attrs_detail::int_at(a, 3) == 1;
+    r.has_segments = attrs_detail::int_at(a, 4) == 1;
     r.scale = a.floats[0], r.dropout_p = a.floats[1];
     r.window = static_cast<int64_t>(attrs_detail::float_at(a, 2));
     return r;
   }
   Attrs attrs() const {
     Attrs a{{causal, has_mask, has_dropout}, {scale, dropout_p}};
-    if (kept_probs) a.ints.push_back(1);
+    if (kept_probs || has_segments) a.ints.push_back(kept_probs);
+    if (has_segments) a.ints.push_back(1);
     if (window > 0) a.floats.push_back(static_cast<double>(window));
     return a;
   }

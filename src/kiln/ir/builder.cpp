@@ -478,7 +478,7 @@ bool attention_takes_mask(const Shape& m, int64_t batch, int64_t keys) {
 }
 
 NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const NodePtr& mask, const NodePtr& key,
-                  bool causal, double scale, double dropout, int64_t window) {
+                  bool causal, double scale, double dropout, int64_t window, const NodePtr& segments) {
   for (const NodePtr* x : {&q, &k, &v})
     KILN_CHECK((*x)->rank() == 4, "attention: q, k and v must be [batch, heads, seq, head_dim], got ",
                to_string((*x)->shape));
@@ -505,8 +505,17 @@ NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const No
                "attention: dropout needs an i64 [3] rng key (Generator::next_key)");
     inputs.push_back(key);
   }
+  if (segments) {
+    KILN_CHECK(Tq == Tk && segments->shape == (Shape{B, Tk}) &&
+                   (segments->dtype == DType::i32 || segments->dtype == DType::i64),
+               "attention: segment ids must be i32 or i64 [", B, ",", Tk, "] with as many queries as keys (",
+               Tq, "), got ", dtype_name(segments->dtype), " ", to_string(segments->shape));
+    KILN_CHECK(!segments->requires_grad, "attention: segment ids take no gradient");
+    inputs.push_back(segments);
+  }
   AttentionAttrs a;
   a.causal = causal, a.has_mask = mask != nullptr, a.has_dropout = dropout > 0.0;
+  a.has_segments = segments != nullptr;
   a.scale = scale, a.dropout_p = dropout, a.window = window;
   return make_node(Op::Attention, DType::f32, q->shape, std::move(inputs), a.attrs());
 }

@@ -91,8 +91,11 @@ NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const N
 // Fused attention (op.h's Attention): mask (additive, [B or 1,1,1,Tk]) and
 // key (the dropout's rng key) may be null; key is required when dropout > 0.
 // window > 0 (causal only): a query sees its own key and the window - 1 before it.
+// segments (may be null; needs Tq == Tk): i32/i64 [B, Tk] segment ids, equal
+// ids one run after another along a row (packed examples); a query sees only
+// the keys of its own segment.
 NodePtr attention(const NodePtr& q, const NodePtr& k, const NodePtr& v, const NodePtr& mask, const NodePtr& key,
-                  bool causal, double scale, double dropout, int64_t window = 0);
+                  bool causal, double scale, double dropout, int64_t window = 0, const NodePtr& segments = nullptr);
 // Whether `mask` is a shape attention() takes: [batch or 1, 1, 1, keys].
 bool attention_takes_mask(const Shape& mask, int64_t batch, int64_t keys);
 // Its gradient: `fwd` an Attention node (its inputs and attrs), out its value.

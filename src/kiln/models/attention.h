@@ -20,6 +20,11 @@ struct SelfAttention {
   int64_t window = 0;              // causal with a sliding window of this many keys (0: none)
   std::optional<double> soft_cap{};  // Gemma 2: tanh(scores / cap) · cap (composite only)
   bool fusable = true;             // false: the caller's case is one the fused kernel lacks
+  // Packed rows (models/packing.h's RowMasks): the segment ids the fused
+  // kernel confines each query to, and the block-diagonal additive mask the
+  // composite takes instead of `mask`.
+  Tensor segments{};
+  Tensor composite_mask{};
 };
 
 // q [B,NH,Tq,D], k / v [B,NH,Tk,D] -> [B,NH,Tq,D]; `dropout` on the probabilities.

@@ -139,7 +139,7 @@ GPT2Block::GPT2Block(const GPT2Config& c, int64_t layer, const nn::Init& init, c
   mlp_dropout_ = register_module("mlp.dropout", std::make_shared<nn::Dropout>(c.resid_pdrop, gen));
 }
 
-Tensor GPT2Block::forward(const Tensor& x, const Tensor& causal, const Tensor& mask) {
+Tensor GPT2Block::forward(const Tensor& x, const Tensor& causal, const RowMasks& rows) {
   const int64_t B = x.dim(0), T = x.dim(1), C = c_.n_embd, NH = c_.n_head, D = C / NH;
   Tensor qkv = c_attn_->forward(ln_1_->forward(x));  // [B,T,3C]
   auto heads = [&](int64_t i) { return permute(reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, T, NH, D}), {0, 2, 1, 3}); };
@@ -147,8 +147,14 @@ Tensor GPT2Block::forward(const Tensor& x, const Tensor& causal, const Tensor& m
   double scale = 1.0;
   if (c_.scale_attn_weights) scale /= std::sqrt(static_cast<double>(D));
   if (c_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(layer_ + 1);
-  Tensor attended =  // [B,NH,T,D]
-      attend(q, k, v, {.mask = mask, .scale = scale, .causal = true, .allowed = causal}, *attn_dropout_);
+  Tensor attended = attend(q, k, v,  // [B,NH,T,D]
+                           {.mask = rows.padding,
+                            .scale = scale,
+                            .causal = true,
+                            .allowed = causal,
+                            .segments = rows.segments,
+                            .composite_mask = rows.composite()},
+                           *attn_dropout_);
   Tensor ctx = reshape(permute(attended, {0, 2, 1, 3}), {B, T, C});
   Tensor h = x + resid_dropout_->forward(attn_proj_->forward(ctx));
   Tensor m = mlp_proj_->forward(nn::activation(c_.activation_function, c_fc_->forward(ln_2_->forward(h))));
@@ -220,13 +226,13 @@ Tensor GPT2ForTask::transformer(const ModelInputs& in) {
   x = drop_->forward(x);
   Tensor idx = arange(T, DType::i64, dev);
   Tensor causal = reshape(le(reshape(idx, {1, T}), reshape(idx, {T, 1})), {1, 1, T, T});  // key <= query
-  Tensor mask;
+  Tensor padding;
   if (in.attention_mask.defined())
-    mask = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
-  if (in.position_ids.defined()) mask = packed_attention_mask(in.position_ids, mask);
+    padding = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
+  const RowMasks rows = row_masks(in.position_ids, padding);
   for (auto& block : h_)
     x = run_layer(gradient_checkpointing_, *this, *gen_,
-                  [block, causal, mask](const Tensor& h) { return block->forward(h, causal, mask); }, x);
+                  [block, causal, rows](const Tensor& h) { return block->forward(h, causal, rows); }, x);
   return ln_f_->forward(x);
 }
 

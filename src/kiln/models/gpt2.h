@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "kiln/models/model.h"
+#include "kiln/models/packing.h"
 
 namespace kiln::models {
 
@@ -49,8 +50,8 @@ struct GPT2Config : PretrainedConfig {
 class GPT2Block : public nn::Module {
  public:
   GPT2Block(const GPT2Config& c, int64_t layer, const nn::Init& init, const std::shared_ptr<Generator>& gen);
-  // x [B,T,C]; causal [T,T] bool (key <= query); mask [B,1,1,T] additive or undefined
-  Tensor forward(const Tensor& x, const Tensor& causal, const Tensor& mask);
+  // x [B,T,C]; causal [T,T] bool (key <= query); the padding and packed rows' masks
+  Tensor forward(const Tensor& x, const Tensor& causal, const RowMasks& rows);
   // One decode step against a key/value cache of fixed capacity L: x [B,1,C];
   // at [1,1,L,1] bool marks the slot of this token; mask [1,1,1,L] additive
   // hides slots after it. k_cache / v_cache [B,NH,L,D] are updated in place.

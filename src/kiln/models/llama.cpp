@@ -379,10 +379,11 @@ class DecoderNorm : public nn::Module {
 };
 
 // The attention masks of one forward: causal [1,1,T,T] bool (key <= query),
-// the same within the sliding window (windowed), padding [B,1,1,T] additive
-// or undefined.
+// the same within the sliding window (windowed), the padding and packed rows'
+// masks (models/packing.h).
 struct LayerMasks {
-  Tensor causal, windowed, padding;
+  Tensor causal, windowed;
+  RowMasks rows;
 };
 
 // LlamaDecoderLayer: x + attn(input_layernorm(x)), then + mlp(post_attention_layernorm(·)).
@@ -440,13 +441,15 @@ class LlamaDecoderLayer : public nn::Module {
     const bool windowed = window_ && *window_ < T;  // (a window as long as the sequence changes nothing)
     // The CPU kernel skips the blocks before a window; the CUDA kernels have no window yet.
     Tensor attended = attend(q, k, v,  // [B,NH,T,D]
-                             {.mask = m.padding,
+                             {.mask = m.rows.padding,
                               .scale = scale_,
                               .causal = true,
                               .allowed = windowed ? m.windowed : m.causal,
                               .window = windowed ? *window_ : 0,
                               .soft_cap = cap_,
-                              .fusable = !windowed || x.device().kind == DeviceKind::CPU},
+                              .fusable = !windowed || x.device().kind == DeviceKind::CPU,
+                              .segments = m.rows.segments,
+                              .composite_mask = m.rows.composite()},
                              *attn_dropout_);
     return residual_mlp(x, o_->forward(reshape(permute(attended, {0, 2, 1, 3}), {B, T, NH_ * D_})));
   }
@@ -599,15 +602,16 @@ Tensor LlamaForTask::body(const ModelInputs& in) {
   m.causal = reshape(le(key, query), {1, 1, T, T});
   if (c.sliding_window && *c.sliding_window < T)  // key > query - window
     m.windowed = logical_and(m.causal, reshape(gt(key + static_cast<double>(*c.sliding_window), query), {1, 1, T, T}));
+  Tensor padding;
   if (in.attention_mask.defined())
-    m.padding = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
+    padding = reshape((1.0 - cast(in.attention_mask, DType::f32)) * kMin, {B, 1, 1, T});
   if (in.position_ids.defined()) {  // packed rows: each token's own position, attention within its example
     check_position_ids(in.position_ids, ids);
     Tensor at = reshape(cast(in.position_ids, DType::i64), {B * T});
     cos = reshape(index_select(table.cos, at), {B, 1, T, D});
     sin = reshape(index_select(table.sin, at), {B, 1, T, D});
-    m.padding = packed_attention_mask(in.position_ids, m.padding);
   }
+  m.rows = row_masks(in.position_ids, padding);
   Tensor x = embed_tokens_->forward(ids);
   if (c.gemma()) x = x * std::sqrt(static_cast<double>(c.hidden_size));  // GemmaModel's normalizer
   for (auto& layer : layers_)

@@ -7,14 +7,41 @@
 
 namespace kiln::models {
 
-Tensor packed_attention_mask(const Tensor& position_ids, const Tensor& padding) {
-  const int64_t B = position_ids.dim(0), T = position_ids.dim(1);
-  const Device dev = position_ids.device();
-  const Tensor example = reshape(arange(T, DType::i64, dev), {1, T}) - cast(position_ids, DType::i64);  // [B, T]
+namespace {
+
+// The block-diagonal mask of rows whose tokens have segment ids `example` [B, T].
+Tensor block_diagonal_mask(const Tensor& example, const Tensor& padding) {
+  const int64_t B = example.dim(0), T = example.dim(1);
+  const Device dev = example.device();
   const Tensor same = eq(reshape(example, {B, 1, T, 1}), reshape(example, {B, 1, 1, T}));
   const Tensor lowest = full({}, static_cast<double>(std::numeric_limits<float>::lowest()), DType::f32, dev);
   const Tensor keep = padding.defined() ? broadcast_to(padding, {B, 1, T, T}) : zeros({}, DType::f32, dev);
   return where(same, keep, lowest);
+}
+
+}  // namespace
+
+bool RowMasks::fused(const Tensor& q, const Tensor& k) const {
+  return use_fused_attention(q, k, padding) && (!segments.defined() || fused_attention_takes_segments(q));
+}
+
+RowMasks row_masks(const Tensor& position_ids, const Tensor& padding) {
+  RowMasks m;
+  m.padding = padding;
+  if (position_ids.defined()) {  // (lazy: the mask a fused forward never reads is never computed)
+    m.segments = segment_ids(position_ids);
+    m.block_diagonal = block_diagonal_mask(m.segments, padding);
+  }
+  return m;
+}
+
+Tensor segment_ids(const Tensor& position_ids) {
+  const int64_t T = position_ids.dim(1);
+  return reshape(arange(T, DType::i64, position_ids.device()), {1, T}) - cast(position_ids, DType::i64);
+}
+
+Tensor packed_attention_mask(const Tensor& position_ids, const Tensor& padding) {
+  return block_diagonal_mask(segment_ids(position_ids), padding);
 }
 
 void check_position_ids(const Tensor& position_ids, const Tensor& input_ids) {

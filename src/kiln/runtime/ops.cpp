@@ -204,8 +204,10 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (spec.dropout > 0.0) key = spec.gen->next_key(q.device(), {q.dim(0), q.dim(1), q.dim(2), k.dim(2)}).node();
   return wrap(ir::attention(product_operand(q), product_operand(k), product_operand(v),
                             spec.mask.defined() ? spec.mask.node() : nullptr, key, spec.causal, spec.scale,
-                            spec.dropout, spec.window));
+                            spec.dropout, spec.window, spec.segments.defined() ? spec.segments.node() : nullptr));
 }
+
+bool fused_attention_takes_segments(const Tensor& q) { return q.device().kind == DeviceKind::CPU; }
 
 bool use_fused_attention(const Tensor& q, const Tensor& k, const Tensor& mask) {
   static const std::string mode = env_choice("KILN_ATTENTION", {"auto", "fused", "composite"});

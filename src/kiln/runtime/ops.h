@@ -123,6 +123,11 @@ struct AttentionSpec {
   double dropout = 0.0;
   Generator* gen = nullptr;
   int64_t window = 0;  // causal with a sliding window: the last `window` keys (0: all)
+  // Packed rows: integer segment ids [B, Tk] (Tq = Tk), each id one run of a
+  // row; a query sees only its own segment's keys, and the kernel never reads
+  // the others (undefined: one segment). The CPU kernel only: see
+  // fused_attention_takes_segments.
+  Tensor segments{};
 };
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
 // Whether a model should call fused_attention rather than spell attention
@@ -131,6 +136,9 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
 // 16, 32 or 64; both need a mask as above that needs no gradient), "fused"
 // (wherever the op accepts the operands) or "composite" (never).
 bool use_fused_attention(const Tensor& q, const Tensor& k, const Tensor& mask);
+// Whether the fused op on q's device takes AttentionSpec::segments (the CPU's
+// kernel does; elsewhere a model spells packed attention out with a mask).
+bool fused_attention_takes_segments(const Tensor& q);
 
 // Random numbers: a counter-based (Philox) stream. Each draw takes a new
 // offset; the (seed, offset) key is a graph input, so drawing never

@@ -15,7 +15,14 @@
 // takes every key, as the composite's softmax does). With a sliding window a
 // block also starts at its first row's first key: the keys before it are
 // never read (a row whose window holds only masked keys spreads its weight
-// over them; transformers gives NaN there). Results do not depend
+// over them; transformers gives NaN there). With segment ids (packed rows)
+// a row sees only the keys of its own segment, one run of keys [first,
+// end): a block starts at its first row's segment and (not causal) ends
+// with its last row's, so the keys of other examples are never read, and a
+// row's scores outside its segment are f32 min, its probabilities past the
+// segment 0 (a row whose segment holds only keys masked with f32 min spreads
+// its weight over the block's keys up to its own: as meaningless as the
+// composite's, which spreads it over every key). Results do not depend
 // on the thread count. With bf16 inputs, the dropped probabilities, the
 // output gradient, the probabilities' gradient and dS are rounded to bf16
 // where autocast's composite rounds them.
@@ -32,6 +39,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <unordered_set>
 #include <vector>
 
 #include "kiln/backend/attention_args.h"
@@ -53,7 +61,41 @@ struct Geometry : AttentionArgs {
   const int64_t* key = nullptr;
   int64_t block = 0;  // query rows a block
   bool kept = false;  // the probabilities are kept for the gradient (CompileOptions::attention_probabilities)
+  // With segment ids: token (b, t)'s segment is keys [seg_first, seg_end)[b·Tk + t].
+  std::vector<int64_t> seg_first, seg_end;
+  bool segmented() const { return !seg_first.empty(); }
+  int64_t first_key(int64_t b, int64_t t) const { return seg_first[static_cast<size_t>(b * Tk + t)]; }
+  int64_t end_key(int64_t b, int64_t t) const { return seg_end[static_cast<size_t>(b * Tk + t)]; }
 };
+
+// Each token's segment as the run of keys with its id: each id of a row
+// (i32 or i64, any view of [B, Tk]) must lie in one run, as packed
+// examples do.
+void segment_runs(const compiler::Operand& op, const char* base, Geometry& g) {
+  const compiler::View& v = op.view;
+  auto id = [&](int64_t b, int64_t t) {
+    const int64_t at = v.offset + b * v.strides[0] + t * v.strides[1];
+    return op.dtype == DType::i32 ? static_cast<int64_t>(reinterpret_cast<const int32_t*>(base)[at])
+                                  : reinterpret_cast<const int64_t*>(base)[at];
+  };
+  const auto n = static_cast<size_t>(g.B * g.Tk);
+  g.seg_first.assign(n, 0);
+  g.seg_end.assign(n, 0);
+  for (int64_t b = 0; b < g.B; ++b) {
+    std::unordered_set<int64_t> seen;
+    int64_t start = 0;
+    for (int64_t t = 1; t <= g.Tk; ++t) {
+      if (t < g.Tk && id(b, t) == id(b, start)) continue;
+      KILN_CHECK(seen.insert(id(b, start)).second, "attention: each segment id must lie in one run of a row ",
+                 "(packed examples one after another); row ", b, " has id ", id(b, start), " again at ", start);
+      for (int64_t u = start; u < t; ++u) {
+        g.seg_first[static_cast<size_t>(b * g.Tk + u)] = start;
+        g.seg_end[static_cast<size_t>(b * g.Tk + u)] = t;
+      }
+      start = t;
+    }
+  }
+}
 
 Geometry geometry(const Instr& ins, std::span<char* const> in) {
   Geometry g;
@@ -68,6 +110,7 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   // keys, 64's 62.5 %).
   g.block = std::clamp<int64_t>(16384 / std::max<int64_t>(g.Tk, 1), 16, 128);
   g.kept = ir::AttentionAttrs::of(ins.attrs).kept_probs;
+  if (g.segment_input >= 0 && g.B > 0) segment_runs(ins.inputs[g.segment_input], in[g.segment_input], g);
   return g;
 }
 
@@ -139,9 +182,14 @@ struct Block {
 };
 
 Block block_of(const Geometry& g, int64_t bh, int64_t blk) {
-  const int64_t i0 = blk * g.block, rows = std::min(g.block, g.Tq - i0);
-  const int64_t k0 = g.window > 0 ? std::max<int64_t>(0, i0 - g.window + 1) : 0;
-  return {bh / g.H, bh % g.H, i0, rows, g.causal ? std::min(g.Tk, i0 + rows) : g.Tk, k0};
+  const int64_t b = bh / g.H, i0 = blk * g.block, rows = std::min(g.block, g.Tq - i0);
+  int64_t k0 = g.window > 0 ? std::max<int64_t>(0, i0 - g.window + 1) : 0;
+  int64_t keys = g.causal ? std::min(g.Tk, i0 + rows) : g.Tk;
+  if (g.segmented()) {  // (segments rise along the row: the first row's starts first, the last row's ends last)
+    k0 = std::max(k0, g.first_key(b, i0));
+    keys = std::min(keys, g.end_key(b, i0 + rows - 1));
+  }
+  return {b, bh % g.H, i0, rows, keys, k0};
 }
 
 // The block's softmax probabilities into p (rows × keys) and, with dropout,
@@ -163,7 +211,11 @@ bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, 
     const int64_t i = x.i0 + r - x.k0;  // the row's own key, as a column
     float* pr = p + r * n;
     int64_t e = g.causal ? std::min(n, (i + 16) / 16 * 16) : n;
-    const int64_t first = g.window > 0 ? std::max<int64_t>(0, i - g.window + 1) : 0;  // its window's first column
+    int64_t first = g.window > 0 ? std::max<int64_t>(0, i - g.window + 1) : 0;  // its window's first column
+    if (g.segmented()) {  // and its segment's
+      first = std::max(first, g.first_key(x.b, x.i0 + r) - x.k0);
+      e = std::min(e, g.end_key(x.b, x.i0 + r) - x.k0);
+    }
     auto scores = [&](int64_t j0, int64_t j1) {  // scaled, causal, masked: the composite's steps
 #pragma omp simd
       for (int64_t j = j0; j < j1; ++j) pr[j] *= g.scale;
@@ -176,7 +228,7 @@ bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, 
     };
     scores(0, e);
     float m = row_max(pr, e);
-    if (e < n && !(m > lowest) && g.window == 0) {
+    if (e < n && !(m > lowest) && g.window == 0 && !g.segmented()) {
       if (n < g.Tk) {
         x.keys = g.Tk;
         return probabilities(g, q, k, x, p, keep, extent);

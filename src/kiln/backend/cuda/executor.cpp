@@ -215,6 +215,8 @@ std::shared_ptr<Plan> prepare(const compiler::Program& program, Device device) {
             require_bf16_tensor_cores(ds, "cuda backend: fused attention needs");
             KILN_CHECK(!ir::AttentionAttrs::of(ins.attrs).kept_probs, "the CUDA attention kernels recompute the probabilities "
                        "(compile without CompileOptions::attention_probabilities)");
+            KILN_CHECK(!ir::AttentionAttrs::of(ins.attrs).has_segments, "cuda backend: fused attention takes no segment ids (packed rows) yet; "
+                       "the models take the composite with a block-diagonal mask on CUDA");
             if (ins.op == Op::AttentionGrad)
               scratch_bytes = std::max(scratch_bytes, kernels::attention_scratch_bytes(attention_args(ins)));
             break;
