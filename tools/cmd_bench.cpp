@@ -144,6 +144,7 @@ int run_bench(const std::vector<std::string>& args) {
     lo.architecture = architecture_for(task, *config);
     if (task == "text-classification") lo.num_labels = 2;
     lo.device = device;
+    lo.keep_bf16 = flags.has("lora_r");  // a LoRA step's frozen base stays bf16 as loaded
     model = models::from_pretrained(source, lo);
   } else {  // a preset or a config.json file: fresh weights
     auto config = models::preset_config(source);

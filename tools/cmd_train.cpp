@@ -577,6 +577,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     lo.architecture = arch_for(*run_config);
     if (classes) lo.num_labels = num_labels;
     lo.ignore_mismatched_sizes = switch_on(f, "ignore_mismatched_sizes");
+    lo.keep_bf16 = lora.has_value();  // a frozen base stays bf16 as loaded (docs/lora.md)
     model = models::from_pretrained(f["model_name_or_path"], lo);
   } else {
     std::unique_ptr<models::PretrainedConfig> c = run_config->clone();  // each replica's own, set below
