@@ -358,7 +358,10 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
   std::vector<std::string> new_head;
   for (const auto& m : report.missing) {
     if (resized.count(m)) continue;
-    bool in_backbone = model_has_prefix ? starts_with(m, prefix) : true;
+    // A masked-LM checkpoint has no pooler (HF's BertForMaskedLM builds none):
+    // a classifier made from it initialises one, as transformers does.
+    const bool pooler = starts_with(m, prefix + "pooler.") || starts_with(m, "pooler.");
+    bool in_backbone = model_has_prefix ? starts_with(m, prefix) && !pooler : !pooler;
     if (in_backbone) errors += "  missing tensor '" + m + "' " + to_string(params.at(m).shape()) + "\n";
     else new_head.push_back(m);
   }
