@@ -110,6 +110,7 @@ struct BenchOptions {
   int64_t B = 8, T = 128, Tt = 128, steps = 10, warmup = 2;
   Device device = Device::cpu();
   bool bf16 = false, sync = false, gemm_shapes = false, json = false;
+  bool lora = false;  // --lora_r: a LoRA step, whose frozen base stays bf16 as loaded
 };
 
 BenchOptions bench_options(const cli::Flags& flags) {
@@ -128,6 +129,7 @@ BenchOptions bench_options(const cli::Flags& flags) {
   o.sync = flags.has("sync");
   o.gemm_shapes = flags.has("gemm_shapes");
   o.json = flags.has("json");
+  o.lora = flags.has("lora_r");
   return o;
 }
 
@@ -139,6 +141,7 @@ std::unique_ptr<models::PreTrainedModel> bench_model(const std::string& source, 
     lo.architecture = architecture_for(o.task, *config);
     if (o.task == "text-classification") lo.num_labels = 2;
     lo.device = o.device;
+    lo.keep_bf16 = o.lora;
     return models::from_pretrained(source, lo);
   }
   auto config = models::preset_config(source);

@@ -1,6 +1,8 @@
 // kiln init --config FILE_OR_PRESET --output_dir DIR [--architecture ARCH] [--num_labels N] [--seed S]
+//           [--torch_dtype float32|bfloat16]
 // Writes a randomly initialised model directory (config.json + model.safetensors)
-// that Python's transformers opens with from_pretrained.
+// that Python's transformers opens with from_pretrained; bfloat16 stores the
+// weights as a bf16 checkpoint (half the size), as `model.to(torch.bfloat16)` would.
 #include <cstdio>
 #include <filesystem>
 
@@ -8,16 +10,31 @@
 #include "flags.h"
 #include "kiln/core/error.h"
 #include "kiln/models/model.h"
+#include "kiln/nn/defer_init.h"
+#include "kiln/nn/module.h"
 
 namespace {
 
 const std::string kUsage =
     "usage: kiln init --config FILE_OR_PRESET --output_dir DIR [--architecture ARCH] [--num_labels N] [--seed S]\n"
+    "                 [--torch_dtype float32|bfloat16]\n"
     "presets: " + kiln::models::preset_names();
+
+// Each parameter rounded to bf16 in turn, so only one f32 tensor is ever
+// computed at a time (an 8B model's f32 weights would not fit in memory).
+void to_bf16(kiln::models::PreTrainedModel& model) {
+  for (auto& [name, p] : model.named_parameters()) {
+    kiln::Tensor half = kiln::cast(p, kiln::DType::bf16);
+    kiln::nn::materialize({half});
+    p.requires_grad_(false);
+    p.set_data(half);  // a tensor that does not train takes the value's dtype
+  }
+}
 
 int run_init(const std::vector<std::string>& args) {
   kiln::cli::Flags flags("init",
-                         {{"config", true, true}, {"output_dir", true, true}, {"architecture"}, {"num_labels"}, {"seed"}},
+                         {{"config", true, true}, {"output_dir", true, true}, {"architecture"}, {"num_labels"}, {"seed"},
+                          {"torch_dtype"}},
                          kUsage);
   flags.parse(args);
   if (flags.help()) {
@@ -35,7 +52,19 @@ int run_init(const std::vector<std::string>& args) {
   std::string arch = flags.get("architecture", config->architectures.empty() ? "" : config->architectures[0]);
   KILN_CHECK(!arch.empty(), "init: the config names no architecture; pass --architecture");
   const auto seed = static_cast<uint64_t>(flags.integer("seed", 42, 0));
-  auto model = kiln::models::create_model(arch, *config, seed);
+  const std::string dtype = flags.get("torch_dtype", "float32");
+  KILN_CHECK(dtype == "float32" || dtype == "bfloat16", "init: --torch_dtype must be float32 or bfloat16, got '",
+             dtype, "'");
+  std::unique_ptr<kiln::models::PreTrainedModel> model;
+  if (dtype == "bfloat16") {
+    {
+      kiln::nn::DeferInit defer;  // no f32 copy of the whole model
+      model = kiln::models::create_model(arch, *config, seed);
+    }
+    to_bf16(*model);
+  } else {
+    model = kiln::models::create_model(arch, *config, seed);
+  }
   model->save_pretrained(flags.get("output_dir"));
   size_t count = 0;
   for (auto& [n, p] : model->named_parameters()) count += static_cast<size_t>(p.numel());

@@ -466,6 +466,7 @@ std::unique_ptr<models::PreTrainedModel> make_model(const ModelRecipe& r, Device
     lo.architecture = r.task.architecture(r.config);
     if (r.task.classification_head()) lo.num_labels = num_labels;
     lo.ignore_mismatched_sizes = switch_on(f, "ignore_mismatched_sizes");
+    lo.keep_bf16 = r.lora.has_value();  // a frozen base stays bf16 as loaded (docs/lora.md)
     model = models::from_pretrained(f.at("model_name_or_path"), lo);
   } else {
     std::unique_ptr<models::PretrainedConfig> c = r.config.clone();  // each replica's own, set below

@@ -12,8 +12,15 @@ source "$here/../rounds.sh"
 bench_args "$@"
 config=${CONFIG:-$here/tinyllama.json}
 defaults=(--batch 4 --seq 256 --steps 2 --warmup 1 --lora_r 16)
+# kiln's base: fresh weights saved as a bf16 checkpoint (kiln init
+# --torch_dtype bfloat16), loaded as `kiln train --use_peft` loads a base:
+# the frozen matrices stay bf16 and memory-mapped.
+base="$build/bench_lora_base/$(basename "$config" .json)"
+if [ ! -f "$base/model.safetensors" ] || [ "$base/model.safetensors" -ot "$config" ]; then
+  "$build/bin/kiln" init --config "$config" --torch_dtype bfloat16 --output_dir "$base" >&2
+fi
 kiln_side() {
-  "$build/bin/kiln" bench --model "$config" --task causal-lm --gradient_checkpointing "${defaults[@]}" "$@" --json |
+  "$build/bin/kiln" bench --model "$base" --task causal-lm --gradient_checkpointing "${defaults[@]}" "$@" --json |
     grep '^{'
 }
 torch_side() { /usr/bin/python3 "$here/torch_lora_step.py" --config "$config" "${defaults[@]}" "$@"; }

@@ -5,7 +5,8 @@ linear layer of the decoder layers frozen with a branch scaling · B(A(x))
 beside it (A Kaiming-uniform, B zero, alpha = 2r, no dropout), the
 embeddings, norms and head frozen; AdamW on the adapters only, gradient
 clipping at 1.0, each decoder layer under torch.utils.checkpoint, and with
---bf16 the step under torch.autocast(bfloat16). The batch is `kiln bench
+--bf16 the step under torch.autocast(bfloat16) and the frozen linear weights
+bf16 (a base loaded from a bf16 checkpoint, as kiln's side loads one). The batch is `kiln bench
 --task causal-lm`'s. Run with Debian's PyTorch 1.13 (python3-torch, CPU):
 
     /usr/bin/python3 bench/lora/torch_lora_step.py --config bench/lora/tinyllama.json [--bf16]
@@ -61,6 +62,10 @@ def main():
     torch.manual_seed(0)
     model = Llama(cfg)
     model.requires_grad_(False)
+    if a.bf16:  # the frozen base as loaded from a bf16 checkpoint: its products read bf16 directly
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                m.to(torch.bfloat16)
     for layer in model.layers:
         for name, child in list(layer.named_children()):
             if isinstance(child, nn.Linear):

@@ -128,6 +128,38 @@ TEST_F(LoraCli, ForwardEvalPredictAndMergeReadTheAdapter) {
   EXPECT_CONTAINS(r.output, "eval_accuracy = ");
 }
 
+// A bf16 base (kiln init --torch_dtype bfloat16) trains an adapter under
+// --bf16 with its weights kept bf16, resumes bit for bit, and the adapter
+// reads back onto the base.
+TEST_F(LoraCli, TrainsOnABf16BaseAndResumesExactly) {
+  auto r = run_kiln("init --config " + path("base/config.json") + " --torch_dtype bfloat16 --output_dir " +
+                        path("base16"),
+                    dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  int bf16 = 0;
+  for (const auto& e : io::SafetensorsFile::open(dir_.path() / "base16" / "model.safetensors").entries()) {
+    EXPECT_EQ(e.dtype, "BF16") << e.name;
+    bf16 += e.dtype == "BF16";
+  }
+  EXPECT_GT(bf16, 0);
+  auto train = [&](const std::string& out, const std::string& extra) {
+    return "train --model_name_or_path " + path("base16") + " --tokenizer_name " + data("") + " --train_file " +
+           data("train.csv") + " --max_seq_length 32 --pad_to_max_length --per_device_train_batch_size 8" +
+           " --learning_rate 1e-3 --seed 3 --use_peft --lora_r 4 --lora_target_modules all-linear --max_steps 4" +
+           " --save_steps 2 --bf16 --gradient_checkpointing --output_dir " + path(out) + " " + extra;
+  };
+  r = run_kiln(train("lora16", ""), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "train_loss");
+  fs::create_directories(dir_.path() / "resumed16");
+  fs::copy(dir_.path() / "lora16" / "checkpoint-2", dir_.path() / "resumed16" / "checkpoint-2");
+  r = run_kiln(train("resumed16", "--overwrite_output_dir --resume_from_checkpoint " + path("resumed16/checkpoint-2")),
+               dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(bytes(path("resumed16/adapter_model.safetensors")), bytes(path("lora16/adapter_model.safetensors")));
+  EXPECT_NE(forward("--model " + path("base16")), forward("--model " + path("lora16")));
+}
+
 TEST_F(LoraCli, BadInputIsAClearError) {
   std::ofstream(path("in.json")) << R"({"input_ids": [[2, 3]]})";
   auto r = run_kiln(lora_train("x", "--lora_target_modules nothing_here"), dir_.path());

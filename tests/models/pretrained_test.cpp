@@ -182,6 +182,20 @@ TEST(Pretrained, HeadModelFromBaseCheckpointInitialisesTheNewHead) {
             base->state_dict().at("embeddings.word_embeddings.weight").to_vector<float>());
 }
 
+// HF's BertForMaskedLM has no pooler: a classifier made from its checkpoint
+// initialises one (as transformers does), where any other missing backbone
+// tensor is an error.
+TEST(Pretrained, ClassifierFromMaskedLmCheckpointInitialisesThePooler) {
+  TempDir dir;
+  auto mlm = models::create_model("BertForMaskedLM", tiny_config(), 5);
+  mlm->save_pretrained(dir.path());
+  for (const auto& [name, t] : mlm->named_parameters()) EXPECT_EQ(name.find("pooler"), std::string::npos) << name;
+  models::LoadOptions opts;
+  opts.architecture = "BertForSequenceClassification";
+  auto model = models::from_pretrained(dir.path(), opts);
+  EXPECT_EQ(model->state_dict().at("bert.pooler.dense.weight").shape(), (Shape{16, 16}));
+}
+
 // DistilBERT: config.json under DistilBertConfig's names both ways, HF's
 // parameter names, vocab_projector tied and saved once (and accepted when a
 // checkpoint keeps it), no token types, a new head on a base checkpoint, and

@@ -151,9 +151,18 @@ void check_no_other_matches(PreTrainedModel& model, const LoraConfig& c, const s
 }
 
 void set_trainable(PreTrainedModel& model, const LoraConfig& c) {
+  std::vector<Tensor> widen;  // a saved module loaded bf16 (LoadOptions::keep_bf16) trains in f32
   for (auto& [name, p] : model.named_parameters()) {
     const bool train = saved_in_full(name, c.modules_to_save) || name.find("lora_") != std::string::npos;
-    if (p.requires_grad() != train) p.requires_grad_(train);
+    if (train && p.dtype() == DType::bf16) widen.push_back(p);
+    else if (p.requires_grad() != train) p.requires_grad_(train);
+  }
+  std::vector<Tensor> wide;
+  for (const auto& p : widen) wide.push_back(cast(p, DType::f32));
+  nn::materialize(wide);
+  for (size_t i = 0; i < widen.size(); ++i) {
+    widen[i].set_data(wide[i]);  // frozen, so it takes f32
+    widen[i].requires_grad_(true);
   }
 }
 
@@ -446,13 +455,15 @@ void merge_lora(PreTrainedModel& model) {
     auto* a = dynamic_cast<nn::Adaptable*>(m);
     if (!a || !a->lora()) continue;
     Tensor delta = a->lora()->delta_weight();
-    if (auto* l = dynamic_cast<nn::Linear*>(m)) l->weight.assign(l->weight + delta);
-    if (auto* c = dynamic_cast<nn::Conv1D*>(m)) c->weight.assign(c->weight + transpose(delta, 0, 1));
+    // A bf16 base (LoadOptions::keep_bf16) merges into bf16, as PEFT merges into the base's dtype.
+    auto fold = [](Tensor& w, const Tensor& d) { w.assign(cast(w + d, w.dtype())); };
+    if (auto* l = dynamic_cast<nn::Linear*>(m)) fold(l->weight, delta);
+    if (auto* c = dynamic_cast<nn::Conv1D*>(m)) fold(c->weight, transpose(delta, 0, 1));
     a->detach_lora();
   }
   model.set_lora_config(nullptr);
   for (auto& [name, p] : model.named_parameters())
-    if (!p.requires_grad()) p.requires_grad_(true);
+    if (!p.requires_grad() && p.dtype() == DType::f32) p.requires_grad_(true);  // bf16 ones stay frozen
 }
 
 }  // namespace kiln::models
