@@ -286,12 +286,12 @@ const TensorEntry* SafetensorsFile::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
-Tensor SafetensorsFile::load(const std::string& name, Device device) const {
+Tensor SafetensorsFile::load(const std::string& name, Device device, bool keep_bf16) const {
   const TensorEntry* e = find(name);
   KILN_CHECK(e != nullptr, path_.string(), ": no tensor '", name, "' (the file has ", entries_.size(), " tensors)");
   if (device.kind != DeviceKind::CPU) {
     // Device memory: convert on the host (borrowing the mapping), then copy.
-    Tensor host = load(name, Device::cpu());
+    Tensor host = load(name, Device::cpu(), keep_bf16);
     try {
       const Storage& from = *host.node()->data->storage;
       auto storage = std::make_shared<Storage>(device, from.nbytes());
@@ -313,6 +313,7 @@ Tensor SafetensorsFile::load(const std::string& name, Device device) const {
   else if (e->dtype == "I64") direct = DType::i64;
   else if (e->dtype == "I32") direct = DType::i32;
   else if (e->dtype == "BOOL") direct = DType::b8;
+  else if (e->dtype == "BF16" && keep_bf16) direct = DType::bf16;
   else is_direct = false;
 
   if (is_direct) {
@@ -354,11 +355,11 @@ Tensor SafetensorsFile::load(const std::string& name, Device device) const {
 
 namespace {
 
-void load_all(const SafetensorsFile& f, Device device, std::map<std::string, Tensor>& out) {
-  for (const auto& e : f.entries()) out[e.name] = f.load(e.name, device);
+void load_all(const SafetensorsFile& f, Device device, bool keep_bf16, std::map<std::string, Tensor>& out) {
+  for (const auto& e : f.entries()) out[e.name] = f.load(e.name, device, keep_bf16);
 }
 
-std::map<std::string, Tensor> load_sharded(const std::filesystem::path& index_path, Device device) {
+std::map<std::string, Tensor> load_sharded(const std::filesystem::path& index_path, Device device, bool keep_bf16) {
   const std::string file = index_path.string();
   nlohmann::json index = read_json_file(index_path);
   KILN_CHECK(index.is_object(), file, ": expected a JSON object with \"weight_map\", found ", index.type_name());
@@ -393,7 +394,7 @@ std::map<std::string, Tensor> load_sharded(const std::filesystem::path& index_pa
     for (const auto& e : f.entries()) {
       auto [it, inserted] = shard_of.emplace(e.name, shard);
       KILN_CHECK(inserted, file, ": tensor '", e.name, "' is in two shards: '", it->second, "' and '", shard, "'");
-      out[e.name] = f.load(e.name, device);
+      out[e.name] = f.load(e.name, device, keep_bf16);
     }
   }
   return out;
@@ -405,18 +406,18 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 
 }  // namespace
 
-std::map<std::string, Tensor> load_safetensors(const std::filesystem::path& file_or_dir, Device device) {
+std::map<std::string, Tensor> load_safetensors(const std::filesystem::path& file_or_dir, Device device, bool keep_bf16) {
   std::error_code ec;
   if (std::filesystem::is_directory(file_or_dir, ec)) {
     // transformers prefers the single file when both are present.
     if (std::filesystem::exists(file_or_dir / kSingleFile, ec))
-      return load_safetensors(file_or_dir / kSingleFile, device);
-    if (std::filesystem::exists(file_or_dir / kIndexFile, ec)) return load_sharded(file_or_dir / kIndexFile, device);
+      return load_safetensors(file_or_dir / kSingleFile, device, keep_bf16);
+    if (std::filesystem::exists(file_or_dir / kIndexFile, ec)) return load_sharded(file_or_dir / kIndexFile, device, keep_bf16);
     throw Error(detail::concat(file_or_dir.string(), ": no ", kSingleFile, " or ", kIndexFile, " in this directory"));
   }
-  if (ends_with(file_or_dir.filename().string(), ".index.json")) return load_sharded(file_or_dir, device);
+  if (ends_with(file_or_dir.filename().string(), ".index.json")) return load_sharded(file_or_dir, device, keep_bf16);
   std::map<std::string, Tensor> out;
-  load_all(SafetensorsFile::open(file_or_dir), device, out);
+  load_all(SafetensorsFile::open(file_or_dir), device, keep_bf16, out);
   return out;
 }
 

@@ -64,8 +64,10 @@ class SafetensorsFile {
   // without copying (Storage borrowing the mapping, which stays alive while
   // any tensor uses it; copied only if the bytes are misaligned for the
   // type); F16, BF16, F64 converted to f32; U8/I8/I16/U16/U32 converted to
-  // i64. Throws naming file + tensor if absent.
-  Tensor load(const std::string& name, Device device = Device::cpu()) const;
+  // i64. keep_bf16: BF16 stays bf16, borrowed from the mapping like F32 (a
+  // frozen base's weights, which need not widen to f32). Throws naming file
+  // + tensor if absent.
+  Tensor load(const std::string& name, Device device = Device::cpu(), bool keep_bf16 = false) const;
 
   struct Mapping;  // the mmap'd file; public so the .cpp's helpers can name it
 
@@ -82,9 +84,10 @@ class SafetensorsFile {
 // model.safetensors.index.json ({"metadata":..., "weight_map": {tensor: shard}})
 // (a path to the index file itself works too): every tensor by name. Errors
 // name the file and tensor (missing shard, tensor listed in the index but
-// absent from its shard, same tensor in two shards).
+// absent from its shard, same tensor in two shards). keep_bf16 as in
+// SafetensorsFile::load.
 std::map<std::string, Tensor> load_safetensors(const std::filesystem::path& file_or_dir,
-                                               Device device = Device::cpu());
+                                               Device device = Device::cpu(), bool keep_bf16 = false);
 
 // Standard layout, header padded with spaces to a multiple of 8 bytes, then
 // the tensors' bytes in the given order, contiguous. f32/i64/i32/bool

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <set>
 
 #include "kiln/core/error.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/nn/defer_init.h"
 #include "kiln/models/bert.h"
 #include "kiln/models/deberta.h"
 #include "kiln/models/gpt2.h"
@@ -266,6 +268,24 @@ std::string canonical_key(std::string key) {
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
+// LoadOptions::keep_bf16: the parameters a bf16 matrix loads into stop
+// requiring gradients, so load_state_dict shares the mapped bf16 bytes;
+// 1-D bf16 tensors widen to f32 here, as a plain load does.
+void keep_bf16_frozen(std::map<std::string, Tensor>& params, std::map<std::string, Tensor>& dict) {
+  std::vector<Tensor> widened;
+  for (auto& [key, t] : dict) {
+    if (t.dtype() != DType::bf16) continue;
+    auto p = params.find(key);
+    if (t.rank() >= 2 && p != params.end() && p->second.shape() == t.shape()) {
+      p->second.requires_grad_(false);
+    } else {
+      t = cast(t, DType::f32);
+      widened.push_back(t);
+    }
+  }
+  nn::materialize(widened);
+}
+
 }  // namespace
 
 std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const LoadOptions& options) {
@@ -281,8 +301,15 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
     config->set_num_labels(options.num_labels);
     config->problem_type.reset();
   }
-  auto model = create_model(arch, *config, options.seed, options.device);
-  std::map<std::string, Tensor> loaded = io::load_safetensors(dir, options.device);
+  std::unique_ptr<PreTrainedModel> model;
+  {
+    // keep_bf16: the checkpoint's values replace the initial ones unseen
+    // (computed below only for tensors the checkpoint lacks).
+    std::optional<nn::DeferInit> defer;
+    if (options.keep_bf16) defer.emplace();
+    model = create_model(arch, *config, options.seed, options.device);
+  }
+  std::map<std::string, Tensor> loaded = io::load_safetensors(dir, options.device, options.keep_bf16);
 
   const std::string prefix = model->base_model_prefix() + ".";
   auto params = model->state_dict();
@@ -322,7 +349,9 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
       resized.insert(it->first);
       it = dict.erase(it);
     }
+  if (options.keep_bf16) keep_bf16_frozen(params, dict);
   nn::LoadReport report = model->load_state_dict(dict, false);
+  if (options.keep_bf16) nn::materialize(model->parameters());  // those the checkpoint lacks
   std::string file = (dir / "model.safetensors").string();
   std::string errors;
   for (const auto& m : report.mismatched) errors += "  tensor " + m + "\n";

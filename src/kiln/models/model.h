@@ -91,6 +91,12 @@ struct LoadOptions {
   // from the model's (a head with another number of labels) is left as
   // initialised, with a warning, instead of failing the load.
   bool ignore_mismatched_sizes = false;
+  // A bf16 checkpoint's weight matrices and tables stay bf16, memory-mapped
+  // and frozen (requires_grad off), instead of widening to f32: a base that
+  // does not train (LoRA) costs half the memory. 1-D tensors (norms,
+  // biases) widen as usual. Products widen a bf16 weight per use, or take it
+  // directly under --bf16 (runtime/autocast.h).
+  bool keep_bf16 = false;
 };
 
 // The loss of a sequence-classification head, as HF picks it from

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/nn/defer_init.h"
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/tensor_impl.h"
 
@@ -116,7 +117,16 @@ void Module::train(bool on) {
 
 Tensor Init::normal(const Shape& shape) const { return randn(shape, *gen, device) * std; }
 
+namespace {
+thread_local bool defer_init = false;
+}  // namespace
+
+DeferInit::DeferInit() : prev_(defer_init) { defer_init = true; }
+DeferInit::~DeferInit() { defer_init = prev_; }
+bool init_deferred() { return defer_init; }
+
 void materialize(const std::vector<Tensor>& tensors) {
+  if (defer_init) return;
   std::map<Device, std::vector<std::shared_ptr<TensorImpl>>> by_device;
   for (const auto& t : tensors) by_device[t.device()].push_back(t.impl());
   for (auto& [dev, impls] : by_device) runtime::DeviceContext::get(dev).materialize(impls);

@@ -137,7 +137,9 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
 Tensor index_select(const Tensor& table, const Tensor& ids) { return wrap(ir::index_select(table.node(), ids.node())); }
 Tensor embedding(const Tensor& ids, const Tensor& table, int64_t padding_idx) {
   KILN_CHECK(padding_idx < table.dim(0), "embedding: padding_idx ", padding_idx, " out of range for ", table.dim(0), " rows");
-  return wrap(ir::index_select(table.node(), ids.node(), padding_idx));
+  // A bf16 table (a frozen one kept bf16) gives f32 rows, as every activation is.
+  ir::NodePtr rows = ir::index_select(table.node(), ids.node(), padding_idx);
+  return wrap(table.dtype() == DType::bf16 ? ir::cast(rows, DType::f32) : rows);
 }
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) { return wrap(ir::gather(x.node(), dim, index.node())); }
 Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -149,11 +151,17 @@ namespace {
 ir::NodePtr product_operand(const Tensor& x) {
   return Autocast::active() && is_floating(x.dtype()) ? ir::cast(x.node(), DType::bf16) : x.node();
 }
+// Outside Autocast a bf16 operand (a frozen weight kept bf16) is widened to
+// f32 (exact) when the other one is f32.
+ir::NodePtr product_operand(const Tensor& x, const Tensor& other) {
+  if (Autocast::active()) return ir::cast(x.node(), DType::bf16);
+  return x.dtype() != other.dtype() ? ir::cast(x.node(), DType::f32) : x.node();
+}
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   if (is_floating(a.dtype()) && is_floating(b.dtype()))
-    return wrap(ir::matmul(product_operand(a), product_operand(b), ta, tb));
+    return wrap(ir::matmul(product_operand(a, b), product_operand(b, a), ta, tb));
   return wrap(ir::matmul(a.node(), b.node(), ta, tb));
 }
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {

@@ -160,7 +160,12 @@ void Tensor::backward(const Tensor& gradient) const {
 void Tensor::set_data(const Tensor& value) {
   check(impl_);
   const ir::NodePtr& v = value.node();
-  if (v->op != ir::Op::Data || value.dtype() != dtype()) {
+  // A tensor that does not train takes a floating value's dtype, as torch's
+  // `.data =` does: a frozen weight loaded bf16 stays bf16 (half the memory,
+  // and products read it directly). A trained one keeps its dtype (f32 master weights).
+  const bool adopt = !impl_->leaf_requires_grad && is_floating(v->dtype) && is_floating(dtype()) &&
+                     v->op == ir::Op::Data;
+  if (v->op != ir::Op::Data || (value.dtype() != dtype() && !adopt)) {
     assign(Tensor(ir::cast(value.node(), dtype())));
     return;
   }
