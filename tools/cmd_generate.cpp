@@ -1,12 +1,14 @@
 // kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]
 //               [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--per_device_eval_batch_size N]
 //               [--num_beams N] [--length_penalty L] [--early_stopping true|false|never] [--num_return_sequences R]
-//               [--chat [--messages FILE.json]]
+//               [--chat [--messages FILE.json]] [--bf16]
 // Continues each prompt with a causal LM (GPT-2) or, with an encoder-decoder
 // (T5), takes each prompt as the encoder input; prints one line per prompt.
 // --chat renders each prompt as a user turn (or --messages as a conversation)
 // with the model's chat template and the generation prompt, stops at the
 // template's end of turn (the tokenizer's eos_token) and prints the reply.
+// --bf16: products in bf16 (an Autocast around generation), and a bf16
+// checkpoint's weights stay bf16 in memory (decoding reads half the bytes).
 #include <cstdio>
 #include <sstream>
 
@@ -18,6 +20,8 @@
 #include "kiln/core/json.h"
 #include "kiln/models/generation.h"
 #include "kiln/models/generation_config.h"
+#include "kiln/runtime/autocast.h"
+#include "kiln/runtime/context.h"
 #include "kiln/tokenizers/chat_template.h"
 #include "lora_flags.h"
 #include "train_common.h"
@@ -30,13 +34,14 @@ constexpr const char* kUsage =
     "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache]\n"
     "                     [--per_device_eval_batch_size N] [--repetition_penalty P] [--no_repeat_ngram_size N]\n"
     "                     [--num_beams N [--length_penalty L] [--early_stopping true|false|never] [--num_return_sequences R]]\n"
-    "                     [--chat [--messages FILE.json]] [--adapter LORA_DIR] (--model, --batch_size: the short names)\n"
+    "                     [--chat [--messages FILE.json]] [--adapter LORA_DIR] [--bf16] (--model, --batch_size: the short names)\n"
     "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --per_device_eval_batch_size, 8)\n"
     "--num_beams: beam search (defaults from the model's generation_config.json); R lines per prompt, best first.\n"
     "with the source prefix it was trained with (--source_prefix P to give another, \"\" for none) before each prompt.\n"
     "--chat: each prompt is a user turn (--messages: a JSON list of {\"role\", \"content\"}) rendered with the\n"
     "model's chat template and its generation prompt; prints the reply, stopping at the end of turn.\n"
-    "--adapter: a PEFT adapter on the base model (or give the adapter directory as the model).";
+    "--adapter: a PEFT adapter on the base model (or give the adapter directory as the model).\n"
+    "--bf16: matrix products in bf16 (as torch.autocast); a bf16 checkpoint's weights stay bf16 in memory.";
 
 // --chat: the conversations to continue, each rendered with the generation prompt and tokenized as
 // transformers' apply_chat_template(tokenize=True) does (the template writes the special tokens).
@@ -65,7 +70,7 @@ int run_generate(const std::vector<std::string>& args) {
   std::vector<cli::FlagSpec> specs = {
       {"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
       {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
-      {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"chat", false}, {"messages"}, {"adapter"}};
+      {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"chat", false}, {"messages"}, {"adapter"}, {"bf16", false}};
   for (auto& s : cli::beam_flag_specs()) specs.push_back(std::move(s));
   cli::Flags flags("generate", std::move(specs), kUsage);
   flags.parse(args);
@@ -84,7 +89,10 @@ int run_generate(const std::vector<std::string>& args) {
   KILN_CHECK(chat || !flags.has("messages"), "generate: --messages is read with --chat\n", kUsage);
   KILN_CHECK(!prompts.empty() || (chat && flags.has("messages")),
              "generate: give --prompt TEXT or --prompts_file FILE", chat ? " or --messages FILE.json" : "", "\n", kUsage);
-  auto model = models::from_pretrained_with_adapter(flags.get("model"), flags.get("adapter"), {});
+  models::LoadOptions load;
+  load.keep_bf16 = flags.has("bf16");  // a bf16 checkpoint's matrices stay bf16, products read them directly
+  auto model = models::from_pretrained_with_adapter(flags.get("model"), flags.get("adapter"), load);
+  Autocast bf16(flags.has("bf16"));
   // An encoder-decoder (T5) reads a prompt as its encoder's input; a causal LM continues it.
   const bool seq2seq = model->config().is_encoder_decoder();
   KILN_CHECK(model->can_generate(), "generate: ", model->architecture(),
@@ -154,6 +162,10 @@ int run_generate(const std::vector<std::string>& args) {
     std::vector<uint32_t> u(seq.begin() + static_cast<std::ptrdiff_t>(from), seq.end());
     std::printf("%s\n", tok.tokenizer.decode(u, true).c_str());
   }
+  // The last step's in-place cache update may still be queued: let it finish
+  // before the process's statics (oneDNN's engine) are destroyed.
+  const auto params = model->parameters();
+  runtime::DeviceContext::get(params.empty() ? Device::cpu() : params.front().device()).stream().synchronize();
   return 0;
 }
 

@@ -99,7 +99,9 @@ int run_predict(const std::vector<std::string>& args) {
     return 0;
   }
   std::filesystem::path dir = flags.get("model");
-  auto model = models::from_pretrained_with_adapter(dir, flags.get("adapter"), {});
+  models::LoadOptions load;
+  load.keep_bf16 = flags.has("bf16");  // nothing trains: a bf16 checkpoint stays bf16
+  auto model = models::from_pretrained_with_adapter(dir, flags.get("adapter"), load);
   const bool tokens = model->architecture().ends_with("ForTokenClassification");
   const bool qa = model->architecture().ends_with("ForQuestionAnswering");
   const bool mc = model->architecture().ends_with("ForMultipleChoice");
