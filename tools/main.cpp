@@ -4,6 +4,7 @@
 
 #include "command.h"
 #include "kiln/distributed/mpi.h"
+#include "kiln/runtime/context.h"
 
 namespace kiln::cli {
 std::map<std::string, Command>& commands() {
@@ -33,13 +34,19 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   try {
     kiln::dist::mpi::init();  // only under mpirun
-    return it->second.run(args);
+    const int status = it->second.run(args);
+    kiln::wait_all_device_ops();  // a step still queued must not outlive oneDNN's static engine
+    return status;
   } catch (const std::exception& e) {
     // Allocations that fail where no layer names what was being built.
     const bool oom = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
     std::fprintf(stderr, "kiln %s: error: %s\n", argv[1], oom ? "out of memory (std::bad_alloc)" : e.what());
     // Under mpirun the other processes would wait for this one forever.
     if (kiln::dist::mpi::initialized() && kiln::dist::mpi::size() > 1) kiln::dist::mpi::abort(1);
+    try {
+      kiln::wait_all_device_ops();
+    } catch (const std::exception&) {  // (a queued step's own failure: the first error is the one reported)
+    }
     return 1;
   }
 }

@@ -45,8 +45,11 @@ TEST(CliDeberta, V3ClassifierTrainsSavesAndTrainsAgainFromItsDirectory) {
   EXPECT_EQ(saved.find("deberta.embeddings.position_embeddings.weight"), nullptr);
   const auto log = read_json_file(out / "trainer_state.json")["log_history"];
   ASSERT_GE(log.size(), 3u) << log.dump();
-  for (const auto& entry : log)
-    if (entry.contains("loss")) EXPECT_TRUE(std::isfinite(entry["loss"].get<double>())) << log.dump();
+  for (const auto& entry : log) {
+    if (entry.contains("loss")) {
+      EXPECT_TRUE(std::isfinite(entry["loss"].get<double>())) << log.dump();
+    }
+  }
   const auto resumed = run_kiln("train --model_name_or_path " + out.string() + " --output_dir " + again.string() + common,
                                 w.path(), 600);
   ASSERT_EQ(resumed.status, 0) << resumed.output;

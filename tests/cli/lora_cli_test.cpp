@@ -137,7 +137,8 @@ TEST_F(LoraCli, TrainsOnABf16BaseAndResumesExactly) {
                     dir_.path());
   ASSERT_EQ(r.status, 0) << r.output;
   int bf16 = 0;
-  for (const auto& e : io::SafetensorsFile::open(dir_.path() / "base16" / "model.safetensors").entries()) {
+  const auto base16 = io::SafetensorsFile::open(dir_.path() / "base16" / "model.safetensors");
+  for (const auto& e : base16.entries()) {
     EXPECT_EQ(e.dtype, "BF16") << e.name;
     bf16 += e.dtype == "BF16";
   }

@@ -443,8 +443,8 @@ TEST(Pretrained, LlamaNamesConfigAndCheckpoints) {
                   "m/config.json: num_attention_heads 4 is not a multiple of num_key_value_heads 3");
   EXPECT_CONTAINS(config_error({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}),
                   "m/config.json: 'rope_scaling': rope_type 'llama3' needs 'low_freq_factor'");
-  EXPECT_CONTAINS(config_error({{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 8.0}}}}),
-                  "m/config.json: 'rope_scaling': rope_type 'yarn' is not supported");
+  EXPECT_CONTAINS(config_error({{"rope_scaling", {{"rope_type", "ntk"}, {"factor", 8.0}}}}),
+                  "m/config.json: 'rope_scaling': rope_type 'ntk' is not supported");
   EXPECT_CONTAINS(config_error({{"rope_scaling", {{"type", "linear"}, {"factor", 2.0}, {"low_freq_factor", 1}}}}),
                   "m/config.json: 'rope_scaling': 'low_freq_factor' is not a parameter of rope_type 'linear'");
   EXPECT_CONTAINS(config_error({{"rope_scaling", {{"rope_type", "dynamic"}}}}), "rope_type 'dynamic' needs 'factor'");

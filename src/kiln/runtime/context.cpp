@@ -320,6 +320,15 @@ void mark_step(Device device) { runtime::DeviceContext::get(device).mark_step();
 
 void wait_device_ops(Device device) { runtime::DeviceContext::get(device).stream().synchronize(); }
 
+void wait_all_device_ops() {
+  std::vector<runtime::DeviceContext*> in_use;
+  {
+    std::lock_guard<std::mutex> lock(runtime::g_contexts_mu);
+    for (auto& [device, ctx] : runtime::contexts().map) in_use.push_back(ctx.get());
+  }
+  for (runtime::DeviceContext* ctx : in_use) ctx->stream().synchronize();
+}
+
 std::string take_step_failure(Device device) { return runtime::DeviceContext::get(device).take_failure(); }
 
 void add_step_closure(std::function<void()> fn, Device device) {

@@ -103,6 +103,9 @@ namespace kiln {
 void mark_step(Device device = Device::cpu());
 // Blocks until the device has run everything queued (xm.wait_device_ops).
 void wait_device_ops(Device device = Device::cpu());
+// The same for every device in use: a program calls it before it exits, so
+// no queued step runs while the libraries it calls are being torn down.
+void wait_all_device_ops();
 // The error of the first step that failed on `device` since the last call,
 // or empty; returns at once (steps still queued are not waited for). A
 // training loop calls it between steps to stop at the first failure.
