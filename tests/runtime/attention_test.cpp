@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/attention_result.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -45,9 +46,7 @@ Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   return matmul(dropout(softmax(scores, -1, mask), c.dropout, gen, c.dropout > 0), v);
 }
 
-struct Result {
-  std::vector<double> out, dq, dk, dv;
-};
+using Result = testing::AttentionResult;
 
 Result run(const Case& c, bool fused, bool bf16) {
   Autocast autocast(bf16);
@@ -80,11 +79,7 @@ Result run(const Case& c, bool fused, bool bf16) {
 }
 
 void expect_matches_composite(const Case& c, bool bf16, double tol) {
-  const Result f = run(c, true, bf16), r = run(c, false, bf16);
-  EXPECT_LE(testing::relative_error(f.out, r.out), tol) << "output";
-  EXPECT_LE(testing::relative_error(f.dq, r.dq), tol) << "dq";
-  EXPECT_LE(testing::relative_error(f.dk, r.dk), tol) << "dk";
-  EXPECT_LE(testing::relative_error(f.dv, r.dv), tol) << "dv";
+  testing::expect_attention_close(run(c, true, bf16), run(c, false, bf16), tol);
 }
 
 TEST(FusedAttention, MatchesTheCompositeWithCausalMaskAndDropout) {

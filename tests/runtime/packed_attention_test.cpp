@@ -9,6 +9,7 @@
 #include <limits>
 #include <numeric>
 
+#include "runtime/attention_result.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -44,9 +45,7 @@ struct Case {
   }
 };
 
-struct Result {
-  std::vector<double> out, dq, dk, dv;
-};
+using Result = testing::AttentionResult;
 
 // The block-diagonal mask the models add without the fused op: the padding within a segment, f32 min across.
 Tensor block_diagonal(const Case& c) {
@@ -100,11 +99,7 @@ Result run(const Case& c, bool fused, bool bf16) {
 }
 
 void expect_matches_composite(const Case& c, bool bf16, double tol) {
-  const Result f = run(c, true, bf16), r = run(c, false, bf16);
-  EXPECT_LE(testing::relative_error(f.out, r.out), tol) << "output";
-  EXPECT_LE(testing::relative_error(f.dq, r.dq), tol) << "dq";
-  EXPECT_LE(testing::relative_error(f.dk, r.dk), tol) << "dk";
-  EXPECT_LE(testing::relative_error(f.dv, r.dv), tol) << "dv";
+  testing::expect_attention_close(run(c, true, bf16), run(c, false, bf16), tol);
 }
 
 TEST(PackedAttention, MatchesTheBlockDiagonalComposite) {
