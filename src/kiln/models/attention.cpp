@@ -4,10 +4,12 @@
 
 namespace kiln::models {
 
+bool fused_attention_fits(const Tensor& q, const Tensor& k, const Tensor& mask, const Tensor& segments) {
+  return use_fused_attention(q, k, mask) && (!segments.defined() || fused_attention_takes_segments(q));
+}
+
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const SelfAttention& a, const nn::Dropout& dropout) {
-  const bool fused = !a.soft_cap && a.fusable && use_fused_attention(q, k, a.mask) &&
-                     (!a.segments.defined() || fused_attention_takes_segments(q));
-  if (fused)
+  if (!a.soft_cap && a.fusable && fused_attention_fits(q, k, a.mask, a.segments))
     return fused_attention(q, k, v,
                            {a.mask, a.causal, a.scale, dropout.active_p(), dropout.generator(), a.window, a.segments});
   Tensor scores = matmul(q, k, false, true) * a.scale;

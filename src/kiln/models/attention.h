@@ -27,6 +27,11 @@ struct SelfAttention {
   Tensor composite_mask{};
 };
 
+// Whether the fused kernel takes attention over q, k with this additive mask
+// and (packed rows; undefined: none) segment ids, per KILN_ATTENTION and the
+// device.
+bool fused_attention_fits(const Tensor& q, const Tensor& k, const Tensor& mask, const Tensor& segments);
+
 // q [B,NH,Tq,D], k / v [B,NH,Tk,D] -> [B,NH,Tq,D]; `dropout` on the probabilities.
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const SelfAttention& a, const nn::Dropout& dropout);
 

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "kiln/core/error.h"
+#include "kiln/models/attention.h"
 #include "kiln/runtime/ops.h"
 
 namespace kiln::models {
@@ -22,7 +23,7 @@ Tensor block_diagonal_mask(const Tensor& example, const Tensor& padding) {
 }  // namespace
 
 bool RowMasks::fused(const Tensor& q, const Tensor& k) const {
-  return use_fused_attention(q, k, padding) && (!segments.defined() || fused_attention_takes_segments(q));
+  return fused_attention_fits(q, k, padding, segments);
 }
 
 RowMasks row_masks(const Tensor& position_ids, const Tensor& padding) {
