@@ -378,157 +378,219 @@ std::string report_message(const Instr& ins, const ErrorReport& r) {
   }
 }
 
-void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& ins, const std::vector<char*>& in,
-                char* out) {
-  cudaStream_t s = ds.stream;
-  const Shape& os = ins.output.view.shape;
-  const size_t es = dtype_size(ins.output.dtype);
-  char* o = out + ins.output.view.offset * es;
-  auto inp = [&](size_t k) { return in[k] + ins.inputs[k].view.offset * dtype_size(ins.inputs[k].dtype); };
-  ErrorReport* report = st.report >= 0 ? static_cast<ErrorReport*>(plan.reports->ptr) + st.report : nullptr;
-  double* scratch = plan.scratch ? static_cast<double*>(plan.scratch->ptr) : nullptr;
+// One kernel instruction's operands, as the run_* functions below read them:
+// each input and the output at its view's offset, the step's error report
+// and the plan's scratch memory.
+struct KernelCall {
+  DeviceState& ds;
+  Plan& plan;
+  const Plan::Step& st;
+  const Instr& ins;
+  const std::vector<char*>& in;
+  char* out;
+
+  cudaStream_t stream() const { return ds.stream; }
+  const Shape& shape() const { return ins.output.view.shape; }
+  size_t elem() const { return dtype_size(ins.output.dtype); }
+  char* o() const { return out + ins.output.view.offset * elem(); }
+  float* fo() const { return reinterpret_cast<float*>(o()); }
+  char* inp(size_t k) const { return in[k] + ins.inputs[k].view.offset * dtype_size(ins.inputs[k].dtype); }
+  const float* f(size_t k) const { return reinterpret_cast<const float*>(inp(k)); }
+  ErrorReport* report() const {
+    return st.report >= 0 ? static_cast<ErrorReport*>(plan.reports->ptr) + st.report : nullptr;
+  }
+  void* scratch() const { return plan.scratch ? plan.scratch->ptr : nullptr; }
+};
+
+// Iota, Sum, ReduceMax, ArgMax.
+void run_reduce(const KernelCall& k) {
+  const Instr& ins = k.ins;
   switch (ins.op) {
-    case Op::Iota:
-      return kernels::iota(o, code(ins.output.dtype), os[0], ir::IotaAttrs::of(ins.attrs).start,
-                           ir::IotaAttrs::of(ins.attrs).step, s);
-    case Op::Sum:
-    case Op::ReduceMax:
+    case Op::Iota: {
+      const auto a = ir::IotaAttrs::of(ins.attrs);
+      return kernels::iota(k.o(), code(ins.output.dtype), k.shape()[0], a.start, a.step, k.stream());
+    }
+    case Op::ArgMax: {
+      KILN_CHECK(ins.inputs[0].dtype != DType::b8, "argmax: unsupported dtype");
+      const int64_t axis = ir::ReduceAttrs::of(ins.attrs).first();
+      return kernels::argmax(k.inp(0), reinterpret_cast<int64_t*>(k.o()), code(ins.inputs[0].dtype),
+                             split_shape(ins.inputs[0].view.shape, axis, axis), k.stream());
+    }
+    default:
       KILN_CHECK(ins.output.dtype == DType::f32 || is_integral(ins.output.dtype), "reduce: unsupported dtype ",
                  dtype_name(ins.output.dtype));
-      return kernels::reduce(inp(0), o, code(ins.output.dtype), reduce_split(ins), ins.op == Op::ReduceMax,
-                             plan.scratch ? plan.scratch->ptr : nullptr, s);
-    case Op::ArgMax:
-      KILN_CHECK(ins.inputs[0].dtype != DType::b8, "argmax: unsupported dtype");
-      return kernels::argmax(inp(0), reinterpret_cast<int64_t*>(o), code(ins.inputs[0].dtype),
-                             split_shape(ins.inputs[0].view.shape, ir::ReduceAttrs::of(ins.attrs).first(),
-                                         ir::ReduceAttrs::of(ins.attrs).first()), s);
-    case Op::SliceGrad: {
-      const auto sl = ir::SliceAttrs::of(ins.attrs);
-      const int64_t d = sl.dim;
-      return kernels::slice_grad(inp(0), o, static_cast<int>(es), split_shape(os, d, d), ins.inputs[0].view.shape[d],
-                                 sl.start, sl.step, s);
-    }
-    case Op::Concat: {
-      const int64_t d = ir::DimAttrs::of(ins.attrs).dim;
-      const Split p = split_shape(os, d, d);
-      int64_t off = 0;
-      for (size_t k = 0; k < ins.inputs.size(); ++k) {
-        const int64_t len = ins.inputs[k].view.shape[d];
-        const size_t width = static_cast<size_t>(len * p.inner) * es;
-        if (width && p.outer)
-          KILN_CUDA_CHECK(cudaMemcpy2DAsync(o + off * p.inner * es, p.axis * p.inner * es, inp(k), width, width,
-                                            p.outer, cudaMemcpyDeviceToDevice, s));
-        off += len;
-      }
-      return;
-    }
-    case Op::IndexSelect: {
-      const Shape& ts = ins.inputs[0].view.shape;
-      const int64_t V = ts[0], R = numel(ts) / std::max<int64_t>(V, 1), n = numel(ins.inputs[1].view.shape);
-      return kernels::index_select(inp(0), inp(1), code(ins.inputs[1].dtype), o, static_cast<int>(es), V, R, n,
-                                   report, s);
-    }
-    case Op::IndexAdd: {
-      KILN_CHECK(ins.output.dtype == DType::f32, "index_add: expected f32");
-      const int64_t V = os[0], R = numel(os) / std::max<int64_t>(V, 1), n = numel(ins.inputs[0].view.shape);
-      if (ins.inputs.size() == 3)  // the compiler's fold of Add(base, IndexAdd): the sums go onto the base
-        KILN_CUDA_CHECK(cudaMemcpyAsync(o, inp(2), numel(os) * es, cudaMemcpyDeviceToDevice, s));
-      else
-        KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, numel(os) * es, s));
-      return kernels::index_add(inp(0), code(ins.inputs[0].dtype), reinterpret_cast<const float*>(inp(1)),
-                                reinterpret_cast<float*>(o), V, R, n, ir::PaddingAttrs::of(ins.attrs).padding_idx, report,
-                                plan.scratch ? plan.scratch->ptr : nullptr, s);
-    }
-    case Op::Gather:
-    case Op::ScatterAdd: {
-      KILN_CHECK(ins.output.dtype == DType::f32, ir::op_name(ins.op), ": expected f32");
-      const Shape& is = ins.inputs[1].view.shape;
-      const Shape& xs = ins.inputs[0].view.shape;
-      kernels::GatherShape g;
-      g.rank = static_cast<int32_t>(is.size());
-      g.dim = static_cast<int32_t>(ir::DimAttrs::of(ins.attrs).dim);
-      const auto xst = contiguous_strides(xs);
-      for (int k = 0; k < g.rank; ++k) {
-        g.index_shape[k] = is[k];
-        g.x_strides[k] = xst[k];
-      }
-      g.x_extent = xs[g.dim];
-      const auto* x = reinterpret_cast<const float*>(inp(0));
-      if (ins.op == Op::Gather)
-        return kernels::gather(x, inp(1), code(ins.inputs[1].dtype), reinterpret_cast<float*>(o), g, report, s);
-      KILN_CUDA_CHECK(cudaMemcpyAsync(o, x, numel(xs) * es, cudaMemcpyDeviceToDevice, s));
-      return kernels::scatter_add(inp(1), code(ins.inputs[1].dtype), reinterpret_cast<const float*>(inp(2)),
-                                  reinterpret_cast<float*>(o), g, report, s);
-    }
-    case Op::MatMul: {
-      const GemmPlan& g = st.gemm;
-      // A folded bias (compiler/simplify.cpp): the output starts as its rows.
-      const bool bias = ins.inputs.size() == 3;
-      if (bias) {
-        const int64_t n = os.back();
-        const auto& bv = ins.inputs[2].view;
-        kernels::fill_rows(reinterpret_cast<const float*>(inp(2)), bv.strides.empty() ? 1 : bv.strides[0],
-                           reinterpret_cast<float*>(o), n ? g.c_elems / n : 0, n, s);
-      }
-      if (g.calls.empty()) {
-        if (!bias) KILN_CUDA_CHECK(cudaMemsetAsync(o, 0, g.c_elems * sizeof(float), s));
-        return;
-      }
-      return gemm(ds, g, st.padding, in[0], in[1], reinterpret_cast<float*>(out), bias ? 1.0f : 0.0f,
-                  plan.scratch ? static_cast<char*>(plan.scratch->ptr) : nullptr);
-    }
+      return kernels::reduce(k.inp(0), k.o(), code(ins.output.dtype), reduce_split(ins), ins.op == Op::ReduceMax,
+                             k.scratch(), k.stream());
+  }
+}
+
+// SliceGrad and Concat: strided copies into the output.
+void run_copy(const KernelCall& k) {
+  const Instr& ins = k.ins;
+  const size_t es = k.elem();
+  if (ins.op == Op::SliceGrad) {
+    const auto sl = ir::SliceAttrs::of(ins.attrs);
+    return kernels::slice_grad(k.inp(0), k.o(), static_cast<int>(es), split_shape(k.shape(), sl.dim, sl.dim),
+                               ins.inputs[0].view.shape[sl.dim], sl.start, sl.step, k.stream());
+  }
+  const int64_t d = ir::DimAttrs::of(ins.attrs).dim;
+  const Split p = split_shape(k.shape(), d, d);
+  int64_t off = 0;
+  for (size_t i = 0; i < ins.inputs.size(); ++i) {
+    const int64_t len = ins.inputs[i].view.shape[d];
+    const size_t width = static_cast<size_t>(len * p.inner) * es;
+    if (width && p.outer)
+      KILN_CUDA_CHECK(cudaMemcpy2DAsync(k.o() + off * p.inner * es, p.axis * p.inner * es, k.inp(i), width, width,
+                                        p.outer, cudaMemcpyDeviceToDevice, k.stream()));
+    off += len;
+  }
+}
+
+// IndexSelect and IndexAdd: rows of a table picked or summed by ids.
+void run_index(const KernelCall& k) {
+  const Instr& ins = k.ins;
+  const Shape& os = k.shape();
+  if (ins.op == Op::IndexSelect) {
+    const Shape& ts = ins.inputs[0].view.shape;
+    const int64_t V = ts[0], R = numel(ts) / std::max<int64_t>(V, 1), n = numel(ins.inputs[1].view.shape);
+    return kernels::index_select(k.inp(0), k.inp(1), code(ins.inputs[1].dtype), k.o(), static_cast<int>(k.elem()), V,
+                                 R, n, k.report(), k.stream());
+  }
+  KILN_CHECK(ins.output.dtype == DType::f32, "index_add: expected f32");
+  const int64_t V = os[0], R = numel(os) / std::max<int64_t>(V, 1), n = numel(ins.inputs[0].view.shape);
+  if (ins.inputs.size() == 3)  // the compiler's fold of Add(base, IndexAdd): the sums go onto the base
+    KILN_CUDA_CHECK(cudaMemcpyAsync(k.o(), k.inp(2), numel(os) * k.elem(), cudaMemcpyDeviceToDevice, k.stream()));
+  else
+    KILN_CUDA_CHECK(cudaMemsetAsync(k.o(), 0, numel(os) * k.elem(), k.stream()));
+  return kernels::index_add(k.inp(0), code(ins.inputs[0].dtype), k.f(1), k.fo(), V, R, n,
+                            ir::PaddingAttrs::of(ins.attrs).padding_idx, k.report(), k.scratch(), k.stream());
+}
+
+// Gather and ScatterAdd along one dimension.
+void run_gather(const KernelCall& k) {
+  const Instr& ins = k.ins;
+  KILN_CHECK(ins.output.dtype == DType::f32, ir::op_name(ins.op), ": expected f32");
+  const Shape& is = ins.inputs[1].view.shape;
+  const Shape& xs = ins.inputs[0].view.shape;
+  kernels::GatherShape g;
+  g.rank = static_cast<int32_t>(is.size());
+  g.dim = static_cast<int32_t>(ir::DimAttrs::of(ins.attrs).dim);
+  const auto xst = contiguous_strides(xs);
+  for (int d = 0; d < g.rank; ++d) {
+    g.index_shape[d] = is[d];
+    g.x_strides[d] = xst[d];
+  }
+  g.x_extent = xs[g.dim];
+  if (ins.op == Op::Gather)
+    return kernels::gather(k.f(0), k.inp(1), code(ins.inputs[1].dtype), k.fo(), g, k.report(), k.stream());
+  KILN_CUDA_CHECK(cudaMemcpyAsync(k.o(), k.f(0), numel(xs) * k.elem(), cudaMemcpyDeviceToDevice, k.stream()));
+  return kernels::scatter_add(k.inp(1), code(ins.inputs[1].dtype), k.f(2), k.fo(), g, k.report(), k.stream());
+}
+
+void run_matmul(const KernelCall& k) {
+  const GemmPlan& g = k.st.gemm;
+  // A folded bias (compiler/simplify.cpp): the output starts as its rows.
+  const bool bias = k.ins.inputs.size() == 3;
+  if (bias) {
+    const int64_t n = k.shape().back();
+    const auto& bv = k.ins.inputs[2].view;
+    kernels::fill_rows(k.f(2), bv.strides.empty() ? 1 : bv.strides[0], k.fo(), n ? g.c_elems / n : 0, n, k.stream());
+  }
+  if (g.calls.empty()) {
+    if (!bias) KILN_CUDA_CHECK(cudaMemsetAsync(k.o(), 0, g.c_elems * sizeof(float), k.stream()));
+    return;
+  }
+  return gemm(k.ds, g, k.st.padding, k.in[0], k.in[1], reinterpret_cast<float*>(k.out), bias ? 1.0f : 0.0f,
+              static_cast<char*>(k.scratch()));
+}
+
+// Row-wise kernels: softmax, normalization and cross-entropy, forward and backward.
+void run_rows(const KernelCall& k) {
+  const Instr& ins = k.ins;
+  const Shape& os = k.shape();
+  switch (ins.op) {
     case Op::Softmax:
     case Op::LogSoftmax: {
-      const float* mask = ins.inputs.size() > 1 ? reinterpret_cast<const float*>(inp(1)) : nullptr;
+      const float* mask = ins.inputs.size() > 1 ? k.f(1) : nullptr;
       const int64_t axis = ir::AxisAttrs::of(ins.attrs).axis;
-      return kernels::softmax(reinterpret_cast<const float*>(inp(0)), mask, reinterpret_cast<float*>(o),
-                              split_shape(os, axis, axis), ins.op == Op::LogSoftmax, s);
+      return kernels::softmax(k.f(0), mask, k.fo(), split_shape(os, axis, axis), ins.op == Op::LogSoftmax,
+                              k.stream());
     }
     case Op::SoftmaxGrad:
     case Op::LogSoftmaxGrad: {
       const int64_t axis = ir::AxisAttrs::of(ins.attrs).axis;
-      return kernels::softmax_grad(reinterpret_cast<const float*>(inp(0)), reinterpret_cast<const float*>(inp(1)),
-                                   reinterpret_cast<float*>(o), split_shape(os, axis, axis),
-                                   ins.op == Op::LogSoftmaxGrad, s);
+      return kernels::softmax_grad(k.f(0), k.f(1), k.fo(), split_shape(os, axis, axis),
+                                   ins.op == Op::LogSoftmaxGrad, k.stream());
     }
     case Op::Normalize:
     case Op::NormalizeGrad: {
       const int64_t C = os.empty() ? 1 : os.back(), N = numel(os) / std::max<int64_t>(C, 1);
-      if (ins.op == Op::Normalize)
-        return kernels::normalize(reinterpret_cast<const float*>(inp(0)), reinterpret_cast<float*>(o), N, C,
-                                  ir::NormalizeAttrs::of(ins.attrs).eps, s);
-      return kernels::normalize_grad(reinterpret_cast<const float*>(inp(0)), reinterpret_cast<const float*>(inp(1)),
-                                     reinterpret_cast<float*>(o), N, C, ir::NormalizeAttrs::of(ins.attrs).eps, s);
+      const float eps = ir::NormalizeAttrs::of(ins.attrs).eps;
+      if (ins.op == Op::Normalize) return kernels::normalize(k.f(0), k.fo(), N, C, eps, k.stream());
+      return kernels::normalize_grad(k.f(0), k.f(1), k.fo(), N, C, eps, k.stream());
     }
-    case Op::CrossEntropy:
-    case Op::CrossEntropyGrad: {
+    default: {  // CrossEntropy, CrossEntropyGrad
       const Shape& ls = ins.inputs[0].view.shape;
       const int64_t N = ls[0], C = ls[1];
-      const auto* x = reinterpret_cast<const float*>(inp(0));
       const auto ce = ir::CrossEntropyAttrs::of(ins.attrs);
+      auto* scratch = static_cast<double*>(k.scratch());
       if (ins.op == Op::CrossEntropy)
-        return kernels::cross_entropy(x, inp(1), code(ins.inputs[1].dtype), reinterpret_cast<float*>(o), N, C,
-                                      ce.ignore_index, ce.smoothing, scratch, report, s);
-      return kernels::cross_entropy_grad(x, inp(1), code(ins.inputs[1].dtype), reinterpret_cast<const float*>(inp(2)),
-                                         reinterpret_cast<float*>(o), N, C, ce.ignore_index, ce.smoothing,
-                                         scratch, report, s);
+        return kernels::cross_entropy(k.f(0), k.inp(1), code(ins.inputs[1].dtype), k.fo(), N, C, ce.ignore_index,
+                                      ce.smoothing, scratch, k.report(), k.stream());
+      return kernels::cross_entropy_grad(k.f(0), k.inp(1), code(ins.inputs[1].dtype), k.f(2), k.fo(), N, C,
+                                         ce.ignore_index, ce.smoothing, scratch, k.report(), k.stream());
     }
+  }
+}
+
+void run_attention(const KernelCall& k) {
+  const Instr& ins = k.ins;
+  const AttentionArgs a = attention_args(ins);
+  KILN_CHECK(a.window == 0, "cuda backend: fused attention has no sliding window yet (the model takes the composite)");
+  const float* mask = a.mask_input >= 0 ? k.f(a.mask_input) : nullptr;
+  const int64_t* key = a.key_input >= 0 ? reinterpret_cast<const int64_t*>(k.inp(a.key_input)) : nullptr;
+  if (ins.op == Op::Attention)
+    return kernels::attention(a, k.inp(0), k.inp(1), k.inp(2), mask, key, k.fo(), k.stream());
+  const size_t next = ins.inputs.size() - 2;  // AttentionGrad: then out, dout
+  float* dq = k.fo();
+  float* dk = dq + a.B * a.H * a.Tq * a.D;
+  float* dv = dk + a.B * a.H * a.Tk * a.D;
+  return kernels::attention_grad(a, k.inp(0), k.inp(1), k.inp(2), mask, key, k.f(next), k.f(next + 1), dq, dk, dv,
+                                 k.scratch(), k.stream());
+}
+
+void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& ins, const std::vector<char*>& in,
+                char* out) {
+  const KernelCall k{ds, plan, st, ins, in, out};
+  switch (ins.op) {
+    case Op::Iota:
+    case Op::Sum:
+    case Op::ReduceMax:
+    case Op::ArgMax:
+      return run_reduce(k);
+    case Op::SliceGrad:
+    case Op::Concat:
+      return run_copy(k);
+    case Op::IndexSelect:
+    case Op::IndexAdd:
+      return run_index(k);
+    case Op::Gather:
+    case Op::ScatterAdd:
+      return run_gather(k);
+    case Op::MatMul:
+      return run_matmul(k);
+    case Op::Softmax:
+    case Op::LogSoftmax:
+    case Op::SoftmaxGrad:
+    case Op::LogSoftmaxGrad:
+    case Op::Normalize:
+    case Op::NormalizeGrad:
+    case Op::CrossEntropy:
+    case Op::CrossEntropyGrad:
+      return run_rows(k);
     case Op::Attention:
-    case Op::AttentionGrad: {
-      const AttentionArgs a = attention_args(ins);
-      KILN_CHECK(a.window == 0, "cuda backend: fused attention has no sliding window yet (the model takes the composite)");
-      const float* mask = a.mask_input >= 0 ? reinterpret_cast<const float*>(inp(a.mask_input)) : nullptr;
-      const int64_t* key = a.key_input >= 0 ? reinterpret_cast<const int64_t*>(inp(a.key_input)) : nullptr;
-      const size_t next = ins.inputs.size() - 2;  // AttentionGrad: then out, dout
-      if (ins.op == Op::Attention)
-        return kernels::attention(a, inp(0), inp(1), inp(2), mask, key, reinterpret_cast<float*>(o), s);
-      float* dq = reinterpret_cast<float*>(o);
-      float* dk = dq + a.B * a.H * a.Tq * a.D;
-      float* dv = dk + a.B * a.H * a.Tk * a.D;
-      return kernels::attention_grad(a, inp(0), inp(1), inp(2), mask, key, reinterpret_cast<const float*>(inp(next)),
-                                     reinterpret_cast<const float*>(inp(next + 1)), dq, dk, dv,
-                                     plan.scratch ? plan.scratch->ptr : nullptr, s);
-    }
+    case Op::AttentionGrad:
+      return run_attention(k);
     default:
       throw Error(std::string("cuda backend: no kernel for op ") + ir::op_name(ins.op) + " (not supported on CUDA yet)");
   }
