@@ -189,10 +189,9 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
   }
   std::unique_ptr<PreTrainedModel> model;
   {
-    // keep_bf16: the checkpoint's values replace the initial ones unseen
-    // (computed below only for tensors the checkpoint lacks).
-    std::optional<nn::DeferInit> defer;
-    if (options.keep_bf16) defer.emplace();
+    // The checkpoint's values replace the initial ones unseen: those are
+    // computed below only for the tensors the checkpoint lacks (a new head).
+    nn::DeferInit defer;
     model = create_model(arch, *config, options.seed, options.device);
   }
   std::map<std::string, Tensor> loaded = io::load_safetensors(dir, options.device, options.keep_bf16);
@@ -228,7 +227,7 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
     }
   if (options.keep_bf16) keep_bf16_frozen(params, dict);
   nn::LoadReport report = model->load_state_dict(dict, false);
-  if (options.keep_bf16) nn::materialize(model->parameters());  // those the checkpoint lacks
+  nn::materialize(model->parameters());  // those the checkpoint lacks
   std::string file = (dir / "model.safetensors").string();
   std::string errors;
   for (const auto& m : report.mismatched) errors += "  tensor " + m + "\n";
