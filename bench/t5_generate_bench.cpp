@@ -37,7 +37,7 @@ int main(int argc, char** argv) try {
   }
   models::GenerationConfig g;
   g.max_new_tokens = a["new_tokens"];
-  g.eos_token_id = -1;  // always the full length
+  g.eos_token_ids = {-1};  // always the full length
   for (bool cache : {true, false}) {
     g.use_cache = cache;
     models::GenerationConfig warm = g;

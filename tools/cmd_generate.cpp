@@ -1,9 +1,11 @@
-// kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]
-//               [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--per_device_eval_batch_size N]
+// kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20 | --max_length L]
+//               [--do_sample] [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--per_device_eval_batch_size N]
 //               [--num_beams N] [--length_penalty L] [--early_stopping true|false|never] [--num_return_sequences R]
 //               [--chat [--messages FILE.json]] [--bf16]
 // Continues each prompt with a causal LM (GPT-2) or, with an encoder-decoder
 // (T5), takes each prompt as the encoder input; prints one line per prompt.
+// The model's generation_config.json gives the defaults (do_sample,
+// temperature, eos ids, ...), as model.generate() starts from it.
 // --chat renders each prompt as a user turn (or --messages as a conversation)
 // with the model's chat template and the generation prompt, stops at the
 // template's end of turn (the tokenizer's eos_token) and prints the reply.
@@ -29,13 +31,14 @@ namespace {
 
 using namespace kiln;
 constexpr const char* kUsage =
-    "usage: kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20] [--do_sample]\n"
-    "                     [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache]\n"
+    "usage: kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20 | --max_length L]\n"
+    "                     [--do_sample [true|false]] [--temperature T] [--top_k 50] [--top_p P] [--seed S] [--no_cache]\n"
     "                     [--per_device_eval_batch_size N] [--repetition_penalty P] [--no_repeat_ngram_size N]\n"
     "                     [--num_beams N [--length_penalty L] [--early_stopping true|false|never] [--num_return_sequences R]]\n"
     "                     [--chat [--messages FILE.json]] [--adapter LORA_DIR] [--bf16] (--model, --batch_size: the short names)\n"
     "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --per_device_eval_batch_size, 8)\n"
-    "--num_beams: beam search (defaults from the model's generation_config.json); R lines per prompt, best first.\n"
+    "Defaults come from the model's generation_config.json (as model.generate() reads it), the flags over them.\n"
+    "--num_beams: beam search; R lines per prompt, best first.\n"
     "with the source prefix it was trained with (--source_prefix P to give another, \"\" for none) before each prompt.\n"
     "--chat: each prompt is a user turn (--messages: a JSON list of {\"role\", \"content\"}) rendered with the\n"
     "model's chat template and its generation prompt; prints the reply, stopping at the end of turn.\n"
@@ -67,7 +70,7 @@ std::vector<std::vector<int64_t>> chat_prompts(const kiln::cli::Flags& flags, co
 
 int run_generate(const std::vector<std::string>& args) {
   std::vector<cli::FlagSpec> specs = {
-      {"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"do_sample", false},
+      {"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"max_length"}, {"do_sample", false},
       {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
       {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"chat", false}, {"messages"}, {"adapter"}, {"bf16", false}};
   for (auto& s : cli::beam_flag_specs()) specs.push_back(std::move(s));
@@ -103,11 +106,15 @@ int run_generate(const std::vector<std::string>& args) {
   models::apply_generation_config(flags.get("model"), g);
   cli::read_beam_flags(flags, g, "generate");
   // (Ranges the generation checks itself, with HF's messages: max_new_tokens, top_k.)
-  g.max_new_tokens = flags.integer("max_new_tokens", 20);
-  g.do_sample = flags.has("do_sample");
-  g.temperature = flags.number("temperature", 1.0);
-  g.top_k = flags.integer("top_k", 0);
-  g.top_p = flags.number("top_p", 1.0);
+  KILN_CHECK(!flags.has("max_new_tokens") || !flags.has("max_length"),
+             "generate: give --max_new_tokens or --max_length, not both");
+  if (flags.has("max_new_tokens") || flags.has("max_length")) g.max_length.reset();
+  if (flags.has("max_length")) g.max_length = flags.integer("max_length", 0, 1);
+  g.max_new_tokens = flags.integer("max_new_tokens", g.max_new_tokens);
+  g.do_sample = flags.switch_or("do_sample", g.do_sample);
+  g.temperature = flags.number("temperature", g.temperature);
+  g.top_k = flags.integer("top_k", g.top_k);
+  g.top_p = flags.number("top_p", g.top_p);
   g.seed = static_cast<uint64_t>(flags.integer("seed", 0, 0));
   g.use_cache = !flags.has("no_cache");
   g.repetition_penalty = flags.number("repetition_penalty", g.repetition_penalty);
@@ -127,7 +134,7 @@ int run_generate(const std::vector<std::string>& args) {
     const auto eot_id = tok.tokenizer.token_to_id(eot);
     KILN_CHECK(!eot.empty() && eot_id, "generate: --chat stops at the end of turn, the eos_token of ",
                flags.get("model"), "/tokenizer_config.json, which ", eot.empty() ? "names none" : "is not a token");
-    g.eos_token_id = *eot_id;
+    g.eos_token_ids = {*eot_id};
   }
   // A causal LM continues the raw text; T5's encoder input ends with </s>, as HF's tokenizer(text) gives it.
   std::vector<std::vector<int64_t>> ids;

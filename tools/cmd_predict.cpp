@@ -63,6 +63,7 @@ int predict_seq2seq(const cli::Flags& flags, models::PreTrainedModel& model, con
   models::apply_generation_config(dir, g);
   cli::read_beam_flags(flags, g, "predict");
   g.max_new_tokens = flags.integer("max_new_tokens", 128, 1);  // run_summarization's max_target_length
+  g.max_length.reset();
   const auto batch = static_cast<size_t>(flags.integer("batch_size", 32, 1));
   const auto R = static_cast<size_t>(std::max<int64_t>(g.num_return_sequences, 1));
   std::string out;

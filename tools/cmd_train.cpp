@@ -68,6 +68,7 @@ std::vector<std::string> write_generated(models::PreTrainedModel& model, const d
   models::GenerationConfig g;
   models::apply_generation_config(model_dir, g);  // the model's beam settings, as Seq2SeqTrainer's generate reads them
   g.max_new_tokens = ta.generation_max_length.value_or(max_target_length);
+  g.max_length.reset();
   if (ta.generation_num_beams) g.num_beams = *ta.generation_num_beams;
   g.num_return_sequences = 1;
   std::string text;

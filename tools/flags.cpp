@@ -105,8 +105,10 @@ void Flags::parse(const std::vector<std::string>& args) {
                  usage_);
       if (!*on) {
         values_.erase(spec->name);
+        switched_off_[spec->name] = true;
         continue;
       }
+      switched_off_.erase(spec->name);
       value = "true";
     }
     values_[spec->name] = value;
@@ -116,6 +118,11 @@ void Flags::parse(const std::vector<std::string>& args) {
     KILN_CHECK(!s.required || has(s.name), command_, ": missing --", s.name,
                other.empty() ? "" : " (or --" + other + ")", "\n", usage_);
   }
+}
+
+bool Flags::switch_or(const std::string& name, bool fallback) const {
+  if (has(name)) return true;
+  return switched_off_.count(canonical(name)) ? false : fallback;
 }
 
 std::string Flags::get(const std::string& name, const std::string& fallback) const {

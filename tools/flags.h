@@ -48,6 +48,9 @@ class Flags {
   // value below min) is an error naming the command, flag and value.
   int64_t integer(const std::string& name, int64_t fallback, int64_t min = INT64_MIN) const;
   double number(const std::string& name, double fallback) const;
+  // A switch as given: true ("--x", "--x true"), false ("--x false"), or
+  // `fallback` when absent (a setting a file made, which the flag overrides).
+  bool switch_or(const std::string& name, bool fallback) const;
 
  private:
   // The declared name that `name` (either of a kHfNames pair, dashes or underscores) stands for; "" if none.
@@ -55,6 +58,7 @@ class Flags {
   std::string command_, usage_;
   std::vector<FlagSpec> specs_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, bool> switched_off_;  // switches given as false
   bool help_ = false;
 };
 

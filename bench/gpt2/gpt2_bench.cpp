@@ -67,7 +67,7 @@ int main(int argc, char** argv) try {
   auto& gpt2 = dynamic_cast<models::GPT2ForTask&>(*model);
   models::GenerationConfig g;
   g.max_new_tokens = a["gen_tokens"];
-  g.eos_token_id = -1;
+  g.eos_token_ids = {-1};
   std::vector<std::vector<int64_t>> prompt{{464, 3290, 318, 257}};
   for (bool cache : {true, false}) {
     g.use_cache = cache;

@@ -33,6 +33,15 @@ class BeamCli : public ::testing::Test {
     for (const char* f : {"spiece.model", "tokenizer.json"}) fs::copy_file(tokenizer / f, m / f);
     return m;
   }
+  // The two prompts of prompts.txt as the tokenizer encodes them (with </s>).
+  static std::vector<std::vector<int64_t>> prompt_ids(const tokenizers::Tokenizer& tok) {
+    std::vector<std::vector<int64_t>> ids;
+    for (const char* p : {"summarize: the battery lasts all day", "hello there"}) {
+      auto e = tok.encode(p);
+      ids.emplace_back(e.ids.begin(), e.ids.end());
+    }
+    return ids;
+  }
   testing::TempDir dir_;
 };
 
@@ -52,11 +61,7 @@ TEST_F(BeamCli, GenerateBeamsAsTheLibraryAndGenerationConfigDefaults) {
   // The same through the library: two lines per prompt, best first.
   auto model = models::from_pretrained(m);
   auto tok = tokenizers::Tokenizer::from_pretrained(m.string());
-  std::vector<std::vector<int64_t>> ids;
-  for (const char* p : {"summarize: the battery lasts all day", "hello there"}) {
-    auto e = tok.encode(p);
-    ids.emplace_back(e.ids.begin(), e.ids.end());
-  }
+  const auto ids = prompt_ids(tok);
   models::GenerationConfig g;
   g.max_new_tokens = 6;
   g.num_beams = 3;
@@ -97,6 +102,48 @@ TEST_F(BeamCli, GenerateBeamsAsTheLibraryAndGenerationConfigDefaults) {
   config["num_beams"] = "four";
   io::write_json_file_atomic(m / "generation_config.json", config);
   fails("", "generation_config.json: \"num_beams\" must be an integer, found");
+}
+
+// A generation_config.json that samples (as instruct models ship one): kiln
+// generate samples with its settings, as model.generate() would; the flags
+// override it, --do_sample false included.
+TEST_F(BeamCli, GenerateSamplesAsTheGenerationConfigSays) {
+  SKIP_WITHOUT_SHARED((fs::path(KILN_SHARED_DIR) / "tokenizers" / "t5-small").string());
+  const fs::path m = t5("t5");
+  std::ofstream(dir_ / "prompts.txt") << "summarize: the battery lasts all day\nhello there\n";
+  auto config = read_json_file(m / "generation_config.json");
+  config["do_sample"] = true;
+  config["temperature"] = 1.7;
+  config["top_k"] = 7;
+  config["max_new_tokens"] = 6;
+  io::write_json_file_atomic(m / "generation_config.json", config);
+  const std::string gen = "generate --model " + m.string() + " --prompts_file " + (dir_ / "prompts.txt").string();
+  auto model = models::from_pretrained(m);
+  auto tok = tokenizers::Tokenizer::from_pretrained(m.string());
+  const auto ids = prompt_ids(tok);
+  auto text = [&](const models::GenerationConfig& g) {
+    std::string out;
+    for (const auto& seq : models::generate(*model, ids, g))
+      out += tok.decode(std::vector<uint32_t>(seq.begin(), seq.end()), true) + "\n";
+    return out;
+  };
+  models::GenerationConfig g;
+  g.do_sample = true;
+  g.temperature = 1.7;
+  g.top_k = 7;
+  g.max_new_tokens = 6;
+  g.seed = 3;
+  const auto sampled = run_kiln(gen + " --seed 3", dir_.path());
+  ASSERT_EQ(sampled.status, 0) << sampled.output;
+  EXPECT_EQ(sampled.output, text(g));
+  g.do_sample = false;
+  const auto greedy = run_kiln(gen + " --do_sample false --max_length 4", dir_.path());
+  ASSERT_EQ(greedy.status, 0) << greedy.output;
+  g.max_length = 4;  // the decoder's start token and 3 new ones
+  EXPECT_EQ(greedy.output, text(g));
+  const auto both = run_kiln(gen + " --max_length 4 --max_new_tokens 3", dir_.path());
+  EXPECT_NE(both.status, 0);
+  EXPECT_CONTAINS(both.output, "--max_new_tokens or --max_length, not both");
 }
 
 // kiln predict with a T5: one JSON line per source, the beams kiln generate prints for it.

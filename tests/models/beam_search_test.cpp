@@ -37,7 +37,7 @@ GenerationConfig config_of(const nlohmann::json& c) {
   g.num_return_sequences = c["num_return_sequences"];
   g.repetition_penalty = c["repetition_penalty"];
   g.no_repeat_ngram_size = c["no_repeat_ngram_size"];
-  if (c["eos_token_id"].is_number()) g.eos_token_id = c["eos_token_id"].get<int64_t>();  // a list: the config's
+  if (c["eos_token_id"].is_number()) g.eos_token_ids = {c["eos_token_id"].get<int64_t>()};  // a list: the config's
   g.max_new_tokens = c["max_new_tokens"];
   return g;
 }
@@ -134,10 +134,46 @@ TEST(GenerationConfigFile, BeamSettingsFromTheModelDirectory) {
   EXPECT_EQ(g.length_penalty, 1.0);  // the generation config wins whole: config.json is not read
   EXPECT_EQ(g.early_stopping, GenerationConfig::EarlyStopping::Never);
   EXPECT_EQ(g.num_return_sequences, 2);
-  EXPECT_FALSE(g.do_sample);  // not a beam setting: flags decide
-  dir.write("generation_config.json", R"({"early_stopping": true, "length_penalty": "long"})");
-  const std::string e = testing::error_of([&] { models::apply_generation_config(dir.path(), g); });
-  EXPECT_NE(e.find("generation_config.json: \"length_penalty\" must be a number, found"), std::string::npos) << e;
+  EXPECT_TRUE(g.do_sample);
+  auto error = [&](const std::string& json) {
+    dir.write("generation_config.json", json);
+    return testing::error_of([&] { models::apply_generation_config(dir.path(), g); });
+  };
+  EXPECT_CONTAINS(error(R"({"early_stopping": true, "length_penalty": "long"})"),
+                  "generation_config.json: \"length_penalty\" must be a number, found");
+  EXPECT_CONTAINS(error(R"({"max_new_tokens": "ten"})"), "\"max_new_tokens\" must be an integer, found");
+  EXPECT_CONTAINS(error(R"({"eos_token_id": [1, "x"]})"), "\"eos_token_id\" must be a token id or a list of them");
+  EXPECT_CONTAINS(error(R"({"eos_token_id": []})"), "\"eos_token_id\" must be a token id or a list of them");
+  EXPECT_CONTAINS(error(R"({"do_sample": 1})"), "\"do_sample\" must be true or false, found");
+  EXPECT_CONTAINS(error(R"({"top_k": 2.5})"), "\"top_k\" must be an integer");
+}
+
+// The sampling settings and stop ids an instruct model ships (Llama 3.1's,
+// Qwen2.5's generation_config.json), and max_length against max_new_tokens.
+TEST(GenerationConfigFile, SamplingSettingsAndStopIds) {
+  testing::TempDir dir;
+  dir.write("generation_config.json", R"({"bos_token_id": 128000, "do_sample": true, "eos_token_id": [128001, 128008,
+      128009], "temperature": 0.6, "top_p": 0.9, "top_k": 20, "repetition_penalty": 1.05, "transformers_version": "4.45"})");
+  GenerationConfig g;
+  EXPECT_EQ(g.top_k, 50);  // transformers' default
+  models::apply_generation_config(dir.path(), g);
+  EXPECT_TRUE(g.do_sample);
+  EXPECT_EQ(g.eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  EXPECT_EQ(g.temperature, 0.6);
+  EXPECT_EQ(g.top_p, 0.9);
+  EXPECT_EQ(g.top_k, 20);
+  EXPECT_EQ(g.repetition_penalty, 1.05);
+  EXPECT_FALSE(g.max_length);
+  dir.write("generation_config.json", R"({"max_length": 30, "eos_token_id": 7})");
+  g = GenerationConfig{};
+  models::apply_generation_config(dir.path(), g);
+  EXPECT_EQ(g.max_length, 30);
+  EXPECT_EQ(g.eos_token_ids, std::vector<int64_t>{7});
+  dir.write("generation_config.json", R"({"max_length": 30, "max_new_tokens": 5})");
+  g = GenerationConfig{};
+  models::apply_generation_config(dir.path(), g);
+  EXPECT_FALSE(g.max_length);  // max_new_tokens wins, as in transformers
+  EXPECT_EQ(g.max_new_tokens, 5);
 }
 
 // Zero new tokens gives the prompts back, num_return_sequences times each.

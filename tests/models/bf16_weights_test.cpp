@@ -77,7 +77,7 @@ TEST(Bf16Weights, KeptCheckpointGeneratesTheTokensOfTheWidenedOne) {
     Autocast bf16;
     models::GenerationConfig g;
     g.max_new_tokens = 8;
-    g.eos_token_id = -1;
+    g.eos_token_ids = {-1};
     const std::vector<std::vector<int64_t>> prompts{{5, 17, 42, 8, 1}, {3, 1}};
     const auto kept = models::generate(*p.kept, prompts, g), widened = models::generate(*p.widened, prompts, g);
     EXPECT_EQ(kept, widened);

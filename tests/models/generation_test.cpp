@@ -23,7 +23,7 @@ TEST(Generation, CachedGreedyEqualsStepByStepArgmax) {
   std::vector<std::vector<int64_t>> prompts{{5, 17, 42, 8, 61}, {3}};
   models::GenerationConfig g;
   g.max_new_tokens = 10;
-  g.eos_token_id = -1;  // never stop early
+  g.eos_token_ids = {-1};  // never stop early
   g.use_cache = false;
   auto reference = models::generate(gpt2, prompts, g);
   g.use_cache = true;
@@ -36,6 +36,27 @@ TEST(Generation, CachedGreedyEqualsStepByStepArgmax) {
   EXPECT_EQ(metrics::snapshot().compiles, 1) << metrics::report();
 }
 
+// HF's max_length counts the prompt (the longest of the call, as in a padded
+// batch) for a decoder-only model and the start token for T5; max_new_tokens
+// is what it leaves, at least one.
+TEST(Generation, MaxLengthCountsThePrompt) {
+  auto model = tiny_gpt2();
+  models::GenerationConfig g;
+  g.eos_token_ids = {-1};
+  g.max_length = 8;
+  auto out = models::generate(*model, {{5, 17, 42, 8, 61}, {3}}, g);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].size(), 8u);
+  EXPECT_EQ(out[1].size(), 4u);  // 3 new tokens, as the longest prompt left
+  g.max_length = 2;              // the prompt already fills it: one token
+  EXPECT_EQ(models::generate(*model, {{5, 17, 42}}, g)[0].size(), 4u);
+  g.max_length = 0;
+  EXPECT_THROW(models::generate(*model, {{5}}, g), Error);
+  auto t5 = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/t5/t5_relu_tied");
+  g.max_length = 4;
+  EXPECT_EQ(models::generate(*t5, {{3, 7, 1}}, g)[0].size(), 3u);
+}
+
 TEST(Generation, SamplingIsSeededAndStopsAtEos) {
   auto model = tiny_gpt2();
   auto& gpt2 = dynamic_cast<models::GPT2ForTask&>(*model);
@@ -46,7 +67,7 @@ TEST(Generation, SamplingIsSeededAndStopsAtEos) {
   g.top_k = 20;
   g.top_p = 0.9;
   g.seed = 5;
-  g.eos_token_id = -1;
+  g.eos_token_ids = {-1};
   auto a = models::generate(gpt2, {{1, 2, 3}}, g);
   auto b = models::generate(gpt2, {{1, 2, 3}}, g);
   EXPECT_EQ(a, b);
@@ -57,9 +78,9 @@ TEST(Generation, SamplingIsSeededAndStopsAtEos) {
   g.do_sample = false;
   models::GenerationConfig plain;
   plain.max_new_tokens = 12;
-  plain.eos_token_id = -1;
+  plain.eos_token_ids = {-1};
   auto greedy = models::generate(gpt2, {{1, 2, 3}}, plain);
-  g.eos_token_id = greedy[0][5];
+  g.eos_token_ids = {greedy[0][5]};
   auto stopped = models::generate(gpt2, {{1, 2, 3}}, g);
   EXPECT_EQ(stopped[0].back(), greedy[0][5]);
   EXPECT_LE(stopped[0].size(), 6u);
@@ -92,7 +113,7 @@ TEST(Generation, LlamaCachedGreedyEqualsStepByStepArgmax) {
     std::vector<std::vector<int64_t>> prompts{{5, 17, 42, 8, 61}, {3}};
     models::GenerationConfig g;
     g.max_new_tokens = 10;
-    g.eos_token_id = -1;
+    g.eos_token_ids = {-1};
     g.use_cache = false;
     auto reference = models::generate(llama, prompts, g);
     g.use_cache = true;
@@ -109,7 +130,7 @@ TEST(Generation, LlamaStopsAtAnyOfItsEosIds) {
   auto& llama = dynamic_cast<models::LlamaForTask&>(*model);
   models::GenerationConfig g;
   g.max_new_tokens = 10;
-  g.eos_token_id = -1;
+  g.eos_token_ids = {-1};
   auto greedy = models::generate(llama, {{5, 17, 42}}, g);
   // Llama 3 configs list several end ids: the first of them generated ends the sequence.
   auto& config = const_cast<models::LlamaConfig&>(llama.llama_config());
@@ -166,7 +187,7 @@ class T5Generation : public ::testing::TestWithParam<std::string> {
 TEST_P(T5Generation, CachedEqualsUncachedEqualsForwardArgmax) {
   models::GenerationConfig g;
   g.max_new_tokens = 26;  // past relative_attention_max_distance (20): every decoder bucket in use
-  g.eos_token_id = -1;    // never stop early
+  g.eos_token_ids = {-1};    // never stop early
   g.bucket = 16;          // capacity 32: slots past the end stay masked
   g.use_cache = false;
   auto uncached = models::generate(*t5_, kPrompts, g);
@@ -209,7 +230,7 @@ TEST_P(T5Generation, DecodeStepLogitsAreRowsOfTheFullDecoder) {
 TEST_P(T5Generation, BatchedPromptsGiveWhatEachGivesAlone) {
   models::GenerationConfig g;
   g.max_new_tokens = 12;
-  g.eos_token_id = -1;
+  g.eos_token_ids = {-1};
   auto batched = models::generate(*t5_, kPrompts, g);
   for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(models::generate(*t5_, {kPrompts[i]}, g)[0], batched[i]) << i;
 }
@@ -218,7 +239,7 @@ TEST_P(T5Generation, CachedDecodeCompilesOncePerBucket) {
   runtime::DeviceContext::get(Device::cpu()).clear_cache();
   metrics::reset();
   models::GenerationConfig g;
-  g.eos_token_id = -1;
+  g.eos_token_ids = {-1};
   g.bucket = 8;
   g.max_new_tokens = 10;  // capacity 16
   auto ten = models::generate(*t5_, kPrompts, g);
@@ -237,7 +258,7 @@ TEST_P(T5Generation, CachedDecodeCompilesOncePerBucket) {
 TEST_P(T5Generation, EosStopsEachSequence) {
   models::GenerationConfig g;
   g.max_new_tokens = 16;
-  g.eos_token_id = -1;
+  g.eos_token_ids = {-1};
   auto free_run = models::generate(*t5_, kPrompts, g);
   // EOS := the 4th token of row 0 (the first time it appears there).
   const int64_t eos = free_run[0][3];
@@ -246,7 +267,7 @@ TEST_P(T5Generation, EosStopsEachSequence) {
     return std::vector<int64_t>(seq.begin(), it == seq.end() ? seq.end() : it + 1);
   };
   ASSERT_LE(until_eos(free_run[0]).size(), 4u);
-  g.eos_token_id = eos;
+  g.eos_token_ids = {eos};
   for (bool cache : {true, false}) {
     g.use_cache = cache;
     auto stopped = models::generate(*t5_, kPrompts, g);
@@ -267,7 +288,7 @@ TEST_P(T5Generation, EosStopsEachSequence) {
 TEST_P(T5Generation, SamplingIsSeeded) {
   models::GenerationConfig g;
   g.max_new_tokens = 12;
-  g.eos_token_id = -1;
+  g.eos_token_ids = {-1};
   g.do_sample = true;
   g.temperature = 1.5;
   g.seed = 5;
@@ -279,7 +300,7 @@ TEST_P(T5Generation, SamplingIsSeeded) {
   g.top_k = 1;
   models::GenerationConfig greedy;
   greedy.max_new_tokens = 12;
-  greedy.eos_token_id = -1;
+  greedy.eos_token_ids = {-1};
   EXPECT_EQ(models::generate(*t5_, kPrompts, g), models::generate(*t5_, kPrompts, greedy));
 }
 

@@ -253,7 +253,7 @@ std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::ve
 
 std::vector<std::vector<int64_t>> beam_search(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                               const GenerationConfig& g) {
-  const std::vector<int64_t> eos = g.eos_token_id ? std::vector<int64_t>{*g.eos_token_id} : model.eos_token_ids();
+  const std::vector<int64_t> eos = g.eos_token_ids.empty() ? model.eos_token_ids() : g.eos_token_ids;
   model.eval();
   NoGradGuard no_grad;
   std::vector<std::vector<int64_t>> out;
@@ -285,7 +285,7 @@ std::vector<std::vector<int64_t>> beam_search(T5ForTask& model, const std::vecto
   Tensor enc = pick_rows(model.encode(Tensor::from_vector(ids, {B, S}, dev, "input_ids"), prompt_mask), rows);
   Tensor attention_mask = pick_rows(prompt_mask, rows);
   BeamSearch search(std::vector<std::vector<int64_t>>(static_cast<size_t>(B), {c.decoder_start_token_id}),
-                    {g.eos_token_id.value_or(c.eos_token_id)}, g);
+                    g.eos_token_ids.empty() ? std::vector<int64_t>{c.eos_token_id} : g.eos_token_ids, g);
   T5DecoderCache cache;
   if (g.use_cache) cache = model.start_decoding(enc, attention_mask, capacity(g.max_new_tokens, g.bucket));
   mark_step(dev);  // the encoder (and the cross-attention keys/values), once

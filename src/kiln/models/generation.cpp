@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -136,7 +137,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
     check_positions(model, prompts, g);
     return beam_search(model, prompts, g);
   }
-  const std::vector<int64_t> eos = g.eos_token_id ? std::vector<int64_t>{*g.eos_token_id} : model.eos_token_ids();
+  const std::vector<int64_t> eos = g.eos_token_ids.empty() ? model.eos_token_ids() : g.eos_token_ids;
   auto ends = [&](int64_t id) { return std::find(eos.begin(), eos.end(), id) != eos.end(); };
   const std::optional<int64_t> max_positions = model.config().max_positions();
   Device dev = model.parameters().front().device();
@@ -200,7 +201,7 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
   const int64_t B = static_cast<int64_t>(prompts.size()), V = c.vocab_size;
   std::vector<std::vector<int64_t>> out(prompts.size());
   if (B == 0 || g.max_new_tokens == 0) return out;
-  const int64_t eos = g.eos_token_id.value_or(c.eos_token_id);
+  const std::vector<int64_t> eos = g.eos_token_ids.empty() ? std::vector<int64_t>{c.eos_token_id} : g.eos_token_ids;
   int64_t S = 0;
   for (const auto& p : prompts) S = std::max(S, static_cast<int64_t>(p.size()));
   // The prompts padded on the right: ids [B,S] and their mask.
@@ -264,7 +265,7 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
       int64_t next = choose(std::vector<float>(logits.begin() + b * V, logits.begin() + (b + 1) * V), g, rng, so_far);
       out[b].push_back(next);
       fed[b] = next;
-      done[b] = next == eos;
+      done[b] = std::find(eos.begin(), eos.end(), next) != eos.end();
       all_done = all_done && done[b];
     }
     if (all_done) break;
@@ -272,10 +273,34 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
   return out;
 }
 
+// max_length (HF's total length) as the max_new_tokens it leaves: after the
+// longest prompt for a decoder-only model, after the start token for an
+// encoder-decoder. At least one token, as HF's generate makes one (and warns)
+// when the prompt already fills max_length.
+GenerationConfig with_max_length(const GenerationConfig& g, const std::vector<std::vector<int64_t>>& prompts,
+                                 bool encoder_decoder) {
+  if (!g.max_length) return g;
+  GenerationConfig r = g;
+  int64_t used = 1;
+  if (!encoder_decoder)
+    for (const auto& p : prompts) used = std::max(used, static_cast<int64_t>(p.size()));
+  KILN_CHECK(*g.max_length > 0, "generate: max_length must be > 0, got ", *g.max_length);
+  r.max_new_tokens = *g.max_length - used;
+  if (r.max_new_tokens < 1) {
+    std::fprintf(stderr, "kiln: warning: the prompt (%lld tokens) fills max_length (%lld); generating one token\n",
+                 static_cast<long long>(used), static_cast<long long>(*g.max_length));
+    r.max_new_tokens = 1;
+  }
+  r.max_length.reset();
+  return r;
+}
+
 std::vector<std::vector<int64_t>> generate(PreTrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& g) {
-  if (auto* lm = dynamic_cast<CausalLM*>(&model); lm && lm->can_generate()) return generate(*lm, prompts, g);
-  if (auto* t5 = dynamic_cast<T5ForTask*>(&model); t5 && t5->can_generate()) return generate(*t5, prompts, g);
+  if (auto* lm = dynamic_cast<CausalLM*>(&model); lm && lm->can_generate())
+    return generate(*lm, prompts, with_max_length(g, prompts, false));
+  if (auto* t5 = dynamic_cast<T5ForTask*>(&model); t5 && t5->can_generate())
+    return generate(*t5, prompts, with_max_length(g, prompts, true));
   throw Error("generate: " + model.architecture() +
               " cannot generate text; generation needs GPT2LMHeadModel, a Llama-family *ForCausalLM (Llama, Mistral, "
               "Qwen2, Qwen3, Gemma, Gemma2, Phi3) or T5ForConditionalGeneration");

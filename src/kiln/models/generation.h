@@ -19,10 +19,16 @@ struct GenerationConfig {
   int64_t max_new_tokens = 20;
   bool do_sample = false;
   double temperature = 1.0;
-  int64_t top_k = 0;    // 0 = off
+  int64_t top_k = 50;   // 0 = off (50: transformers' default)
   double top_p = 1.0;   // 1 = off
   uint64_t seed = 0;
-  std::optional<int64_t> eos_token_id;  // default: the config's; an id outside the vocabulary (-1) never stops
+  // Ids that end a sequence; empty: the model config's. An id outside the
+  // vocabulary (-1) never stops.
+  std::vector<int64_t> eos_token_ids;
+  // HF's max_length: prompt + new tokens (an encoder-decoder counts its
+  // decoder's start token), the longest prompt of the call deciding, as in a
+  // padded batch. Used only when set, in place of max_new_tokens.
+  std::optional<int64_t> max_length;
   bool use_cache = true;
   int64_t bucket = 64;  // cache capacity granularity
   // HF's logits processors, applied before greedy choice or sampling: every id

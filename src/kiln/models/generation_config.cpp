@@ -1,6 +1,8 @@
 #include "kiln/models/generation_config.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
@@ -9,7 +11,15 @@ namespace kiln::models {
 
 namespace {
 
-// The beam-search settings transformers' GenerationConfig reads, in its order.
+// The decoding settings transformers' GenerationConfig reads that kiln
+// implements, in its order. Other keys (pad/bos ids, cache settings, custom
+// entries) are left to the model config, as the token ids come from there.
+constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do_sample",
+                                 "num_beams",         "temperature",         "top_k",
+                                 "top_p",             "repetition_penalty",  "length_penalty",
+                                 "no_repeat_ngram_size", "num_return_sequences", "early_stopping",
+                                 "eos_token_id"};
+// Those an older config.json carries, which default_generation_config copies.
 constexpr const char* kBeamKeys[] = {"num_beams",          "length_penalty",      "early_stopping",
                                      "num_return_sequences", "repetition_penalty", "no_repeat_ngram_size"};
 
@@ -18,18 +28,43 @@ void apply_key(const nlohmann::json& j, const std::string& key, const std::strin
   auto need = [&](bool ok, const char* what) {
     KILN_CHECK(ok, file, ": \"", key, "\" must be ", what, ", found ", json_found(v));
   };
+  auto integer = [&]() {
+    need(v.is_number_integer(), "an integer");
+    return v.get<int64_t>();
+  };
+  auto number = [&]() {
+    need(v.is_number(), "a number");
+    return v.get<double>();
+  };
   if (key == "early_stopping") {
     need(v.is_boolean() || v.is_string(), "true, false or \"never\"");
     g.early_stopping = parse_early_stopping(v.is_boolean() ? (v.get<bool>() ? "true" : "false") : v.get<std::string>());
-  } else if (key == "length_penalty" || key == "repetition_penalty") {
-    need(v.is_number(), "a number");
-    (key == "length_penalty" ? g.length_penalty : g.repetition_penalty) = v.get<double>();
+  } else if (key == "do_sample") {
+    need(v.is_boolean(), "true or false");
+    g.do_sample = v.get<bool>();
+  } else if (key == "eos_token_id") {
+    const bool ids = v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_number_integer(); });
+    need(v.is_number_integer() || (ids && !v.empty()), "a token id or a list of them");
+    g.eos_token_ids = v.is_array() ? v.get<std::vector<int64_t>>() : std::vector<int64_t>{v.get<int64_t>()};
+  } else if (key == "max_new_tokens") {
+    g.max_new_tokens = integer();
+    g.max_length.reset();  // max_new_tokens wins, as in transformers
+  } else if (key == "max_length") {
+    if (!j.contains("max_new_tokens") || j["max_new_tokens"].is_null()) g.max_length = integer();
+  } else if (key == "temperature") {
+    g.temperature = number();
+  } else if (key == "top_p") {
+    g.top_p = number();
+  } else if (key == "length_penalty") {
+    g.length_penalty = number();
+  } else if (key == "repetition_penalty") {
+    g.repetition_penalty = number();
   } else {
-    need(v.is_number_integer(), "an integer");
-    int64_t& field = key == "num_beams" ? g.num_beams
+    int64_t& field = key == "num_beams"              ? g.num_beams
+                     : key == "top_k"                ? g.top_k
                      : key == "num_return_sequences" ? g.num_return_sequences
                                                      : g.no_repeat_ngram_size;
-    field = v.get<int64_t>();
+    field = integer();
   }
 }
 
@@ -58,7 +93,7 @@ void apply_generation_config(const std::filesystem::path& dir, GenerationConfig&
   if (!std::filesystem::exists(file)) return;
   const nlohmann::json j = read_json_file(file);
   KILN_CHECK(j.is_object(), file.string(), ": expected a JSON object, found ", json_found(j));
-  for (const char* key : kBeamKeys)
+  for (const char* key : kKeys)
     if (j.contains(key) && !j[key].is_null()) apply_key(j, key, file.string(), g);
 }
 

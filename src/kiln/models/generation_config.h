@@ -20,12 +20,13 @@ bool generates_text(const std::string& architecture);
 nlohmann::ordered_json default_generation_config(const PreTrainedModel& model);
 
 // Applies the decoding settings `dir`/generation_config.json holds (or, with
-// no such file, those config.json holds, as transformers falls back to):
-// num_beams, length_penalty, early_stopping, num_return_sequences,
-// repetition_penalty, no_repeat_ngram_size. Other keys (do_sample,
-// temperature, max_length, token ids) are left to flags and the model config.
-// A value of the wrong type is an error naming the file and the key. An
-// empty `dir` (a model from a preset) applies nothing.
+// no such file, those config.json holds, as transformers falls back to), as
+// model.generate() starts from model.generation_config: max_new_tokens (or
+// max_length), do_sample, temperature, top_k, top_p, the beam settings
+// (num_beams, length_penalty, early_stopping, num_return_sequences),
+// repetition_penalty, no_repeat_ngram_size and eos_token_id (one id or a
+// list). A value of the wrong type is an error naming the file and the key.
+// An empty `dir` (a model from a preset) applies nothing.
 void apply_generation_config(const std::filesystem::path& dir, GenerationConfig& g);
 
 }  // namespace kiln::models
