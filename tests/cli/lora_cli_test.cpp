@@ -96,6 +96,12 @@ TEST_F(LoraCli, TrainWritesAdaptersAndResumesExactly) {
                dir_.path());
   EXPECT_NE(r.status, 0);
   EXPECT_CONTAINS(r.output, "holds a LoRA adapter (a --use_peft run)");
+  // Nor into an adapter of other settings: the run would not continue the one it resumes.
+  r = run_kiln(lora_train("resumed", "--lora_alpha 16 --overwrite_output_dir --resume_from_checkpoint " +
+                                         path("resumed/checkpoint-3")),
+               dir_.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_CONTAINS(r.output, "adapter_config.json: 'lora_alpha' is 32, but this run's adapter has 16");
 }
 
 TEST_F(LoraCli, ForwardEvalPredictAndMergeReadTheAdapter) {

@@ -314,6 +314,24 @@ double Trainer::loss_items(const data::Batch& b) const {
 }
 
 namespace {
+// A LoRA checkpoint resumes only into the adapter it was written by: the
+// settings that shape the adapter or its training, compared as PEFT writes them.
+void check_same_adapter(const fs::path& dir, const models::LoraConfig& run) {
+  const std::string file = (dir / "adapter_config.json").string();
+  const json saved = models::read_adapter_config(dir).to_json(), now = run.to_json();
+  auto normal = [](json v) {
+    if (v.is_array()) std::sort(v.begin(), v.end());  // PEFT writes its target set in any order
+    return v;
+  };
+  for (const char* key : {"r", "lora_alpha", "lora_dropout", "use_rslora", "target_modules", "exclude_modules",
+                          "modules_to_save", "rank_pattern", "alpha_pattern", "fan_in_fan_out"}) {
+    const json a = normal(saved.value(key, json())), b = normal(now.value(key, json()));
+    KILN_CHECK(a == b, "resume_from_checkpoint: ", file, ": '", key, "' is ", a.dump(), ", but this run's adapter has ",
+               b.dump(), ": resume with the checkpoint's LoRA settings (--lora_r, --lora_alpha, --lora_dropout, ",
+               "--lora_target_modules, --lora_modules_to_save, --use_rslora)");
+  }
+}
+
 // The evaluation metric that picks the best checkpoint, as HF names it:
 // metric_for_best_model (default "loss") with the "eval_" prefix.
 std::string best_metric_name(const TrainingArguments& a) {
@@ -476,6 +494,7 @@ void Trainer::load_checkpoint(const fs::path& dir) {
              adapter_checkpoint ? " holds a LoRA adapter (a --use_peft run): resume with the same --use_peft flags"
                                 : " holds a full model, but this run trains a LoRA adapter (--use_peft): resume "
                                   "without --use_peft");
+  if (adapter_checkpoint) check_same_adapter(dir, *model_.lora_config());
   const char* weights_file = model_.lora_config() ? "adapter_model.safetensors" : "model.safetensors";
   for (const char* f : {weights_file, "optimizer.safetensors", "trainer_state.json", "rng_state.json"})
     KILN_CHECK(fs::exists(dir / f), "resume_from_checkpoint: ", (dir / f).string(), " is missing: not a complete checkpoint");
