@@ -24,15 +24,12 @@
 #include "kiln/core/atomic_file.h"
 #include "kiln/io/compressed.h"
 #include "kiln/io/json_file.h"
-#include "kiln/models/generation.h"
-#include "kiln/models/generation_config.h"
 #include "kiln/models/gpt2.h"
 #include "kiln/models/llama.h"
 #include "kiln/models/lora.h"
 #include "kiln/models/model.h"
 #include "kiln/models/t5.h"
 #include "kiln/models/token_ids.h"
-#include "kiln/train/generation_metrics.h"
 #include "kiln/train/hf_fields.h"
 #include "kiln/train/output_dir.h"
 #include "kiln/train/stop_signals.h"
@@ -42,85 +39,11 @@
 #include "train_sft.h"
 #include "train_task.h"
 
-namespace kiln::cli {
-
-namespace fs = std::filesystem;
-
-namespace {
-
-// A decoded text as run_summarization writes and scores it: one line, stripped.
-std::string one_line(std::string line) {
-  std::replace(line.begin(), line.end(), '\n', ' ');
-  const size_t first = line.find_first_not_of(" \t"), last = line.find_last_not_of(" \t");
-  return first == std::string::npos ? "" : line.substr(first, last - first + 1);
-}
-
-}  // namespace
-
-// run_summarization's generated_predictions.txt: each test source's output
-// (greedy, or beam search with --generation_num_beams or the model's
-// generation_config.json in `model_dir`), decoded without special tokens, one
-// per line, into `path` (none when empty). Returns the lines.
-std::vector<std::string> write_generated(models::PreTrainedModel& model, const data::Features& test,
-                                         const train::TrainingArguments& ta, int64_t max_target_length,
-                                         const TokenizerBundle& tok, const fs::path& path, const fs::path& model_dir) {
-  model.eval();
-  models::GenerationConfig g;
-  models::apply_generation_config(model_dir, g);  // the model's beam settings, as Seq2SeqTrainer's generate reads them
-  g.max_new_tokens = ta.generation_max_length.value_or(max_target_length);
-  g.max_length.reset();
-  if (ta.generation_num_beams) g.num_beams = *ta.generation_num_beams;
-  g.num_return_sequences = 1;
-  std::string text;
-  std::vector<std::string> lines;
-  const auto batch = static_cast<size_t>(ta.per_device_eval_batch_size);
-  for (size_t i = 0; i < test.size(); i += batch) {
-    std::vector<std::vector<int64_t>> chunk(test.input_ids.begin() + static_cast<std::ptrdiff_t>(i),
-                                            test.input_ids.begin() + static_cast<std::ptrdiff_t>(std::min(test.size(), i + batch)));
-    for (const auto& seq : models::generate(model, chunk, g)) {
-      std::vector<uint32_t> ids(seq.begin(), seq.end());
-      lines.push_back(one_line(tok.tokenizer.decode(ids, true)));
-      text += lines.back() + "\n";
-    }
-  }
-  if (path.empty()) return lines;
-  write_file_atomic(path, text);
-  std::fprintf(stderr, "kiln train: %zu generated predictions -> %s\n", test.size(), path.string().c_str());
-  return lines;
-}
-
-// run_summarization's and run_translation's scores of generated text against the test targets (decoded as
-// HF decodes the labels: without special tokens, stripped): ROUGE-1/2/L/Lsum F-measures x 100 (Porter-stemmed
-// tokens), sacrebleu's BLEU, each named <prefix>_<metric>.
-void score_generated(const std::vector<std::string>& generated, const data::Features& test,
-                     const TokenizerBundle& tok, nlohmann::json& metrics, const std::string& prefix) {
-  std::vector<std::string> refs;
-  for (const auto& t : test.target_ids) {
-    std::vector<uint32_t> ids;
-    for (int64_t id : t)
-      if (id >= 0) ids.push_back(static_cast<uint32_t>(id));
-    refs.push_back(one_line(tok.tokenizer.decode(ids, true)));
-  }
-  const train::RougeScores r = train::rouge(generated, refs, /*use_stemmer=*/true);  // as run_summarization
-  auto percent = [](double v) { return std::round(v * 100 * 1e4) / 1e4; };  // run_summarization's round(v * 100, 4)
-  metrics[prefix + "_rouge1"] = percent(r.rouge1);
-  metrics[prefix + "_rouge2"] = percent(r.rouge2);
-  metrics[prefix + "_rougeL"] = percent(r.rougeL);
-  metrics[prefix + "_rougeLsum"] = percent(r.rougeLsum);
-  metrics[prefix + "_bleu"] = train::corpus_bleu(generated, {refs});
-}
-
-}  // namespace kiln::cli
-
 namespace {
 
 namespace fs = std::filesystem;
 using namespace kiln;
-using cli::doc_stride;
-using cli::first_examples;
 using cli::int_flag;
-using cli::max_seq_length_flag;
-using cli::qa_columns;
 using cli::qa_options;
 using cli::switch_on;
 
@@ -411,11 +334,18 @@ data::DatasetOptions with_field(data::DatasetOptions o, const std::map<std::stri
   return o;
 }
 
+// How task `name` reads its files, from the common data flags.
+data::DatasetOptions task_dataset_options(const std::map<std::string, std::string>& f, const cli::TrainTask& task,
+                                          const std::string& name) {
+  data::DatasetOptions o = cli::dataset_options(f);
+  task.dataset_options(f, o);
+  o.keep_linebreaks = keep_linebreaks(f, name);
+  return o;
+}
+
 RunRows load_rows(const std::map<std::string, std::string>& f, const cli::TrainTask& task, const std::string& name) {
   RunRows r;
-  r.options = cli::dataset_options(f);
-  task.dataset_options(f, r.options);
-  r.options.keep_linebreaks = keep_linebreaks(f, name);
+  r.options = task_dataset_options(f, task, name);
   const bool rows = task.reads_rows();
   if (rows) r.train = data::load_dataset(f.at("train_file"), with_field(r.options, f, "train_file_field"));
   if (f.count("validation_file"))
@@ -585,7 +515,7 @@ int run_train(const std::vector<std::string>& raw_args) {
       f.count("model_name_or_path") ? models::load_config(fs::path(f["model_name_or_path"]) / "config.json")
                                     : models::preset_config(f["config_name"]);
   if (!run_config) run_config = models::load_config(f["config_name"]);
-  const int64_t max_len = task->max_length(f, *run_config);
+  const int64_t max_len = task->max_length(f, *run_config, "train");
   const data::LabelMap labels = task->read_labels(f, rows.train, rows.options);
   const cli::TaskContext ctx{f, tok, max_len, labels};
 
@@ -617,6 +547,7 @@ int run_train(const std::vector<std::string>& raw_args) {
     auto model = make_model(recipe, train::replica_device(ta));
     train::Trainer trainer(*model, ta, task->trainer_task(), train_f, eval_f, co);
     trainer.set_question_answering(qa_opts);
+    task->add_eval_metrics(trainer, *model, ctx);
     std::vector<fs::path> extra_files = tok.files;
     // The model's own generation_config.json (its decoding settings) travels with it, as save_pretrained keeps it.
     if (f.count("model_name_or_path") && fs::exists(fs::path(f["model_name_or_path"]) / "generation_config.json"))
@@ -648,6 +579,16 @@ std::string eval_task(const std::string& arch, const std::map<std::string, std::
   return fits;
 }
 
+// The label set of a trained classifier (config.json's id2label), or a regression head's (as HF decides:
+// problem_type, or one label without it).
+data::LabelMap saved_labels(const models::PretrainedConfig& config) {
+  if (config.problem_type ? *config.problem_type == "regression" : config.num_labels() == 1)
+    return data::LabelMap{{}, true};
+  std::vector<std::string> names;
+  for (const auto& [id, l] : config.id2label) names.push_back(l);
+  return data::LabelMap::from_labels(names);
+}
+
 int run_eval(const std::vector<std::string>& args) {
   if (print_help(args, "usage: kiln eval --model_name_or_path DIR --validation_file F [--output_dir DIR] [flags]\n"
                        "(the task is the model's: its architecture decides; kiln train's data flags apply)"))
@@ -673,94 +614,26 @@ int run_eval(const std::vector<std::string>& args) {
   cli::TokenizerBundle tok =
       cli::load_tokenizer(f.count("tokenizer_name") ? fs::path(f["tokenizer_name"]) : cli::tokenizer_dir_for(dir, adapter));
   auto model = models::from_pretrained_with_adapter(dir, adapter, {});
-  const std::string task = eval_task(model->architecture(), f);
-  hf_spellings(f, task, "eval");
-  const bool mlm = task == "masked-lm", clm = task == "causal-lm", s2s = task == "seq2seq",
-             ner = task == "token-classification", qa = task == "question-answering", mc = task == "multiple-choice";
-  if (s2s) {  // as kiln train: the source and target columns are each row's text pair
-    f["text_column"] = f.count("source_column") ? f["source_column"] : "source";
-    f["text_pair_column"] = f.count("target_column") ? f["target_column"] : "target";
-    f["label_column"] = "";
-  }
-  data::DatasetOptions dopt = cli::dataset_options(f);
-  dopt.split_into_words = ner;
-  dopt.multiple_choice = mc;
-  dopt.keep_linebreaks = keep_linebreaks(f, task);
-  if (qa) qa_columns(f, dopt);
-  if (f.count("validation_file_field")) dopt.json_field = f["validation_file_field"];
-  const bool sft = clm && cli::is_sft_file(f["validation_file"]);  // conversations: as kiln train --task sft
-  data::Dataset ds = sft ? data::Dataset{} : data::load_dataset(f["validation_file"], dopt);
-  const int64_t max_len =
-      sft ? cli::sequence_length(cli::sft_max_length_flag(f), model->config(), "eval", 1024)
-          : cli::sequence_length(max_seq_length_flag(f), model->config(), "eval", qa ? cli::kQaMaxSeqLength : 128);
-  std::vector<std::string> names;
-  for (auto& [id, l] : model->config().id2label) names.push_back(l);
-  data::LabelMap labels = data::LabelMap::from_labels(names);
-  // A regression head (as HF decides: problem_type, or one label without it) reads numbers.
-  const auto& problem = model->config().problem_type;
-  if (problem ? *problem == "regression" : model->config().num_labels() == 1) labels = data::LabelMap{{}, true};
-  std::shared_ptr<data::Features> feats;
-  if (s2s)
-    feats = std::make_shared<data::Features>(data::tokenize_seq2seq(
-        ds, tok.tokenizer, int_flag(f, "max_source_length", max_len), int_flag(f, "max_target_length", max_len),
-        f.count("source_prefix") ? f["source_prefix"] : cli::saved_source_prefix(model->config())));
-  else if (sft)
-    feats = cli::sft_features(f["validation_file"], tok, f, max_len);
-  else if (mlm || clm)
-    feats = std::make_shared<data::Features>(data::group_texts(ds, tok.tokenizer, max_len, mlm));
-  else if (ner) {
-    KILN_CHECK(ds.has_labels, f["validation_file"], ": no tags to evaluate against (a list of tags per row)");
-    feats = std::make_shared<data::Features>(
-        data::tokenize_words(ds, tok.tokenizer, max_len, &labels, switch_on(f, "label_all_tokens")));
-  } else if (qa) {  // --max_eval_samples: the first N examples, each with all its windows (see kiln train)
-    KILN_CHECK(ds.has_labels, f["validation_file"], ": no answers to evaluate against (key '", dopt.label_column,
-               "' is missing, or null, in every row)");
-    feats = std::make_shared<data::Features>(
-        data::tokenize_qa(std::make_shared<const data::Dataset>(first_examples(ds, f, "max_eval_samples")),
-                          tok.tokenizer, max_len, doc_stride(f, max_len)));
-  } else if (mc) {
-    KILN_CHECK(ds.has_labels, f["validation_file"], ": no labels to evaluate against (column '", dopt.label_column,
-               "' is missing, or empty in every row)");
-    feats = std::make_shared<data::Features>(data::tokenize_choices(ds, tok.tokenizer, max_len));
-  } else {
-    KILN_CHECK(ds.has_labels, f["validation_file"], ": no labels to evaluate against (column '", dopt.label_column,
-               "' is missing, or empty in every row)");
-    feats = std::make_shared<data::Features>(data::tokenize_dataset(ds, tok.tokenizer, max_len, &labels));
-  }
-  data::CollatorOptions co;
-  co.pad_token_id = sft ? cli::sft_padding_id(tok) : cli::padding_id(tok, model->config());
-  co.max_length = max_len;
-  co.mlm = mlm;
-  co.causal_lm = clm;
-  co.mask_token_id = tok.mask_id;
-  co.vocab_size = static_cast<int64_t>(tok.tokenizer.vocab_size());
-  co.special_token_ids = tok.special_ids;
-  co.max_target_length = int_flag(f, "max_target_length", 0);
-  // The data flags as kiln train reads them (run_mlm evaluates with the same masking probability).
-  co.pad_to_max_length = switch_on(f, "pad_to_max_length");
-  co.pad_to_multiple_of = int_flag(f, "pad_to_multiple_of", 0);
-  if (f.count("mlm_probability")) co.mlm_probability = cli::number_value("eval", "mlm_probability", f["mlm_probability"], 0, 1);
-  co.seed = ta.seed;
-  if (f.count("max_eval_samples") && !qa)
-    feats = std::make_shared<data::Features>(feats->head(static_cast<size_t>(int_flag(f, "max_eval_samples", 0))));
-  const train::Task t = mlm   ? train::Task::MaskedLM
-                         : clm ? train::Task::CausalLM
-                         : s2s ? train::Task::Seq2Seq
-                         : ner ? train::Task::TokenClassification
-                         : qa  ? train::Task::QuestionAnswering
-                         : mc  ? train::Task::MultipleChoice
-                               : train::Task::TextClassification;
-  train::Trainer trainer(*model, ta, t, nullptr, feats, co);
+  std::string name = eval_task(model->architecture(), f);
+  hf_spellings(f, name, "eval");
+  if (name == "causal-lm" && cli::is_sft_file(f["validation_file"])) name = "sft";  // conversations: as kiln train
+  const std::unique_ptr<cli::TrainTask> task = cli::make_train_task(name);
+  task->adapt_flags(f);
+  task->saved_flags(f, model->config());
+  const data::DatasetOptions dopt = with_field(task_dataset_options(f, *task, name), f, "validation_file_field");
+  data::Dataset ds = task->reads_rows() ? data::load_dataset(f["validation_file"], dopt) : data::Dataset{};
+  if (task->reads_rows()) task->require_labels(f["validation_file"], ds, dopt, "evaluate against");
+  const int64_t max_len = task->max_length(f, model->config(), "eval");
+  const data::LabelMap labels = saved_labels(model->config());
+  const cli::TaskContext ctx{f, tok, max_len, labels};
+  const std::shared_ptr<data::Features> feats = task->eval_features(ds, ctx);
+  train::Trainer trainer(*model, ta, task->trainer_task(), nullptr, feats,
+                         collator_options(*task, ctx, model->config(), ta.seed));
   trainer.set_question_answering(qa_options(f, "eval"));
-  auto m = trainer.evaluate("eval");
-  if (s2s && ta.predict_with_generate) {  // run_summarization's eval under --predict_with_generate: the scores too
-    nlohmann::json scores;
-    score_generated(write_generated(*model, *feats, ta, int_flag(f, "max_target_length", max_len), tok, {}, dir), *feats,
-                    tok, scores, "eval");
-    for (auto& [k, v] : scores.items()) m[k] = v.get<double>();
-  } else if (ta.predict_with_generate) {
+  task->add_eval_metrics(trainer, *model, ctx);  // run_summarization's eval under --predict_with_generate: the scores too
+  if (ta.predict_with_generate && !task->generates())
     std::fprintf(stderr, "kiln eval: warning: --predict_with_generate is for seq2seq models; ignored\n");
-  }
+  auto m = trainer.evaluate("eval");
   for (auto& [k, v] : m) std::printf("%s = %.4f\n", k.c_str(), v);
   if (has_out) {  // HF's trainer.save_metrics("eval", metrics): output_dir/eval_results.json
     nlohmann::json ej = nlohmann::json::object();

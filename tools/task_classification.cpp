@@ -26,10 +26,9 @@ class ClassificationTask : public TrainTask {
     for (size_t i = 0; i < ctx.labels.labels.size(); ++i)
       model.config().id2label[static_cast<int64_t>(i)] = ctx.labels.labels[i];
   }
-
- protected:
-  static void check_labels(const FlagValues& f, const data::Dataset& train, const data::DatasetOptions& o) {
-    KILN_CHECK(train.has_labels, f.at("train_file"), ": no labels to train on (column '", o.label_column,
+  void require_labels(const std::string& file, const data::Dataset& ds, const data::DatasetOptions& o,
+                      const char* use) const override {
+    KILN_CHECK(ds.has_labels, file, ": no labels to ", use, " (column '", o.label_column,
                "' is missing, or empty in every row)");
   }
 };
@@ -68,7 +67,7 @@ class TextClassification : public ClassificationTask {
  public:
   train::Task trainer_task() const override { return train::Task::TextClassification; }
   data::LabelMap read_labels(const FlagValues& f, const data::Dataset& train, const data::DatasetOptions& o) const override {
-    check_labels(f, train, o);
+    require_labels(f.at("train_file"), train, o, "train on");
     return data::LabelMap::from_dataset(train);
   }
   std::string architecture(const models::PretrainedConfig& c) const override {
@@ -94,7 +93,7 @@ class TokenClassification : public ClassificationTask {
   // run_ner: a list of words and a list of tags per row.
   void dataset_options(const FlagValues&, data::DatasetOptions& o) const override { o.split_into_words = true; }
   data::LabelMap read_labels(const FlagValues& f, const data::Dataset& train, const data::DatasetOptions& o) const override {
-    check_labels(f, train, o);
+    require_labels(f.at("train_file"), train, o, "train on");
     return data::LabelMap::from_word_labels(train);
   }
   std::string architecture(const models::PretrainedConfig& c) const override {

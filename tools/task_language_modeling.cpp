@@ -47,8 +47,8 @@ class CausalLm : public TrainTask {
 class Sft : public CausalLm {
  public:
   bool reads_rows() const override { return false; }
-  int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config) const override {
-    return sequence_length(sft_max_length_flag(f), config, "train", 1024);
+  int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command) const override {
+    return sequence_length(sft_max_length_flag(f), config, command, 1024);
   }
   std::shared_ptr<data::Features> features(const data::Dataset&, const TaskContext&) const override {
     throw Error("internal error: --task sft reads its files itself (sft_features)");

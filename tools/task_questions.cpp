@@ -12,13 +12,13 @@ class QuestionAnswering : public TrainTask {
   train::Task trainer_task() const override { return train::Task::QuestionAnswering; }
   // run_qa: id, question, context and answers per row.
   void dataset_options(const FlagValues& f, data::DatasetOptions& o) const override { qa_columns(f, o); }
-  int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config) const override {
-    return sequence_length(max_seq_length_flag(f), config, "train", kQaMaxSeqLength);
+  int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command) const override {
+    return sequence_length(max_seq_length_flag(f), config, command, kQaMaxSeqLength);
   }
-  data::LabelMap read_labels(const FlagValues& f, const data::Dataset& train, const data::DatasetOptions& o) const override {
-    KILN_CHECK(train.has_labels, f.at("train_file"), ": no answers to train on (key '", o.label_column,
+  void require_labels(const std::string& file, const data::Dataset& ds, const data::DatasetOptions& o,
+                      const char* use) const override {
+    KILN_CHECK(ds.has_labels, file, ": no answers to ", use, " (key '", o.label_column,
                "' is missing, or null, in every row)");
-    return {};
   }
   std::string architecture(const models::PretrainedConfig& c) const override {
     return bert_family_architecture(c, "question-answering", "ForQuestionAnswering");
@@ -50,10 +50,10 @@ class MultipleChoice : public TrainTask {
  public:
   train::Task trainer_task() const override { return train::Task::MultipleChoice; }
   void dataset_options(const FlagValues&, data::DatasetOptions& o) const override { o.multiple_choice = true; }
-  data::LabelMap read_labels(const FlagValues& f, const data::Dataset& train, const data::DatasetOptions& o) const override {
-    KILN_CHECK(train.has_labels, f.at("train_file"), ": no labels to train on (column '", o.label_column,
+  void require_labels(const std::string& file, const data::Dataset& ds, const data::DatasetOptions& o,
+                      const char* use) const override {
+    KILN_CHECK(ds.has_labels, file, ": no labels to ", use, " (column '", o.label_column,
                "', the right ending's index, is missing, or empty in every row)");
-    return {};
   }
   std::string architecture(const models::PretrainedConfig& c) const override {
     return bert_family_architecture(c, "multiple-choice", "ForMultipleChoice");

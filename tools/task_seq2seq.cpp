@@ -1,11 +1,86 @@
 // --task seq2seq (run_summarization): T5 on source/target text pairs; with
-// --do_predict the test loss, and with --predict_with_generate the generated
-// outputs and their ROUGE / BLEU scores.
+// --do_predict the test loss, and with --predict_with_generate (HF's
+// Seq2SeqTrainer) every evaluation also generates: the outputs' ROUGE, BLEU
+// and gen_len, and --do_predict's generated_predictions.txt.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
+#include "kiln/models/generation.h"
+#include "kiln/models/generation_config.h"
+#include "kiln/train/generation_metrics.h"
 #include "train_task.h"
 
 namespace kiln::cli {
 namespace {
+
+namespace fs = std::filesystem;
+
+// A decoded text as run_summarization writes and scores it: one line, stripped.
+std::string one_line(std::string line) {
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  const size_t first = line.find_first_not_of(" \t"), last = line.find_last_not_of(" \t");
+  return first == std::string::npos ? "" : line.substr(first, last - first + 1);
+}
+
+// run_summarization's rounding of its scores: round(v, 4).
+double round4(double v) { return std::round(v * 1e4) / 1e4; }
+
+// Each row's output, decoded without special tokens onto one line, and run_summarization's gen_len: the mean
+// count of generated ids that are not the tokenizer's pad id.
+struct Generated {
+  std::vector<std::string> lines;
+  double mean_length = 0;
+};
+
+// Seq2SeqTrainer's generate over `rows`: greedy, or beam search with --generation_num_beams or the model's
+// generation_config.json in `model_dir`; up to --generation_max_length new tokens (else `max_target_length`).
+Generated generate_rows(models::PreTrainedModel& model, const data::Features& rows, const train::TrainingArguments& ta,
+                        int64_t max_target_length, const TokenizerBundle& tok, const fs::path& model_dir) {
+  model.eval();
+  models::GenerationConfig g;
+  models::apply_generation_config(model_dir, g);  // the model's beam settings, as Seq2SeqTrainer's generate reads them
+  g.max_new_tokens = ta.generation_max_length.value_or(max_target_length);
+  g.max_length.reset();
+  if (ta.generation_num_beams) g.num_beams = *ta.generation_num_beams;
+  g.num_return_sequences = 1;
+  Generated out;
+  int64_t tokens = 0;
+  const auto batch = static_cast<size_t>(ta.per_device_eval_batch_size);
+  for (size_t i = 0; i < rows.size(); i += batch) {
+    std::vector<std::vector<int64_t>> chunk(rows.input_ids.begin() + static_cast<std::ptrdiff_t>(i),
+                                            rows.input_ids.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), i + batch)));
+    for (const auto& seq : models::generate(model, chunk, g)) {
+      tokens += std::count_if(seq.begin(), seq.end(), [&](int64_t id) { return id != tok.pad_id; });
+      out.lines.push_back(one_line(tok.tokenizer.decode(std::vector<uint32_t>(seq.begin(), seq.end()), true)));
+    }
+  }
+  out.mean_length = static_cast<double>(tokens) / static_cast<double>(std::max<size_t>(out.lines.size(), 1));
+  return out;
+}
+
+// run_summarization's and run_translation's scores of generated text against the rows' targets (decoded as
+// HF decodes the labels: without special tokens, stripped): ROUGE-1/2/L/Lsum F-measures x 100 (Porter-stemmed
+// tokens), sacrebleu's BLEU and gen_len, each named <prefix>_<metric>.
+std::map<std::string, double> score_generated(const Generated& generated, const data::Features& rows,
+                                              const TokenizerBundle& tok, const std::string& prefix) {
+  std::vector<std::string> refs;
+  for (const auto& t : rows.target_ids) {
+    std::vector<uint32_t> ids;
+    for (int64_t id : t)
+      if (id >= 0) ids.push_back(static_cast<uint32_t>(id));
+    refs.push_back(one_line(tok.tokenizer.decode(ids, true)));
+  }
+  const train::RougeScores r = train::rouge(generated.lines, refs, /*use_stemmer=*/true);  // as run_summarization
+  return {{prefix + "_rouge1", round4(r.rouge1 * 100)},
+          {prefix + "_rouge2", round4(r.rouge2 * 100)},
+          {prefix + "_rougeL", round4(r.rougeL * 100)},
+          {prefix + "_rougeLsum", round4(r.rougeLsum * 100)},
+          {prefix + "_bleu", train::corpus_bleu(generated.lines, {refs})},
+          {prefix + "_gen_len", round4(generated.mean_length)}};
+}
 
 class Seq2Seq : public TrainTask {
  public:
@@ -15,6 +90,9 @@ class Seq2Seq : public TrainTask {
     f["text_column"] = f.count("source_column") ? f["source_column"] : "source";
     f["text_pair_column"] = f.count("target_column") ? f["target_column"] : "target";
     f["label_column"] = "";
+  }
+  void saved_flags(FlagValues& f, const models::PretrainedConfig& c) const override {
+    if (!f.count("source_prefix")) f["source_prefix"] = saved_source_prefix(c);
   }
   std::string architecture(const models::PretrainedConfig& c) const override {
     KILN_CHECK(c.model_type == "t5", "seq2seq: needs a t5 model, got model_type '", c.model_type, "'");
@@ -30,19 +108,33 @@ class Seq2Seq : public TrainTask {
   }
   bool predicts() const override { return true; }
   bool generates() const override { return true; }
-  // run_summarization: the test loss, and with predict_with_generate the outputs.
-  void predict(const PredictRun& run, const TaskContext& ctx, nlohmann::json& predict,
-               nlohmann::json& all) const override {
+  // Seq2SeqTrainer under --predict_with_generate: every evaluation (during training, at its end, kiln eval's,
+  // --do_predict's) generates from its rows and scores the outputs; the test set's are written, one per line,
+  // to generated_predictions.txt in output_dir.
+  void add_eval_metrics(train::Trainer& trainer, models::PreTrainedModel& model, const TaskContext& ctx) const override {
+    if (!trainer.args().predict_with_generate) return;
+    const fs::path model_dir = ctx.flags.count("model_name_or_path") ? ctx.flags.at("model_name_or_path") : "";
+    const int64_t max_target_length = int_flag(ctx.flags, "max_target_length", ctx.max_len);
+    const TokenizerBundle& tok = ctx.tok;  // the run's, alive as long as the trainer
+    trainer.set_extra_metrics([&model, &trainer, &tok, model_dir, max_target_length](const data::Features& rows,
+                                                                                      const std::string& prefix) {
+      const train::TrainingArguments& ta = trainer.args();
+      const Generated generated = generate_rows(model, rows, ta, max_target_length, tok, model_dir);
+      if (prefix == "predict") {
+        std::string text;
+        for (const auto& line : generated.lines) text += line + "\n";
+        const fs::path path = fs::path(ta.output_dir) / "generated_predictions.txt";
+        write_file_atomic(path, text);
+        std::fprintf(stderr, "kiln train: %zu generated predictions -> %s\n", rows.size(), path.string().c_str());
+      }
+      return score_generated(generated, rows, tok, prefix);
+    });
+  }
+  // run_summarization: the test loss, and with predict_with_generate the outputs' scores (add_eval_metrics).
+  void predict(const PredictRun& run, const TaskContext&, nlohmann::json& predict, nlohmann::json& all) const override {
     auto m = run.trainer.evaluate("predict", run.test);
     m.erase("perplexity");
     for (auto& [k, v] : m) predict[k] = all[k] = v;
-    if (!run.args.predict_with_generate) return;
-    const auto generated =
-        write_generated(run.model, *run.test, run.args, int_flag(ctx.flags, "max_target_length", ctx.max_len),
-                        ctx.tok, run.out / "generated_predictions.txt",
-                        ctx.flags.count("model_name_or_path") ? ctx.flags.at("model_name_or_path") : "");
-    score_generated(generated, *run.test, ctx.tok, predict);
-    for (const char* k : {"predict_rouge1", "predict_rouge2", "predict_rougeL", "predict_rougeLsum", "predict_bleu"}) all[k] = predict[k];
   }
 
  private:

@@ -81,8 +81,8 @@ std::string bert_family_architecture(const models::PretrainedConfig& c, const st
   return c.class_prefix() + head;
 }
 
-int64_t TrainTask::max_length(const FlagValues& f, const models::PretrainedConfig& config) const {
-  return sequence_length(max_seq_length_flag(f), config, "train", 128);
+int64_t TrainTask::max_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command) const {
+  return sequence_length(max_seq_length_flag(f), config, command, 128);
 }
 
 std::shared_ptr<data::Features> TrainTask::train_features(const data::Dataset& ds, const TaskContext& ctx) const {

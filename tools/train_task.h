@@ -3,7 +3,7 @@
 // (HF's run_glue, run_ner, run_qa, run_swag, run_mlm, run_clm,
 // run_summarization and TRL's SFTTrainer): how its files are read, the
 // labels, the model's head, the tokenized features, the collator, and what
-// --do_predict writes. run_train (cmd_train.cpp) drives them.
+// --do_predict writes. run_train and run_eval (cmd_train.cpp) drive them.
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -55,13 +55,20 @@ class TrainTask {
   virtual bool reads_rows() const { return true; }
   // The dataset options of the task's files, from the common ones.
   virtual void dataset_options(const FlagValues& f, data::DatasetOptions& o) const {}
-  // The sequence length: --max_seq_length (or the task's own flag) fitted to the model's positions.
-  virtual int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config) const;
-  // Checks that the training set has what the task learns; a classification head's label set.
+  // The sequence length: --max_seq_length (or the task's own flag) fitted to the model's positions (errors
+  // name `command`).
+  virtual int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command) const;
+  // Checks that the rows of `file` have what the task learns or scores (`use`: "train on", "evaluate against").
+  virtual void require_labels(const std::string& file, const data::Dataset& ds, const data::DatasetOptions& o,
+                              const char* use) const {}
+  // Checks the training set (require_labels); a classification head's label set.
   virtual data::LabelMap read_labels(const FlagValues& f, const data::Dataset& train,
                                      const data::DatasetOptions& o) const {
+    require_labels(f.at("train_file"), train, o, "train on");
     return {};
   }
+  // kiln eval: what a trained model keeps for its task (seq2seq's source prefix) as flags, unless given.
+  virtual void saved_flags(FlagValues& f, const models::PretrainedConfig& c) const {}
   // Whether the model has a classification head sized by the label set.
   virtual bool classification_head() const { return false; }
   // The architecture the task trains for a model of config `c` (an error naming what it needs otherwise).
@@ -82,8 +89,9 @@ class TrainTask {
   virtual std::shared_ptr<data::Features> test_features(const data::Dataset& ds, const TaskContext& ctx) const;
   virtual void predict(const PredictRun& run, const TaskContext& ctx, nlohmann::json& predict,
                        nlohmann::json& all) const {}
-  // Whether --predict_with_generate applies.
+  // Whether --predict_with_generate applies, and what it adds to each of `trainer`'s evaluations of `model`.
   virtual bool generates() const { return false; }
+  virtual void add_eval_metrics(train::Trainer& trainer, models::PreTrainedModel& model, const TaskContext& ctx) const {}
 };
 
 // The task of --task `name` (text-classification, token-classification, question-answering, multiple-choice,
@@ -118,13 +126,5 @@ train::QaOptions qa_options(const FlagValues& f, const char* command);
 int64_t doc_stride(const FlagValues& f, int64_t max_len);
 // run_ner's, run_qa's and run_swag's heads are the BERT family's: <Type><head>, an error for another model.
 std::string bert_family_architecture(const models::PretrainedConfig& c, const std::string& task, const char* head);
-
-// run_summarization's generated_predictions.txt and its scores (cmd_train.cpp).
-std::vector<std::string> write_generated(models::PreTrainedModel& model, const data::Features& test,
-                                         const train::TrainingArguments& ta, int64_t max_target_length,
-                                         const TokenizerBundle& tok, const std::filesystem::path& path,
-                                         const std::filesystem::path& model_dir);
-void score_generated(const std::vector<std::string>& generated, const data::Features& test,
-                     const TokenizerBundle& tok, nlohmann::json& metrics, const std::string& prefix = "predict");
 
 }  // namespace kiln::cli

@@ -41,13 +41,13 @@ import os
 import sys
 import tempfile
 
-import safetensors.torch
 import torch
 import transformers
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_io import ATTN_MASK, read_safetensors, rel_err, safetensors_bytes, setup_torch  # noqa: E402
+from golden_io import (ATTN_MASK, check_float32_run, pretrained_case_files, saved_pretrained,  # noqa: E402
+                       setup_torch, write_files)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(REPO_ROOT, "tests", "goldens")
@@ -160,39 +160,12 @@ def build_case(name, arch, num_labels, batch, seq, use_mask, changes, seed):
     init_params(model, gen)
     inputs = make_inputs(arch, model.config, batch, seq, use_mask, gen, changes.get("labels"))
     out_dir = os.path.join(DATA, "deberta", name)
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        saved = {}
-        for fn in ("config.json", "model.safetensors"):
-            with open(os.path.join(tmp, fn), "rb") as f:
-                saved[fn] = f.read()
-    outs32, loss32, _ = run(model, arch, inputs, torch.float32)
+    saved = saved_pretrained(model)
+    run32 = run(model, arch, inputs, torch.float32)
     outs, loss, grads = run(model, arch, inputs, torch.float64)
-    for k in outs:
-        assert rel_err(outs32[k], outs[k]) < 1e-4, (name, k, rel_err(outs32[k], outs[k]))
-    assert abs(float(loss32) - float(loss)) < 1e-4 * max(1.0, abs(float(loss))), name
-    for n, g in grads.items():
-        assert float(g.abs().max()) > 0, (name, n)
-    state = model.state_dict()
-    written = safetensors.torch.load(saved["model.safetensors"])
-    names = sorted(written.keys())
-    golden = collections.OrderedDict()
-    golden.update(inputs)
-    for k, v in outs.items():
-        golden[k] = v.to(torch.float32)
-    golden["loss"] = loss.to(torch.float32)
-    for n in names:
-        assert n in grads, (name, n, "a saved tensor that is not a parameter")
-        assert torch.equal(state[n].to(torch.float32), written[n])
-        golden["grad." + n] = grads[n].to(torch.float32)
-    assert len(names) == len(grads), (name, sorted(set(grads) - set(names)))
-    os.makedirs(out_dir, exist_ok=True)
-    files = dict(saved)
-    files["golden.safetensors"] = safetensors_bytes(golden)
-    assert sorted(read_safetensors(files["golden.safetensors"])) == sorted(golden)
-    for fn, data in files.items():
-        with open(os.path.join(out_dir, fn), "wb") as f:
-            f.write(data)
+    check_float32_run(name, run32, (outs, loss, grads))
+    files = pretrained_case_files(name, model, saved, inputs, outs, loss, grads)
+    write_files(out_dir, files)
     print("%-22s loss=%-12.6g bytes=%s" % (name, float(loss), [len(files[f]) for f in sorted(files)]))
 
 

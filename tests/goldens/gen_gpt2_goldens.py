@@ -57,7 +57,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from golden_io import (ATTN_MASK, F32_MIN, assert_agree, backward, case_files, ce_loss,  # noqa: E402
-                       finite_difference_check, read_safetensors, setup_torch, write_cases)
+                       finite_difference_check, init_params, read_safetensors, setup_torch, write_cases)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT_DIR = os.path.join(REPO_ROOT, "tests", "goldens", "gpt2")
@@ -187,24 +187,6 @@ def model_params(arch, cfg):
     if arch == "GPT2ForSequenceClassification":
         return body_params("transformer.", cfg) + [("score.weight", [num_labels_of(cfg), H], "w")]
     raise ValueError(arch)
-
-
-def init_params(specs, gen):
-    params = collections.OrderedDict()
-    for name, shape, kind in specs:
-        r = torch.randn(shape, generator=gen, dtype=torch.float32)
-        if kind == "w":
-            t = r * 0.2
-        elif kind == "b":
-            t = r * 0.1
-        elif kind == "lnw":
-            t = 1.0 + r * 0.1
-        elif kind == "lnb":
-            t = r * 0.1
-        else:
-            raise ValueError(kind)
-        params[name] = t.to(torch.float32).contiguous()
-    return params
 
 
 # --------------------------------------------------------------------------

@@ -50,6 +50,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import golden_io  # noqa: E402
 from golden_io import (ATTN_MASK, F32_MIN, assert_agree, backward, case_files, ce_loss,  # noqa: E402
                        finite_difference_check, read_safetensors, setup_torch, write_cases)
 
@@ -173,12 +174,7 @@ def model_params(arch, cfg):
 
 
 def init_params(specs, gen):
-    params = collections.OrderedDict()
-    for name, shape, kind in specs:
-        r = torch.randn(shape, generator=gen, dtype=torch.float32)
-        scale, offset = {"w": (0.2, 0.0), "b": (0.1, 0.0), "norm": (0.1, 1.0)}[kind]
-        params[name] = (offset + r * scale).to(torch.float32).contiguous()
-    return params
+    return golden_io.init_params(specs, gen, {"w": (0.2, 0.0), "b": (0.1, 0.0), "norm": (0.1, 1.0)})
 
 
 def make_inputs(arch, cfg, batch, seq, use_mask, gen):

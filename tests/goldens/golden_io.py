@@ -1,6 +1,7 @@
 """Shared by the golden generators: the safetensors writer and reader they use
-(the standard layout, tensors ordered as the reference Rust writer orders them)
-and the relative error of two tensors."""
+(the standard layout, tensors ordered as the reference Rust writer orders them),
+the relative error of two tensors, the weights the hand-written models draw,
+and the files of a case built from a transformers model."""
 import collections
 import hashlib
 import json
@@ -60,17 +61,23 @@ def rel_err(a, b):
     return float((a - b).abs().max()) / max(1e-30, float(b.abs().max()))
 
 
-def case_files(config_text, cfg, params, inputs, outs, loss, grads):
-    """The three files of a case (config.json, model.safetensors and
-    golden.safetensors = inputs, outputs, loss and grad.<param>), each read back
-    and checked against what was written."""
+def golden_tensors(inputs, outs, loss, grads, names):
+    """golden.safetensors' tensors: the inputs, the outputs, `loss` and grad.<name> for each of `names`, float32."""
     golden = collections.OrderedDict()
     golden.update(inputs)
     for k, v in outs.items():
         golden[k] = v.to(torch.float32)
     golden["loss"] = loss.to(torch.float32)
-    for n in params:
+    for n in names:
         golden["grad." + n] = grads[n].to(torch.float32)
+    return golden
+
+
+def case_files(config_text, cfg, params, inputs, outs, loss, grads):
+    """The three files of a case (config.json, model.safetensors and
+    golden.safetensors = inputs, outputs, loss and grad.<param>), each read back
+    and checked against what was written."""
+    golden = golden_tensors(inputs, outs, loss, grads, params)
     files = {
         "config.json": config_text.encode("utf-8"),
         "model.safetensors": safetensors_bytes(params),
@@ -117,6 +124,25 @@ def write_cases(out_dir, cases, build_case, name_width):
 F32_MIN = torch.finfo(torch.float32).min
 # The attention_mask of the padded cases: rows of 7, 5 and 3 tokens.
 ATTN_MASK = [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0]]
+
+
+# init_params' kinds: a weight N(0, 0.2), a bias N(0, 0.1), a LayerNorm weight 1 + N(0, 0.1), its bias N(0, 0.1).
+PARAM_KINDS = {"w": (0.2, 0.0), "b": (0.1, 0.0), "lnw": (0.1, 1.0), "lnb": (0.1, 0.0)}
+
+
+def init_params(specs, gen, kinds=None):
+    """Float32 weights for (name, shape, kind) specs, in order: offset + N(0, 1) * scale by the kind's
+    (scale, offset) in `kinds` (default PARAM_KINDS); an unknown kind is an error."""
+    kinds = PARAM_KINDS if kinds is None else kinds
+    params = collections.OrderedDict()
+    for name, shape, kind in specs:
+        r = torch.randn(shape, generator=gen, dtype=torch.float32)
+        if kind not in kinds:
+            raise ValueError(kind)
+        scale, offset = kinds[kind]
+        t = offset + r * scale if offset else r * scale
+        params[name] = t.to(torch.float32).contiguous()
+    return params
 
 
 def setup_torch():
@@ -186,3 +212,57 @@ def check_entry(loss_of, p64, grads, name, idx, h=1e-6):
     fd = (vals[0] - vals[1]) / (2 * h)
     g = float(grads[name].reshape(-1)[idx])
     assert abs(fd - g) <= 1e-6 * max(1.0, abs(g)), (name, idx, fd, g)
+
+
+# --------------------------------------------------------------------------
+# Cases built from a transformers model (gen_deberta_goldens, gen_hf_decoder_goldens)
+# --------------------------------------------------------------------------
+
+
+def saved_pretrained(model):
+    """config.json and model.safetensors as model.save_pretrained writes them."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        saved = {}
+        for fn in ("config.json", "model.safetensors"):
+            with open(os.path.join(tmp, fn), "rb") as f:
+                saved[fn] = f.read()
+    return saved
+
+
+def check_float32_run(name, run32, run64):
+    """The float32 run's outputs and loss agree with the float64 run's to 1e-4, and every gradient of the
+    float64 run is nonzero somewhere."""
+    (outs32, loss32, _), (outs, loss, grads) = run32, run64
+    for k in outs:
+        assert rel_err(outs32[k], outs[k]) < 1e-4, (name, k, rel_err(outs32[k], outs[k]))
+    assert abs(float(loss32) - float(loss)) < 1e-4 * max(1.0, abs(float(loss))), name
+    for n, g in grads.items():
+        assert float(g.abs().max()) > 0, (name, n)
+
+
+def pretrained_case_files(name, model, saved, inputs, outs, loss, grads):
+    """The case's files: save_pretrained's two and golden.safetensors (inputs, outputs, loss and
+    grad.<name> of every tensor model.safetensors holds, which must be the model's parameters)."""
+    import safetensors.torch
+    state = model.state_dict()
+    written = safetensors.torch.load(saved["model.safetensors"])
+    names = sorted(written.keys())
+    for n in names:
+        assert n in grads, (name, n, "a saved tensor that is not a parameter")
+        assert torch.equal(state[n].to(torch.float32), written[n])
+    assert len(names) == len(grads), (name, sorted(set(grads) - set(names)))
+    golden = golden_tensors(inputs, outs, loss, grads, names)
+    files = dict(saved)
+    files["golden.safetensors"] = safetensors_bytes(golden)
+    assert sorted(read_safetensors(files["golden.safetensors"])) == sorted(golden)
+    return files
+
+
+def write_files(out_dir, files):
+    """Writes each file of `files` (name -> bytes) into out_dir."""
+    os.makedirs(out_dir, exist_ok=True)
+    for fn, data in files.items():
+        with open(os.path.join(out_dir, fn), "wb") as f:
+            f.write(data)

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string_view>
+#include <type_traits>
 
 #include "kiln/core/error.h"
 #include "kiln/core/host_memory.h"
@@ -23,33 +25,13 @@ using config_json::Unset;
 constexpr auto bert_fields = [](auto& c, auto&& visit) {
   if (c.distilbert()) {
     visit("sinusoidal_pos_embds");  // must be false: checked on reading, written false
-    visit("vocab_size", c.vocab_size);
-    visit("max_position_embeddings", c.max_position_embeddings);
-    visit("n_layers", c.num_hidden_layers);
-    visit("n_heads", c.num_attention_heads);
-    visit("dim", c.hidden_size);
-    visit("hidden_dim", c.intermediate_size);
-    visit("dropout", c.hidden_dropout_prob);
-    visit("attention_dropout", c.attention_probs_dropout_prob);
-    visit("activation", c.hidden_act);
-    visit("initializer_range", c.initializer_range);
+    config_json::encoder_fields(c, config_json::DistilBertNames<std::remove_reference_t<decltype(visit)>>{visit});
     visit("qa_dropout", c.qa_dropout);
     visit("seq_classif_dropout", c.seq_classif_dropout);
     visit("pad_token_id", c.pad_token_id);
     return;
   }
-  visit("vocab_size", c.vocab_size);
-  visit("hidden_size", c.hidden_size);
-  visit("num_hidden_layers", c.num_hidden_layers);
-  visit("num_attention_heads", c.num_attention_heads);
-  visit("intermediate_size", c.intermediate_size);
-  visit("hidden_act", c.hidden_act);
-  visit("hidden_dropout_prob", c.hidden_dropout_prob);
-  visit("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
-  visit("max_position_embeddings", c.max_position_embeddings);
-  visit("type_vocab_size", c.type_vocab_size);
-  visit("initializer_range", c.initializer_range);
-  visit("layer_norm_eps", c.layer_norm_eps);
+  config_json::encoder_fields(c, visit);
   visit("pad_token_id", c.pad_token_id);
   visit("bos_token_id", c.bos_token_id, Unset::omit);
   visit("eos_token_id", c.eos_token_id, Unset::omit);
@@ -61,6 +43,45 @@ const std::vector<std::string> kCommonKeys = {"model_type", "architectures", "id
 }  // namespace
 
 namespace config_json {
+
+const char* distilbert_key(const char* key) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"hidden_size", "dim"},           {"num_hidden_layers", "n_layers"},
+      {"num_attention_heads", "n_heads"}, {"intermediate_size", "hidden_dim"},
+      {"hidden_dropout_prob", "dropout"}, {"attention_probs_dropout_prob", "attention_dropout"},
+      {"hidden_act", "activation"},     {"type_vocab_size", nullptr},
+      {"layer_norm_eps", nullptr}};
+  for (const auto& [name, distil] : kNames)
+    if (std::string_view(name) == key) return distil;
+  return key;
+}
+
+void validate_encoder(const EncoderConfig& c, const std::string& src, bool distilbert_names) {
+  auto key = [&](const char* k) {
+    const char* d = distilbert_names ? distilbert_key(k) : k;
+    return d ? d : k;
+  };
+  auto positive = [&](const char* k, int64_t v) { KILN_CHECK(v > 0, src, ": '", key(k), "' must be positive, got ", v); };
+  positive("vocab_size", c.vocab_size);
+  positive("hidden_size", c.hidden_size);
+  positive("num_hidden_layers", c.num_hidden_layers);
+  positive("num_attention_heads", c.num_attention_heads);
+  positive("intermediate_size", c.intermediate_size);
+  positive("max_position_embeddings", c.max_position_embeddings);
+  KILN_CHECK(c.hidden_size % c.num_attention_heads == 0, src, ": ", key("hidden_size"), " ", c.hidden_size,
+             " is not a multiple of ", key("num_attention_heads"), " ", c.num_attention_heads);
+  KILN_CHECK(c.layer_norm_eps >= 0, src, ": 'layer_norm_eps' must be >= 0, got ", c.layer_norm_eps);
+  auto prob = [&](const char* k, double v) {
+    KILN_CHECK(v >= 0 && v < 1, src, ": '", key(k), "' must be in [0, 1), got ", v);
+  };
+  prob("hidden_dropout_prob", c.hidden_dropout_prob);
+  prob("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
+  try {
+    nn::check_activation(c.hidden_act);
+  } catch (const Error& e) {
+    throw Error(src + ": " + key("hidden_act") + ": " + e.what());
+  }
+}
 
 void read_common(const json& j, PretrainedConfig& c, const std::string& src) {
   KILN_CHECK(j.is_object(), src, ": expected a JSON object, got ", json_found(j));
@@ -214,35 +235,19 @@ void BertConfig::validate(const std::string& src) const {
              "' is not a BERT-family type (bert, roberta, distilbert)");
   // Errors name the key config.json has.
   const bool d = distilbert();
-  auto positive = [&](const char* k, int64_t v) { KILN_CHECK(v > 0, src, ": '", k, "' must be positive, got ", v); };
-  positive("vocab_size", vocab_size);
-  positive(d ? "dim" : "hidden_size", hidden_size);
-  positive(d ? "n_layers" : "num_hidden_layers", num_hidden_layers);
-  positive(d ? "n_heads" : "num_attention_heads", num_attention_heads);
-  positive(d ? "hidden_dim" : "intermediate_size", intermediate_size);
-  positive("max_position_embeddings", max_position_embeddings);
-  if (!d) positive("type_vocab_size", type_vocab_size);
-  KILN_CHECK(hidden_size % num_attention_heads == 0, src, ": ", d ? "dim " : "hidden_size ", hidden_size,
-             " is not a multiple of ", d ? "n_heads " : "num_attention_heads ", num_attention_heads);
+  config_json::validate_encoder(*this, src, d);
+  if (!d) KILN_CHECK(type_vocab_size > 0, src, ": 'type_vocab_size' must be positive, got ", type_vocab_size);
   KILN_CHECK(position_embedding_type == "absolute", src, ": position_embedding_type '", position_embedding_type,
              "' is not supported (only 'absolute')");
   KILN_CHECK(pad_token_id >= 0 && pad_token_id < vocab_size, src, ": pad_token_id ", pad_token_id,
              " out of range [0, ", vocab_size, ")");
   auto prob = [&](const char* k, double v) { KILN_CHECK(v >= 0 && v < 1, src, ": '", k, "' must be in [0, 1), got ", v); };
-  KILN_CHECK(layer_norm_eps >= 0, src, ": 'layer_norm_eps' must be >= 0, got ", layer_norm_eps);
-  prob(d ? "dropout" : "hidden_dropout_prob", hidden_dropout_prob);
-  prob(d ? "attention_dropout" : "attention_probs_dropout_prob", attention_probs_dropout_prob);
   if (classifier_dropout) prob("classifier_dropout", *classifier_dropout);
   if (d) {
     prob("qa_dropout", qa_dropout);
     prob("seq_classif_dropout", seq_classif_dropout);
   }
   config_json::validate_common(*this, src);
-  try {
-    nn::check_activation(hidden_act);
-  } catch (const Error& e) {
-    throw Error(src + ": " + (d ? "activation" : "hidden_act") + ": " + e.what());
-  }
 }
 
 BertConfig BertConfig::from_file(const std::filesystem::path& path) {

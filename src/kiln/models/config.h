@@ -101,8 +101,10 @@ std::unique_ptr<PretrainedConfig> preset_config(const std::string& name);
 // The presets' names, comma-separated, for messages and usage lines.
 std::string preset_names();
 
-struct BertConfig : PretrainedConfig {
-  BertConfig() { model_type = "bert"; }
+// The encoder's size fields that BERT's and DeBERTa's configs share, under
+// BertConfig's names and defaults (bert-base); config_json::encoder_fields
+// is their one field table.
+struct EncoderConfig {
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
   int64_t num_hidden_layers = 12;
@@ -115,6 +117,12 @@ struct BertConfig : PretrainedConfig {
   int64_t type_vocab_size = 2;
   double initializer_range = 0.02;
   double layer_norm_eps = 1e-12;
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+};
+
+struct BertConfig : PretrainedConfig, EncoderConfig {
+  BertConfig() { model_type = "bert"; }
   int64_t pad_token_id = 0;
   std::optional<int64_t> bos_token_id, eos_token_id;
   std::string position_embedding_type = "absolute";
@@ -128,7 +136,6 @@ struct BertConfig : PretrainedConfig {
 
   bool distilbert() const { return model_type == "distilbert"; }
   std::vector<SizeTerm> size_terms() const override;
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
 
   // `source` names the file in errors ("model/config.json: 'hidden_size' must be an integer, got "x"").
   static BertConfig from_json(const nlohmann::json& j, const std::string& source);

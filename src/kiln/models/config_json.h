@@ -90,6 +90,42 @@ struct KeyLister {
   void operator()(const char* key) const { keys.emplace_back(key); }
 };
 
+// EncoderConfig's field table: BertConfig's and DebertaV2Config's keys.
+constexpr auto encoder_fields = [](auto& c, auto&& visit) {
+  visit("vocab_size", c.vocab_size);
+  visit("hidden_size", c.hidden_size);
+  visit("num_hidden_layers", c.num_hidden_layers);
+  visit("num_attention_heads", c.num_attention_heads);
+  visit("intermediate_size", c.intermediate_size);
+  visit("hidden_act", c.hidden_act);
+  visit("hidden_dropout_prob", c.hidden_dropout_prob);
+  visit("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
+  visit("max_position_embeddings", c.max_position_embeddings);
+  visit("type_vocab_size", c.type_vocab_size);
+  visit("initializer_range", c.initializer_range);
+  visit("layer_norm_eps", c.layer_norm_eps);
+};
+
+// DistilBertConfig's name for an EncoderConfig key ("dim" for hidden_size, "n_layers", "n_heads",
+// "hidden_dim", "dropout", "attention_dropout", "activation"; the others keep theirs), or nullptr for the
+// fields it does not have (type_vocab_size, layer_norm_eps).
+const char* distilbert_key(const char* key);
+
+// A field table's visitor under DistilBertConfig's names, skipping the fields it lacks.
+template <class Visit>
+struct DistilBertNames {
+  Visit& visit;
+  template <typename T>
+  void operator()(const char* key, T& field, Unset unset = Unset::null) const {
+    if (const char* k = distilbert_key(key)) visit(k, field, unset);
+  }
+};
+
+// The checks of EncoderConfig's fields (sizes positive, heads dividing hidden_size, dropouts in [0, 1), a
+// known activation), type_vocab_size aside; errors name `src` and each field's key, DistilBertConfig's
+// with `distilbert_names`.
+void validate_encoder(const EncoderConfig& c, const std::string& src, bool distilbert_names = false);
+
 // Keys outside `known` (and the common ones) go to c.extra.
 void keep_unknown(const json& j, PretrainedConfig& c, const std::vector<std::string>& known);
 

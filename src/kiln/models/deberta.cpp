@@ -19,18 +19,7 @@ using config_json::Unset;
 // DebertaV2Config's keys. pooler_hidden_size is written (hidden_size) unless
 // the config read one (kept in extra).
 constexpr auto deberta_fields = [](auto& c, auto&& visit) {
-  visit("vocab_size", c.vocab_size);
-  visit("hidden_size", c.hidden_size);
-  visit("num_hidden_layers", c.num_hidden_layers);
-  visit("num_attention_heads", c.num_attention_heads);
-  visit("intermediate_size", c.intermediate_size);
-  visit("hidden_act", c.hidden_act);
-  visit("hidden_dropout_prob", c.hidden_dropout_prob);
-  visit("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
-  visit("max_position_embeddings", c.max_position_embeddings);
-  visit("type_vocab_size", c.type_vocab_size);
-  visit("initializer_range", c.initializer_range);
-  visit("layer_norm_eps", c.layer_norm_eps);
+  config_json::encoder_fields(c, visit);
   visit("relative_attention", c.relative_attention);
   visit("max_relative_positions", c.max_relative_positions);
   visit("position_buckets", c.position_buckets);
@@ -128,23 +117,12 @@ DebertaV2Config DebertaV2Config::from_json(const json& j, const std::string& src
 
 void DebertaV2Config::validate(const std::string& src) const {
   KILN_CHECK(model_type == "deberta-v2", src, ": model_type '", model_type, "' is not deberta-v2");
-  auto positive = [&](const char* k, int64_t v) { KILN_CHECK(v > 0, src, ": '", k, "' must be positive, got ", v); };
-  positive("vocab_size", vocab_size);
-  positive("hidden_size", hidden_size);
-  positive("num_hidden_layers", num_hidden_layers);
-  positive("num_attention_heads", num_attention_heads);
-  positive("intermediate_size", intermediate_size);
-  positive("max_position_embeddings", max_position_embeddings);
+  config_json::validate_encoder(*this, src);
   KILN_CHECK(type_vocab_size >= 0, src, ": 'type_vocab_size' must be >= 0, got ", type_vocab_size);
-  KILN_CHECK(hidden_size % num_attention_heads == 0, src, ": hidden_size ", hidden_size,
-             " is not a multiple of num_attention_heads ", num_attention_heads);
   if (pad_token_id)
     KILN_CHECK(*pad_token_id >= 0 && *pad_token_id < vocab_size, src, ": pad_token_id ", *pad_token_id,
                " out of range [0, ", vocab_size, ")");
-  KILN_CHECK(layer_norm_eps >= 0, src, ": 'layer_norm_eps' must be >= 0, got ", layer_norm_eps);
   auto prob = [&](const char* k, double v) { KILN_CHECK(v >= 0 && v < 1, src, ": '", k, "' must be in [0, 1), got ", v); };
-  prob("hidden_dropout_prob", hidden_dropout_prob);
-  prob("attention_probs_dropout_prob", attention_probs_dropout_prob);
   prob("pooler_dropout", pooler_dropout);
   if (cls_dropout) prob("cls_dropout", *cls_dropout);
   for (const auto& t : pos_att_type)
@@ -165,13 +143,10 @@ void DebertaV2Config::validate(const std::string& src) const {
     }
   }
   config_json::validate_common(*this, src);
-  for (const auto& [key, act] : {std::pair<const char*, std::string>{"hidden_act", hidden_act},
-                                 {"pooler_hidden_act", pooler_hidden_act}}) {
-    try {
-      nn::check_activation(act);
-    } catch (const Error& e) {
-      throw Error(src + ": " + key + ": " + e.what());
-    }
+  try {
+    nn::check_activation(pooler_hidden_act);
+  } catch (const Error& e) {
+    throw Error(src + ": pooler_hidden_act: " + e.what());
   }
 }
 

@@ -16,22 +16,19 @@
 
 namespace kiln::models {
 
-struct DebertaV2Config : PretrainedConfig {
-  DebertaV2Config() { model_type = "deberta-v2"; }
+struct DebertaV2Config : PretrainedConfig, EncoderConfig {
   // DebertaV2Config's defaults (deberta-v2-xlarge); v3 checkpoints set the
   // relative-attention fields.
-  int64_t vocab_size = 128100;
-  int64_t hidden_size = 1536;
-  int64_t num_hidden_layers = 24;
-  int64_t num_attention_heads = 24;
-  int64_t intermediate_size = 6144;
-  std::string hidden_act = "gelu";
-  double hidden_dropout_prob = 0.1;
-  double attention_probs_dropout_prob = 0.1;
-  int64_t max_position_embeddings = 512;
-  int64_t type_vocab_size = 0;  // 0: no token type embeddings
-  double initializer_range = 0.02;
-  double layer_norm_eps = 1e-7;
+  DebertaV2Config() {
+    model_type = "deberta-v2";
+    vocab_size = 128100;
+    hidden_size = 1536;
+    num_hidden_layers = 24;
+    num_attention_heads = 24;
+    intermediate_size = 6144;
+    type_vocab_size = 0;  // 0: no token type embeddings
+    layer_norm_eps = 1e-7;
+  }
   bool relative_attention = false;
   int64_t max_relative_positions = -1;  // < 1: max_position_embeddings
   int64_t position_buckets = -1;        // <= 0: no buckets, distances clamp at max_relative_positions
@@ -61,7 +58,6 @@ struct DebertaV2Config : PretrainedConfig {
   std::vector<std::string> ignored_checkpoint_keys() const override;
   void validate(const std::string& source) const;
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
   bool c2p() const;
   bool p2c() const;
   // The relative distances the embeddings cover each side: S.

@@ -1177,6 +1177,8 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
     m[prefix + "_accuracy"] = acc;
     m[prefix + "_f1"] = f1;
   }
+  if (extra_metrics_)
+    for (const auto& [k, v] : extra_metrics_(*features, prefix)) m[k] = v;
   double runtime = seconds_since(t0);
   m[prefix + "_runtime"] = runtime;
   m[prefix + "_samples_per_second"] = static_cast<double>(samples) / std::max(runtime, 1e-9);

@@ -6,6 +6,7 @@
 // never stalls the pipeline; checkpoints are HF's layout, written atomically,
 // and resume exactly.
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -108,6 +109,11 @@ class Trainer {
 
   // Question answering's post-processing (run_qa's n_best_size, max_answer_length, ...).
   void set_question_answering(QaOptions options) { qa_ = options; }
+  // Metrics every evaluate() adds to its own, computed from the evaluated rows and the prefix, inside its
+  // runtime (Seq2SeqTrainer's predict_with_generate: the generated outputs' ROUGE, BLEU and gen_len). They
+  // reach the log history, the report_to integrations and metric_for_best_model as the others do.
+  using ExtraMetrics = std::function<std::map<std::string, double>(const data::Features&, const std::string& prefix)>;
+  void set_extra_metrics(ExtraMetrics metrics) { extra_metrics_ = std::move(metrics); }
 
   // Files copied into every checkpoint and the final model (tokenizer files).
   void set_extra_files(std::vector<std::filesystem::path> files) { extra_files_ = std::move(files); }
@@ -175,6 +181,7 @@ class Trainer {
   TrainingArguments args_;
   Task task_;
   QaOptions qa_;
+  ExtraMetrics extra_metrics_;
   std::shared_ptr<const data::Features> train_, eval_;
   data::CollatorOptions collator_;
   std::unique_ptr<optim::Optimizer> optimizer_;
