@@ -36,17 +36,23 @@ struct Generated {
 };
 
 // Seq2SeqTrainer's generate over `rows`: greedy, or beam search with --generation_num_beams or the model's
-// generation_config.json in `model_dir`; up to --generation_max_length new tokens (else `max_target_length`).
+// generation_config.json in `model_dir`; generate's max_length is --generation_max_length (else
+// `max_target_length`, as run_summarization passes it), which for an encoder-decoder counts the decoder's start
+// token: max_length - 1 new tokens at most.
 Generated generate_rows(models::PreTrainedModel& model, const data::Features& rows, const train::TrainingArguments& ta,
                         int64_t max_target_length, const TokenizerBundle& tok, const fs::path& model_dir) {
   model.eval();
   models::GenerationConfig g;
   models::apply_generation_config(model_dir, g);  // the model's beam settings, as Seq2SeqTrainer's generate reads them
-  g.max_new_tokens = ta.generation_max_length.value_or(max_target_length);
+  g.max_new_tokens = ta.generation_max_length.value_or(max_target_length) - 1;
   g.max_length.reset();
   if (ta.generation_num_beams) g.num_beams = *ta.generation_num_beams;
   g.num_return_sequences = 1;
   Generated out;
+  if (g.max_new_tokens < 1) {  // max_length 1: the start token alone, decoded as ""
+    out.lines.assign(rows.size(), "");
+    return out;
+  }
   int64_t tokens = 0;
   const auto batch = static_cast<size_t>(ta.per_device_eval_batch_size);
   for (size_t i = 0; i < rows.size(); i += batch) {

@@ -57,9 +57,9 @@ TEST_F(Seq2SeqGenerateCli, PeriodicEvaluationGeneratesAndChoosesTheBestByRougeL)
   for (const auto& e : state["log_history"]) {
     if (!e.contains("eval_loss")) continue;
     for (const char* k : kGenerated) ASSERT_TRUE(e.contains(k)) << k << " in " << e.dump();
-    // At most generation_max_length ids, and at least the end token each.
+    // At least one id each, at most generation_max_length - 1 (HF's max_length counts the decoder's start).
     EXPECT_GE(e["eval_gen_len"].get<double>(), 1.0) << e.dump();
-    EXPECT_LE(e["eval_gen_len"].get<double>(), 3.0) << e.dump();
+    EXPECT_LE(e["eval_gen_len"].get<double>(), 2.0) << e.dump();
     for (const char* k : {"eval_rouge1", "eval_rougeL", "eval_bleu"}) {
       EXPECT_GE(e[k].get<double>(), 0.0) << k;
       EXPECT_LE(e[k].get<double>(), 100.0) << k;
@@ -114,7 +114,17 @@ TEST_F(Seq2SeqGenerateCli, PredictWritesTheGeneratedLinesAndTheirScores) {
   const auto predict = read_json_file(dir_ / "p" / "predict_results.json");
   for (const char* k : {"predict_loss", "predict_rougeL", "predict_bleu", "predict_gen_len"})
     EXPECT_TRUE(predict.contains(k)) << k << " in " << predict.dump();
-  EXPECT_LE(predict["predict_gen_len"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(predict["predict_gen_len"].get<double>(), 1.0);  // generation_max_length 2: one new token
+  // generation_max_length 1 generates nothing after the start token, as HF's generate(max_length=1).
+  r = run_kiln("eval --model_name_or_path " + (dir_ / "p").string() + " --validation_file " +
+                   (dir_ / "data" / "validation.csv").string() + " --source_column sentence --target_column label" +
+                   " --max_eval_samples 3 --predict_with_generate --generation_max_length 1 --output_dir " +
+                   (dir_ / "ev").string(),
+               dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto ev = read_json_file(dir_ / "ev" / "eval_results.json");
+  EXPECT_EQ(ev["eval_gen_len"].get<double>(), 0.0) << ev.dump();
+  EXPECT_EQ(ev["eval_rouge1"].get<double>(), 0.0) << ev.dump();
   EXPECT_FALSE(predict.contains("perplexity"));
 }
 

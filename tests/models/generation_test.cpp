@@ -38,7 +38,7 @@ TEST(Generation, CachedGreedyEqualsStepByStepArgmax) {
 
 // HF's max_length counts the prompt (the longest of the call, as in a padded
 // batch) for a decoder-only model and the start token for T5; max_new_tokens
-// is what it leaves, at least one.
+// is what it leaves, and a prompt that fills it is an error, as in transformers.
 TEST(Generation, MaxLengthCountsThePrompt) {
   auto model = tiny_gpt2();
   models::GenerationConfig g;
@@ -48,13 +48,15 @@ TEST(Generation, MaxLengthCountsThePrompt) {
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].size(), 8u);
   EXPECT_EQ(out[1].size(), 4u);  // 3 new tokens, as the longest prompt left
-  g.max_length = 2;              // the prompt already fills it: one token
-  EXPECT_EQ(models::generate(*model, {{5, 17, 42}}, g)[0].size(), 4u);
-  g.max_length = 0;
-  EXPECT_THROW(models::generate(*model, {{5}}, g), Error);
+  g.max_length = 3;
+  EXPECT_CONTAINS(testing::error_of([&] { models::generate(*model, {{5, 17, 42}}, g); }),
+                  "the prompt (3 tokens) already fills max_length (3)");
   auto t5 = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/t5/t5_relu_tied");
   g.max_length = 4;
   EXPECT_EQ(models::generate(*t5, {{3, 7, 1}}, g)[0].size(), 3u);
+  g.max_length = 1;
+  EXPECT_CONTAINS(testing::error_of([&] { models::generate(*t5, {{3, 7, 1}}, g); }),
+                  "the decoder's start token (1 token) already fills max_length (1)");
 }
 
 TEST(Generation, SamplingIsSeededAndStopsAtEos) {

@@ -275,8 +275,7 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
 
 // max_length (HF's total length) as the max_new_tokens it leaves: after the
 // longest prompt for a decoder-only model, after the start token for an
-// encoder-decoder. At least one token, as HF's generate makes one (and warns)
-// when the prompt already fills max_length.
+// encoder-decoder. A prompt that fills it is an error, as in transformers.
 GenerationConfig with_max_length(const GenerationConfig& g, const std::vector<std::vector<int64_t>>& prompts,
                                  bool encoder_decoder) {
   if (!g.max_length) return g;
@@ -284,13 +283,10 @@ GenerationConfig with_max_length(const GenerationConfig& g, const std::vector<st
   int64_t used = 1;
   if (!encoder_decoder)
     for (const auto& p : prompts) used = std::max(used, static_cast<int64_t>(p.size()));
-  KILN_CHECK(*g.max_length > 0, "generate: max_length must be > 0, got ", *g.max_length);
+  KILN_CHECK(used < *g.max_length, "generate: the ", encoder_decoder ? "decoder's start token" : "prompt", " (", used,
+             used == 1 ? " token" : " tokens", ") already fills max_length (", *g.max_length,
+             "): raise max_length, or give max_new_tokens instead");
   r.max_new_tokens = *g.max_length - used;
-  if (r.max_new_tokens < 1) {
-    std::fprintf(stderr, "kiln: warning: the prompt (%lld tokens) fills max_length (%lld); generating one token\n",
-                 static_cast<long long>(used), static_cast<long long>(*g.max_length));
-    r.max_new_tokens = 1;
-  }
   r.max_length.reset();
   return r;
 }
