@@ -513,6 +513,7 @@ uint64_t CompileOptions::hash() const {
 
 Program compile(const Graph& graph, const CompileOptions& options) {
   Graph g = simplify(graph);
+  rematerialize_parameter_casts(g);
   if (options.token_major_attention) interleave_attention_grads(g);
   return Lowering(g, options).run();
 }

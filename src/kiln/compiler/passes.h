@@ -23,6 +23,10 @@ void merge_losses_into_gradients(Program& prog);  // CompileOptions::loss_with_g
 void keep_attention_probabilities(Program& prog);  // CompileOptions::attention_probabilities
 void pair_products(Program& prog);                // CompileOptions::concurrent_products
 
+// remat_casts.cpp: a parameter's bf16 copy made again for readers far after
+// the others (the backward's products), before lowering.
+void rematerialize_parameter_casts(ir::Graph& g);
+
 // memory_plan.cpp
 // Slot lifetimes, in-place results (CompileOptions::in_place), and the
 // temporaries' offsets in the arena.

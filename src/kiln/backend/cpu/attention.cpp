@@ -25,7 +25,10 @@
 // composite's, which spreads it over every key). Results do not depend
 // on the thread count. With bf16 inputs, the dropped probabilities, the
 // output gradient, the probabilities' gradient and dS are rounded to bf16
-// where autocast's composite rounds them.
+// where autocast's composite rounds them; on a CPU with bf16 products
+// (native_bf16_products) the block products then read q, k, v in place and
+// those blocks as bf16 (oneDNN's bf16 matmul, f32 sums), elsewhere their
+// widened values (sgemm): the same exact products, summed in another order.
 // q, k, v and dy may be strided views of [B, H, T, D] (a head's rows D
 // floats apart or more): the heads of a [B, T, H·D] projection are read in
 // place (CompileOptions::strided_attention_operands). The result may be
@@ -39,6 +42,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
@@ -57,6 +61,7 @@ using compiler::Instr;
 // The instruction's geometry, with its mask and key.
 struct Geometry : AttentionArgs {
   bool bf16 = false;
+  bool native = false;  // bf16 q, k, v on a CPU with bf16 products: the block products run in bf16
   const float* mask = nullptr;  // [B or 1, Tk]
   const int64_t* key = nullptr;
   int64_t block = 0;  // query rows a block
@@ -101,6 +106,8 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   Geometry g;
   static_cast<AttentionArgs&>(g) = attention_args(ins);
   g.bf16 = ins.inputs[0].dtype == DType::bf16;
+  g.native = g.bf16 && ins.inputs[1].dtype == DType::bf16 && ins.inputs[2].dtype == DType::bf16 &&
+             native_bf16_products();
   if (g.mask_input >= 0)
     g.mask = reinterpret_cast<const float*>(in[g.mask_input]) + ins.inputs[g.mask_input].view.offset;
   if (g.key_input >= 0) g.key = reinterpret_cast<const int64_t*>(in[g.key_input]) + ins.inputs[g.key_input].view.offset;
@@ -165,14 +172,49 @@ OutHeads result_heads(const Instr& ins, char* out, const Geometry& g, int which 
   return {base + before, g.H * T * g.D, T * g.D, g.D};
 }
 
+using Bf16Heads = HeadsOf<const uint16_t>;
+
+// The heads of a [B, H, T, D] view whose elements lie at `base`.
+template <typename T>
+HeadsOf<const T> heads_at(const compiler::View& v, const T* base) {
+  KILN_ASSERT(v.shape.size() == 4 && (v.strides[3] == 1 || v.shape[3] == 1));
+  return {base + v.offset, v.strides[0], v.strides[1], v.shape[2] == 1 ? v.shape[3] : v.strides[2]};
+}
+
 // Operand k (f32 as stored; bf16 widened exactly into `wide`).
 Heads heads(const Instr& ins, std::span<char* const> in, size_t k, std::vector<float>& wide) {
-  const compiler::Operand& op = ins.inputs[k];
-  const compiler::View& v = op.view;
-  KILN_ASSERT(v.shape.size() == 4 && (v.strides[3] == 1 || v.shape[3] == 1));
-  const int64_t D = v.shape[3];
-  return {as_f32_operand(op, in[k], wide) + v.offset, v.strides[0], v.strides[1],
-          v.shape[2] == 1 ? D : v.strides[2]};
+  return heads_at(ins.inputs[k].view, as_f32_operand(ins.inputs[k], in[k], wide));
+}
+
+// Operand k's bf16 elements as stored (Geometry::native).
+Bf16Heads bf16_heads(const Instr& ins, std::span<char* const> in, size_t k) {
+  KILN_ASSERT(ins.inputs[k].dtype == DType::bf16);
+  return heads_at(ins.inputs[k].view, reinterpret_cast<const uint16_t*>(in[k]));
+}
+
+// Row-major c (M x N) = op(a)·op(b), or += with accumulate: sgemm for f32
+// operands; for bf16 ones oneDNN's bf16 matmul (the exact products summed in
+// f32, as sgemm sums the widened values), or, where oneDNN declines the
+// layout, the operands widened for sgemm.
+bool product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  return sgemm(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, accumulate);
+}
+bool product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda, const uint16_t* b,
+             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  if (M == 0 || N == 0) return true;
+  if (K > 0 && matmul_primitive_bf16(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, nullptr, accumulate)) return true;
+  thread_local std::vector<float> wa, wb;
+  auto widen = [](const uint16_t* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& w) {
+    w.resize(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) w[static_cast<size_t>(r * cols + j)] = bf16_to_float(x[r * ld + j]);
+    return w.data();
+  };
+  const int64_t ca = ta ? M : K, cb = tb ? K : N;  // the stored matrices' columns
+  const float* fa = widen(a, ta ? K : M, ca, lda, wa);
+  const float* fb = widen(b, tb ? N : K, cb, ldb, wb);
+  return sgemm(ta, tb, M, N, K, fa, std::max<int64_t>(ca, 1), fb, std::max<int64_t>(cb, 1), c, ldc, accumulate);
 }
 
 struct Block {
@@ -200,11 +242,12 @@ Block block_of(const Geometry& g, int64_t bh, int64_t blk) {
 // at most float lowest) spreads its weight over the later keys too, as the
 // composite's does: then the block is redone with every key (x.keys = Tk)
 // and that row takes them all.
-bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, float* p, float* keep,
-                   int64_t* extent) {
+template <typename T>
+bool probabilities(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<const T>& k, Block& x, float* p,
+                   float* keep, int64_t* extent) {
   const float lowest = std::numeric_limits<float>::lowest();
   const int64_t n = x.cols();
-  if (!sgemm(false, true, x.rows, n, g.D, q.at(x.b, x.h, x.i0), q.ld, k.at(x.b, x.h, x.k0), k.ld, p, n, false))
+  if (!product(false, true, x.rows, n, g.D, q.at(x.b, x.h, x.i0), q.ld, k.at(x.b, x.h, x.k0), k.ld, p, n, false))
     return false;
   const float* mask = g.mask ? g.mask + x.b * g.mask_batch_stride + x.k0 : nullptr;
   for (int64_t r = 0; r < x.rows; ++r) {
@@ -261,15 +304,23 @@ bool probabilities(const Geometry& g, const Heads& q, const Heads& k, Block& x, 
   return true;
 }
 
-// x[0, n) rounded to bf16 in place: round_to_bf16's bits, without its
-// branch, so that the loop vectorizes.
+// round_to_bf16's bits (the bf16 value in the high half), without its
+// branch, so that loops over it vectorize.
+inline uint32_t bf16_rounded_bits(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  return ((u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) : u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+}
+
+// x[0, n) rounded to bf16 in place.
 void round_bf16(float* x, int64_t n) {
 #pragma omp simd
-  for (int64_t j = 0; j < n; ++j) {
-    const uint32_t u = std::bit_cast<uint32_t>(x[j]);
-    const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) : u + 0x7fffu + ((u >> 16) & 1u);
-    x[j] = std::bit_cast<float>(r & 0xffff0000u);
-  }
+  for (int64_t j = 0; j < n; ++j) x[j] = std::bit_cast<float>(bf16_rounded_bits(x[j]));
+}
+
+// x[0, n) rounded to bf16 into out (their bits).
+void pack_bf16(const float* x, int64_t n, uint16_t* out) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) out[j] = static_cast<uint16_t>(bf16_rounded_bits(x[j]) >> 16);
 }
 
 // The probabilities the product with v reads, row by row over each row's
@@ -350,21 +401,29 @@ float* scratch(size_t which, size_t n) {
   return b.data();
 }
 
+// A block of n values (rounded to bf16 where the inputs are bf16) as the
+// block products' operand: itself for f32 products, packed into the
+// thread's bf16 scratch `which` for bf16 ones.
+template <typename T>
+const T* block_operand(const float* x, int64_t n, size_t which) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    thread_local std::vector<uint16_t> buffers[2];
+    std::vector<uint16_t>& b = buffers[which];
+    if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+    pack_bf16(x, n, b.data());
+    return b.data();
+  }
+}
+
 int64_t blocks_of(const Geometry& g) { return (g.Tq + g.block - 1) / g.block; }
 
-void forward(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const> extra) {
-  const Geometry g = geometry(ins, in);
-  const OutHeads y = result_heads(ins, out, g);
-  KILN_CHECK(extra.size() == (g.kept ? 1u : 0u) && extra.size() == ins.extra_outputs.size(),
-             "attention: ", extra.size(), " extra outputs for ", g.kept ? "kept" : "no", " probabilities");
-  const std::optional<Kept> kept = g.kept ? std::optional<Kept>(std::in_place, extra[0], ins.extra_outputs[0].out, g)
-                                          : std::nullopt;
-  if (g.Tk == 0 || g.D == 0) {  // an empty softmax row: the product is zero, as the composite's
-    y.zero(g.B, g.H, g.Tq, g.D);
-    return;
-  }
-  std::vector<float> wq, wk, wv;
-  const Heads q = heads(ins, in, 0, wq), k = heads(ins, in, 1, wk), v = heads(ins, in, 2, wv);
+// The forward's blocks, with products of T operands (f32, or bf16 for
+// Geometry::native).
+template <typename T>
+bool forward_blocks(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<const T>& k,
+                    const HeadsOf<const T>& v, const OutHeads& y, const std::optional<Kept>& kept) {
   const int64_t blocks = blocks_of(g);
   bool ok = true;
 #pragma omp parallel reduction(&& : ok)
@@ -383,42 +442,64 @@ void forward(const Instr& ins, std::span<char* const> in, char* out, std::span<c
           for (int64_t r = 0; r < x.rows; ++r) kept->extent[bh * g.Tq + x.i0 + r] = static_cast<int32_t>(extent[r]);
         }
         if (keep || g.bf16) dropped(g, x, extent.data(), p, keep, p);
-        ok = ok && sgemm(false, false, x.rows, g.D, x.cols(), p, x.cols(), v.at(x.b, x.h, x.k0), v.ld,
-                         y.at(x.b, x.h, x.i0), y.ld, false);
+        const T* pv = block_operand<T>(p, x.rows * x.cols(), 0);
+        ok = ok && product(false, false, x.rows, g.D, x.cols(), pv, x.cols(), v.at(x.b, x.h, x.k0), v.ld,
+                           y.at(x.b, x.h, x.i0), y.ld, false);
       }
 #ifdef __AVX512F__
     _mm_sfence();  // keep_block's streamed stores, before the gradient reads them
 #endif
   }
-  KILN_CHECK(ok, "attention: oneDNN sgemm failed for a head of [", g.Tq, "x", g.D, "]·[", g.D, "x", g.Tk, "]");
+  return ok;
 }
 
-void backward(const Instr& ins, std::span<char* const> in, char* out) {
+void forward(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const> extra) {
   const Geometry g = geometry(ins, in);
-  const OutHeads dq = result_heads(ins, out, g, 0), dk = result_heads(ins, out, g, 1),
-                 dv = result_heads(ins, out, g, 2);
-  if (g.Tk == 0 || g.D == 0) {
-    dq.zero(g.B, g.H, g.Tq, g.D);
+  const OutHeads y = result_heads(ins, out, g);
+  KILN_CHECK(extra.size() == (g.kept ? 1u : 0u) && extra.size() == ins.extra_outputs.size(),
+             "attention: ", extra.size(), " extra outputs for ", g.kept ? "kept" : "no", " probabilities");
+  const std::optional<Kept> kept = g.kept ? std::optional<Kept>(std::in_place, extra[0], ins.extra_outputs[0].out, g)
+                                          : std::nullopt;
+  if (g.Tk == 0 || g.D == 0) {  // an empty softmax row: the product is zero, as the composite's
+    y.zero(g.B, g.H, g.Tq, g.D);
     return;
   }
-  std::vector<float> wq, wk, wv, wdy;
-  const Heads q = heads(ins, in, 0, wq), k = heads(ins, in, 1, wk), v = heads(ins, in, 2, wv);
-  const size_t last = ins.inputs.size() - 1;
-  const std::optional<Kept> kept =
-      g.kept ? std::optional<Kept>(std::in_place, in[last - 1], ins.inputs[last - 1], g) : std::nullopt;
-  Heads dy = heads(ins, in, last, wdy);
-  std::vector<float> rounded;
-  if (g.bf16) {  // autocast's products read the output gradient in bf16
-    rounded.resize(static_cast<size_t>(g.B * g.H * g.Tq * g.D));
-#pragma omp parallel for collapse(2)
-    for (int64_t bh = 0; bh < g.B * g.H; ++bh)
-      for (int64_t i = 0; i < g.Tq; ++i) {
-        float* row = rounded.data() + (bh * g.Tq + i) * g.D;
-        std::copy(dy.at(bh / g.H, bh % g.H, i), dy.at(bh / g.H, bh % g.H, i) + g.D, row);
-        round_bf16(row, g.D);
-      }
-    dy = {rounded.data(), g.H * g.Tq * g.D, g.Tq * g.D, g.D};
+  bool ok = true;
+  if (g.native) {
+    ok = forward_blocks(g, bf16_heads(ins, in, 0), bf16_heads(ins, in, 1), bf16_heads(ins, in, 2), y, kept);
+  } else {
+    std::vector<float> wq, wk, wv;
+    ok = forward_blocks(g, heads(ins, in, 0, wq), heads(ins, in, 1, wk), heads(ins, in, 2, wv), y, kept);
   }
+  KILN_CHECK(ok, "attention: oneDNN's product failed for a head of [", g.Tq, "x", g.D, "]·[", g.D, "x", g.Tk, "]");
+}
+
+// The output gradient as autocast's products read it: rounded to bf16, as
+// contiguous [B, H, Tq, D] U values (f32, or bf16 bits for native products).
+template <typename U>
+HeadsOf<const U> rounded_dy(const Geometry& g, const Heads& dy, std::vector<U>& to) {
+  to.resize(static_cast<size_t>(g.B * g.H * g.Tq * g.D));
+#pragma omp parallel for collapse(2)
+  for (int64_t bh = 0; bh < g.B * g.H; ++bh)
+    for (int64_t i = 0; i < g.Tq; ++i) {
+      const float* from = dy.at(bh / g.H, bh % g.H, i);
+      U* row = to.data() + (bh * g.Tq + i) * g.D;
+      if constexpr (std::is_same_v<U, float>) {
+        std::copy(from, from + g.D, row);
+        round_bf16(row, g.D);
+      } else {
+        pack_bf16(from, g.D, row);
+      }
+    }
+  return {to.data(), g.H * g.Tq * g.D, g.Tq * g.D, g.D};
+}
+
+// The gradient's heads, with products of T operands (f32, or bf16 for
+// Geometry::native).
+template <typename T>
+bool backward_heads(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<const T>& k,
+                    const HeadsOf<const T>& v, const HeadsOf<const T>& dy, const std::optional<Kept>& kept,
+                    const OutHeads& dq, const OutHeads& dk, const OutHeads& dv) {
   const int64_t blocks = blocks_of(g);
   bool ok = true;
 #pragma omp parallel reduction(&& : ok)
@@ -436,11 +517,12 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
       // block wrote yet are set (β = 0, the bits of adding to zeros) rather
       // than zeroed first. (Windowed blocks start at or before the keys
       // written so far: no row is skipped.)
-      const auto add_keys = [&](const float* x, const float* y, int64_t ldy, float* d, int64_t ldd, int64_t rows,
-                                int64_t m, int64_t k0) {
+      const auto add_keys = [&](const T* x, const T* y, int64_t ldy, float* d, int64_t ldd, int64_t rows, int64_t m,
+                                int64_t k0) {
         const int64_t old = std::clamp<int64_t>(written - k0, 0, m);
-        const bool fine = old == 0 || sgemm(true, false, old, g.D, rows, x, m, y, ldy, d, ldd, true);
-        return fine && (old == m || sgemm(true, false, m - old, g.D, rows, x + old, m, y, ldy, d + old * ldd, ldd, false));
+        const bool fine = old == 0 || product(true, false, old, g.D, rows, x, m, y, ldy, d, ldd, true);
+        return fine &&
+               (old == m || product(true, false, m - old, g.D, rows, x + old, m, y, ldy, d + old * ldd, ldd, false));
       };
       for (int64_t blk = 0; blk < blocks; ++blk) {
         Block x = block_of(g, bh, blk);
@@ -463,10 +545,11 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
           dropped(g, x, extent.data(), p, keep, pd);
           pdp = pd;
         }
-        const float* dyb = dy.at(x.b, x.h, x.i0);
+        const T* dyb = dy.at(x.b, x.h, x.i0);
         // dP (into ds) and dv
-        ok = ok && sgemm(false, true, x.rows, m, g.D, dyb, dy.ld, v.at(x.b, x.h, x.k0), v.ld, ds, m, false);
-        ok = ok && add_keys(pdp, dyb, dy.ld, dvh + x.k0 * dv.ld, dv.ld, x.rows, m, x.k0);
+        ok = ok && product(false, true, x.rows, m, g.D, dyb, dy.ld, v.at(x.b, x.h, x.k0), v.ld, ds, m, false);
+        ok = ok && add_keys(block_operand<T>(pdp, x.rows * m, 0), dyb, dy.ld, dvh + x.k0 * dv.ld, dv.ld, x.rows, m,
+                            x.k0);
         for (int64_t r = 0; r < x.rows; ++r) {
           const float* pr = pr0 + r * m;
           float* dr = ds + r * m;
@@ -494,9 +577,10 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
           if (g.bf16)
             round_bf16(dr, e);
         }
-        ok = ok && sgemm(false, false, x.rows, g.D, m, ds, m, k.at(x.b, x.h, x.k0), k.ld,
-                         dq.at(x.b, x.h, x.i0), dq.ld, false);
-        ok = ok && add_keys(ds, q.at(x.b, x.h, x.i0), q.ld, dkh + x.k0 * dk.ld, dk.ld, x.rows, m, x.k0);
+        const T* dsb = block_operand<T>(ds, x.rows * m, 1);
+        ok = ok && product(false, false, x.rows, g.D, m, dsb, m, k.at(x.b, x.h, x.k0), k.ld, dq.at(x.b, x.h, x.i0),
+                           dq.ld, false);
+        ok = ok && add_keys(dsb, q.at(x.b, x.h, x.i0), q.ld, dkh + x.k0 * dk.ld, dk.ld, x.rows, m, x.k0);
         written = std::max(written, x.keys);
       }
       for (int64_t t = written; t < g.Tk; ++t) {  // (no query rows: no block wrote them)
@@ -505,8 +589,33 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
       }
     }
   }
-  KILN_CHECK(ok, "attention: oneDNN sgemm failed for the gradient of a head of [", g.Tq, "x", g.D, "]·[", g.D, "x",
-             g.Tk, "]");
+  return ok;
+}
+
+void backward(const Instr& ins, std::span<char* const> in, char* out) {
+  const Geometry g = geometry(ins, in);
+  const OutHeads dq = result_heads(ins, out, g, 0), dk = result_heads(ins, out, g, 1),
+                 dv = result_heads(ins, out, g, 2);
+  if (g.Tk == 0 || g.D == 0) {
+    dq.zero(g.B, g.H, g.Tq, g.D);
+    return;
+  }
+  const size_t last = ins.inputs.size() - 1;
+  const std::optional<Kept> kept =
+      g.kept ? std::optional<Kept>(std::in_place, in[last - 1], ins.inputs[last - 1], g) : std::nullopt;
+  std::vector<float> wq, wk, wv, wdy, rounded;
+  const Heads dy = heads(ins, in, last, wdy);
+  bool ok = true;
+  if (g.native) {
+    std::vector<uint16_t> dyb;
+    ok = backward_heads(g, bf16_heads(ins, in, 0), bf16_heads(ins, in, 1), bf16_heads(ins, in, 2),
+                        rounded_dy(g, dy, dyb), kept, dq, dk, dv);
+  } else {
+    ok = backward_heads(g, heads(ins, in, 0, wq), heads(ins, in, 1, wk), heads(ins, in, 2, wv),
+                        g.bf16 ? rounded_dy(g, dy, rounded) : dy, kept, dq, dk, dv);
+  }
+  KILN_CHECK(ok, "attention: oneDNN's product failed for the gradient of a head of [", g.Tq, "x", g.D, "]·[", g.D,
+             "x", g.Tk, "]");
 }
 
 }  // namespace
