@@ -98,6 +98,7 @@ KILN_HD inline T formula(uint8_t dtype, int32_t form, T a, T b, T c) {
     case Op::Sigmoid: return T(1) / (T(1) + exp_(-a));
     case Op::Relu: return a > T(0) ? a : T(0);
     case Op::Gelu: return gelu(a, form == 1);
+    case Op::Silu: return a / (T(1) + exp_(-a));
     case Op::GeluGrad: return b * gelu_grad(a, form == 1);
     case Op::Not: return a == T(0) ? T(1) : T(0);
     case Op::Cast: return cast_to(dtype, a);
@@ -205,6 +206,7 @@ inline V lanes([[maybe_unused]] V a, [[maybe_unused]] V b, [[maybe_unused]] bool
   else if constexpr (op == Op::Erf) return L::erf(a);
   else if constexpr (op == Op::Sigmoid) return L::div(L::k(1.0f), L::add(L::k(1.0f), L::exp(L::neg(a))));
   else if constexpr (op == Op::Gelu) return gelu_lanes<L>(a, tanh_form);
+  else if constexpr (op == Op::Silu) return L::div(a, L::add(L::k(1.0f), L::exp(L::neg(a))));
   else if constexpr (op == Op::GeluGrad) return gelu_grad_lanes<L>(a, b, tanh_form);
   else static_assert(op == Op::Exp, "a Call op without a lane form: add it to lanes<op> above");
 }
