@@ -17,7 +17,7 @@ TEST(GradCheck, Unary) {
   std::vector<std::pair<const char*, Fn>> fns = {
       {"neg", [](auto& x) { return neg(x[0]); }},      {"exp", [](auto& x) { return exp(x[0]); }},
       {"tanh", [](auto& x) { return tanh(x[0]); }},    {"erf", [](auto& x) { return erf(x[0]); }},
-      {"sigmoid", [](auto& x) { return sigmoid(x[0]); }},
+      {"sigmoid", [](auto& x) { return sigmoid(x[0]); }},  {"silu", [](auto& x) { return silu(x[0]); }},
       {"gelu", [](auto& x) { return gelu(x[0]); }},    {"gelu_tanh", [](auto& x) { return gelu(x[0], "tanh"); }},
       {"abs", [](auto& x) { return abs(x[0]); }},      {"relu", [](auto& x) { return relu(x[0]); }},
   };

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Generate golden forward/backward values for every kiln tensor op.
 
-Rerun from the repository root with Debian's PyTorch (python3-torch, CPU):
+Rerun from the repository root with PyTorch (CPU), e.g. the reference venv:
 
-    /usr/bin/python3 tests/goldens/gen_op_goldens.py
+    /work/pyref/bin/python tests/goldens/gen_op_goldens.py
 
 It writes tests/goldens/op_goldens.json.  The output is deterministic (fixed seed).
 The C++ tests only read the JSON; they never run Python.
@@ -36,7 +36,7 @@ GENERATOR_NAME = "tests/goldens/gen_op_goldens.py"
 
 OPS = {
     "neg", "exp", "log", "tanh", "erf", "sqrt", "rsqrt", "abs", "sigmoid", "relu",
-    "gelu",
+    "gelu", "silu",
     "add", "sub", "mul", "div", "pow", "maximum", "minimum",
     "pow_scalar",
     "eq", "ne", "lt", "le", "gt", "ge",
@@ -231,6 +231,15 @@ def unary_cases():
         x = gen()
         add_case(f"pow_scalar_{name}", "pow_scalar", {"exponent": e}, [x],
                  lambda t, e=e: t ** e)
+
+
+def silu_cases():
+    """SiLU (x·sigmoid(x)), drawn after every other case so that their inputs
+    stay what they were before it was added; the wide case also crosses the
+    8- and 16-lane forms of the CPU's float groups and their tails."""
+    for name, shape, scale in (("2x3", [2, 3], 2.0), ("4", [4], 2.0), ("3x37", [3, 37], 6.0)):
+        x = randn(*shape) * scale
+        add_case(f"silu_{name}", "silu", {}, [x], F.silu)
 
 
 def binary_cases():
@@ -592,6 +601,7 @@ def main():
     movement_cases()
     matmul_cases()
     composite_cases()
+    silu_cases()
 
     doc = {"generator": GENERATOR_NAME, "torch_version": torch.__version__, "cases": CASES}
     self_test(doc)

@@ -108,8 +108,8 @@ TEST(VecMath, TanhGeluKeepsItsRelativeAccuracyForNegativeInputs) {
   }
   const int64_t n = static_cast<int64_t>(x.size());
   std::vector<float> g(x.size()), dg(x.size());
-  vec::gelu(x.data(), g.data(), n, true);
-  vec::gelu_grad(x.data(), dy.data(), dg.data(), n, true);
+  vec::VecForm<ir::Op::Gelu>::array(x.data(), nullptr, g.data(), n, true);
+  vec::VecForm<ir::Op::GeluGrad>::array(x.data(), dy.data(), dg.data(), n, true);
   for (int64_t j = 0; j < n; ++j) {
     const double v = x[j], u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
     const double s = 1.0 / (1.0 + std::exp(-2.0 * u));  // ½(1 + tanh u)

@@ -112,6 +112,10 @@ std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePt
     }
     case Op::Sigmoid:  // y = σ(x): dy/dx = y (1 - y)
       return {mul(g, mul(value, sub(scalar(1.0, value), value)))};
+    case Op::Silu: {  // y = x σ(x): dy/dx = σ(x) (1 + x (1 - σ(x)))
+      NodePtr s = ir::unary(Op::Sigmoid, in[0]);
+      return {mul(g, mul(s, add(scalar(1.0, s), mul(in[0], sub(scalar(1.0, s), s)))))};
+    }
     case Op::Relu:  // y = max(x, 0)
       return {ir::where(ir::binary(Op::Gt, in[0], scalar(0.0, in[0])), g, scalar(0.0, g))};
     case Op::Gelu:  // y = gelu(x)

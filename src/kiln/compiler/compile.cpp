@@ -198,11 +198,12 @@ class Lowering {
       if (n.op != Op::Sum || n.dtype != DType::f32) continue;
       const int32_t k = n.inputs[0];
       const GraphNode& in = g_.nodes[k];
-      const bool trailing = !in.shape.empty() && n.attrs.ints.back() == static_cast<int64_t>(in.shape.size()) - 1;
+      const ir::ReduceAttrs r = ir::ReduceAttrs::of(n.attrs);
+      const bool trailing = !in.shape.empty() && r.last() == static_cast<int64_t>(in.shape.size()) - 1;
       if (!trailing) continue;
       // Short rows would cost an interpreter pass per row: only rows of 512
       // values and more, or one row.
-      const AxisSplit p = split_axes(in.shape, n.attrs.ints.front(), n.attrs.ints.back());
+      const AxisSplit p = split_axes(in.shape, r.first(), r.last());
       if (cls_[k] == Cls::Elementwise && group_[k] == k && users_[k].size() == 1 && !has_output[k] &&
           in.dtype == DType::f32 && (p.axis >= 512 || p.outer == 1))
         summed_[k] = true;
@@ -259,7 +260,8 @@ class Lowering {
     const GraphNode& n = g_.nodes[i];
     switch (cls_[i]) {
       case Cls::Param: {
-        int32_t slot = new_slot(SlotKind::Param, static_cast<int32_t>(n.attrs.ints[0]), node_bytes(i));
+        const auto param = static_cast<int32_t>(ir::ParamAttrs::of(n.attrs).index);
+        int32_t slot = new_slot(SlotKind::Param, param, node_bytes(i));
         loc_[i] = whole(slot, i);
         return;
       }
@@ -297,9 +299,10 @@ class Lowering {
       }
       case Op::Permute: {
         View p = v;
-        for (size_t k = 0; k < n.attrs.ints.size(); ++k) {
-          p.shape[k] = v.shape[n.attrs.ints[k]];
-          p.strides[k] = v.strides[n.attrs.ints[k]];
+        const std::vector<int64_t> perm = ir::PermuteAttrs::of(n.attrs).perm;
+        for (size_t k = 0; k < perm.size(); ++k) {
+          p.shape[k] = v.shape[perm[k]];
+          p.strides[k] = v.strides[perm[k]];
         }
         v = p;
         break;
@@ -315,9 +318,10 @@ class Lowering {
       case Op::Barrier:  // the same memory; the order is the graph's
         break;
       case Op::Slice: {
-        int64_t d = n.attrs.ints[0], start = n.attrs.ints[1], step = n.attrs.ints[3];
-        v.offset += start * v.strides[d];
-        v.strides[d] *= step;
+        const ir::SliceAttrs s = ir::SliceAttrs::of(n.attrs);
+        const auto d = static_cast<size_t>(s.dim);
+        v.offset += s.start * v.strides[d];
+        v.strides[d] *= s.step;
         v.shape[d] = n.shape[d];
         break;
       }
@@ -439,7 +443,8 @@ class Lowering {
                          ((n.op == Op::Attention && k < 3) ||
                           (n.op == Op::AttentionGrad && (k < 3 || k + 2 >= n.inputs.size())));
       const bool rows = options_.strided_row_sums && n.op == Op::Sum && n.dtype == DType::f32 &&
-                        summed_row_stride(loc_[in]->view, n.attrs.ints.front(), n.attrs.ints.back()) > 0;
+                        summed_row_stride(loc_[in]->view, ir::ReduceAttrs::of(n.attrs).first(),
+                                          ir::ReduceAttrs::of(n.attrs).last()) > 0;
       if ((matrix && gemm_readable(loc_[in]->view)) || (heads && heads_readable(loc_[in]->view)) || rows)
         ins.inputs.push_back(*loc_[in]);
       else
@@ -460,7 +465,8 @@ class Lowering {
   View token_major(int32_t i, View v) const {
     const GraphNode& n = g_.nodes[i];
     const auto to_tokens = [&](int32_t u) {
-      return g_.nodes[u].op == Op::Permute && g_.nodes[u].attrs.ints == std::vector<int64_t>{0, 2, 1, 3};
+      return g_.nodes[u].op == Op::Permute &&
+             ir::PermuteAttrs::of(g_.nodes[u].attrs).perm == std::vector<int64_t>{0, 2, 1, 3};
     };
     if (n.op == Op::Attention && std::any_of(users_[i].begin(), users_[i].end(), to_tokens)) {
       const int64_t H = n.shape[1], T = n.shape[2], D = n.shape[3];
@@ -478,7 +484,7 @@ class Lowering {
   // gradient's dq, dk and dv, merged back into [B, T, 3·H·D]).
   bool concat_as_view(int32_t i) {
     const GraphNode& n = g_.nodes[i];
-    const size_t d = static_cast<size_t>(n.attrs.ints[0]);
+    const auto d = static_cast<size_t>(ir::DimAttrs::of(n.attrs).dim);
     const Operand& first = *loc_[n.inputs[0]];
     int64_t at = first.view.offset;
     for (int32_t in : n.inputs) {
@@ -556,7 +562,7 @@ std::vector<uint8_t> invariant_steps(const Instr& fused, bool (*also)(const Inst
 }
 
 int64_t reduction_length(const Instr& matmul) {
-  const bool ta = matmul.attrs.ints[0] != 0;
+  const bool ta = ir::MatMulAttrs::of(matmul.attrs).transpose_a;
   const Shape& a = matmul.inputs[0].view.shape;
   return a.size() >= 2 ? a[a.size() - (ta ? 2 : 1)] : 0;
 }

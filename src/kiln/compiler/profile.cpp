@@ -59,7 +59,8 @@ std::string instr_label(const Instr& ins) {
   if (!ins.extra_outputs.empty()) s += " +" + std::to_string(ins.extra_outputs.size()) + " outputs";
   s += " " + to_string(ins.output.view.shape);
   if (ins.op == ir::Op::MatMul && ins.inputs.size() >= 2) {  // which product: "NT K=768 +bias"
-    const bool ta = ins.attrs.ints[0] != 0, tb = ins.attrs.ints[1] != 0;
+    const ir::MatMulAttrs m = ir::MatMulAttrs::of(ins.attrs);
+    const bool ta = m.transpose_a, tb = m.transpose_b;
     s += std::string(" ") + (ta ? "T" : "N") + (tb ? "T" : "N") + " K=" + std::to_string(reduction_length(ins));
     if (ins.inputs.size() == 3) s += " +bias";
   }

@@ -36,15 +36,17 @@ void interleave_attention_grads(Graph& g) {
     };
     const auto part = [&](int32_t s) {
       const GraphNode& sl = g.nodes[s];
-      return sl.op == Op::Slice && sl.attrs.ints[0] == 0 && sl.attrs.ints[3] == 1 && sl.attrs.ints[1] % count == 0 &&
-             sl.attrs.ints[2] == sl.attrs.ints[1] + count && !result[s] && reshapes_only(s);
+      if (sl.op != Op::Slice) return false;
+      const ir::SliceAttrs a = ir::SliceAttrs::of(sl.attrs);
+      return a.dim == 0 && a.step == 1 && a.start % count == 0 && a.end == a.start + count && !result[s] &&
+             reshapes_only(s);
     };
     if (users[i].empty() || !std::all_of(users[i].begin(), users[i].end(), part)) continue;
     ag.shape = {3, qs[0], qs[1], qs[2], qs[3]};
     for (int32_t s : users[i]) {
       GraphNode& sl = g.nodes[s];
-      const int64_t which = sl.attrs.ints[1] / count;
-      sl.attrs.ints = {0, which, which + 1, 1};
+      const int64_t which = ir::SliceAttrs::of(sl.attrs).start / count;
+      sl.attrs = ir::SliceAttrs{0, which, which + 1, 1}.attrs();
       sl.shape = {1, qs[0], qs[1], qs[2], qs[3]};
     }
   }

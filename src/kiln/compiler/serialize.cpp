@@ -168,9 +168,11 @@ bool extents_fit(const Shape& s) {
 // outside its operands.
 void check_fused_reduction(const Instr& ins) {
   const Shape& s = ins.program_shape;
-  const auto& axes = ins.attrs.ints;  // a run of consecutive axes
+  const bool sum = ins.op == ir::Op::Sum && !ins.attrs.ints.empty();
+  // A run of consecutive axes.
+  const std::vector<int64_t> axes = sum ? ir::ReduceAttrs::of(ins.attrs).axes : std::vector<int64_t>{};
   const auto rank = static_cast<int64_t>(s.size());
-  bool trailing = ins.op == ir::Op::Sum && rank > 0 && !axes.empty() && axes.front() >= 0 && axes.back() == rank - 1 &&
+  bool trailing = sum && rank > 0 && !axes.empty() && axes.front() >= 0 && axes.back() == rank - 1 &&
                   extents_fit(s);
   for (size_t k = 1; trailing && k < axes.size(); ++k) trailing = axes[k] == axes[k - 1] + 1;
   KILN_CHECK(trailing, "compiled program record: a program on an instruction that is not a sum over trailing axes");

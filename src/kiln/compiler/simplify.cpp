@@ -59,10 +59,11 @@ Graph eliminate_dead(const Graph& g) {
 void merge_adjacent_slice_grads(Graph& out, GraphNode& n) {
   const GraphNode& l = out.nodes[n.inputs[0]];
   const GraphNode& r = out.nodes[n.inputs[1]];
-  const int64_t dim = l.attrs.ints[0];
-  if (r.attrs.ints[0] != dim || l.attrs.ints[3] != 1 || r.attrs.ints[3] != 1) return;
+  const ir::SliceAttrs la = ir::SliceAttrs::of(l.attrs), ra = ir::SliceAttrs::of(r.attrs);
+  const int64_t dim = la.dim;
+  if (ra.dim != dim || la.step != 1 || ra.step != 1) return;
   auto extent = [&](const GraphNode& sg) { return out.nodes[sg.inputs[0]].shape[dim]; };
-  const int64_t ls = l.attrs.ints[1], le = ls + extent(l), rs = r.attrs.ints[1], re = rs + extent(r);
+  const int64_t ls = la.start, le = ls + extent(l), rs = ra.start, re = rs + extent(r);
   if (le != rs && re != ls) return;
   const GraphNode& lo = le == rs ? l : r;
   const GraphNode& hi = le == rs ? r : l;
@@ -70,7 +71,7 @@ void merge_adjacent_slice_grads(Graph& out, GraphNode& n) {
   std::vector<int32_t> parts;
   for (int32_t part : {lo.inputs[0], hi.inputs[0]}) {
     const GraphNode& p = out.nodes[part];
-    if (p.op == Op::Concat && p.attrs.ints[0] == dim) parts.insert(parts.end(), p.inputs.begin(), p.inputs.end());
+    if (p.op == Op::Concat && ir::DimAttrs::of(p.attrs).dim == dim) parts.insert(parts.end(), p.inputs.begin(), p.inputs.end());
     else parts.push_back(part);
   }
   Shape cs = out.nodes[lo.inputs[0]].shape;

@@ -34,7 +34,7 @@ enum class FusedForm : uint8_t {
   Draw,     // a random draw: the interpreters and the CUDA code generator
   Formula,  // backend/elementwise.h's formula: the interpreters and the CUDA code generator
   Inline,   // the formula, and the CPU JIT emits it as instructions
-  Call,     // the formula, and float lane forms the CPU interpreter and JIT call
+  Call,     // the formula, and a float lane form (elementwise.h's lanes) the CPU interpreter and JIT call
 };
 
 const char* op_name(Op op);

@@ -207,7 +207,7 @@ Tensor activation(const std::string& name, const Tensor& x) {
   if (name == "relu") return relu(x);
   if (name == "tanh") return tanh(x);
   if (name == "sigmoid") return sigmoid(x);
-  if (name == "silu" || name == "swish") return x * sigmoid(x);
+  if (name == "silu" || name == "swish") return silu(x);
   check_activation(name);
   return x;
 }

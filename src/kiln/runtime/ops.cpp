@@ -60,6 +60,7 @@ Tensor sqrt(const Tensor& x) { return un(Op::Sqrt, x); }
 Tensor rsqrt(const Tensor& x) { return un(Op::Rsqrt, x); }
 Tensor abs(const Tensor& x) { return un(Op::Abs, x); }
 Tensor sigmoid(const Tensor& x) { return un(Op::Sigmoid, x); }
+Tensor silu(const Tensor& x) { return un(Op::Silu, x); }
 Tensor relu(const Tensor& x) { return un(Op::Relu, x); }
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '",

@@ -38,6 +38,8 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+// x · sigmoid(x) (torch.nn.functional.silu).
+Tensor silu(const Tensor& x);
 Tensor relu(const Tensor& x);
 // approximate: "none" (erf form, BERT) or "tanh" (GPT-2's gelu_new)
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");

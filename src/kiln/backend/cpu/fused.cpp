@@ -142,7 +142,7 @@ void eval_formula(const FusedStep& s, const T* a, const T* b, const T* c, T* r, 
 }
 
 // A float step of one of ops.def's Call ops through its lane forms
-// (vecmath.h); false for the others.
+// (elementwise.h's lanes, vecmath.h's VecForm); false for the others.
 template <Op op>
 bool eval_vector_form(const FusedStep& s, const float* a, const float* b, float* r, int64_t len) {
   if constexpr (ir::op_fused_form(op) == ir::FusedForm::Call) {
@@ -374,8 +374,8 @@ void run_wide_gelu(const Instr& ins, std::span<char* const> inputs, char* output
 #pragma omp parallel for schedule(static) if (n > 32768)
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t start = i * block, len = std::min(block, n - start);
-    if (dy) vec::gelu_grad(x + start, dy + start, r + start, len, tanh_form);
-    else vec::gelu(x + start, r + start, len, tanh_form);
+    if (dy) vec::VecForm<Op::GeluGrad>::array(x + start, dy + start, r + start, len, tanh_form);
+    else vec::VecForm<Op::Gelu>::array(x + start, nullptr, r + start, len, tanh_form);
   }
 }
 

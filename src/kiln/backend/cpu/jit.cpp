@@ -55,7 +55,7 @@ bool storable(DType t) { return t == DType::f32 || t == DType::b8 || t == DType:
 
 #ifdef KILN_HAVE_LIBMVEC
 // Steps of ops.def's Call ops: the compiled loop calls their lane forms
-// (vecmath.h's VecForm) with the operands in ymm0 (and ymm1), or zmm0 (and
+// (elementwise.h's lanes through vecmath.h's VecForm) with the operands in ymm0 (and ymm1), or zmm0 (and
 // zmm1) for loops that take 16 values an iteration.
 template <Op op, bool tanh_form>
 __m256 call8(__m256 x, __m256 y) {

@@ -1,5 +1,5 @@
-// run_kernel: each op's kernel from a table (kernels.h names the families
-// and their files), and the collectives.
+// run_kernel: each op's kernel from the table the family files fill
+// (kernels.h names the families and their files), and the collectives.
 #include <array>
 #include <cstring>
 #include <vector>
@@ -22,41 +22,27 @@ void run_attention_grad(const Instr& ins, std::span<char* const> in, char* out, 
   attention_kernel(ins, in, out, extra, true);
 }
 
-// Op -> kernel; null for the ops without one (elementwise ops run fused,
-// views and leaves need none, collectives start with start_collective).
-constexpr std::array<Kernel, static_cast<size_t>(Op::kCount)> make_kernels() {
-  std::array<Kernel, static_cast<size_t>(Op::kCount)> k{};
-  auto at = [&](Op op) -> Kernel& { return k[static_cast<size_t>(op)]; };
-  at(Op::Iota) = run_iota;
-  at(Op::Sum) = at(Op::ReduceMax) = run_reduce;
-  at(Op::ArgMax) = run_argmax;
-  at(Op::SliceGrad) = run_slice_grad;
-  at(Op::Concat) = run_concat;
-  at(Op::IndexSelect) = run_index_select;
-  at(Op::IndexAdd) = run_index_add;
-  at(Op::Gather) = at(Op::ScatterAdd) = run_gather_scatter;
-  at(Op::MatMul) = run_matmul;
-  at(Op::Softmax) = run_softmax;
-  at(Op::LogSoftmax) = run_log_softmax;
-  at(Op::SoftmaxGrad) = run_softmax_grad;
-  at(Op::LogSoftmaxGrad) = run_log_softmax_grad;
-  at(Op::Normalize) = run_normalize;
-  at(Op::NormalizeGrad) = run_normalize_grad;
-  at(Op::CrossEntropy) = run_cross_entropy;
-  at(Op::CrossEntropyGrad) = run_cross_entropy_grad;
-  at(Op::Attention) = run_attention;
-  at(Op::AttentionGrad) = run_attention_grad;
-  return k;
+const KernelTable& kernels() {
+  static const KernelTable table = [] {
+    KernelTable t{};
+    add_reduce_kernels(t);
+    add_index_kernels(t);
+    add_matmul_kernels(t);
+    add_rows_kernels(t);
+    add_kernel(t, Op::Attention, run_attention);
+    add_kernel(t, Op::AttentionGrad, run_attention_grad);
+    return t;
+  }();
+  return table;
 }
-constexpr auto kKernels = make_kernels();
 
 }  // namespace
 
 void run_kernel(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const> extra) {
+  const KernelTable& table = kernels();
   const auto k = static_cast<size_t>(ins.op);
-  if (k >= kKernels.size() || !kKernels[k])
-    throw Error(std::string("cpu backend: no kernel for op ") + ir::op_name(ins.op));
-  kKernels[k](ins, in, out, extra);
+  if (k >= table.size() || !table[k]) throw Error(std::string("cpu backend: no kernel for op ") + ir::op_name(ins.op));
+  table[k](ins, in, out, extra);
 }
 
 std::shared_future<void> start_collective(const Instr& ins, std::span<char* const> in, char* out) {

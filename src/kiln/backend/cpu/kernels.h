@@ -3,11 +3,13 @@
 // (Sum, ReduceMax, ArgMax), kernels_index.cpp (Iota, SliceGrad, Concat,
 // IndexSelect, IndexAdd, Gather, ScatterAdd), kernels_matmul.cpp (MatMul),
 // kernels_rows.cpp (softmax, normalisation, cross-entropy and their
-// gradients) and attention.cpp; kernels.cpp maps each op to its function
-// (run_kernel). Every kernel has the Kernel signature: the instruction, its
-// inputs' slots, the output's slot and the extra outputs' slots. Shapes in
+// gradients) and attention.cpp; each family's file adds its ops' entries
+// to the kernel table (add_*_kernels), which run_kernel reads. Every kernel
+// has the Kernel signature: the instruction, its inputs' slots, the
+// output's slot and the extra outputs' slots. Shapes in
 // comments: N rows, C classes / features; "row" = one slice along the
 // reduced axis. Inputs are contiguous except GEMM operands (views).
+#include <array>
 #include <cstring>
 #include <span>
 
@@ -40,29 +42,16 @@ inline int64_t read_index(const compiler::Operand& op, const char* base, int64_t
 }
 inline void copy_elems(char* dst, const char* src, int64_t n, size_t es) { std::memcpy(dst, src, n * es); }
 
-#define KILN_CPU_KERNEL(name)                                                                       \
-  void name(const compiler::Instr& ins, std::span<char* const> in, char* out, std::span<char* const> extra)
-// kernels_reduce.cpp
-KILN_CPU_KERNEL(run_reduce);
-KILN_CPU_KERNEL(run_argmax);
-// kernels_index.cpp
-KILN_CPU_KERNEL(run_iota);
-KILN_CPU_KERNEL(run_slice_grad);
-KILN_CPU_KERNEL(run_concat);
-KILN_CPU_KERNEL(run_index_select);
-KILN_CPU_KERNEL(run_index_add);
-KILN_CPU_KERNEL(run_gather_scatter);
-// kernels_matmul.cpp
-KILN_CPU_KERNEL(run_matmul);
-// kernels_rows.cpp
-KILN_CPU_KERNEL(run_softmax);
-KILN_CPU_KERNEL(run_log_softmax);
-KILN_CPU_KERNEL(run_softmax_grad);
-KILN_CPU_KERNEL(run_log_softmax_grad);
-KILN_CPU_KERNEL(run_normalize);
-KILN_CPU_KERNEL(run_normalize_grad);
-KILN_CPU_KERNEL(run_cross_entropy);
-KILN_CPU_KERNEL(run_cross_entropy_grad);
-#undef KILN_CPU_KERNEL
+// Op -> kernel; null for the ops without one (elementwise ops run fused,
+// views and leaves need none, collectives start with start_collective).
+using KernelTable = std::array<Kernel, static_cast<size_t>(ir::Op::kCount)>;
+inline void add_kernel(KernelTable& t, ir::Op op, Kernel k) { t[static_cast<size_t>(op)] = k; }
+
+// Each family's file puts its kernels into the table, next to them: a new
+// op of a family is its kernel and one add_kernel line in that file.
+void add_reduce_kernels(KernelTable& t);  // kernels_reduce.cpp
+void add_index_kernels(KernelTable& t);   // kernels_index.cpp
+void add_matmul_kernels(KernelTable& t);  // kernels_matmul.cpp
+void add_rows_kernels(KernelTable& t);    // kernels_rows.cpp
 
 }  // namespace kiln::backend::cpu

@@ -21,6 +21,8 @@ using compiler::Operand;
 using ir::Op;
 
 // Iota: start, start + step, ... in the output's dtype.
+namespace {
+
 void run_iota(const Instr& ins, std::span<char* const>, char* out, std::span<char* const>) {
   const Shape& os = ins.output.view.shape;
   char* o = out_bytes(ins, out);
@@ -165,6 +167,18 @@ void run_gather_scatter(const Instr& ins, std::span<char* const> in, char* out, 
     if (scatter) y[off] += src[i];
     else y[i] = x[off];
   }
+}
+
+}  // namespace
+
+void add_index_kernels(KernelTable& t) {
+  add_kernel(t, ir::Op::Iota, run_iota);
+  add_kernel(t, ir::Op::SliceGrad, run_slice_grad);
+  add_kernel(t, ir::Op::Concat, run_concat);
+  add_kernel(t, ir::Op::IndexSelect, run_index_select);
+  add_kernel(t, ir::Op::IndexAdd, run_index_add);
+  add_kernel(t, ir::Op::Gather, run_gather_scatter);
+  add_kernel(t, ir::Op::ScatterAdd, run_gather_scatter);
 }
 
 }  // namespace kiln::backend::cpu

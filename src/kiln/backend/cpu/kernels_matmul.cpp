@@ -353,10 +353,14 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   KILN_CHECK(ok, "matmul: oneDNN sgemm failed for a batch of ", nb, " [", M, "x", K, "]·[", K, "x", N, "]");
 }
 
-}  // namespace
-
 void run_matmul(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const>) {
   matmul_kernel(ins, in, out);
+}
+
+}  // namespace
+
+void add_matmul_kernels(KernelTable& t) {
+  add_kernel(t, ir::Op::MatMul, run_matmul);
 }
 
 }  // namespace kiln::backend::cpu

@@ -116,8 +116,6 @@ void argmax_kernel(const Instr& ins, const T* x, int64_t* y) {
     }
 }
 
-}  // namespace
-
 void run_reduce(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const>) {
   if (!ins.program.empty()) return run_fused_sum(ins, in, out);
   const char* x = in_bytes(ins, in, 0);
@@ -139,6 +137,14 @@ void run_argmax(const Instr& ins, std::span<char* const> in, char* out, std::spa
     case DType::i64: return argmax_kernel(ins, reinterpret_cast<const int64_t*>(x), y);
     default: throw Error("argmax: unsupported dtype");
   }
+}
+
+}  // namespace
+
+void add_reduce_kernels(KernelTable& t) {
+  add_kernel(t, ir::Op::Sum, run_reduce);
+  add_kernel(t, ir::Op::ReduceMax, run_reduce);
+  add_kernel(t, ir::Op::ArgMax, run_argmax);
 }
 
 }  // namespace kiln::backend::cpu

@@ -293,8 +293,6 @@ void cross_entropy_kernel(const Instr& ins, std::span<char* const> in, char* out
   if (loss) *loss = static_cast<float>(count ? total / count : std::nan(""));
 }
 
-}  // namespace
-
 void run_softmax(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const>) {
   softmax_kernel(ins, in, out, false);
 }
@@ -320,6 +318,19 @@ void run_cross_entropy(const Instr& ins, std::span<char* const> in, char* out, s
 void run_cross_entropy_grad(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const> extra) {
   float* loss = extra.empty() ? nullptr : reinterpret_cast<float*>(extra[0]) + ins.extra_outputs[0].out.view.offset;
   cross_entropy_kernel(ins, in, out, true, loss);
+}
+
+}  // namespace
+
+void add_rows_kernels(KernelTable& t) {
+  add_kernel(t, ir::Op::Softmax, run_softmax);
+  add_kernel(t, ir::Op::LogSoftmax, run_log_softmax);
+  add_kernel(t, ir::Op::SoftmaxGrad, run_softmax_grad);
+  add_kernel(t, ir::Op::LogSoftmaxGrad, run_log_softmax_grad);
+  add_kernel(t, ir::Op::Normalize, run_normalize);
+  add_kernel(t, ir::Op::NormalizeGrad, run_normalize_grad);
+  add_kernel(t, ir::Op::CrossEntropy, run_cross_entropy);
+  add_kernel(t, ir::Op::CrossEntropyGrad, run_cross_entropy_grad);
 }
 
 }  // namespace kiln::backend::cpu

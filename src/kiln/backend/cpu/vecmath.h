@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kiln/backend/elementwise.h"
 #include "kiln/ir/op.h"
 
 #if defined(__AVX2__) && defined(__x86_64__)
@@ -131,51 +132,28 @@ inline void tanh(const float* a, float* r, int64_t n) { for (int64_t j = 0; j < 
 inline void erf(const float* a, float* r, int64_t n) { for (int64_t j = 0; j < n; ++j) r[j] = std::erf(a[j]); }
 #endif
 
-// The composites of the fused programs (sigmoid, GELU and its gradient in
-// both forms), 8 lanes at a time through the functions above (GELU and erf
-// 16 where the build has AVX-512) and one by one for the last n % 8
-// values, each in one fixed order of float operations: the interpreter
-// (fused.cpp) and the compiled loops (jit.cpp, which call the 8-lane forms)
-// give the same bits. Both files are built with
-// -ffp-contract=off, so no product and sum is fused into an FMA.
-constexpr float kInvSqrt2 = 0.70710678118654752440f;
-constexpr float kSqrt2OverPi = static_cast<float>(0.79788456080286535588);
-constexpr float kInvSqrt2Pi = static_cast<float>(0.39894228040143267794);
-constexpr float kGeluCubic = 0.044715f, kGeluCubic3 = 3.0f * 0.044715f;
-
-// 1 / (1 + e^-x)
-inline float sigmoid1(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-// ½x(1 + erf(x/√2))  (tanh form: ½x(1 + tanh u), u = √(2/π)(x + 0.044715x³),
-// computed as x·σ(2u) = x / (1 + e^-2u): the same function, without the
-// cancellation of 1 + tanh u where tanh u nears -1. Measured over [-6, 6]
-// against the double form: 2.6e-6 relative error at most, where the float
-// ½x(1 + tanh u) (PyTorch's) reaches 100 % (0 for x < -5.5); its gradient
-// 9.1e-6 against 3.8e-4. Through the exponential it is also 1.5-2x as fast.)
-inline float tanh_arg1(float x) { return kSqrt2OverPi * (x + kGeluCubic * x * x * x); }
-inline float gelu_sigmoid1(float x) { return 1.0f / (1.0f + std::exp(-2.0f * tanh_arg1(x))); }
-inline float gelu1(float x, bool tanh_form) {
-  if (tanh_form) return x * gelu_sigmoid1(x);
-  return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
-}
-// dy · gelu'(x): ½(1 + erf(x/√2)) + x·φ(x)  (tanh form: its derivative,
-// with s = σ(2u): ½(1 + tanh u) = s and ½(1 - tanh² u) = 2s(1 - s))
-inline float gelu_grad1(float x, float dy, bool tanh_form) {
-  if (tanh_form) {
-    const float s = gelu_sigmoid1(x);
-    return dy * (s + 2.0f * x * (s * (1.0f - s)) * kSqrt2OverPi * (1.0f + kGeluCubic3 * x * x));
-  }
-  const float t = std::erf(x * kInvSqrt2), u = std::exp(-0.5f * x * x);
-  return dy * (0.5f * (1.0f + t) + x * u * kInvSqrt2Pi);
-}
+// The lane types of the Call ops' float forms (backend/elementwise.h's
+// lanes<op, L>): one float (the values of an array left after its last
+// whole vector), 8 lanes in a __m256 and 16 in a __m512 (where the build
+// has AVX-512). exp, log, tanh and erf give libmvec's bits at both widths,
+// lane for lane; fast_exp is GELU's e^x: exp16 in every lane where the
+// build has AVX-512, else exp8.
+struct Lane1 {
+  using V = float;
+  static float k(float v) { return v; }
+  static float add(float a, float b) { return a + b; }
+  static float sub(float a, float b) { return a - b; }
+  static float mul(float a, float b) { return a * b; }
+  static float div(float a, float b) { return a / b; }
+  static float neg(float a) { return -a; }
+  static float exp(float x) { return std::exp(x); }
+  static float log(float x) { return std::log(x); }
+  static float tanh(float x) { return std::tanh(x); }
+  static float erf(float x) { return std::erf(x); }
+  static float fast_exp(float x) { return std::exp(x); }
+};
 
 #ifdef KILN_HAVE_LIBMVEC
-// The GELU composites at either width W: 8 lanes in a __m256 (the compiled
-// loops call these) or 16 in a __m512 (where the build has AVX-512): one
-// sequence of operations through Lanes<W>, so both widths give the same
-// bits lane for lane. Lanes<W>::gelu_exp is the e^x of both forms (the
-// tanh form's sigmoid, the erf form's gradient's e^(-x²/2)): exp16 in every
-// lane where the build has AVX-512, else exp8; erf is erf8 / erf16 (one
-// libmvec erff).
 template <int W>
 struct Lanes;
 template <>
@@ -186,70 +164,23 @@ struct Lanes<8> {
   static __m256 sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
   static __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
   static __m256 div(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
-#ifdef __AVX512F__
-  static __m256 gelu_exp(__m256 x) { return exp16_low8(x); }
-#else
-  static __m256 gelu_exp(__m256 x) { return exp8(x); }
-#endif
+  static __m256 neg(__m256 a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
+  static __m256 exp(__m256 x) { return exp8(x); }
+  static __m256 log(__m256 x) { return log8(x); }
+  static __m256 tanh(__m256 x) { return tanh8(x); }
   static __m256 erf(__m256 x) { return erf8(x); }
-};
 #ifdef __AVX512F__
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-template <>
-struct Lanes<16> {
-  using V = __m512;
-  static __m512 k(float v) { return _mm512_set1_ps(v); }
-  static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
-  static __m512 sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
-  static __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
-  static __m512 div(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
-  static __m512 gelu_exp(__m512 x) { return exp16(x); }
-  static __m512 erf(__m512 x) { return erf16(x); }
-};
-#pragma GCC diagnostic pop
+  static __m256 fast_exp(__m256 x) { return exp16_low8(x); }
+#else
+  static __m256 fast_exp(__m256 x) { return exp8(x); }
 #endif
-
-inline __m256 sigmoid8(__m256 x) {
-  using L = Lanes<8>;
-  return L::div(L::k(1.0f), L::add(L::k(1.0f), exp8(_mm256_xor_ps(x, L::k(-0.0f)))));
-}
-
-// σ(2u), u = √(2/π)(x + 0.044715x³)
-template <int W, typename V = typename Lanes<W>::V>
-V gelu_sigmoid(V x) {
-  using L = Lanes<W>;
-  const V u = L::mul(L::k(kSqrt2OverPi), L::add(x, L::mul(L::mul(L::mul(L::k(kGeluCubic), x), x), x)));
-  return L::div(L::k(1.0f), L::add(L::k(1.0f), L::gelu_exp(L::mul(L::k(-2.0f), u))));
-}
-template <int W, typename V = typename Lanes<W>::V>
-V gelu(V x, bool tanh_form) {
-  using L = Lanes<W>;
-  if (tanh_form) return L::mul(x, gelu_sigmoid<W>(x));
-  return L::mul(L::mul(L::k(0.5f), x), L::add(L::k(1.0f), L::erf(L::mul(x, L::k(kInvSqrt2)))));
-}
-template <int W, typename V = typename Lanes<W>::V>
-V gelu_grad(V x, V dy, bool tanh_form) {
-  using L = Lanes<W>;
-  if (tanh_form) {
-    const V s = gelu_sigmoid<W>(x);
-    const V slope = L::mul(L::mul(L::mul(L::mul(L::k(2.0f), x), L::mul(s, L::sub(L::k(1.0f), s))), L::k(kSqrt2OverPi)),
-                           L::add(L::k(1.0f), L::mul(L::mul(L::k(kGeluCubic3), x), x)));
-    return L::mul(dy, L::add(s, slope));
-  }
-  const V t = L::erf(L::mul(x, L::k(kInvSqrt2))), u = L::gelu_exp(L::mul(L::mul(L::k(-0.5f), x), x));
-  return L::mul(dy, L::add(L::mul(L::k(0.5f), L::add(L::k(1.0f), t)), L::mul(L::mul(x, u), L::k(kInvSqrt2Pi))));
-}
-inline __m256 gelu8(__m256 x, bool tanh_form) { return gelu<8>(x, tanh_form); }
-inline __m256 gelu_grad8(__m256 x, __m256 dy, bool tanh_form) { return gelu_grad<8>(x, dy, tanh_form); }
+};
 
 #ifdef __AVX512F__
-// The 8-lane functions above on 16 lanes, lane for lane the same bits, for
-// the compiled loops that take 16 values an iteration (jit.cpp). libmvec's
-// AVX-512 expf and logf give its AVX2 ones' bits on every float (checked
-// over all 2^32 inputs with glibc 2.36); its AVX-512 tanhf does not (64.6
-// million inputs differ in the last bit), so tanh16 is tanh8 on each half.
+// 16 lanes, lane for lane the 8-lane functions' bits. libmvec's AVX-512
+// expf and logf give its AVX2 ones' bits on every float (checked over all
+// 2^32 inputs with glibc 2.36); its AVX-512 tanhf does not (64.6 million
+// inputs differ in the last bit), so tanh16 is tanh8 on each half.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -278,111 +209,71 @@ inline __m512 tanh16(__m512 x) {
   return _mm512_castpd_ps(
       _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
 }
-inline __m512 sigmoid16(__m512 x) {
-  using L = Lanes<16>;
-  return L::div(L::k(1.0f), L::add(L::k(1.0f), exp16_mvec(_mm512_castsi512_ps(
-      _mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(0x80000000u)))))));
-}
-inline __m512 gelu16(__m512 x, bool tanh_form) { return gelu<16>(x, tanh_form); }
-inline __m512 gelu_grad16(__m512 x, __m512 dy, bool tanh_form) { return gelu_grad<16>(x, dy, tanh_form); }
+
+template <>
+struct Lanes<16> {
+  using V = __m512;
+  static __m512 k(float v) { return _mm512_set1_ps(v); }
+  static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static __m512 sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+  static __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+  static __m512 div(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
+  static __m512 neg(__m512 a) {
+    return _mm512_castsi512_ps(
+        _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(static_cast<int>(0x80000000u))));
+  }
+  static __m512 exp(__m512 x) { return exp16_mvec(x); }
+  static __m512 log(__m512 x) { return log16(x); }
+  static __m512 tanh(__m512 x) { return tanh16(x); }
+  static __m512 erf(__m512 x) { return erf16(x); }
+  static __m512 fast_exp(__m512 x) { return exp16(x); }
+};
 #pragma GCC diagnostic pop
 #endif
 #endif
 
-// r = f(a) (gelu_grad: f(a, b)) over n values; r may alias a or b.
-inline void sigmoid(const float* a, float* r, int64_t n) {
-  int64_t j = 0;
-#ifdef KILN_HAVE_LIBMVEC
-  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(r + j, sigmoid8(_mm256_loadu_ps(a + j)));
-#endif
-  for (; j < n; ++j) r[j] = sigmoid1(a[j]);
-}
-inline void gelu(const float* a, float* r, int64_t n, bool tanh_form) {
-  int64_t j = 0;
-#if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
-  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(r + j, gelu<16>(_mm512_loadu_ps(a + j), tanh_form));
-#endif
-#ifdef KILN_HAVE_LIBMVEC
-  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(r + j, gelu8(_mm256_loadu_ps(a + j), tanh_form));
-#endif
-  for (; j < n; ++j) r[j] = gelu1(a[j], tanh_form);
-}
-inline void gelu_grad(const float* a, const float* b, float* r, int64_t n, bool tanh_form) {
-  int64_t j = 0;
-#if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
-  for (; j + 16 <= n; j += 16)
-    _mm512_storeu_ps(r + j, gelu_grad<16>(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), tanh_form));
-#endif
-#ifdef KILN_HAVE_LIBMVEC
-  for (; j + 8 <= n; j += 8)
-    _mm256_storeu_ps(r + j, gelu_grad8(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), tanh_form));
-#endif
-  for (; j < n; ++j) r[j] = gelu_grad1(a[j], b[j], tanh_form);
-}
-
-// The float lane forms of ir/ops.def's Call ops, one specialisation per op:
-// array(a, b, r, n, tanh_form) over n values (the interpreter's float
-// groups: fused.cpp), lanes8 / lanes16 on one __m256 / __m512 (the compiled
-// loops' callees: jit.cpp; where the build has libmvec, and AVX-512 for
-// lanes16). b and the second lane operand are GeluGrad's dy, unused by the
-// unary ops; tanh_form is GELU's form (ir::GeluAttrs).
+// The float forms of ir/ops.def's Call ops, from their lane forms
+// (backend/elementwise.h's lanes<op, L>): array(a, b, r, n, tanh_form) over
+// n values (the interpreter's float groups: fused.cpp; 16 lanes, then 8,
+// then one by one, all with the same bits lane for lane), lanes8 / lanes16
+// on one __m256 / __m512 (the compiled loops' callees: jit.cpp; where the
+// build has libmvec, and AVX-512 for lanes16). b and the second lane
+// operand are the second input (GeluGrad's dy), unused by the unary ops;
+// tanh_form is GELU's form (ir::GeluAttrs). r may alias a or b.
 template <ir::Op op>
-struct VecForm;
+struct VecForm {
+  static constexpr bool kBinary = ir::op_min_inputs(op) == 2;
 
+  static void array(const float* a, const float* b, float* r, int64_t n, bool tanh_form) {
+    int64_t j = 0;
+#if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
+    for (; j + 16 <= n; j += 16) {
+      const __m512 y = kBinary ? _mm512_loadu_ps(b + j) : _mm512_setzero_ps();
+      _mm512_storeu_ps(r + j, lanes16(_mm512_loadu_ps(a + j), y, tanh_form));
+    }
+#endif
 #ifdef KILN_HAVE_LIBMVEC
-#define KILN_VEC_LANES8(f8) \
-  static __m256 lanes8(__m256 x, __m256, bool) { return f8(x); }
-#else
-#define KILN_VEC_LANES8(f8)
+    for (; j + 8 <= n; j += 8) {
+      const __m256 y = kBinary ? _mm256_loadu_ps(b + j) : _mm256_setzero_ps();
+      _mm256_storeu_ps(r + j, lanes8(_mm256_loadu_ps(a + j), y, tanh_form));
+    }
+#endif
+    for (; j < n; ++j) r[j] = elementwise::lanes<op, Lane1>(a[j], kBinary ? b[j] : 0.0f, tanh_form);
+  }
+#ifdef KILN_HAVE_LIBMVEC
+  static __m256 lanes8(__m256 a, __m256 b, bool tanh_form) {
+    return elementwise::lanes<op, Lanes<8>>(a, b, tanh_form);
+  }
 #endif
 #if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
-#define KILN_VEC_LANES16(f16) \
-  static __m512 lanes16(__m512 x, __m512, bool) { return f16(x); }
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#else
-#define KILN_VEC_LANES16(f16)
-#endif
-#define KILN_VEC_UNARY(Op_, f, f8, f16)                                                        \
-  template <>                                                                                  \
-  struct VecForm<ir::Op::Op_> {                                                                \
-    static void array(const float* a, const float*, float* r, int64_t n, bool) { f(a, r, n); } \
-    KILN_VEC_LANES8(f8)                                                                        \
-    KILN_VEC_LANES16(f16)                                                                      \
-  };
-KILN_VEC_UNARY(Exp, exp, exp8, exp16_mvec)
-KILN_VEC_UNARY(Log, log, log8, log16)
-KILN_VEC_UNARY(Tanh, tanh, tanh8, tanh16)
-KILN_VEC_UNARY(Erf, erf, erf8, erf16)
-KILN_VEC_UNARY(Sigmoid, sigmoid, sigmoid8, sigmoid16)
-#undef KILN_VEC_UNARY
-#undef KILN_VEC_LANES8
-#undef KILN_VEC_LANES16
-
-template <>
-struct VecForm<ir::Op::Gelu> {
-  static void array(const float* a, const float*, float* r, int64_t n, bool t) { gelu(a, r, n, t); }
-#ifdef KILN_HAVE_LIBMVEC
-  static __m256 lanes8(__m256 x, __m256, bool t) { return gelu8(x, t); }
-#ifdef __AVX512F__
-  static __m512 lanes16(__m512 x, __m512, bool t) { return gelu16(x, t); }
-#endif
-#endif
-};
-// dy · gelu'(x)
-template <>
-struct VecForm<ir::Op::GeluGrad> {
-  static void array(const float* a, const float* b, float* r, int64_t n, bool t) { gelu_grad(a, b, r, n, t); }
-#ifdef KILN_HAVE_LIBMVEC
-  static __m256 lanes8(__m256 x, __m256 dy, bool t) { return gelu_grad8(x, dy, t); }
-#ifdef __AVX512F__
-  static __m512 lanes16(__m512 x, __m512 dy, bool t) { return gelu_grad16(x, dy, t); }
-#endif
-#endif
-};
-#if defined(KILN_HAVE_LIBMVEC) && defined(__AVX512F__)
+  static __m512 lanes16(__m512 a, __m512 b, bool tanh_form) {
+    return elementwise::lanes<op, Lanes<16>>(a, b, tanh_form);
+  }
 #pragma GCC diagnostic pop
 #endif
+};
 
 }  // namespace kiln::backend::cpu::vec
