@@ -65,7 +65,8 @@ void PreTrainedModel::save_pretrained(const fs::path& dir, const SaveOptions& op
   std::vector<io::TensorSpec> specs;
   for (auto& [name, t] : named_parameters()) {
     tensors.push_back(t);
-    specs.push_back({name, options.dtype.value_or(t.dtype()), t.shape()});
+    // As model.to(dtype): floating-point tensors only.
+    specs.push_back({name, options.dtype && is_floating(t.dtype()) ? *options.dtype : t.dtype(), t.shape()});
   }
   // A weight still pending (deferred init) is computed through a new node,
   // so the model does not keep its value once it is written.
