@@ -20,7 +20,7 @@ std::string config_error(const std::string& text) {
 TEST(ConfigSize, HugeFieldsAreRefusedBeforeAllocating) {
   ASSERT_GT(host_memory::physical_bytes(), 0u);
   std::string e = config_error(R"({"model_type": "bert", "vocab_size": 1000000000000})");
-  EXPECT_CONTAINS(e, "config.json: the model would hold 7.68e+14 parameters (2.7 PiB as f32), more than this "
+  EXPECT_CONTAINS(e, "config.json: the model would hold 7.68e+14 parameters (1.4 PiB as bf16), more than this "
                      "machine's memory");
   EXPECT_CONTAINS(e, "word embeddings (vocab_size 1000000000000 x hidden_size 768) = 7.68e+14");
 

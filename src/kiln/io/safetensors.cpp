@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -21,6 +23,8 @@
 #include "kiln/core/file.h"
 #include "kiln/core/atomic_file.h"
 #include "kiln/io/json_file.h"
+#include "kiln/runtime/context.h"
+#include "kiln/runtime/tensor_impl.h"
 
 namespace kiln::io {
 
@@ -421,24 +425,25 @@ std::map<std::string, Tensor> load_safetensors(const std::filesystem::path& file
   return out;
 }
 
-void save_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  const std::string file = path.string();
+namespace {
+
+// The header of a file holding `specs` in order, padded with spaces so the
+// data section starts 8-byte aligned (every tensor then loads zero-copy).
+std::string header_text(const std::vector<TensorSpec>& specs, const std::map<std::string, std::string>& metadata,
+                        const std::string& file) {
   ojson header = ojson::object();
   ojson meta = ojson::object();
   meta["format"] = "pt";
   for (const auto& [k, v] : metadata) meta[k] = v;
   header[kMetadataKey] = std::move(meta);
-
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    KILN_CHECK(!name.empty() && name != kMetadataKey, file, ": invalid tensor name '", name, "'");
-    KILN_CHECK(!header.contains(name), file, ": tensor '", name, "' is given twice");
-    KILN_CHECK(t.defined(), file, ": tensor '", name, "' is undefined");
-    uint64_t nbytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype());
-    header[name] = {{"dtype", file_dtype_of(t.dtype())},
-                    {"shape", t.shape()},
-                    {"data_offsets", {offset, offset + nbytes}}};
+  for (const auto& spec : specs) {
+    KILN_CHECK(!spec.name.empty() && spec.name != kMetadataKey, file, ": invalid tensor name '", spec.name, "'");
+    KILN_CHECK(!header.contains(spec.name), file, ": tensor '", spec.name, "' is given twice");
+    const uint64_t nbytes = static_cast<uint64_t>(numel(spec.shape)) * dtype_size(spec.dtype);
+    header[spec.name] = {{"dtype", file_dtype_of(spec.dtype)},
+                         {"shape", spec.shape},
+                         {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
   }
   std::string text;
@@ -447,31 +452,167 @@ void save_safetensors(const std::filesystem::path& path, const std::vector<std::
   } catch (const nlohmann::json::exception& e) {
     throw Error(detail::concat(file, ": cannot write the header: ", e.what()));
   }
-  // Pad so the data section starts 8-byte aligned: every tensor loads zero-copy.
   text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
 
+// Appends t's bytes as they lie in its storage (device memory through a
+// bounded host buffer).
+void append_tensor(AtomicFileWriter& writer, const Tensor& t) {
+  const size_t nbytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+  if (nbytes == 0) return;
+  if (t.node()->op != ir::Op::Data) runtime::DeviceContext::get(t.device()).materialize({t.impl()});
+  const Buffer& data = *t.node()->data;
+  data.wait();
+  const Storage& storage = *data.storage;
+  KILN_CHECK(storage.nbytes() >= nbytes, writer.path().string(), ": tensor storage holds ", storage.nbytes(),
+             " bytes, expected ", nbytes);
+  if (storage.on_host()) {
+    writer.append({static_cast<const char*>(storage.data()), nbytes});
+    return;
+  }
+  constexpr size_t kChunk = size_t{64} << 20;
+  std::vector<char> staged(std::min(nbytes, kChunk));
+  for (size_t at = 0; at < nbytes; at += staged.size()) {
+    const size_t n = std::min(staged.size(), nbytes - at);
+    storage.copy_to_host(staged.data(), n, at);
+    writer.append({staged.data(), n});
+  }
+}
+
+}  // namespace
+
+void save_safetensors(const std::filesystem::path& path, const std::vector<TensorSpec>& specs,
+                      const TensorProducer& produce, const std::map<std::string, std::string>& metadata) {
+  const std::string file = path.string();
+  const std::string text = header_text(specs, metadata, file);
   AtomicFileWriter writer(path);
-  uint64_t header_len = text.size();
+  const uint64_t header_len = text.size();
   writer.append({reinterpret_cast<const char*>(&header_len), sizeof header_len});
   writer.append(text);
-  auto append_values = [&](const auto& values) {
-    writer.append({reinterpret_cast<const char*>(values.data()), values.size() * sizeof(values[0])});
-  };
-  for (const auto& [name, t] : tensors) {
-    switch (t.dtype()) {
-      case DType::f32: append_values(t.to_vector<float>()); break;
-      case DType::i32: append_values(t.to_vector<int32_t>()); break;
-      case DType::i64: append_values(t.to_vector<int64_t>()); break;
-      case DType::b8: append_values(t.to_vector<uint8_t>()); break;
-      case DType::bf16: {  // the values are bf16 already: exact
-        std::vector<uint16_t> bits;
-        for (float v : t.to_vector<float>()) bits.push_back(bf16_from_float(v));
-        append_values(bits);
-        break;
-      }
-    }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
+    const Tensor t = produce(i);
+    KILN_CHECK(t.defined(), file, ": tensor '", spec.name, "' is undefined");
+    KILN_CHECK(t.dtype() == spec.dtype && t.shape() == spec.shape, file, ": tensor '", spec.name, "' was declared ",
+               dtype_name(spec.dtype), to_string(spec.shape), " in the header but is ", dtype_name(t.dtype()),
+               to_string(t.shape()));
+    append_tensor(writer, t);
   }
   writer.commit();
+}
+
+void save_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, t] : tensors) {
+    KILN_CHECK(t.defined(), path.string(), ": tensor '", name, "' is undefined");
+    specs.push_back({name, t.dtype(), t.shape()});
+  }
+  save_safetensors(path, specs, [&](size_t i) { return tensors[i].second; }, metadata);
+}
+
+uint64_t parse_shard_size(const std::string& text, const std::string& what) {
+  static const std::pair<std::string_view, double> kUnits[] = {{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+  std::string number = text;
+  double multiplier = 1;
+  if (text.size() > 2) {
+    std::string unit = text.substr(text.size() - 2);
+    std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::toupper(c); });
+    for (auto& [name, m] : kUnits)
+      if (unit == name) number = text.substr(0, text.size() - 2), multiplier = m;
+  }
+  double value = 0;
+  size_t used = 0;
+  try {
+    value = std::stod(number, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const double bytes = value * multiplier;
+  KILN_CHECK(used > 0 && used == number.size() && bytes >= 1 && bytes < 1.8e19, what, ": '", text,
+             "' is not a size (a byte count, or a number with KB, MB, GB or TB, e.g. 5GB)");
+  return static_cast<uint64_t>(bytes);
+}
+
+namespace {
+
+// huggingface_hub's split_state_dict_into_shards_factory: in order, a new
+// shard when the next tensor would overflow the current one, and a tensor
+// larger than the limit alone in a shard of its own.
+std::vector<std::vector<size_t>> split_into_shards(const std::vector<TensorSpec>& specs, uint64_t max_shard_size) {
+  std::vector<std::vector<size_t>> shards;
+  std::vector<size_t> current;
+  uint64_t current_size = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const uint64_t size = static_cast<uint64_t>(numel(specs[i].shape)) * dtype_size(specs[i].dtype);
+    if (size > max_shard_size) {
+      shards.push_back({i});
+      continue;
+    }
+    if (current_size + size > max_shard_size) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_size = 0;
+    }
+    current.push_back(i);
+    current_size += size;
+  }
+  if (!current.empty() || shards.empty()) shards.push_back(std::move(current));
+  return shards;
+}
+
+std::string shard_name(size_t i, size_t n) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return name;
+}
+
+// Weight files of another save in `dir` (the single file, an index, shards
+// of any count) that `keep` does not name.
+void remove_stale_weights(const std::filesystem::path& dir, const std::set<std::string>& keep) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool shard = name.size() == 32 && name.starts_with("model-") && name.substr(11, 4) == "-of-" &&
+                       name.ends_with(".safetensors");
+    if ((shard || name == kSingleFile || name == kIndexFile) && !keep.count(name)) {
+      std::filesystem::remove(entry.path(), ec);
+      KILN_CHECK(!ec, entry.path().string(), ": cannot remove a weight file of an earlier save: ", ec.message());
+    }
+  }
+}
+
+}  // namespace
+
+void save_pretrained_weights(const std::filesystem::path& dir, const std::vector<TensorSpec>& specs,
+                             const TensorProducer& produce, uint64_t max_shard_size) {
+  const std::map<std::string, std::string> metadata{{"format", "pt"}};
+  const std::vector<std::vector<size_t>> shards = split_into_shards(specs, max_shard_size);
+  if (shards.size() == 1) {
+    save_safetensors(dir / kSingleFile, specs, produce, metadata);
+    remove_stale_weights(dir, {kSingleFile});
+    return;
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  std::set<std::string> written{kIndexFile};
+  uint64_t total_size = 0, total_parameters = 0;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string name = shard_name(s, shards.size());
+    std::vector<TensorSpec> shard_specs;
+    for (size_t i : shards[s]) {
+      shard_specs.push_back(specs[i]);
+      weight_map[specs[i].name] = name;
+      total_parameters += static_cast<uint64_t>(numel(specs[i].shape));
+      total_size += static_cast<uint64_t>(numel(specs[i].shape)) * dtype_size(specs[i].dtype);
+    }
+    save_safetensors(dir / name, shard_specs, [&](size_t i) { return produce(shards[s][i]); }, metadata);
+    written.insert(name);
+  }
+  const nlohmann::json index = {{"metadata", {{"total_parameters", total_parameters}, {"total_size", total_size}}},
+                                {"weight_map", weight_map}};
+  write_json_file_atomic(dir / kIndexFile, index);
+  remove_stale_weights(dir, written);
 }
 
 }  // namespace kiln::io

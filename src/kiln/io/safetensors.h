@@ -8,6 +8,7 @@
 // then the data section; offsets are relative to its start (byte 8 + N).
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -90,10 +91,50 @@ std::map<std::string, Tensor> load_safetensors(const std::filesystem::path& file
                                                Device device = Device::cpu(), bool keep_bf16 = false);
 
 // Standard layout, header padded with spaces to a multiple of 8 bytes, then
-// the tensors' bytes in the given order, contiguous. f32/i64/i32/bool
+// the tensors' bytes in the given order, contiguous. f32/i64/i32/bool/bf16
 // tensors. `metadata` goes into __metadata__ after {"format": "pt"} (and may
 // override it). Written atomically. Duplicate names are an error.
 void save_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// A tensor to be written, known by its name, dtype and shape before its values.
+struct TensorSpec {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+
+// Computes the i-th tensor of a streamed write (of specs[i]'s dtype and shape).
+using TensorProducer = std::function<Tensor(size_t i)>;
+
+// The same file as save_safetensors, streamed: the header comes from `specs`
+// (every offset is known from the shapes), then produce(i) is called for each
+// tensor in turn and its bytes appended before the next is produced, so a
+// writer that drops each tensor after producing it holds one at a time (an
+// 8B-parameter checkpoint need never be in memory whole). A produced tensor
+// of another dtype or shape than its spec is an error naming the file.
+void save_safetensors(const std::filesystem::path& path, const std::vector<TensorSpec>& specs,
+                      const TensorProducer& produce, const std::map<std::string, std::string>& metadata = {});
+
+// transformers' save_pretrained default max_shard_size ("50GB"; transformers 4 used "5GB").
+constexpr uint64_t kDefaultMaxShardSize = 50'000'000'000ULL;
+
+// huggingface_hub's parse_size_to_int: "5GB" -> 5e9 (units KB, MB, GB, TB,
+// powers of 1000), or a plain byte count. Bad text is an error naming `what`.
+uint64_t parse_shard_size(const std::string& text, const std::string& what);
+
+// A model's weights as transformers' save_pretrained writes them into `dir`:
+// model.safetensors when they fit max_shard_size bytes, else shards
+// model-0000i-of-0000n.safetensors split as huggingface_hub splits them (in
+// order, a new shard when the next tensor would overflow the current one; a
+// tensor larger than the limit in a shard of its own, placed when met) and
+// model.safetensors.index.json ({"metadata": {"total_parameters",
+// "total_size"}, "weight_map": {tensor: shard}}), which load_safetensors
+// reads. Streamed as the save_safetensors above; each file atomic, the index
+// last; weight files of an earlier save that this one does not rewrite are
+// removed (as transformers cleans the folder), so the directory never holds
+// both layouts.
+void save_pretrained_weights(const std::filesystem::path& dir, const std::vector<TensorSpec>& specs,
+                             const TensorProducer& produce, uint64_t max_shard_size = kDefaultMaxShardSize);
 
 }  // namespace kiln::io

@@ -163,19 +163,19 @@ std::string bytes_text(long double bytes) {
 }
 }  // namespace
 
-void check_model_size(const PretrainedConfig& c, const std::string& src) {
+void check_model_size(const PretrainedConfig& c, const std::string& src, int bytes_per_parameter) {
   std::vector<SizeTerm> terms = c.size_terms();
   long double total = 0;
   for (const auto& t : terms) total += t.parameters;
-  const long double bytes = total * 4, memory = static_cast<long double>(host_memory::physical_bytes());
+  const long double bytes = total * bytes_per_parameter, memory = static_cast<long double>(host_memory::physical_bytes());
   if (memory == 0 || bytes <= memory) return;
   std::sort(terms.begin(), terms.end(), [](const SizeTerm& a, const SizeTerm& b) { return a.parameters > b.parameters; });
   std::string parts;
   for (size_t i = 0; i < terms.size() && i < 2; ++i)
     parts += (i ? "; " : "") + terms[i].what + " = " + count_text(terms[i].parameters);
-  throw Error(detail::concat(src, ": the model would hold ", count_text(total), " parameters (", bytes_text(bytes),
-                             " as f32), more than this machine's memory (", bytes_text(memory),
-                             "); the largest parts: ", parts));
+  const char* as = bytes_per_parameter == 2 ? " as bf16" : " as f32";
+  throw Error(detail::concat(src, ": the model would hold ", count_text(total), " parameters (", bytes_text(bytes), as,
+                             "), more than this machine's memory (", bytes_text(memory), "); the largest parts: ", parts));
 }
 
 std::vector<SizeTerm> BertConfig::size_terms() const {

@@ -87,9 +87,10 @@ struct PretrainedConfig {
 };
 
 // Throws when the weights `c` describes would not fit in this machine's
-// memory as f32, before anything is allocated: the error names `src`, the
+// memory at bytes_per_parameter (4: f32; 2: bf16, the least a checkpoint
+// loads as), before anything is allocated: the error names `src`, the
 // total and the largest parts with their fields and values.
-void check_model_size(const PretrainedConfig& c, const std::string& src);
+void check_model_size(const PretrainedConfig& c, const std::string& src, int bytes_per_parameter = 4);
 
 // AutoConfig: reads config.json and builds the config of its model_type
 // (bert, roberta, distilbert, gpt2, llama, t5); errors name the file and key.

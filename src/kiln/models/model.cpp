@@ -57,14 +57,27 @@ void PreTrainedModel::check_accepts(const ModelInputs& inputs, std::span<const s
   }
 }
 
-void PreTrainedModel::save_pretrained(const fs::path& dir) const {
+void PreTrainedModel::save_pretrained(const fs::path& dir, const SaveOptions& options) const {
   std::error_code ec;
   fs::create_directories(dir, ec);
   KILN_CHECK(!ec, dir.string(), ": cannot create directory: ", ec.message());
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (auto& [name, t] : named_parameters()) tensors.emplace_back(name, t);
+  std::vector<Tensor> tensors;
+  std::vector<io::TensorSpec> specs;
+  for (auto& [name, t] : named_parameters()) {
+    tensors.push_back(t);
+    // As model.to(dtype): floating-point tensors only.
+    specs.push_back({name, options.dtype && is_floating(t.dtype()) ? *options.dtype : t.dtype(), t.shape()});
+  }
+  // A weight still pending (deferred init) is computed through a new node,
+  // so the model does not keep its value once it is written.
+  auto produce = [&](size_t i) {
+    NoGradGuard no_grad;
+    const Tensor& t = tensors[i];
+    if (t.dtype() != specs[i].dtype) return cast(t, specs[i].dtype);
+    return t.node()->op == ir::Op::Data ? t : t.detach();
+  };
   // Weights first, config last: a directory with a config always has its weights.
-  io::save_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  io::save_pretrained_weights(dir, specs, produce, options.max_shard_size);
   io::write_json_file_atomic(dir / "config.json", config().to_json());
   // As transformers' save_pretrained: a model that generates gets its generation_config.json.
   if (const nlohmann::json g = default_generation_config(*this); !g.is_null())
@@ -102,7 +115,7 @@ std::unique_ptr<PretrainedConfig> config_from_json(const nlohmann::json& j, cons
                 " (supported: " + joined(types) + ")");
   }
   std::unique_ptr<PretrainedConfig> config = family->read_config(j, source);
-  check_model_size(*config, source);
+  check_model_size(*config, source, 2);  // how it will be held is not known yet: at least as bf16
   return config;
 }
 
@@ -120,7 +133,8 @@ std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
 
 std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const PretrainedConfig& config,
                                               uint64_t seed, Device device) {
-  check_model_size(config, architecture + "'s config");
+  // Built under nn::DeferInit, no f32 weights are computed: a bf16 checkpoint's fill it (or a streamed save).
+  check_model_size(config, architecture + "'s config", nn::init_deferred() ? 2 : 4);
   const ModelFamily* family = family_of_architecture(architecture);
   if (!family) {
     std::vector<std::string> archs = supported_architectures();

@@ -73,8 +73,17 @@ class PreTrainedModel : public nn::Module {
   virtual void set_gradient_checkpointing(bool on) = 0;
   const PretrainedConfig& config() const { return *config_; }
   PretrainedConfig& config() { return *config_; }
-  // Writes config.json and model.safetensors (atomically, in HF's layout).
-  void save_pretrained(const std::filesystem::path& dir) const;
+  // transformers' save_pretrained(dir, max_shard_size=...) after model.to(dtype).
+  struct SaveOptions {
+    std::optional<DType> dtype;                   // each weight cast as it is written; none: as it is
+    uint64_t max_shard_size = 50'000'000'000ULL;  // transformers' default "50GB": larger writes shards
+  };
+  // Writes config.json and model.safetensors, or shards and their index
+  // (atomically, in HF's layout). Weights are computed one at a time as they
+  // are written, so a model built under nn::DeferInit is saved without ever
+  // holding all its weights in memory.
+  void save_pretrained(const std::filesystem::path& dir, const SaveOptions& options) const;
+  void save_pretrained(const std::filesystem::path& dir) const { save_pretrained(dir, SaveOptions{}); }
   // The LoRA adapter apply_lora attached (models/lora.h); null when none.
   const LoraConfig* lora_config() const { return lora_.get(); }
   void set_lora_config(std::shared_ptr<const LoraConfig> lora) { lora_ = std::move(lora); }
