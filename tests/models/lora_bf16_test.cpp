@@ -9,6 +9,7 @@
 #include "kiln/models/lora.h"
 #include "kiln/models/model.h"
 #include "kiln/runtime/autocast.h"
+#include "models/golden_inputs.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
 
@@ -34,14 +35,8 @@ struct StepResult {
 };
 
 StepResult step(models::PreTrainedModel& model, const std::map<std::string, Tensor>& golden, bool bf16) {
-  auto get = [&](const char* k) { return golden.count(k) ? golden.at(k) : Tensor(); };
-  models::ModelInputs in;
-  in.input_ids = get("input_ids");
-  in.attention_mask = get("attention_mask");
-  in.labels = get("labels");
-  in.decoder_input_ids = get("decoder_input_ids");
   Autocast autocast(bf16);
-  models::ModelOutputs out = model.forward(in);
+  models::ModelOutputs out = model.forward(testing::golden_inputs(golden));
   out.loss.backward();
   StepResult r{out.logits.to_vector<double>(), out.loss.to_vector<double>(), {}};
   for (auto& [key, p] : models::adapter_state(model)) r.grads[key] = p.grad().to_vector<double>();

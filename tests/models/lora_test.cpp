@@ -13,6 +13,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/models/lora.h"
 #include "kiln/models/model.h"
+#include "models/golden_inputs.h"
 #include "support/program_util.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
@@ -31,16 +32,6 @@ fs::path data(const std::string& rel) { return fs::path(KILN_TEST_DATA_DIR) / re
   return testing::all_close(got.to_vector<double>(), want.to_vector<double>(), rtol, atol);
 }
 
-models::ModelInputs inputs_of(const std::map<std::string, Tensor>& golden) {
-  auto get = [&](const char* k) { return golden.count(k) ? golden.at(k) : Tensor(); };
-  models::ModelInputs in;
-  in.input_ids = get("input_ids");
-  in.attention_mask = get("attention_mask");
-  in.labels = get("labels");
-  in.decoder_input_ids = get("decoder_input_ids");
-  return in;
-}
-
 struct Case {
   const char* name;
   const char* base;
@@ -53,7 +44,7 @@ TEST_P(LoraGolden, PeftAdapterGivesPeftLogitsLossAndGradients) {
   model->eval();
   models::load_adapter(*model, data(std::string("lora/") + c.name + "/adapter"));
   auto golden = io::load_safetensors(data(std::string("lora/") + c.name + "/golden.safetensors"));
-  models::ModelOutputs out = model->forward(inputs_of(golden));
+  models::ModelOutputs out = model->forward(testing::golden_inputs(golden));
   EXPECT_TRUE(close(out.logits, golden.at("logits"), 1e-4, 1e-5)) << "logits";
   EXPECT_TRUE(close(out.loss, golden.at("loss"), 1e-5, 1e-6)) << "loss";
   out.loss.backward();
@@ -113,14 +104,14 @@ TEST(Lora, FreshAdapterLeavesTheModelAsItWasAndTrainsOnlyTheBranches) {
   auto golden = llama_golden();
   auto model = models::from_pretrained(data("llama/llama_lm"));
   model->eval();
-  Tensor before = model->forward(inputs_of(golden)).logits;
+  Tensor before = model->forward(testing::golden_inputs(golden)).logits;
   LoraConfig cfg;
   cfg.r = 4;
   models::apply_lora(*model, cfg);
   ASSERT_TRUE(model->lora_config());
   EXPECT_EQ(model->lora_config()->target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(model->lora_config()->task_type, "CAUSAL_LM");
-  EXPECT_TRUE(close(model->forward(inputs_of(golden)).logits, before, 0, 0));
+  EXPECT_TRUE(close(model->forward(testing::golden_inputs(golden)).logits, before, 0, 0));
   int trainable = 0;
   for (auto& [name, p] : model->named_parameters()) {
     if (!p.requires_grad()) continue;
@@ -154,7 +145,7 @@ TEST(Lora, KilnAdapterRoundTripsThroughPeftFiles) {
     NoGradGuard no_grad;
     for (auto& [key, p] : models::adapter_state(*model)) p.assign(p + 0.3);
   }
-  Tensor want = model->forward(inputs_of(golden)).logits;
+  Tensor want = model->forward(testing::golden_inputs(golden)).logits;
   models::save_adapter(*model, tmp.path() / "adapter");
   nlohmann::json j = read_json_file(tmp.path() / "adapter" / "adapter_config.json");
   EXPECT_EQ(j["peft_type"], "LORA");
@@ -170,7 +161,7 @@ TEST(Lora, KilnAdapterRoundTripsThroughPeftFiles) {
   auto fresh = models::from_pretrained(data("gpt2/gpt2_lm"));
   fresh->eval();
   models::load_adapter(*fresh, tmp.path() / "adapter");
-  EXPECT_TRUE(close(fresh->forward(inputs_of(golden)).logits, want, 0, 0));
+  EXPECT_TRUE(close(fresh->forward(testing::golden_inputs(golden)).logits, want, 0, 0));
 }
 
 TEST(Lora, MergeFoldsTheAdapterIntoTheWeights) {
@@ -186,7 +177,7 @@ TEST(Lora, MergeFoldsTheAdapterIntoTheWeights) {
       EXPECT_EQ(n.find("lora_"), std::string::npos) << n;
       EXPECT_TRUE(p.requires_grad()) << n;
     }
-    EXPECT_TRUE(close(model->forward(inputs_of(golden)).logits, golden.at("logits"), 1e-4, 1e-5)) << name;
+    EXPECT_TRUE(close(model->forward(testing::golden_inputs(golden)).logits, golden.at("logits"), 1e-4, 1e-5)) << name;
   }
 }
 
@@ -217,7 +208,7 @@ TEST(Lora, StepHasNoWeightGradientProductForFrozenWeights) {
       cfg.target_modules = {"all-linear"};
       models::apply_lora(*model, cfg);
     }
-    Tensor loss = model->forward(inputs_of(golden)).loss;
+    Tensor loss = model->forward(testing::golden_inputs(golden)).loss;
     loss.backward();
     std::vector<Tensor> results{loss};
     for (auto& [name, p] : model->named_parameters())
