@@ -46,14 +46,14 @@ TEST(LoraDemo, ReachesTheMainJobsThresholdAndResumesExactly) {
   auto at = [&](const std::string& f) { return (dir.path() / f).string(); };
   auto r = run_kiln("demo-data --output_dir " + at("data"), dir.path());
   ASSERT_EQ(r.status, 0) << r.output;
-  const std::string files = " --train_file " + at("data/train.csv") + " --validation_file " +
-                            at("data/validation.csv");
-  r = run_kiln("train --config_name " + at("data/model_config.json") + " --tokenizer_name " + at("data") + files +
+  const std::string train = " --train_file " + at("data/train.csv");
+  r = run_kiln("train --config_name " + at("data/model_config.json") + " --tokenizer_name " + at("data") + train +
                    kPretrain + " --output_dir " + at("base"),
                dir.path(), 600);
   ASSERT_EQ(r.status, 0) << r.output;
 
-  const std::string lora = "train --model_name_or_path " + at("base") + files + kLora + " --save_steps " +
+  const std::string lora = "train --model_name_or_path " + at("base") + train + " --validation_file " +
+                           at("data/validation.csv") + kLora + " --save_steps " +
                            std::to_string(kCheckpointStep) + " --output_dir ";
   r = run_kiln(lora + at("lora"), dir.path(), 600);
   ASSERT_EQ(r.status, 0) << r.output;
