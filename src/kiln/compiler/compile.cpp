@@ -507,9 +507,10 @@ class Lowering {
 }  // namespace
 
 uint64_t CompileOptions::hash() const {
-  static_assert(sizeof(CompileOptions) == 8, "a new option must enter CompileOptions::hash()");
-  const bool flags[] = {fuse_sum_inputs,    strided_attention_operands, strided_row_sums,      concurrent_products,
-                        in_place,           loss_with_gradient,         token_major_attention, attention_probabilities};
+  static_assert(sizeof(CompileOptions) == 9, "a new option must enter CompileOptions::hash()");
+  const bool flags[] = {fuse_sum_inputs,         strided_attention_operands, strided_row_sums,
+                        concurrent_products,     in_place,                   loss_with_gradient,
+                        token_major_attention,   attention_probabilities,    bf16_results};
   uint64_t h = 14695981039346656037ull;  // FNV-1a over the flags and the constants
   auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (bool f : flags) mix(f);
@@ -520,6 +521,10 @@ uint64_t CompileOptions::hash() const {
 Program compile(const Graph& graph, const CompileOptions& options) {
   Graph g = simplify(graph);
   rematerialize_parameter_casts(g);
+  if (options.bf16_results) {
+    write_bf16_results(g);
+    widen_in_readers(g);
+  }
   if (options.token_major_attention) interleave_attention_grads(g);
   return Lowering(g, options).run();
 }

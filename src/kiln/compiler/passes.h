@@ -27,6 +27,16 @@ void pair_products(Program& prog);                // CompileOptions::concurrent_
 // the others (the backward's products), before lowering.
 void rematerialize_parameter_casts(ir::Graph& g);
 
+// bf16_results.cpp: kernels that write the bf16 values autocast rounds their
+// f32 result to (CompileOptions::bf16_results), before lowering.
+void write_bf16_results(ir::Graph& g);
+// ... and a bf16 value widened for several elementwise readers widened in
+// each of their fused groups instead of once into an f32 copy.
+void widen_in_readers(ir::Graph& g);
+
+// simplify.cpp: the graph without the nodes no result depends on.
+ir::Graph eliminate_dead(const ir::Graph& g);
+
 // memory_plan.cpp
 // Slot lifetimes, in-place results (CompileOptions::in_place), and the
 // temporaries' offsets in the arena.

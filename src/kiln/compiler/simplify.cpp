@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "kiln/compiler/compile.h"
+#include "kiln/compiler/passes.h"
 #include "kiln/core/error.h"
 
 namespace kiln::compiler {
@@ -41,6 +42,8 @@ Graph reordered(const Graph& g, const std::vector<int32_t>& order) {
   return out;
 }
 
+}  // namespace
+
 Graph eliminate_dead(const Graph& g) {
   std::vector<bool> live(g.nodes.size(), false);
   for (int32_t o : g.outputs) live[o] = true;
@@ -52,6 +55,9 @@ Graph eliminate_dead(const Graph& g) {
     if (live[i]) order.push_back(static_cast<int32_t>(i));
   return reordered(g, order);
 }
+
+namespace {
+
 // The gradients of adjacent slices of one value (GPT-2's q, k and v, cut from
 // one projection) arrive as zero-padded slices added together: that sum is
 // the slice gradient of their concatenation — one copy instead of padding

@@ -48,6 +48,7 @@
 
 #include "kiln/backend/attention_args.h"
 #include "kiln/backend/cpu/executor.h"
+#include "kiln/backend/cpu/kernels.h"
 #include "kiln/backend/cpu/philox.h"
 #include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
@@ -162,8 +163,9 @@ using OutHeads = HeadsOf<float>;
 // dq, dk and dv (which = 0, 1, 2), one after the other in a flat result or
 // interleaved token by token in a [3, B, H, T, D] one ([B, T, 3, H, D] in
 // memory).
-OutHeads result_heads(const Instr& ins, char* out, const Geometry& g, int which = -1) {
-  float* base = reinterpret_cast<float*>(out) + ins.output.view.offset;
+template <typename E = float>
+HeadsOf<E> result_heads(const Instr& ins, char* out, const Geometry& g, int which = -1) {
+  E* base = reinterpret_cast<E*>(out) + ins.output.view.offset;
   const compiler::View& v = ins.output.view;
   if (v.shape.size() == 4) return {base, v.strides[0], v.strides[1], v.strides[2]};
   if (v.shape.size() == 5) return {base + which * v.strides[0], v.strides[1], v.strides[2], v.strides[3]};
@@ -496,17 +498,33 @@ HeadsOf<const U> rounded_dy(const Geometry& g, const Heads& dy, std::vector<U>& 
 
 // The gradient's heads, with products of T operands (f32, or bf16 for
 // Geometry::native).
+// A bf16 result's dq, dk and dv (compiler/bf16_results.cpp): each head is
+// summed in f32 and rounded once it is whole.
+struct Bf16Grads {
+  HeadsOf<uint16_t> dq, dk, dv;
+};
+
 template <typename T>
 bool backward_heads(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<const T>& k,
                     const HeadsOf<const T>& v, const HeadsOf<const T>& dy, const std::optional<Kept>& kept,
-                    const OutHeads& dq, const OutHeads& dk, const OutHeads& dv) {
+                    OutHeads dq, OutHeads dk, OutHeads dv, const Bf16Grads* rounded) {
   const int64_t blocks = blocks_of(g);
   bool ok = true;
-#pragma omp parallel reduction(&& : ok)
+#pragma omp parallel reduction(&& : ok) firstprivate(dq, dk, dv)
   {
     const size_t n = static_cast<size_t>(g.block * g.Tk);
     float *p = scratch(0, n), *keep = g.key ? scratch(1, n) : nullptr, *pd = scratch(2, n), *ds = scratch(3, n);
     std::vector<int64_t> extent(static_cast<size_t>(g.block));
+    // A bf16 result's head: dq, dk, dv in f32, each [T, D] with the row
+    // stride of the result (the products' bits depend on it).
+    std::vector<float> head;
+    if (rounded) {
+      const int64_t lq = rounded->dq.ld, lk = rounded->dk.ld, lv = rounded->dv.ld;
+      head.resize(static_cast<size_t>(g.Tq * lq + g.Tk * (lk + lv)));
+      dq = {head.data(), 0, 0, lq};
+      dk = {head.data() + g.Tq * lq, 0, 0, lk};
+      dv = {head.data() + g.Tq * lq + g.Tk * lk, 0, 0, lv};
+    }
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
       const int64_t b = bh / g.H, h = bh % g.H;
@@ -587,6 +605,13 @@ bool backward_heads(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<
         std::fill(dkh + t * dk.ld, dkh + t * dk.ld + g.D, 0.0f);
         std::fill(dvh + t * dv.ld, dvh + t * dv.ld + g.D, 0.0f);
       }
+      if (rounded) {
+        for (int64_t t = 0; t < g.Tq; ++t) round_to_bf16(dq.at(0, 0, t), rounded->dq.at(b, h, t), g.D);
+        for (int64_t t = 0; t < g.Tk; ++t) {
+          round_to_bf16(dk.at(0, 0, t), rounded->dk.at(b, h, t), g.D);
+          round_to_bf16(dv.at(0, 0, t), rounded->dv.at(b, h, t), g.D);
+        }
+      }
     }
   }
   return ok;
@@ -594,25 +619,32 @@ bool backward_heads(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<
 
 void backward(const Instr& ins, std::span<char* const> in, char* out) {
   const Geometry g = geometry(ins, in);
-  const OutHeads dq = result_heads(ins, out, g, 0), dk = result_heads(ins, out, g, 1),
-                 dv = result_heads(ins, out, g, 2);
+  std::optional<Bf16Grads> rounded;
+  OutHeads dq, dk, dv;
+  if (ins.output.dtype == DType::bf16)
+    rounded = Bf16Grads{result_heads<uint16_t>(ins, out, g, 0), result_heads<uint16_t>(ins, out, g, 1),
+                        result_heads<uint16_t>(ins, out, g, 2)};
+  else
+    dq = result_heads(ins, out, g, 0), dk = result_heads(ins, out, g, 1), dv = result_heads(ins, out, g, 2);
   if (g.Tk == 0 || g.D == 0) {
-    dq.zero(g.B, g.H, g.Tq, g.D);
+    if (rounded) rounded->dq.zero(g.B, g.H, g.Tq, g.D);
+    else dq.zero(g.B, g.H, g.Tq, g.D);
     return;
   }
+  const Bf16Grads* r = rounded ? &*rounded : nullptr;
   const size_t last = ins.inputs.size() - 1;
   const std::optional<Kept> kept =
       g.kept ? std::optional<Kept>(std::in_place, in[last - 1], ins.inputs[last - 1], g) : std::nullopt;
-  std::vector<float> wq, wk, wv, wdy, rounded;
+  std::vector<float> wq, wk, wv, wdy, wrounded;
   const Heads dy = heads(ins, in, last, wdy);
   bool ok = true;
   if (g.native) {
     std::vector<uint16_t> dyb;
     ok = backward_heads(g, bf16_heads(ins, in, 0), bf16_heads(ins, in, 1), bf16_heads(ins, in, 2),
-                        rounded_dy(g, dy, dyb), kept, dq, dk, dv);
+                        rounded_dy(g, dy, dyb), kept, dq, dk, dv, r);
   } else {
     ok = backward_heads(g, heads(ins, in, 0, wq), heads(ins, in, 1, wk), heads(ins, in, 2, wv),
-                        g.bf16 ? rounded_dy(g, dy, rounded) : dy, kept, dq, dk, dv);
+                        g.bf16 ? rounded_dy(g, dy, wrounded) : dy, kept, dq, dk, dv, r);
   }
   KILN_CHECK(ok, "attention: oneDNN's product failed for the gradient of a head of [", g.Tq, "x", g.D, "]·[", g.D,
              "x", g.Tk, "]");

@@ -26,7 +26,8 @@ class CpuBackend final : public Backend {
             .in_place = true,
             .loss_with_gradient = true,
             .token_major_attention = true,
-            .attention_probabilities = true};
+            .attention_probabilities = true,
+            .bf16_results = true};
   }
 
   void open(Device) override {}

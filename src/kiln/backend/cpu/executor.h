@@ -123,6 +123,10 @@ bool matmul_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f
 // where oneDNN has only its reference implementation for the layout.
 bool matmul_primitive_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda,
                            const uint16_t* b, int64_t ldb, float* c, int64_t ldc, const float* bias, bool accumulate);
+// The same with a bf16 result: the f32 sums (plus the bias) rounded to the
+// nearest bf16 as they are stored.
+bool matmul_primitive_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda,
+                           const uint16_t* b, int64_t ldb, uint16_t* c, int64_t ldc, const float* bias);
 // The CPU has bf16 dot-product instructions (AVX512-BF16 or AMX), as oneDNN
 // detects them at run time.
 bool cpu_has_bf16_products();

@@ -39,8 +39,9 @@ namespace {
 
 struct Key {
   int64_t M, N, K, lda, ldb, ldc;
-  bool ta, tb, bias, accumulate, bf16;  // bf16: bf16 operands (the result and bias stay f32)
-  auto tie() const { return std::tie(M, N, K, lda, ldb, ldc, ta, tb, bias, accumulate, bf16); }
+  bool ta, tb, bias, accumulate, bf16;  // bf16: bf16 operands (the bias stays f32)
+  bool bf16_result = false;             // the f32 result rounded to bf16 as it is stored
+  auto tie() const { return std::tie(M, N, K, lda, ldb, ldc, ta, tb, bias, accumulate, bf16, bf16_result); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -75,7 +76,7 @@ std::shared_ptr<const Primitive> primitive_for(const Key& k) {
     auto p = std::make_shared<Primitive>();
     p->a = desc(k.M, k.K, k.ta, k.lda, operands);
     p->b = desc(k.K, k.N, k.tb, k.ldb, operands);
-    p->c = desc(k.M, k.N, false, k.ldc, f32);
+    p->c = desc(k.M, k.N, false, k.ldc, k.bf16_result ? memory::data_type::bf16 : f32);
     if (k.bias) p->bias = memory::desc({1, k.N}, f32, memory::dims{k.N, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // one scratchpad per call: replicas may share a primitive
@@ -100,7 +101,7 @@ std::shared_ptr<const Primitive> primitive_for(const Key& k) {
   return made;
 }
 
-bool run(const Key& k, const void* a, const void* b, float* c, const float* bias) {
+bool run(const Key& k, const void* a, const void* b, void* c, const float* bias) {
   const auto p = primitive_for(k);
   if (!p) return false;
   thread_local std::vector<char> scratch;
@@ -139,6 +140,11 @@ bool matmul_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f
 bool matmul_primitive_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda,
                            const uint16_t* b, int64_t ldb, float* c, int64_t ldc, const float* bias, bool accumulate) {
   return run({M, N, K, lda, ldb, ldc, ta, tb, bias != nullptr, accumulate, true}, a, b, c, bias);
+}
+
+bool matmul_primitive_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda,
+                           const uint16_t* b, int64_t ldb, uint16_t* c, int64_t ldc, const float* bias) {
+  return run({M, N, K, lda, ldb, ldc, ta, tb, bias != nullptr, false, true, true}, a, b, c, bias);
 }
 
 bool cpu_has_bf16_products() {

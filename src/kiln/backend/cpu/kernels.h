@@ -41,6 +41,10 @@ inline int64_t read_index(const compiler::Operand& op, const char* base, int64_t
   return reinterpret_cast<const int32_t*>(base)[op.view.offset + i];
 }
 inline void copy_elems(char* dst, const char* src, int64_t n, size_t es) { std::memcpy(dst, src, n * es); }
+// y = x rounded to the nearest bf16 (ties to even; a NaN stays a NaN), as
+// bf16_from_float rounds, in vector lanes: a kernel's bf16 result
+// (compiler/bf16_results.cpp) from its f32 values (kernels_rows.cpp).
+void round_to_bf16(const float* x, uint16_t* y, int64_t n);
 
 // Op -> kernel; null for the ops without one (elementwise ops run fused,
 // views and leaves need none, collectives start with start_collective).

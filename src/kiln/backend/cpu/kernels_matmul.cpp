@@ -272,7 +272,15 @@ bool bf16_products(const Instr& ins, std::span<char* const> in, const Layout& l,
   return true;
 }
 
-void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
+// A product's shape and operand layouts, as its instruction gives them.
+struct Shapes {
+  Mat la, lb;
+  std::vector<int64_t> ao, bo;  // batch offsets, in elements
+  bool one_gemm;                // all batches as one [nb·M, K] x [K, N] product
+  int64_t M, N, K, nb;
+};
+
+Shapes shapes_of(const Instr& ins) {
   const Operand &A = ins.inputs[0], &B = ins.inputs[1];
   const auto [ta, tb] = ir::MatMulAttrs::of(ins.attrs);
   const Shape& os = ins.output.view.shape;
@@ -289,7 +297,14 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   bool a_stacked = !la.trans && la.ld == K;
   for (int64_t i = 1; i < nb && a_stacked; ++i) a_stacked = ao[i] == ao[0] + i * M * K;
   const bool one_gemm = nb == 1 || (b_shared && a_stacked);
-  float* c = out_ptr<float>(ins, out);
+  return {la, lb, std::move(ao), std::move(bo), one_gemm, M, N, K, nb};
+}
+
+// The f32 result of the product into c.
+void matmul_kernel(const Instr& ins, std::span<char* const> in, float* c) {
+  const Operand &A = ins.inputs[0], &B = ins.inputs[1];
+  const Shapes p = shapes_of(ins);
+  const auto& [la, lb, ao, bo, one_gemm, M, N, K, nb] = p;
   if (A.dtype == DType::bf16) {
     if (native_bf16_products()) {
       if (bf16_products(ins, in, {la, lb, ao, bo, one_gemm, M, N, K}, c)) return;
@@ -353,8 +368,36 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, char* out) {
   KILN_CHECK(ok, "matmul: oneDNN sgemm failed for a batch of ", nb, " [", M, "x", K, "]·[", K, "x", N, "]");
 }
 
+// A bf16 result (compiler/bf16_results.cpp) of bf16 operands in one product
+// (a contiguous bias or none): oneDNN's bf16 matmul rounds as it stores.
+bool bf16_result_in_one_product(const Instr& ins, std::span<char* const> in, uint16_t* c) {
+  if (ins.inputs[0].dtype != DType::bf16 || !native_bf16_products()) return false;
+  const Shapes p = shapes_of(ins);
+  if (!p.one_gemm || p.K == 0 || p.M == 0 || p.N == 0 || p.nb == 0) return false;
+  const float* v = nullptr;
+  if (ins.inputs.size() == 3) {
+    const Operand& V = ins.inputs[2];
+    if (!V.view.strides.empty() && V.view.strides[0] != 1) return false;
+    v = in_ptr<float>(ins, in, 2);
+  }
+  const uint16_t* a = reinterpret_cast<const uint16_t*>(in[0]);
+  const uint16_t* b = reinterpret_cast<const uint16_t*>(in[1]);
+  return matmul_primitive_bf16(p.la.trans, p.lb.trans, p.M * p.nb, p.N, p.K, a + p.ao[0], p.la.ld, b + p.bo[0],
+                               p.lb.ld, c, p.N, v);
+}
+
 void run_matmul(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const>) {
-  matmul_kernel(ins, in, out);
+  if (ins.output.dtype != DType::bf16) return matmul_kernel(ins, in, out_ptr<float>(ins, out));
+  uint16_t* c = out_ptr<uint16_t>(ins, out);
+  if (bf16_result_in_one_product(ins, in, c)) return;
+  // Otherwise the f32 result, rounded as bf16.h rounds (the emulated path:
+  // the same values oneDNN stores).
+  thread_local std::vector<float> wide;
+  const int64_t n = numel(ins.output.view.shape);
+  wide.resize(static_cast<size_t>(n));
+  matmul_kernel(ins, in, wide.data());
+  round_to_bf16(wide.data(), c, n);
+  if (wide.capacity() > (size_t{16} << 20)) std::vector<float>().swap(wide);
 }
 
 }  // namespace

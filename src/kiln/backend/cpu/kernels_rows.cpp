@@ -258,20 +258,24 @@ void cross_entropy_kernel(const Instr& ins, std::span<char* const> in, char* out
   check_labels(ins, in, N, C, ignore);
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) count += read_index(ins.inputs[1], in[1], n) != ignore;
-  float* dx = grad ? out_ptr<float>(ins, out) : nullptr;
+  // A bf16 gradient (compiler/bf16_results.cpp): each row computed in f32,
+  // then rounded, as a Cast of the f32 gradient would round it.
+  uint16_t* dx_bf16 = grad && ins.output.dtype == DType::bf16 ? out_ptr<uint16_t>(ins, out) : nullptr;
+  float* dx = grad && !dx_bf16 ? out_ptr<float>(ins, out) : nullptr;
   float* loss = grad ? loss_out : out_ptr<float>(ins, out);
   const double scale = grad && count ? *in_ptr<float>(ins, in, 2) / static_cast<double>(count) : 0.0;
   double total = 0;
 #pragma omp parallel reduction(+ : total) if (N * C > 16384)
   {
-    std::vector<float> e(grad ? 0 : C);
+    std::vector<float> e(dx ? 0 : C);
 #pragma omp for
     for (int64_t n = 0; n < N; ++n) {
       const int64_t y = read_index(ins.inputs[1], in[1], n);
       const float* xr = x + n * C;
-      float* dr = grad ? dx + n * C : e.data();
+      float* dr = dx ? dx + n * C : e.data();
       if (y == ignore) {
-        if (grad) std::fill(dr, dr + C, 0.0f);
+        if (dx) std::fill(dr, dr + C, 0.0f);
+        if (dx_bf16) std::fill(dx_bf16 + n * C, dx_bf16 + (n + 1) * C, uint16_t{0});
         continue;
       }
       const float m = row_max(xr, C);
@@ -288,6 +292,7 @@ void cross_entropy_kernel(const Instr& ins, std::span<char* const> in, char* out
       const float a = static_cast<float>(scale / sum), b = static_cast<float>(scale * eps / C);
       for (int64_t c = 0; c < C; ++c) dr[c] = a * dr[c] - b;
       dr[y] -= static_cast<float>(scale * (1 - eps));
+      if (dx_bf16) round_to_bf16(dr, dx_bf16 + n * C, C);
     }
   }
   if (loss) *loss = static_cast<float>(count ? total / count : std::nan(""));
@@ -321,6 +326,16 @@ void run_cross_entropy_grad(const Instr& ins, std::span<char* const> in, char* o
 }
 
 }  // namespace
+
+void round_to_bf16(const float* x, uint16_t* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], sizeof u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    y[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+  }
+}
 
 void add_rows_kernels(KernelTable& t) {
   add_kernel(t, ir::Op::Softmax, run_softmax);

@@ -1,0 +1,197 @@
+// CompileOptions::bf16_results on the CPU executor (compiler/bf16_results.cpp):
+// under Autocast the products, the cross-entropy gradient and the attention
+// gradient write the bf16 values autocast rounds their results to, the
+// rounding passes go, and GPT-2's dq, dk and dv reach the projection's
+// products as views. The step's values stay the same bits, with bf16
+// products and emulated ones, with the compiled loops and the interpreter.
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "kiln/backend/cpu/executor.h"
+#include "kiln/backend/cpu/jit.h"
+#include "kiln/compiler/serialize.h"
+#include "kiln/runtime/autocast.h"
+#include "support/program_util.h"
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+struct Executed {
+  std::vector<std::vector<char>> outputs;
+  size_t instructions = 0, rounding_passes = 0, concats = 0;
+  std::vector<ir::Op> bf16_kernels;  // kernels (not fused groups) with a bf16 result
+};
+
+// A fused group that only rounds its one f32 operand to bf16 values, kept
+// as f32.
+bool rounds_only(const compiler::Instr& ins) {
+  if (!ins.fused || ins.inputs.size() != 1 || ins.inputs[0].dtype != DType::f32 || ins.output.dtype != DType::f32)
+    return false;
+  bool to_bf16 = false;
+  for (const auto& s : ins.program) {
+    if (s.op != ir::Op::Data && s.op != ir::Op::Cast) return false;
+    to_bf16 = to_bf16 || (s.op == ir::Op::Cast && s.dtype == DType::bf16);
+  }
+  return to_bf16;
+}
+
+Executed run(const std::vector<Tensor>& results, bool bf16_results, bool jit) {
+  testing::TracedProgram traced = testing::trace_program(
+      results, {.fuse_sum_inputs = true, .strided_attention_operands = true, .strided_row_sums = true,
+                .concurrent_products = true, .in_place = true, .loss_with_gradient = true,
+                .token_major_attention = true, .attention_probabilities = true, .bf16_results = bf16_results});
+  // As the on-disk compile cache keeps and reads it.
+  std::vector<ir::NodePtr> params;
+  const ir::Graph graph = ir::flatten(traced.outputs, &params);
+  std::optional<compiler::Program> back =
+      compiler::deserialize_program(compiler::serialize_program(graph, traced.program), graph);
+  EXPECT_TRUE(back.has_value());
+  if (back) {
+    EXPECT_EQ(back->dump(), traced.program.dump());
+    traced.program = std::move(*back);
+  }
+  const compiler::Program& p = traced.program;
+  Executed r;
+  r.instructions = p.instrs.size();
+  for (const auto& ins : p.instrs) {
+    r.rounding_passes += rounds_only(ins);
+    r.concats += !ins.fused && ins.op == ir::Op::Concat;
+    if (!ins.fused && ins.output.dtype == DType::bf16) r.bf16_kernels.push_back(ins.op);
+  }
+  testing::HostMemory mem;
+  std::vector<void*> outs;
+  for (size_t n : p.output_nbytes) outs.push_back(mem.get(n));
+  const bool was = backend::cpu::jit_enabled();
+  backend::cpu::set_jit_enabled(jit);
+  auto plan = backend::cpu::prepare(p);
+  backend::cpu::set_jit_enabled(was);
+  backend::cpu::execute(p, plan.get(), traced.params, outs, mem.get(p.arena_bytes));
+  for (size_t o = 0; o < outs.size(); ++o) {
+    const char* b = static_cast<const char*>(outs[o]);
+    r.outputs.emplace_back(b, b + p.output_nbytes[o]);
+  }
+  return r;
+}
+
+bool has(const std::vector<ir::Op>& ops, ir::Op op) { return std::find(ops.begin(), ops.end(), op) != ops.end(); }
+
+// One GPT-2 block and its LM head under Autocast: the q, k, v projection
+// sliced into heads, causal attention, the output projection, LayerNorm, a
+// GELU MLP, logits over a tied embedding, cross-entropy; the gradients of
+// every weight.
+TEST(CpuBf16Results, AutocastStepKeepsItsBitsWithFewerPasses) {
+  const int64_t B = 2, T = 24, H = 2, D = 16, C = H * D, V = 97;
+  Generator gen(5);
+  Tensor emb = randn({V, C}, gen) * 0.2, wqkv = randn({C, 3 * C}, gen) * 0.2, bqkv = randn({3 * C}, gen) * 0.1;
+  Tensor wo = randn({C, C}, gen) * 0.2, w1 = randn({C, 4 * C}, gen) * 0.2, w2 = randn({4 * C, C}, gen) * 0.2;
+  Tensor g = randn({C}, gen), beta = randn({C}, gen);
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>(B * T, 3), {B, T});
+  std::vector<int64_t> label_values(B * T);
+  for (size_t i = 0; i < label_values.size(); ++i) label_values[i] = static_cast<int64_t>((i * 7) % V);
+  Tensor labels = Tensor::from_vector(label_values, {B * T});
+  mark_step();
+  std::vector<Tensor*> weights{&emb, &wqkv, &bqkv, &wo, &w1, &w2, &g, &beta};
+  for (Tensor* t : weights) t->requires_grad_();
+  Tensor loss;
+  {
+    Autocast autocast(true);
+    Tensor x = randn({B, T, C}, gen) + reshape(slice(emb, 0, 0, 1), {1, 1, C});
+    Tensor qkv = matmul(x, wqkv) + bqkv;
+    auto heads = [&](int64_t k) { return permute(reshape(slice(qkv, 2, k * C, (k + 1) * C), {B, T, H, D}), {0, 2, 1, 3}); };
+    Tensor y = fused_attention(heads(0), heads(1), heads(2), {Tensor(), true, 0.25});
+    Tensor a = x + matmul(reshape(permute(y, {0, 2, 1, 3}), {B, T, C}), wo);
+    Tensor h = a + matmul(gelu(matmul(layer_norm(a, g, beta), w1)), w2);
+    Tensor logits = matmul(reshape(h, {B * T, C}), emb, false, true);
+    loss = cross_entropy(logits, labels);
+  }
+  loss.backward();
+  std::vector<Tensor> results{loss};
+  for (Tensor* t : weights) results.push_back(t->grad());
+
+  const bool had = backend::cpu::native_bf16_products();
+  for (bool native : {true, false})
+    for (bool jit : {true, false}) {
+      SCOPED_TRACE(std::string(native ? "bf16 products" : "emulated") + (jit ? ", compiled loops" : ", interpreter"));
+      backend::cpu::set_native_bf16_products(native);
+      const Executed before = run(results, false, jit), after = run(results, true, jit);
+      ASSERT_EQ(before.outputs.size(), after.outputs.size());
+      for (size_t o = 0; o < before.outputs.size(); ++o)
+        EXPECT_EQ(std::memcmp(before.outputs[o].data(), after.outputs[o].data(), before.outputs[o].size()), 0)
+            << "output " << o;
+      EXPECT_TRUE(before.bf16_kernels.empty());
+      EXPECT_TRUE(has(after.bf16_kernels, ir::Op::MatMul));
+      EXPECT_TRUE(has(after.bf16_kernels, ir::Op::AttentionGrad));
+      EXPECT_TRUE(has(after.bf16_kernels, ir::Op::CrossEntropyGrad));
+      EXPECT_GE(before.rounding_passes, 8u);  // every input and weight gradient of a product
+      EXPECT_EQ(after.rounding_passes, 0u);
+      EXPECT_EQ(before.concats, 1u);  // dq, dk, dv into the projection's gradient
+      EXPECT_EQ(after.concats, 0u);   // a view of the attention gradient
+      EXPECT_LT(after.instructions + 10, before.instructions);
+    }
+  backend::cpu::set_native_bf16_products(had);
+}
+
+// A BERT block: q, k and v from their own projections, a padding mask and
+// attention dropout. The values are the same but for the q, k and v bias
+// gradients, summed from the widened bf16 gradient rather than in place
+// from the f32 one (CompileOptions::strided_row_sums): the same terms, added
+// in another order.
+TEST(CpuBf16Results, BertBlockKeepsItsValues) {
+  const int64_t B = 2, T = 20, H = 2, D = 16, C = H * D;
+  Generator gen(7);
+  std::vector<Tensor> w, b;
+  for (int i = 0; i < 4; ++i) w.push_back(randn({C, C}, gen) * 0.2), b.push_back(randn({C}, gen) * 0.1);
+  std::vector<float> mask_values(B * T, 0.0f);
+  for (int64_t t = 15; t < T; ++t) mask_values[static_cast<size_t>(T + t)] = -1e9f;  // the second row is padded
+  Tensor mask = Tensor::from_vector(mask_values, {B, 1, 1, T});
+  Tensor x = randn({B, T, C}, gen);
+  mark_step();
+  for (auto* v : {&w, &b})
+    for (Tensor& t : *v) t.requires_grad_();
+  Tensor loss;
+  {
+    Autocast autocast(true);
+    auto heads = [&](int i) { return permute(reshape(linear(x, w[i], b[i]), {B, T, H, D}), {0, 2, 1, 3}); };
+    Generator drop(3);
+    Tensor y = fused_attention(heads(0), heads(1), heads(2), {mask, false, 0.25, 0.1, &drop});
+    Tensor o = linear(reshape(permute(y, {0, 2, 1, 3}), {B, T, C}), w[3], b[3]);
+    loss = sum(o * o);
+  }
+  loss.backward();
+  std::vector<Tensor> results{loss};
+  for (auto* v : {&w, &b})
+    for (Tensor& t : *v) results.push_back(t.grad());
+  const Executed before = run(results, false, true), after = run(results, true, true);
+  EXPECT_TRUE(has(after.bf16_kernels, ir::Op::AttentionGrad));
+  EXPECT_EQ(after.rounding_passes, 0u);
+  ASSERT_EQ(before.outputs.size(), after.outputs.size());
+  for (size_t o = 0; o < before.outputs.size(); ++o) {
+    std::vector<float> x0(before.outputs[o].size() / 4), x1(x0.size());
+    std::memcpy(x0.data(), before.outputs[o].data(), before.outputs[o].size());
+    std::memcpy(x1.data(), after.outputs[o].data(), after.outputs[o].size());
+    const bool qkv_bias = o >= 5 && o <= 7;
+    for (size_t i = 0; i < x0.size(); ++i) {
+      if (qkv_bias) EXPECT_NEAR(x1[i], x0[i], 1e-5 * (1 + std::fabs(x0[i]))) << "output " << o << " element " << i;
+      else ASSERT_EQ(x1[i], x0[i]) << "output " << o << " element " << i;
+    }
+  }
+}
+
+// Without Autocast nothing changes: an f32 step has no rounding to absorb.
+TEST(CpuBf16Results, AnF32StepIsTheSameProgram) {
+  Generator gen(6);
+  Tensor x = randn({16, 24}, gen), w = randn({24, 40}, gen), labels = Tensor::from_vector(std::vector<int64_t>(16, 3), {16});
+  mark_step();
+  w.requires_grad_();
+  Tensor loss = cross_entropy(matmul(x, w), labels);
+  loss.backward();
+  const compiler::CompileOptions off{}, on{.bf16_results = true};
+  const testing::TracedProgram a = testing::trace_program({loss, w.grad()}, off),
+                               b = testing::trace_program({loss, w.grad()}, on);
+  EXPECT_EQ(a.program.dump(), b.program.dump());
+}
+
+}  // namespace
+}  // namespace kiln
