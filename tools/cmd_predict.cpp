@@ -32,9 +32,8 @@ constexpr const char* kUsage =
     "[--num_beams N (--generation_num_beams)] [--length_penalty L] [--early_stopping true|false|never] "
     "[--num_return_sequences R] [--source_prefix P]: {\"generated_text\": ...} per row.";
 
-// A seq2seq model (T5): each row's source (a text line, or --text_column, default "source") with the source
-// prefix, generated from as Seq2SeqTrainer.predict(predict_with_generate=True) does; one JSON line per row,
-// {"generated_text": best} (and "candidates", best first, with --num_return_sequences > 1).
+// The model's task (its architecture's, as kiln eval decides it) reads the rows and makes the lines; the language
+// models' tasks have none.
 int run_predict(const std::vector<std::string>& args) {
   std::vector<cli::FlagSpec> specs = {
       {"model_name_or_path", true, true}, {"test_file", true, true, "input"}, {"output", true, true},
