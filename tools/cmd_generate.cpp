@@ -4,6 +4,7 @@
 //               [--chat [--messages FILE.json]] [--bf16]
 // Continues each prompt with a causal LM (GPT-2) or, with an encoder-decoder
 // (T5), takes each prompt as the encoder input; prints one line per prompt.
+// --num_beams N > 1 is beam search, with --do_sample beam sampling (beam_search.h).
 // The model's generation_config.json gives the defaults (do_sample,
 // temperature, eos ids, ...), as model.generate() starts from it.
 // --chat renders each prompt as a user turn (or --messages as a conversation)

@@ -46,6 +46,7 @@ using namespace kiln;
 using cli::int_flag;
 using cli::qa_options;
 using cli::switch_on;
+using cli::task_of_architecture;
 
 const std::vector<std::string> kBaseFlags = {"model_name_or_path", "config_name", "tokenizer_name", "task",
                                               "train_file", "validation_file", "text_column", "text_pair_column",
@@ -117,20 +118,6 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
         std::fprintf(stderr, "kiln train: warning: --%s is for --task %s; ignored with --task %s\n", name.c_str(),
                      for_task.c_str(), task.c_str());
   }
-}
-
-// The task an architecture's head was trained for ("" for none kiln knows).
-std::string task_of_architecture(const std::string& arch) {
-  const auto ends = [&](const char* s) { return arch.ends_with(s); };
-  return ends("ForSequenceClassification")      ? "text-classification"
-         : ends("ForTokenClassification")       ? "token-classification"
-         : ends("ForQuestionAnswering")         ? "question-answering"
-         : ends("ForMultipleChoice")            ? "multiple-choice"
-         : ends("ForMaskedLM")                  ? "masked-lm"
-         : ends("ForCausalLM")                  ? "causal-lm"
-         : arch == "GPT2LMHeadModel"            ? "causal-lm"
-         : arch == "T5ForConditionalGeneration" ? "seq2seq"
-                                                : "";
 }
 
 // kiln train without --task: the task of the model's architecture (config.json's architectures), as kiln eval

@@ -1,9 +1,12 @@
 // --task text-classification (run_glue) and token-classification (run_ner):
 // a classification head over a label set read from the training file.
 #include <cstdio>
+#include <sstream>
 
 #include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
+#include "flags.h"
+#include "kiln/io/compressed.h"
 #include "kiln/io/json_file.h"
 #include "train_task.h"
 
@@ -85,6 +88,15 @@ class TextClassification : public ClassificationTask {
   void predict(const PredictRun& run, const TaskContext& ctx, nlohmann::json&, nlohmann::json&) const override {
     write_predictions(run.trainer.predict(*run.test), ctx.labels, run.out / "predict_results.txt");
   }
+  // kiln predict: {"label": name, "score": probability} per row, or a regression head's {"score": value}.
+  PredictionLines prediction_lines(const PredictionRequest& r) const override {
+    warn_question_answering_flags(r.flags);
+    const TokenizerBundle tok = prediction_tokenizer(r);
+    const data::Dataset ds = data::load_dataset(r.flags.get("input"), prediction_options(r.flags));
+    const int64_t max_len = prediction_length(r, 128);
+    const data::Features feats = data::tokenize_dataset(ds, tok.tokenizer, max_len, nullptr);
+    return choice_lines(trainer_predictions(r, tok, feats, trainer_task(), max_len), &r.model.config());
+  }
 };
 
 class TokenClassification : public ClassificationTask {
@@ -109,6 +121,32 @@ class TokenClassification : public ClassificationTask {
     if (!run.test->token_labels.empty())
       for (auto& [k, v] : run.trainer.evaluate("predict", run.test)) predict[k] = all[k] = v;
     write_word_predictions(run.trainer.predict(*run.test), *run.test, ctx.labels, run.out / "predictions.txt");
+  }
+  // kiln predict: {"tags": [...], "words": [...]} per row, each word's tag its first token's prediction (words cut
+  // by --max_seq_length get none). JSON rows hold lists of words; text lines are split at whitespace.
+  PredictionLines prediction_lines(const PredictionRequest& r) const override {
+    warn_question_answering_flags(r.flags);
+    const TokenizerBundle tok = prediction_tokenizer(r);
+    data::DatasetOptions o = prediction_options(r.flags);
+    const bool text_lines = io::without_compression(r.flags.get("input")).extension() == ".txt";
+    o.split_into_words = !text_lines;
+    data::Dataset ds = data::load_dataset(r.flags.get("input"), o);
+    if (text_lines)
+      for (auto& row : ds.rows) {
+        std::istringstream words(row.text);
+        for (std::string w; words >> w;) row.words.push_back(w);
+      }
+    const int64_t max_len = prediction_length(r, 128);
+    const data::Features feats = data::tokenize_words(ds, tok.tokenizer, max_len, nullptr, false);
+    const train::Predictions p = trainer_predictions(r, tok, feats, trainer_task(), max_len);
+    PredictionLines out;
+    for (size_t i = 0; i < feats.size(); ++i) {
+      nlohmann::json tags = nlohmann::json::array();
+      for (int64_t tag : data::per_word(p.token_labels[i], feats.word_ids[i]))
+        tags.push_back(label_name(r.model.config(), tag));
+      out.lines.push_back({{"tags", tags}, {"words", ds.rows[i].words}});
+    }
+    return out;
   }
 };
 

@@ -1,6 +1,7 @@
 // --task question-answering (run_qa): questions over contexts cut into
 // overlapping windows, the predictions answers (train/question_answering.h);
 // --task multiple-choice (run_swag): a question and its endings, one right.
+#include "flags.h"
 #include "kiln/core/error.h"
 #include "train_task.h"
 
@@ -43,6 +44,35 @@ class QuestionAnswering : public TrainTask {
   void predict(const PredictRun& run, const TaskContext&, nlohmann::json& predict, nlohmann::json& all) const override {
     for (auto& [k, v] : run.trainer.evaluate("predict", run.test)) predict[k] = all[k] = v;
   }
+  // kiln predict: each question's best span over its context's windows (run_qa's post-processing), as
+  // {"id", "answer", "start", "end", "score"} (characters of the context; the null answer has only id and "").
+  PredictionLines prediction_lines(const PredictionRequest& r) const override {
+    const Flags& f = r.flags;
+    const TokenizerBundle tok = prediction_tokenizer(r);
+    data::DatasetOptions o = prediction_options(f);
+    o.question_answering = true;
+    const auto ds = std::make_shared<const data::Dataset>(data::load_dataset(f.get("input"), o));
+    const int64_t max_len = prediction_length(r, kQaMaxSeqLength);
+    const data::Features feats =
+        data::tokenize_qa(ds, tok.tokenizer, max_len, f.integer("doc_stride", default_doc_stride(max_len), 0));
+    const train::Predictions p = trainer_predictions(r, tok, feats, trainer_task(), max_len);
+    train::QaOptions qo;
+    qo.max_answer_length = f.integer("max_answer_length", 30, 1);
+    qo.version_2_with_negative = f.has("version_2_with_negative");
+    const train::QaPredictions answers = train::postprocess_qa_predictions(feats, p.start_logits, p.end_logits, qo);
+    PredictionLines out{{}, "answers"};
+    for (size_t e = 0; e < answers.ids.size(); ++e) {
+      nlohmann::ordered_json line = {{"id", answers.ids[e]}, {"answer", answers.answers[e]}};
+      if (const int64_t k = answers.chosen[e]; k >= 0) {
+        const train::QaCandidate& c = answers.nbest[e][static_cast<size_t>(k)];
+        line["start"] = c.offsets.first;
+        line["end"] = c.offsets.second;
+        line["score"] = c.probability;
+      }
+      out.lines.push_back(std::move(line));
+    }
+    return out;
+  }
 };
 
 // run_swag: sent1, sent2, ending0, ending1, ..., label.
@@ -60,6 +90,17 @@ class MultipleChoice : public TrainTask {
   }
   std::shared_ptr<data::Features> features(const data::Dataset& ds, const TaskContext& ctx) const override {
     return std::make_shared<data::Features>(data::tokenize_choices(ds, ctx.tok.tokenizer, ctx.max_len));
+  }
+  // kiln predict: {"label": k, "score": p} per row, the chosen ending's index.
+  PredictionLines prediction_lines(const PredictionRequest& r) const override {
+    warn_question_answering_flags(r.flags);
+    const TokenizerBundle tok = prediction_tokenizer(r);
+    data::DatasetOptions o = prediction_options(r.flags);
+    o.multiple_choice = true;
+    const data::Dataset ds = data::load_dataset(r.flags.get("input"), o);
+    const int64_t max_len = prediction_length(r, 128);
+    const data::Features feats = data::tokenize_choices(ds, tok.tokenizer, max_len);
+    return choice_lines(trainer_predictions(r, tok, feats, trainer_task(), max_len), nullptr);
   }
 };
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "flags.h"
+#include "generation_flags.h"
 #include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
 #include "kiln/models/generation.h"
@@ -35,33 +37,45 @@ struct Generated {
   double mean_length = 0;
 };
 
+// Seq2SeqTrainer's generation_max_length, generate's max_length: for an encoder-decoder it counts the decoder's
+// start token, so at most max_length - 1 new tokens (none for max_length 1: the start token alone, decoded as "").
+void set_generation_max_length(models::GenerationConfig& g, int64_t max_length) {
+  g.max_new_tokens = max_length - 1;
+  g.max_length.reset();
+}
+
+// generate() over `sources` in batches of `batch`: num_return_sequences sequences per source (source-major), each
+// empty when max_new_tokens is 0.
+std::vector<std::vector<int64_t>> generate_in_batches(models::PreTrainedModel& model,
+                                                      const std::vector<std::vector<int64_t>>& sources,
+                                                      const models::GenerationConfig& g, size_t batch) {
+  const auto R = static_cast<size_t>(std::max<int64_t>(g.num_return_sequences, 1));
+  if (g.max_new_tokens < 1) return std::vector<std::vector<int64_t>>(sources.size() * R);
+  std::vector<std::vector<int64_t>> out;
+  for (size_t i = 0; i < sources.size(); i += batch) {
+    const std::vector<std::vector<int64_t>> chunk(sources.begin() + static_cast<std::ptrdiff_t>(i),
+                                                  sources.begin() + static_cast<std::ptrdiff_t>(std::min(sources.size(), i + batch)));
+    for (auto& seq : models::generate(model, chunk, g)) out.push_back(std::move(seq));
+  }
+  return out;
+}
+
 // Seq2SeqTrainer's generate over `rows`: greedy, or beam search with --generation_num_beams or the model's
 // generation_config.json in `model_dir`; generate's max_length is --generation_max_length (else
-// `max_target_length`, as run_summarization passes it), which for an encoder-decoder counts the decoder's start
-// token: max_length - 1 new tokens at most.
+// `max_target_length`, as run_summarization passes it).
 Generated generate_rows(models::PreTrainedModel& model, const data::Features& rows, const train::TrainingArguments& ta,
                         int64_t max_target_length, const TokenizerBundle& tok, const fs::path& model_dir) {
   model.eval();
   models::GenerationConfig g;
   models::apply_generation_config(model_dir, g);  // the model's beam settings, as Seq2SeqTrainer's generate reads them
-  g.max_new_tokens = ta.generation_max_length.value_or(max_target_length) - 1;
-  g.max_length.reset();
+  set_generation_max_length(g, ta.generation_max_length.value_or(max_target_length));
   if (ta.generation_num_beams) g.num_beams = *ta.generation_num_beams;
   g.num_return_sequences = 1;
   Generated out;
-  if (g.max_new_tokens < 1) {  // max_length 1: the start token alone, decoded as ""
-    out.lines.assign(rows.size(), "");
-    return out;
-  }
   int64_t tokens = 0;
-  const auto batch = static_cast<size_t>(ta.per_device_eval_batch_size);
-  for (size_t i = 0; i < rows.size(); i += batch) {
-    std::vector<std::vector<int64_t>> chunk(rows.input_ids.begin() + static_cast<std::ptrdiff_t>(i),
-                                            rows.input_ids.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), i + batch)));
-    for (const auto& seq : models::generate(model, chunk, g)) {
-      tokens += std::count_if(seq.begin(), seq.end(), [&](int64_t id) { return id != tok.pad_id; });
-      out.lines.push_back(one_line(tok.tokenizer.decode(std::vector<uint32_t>(seq.begin(), seq.end()), true)));
-    }
+  for (const auto& seq : generate_in_batches(model, rows.input_ids, g, static_cast<size_t>(ta.per_device_eval_batch_size))) {
+    tokens += std::count_if(seq.begin(), seq.end(), [&](int64_t id) { return id != tok.pad_id; });
+    out.lines.push_back(one_line(tok.tokenizer.decode(std::vector<uint32_t>(seq.begin(), seq.end()), true)));
   }
   out.mean_length = static_cast<double>(tokens) / static_cast<double>(std::max<size_t>(out.lines.size(), 1));
   return out;
@@ -142,8 +156,63 @@ class Seq2Seq : public TrainTask {
     m.erase("perplexity");
     for (auto& [k, v] : m) predict[k] = all[k] = v;
   }
+  // kiln predict: each row's source (a text line, or --text_column, default "source") with the source prefix,
+  // generated from as Seq2SeqTrainer.predict(predict_with_generate=True) does; {"generated_text": best} per row
+  // (and "candidates", best first, with --num_return_sequences > 1).
+  PredictionLines prediction_lines(const PredictionRequest& r) const override {
+    const Flags& f = r.flags;
+    const TokenizerBundle tok = prediction_tokenizer(r);
+    const std::vector<std::vector<int64_t>> sources = prediction_sources(r, tok);
+    models::GenerationConfig g;
+    models::apply_generation_config(r.model_dir, g);
+    read_beam_flags(f, g, "predict");
+    KILN_CHECK(!(f.has("max_new_tokens") && f.has("generation_max_length")),
+               "predict: --max_new_tokens N (N new tokens) and --generation_max_length N (N - 1 new tokens: the ",
+               "decoder's start token counts) bound the same output; give one");
+    if (f.has("generation_max_length")) {
+      set_generation_max_length(g, f.integer("generation_max_length", 129, 1));
+    } else {
+      g.max_new_tokens = f.integer("max_new_tokens", 128, 1);  // run_summarization's max_target_length
+      g.max_length.reset();
+    }
+    const auto batch = static_cast<size_t>(f.integer("batch_size", 32, 1));
+    const auto seqs = generate_in_batches(r.model, sources, g, batch);
+    const auto R = static_cast<size_t>(std::max<int64_t>(g.num_return_sequences, 1));
+    PredictionLines out{{}, "generated rows"};
+    for (size_t row = 0; row < seqs.size(); row += R) {
+      nlohmann::ordered_json line;
+      nlohmann::json candidates = nlohmann::json::array();
+      for (size_t k = row; k < row + R; ++k)
+        candidates.push_back(tok.tokenizer.decode(std::vector<uint32_t>(seqs[k].begin(), seqs[k].end()), true));
+      line["generated_text"] = candidates[0];
+      if (R > 1) line["candidates"] = candidates;
+      out.lines.push_back(std::move(line));
+    }
+    return out;
+  }
 
  private:
+  // kiln predict's sources: --text_column (default "source") of each row with the source prefix (--source_prefix,
+  // else the model's), encoded and cut to --max_seq_length (default 1024, run_summarization's) as HF's tokenizer
+  // truncates: the closing </s> stays.
+  static std::vector<std::vector<int64_t>> prediction_sources(const PredictionRequest& r, const TokenizerBundle& tok) {
+    const Flags& f = r.flags;
+    data::DatasetOptions o;
+    o.text_column = f.get("text_column", "source");
+    o.label_column = "";
+    const data::Dataset ds = data::load_dataset(f.get("input"), o);
+    const std::string prefix = f.has("source_prefix") ? f.get("source_prefix") : saved_source_prefix(r.model.config());
+    const auto max_len = static_cast<size_t>(f.integer("max_seq_length", 1024, 2));
+    std::vector<std::vector<int64_t>> sources;
+    for (const auto& row : ds.rows) {
+      auto e = tok.tokenizer.encode(prefix + row.text, /*add_special_tokens=*/true);
+      std::vector<int64_t> ids(e.ids.begin(), e.ids.end());
+      if (ids.size() > max_len) ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(max_len) - 1, ids.end() - 1);
+      sources.push_back(std::move(ids));
+    }
+    return sources;
+  }
+
   static std::string source_prefix(const FlagValues& f) { return f.count("source_prefix") ? f.at("source_prefix") : ""; }
 };
 

@@ -97,6 +97,19 @@ std::shared_ptr<data::Features> TrainTask::test_features(const data::Dataset& ds
   return at_most(features(ds, ctx), ctx.flags, "max_predict_samples");
 }
 
+std::string task_of_architecture(const std::string& arch) {
+  const auto ends = [&](const char* s) { return arch.ends_with(s); };
+  return ends("ForSequenceClassification")      ? "text-classification"
+         : ends("ForTokenClassification")       ? "token-classification"
+         : ends("ForQuestionAnswering")         ? "question-answering"
+         : ends("ForMultipleChoice")            ? "multiple-choice"
+         : ends("ForMaskedLM")                  ? "masked-lm"
+         : ends("ForCausalLM")                  ? "causal-lm"
+         : arch == "GPT2LMHeadModel"            ? "causal-lm"
+         : arch == "T5ForConditionalGeneration" ? "seq2seq"
+                                                : "";
+}
+
 std::unique_ptr<TrainTask> make_train_task(const std::string& name) {
   using Make = std::unique_ptr<TrainTask> (*)();
   static const std::pair<const char*, Make> kTasks[] = {

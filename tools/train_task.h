@@ -2,8 +2,10 @@
 // kiln train's tasks: one object per --task holds what differs between them
 // (HF's run_glue, run_ner, run_qa, run_swag, run_mlm, run_clm,
 // run_summarization and TRL's SFTTrainer): how its files are read, the
-// labels, the model's head, the tokenized features, the collator, and what
-// --do_predict writes. run_train and run_eval (cmd_train.cpp) drive them.
+// labels, the model's head, the tokenized features, the collator, what
+// --do_predict writes, and kiln predict's JSON lines from a saved model.
+// run_train and run_eval (cmd_train.cpp) and run_predict (cmd_predict.cpp)
+// drive them.
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -43,6 +45,23 @@ struct PredictRun {
   std::shared_ptr<const data::Features> test;
   const train::TrainingArguments& args;
   std::filesystem::path out;  // output_dir
+};
+
+class Flags;
+
+// kiln predict: a saved model of the task, and the command's flags (--test_file, --output, the task's own).
+struct PredictionRequest {
+  const Flags& flags;
+  models::PreTrainedModel& model;
+  std::filesystem::path model_dir;
+  std::filesystem::path adapter;  // empty without --adapter
+};
+
+// What kiln predict writes: one JSON object per input row (per question for question answering), and what its
+// summary line calls them.
+struct PredictionLines {
+  std::vector<nlohmann::ordered_json> lines;
+  const char* noun = "rows";
 };
 
 class TrainTask {
@@ -92,7 +111,13 @@ class TrainTask {
   // Whether --predict_with_generate applies, and what it adds to each of `trainer`'s evaluations of `model`.
   virtual bool generates() const { return false; }
   virtual void add_eval_metrics(train::Trainer& trainer, models::PreTrainedModel& model, const TaskContext& ctx) const {}
+  // kiln predict: the lines for the request's --test_file rows (an error for a task without them: the language
+  // models').
+  virtual PredictionLines prediction_lines(const PredictionRequest& r) const;
 };
+
+// The task an architecture's head was trained for ("" for none kiln knows).
+std::string task_of_architecture(const std::string& arch);
 
 // The task of --task `name` (text-classification, token-classification, question-answering, multiple-choice,
 // masked-lm, causal-lm, seq2seq, sft); an error listing them for another name.
@@ -106,6 +131,28 @@ std::unique_ptr<TrainTask> masked_lm_task();
 std::unique_ptr<TrainTask> causal_lm_task();
 std::unique_ptr<TrainTask> sft_task();
 std::unique_ptr<TrainTask> seq2seq_task();
+
+// kiln predict's steps, shared by the tasks (task_prediction.cpp).
+// The error for a model kiln predict has no lines for.
+[[noreturn]] void cannot_predict(const std::string& architecture);
+// The tokenizer beside the model (or its adapter).
+TokenizerBundle prediction_tokenizer(const PredictionRequest& r);
+// The --test_file options every task starts from: --text_column and --text_pair_column, no labels.
+data::DatasetOptions prediction_options(const Flags& flags);
+// --max_seq_length (at least 3) fitted to the model's positions, `fallback` when absent.
+int64_t prediction_length(const PredictionRequest& r, int64_t fallback);
+// --doc_stride, --max_answer_length and --version_2_with_negative are question answering's: named, not used.
+void warn_question_answering_flags(const Flags& flags);
+// Trainer.predict over `feats` (--per_device_eval_batch_size, --bf16), padded with the model's pad id.
+train::Predictions trainer_predictions(const PredictionRequest& r, const TokenizerBundle& tok,
+                                       const data::Features& feats, train::Task task, int64_t max_len);
+// A classifier's name for label `id` (id2label), its number without one.
+std::string label_name(const models::PretrainedConfig& config, int64_t id);
+// A classifier's line per row: {"label": name, "score": probability}, with `names` null the label's index (a
+// multiple-choice model's ending); a regression head's {"score": value}.
+PredictionLines choice_lines(const train::Predictions& p, const models::PretrainedConfig* names);
+// The lines into `path` (JSONL, written atomically), and kiln predict's summary line.
+void write_prediction_lines(const std::string& path, const PredictionLines& p);
 
 // kiln train's flag readers, shared by the tasks and kiln eval.
 // A numeric flag checked against its smallest value (`fallback` when absent).

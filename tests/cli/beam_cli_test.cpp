@@ -98,7 +98,6 @@ TEST_F(BeamCli, GenerateBeamsAsTheLibraryAndGenerationConfigDefaults) {
   };
   fails(" --early_stopping sometimes", "--early_stopping must be true, false or \"never\"");
   fails(" --num_beams 1", "num_return_sequences (2) has to be smaller or equal to num_beams (1)");
-  fails(" --num_beams 2 --num_return_sequences 1 --do_sample", "beam search with sampling");
   config["num_beams"] = "four";
   io::write_json_file_atomic(m / "generation_config.json", config);
   fails("", "generation_config.json: \"num_beams\" must be an integer, found");
@@ -146,6 +145,44 @@ TEST_F(BeamCli, GenerateSamplesAsTheGenerationConfigSays) {
   EXPECT_CONTAINS(both.output, "--max_new_tokens or --max_length, not both");
 }
 
+// Beam sampling from the command line (--num_beams with --do_sample, or a generation_config.json that sets both):
+// what models::generate draws with the same settings and seed; the same seed, the same lines.
+TEST_F(BeamCli, GenerateBeamSampling) {
+  SKIP_WITHOUT_SHARED((fs::path(KILN_SHARED_DIR) / "tokenizers" / "t5-small").string());
+  const fs::path m = t5("t5");
+  std::ofstream(dir_ / "prompts.txt") << "summarize: the battery lasts all day\nhello there\n";
+  const std::string gen = "generate --model " + m.string() + " --prompts_file " + (dir_ / "prompts.txt").string() +
+                          " --max_new_tokens 6 --num_return_sequences 2";
+  auto model = models::from_pretrained(m);
+  auto tok = tokenizers::Tokenizer::from_pretrained(m.string());
+  models::GenerationConfig g;
+  g.do_sample = true;
+  g.num_beams = 3;
+  g.num_return_sequences = 2;
+  g.temperature = 1.7;
+  g.top_k = 7;
+  g.max_new_tokens = 6;
+  g.seed = 3;
+  std::string expected;
+  for (const auto& seq : models::generate(*model, prompt_ids(tok), g))
+    expected += tok.decode(std::vector<uint32_t>(seq.begin(), seq.end()), true) + "\n";
+  const std::string flags = " --num_beams 3 --do_sample true --temperature 1.7 --top_k 7 --seed 3";
+  const auto sampled = run_kiln(gen + flags, dir_.path());
+  ASSERT_EQ(sampled.status, 0) << sampled.output;
+  EXPECT_EQ(sampled.output, expected);
+  EXPECT_EQ(run_kiln(gen + flags, dir_.path()).output, expected);
+  // The same settings from generation_config.json.
+  auto config = read_json_file(m / "generation_config.json");
+  config["num_beams"] = 3;
+  config["do_sample"] = true;
+  config["temperature"] = 1.7;
+  config["top_k"] = 7;
+  io::write_json_file_atomic(m / "generation_config.json", config);
+  const auto from_file = run_kiln(gen + " --seed 3", dir_.path());
+  ASSERT_EQ(from_file.status, 0) << from_file.output;
+  EXPECT_EQ(from_file.output, expected);
+}
+
 // kiln predict with a T5: one JSON line per source, the beams kiln generate prints for it.
 TEST_F(BeamCli, PredictGeneratesForSeq2Seq) {
   SKIP_WITHOUT_SHARED((fs::path(KILN_SHARED_DIR) / "tokenizers" / "t5-small").string());
@@ -159,7 +196,7 @@ TEST_F(BeamCli, PredictGeneratesForSeq2Seq) {
   const auto pred = run_kiln("predict --model_name_or_path " + m.string() + " --test_file " +
                                  (dir_ / "sources.txt").string() + " --output " + (dir_ / "p.jsonl").string() +
                                  " --predict_with_generate --generation_num_beams 3 --num_return_sequences 2" +
-                                 " --generation_max_length 5",
+                                 " --generation_max_length 6",  // the decoder's start token and 5 new ones
                              dir_.path());
   ASSERT_EQ(pred.status, 0) << pred.output;
   std::ifstream in(dir_ / "p.jsonl");

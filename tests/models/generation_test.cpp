@@ -348,6 +348,21 @@ TEST(Generation, BadT5InputIsAClearError) {
   EXPECT_EQ(models::generate(*model, {{3, 1}}, g), models::generate(t5, {{3, 1}}, g));
 }
 
+// num_beams 1 with do_sample is sampling proper (generation.cpp's choose()), not beam sampling: its draws for a
+// seed are pinned here.
+TEST(Generation, OneBeamSamplingDrawsArePinned) {
+  auto model = tiny_gpt2();
+  models::GenerationConfig g;
+  g.do_sample = true;
+  g.temperature = 0.9;
+  g.top_k = 10;
+  g.max_new_tokens = 6;
+  g.eos_token_ids = {-1};
+  g.seed = 21;
+  EXPECT_EQ(models::generate(*model, {{5, 17, 42, 8}}, g),
+            (std::vector<std::vector<int64_t>>{{5, 17, 42, 8, 58, 3, 11, 58, 56, 91}}));
+}
+
 }  // namespace
 }  // namespace kiln
 
@@ -373,3 +388,4 @@ TEST(LogitsProcessors, RepetitionPenaltyAndNoRepeatNgramAsTransformers) {
   kiln::models::process_logits(logits, ids, three);
   EXPECT_EQ(logits, (std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f, -0.5f, 2.0f}));
 }
+

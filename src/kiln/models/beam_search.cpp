@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -36,6 +37,36 @@ void log_softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] - m - lse;
 }
 
+// torch.multinomial(softmax(scores), k) without replacement, then ordered by score (largest first, ties by the
+// lower index): each candidate's key is E / p with E ~ Exp(1) and p its (unnormalized, float32) probability, and the
+// k smallest keys win, which draws as k successive samples without replacement do. Candidates of probability 0
+// come last, best score first.
+std::vector<int64_t> sample_top_k(const std::vector<float>& scores, int64_t k, std::mt19937_64& rng) {
+  const float m = *std::max_element(scores.begin(), scores.end());
+  std::exponential_distribution<double> exponential(1.0);
+  const double never = std::numeric_limits<double>::infinity();
+  std::vector<double> key(scores.size());
+  for (size_t i = 0; i < scores.size(); ++i) {
+    const float p = m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(scores[i] - m);
+    key[i] = p > 0 ? exponential(rng) / p : never;
+  }
+  std::vector<int64_t> idx(scores.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  k = std::min<int64_t>(k, static_cast<int64_t>(scores.size()));
+  const auto before = [&](int64_t a, int64_t b) {
+    const auto ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
+    if (key[ua] != key[ub]) return key[ua] < key[ub];
+    return scores[ua] > scores[ub] || (scores[ua] == scores[ub] && a < b);
+  };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), before);
+  idx.resize(static_cast<size_t>(k));
+  std::sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
+    return scores[static_cast<size_t>(a)] > scores[static_cast<size_t>(b)] ||
+           (scores[static_cast<size_t>(a)] == scores[static_cast<size_t>(b)] && a < b);
+  });
+  return idx;
+}
+
 float length_norm(int64_t length, double penalty) {
   return static_cast<float>(std::pow(static_cast<double>(length), penalty));
 }
@@ -61,22 +92,24 @@ BeamSearch::BeamSearch(const std::vector<std::vector<int64_t>>& prefixes, std::v
   is_finished_.assign(running_.size(), 0);
   unsatisfied_.assign(static_cast<size_t>(batch_), 1);
   done_ = g.max_new_tokens == 0;
+  if (g.do_sample) rngs_.assign(static_cast<size_t>(batch_), std::mt19937_64(g.seed));
 }
 
 // transformers' _get_top_k_continuations: the best continuations of input b over all its beams.
 std::vector<BeamSearch::Candidate> BeamSearch::top_continuations(const std::vector<float>& logits, int64_t vocab,
-                                                                 int64_t b) const {
+                                                                 int64_t b) {
   std::vector<float> acc(static_cast<size_t>(beams_ * vocab));
   for (int64_t j = 0; j < beams_; ++j) {
     const int64_t row = b * beams_ + j;
     std::vector<float> lp(logits.begin() + row * vocab, logits.begin() + (row + 1) * vocab);
     log_softmax(lp.data(), vocab);
     process_logits(lp, running_[static_cast<size_t>(row)], g_);
+    if (g_.do_sample) warp_logits(lp, g_, std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())));
     for (int64_t v = 0; v < vocab; ++v) acc[static_cast<size_t>(j * vocab + v)] = lp[v] + running_scores_[row];
   }
   const int64_t keep = std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())) * beams_;
   std::vector<Candidate> top;
-  for (int64_t i : top_k(acc, keep)) {
+  for (int64_t i : g_.do_sample ? sample_top_k(acc, keep, rngs_[static_cast<size_t>(b)]) : top_k(acc, keep)) {
     const int64_t token = i % vocab;
     const bool eos = std::find(eos_.begin(), eos_.end(), token) != eos_.end();
     top.push_back({acc[static_cast<size_t>(i)], b * beams_ + i / vocab, token, eos || cur_len_ + 1 >= max_length_});

@@ -13,7 +13,19 @@
 // (length: generated ids, EOS included); the best num_beams unfinished ones
 // run on. Scores are float32 as in transformers, -1e9 marks what may not be
 // chosen, and ties keep the lower index.
+//
+// With do_sample (beam sampling, transformers' _beam_search under
+// do_sample=True) the processed log-probs also pass HF's warpers
+// (temperature, top_k, top_p; warp_logits, keeping at least 1 + #eos tokens)
+// and the continuations are not the best ones but drawn without replacement
+// from the softmax of their accumulated scores (torch.multinomial), then
+// ranked by score. Each input draws from its own generator, seeded with
+// GenerationConfig::seed, so its beams do not depend on the batch it runs in.
+// When fewer candidates than needed have a nonzero probability (a small
+// top_k), the rest are the best of those without, as torch.multinomial also
+// fills with zero-probability categories; their scores (-inf) never win.
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "kiln/models/generation.h"
@@ -45,7 +57,7 @@ class BeamSearch {
     int64_t token;
     bool stops;
   };
-  std::vector<Candidate> top_continuations(const std::vector<float>& logits, int64_t vocab, int64_t b) const;
+  std::vector<Candidate> top_continuations(const std::vector<float>& logits, int64_t vocab, int64_t b);
   void update_finished(int64_t b, const std::vector<Candidate>& top);
   bool improvement_possible(int64_t b) const;
 
@@ -55,6 +67,7 @@ class BeamSearch {
   std::vector<std::vector<int64_t>> running_, finished_;
   std::vector<float> running_scores_, finished_scores_;
   std::vector<char> is_finished_, unsatisfied_;  // per slot; per input
+  std::vector<std::mt19937_64> rngs_;            // per input, beam sampling's draws
   bool done_ = false;
 };
 

@@ -54,8 +54,6 @@ void check_beam_config(const GenerationConfig& g) {
   KILN_CHECK(g.num_return_sequences >= 1, "generate: num_return_sequences must be >= 1, got ", g.num_return_sequences);
   KILN_CHECK(g.num_return_sequences <= g.num_beams, "generate: num_return_sequences (", g.num_return_sequences,
              ") has to be smaller or equal to num_beams (", g.num_beams, ")");
-  KILN_CHECK(g.num_beams == 1 || !g.do_sample,
-             "generate: beam search with sampling (num_beams > 1 with do_sample) is not implemented; use one of them");
 }
 
 void check_config(const GenerationConfig& g) {
@@ -116,6 +114,36 @@ void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids,
                    ids.begin() + static_cast<std::ptrdiff_t>(len - (n - 1))))
       if (const int64_t banned = ids[start + n - 1]; banned >= 0 && banned < V)
         logits[static_cast<size_t>(banned)] = -std::numeric_limits<float>::infinity();
+}
+
+void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t min_tokens_to_keep) {
+  const auto V = static_cast<int64_t>(scores.size());
+  const float filtered = -std::numeric_limits<float>::infinity();
+  if (g.temperature != 1.0)
+    for (float& x : scores) x /= static_cast<float>(g.temperature);
+  if (g.top_k > 0) {  // TopKLogitsWarper: below the k-th largest value goes (ties with it stay)
+    const int64_t k = std::min(std::max(g.top_k, min_tokens_to_keep), V);
+    std::vector<float> sorted = scores;
+    std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+    const float kth = sorted[static_cast<size_t>(k - 1)];
+    for (float& x : scores)
+      if (x < kth) x = filtered;
+  }
+  if (g.top_p < 1.0) {  // TopPLogitsWarper: the smallest tokens whose mass is at most 1 - top_p go
+    std::vector<int64_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[a] < scores[b]; });
+    const float m = scores[static_cast<size_t>(order.back())];
+    if (m == filtered) return;  // nothing left to filter
+    std::vector<double> p(static_cast<size_t>(V));
+    double total = 0;
+    for (int64_t i = 0; i < V; ++i) total += p[i] = std::exp(static_cast<double>(scores[order[i]]) - m);
+    double cumulative = 0;
+    for (int64_t i = 0; i < V - min_tokens_to_keep; ++i) {
+      cumulative += p[i] / total;
+      if (cumulative <= 1.0 - g.top_p) scores[order[i]] = filtered;
+    }
+  }
 }
 
 GenerationConfig::EarlyStopping parse_early_stopping(const std::string& text) {

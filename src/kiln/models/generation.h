@@ -38,7 +38,8 @@ struct GenerationConfig {
   double repetition_penalty = 1.0;
   int64_t no_repeat_ngram_size = 0;
   // Beam search (num_beams > 1, transformers' _beam_search): hypotheses are
-  // ranked by sum of log-probs / generated_length ** length_penalty;
+  // ranked by sum of log-probs / generated_length ** length_penalty (with
+  // do_sample, beam sampling: the candidates are drawn, see beam_search.h);
   // early_stopping True stops an input once num_beams hypotheses are done,
   // False once the best running beam cannot beat the worst done one at its
   // current length, Never once it cannot at max length (length_penalty > 0).
@@ -57,6 +58,14 @@ GenerationConfig::EarlyStopping parse_early_stopping(const std::string& text);
 // one row of logits, given the ids so far (a decoder-only model's prompt and
 // output; an encoder-decoder's decoder input, its start token first).
 void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids, const GenerationConfig& g);
+
+// HF's sampling warpers (TemperatureLogitsWarper, TopKLogitsWarper,
+// TopPLogitsWarper, in that order) on one row of scores, as beam sampling
+// applies them to the processed log-probs: the scores divided by temperature,
+// then those below the top_k-th largest and the least likely ones whose
+// probability mass is at most 1 - top_p set to -inf, each filter keeping at
+// least min_tokens_to_keep.
+void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t min_tokens_to_keep);
 
 // A decoder-only LM (GPT2LMHeadModel, LlamaForCausalLM): continues each
 // prompt (token ids) on its own; returns prompt + generated ids per prompt,
