@@ -60,7 +60,9 @@ bool read_only_rounded(int32_t i, const std::vector<std::vector<int32_t>>& users
 // that value: GPT-2's dq, dk and dv, widened, merged into the [B, T, 3·H·D]
 // gradient of the projection and rounded again for its products, become
 // views of the attention gradient's bf16 result, as they are of its f32 one
-// in an f32 step.
+// in an f32 step. An attention gradient with bf16 operands, which rounds the
+// output's gradient to bf16 before its products, reads a widened bf16 one
+// as it is.
 void write_bf16_results(Graph& g) {
   const size_t n = g.nodes.size();
   const std::vector<std::vector<int32_t>> users = users_of(g);
@@ -111,6 +113,10 @@ void write_bf16_results(Graph& g) {
       remap[i] = push(GraphNode{Op::Cast, DType::f32, shape, {moved}, {}}, false);
     } else if (node.op == Op::Cast && node.dtype == DType::bf16 && widened(node.inputs[0]) >= 0) {
       remap[i] = widened(node.inputs[0]);
+    } else if (node.op == Op::AttentionGrad && out.nodes[node.inputs[0]].dtype == DType::bf16 &&
+               widened(node.inputs.back()) >= 0) {
+      node.inputs.back() = widened(node.inputs.back());  // dout: rounded to bf16 by the kernel anyway
+      remap[i] = push(std::move(node), made[i]);
     } else {
       remap[i] = push(std::move(node), made[i]);
     }

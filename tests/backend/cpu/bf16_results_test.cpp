@@ -22,6 +22,7 @@ struct Executed {
   std::vector<std::vector<char>> outputs;
   size_t instructions = 0, rounding_passes = 0, concats = 0;
   std::vector<ir::Op> bf16_kernels;  // kernels (not fused groups) with a bf16 result
+  bool bf16_attention_dout = false;  // the attention gradient reads the output's gradient as bf16
 };
 
 // A fused group that only rounds its one f32 operand to bf16 values, kept
@@ -59,6 +60,7 @@ Executed run(const std::vector<Tensor>& results, bool bf16_results, bool jit) {
     r.rounding_passes += rounds_only(ins);
     r.concats += !ins.fused && ins.op == ir::Op::Concat;
     if (!ins.fused && ins.output.dtype == DType::bf16) r.bf16_kernels.push_back(ins.op);
+    if (ins.op == ir::Op::AttentionGrad) r.bf16_attention_dout = ins.inputs.back().dtype == DType::bf16;
   }
   testing::HostMemory mem;
   std::vector<void*> outs;
@@ -124,6 +126,8 @@ TEST(CpuBf16Results, AutocastStepKeepsItsBitsWithFewerPasses) {
       EXPECT_TRUE(has(after.bf16_kernels, ir::Op::MatMul));
       EXPECT_TRUE(has(after.bf16_kernels, ir::Op::AttentionGrad));
       EXPECT_TRUE(has(after.bf16_kernels, ir::Op::CrossEntropyGrad));
+      EXPECT_FALSE(before.bf16_attention_dout);
+      EXPECT_TRUE(after.bf16_attention_dout);
       EXPECT_GE(before.rounding_passes, 8u);  // every input and weight gradient of a product
       EXPECT_EQ(after.rounding_passes, 0u);
       EXPECT_EQ(before.concats, 1u);  // dq, dk, dv into the projection's gradient
@@ -165,6 +169,7 @@ TEST(CpuBf16Results, BertBlockKeepsItsValues) {
     for (Tensor& t : *v) results.push_back(t.grad());
   const Executed before = run(results, false, true), after = run(results, true, true);
   EXPECT_TRUE(has(after.bf16_kernels, ir::Op::AttentionGrad));
+  EXPECT_TRUE(after.bf16_attention_dout);
   EXPECT_EQ(after.rounding_passes, 0u);
   ASSERT_EQ(before.outputs.size(), after.outputs.size());
   for (size_t o = 0; o < before.outputs.size(); ++o) {

@@ -496,14 +496,14 @@ HeadsOf<const U> rounded_dy(const Geometry& g, const Heads& dy, std::vector<U>& 
   return {to.data(), g.H * g.Tq * g.D, g.Tq * g.D, g.D};
 }
 
-// The gradient's heads, with products of T operands (f32, or bf16 for
-// Geometry::native).
 // A bf16 result's dq, dk and dv (compiler/bf16_results.cpp): each head is
 // summed in f32 and rounded once it is whole.
 struct Bf16Grads {
   HeadsOf<uint16_t> dq, dk, dv;
 };
 
+// The gradient's heads, with products of T operands (f32, or bf16 for
+// Geometry::native).
 template <typename T>
 bool backward_heads(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<const T>& k,
                     const HeadsOf<const T>& v, const HeadsOf<const T>& dy, const std::optional<Kept>& kept,
@@ -636,15 +636,20 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
   const std::optional<Kept> kept =
       g.kept ? std::optional<Kept>(std::in_place, in[last - 1], ins.inputs[last - 1], g) : std::nullopt;
   std::vector<float> wq, wk, wv, wdy, wrounded;
-  const Heads dy = heads(ins, in, last, wdy);
+  // dy is rounded to bf16 for bf16 operands (autocast's product of the
+  // bf16 probabilities' gradient); a bf16 dy (compiler/bf16_results.cpp) is
+  // that value already.
+  const bool dy_bf16 = ins.inputs[last].dtype == DType::bf16;
   bool ok = true;
   if (g.native) {
     std::vector<uint16_t> dyb;
     ok = backward_heads(g, bf16_heads(ins, in, 0), bf16_heads(ins, in, 1), bf16_heads(ins, in, 2),
-                        rounded_dy(g, dy, dyb), kept, dq, dk, dv, r);
+                        dy_bf16 ? bf16_heads(ins, in, last) : rounded_dy(g, heads(ins, in, last, wdy), dyb), kept, dq,
+                        dk, dv, r);
   } else {
+    const Heads dy = heads(ins, in, last, wdy);
     ok = backward_heads(g, heads(ins, in, 0, wq), heads(ins, in, 1, wk), heads(ins, in, 2, wv),
-                        g.bf16 ? rounded_dy(g, dy, wrounded) : dy, kept, dq, dk, dv, r);
+                        g.bf16 && !dy_bf16 ? rounded_dy(g, dy, wrounded) : dy, kept, dq, dk, dv, r);
   }
   KILN_CHECK(ok, "attention: oneDNN's product failed for the gradient of a head of [", g.Tq, "x", g.D, "]·[", g.D,
              "x", g.Tk, "]");
