@@ -110,14 +110,16 @@ TEST(OpTable, MakeNodeChecksTheShapeRule) {
 // its view's operand check; Rope is built by it alone.
 TEST(OpTable, MakeOpBuildsRopeAndRejectsBadOperands) {
   auto t = [](Shape s, DType d = DType::f32) { return ir::constant(0.5, std::move(s), d, Device::cpu()); };
-  const auto y = ir::make_op(Op::Rope, {t({2, 3, 5, 8}, DType::bf16), t({1, 1, 5, 8}), t({1, 1, 5, 8})}, ir::RopeAttrs{});
+  const auto y =
+      ir::make_op(Op::Rope, {t({2, 3, 5, 8}, DType::bf16), t({1, 1, 5, 8}), t({1, 1, 5, 8})}, ir::RopeAttrs{});
   EXPECT_EQ(y->shape, (Shape{2, 3, 5, 8}));
   EXPECT_EQ(y->dtype, DType::f32);
   EXPECT_FALSE(ir::RopeAttrs::of(y->attrs).transpose);
   EXPECT_TRUE(ir::RopeAttrs::of(ir::RopeAttrs{true}.attrs()).transpose);
   auto error = [&](Shape x, Shape cos, Shape sin, DType xd = DType::f32, DType cd = DType::f32) {
-    return testing::error_of(
-        [&] { ir::make_op(Op::Rope, {t(std::move(x), xd), t(std::move(cos), cd), t(std::move(sin))}, ir::RopeAttrs{}); });
+    return testing::error_of([&] {
+      ir::make_op(Op::Rope, {t(std::move(x), xd), t(std::move(cos), cd), t(std::move(sin))}, ir::RopeAttrs{});
+    });
   };
   EXPECT_CONTAINS(error({2, 3, 5, 7}, {1, 1, 5, 7}, {1, 1, 5, 7}), "rope: expected x [batch, heads, seq, head_dim]");
   EXPECT_CONTAINS(error({2, 3, 5, 8}, {1, 1, 4, 8}, {1, 1, 4, 8}), "cos [1,1,4,8]");

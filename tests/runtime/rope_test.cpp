@@ -62,7 +62,8 @@ TEST(Rope, GivesTheCompositesBitsForwardAndBackward) {
 
 TEST(Rope, BadOperandsNameTheShapes) {
   const Tensor x = zeros({2, 3, 5, 7}, DType::f32, Device::cpu());
-  EXPECT_CONTAINS(testing::error_of([&] { rope(x, x, x); }), "rope: x must end in a positive, even head_dim, got [2,3,5,7]");
+  EXPECT_CONTAINS(testing::error_of([&] { rope(x, x, x); }),
+                  "rope: x must end in a positive, even head_dim, got [2,3,5,7]");
   const Tensor y = zeros({2, 3, 5, 8}, DType::f32, Device::cpu()), t = zeros({3, 8}, DType::f32, Device::cpu());
   EXPECT_CONTAINS(testing::error_of([&] { rope(y, t, t); }), "[3,8]");
   const Tensor ids = zeros({2, 3, 5, 8}, DType::i64, Device::cpu());

@@ -222,10 +222,10 @@ struct RopeAttrs {
   static RopeAttrs of(const Attrs& a) { return {attrs_detail::int_at(a, 0) == 1}; }
   Attrs attrs() const { return {{transpose ? 1 : 0}, {}}; }
 
-  // Whether x, cos and sin have shapes the op takes (models fall back to the composite otherwise).
+  // Whether x, cos and sin have shapes the op takes (kiln::rope reshapes the others to fit).
   static bool takes(const Shape& x, const Shape& cos, const Shape& sin) {
-    return x.size() == 4 && x[3] > 0 && x[3] % 2 == 0 && cos == sin && cos.size() == 4 && (cos[0] == x[0] || cos[0] == 1) &&
-           cos[1] == 1 && cos[2] == x[2] && cos[3] == x[3];
+    return x.size() == 4 && x[3] > 0 && x[3] % 2 == 0 && cos == sin && cos.size() == 4 &&
+           (cos[0] == x[0] || cos[0] == 1) && cos[1] == 1 && cos[2] == x[2] && cos[3] == x[3];
   }
   template <class N>
   static void check(const char* op, const std::vector<N>& in) {

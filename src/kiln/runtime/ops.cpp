@@ -68,8 +68,8 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   return wrap(ir::gelu(x.node(), approximate == "tanh"));
 }
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  KILN_CHECK(x.rank() >= 1 && x.shape().back() > 0 && x.shape().back() % 2 == 0, "rope: x must end in a positive, even head_dim, got ",
-             to_string(x.shape()));
+  KILN_CHECK(x.rank() >= 1 && x.shape().back() > 0 && x.shape().back() % 2 == 0,
+             "rope: x must end in a positive, even head_dim, got ", to_string(x.shape()));
   const Tensor c = cast(cos, DType::f32), s = cast(sin, DType::f32);
   auto op = [](const Tensor& a, const Tensor& b, const Tensor& d) {
     return wrap(ir::make_op(Op::Rope, {a.node(), b.node(), d.node()}, ir::RopeAttrs{}));
