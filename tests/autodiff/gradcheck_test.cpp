@@ -1,4 +1,5 @@
 // Gradients of every differentiable op against central finite differences.
+#include "kiln/ir/builder.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -103,6 +104,19 @@ TEST(GradCheck, Composites) {
   gradcheck([](auto& x) { return mse_loss(x[0], x[1]); }, {data(6), data(6, 0.3f)}, {{6}, {6}});
   gradcheck([](auto& x) { return binary_cross_entropy_with_logits(x[0], sigmoid(x[1])); },
             {data(6), data(6, 0.3f)}, {{6}, {6}});
+}
+
+// Op::Rope for x, cos and sin: tables shared by the batch, per batch row,
+// and the transposed rotation (the op its gradient builds) directly.
+TEST(GradCheck, Rope) {
+  gradcheck([](auto& x) { return rope(x[0], x[1], x[2]); }, {data(48), data(12, 0.8f), data(12, 0.6f, 0.1f)},
+            {{2, 2, 3, 4}, {1, 1, 3, 4}, {1, 1, 3, 4}});
+  gradcheck([](auto& x) { return rope(x[0], x[1], x[2]); }, {data(48), data(24, 0.8f), data(24, 0.6f, 0.1f)},
+            {{2, 2, 3, 4}, {2, 1, 3, 4}, {2, 1, 3, 4}});
+  auto transposed = [](auto& x) {
+    return Tensor(ir::make_op(ir::Op::Rope, {x[0].node(), x[1].node(), x[2].node()}, ir::RopeAttrs{true}));
+  };
+  gradcheck(transposed, {data(48), data(12, 0.8f), data(12, 0.6f, 0.1f)}, {{2, 2, 3, 4}, {1, 1, 3, 4}, {1, 1, 3, 4}});
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ OPS = {
     "matmul",
     "softmax", "log_softmax", "layer_norm", "cross_entropy", "mse_loss",
     "binary_cross_entropy_with_logits",
+    "rope",
 }
 
 torch.set_grad_enabled(True)
@@ -240,6 +241,38 @@ def silu_cases():
     for name, shape, scale in (("2x3", [2, 3], 2.0), ("4", [4], 2.0), ("3x37", [3, 37], 6.0)):
         x = randn(*shape) * scale
         add_case(f"silu_{name}", "silu", {}, [x], F.silu)
+
+
+def rope_cases():
+    """Rotary position embedding as transformers' apply_rotary_pos_emb computes
+    it (its rotate_half), drawn after every other case. Tables built as Llama
+    builds them (angles repeated over both halves), per batch row
+    (position_ids), arbitrary ones (halves that differ: the transposed
+    rotation reads the other half's sin), a head size that crosses the CPU's
+    vector widths and their tails, and an x [T, D] whose tables broadcast."""
+    from transformers.models.llama.modeling_llama import rotate_half
+
+    def rope(x, cos, sin):
+        return x * cos + rotate_half(x) * sin
+
+    def tables(batch, positions, d):
+        inv = 1.0 / (10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+        angles = positions.to(torch.float32)[..., None] * inv  # [batch, T, d/2]
+        emb = torch.cat((angles, angles), dim=-1)[:, None]
+        return emb.cos(), emb.sin()
+
+    x = randn(1, 2, 3, 4)
+    cos, sin = tables(1, torch.arange(3)[None], 4)
+    add_case("rope_1x2x3x4", "rope", {}, [x, cos, sin], rope)
+    x = randn(2, 3, 5, 8)
+    cos, sin = tables(2, randint([2, 5], 0, 40), 8)
+    add_case("rope_per_batch_2x3x5x8", "rope", {}, [x, cos, sin], rope)
+    x, cos, sin = randn(2, 2, 3, 6), randn(1, 1, 3, 6), randn(1, 1, 3, 6)
+    add_case("rope_any_tables_2x2x3x6", "rope", {}, [x, cos, sin], rope)
+    x, cos, sin = randn(1, 2, 3, 38), randn(1, 1, 3, 38), randn(1, 1, 3, 38)
+    add_case("rope_wide_1x2x3x38", "rope", {}, [x, cos, sin], rope)
+    x, cos, sin = randn(3, 6), randn(3, 6), randn(1, 6)
+    add_case("rope_rows_3x6", "rope", {}, [x, cos, sin], rope)
 
 
 def binary_cases():
@@ -602,6 +635,7 @@ def main():
     matmul_cases()
     composite_cases()
     silu_cases()
+    rope_cases()
 
     doc = {"generator": GENERATOR_NAME, "torch_version": torch.__version__, "cases": CASES}
     self_test(doc)

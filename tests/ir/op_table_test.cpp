@@ -98,5 +98,41 @@ TEST(OpTable, BuildersKeepTheTablesContract) {
   EXPECT_NO_THROW(ir::make_node(Op::Eq, DType::b8, {2}, {x, x}));
 }
 
+TEST(OpTable, MakeNodeChecksTheShapeRule) {
+  auto x = ir::constant(1.0, {2}, DType::f32, Device::cpu());
+  // Neg's result has its input's shape (ShapeRule Input0).
+  EXPECT_CONTAINS(testing::error_of([&] { ir::make_node(Op::Neg, DType::f32, {3}, {x}); }), "result shape [3]");
+  EXPECT_EQ(ir::op_shape_rule(Op::Gather), ir::ShapeRule::Input1);
+  EXPECT_EQ(ir::op_shape_rule(Op::MatMul), ir::ShapeRule::Given);
+}
+
+// The generic builder takes an op's dtype and shape from the table and runs
+// its view's operand check; Rope is built by it alone.
+TEST(OpTable, MakeOpBuildsRopeAndRejectsBadOperands) {
+  auto t = [](Shape s, DType d = DType::f32) { return ir::constant(0.5, std::move(s), d, Device::cpu()); };
+  const auto y =
+      ir::make_op(Op::Rope, {t({2, 3, 5, 8}, DType::bf16), t({1, 1, 5, 8}), t({1, 1, 5, 8})}, ir::RopeAttrs{});
+  EXPECT_EQ(y->shape, (Shape{2, 3, 5, 8}));
+  EXPECT_EQ(y->dtype, DType::f32);
+  EXPECT_FALSE(ir::RopeAttrs::of(y->attrs).transpose);
+  EXPECT_TRUE(ir::RopeAttrs::of(ir::RopeAttrs{true}.attrs()).transpose);
+  auto error = [&](Shape x, Shape cos, Shape sin, DType xd = DType::f32, DType cd = DType::f32) {
+    return testing::error_of([&] {
+      ir::make_op(Op::Rope, {t(std::move(x), xd), t(std::move(cos), cd), t(std::move(sin))}, ir::RopeAttrs{});
+    });
+  };
+  EXPECT_CONTAINS(error({2, 3, 5, 7}, {1, 1, 5, 7}, {1, 1, 5, 7}), "rope: expected x [batch, heads, seq, head_dim]");
+  EXPECT_CONTAINS(error({2, 3, 5, 8}, {1, 1, 4, 8}, {1, 1, 4, 8}), "cos [1,1,4,8]");
+  EXPECT_CONTAINS(error({2, 3, 5, 8}, {3, 1, 5, 8}, {3, 1, 5, 8}), "x [2,3,5,8]");
+  EXPECT_CONTAINS(error({2, 3, 5, 8}, {1, 1, 5, 8}, {1, 5, 8}), "sin [1,5,8]");
+  EXPECT_CONTAINS(error({3, 5, 8}, {1, 5, 8}, {1, 5, 8}), "got x [3,5,8]");
+  EXPECT_CONTAINS(error({2, 3, 5, 8}, {1, 1, 5, 8}, {1, 1, 5, 8}, DType::i64), "rope: x must be f32 or bf16, got i64");
+  EXPECT_CONTAINS(error({2, 3, 5, 8}, {1, 1, 5, 8}, {1, 1, 5, 8}, DType::f32, DType::bf16),
+                  "cos and sin must be f32, got bf16 and f32");
+  auto x = t({2, 3, 5, 8});
+  EXPECT_CONTAINS(testing::error_of([&] { ir::make_op(Op::Rope, {x, x}, ir::RopeAttrs{}); }),
+                  "rope: takes 3 inputs, got 2");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -48,6 +48,7 @@ Tensor apply(const std::string& op, const json& attrs, const std::vector<Tensor>
   if (op == "abs") return abs(x[0]);
   if (op == "sigmoid") return sigmoid(x[0]);
   if (op == "silu") return silu(x[0]);
+  if (op == "rope") return rope(x[0], x[1], x[2]);
   if (op == "relu") return relu(x[0]);
   if (op == "gelu") return gelu(x[0], attrs["approximate"].get<std::string>());
   if (op == "pow_scalar") return pow(x[0], attrs["exponent"].get<double>());

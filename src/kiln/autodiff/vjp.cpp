@@ -20,6 +20,29 @@ NodePtr div(const NodePtr& a, const NodePtr& b) { return ir::binary(Op::Div, a, 
 NodePtr mul(const NodePtr& a, double s) { return mul(a, scalar(s, a)); }
 NodePtr zeros_like(const NodePtr& x) { return ir::constant(0.0, x->shape, x->dtype, x->device); }
 NodePtr as_f32(const NodePtr& b) { return ir::cast(b, DType::f32); }
+// rotate_half(x) = [-x2, x1] over the last axis; its transpose is -rotate_half.
+NodePtr rotate_half(const NodePtr& x) {
+  const int64_t axis = x->rank() - 1, D = x->shape[axis];
+  return ir::concat({ir::unary(Op::Neg, ir::slice(x, axis, D / 2, D)), ir::slice(x, axis, 0, D / 2)}, axis);
+}
+
+// y = x·cos + R(x)·sin (R = rotate_half), or with transpose y = x·cos - R(x·sin).
+// dx is the other rotation of g: (diag(cos) + diag(sin) R)ᵀ = diag(cos) - R diag(sin).
+// cos and sin (constant tables in the models) sum g·x and g·R(x) (transpose:
+// x·R(g)) over the axes they broadcast along.
+std::vector<NodePtr> vjp_rope(const NodePtr& self, const NodePtr& g) {
+  const auto& in = self->inputs;
+  const bool transpose = ir::RopeAttrs::of(self->attrs).transpose;
+  std::vector<NodePtr> out(3);
+  if (in[0]->requires_grad)
+    out[0] = ir::cast(ir::make_op(Op::Rope, {g, in[1], in[2]}, ir::RopeAttrs{!transpose}), in[0]->dtype);
+  const NodePtr x = as_f32(in[0]);
+  if (in[1]->requires_grad) out[1] = ir::sum_to(mul(g, x), in[1]->shape);
+  if (in[2]->requires_grad)
+    out[2] = ir::sum_to(transpose ? mul(x, rotate_half(g)) : mul(g, rotate_half(x)), in[2]->shape);
+  return out;
+}
+
 // The rules of the products and the composites (vjp's other ops).
 std::vector<NodePtr> vjp_contraction_or_composite(const NodePtr& self, const NodePtr& value, const NodePtr& g) {
   const auto& in = self->inputs;
@@ -79,6 +102,8 @@ std::vector<NodePtr> vjp_contraction_or_composite(const NodePtr& self, const Nod
       }
       return out;
     }
+    case Op::Rope:
+      return vjp_rope(self, g);
     default:
       throw Error(std::string("backward: op '") + ir::op_name(self->op) + "' has no gradient");
   }

@@ -134,7 +134,7 @@ KILN_HD constexpr bool has_formula(ir::Op op) {
 template <typename T>
 KILN_HD inline bool apply_op(ir::Op op, uint8_t dtype, int32_t form, T a, T b, T c, T& r) {
   switch (op) {
-#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, Fused)                          \
+#define KILN_OP(Name, ...)                                                                     \
   case ir::Op::Name:                                                                           \
     if (!has_formula(ir::Op::Name)) return false;                                              \
     r = formula<ir::Op::Name, T>(dtype, form, a, b, c);                                        \

@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/shape.h"
 
 namespace kiln::ir {
 
@@ -210,6 +212,32 @@ struct BroadcastFromAttrs {
     Attrs a{{group, replica}, {}};
     a.ints.insert(a.ints.end(), roots.begin(), roots.end());
     return a;
+  }
+};
+
+// Rope: the rotation (false) or its transpose (true), which its gradient takes.
+// `check` is ir::make_op's operand check (N: NodePtr).
+struct RopeAttrs {
+  bool transpose = false;
+  static RopeAttrs of(const Attrs& a) { return {attrs_detail::int_at(a, 0) == 1}; }
+  Attrs attrs() const { return {{transpose ? 1 : 0}, {}}; }
+
+  // Whether x, cos and sin have shapes the op takes (kiln::rope reshapes the others to fit).
+  static bool takes(const Shape& x, const Shape& cos, const Shape& sin) {
+    return x.size() == 4 && x[3] > 0 && x[3] % 2 == 0 && cos == sin && cos.size() == 4 &&
+           (cos[0] == x[0] || cos[0] == 1) && cos[1] == 1 && cos[2] == x[2] && cos[3] == x[3];
+  }
+  template <class N>
+  static void check(const char* op, const std::vector<N>& in) {
+    const N &x = in[0], &cos = in[1], &sin = in[2];
+    KILN_CHECK(x->dtype == DType::f32 || x->dtype == DType::bf16, op, ": x must be f32 or bf16, got ",
+               dtype_name(x->dtype));
+    KILN_CHECK(cos->dtype == DType::f32 && sin->dtype == DType::f32, op, ": cos and sin must be f32, got ",
+               dtype_name(cos->dtype), " and ", dtype_name(sin->dtype));
+    KILN_CHECK(takes(x->shape, cos->shape, sin->shape), op,
+               ": expected x [batch, heads, seq, head_dim] (head_dim even) and cos, sin [batch or 1, 1, seq, "
+               "head_dim], got x ",
+               to_string(x->shape), ", cos ", to_string(cos->shape), ", sin ", to_string(sin->shape));
   }
 };
 

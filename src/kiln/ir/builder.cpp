@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <numeric>
+#include <optional>
+#include <string>
 
 #include "kiln/core/error.h"
 
@@ -43,28 +45,69 @@ bool GradMode::enabled() { return g_grad_enabled; }
 void GradMode::set(bool enabled) { g_grad_enabled = enabled; }
 
 namespace {
-// The op table's contract (ir/ops.def): how many inputs an op takes and
-// what its result's dtype is. A builder that breaks it is a bug in kiln.
-void check_op_contract(Op op, DType dtype, const std::vector<NodePtr>& inputs) {
-  const auto count = static_cast<int>(inputs.size());
-  KILN_CHECK(count >= op_min_inputs(op) && (op_max_inputs(op) < 0 || count <= op_max_inputs(op)), op_name(op),
-             ": internal error: ", count, " inputs, the op takes ", op_min_inputs(op), " to ", op_max_inputs(op));
-  DType want = dtype;
+// The dtype ops.def's rule gives a node of op with these inputs; none for Given.
+std::optional<DType> rule_dtype(Op op, const std::vector<NodePtr>& inputs) {
   switch (op_dtype_rule(op)) {
-    case DTypeRule::Given: break;
-    case DTypeRule::Input0: want = inputs[0]->dtype; break;
-    case DTypeRule::Input1: want = inputs[1]->dtype; break;
-    case DTypeRule::Bool: want = DType::b8; break;
-    case DTypeRule::F32: want = DType::f32; break;
-    case DTypeRule::I64: want = DType::i64; break;
+    case DTypeRule::Given: return std::nullopt;
+    case DTypeRule::Input0: return inputs[0]->dtype;
+    case DTypeRule::Input1: return inputs[1]->dtype;
+    case DTypeRule::Bool: return DType::b8;
+    case DTypeRule::F32: return DType::f32;
+    case DTypeRule::I64: return DType::i64;
   }
+  return std::nullopt;
+}
+
+// The shape ops.def's rule gives; none for Given.
+const Shape* rule_shape(Op op, const std::vector<NodePtr>& inputs) {
+  switch (op_shape_rule(op)) {
+    case ShapeRule::Given: return nullptr;
+    case ShapeRule::Input0: return &inputs[0]->shape;
+    case ShapeRule::Input1: return &inputs[1]->shape;
+  }
+  return nullptr;
+}
+
+bool arity_fits(Op op, size_t n) {
+  const auto count = static_cast<int>(n);
+  return count >= op_min_inputs(op) && (op_max_inputs(op) < 0 || count <= op_max_inputs(op));
+}
+
+// The op table's contract (ir/ops.def): how many inputs an op takes and
+// what its result's dtype and shape are. A builder that breaks it is a bug in kiln.
+void check_op_contract(Op op, DType dtype, const Shape& shape, const std::vector<NodePtr>& inputs) {
+  KILN_CHECK(arity_fits(op, inputs.size()), op_name(op), ": internal error: ", inputs.size(), " inputs, the op takes ",
+             op_min_inputs(op), " to ", op_max_inputs(op));
+  const DType want = rule_dtype(op, inputs).value_or(dtype);
   KILN_CHECK(dtype == want, op_name(op), ": internal error: result dtype ", dtype_name(dtype), ", the op gives ",
              dtype_name(want));
+  const Shape* want_shape = rule_shape(op, inputs);
+  KILN_CHECK(!want_shape || shape == *want_shape, op_name(op), ": internal error: result shape ", to_string(shape),
+             ", the op gives ", to_string(*want_shape));
 }
 }  // namespace
 
+void check_arity(Op op, const std::vector<NodePtr>& inputs) {
+  const int most = op_max_inputs(op);
+  KILN_CHECK(arity_fits(op, inputs.size()), op_name(op), ": takes ", op_min_inputs(op),
+             most == op_min_inputs(op) ? std::string() : most < 0 ? " or more" : " to " + std::to_string(most),
+             " inputs, got ", inputs.size());
+  for (const auto& in : inputs) KILN_CHECK(in != nullptr, op_name(op), ": an input is undefined");
+}
+
+DType result_dtype(Op op, const std::vector<NodePtr>& inputs) {
+  std::optional<DType> t = rule_dtype(op, inputs);
+  KILN_CHECK(t.has_value(), op_name(op), ": its result dtype is Given (ops.def); the op needs its own builder");
+  return *t;
+}
+
+Shape result_shape(Op op, const std::vector<NodePtr>& inputs, Shape given) {
+  const Shape* s = rule_shape(op, inputs);
+  return s ? *s : given;
+}
+
 NodePtr make_node(Op op, DType dtype, Shape shape, std::vector<NodePtr> inputs, Attrs attrs) {
-  check_op_contract(op, dtype, inputs);
+  check_op_contract(op, dtype, shape, inputs);
   auto n = std::make_shared<Node>();
   n->op = op;
   n->dtype = dtype;

@@ -30,7 +30,32 @@ class GradMode {
   using Enable = Set<true>;
 };
 
+// Makes the node, checking it against the op table (ops.def: the number of
+// inputs, the result's dtype and shape rules); a mismatch is a bug in kiln.
 NodePtr make_node(Op op, DType dtype, Shape shape, std::vector<NodePtr> inputs, Attrs attrs = {});
+
+// What ops.def gives an op's node (make_op's helpers): an error naming the
+// op when the number of inputs is wrong; the result's dtype and shape from
+// the op's DTypeRule and ShapeRule (`given` for ShapeRule Given; an op whose
+// dtype is Given has its own builder).
+void check_arity(Op op, const std::vector<NodePtr>& inputs);
+DType result_dtype(Op op, const std::vector<NodePtr>& inputs);
+Shape result_shape(Op op, const std::vector<NodePtr>& inputs, Shape given);
+
+// The generic builder: a node of `op` with attributes `view` (its ir/attrs.h
+// view), its dtype and shape from the op table, after the view's operand
+// check `View::check(op name, inputs)` where the view has one (the checks the
+// table cannot express: dtypes and shapes of the inputs). An op with its own
+// kernel needs no builder of its own: ir::make_op(Op::Rope, {x, cos, sin},
+// RopeAttrs{}).
+template <class View>
+NodePtr make_op(Op op, std::vector<NodePtr> inputs, const View& view, Shape given = {}) {
+  check_arity(op, inputs);
+  if constexpr (requires { View::check(op_name(op), inputs); }) View::check(op_name(op), inputs);
+  DType dtype = result_dtype(op, inputs);
+  Shape shape = result_shape(op, inputs, std::move(given));
+  return make_node(op, dtype, std::move(shape), std::move(inputs), view.attrs());
+}
 NodePtr data(std::shared_ptr<Buffer> buffer, Shape shape, DType dtype, Device device, std::string name = {});
 
 // generators

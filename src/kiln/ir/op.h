@@ -27,6 +27,9 @@ enum class OpKind : uint8_t { Leaf, Generator, Elementwise, Reduce, Movement, Ot
 // one input's, or fixed.
 enum class DTypeRule : uint8_t { Given, Input0, Input1, Bool, F32, I64 };
 
+// The result's shape (ops.def): computed by the op's builder, or one input's.
+enum class ShapeRule : uint8_t { Given, Input0, Input1 };
+
 // How a fused elementwise program evaluates an op (ops.def's Fused column).
 enum class FusedForm : uint8_t {
   No,       // not in fused programs
@@ -41,14 +44,14 @@ const char* op_name(Op op);
 
 KILN_HD constexpr OpKind op_kind(Op op) {
   switch (op) {
-#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, Fused) case Op::Name: return OpKind::Kind;
+#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, ShapeRule_, Fused) case Op::Name: return OpKind::Kind;
 #include "kiln/ir/ops.def"
     default: return OpKind{};
   }
 }
 KILN_HD constexpr int op_min_inputs(Op op) {
   switch (op) {
-#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, Fused) case Op::Name: return min_inputs;
+#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, ShapeRule_, Fused) case Op::Name: return min_inputs;
 #include "kiln/ir/ops.def"
     default: return int{};
   }
@@ -56,21 +59,28 @@ KILN_HD constexpr int op_min_inputs(Op op) {
 // -1: any number from op_min_inputs.
 KILN_HD constexpr int op_max_inputs(Op op) {
   switch (op) {
-#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, Fused) case Op::Name: return max_inputs;
+#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, ShapeRule_, Fused) case Op::Name: return max_inputs;
 #include "kiln/ir/ops.def"
     default: return int{};
   }
 }
 KILN_HD constexpr DTypeRule op_dtype_rule(Op op) {
   switch (op) {
-#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, Fused) case Op::Name: return DTypeRule::Rule;
+#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, ShapeRule_, Fused) case Op::Name: return DTypeRule::Rule;
 #include "kiln/ir/ops.def"
     default: return DTypeRule{};
   }
 }
+KILN_HD constexpr ShapeRule op_shape_rule(Op op) {
+  switch (op) {
+#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, ShapeRule_, Fused) case Op::Name: return ShapeRule::ShapeRule_;
+#include "kiln/ir/ops.def"
+    default: return ShapeRule{};
+  }
+}
 KILN_HD constexpr FusedForm op_fused_form(Op op) {
   switch (op) {
-#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, Fused) case Op::Name: return FusedForm::Fused;
+#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, ShapeRule_, Fused) case Op::Name: return FusedForm::Fused;
 #include "kiln/ir/ops.def"
     default: return FusedForm{};
   }

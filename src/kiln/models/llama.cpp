@@ -65,14 +65,6 @@ constexpr auto llama_fields = [](auto& c, auto&& visit) {
 };
 constexpr double kMin = std::numeric_limits<float>::lowest();
 
-// rotate_half: [x1, x2] -> [-x2, x1] over the last axis (D = 2 halves).
-Tensor rotate_half(const Tensor& x) {
-  const int64_t axis = x.rank() - 1, D = x.dim(axis);
-  return concat({neg(slice(x, axis, D / 2, D)), slice(x, axis, 0, D / 2)}, axis);
-}
-
-// x [B,H,T,D] rotated by the tables cos / sin [1,1,T,D] (or [T,D]-shaped broadcastable).
-Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) { return x * cos + rotate_half(x) * sin; }
 
 // [B,KVH,T,D] -> [B,KVH·rep,T,D], each key/value head serving `rep` query heads in a row (repeat_kv).
 Tensor repeat_kv(const Tensor& x, int64_t rep) {
@@ -435,8 +427,8 @@ class LlamaDecoderLayer : public nn::Module {
     const int64_t B = x.dim(0), T = x.dim(1);
     Tensor h = input_norm_->forward(x);
     auto [qp, kp, vp] = projections(h);
-    Tensor q = rotate(normed_heads(qp, q_norm_, NH_), cos, sin);
-    Tensor k = repeat_kv(rotate(normed_heads(kp, k_norm_, KVH_), cos, sin), NH_ / KVH_);
+    Tensor q = rope(normed_heads(qp, q_norm_, NH_), cos, sin);
+    Tensor k = repeat_kv(rope(normed_heads(kp, k_norm_, KVH_), cos, sin), NH_ / KVH_);
     Tensor v = repeat_kv(heads(vp, KVH_), NH_ / KVH_);
     const bool windowed = window_ && *window_ < T;  // (a window as long as the sequence changes nothing)
     // The CPU kernel skips the blocks before a window; the CUDA kernels have no window yet.
@@ -461,8 +453,8 @@ class LlamaDecoderLayer : public nn::Module {
     const int64_t B = x.dim(0), L = k_cache.dim(2);
     Tensor h = input_norm_->forward(x);
     auto [qp, kp, vp] = projections(h);
-    Tensor q = rotate(normed_heads(qp, q_norm_, NH_), cos, sin);
-    Tensor k = where(at, broadcast_to(rotate(normed_heads(kp, k_norm_, KVH_), cos, sin), {B, KVH_, L, D_}), k_cache);
+    Tensor q = rope(normed_heads(qp, q_norm_, NH_), cos, sin);
+    Tensor k = where(at, broadcast_to(rope(normed_heads(kp, k_norm_, KVH_), cos, sin), {B, KVH_, L, D_}), k_cache);
     Tensor v = where(at, broadcast_to(heads(vp, KVH_), {B, KVH_, L, D_}), v_cache);
     k_cache.assign(k);
     v_cache.assign(v);

@@ -67,6 +67,18 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
              approximate, "'");
   return wrap(ir::gelu(x.node(), approximate == "tanh"));
 }
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  KILN_CHECK(x.rank() >= 1 && x.shape().back() > 0 && x.shape().back() % 2 == 0,
+             "rope: x must end in a positive, even head_dim, got ", to_string(x.shape()));
+  const Tensor c = cast(cos, DType::f32), s = cast(sin, DType::f32);
+  auto op = [](const Tensor& a, const Tensor& b, const Tensor& d) {
+    return wrap(ir::make_op(Op::Rope, {a.node(), b.node(), d.node()}, ir::RopeAttrs{}));
+  };
+  if (ir::RopeAttrs::takes(x.shape(), c.shape(), s.shape())) return op(x, c, s);
+  const Shape rows{1, 1, x.numel() / x.shape().back(), x.shape().back()};
+  auto as_rows = [&](const Tensor& t) { return reshape(broadcast_to(t, x.shape()), rows); };
+  return reshape(op(reshape(x, rows), as_rows(c), as_rows(s)), x.shape());
+}
 Tensor eq(const Tensor& a, const Tensor& b) { return bin(Op::Eq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return bin(Op::Ne, a, b); }
 Tensor lt(const Tensor& a, const Tensor& b) { return bin(Op::Lt, a, b); }

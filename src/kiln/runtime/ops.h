@@ -43,6 +43,12 @@ Tensor silu(const Tensor& x);
 Tensor relu(const Tensor& x);
 // approximate: "none" (erf form, BERT) or "tanh" (GPT-2's gelu_new)
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+// Rotary position embedding (transformers' apply_rotary_pos_emb): x·cos +
+// rotate_half(x)·sin, rotate_half(x) = [-x[..., D/2:], x[..., :D/2]], for x
+// [..., D] (D even, f32 or bf16) and tables broadcastable to x; f32. One
+// kernel (Op::Rope) for x [B,H,T,D] with tables [B or 1,1,T,D], and for any
+// other layout once the tables are broadcast to x.
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 Tensor lt(const Tensor& a, const Tensor& b);

@@ -162,7 +162,7 @@ enum class Eval { None, Lanes, Formula };
 template <typename T>
 Eval eval_op(const FusedStep& s, const T* a, const T* b, const T* c, T* r, int64_t len) {
   switch (s.op) {
-#define KILN_OP(Name, name, Kind, min_inputs, max_inputs, Rule, Fused)                              \
+#define KILN_OP(Name, ...)                                                                         \
   case Op::Name:                                                                                   \
     if constexpr (elementwise::has_formula(Op::Name)) {                                            \
       if constexpr (std::is_same_v<T, float>)                                                      \

@@ -1,5 +1,5 @@
 // Row composites: softmax and log-softmax, normalisation, cross-entropy,
-// and their gradients.
+// and their gradients; the rotary position embedding.
 #include <omp.h>
 
 #include <algorithm>
@@ -325,6 +325,62 @@ void run_cross_entropy_grad(const Instr& ins, std::span<char* const> in, char* o
   cross_entropy_kernel(ins, in, out, true, loss);
 }
 
+// One row of D = 2h values rotated by its tables' row: the forward
+// y = x·c + rotate_half(x)·s, or the transpose y = x·c - rotate_half(x·s).
+// Each product is rounded before the sum (no FMA), as the composite's fused
+// loop rounds them, so the op gives the composite's bits.
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=off")))
+#endif
+void rope_row(const float* x, const float* c, const float* s, float* y, int64_t h, bool transpose) {
+  const float* x2 = x + h;
+  if (!transpose) {
+#pragma omp simd
+    for (int64_t i = 0; i < h; ++i) {
+      const float a = x[i] * c[i], b = x2[i] * s[i];
+      const float a2 = x2[i] * c[h + i], b2 = x[i] * s[h + i];
+      y[i] = a - b;
+      y[h + i] = a2 + b2;
+    }
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < h; ++i) {
+    const float a = x[i] * c[i], b = x2[i] * s[h + i];
+    const float a2 = x2[i] * c[h + i], b2 = x[i] * s[i];
+    y[i] = a + b;
+    y[h + i] = a2 - b2;
+  }
+}
+
+// x [B,H,T,D] (f32, or bf16 widened a row at a time), cos / sin [B or 1,1,T,D] -> y [B,H,T,D].
+void run_rope(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const>) {
+  const Shape& xs = ins.inputs[0].view.shape;
+  const int64_t B = xs[0], H = xs[1], T = xs[2], D = xs[3], rows = B * H * T;
+  const bool per_batch = ins.inputs[1].view.shape[0] == B && B > 1;
+  const bool transpose = ir::RopeAttrs::of(ins.attrs).transpose;
+  const bool bf16 = ins.inputs[0].dtype == DType::bf16;
+  const char* x = in_bytes(ins, in, 0);
+  const float* cos = in_ptr<float>(ins, in, 1);
+  const float* sin = in_ptr<float>(ins, in, 2);
+  float* y = out_ptr<float>(ins, out);
+#pragma omp parallel if (rows * D > 16384)
+  {
+    std::vector<float> wide(bf16 ? static_cast<size_t>(D) : 0);
+#pragma omp for
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t table_row = (per_batch ? r / (H * T) * T : 0) + r % T;
+      const float* xr = reinterpret_cast<const float*>(x) + r * D;
+      if (bf16) {
+        const auto* xb = reinterpret_cast<const uint16_t*>(x) + r * D;
+        for (int64_t i = 0; i < D; ++i) wide[i] = bf16_to_float(xb[i]);
+        xr = wide.data();
+      }
+      rope_row(xr, cos + table_row * D, sin + table_row * D, y + r * D, D / 2, transpose);
+    }
+  }
+}
+
 }  // namespace
 
 void round_to_bf16(const float* x, uint16_t* y, int64_t n) {
@@ -346,6 +402,7 @@ void add_rows_kernels(KernelTable& t) {
   add_kernel(t, ir::Op::NormalizeGrad, run_normalize_grad);
   add_kernel(t, ir::Op::CrossEntropy, run_cross_entropy);
   add_kernel(t, ir::Op::CrossEntropyGrad, run_cross_entropy_grad);
+  add_kernel(t, ir::Op::Rope, run_rope);
 }
 
 }  // namespace kiln::backend::cpu

@@ -504,7 +504,7 @@ void run_matmul(const KernelCall& k) {
               static_cast<char*>(k.scratch()));
 }
 
-// Row-wise kernels: softmax, normalization and cross-entropy, forward and backward.
+// Row-wise kernels: softmax, normalization and cross-entropy, forward and backward; the rotary embedding.
 void run_rows(const KernelCall& k) {
   const Instr& ins = k.ins;
   const Shape& os = k.shape();
@@ -528,6 +528,12 @@ void run_rows(const KernelCall& k) {
       const float eps = ir::NormalizeAttrs::of(ins.attrs).eps;
       if (ins.op == Op::Normalize) return kernels::normalize(k.f(0), k.fo(), N, C, eps, k.stream());
       return kernels::normalize_grad(k.f(0), k.f(1), k.fo(), N, C, eps, k.stream());
+    }
+    case Op::Rope: {
+      const Shape& xs = ins.inputs[0].view.shape;
+      const bool per_batch = ins.inputs[1].view.shape[0] == xs[0] && xs[0] > 1;
+      return kernels::rope(k.inp(0), code(ins.inputs[0].dtype), k.f(1), k.f(2), k.fo(), numel(xs) / xs[3], xs[3],
+                           xs[2], per_batch ? xs[1] * xs[2] : 0, ir::RopeAttrs::of(ins.attrs).transpose, k.stream());
     }
     default: {  // CrossEntropy, CrossEntropyGrad
       const Shape& ls = ins.inputs[0].view.shape;
@@ -587,6 +593,7 @@ void run_kernel(DeviceState& ds, Plan& plan, const Plan::Step& st, const Instr& 
     case Op::NormalizeGrad:
     case Op::CrossEntropy:
     case Op::CrossEntropyGrad:
+    case Op::Rope:
       return run_rows(k);
     case Op::Attention:
     case Op::AttentionGrad:

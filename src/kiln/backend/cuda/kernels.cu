@@ -456,6 +456,23 @@ __global__ void normalize_grad_kernel(const float* x, const float* dy, float* dx
   }
 }
 
+// One thread per element, whose partner is D/2 away in its row. Each product
+// is rounded before the sum (nvcc would fuse them into an FMA), as the CPU
+// kernel and the composite round them: forward y_i = x_i c_i ∓ x_j s_i, the
+// transpose y_i = x_i c_i ± x_j s_j (upper sign for the first half).
+__global__ void rope_kernel(const void* x, uint8_t x_dtype, const float* cos, const float* sin, float* y, int64_t n,
+                            int64_t D, int64_t T, int64_t batch_rows, bool transpose) {
+  const int64_t h = D / 2;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = e / D, i = e % D, j = i < h ? i + h : i - h;
+    const int64_t table = ((batch_rows ? row / batch_rows * T : 0) + row % T) * D;
+    const float a = __fmul_rn(load_as<float>(x, x_dtype, e), cos[table + i]);
+    const float b = __fmul_rn(load_as<float>(x, x_dtype, row * D + j), sin[table + (transpose ? j : i)]);
+    y[e] = (i < h) != transpose ? __fsub_rn(a, b) : __fadd_rn(a, b);
+  }
+}
+
 // Row n's loss into scratch[n] (0 for ignored rows).
 __global__ void cross_entropy_rows_kernel(const float* x, const void* labels, uint8_t label_dtype, int64_t N,
                                           int64_t C, int64_t ignore, double eps, double* scratch,
@@ -682,6 +699,13 @@ void normalize(const float* x, float* y, int64_t N, int64_t C, double eps, cudaS
 
 void normalize_grad(const float* x, const float* dy, float* dx, int64_t N, int64_t C, double eps, cudaStream_t stream) {
   normalize_grad_kernel<<<grid_rows(N), kThreads, 0, stream>>>(x, dy, dx, N, C, eps);
+}
+
+void rope(const void* x, uint8_t x_dtype, const float* cos, const float* sin, float* y, int64_t rows, int64_t D,
+          int64_t T, int64_t batch_rows, bool transpose, cudaStream_t stream) {
+  const int64_t n = rows * D;
+  if (n == 0) return;
+  rope_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, x_dtype, cos, sin, y, n, D, T, batch_rows, transpose);
 }
 
 void cross_entropy(const float* x, const void* labels, uint8_t label_dtype, float* loss, int64_t N, int64_t C,

@@ -62,6 +62,11 @@ void softmax_grad(const float* y, const float* dy, float* dx, Split p, bool log_
 // Rows of C values.
 void normalize(const float* x, float* y, int64_t N, int64_t C, double eps, cudaStream_t stream);
 void normalize_grad(const float* x, const float* dy, float* dx, int64_t N, int64_t C, double eps, cudaStream_t stream);
+// Rotary embedding: x (rows of D, f32 or bf16: x_dtype), rows r = ((b·H + h)·T + t),
+// rotated by row (b·T + t) of cos / sin when batch_rows (= H·T) is nonzero,
+// row t otherwise; y f32. transpose: the gradient's rotation (ir/ops.def's Rope).
+void rope(const void* x, uint8_t x_dtype, const float* cos, const float* sin, float* y, int64_t rows, int64_t D,
+          int64_t T, int64_t batch_rows, bool transpose, cudaStream_t stream);
 // logits (N, C), labels (N): the mean loss (scalar) / its gradient. scratch:
 // N + 1 doubles.
 void cross_entropy(const float* x, const void* labels, uint8_t label_dtype, float* loss, int64_t N, int64_t C,
