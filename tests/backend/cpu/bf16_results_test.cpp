@@ -12,6 +12,7 @@
 #include "kiln/backend/cpu/jit.h"
 #include "kiln/compiler/serialize.h"
 #include "kiln/runtime/autocast.h"
+#include "backend/cpu/run_on_cpu.h"
 #include "support/program_util.h"
 #include "support/test_util.h"
 
@@ -62,18 +63,7 @@ Executed run(const std::vector<Tensor>& results, bool bf16_results, bool jit) {
     if (!ins.fused && ins.output.dtype == DType::bf16) r.bf16_kernels.push_back(ins.op);
     if (ins.op == ir::Op::AttentionGrad) r.bf16_attention_dout = ins.inputs.back().dtype == DType::bf16;
   }
-  testing::HostMemory mem;
-  std::vector<void*> outs;
-  for (size_t n : p.output_nbytes) outs.push_back(mem.get(n));
-  const bool was = backend::cpu::jit_enabled();
-  backend::cpu::set_jit_enabled(jit);
-  auto plan = backend::cpu::prepare(p);
-  backend::cpu::set_jit_enabled(was);
-  backend::cpu::execute(p, plan.get(), traced.params, outs, mem.get(p.arena_bytes));
-  for (size_t o = 0; o < outs.size(); ++o) {
-    const char* b = static_cast<const char*>(outs[o]);
-    r.outputs.emplace_back(b, b + p.output_nbytes[o]);
-  }
+  r.outputs = testing::run_on_cpu(p, traced.params, jit);
   return r;
 }
 

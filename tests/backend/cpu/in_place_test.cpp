@@ -9,6 +9,7 @@
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/jit.h"
 #include "kiln/compiler/serialize.h"
+#include "backend/cpu/run_on_cpu.h"
 #include "support/program_util.h"
 #include "support/test_util.h"
 
@@ -41,18 +42,7 @@ Executed run(const std::vector<Tensor>& results, bool in_place, bool jit, bool l
         r.overwrote.push_back(ins.fused ? ir::Op::Add : ins.op);  // Add stands for "a fused group"
         break;
       }
-  testing::HostMemory mem;
-  std::vector<void*> outs;
-  for (size_t n : p.output_nbytes) outs.push_back(mem.get(n));
-  const bool was = backend::cpu::jit_enabled();
-  backend::cpu::set_jit_enabled(jit);
-  auto plan = backend::cpu::prepare(p);
-  backend::cpu::set_jit_enabled(was);
-  backend::cpu::execute(p, plan.get(), traced.params, outs, mem.get(p.arena_bytes));
-  for (size_t o = 0; o < outs.size(); ++o) {
-    const char* b = static_cast<const char*>(outs[o]);
-    r.outputs.emplace_back(b, b + p.output_nbytes[o]);
-  }
+  r.outputs = testing::run_on_cpu(p, traced.params, jit);
   return r;
 }
 
