@@ -128,22 +128,29 @@ void write_bf16_results(Graph& g) {
 // A bf16 value widened to f32 for several readers (a weight gradient: the
 // gradient norm's sum of squares and the AdamW update; an input gradient: a
 // LayerNorm's gradient and its bias's) is widened again inside each
-// elementwise reader's fused group: the readers load 2 bytes an element
-// instead of 4, and the f32 copy is stored only where a reader that is not
-// elementwise (a product, a reduction) needs it, if one does.
+// elementwise reader's fused group, and a Sum reads the bf16 value itself
+// (the CPU's reduction widens as it loads: the same sums): the readers load
+// 2 bytes an element instead of 4, and the f32 copy is stored only where
+// another reader (a product, a normalisation) needs it, if one does.
 void widen_in_readers(Graph& g) {
   const size_t n = g.nodes.size();
   const std::vector<std::vector<int32_t>> users = users_of(g);
   std::vector<bool> result(n, false), widening(n, false), kept(n, false);
   for (int32_t o : g.outputs) result[o] = true;
+  // Readers that take the bf16 value: elementwise ones (their own widening)
+  // and Sums (none).
+  const auto takes_bf16 = [&](int32_t u) {
+    const GraphNode& r = g.nodes[u];
+    return ir::is_elementwise(r.op) || (r.op == Op::Sum && r.dtype == DType::f32);
+  };
   for (size_t i = 0; i < n; ++i) {
     const GraphNode& c = g.nodes[i];
     if (c.op != Op::Cast || c.dtype != DType::f32 || g.nodes[c.inputs[0]].dtype != DType::bf16) continue;
-    int elementwise = 0;
-    for (int32_t u : users[i]) elementwise += ir::is_elementwise(g.nodes[u].op) ? 1 : 0;
-    if (elementwise == 0 || (elementwise == 1 && users[i].size() == 1)) continue;  // fused already, or never
+    const auto& u = users[i];
+    const auto taking = static_cast<size_t>(std::count_if(u.begin(), u.end(), takes_bf16));
+    if (taking == 0 || (u.size() == 1 && ir::is_elementwise(g.nodes[u[0]].op))) continue;  // never, or fused already
     widening[i] = true;
-    kept[i] = result[i] || elementwise < static_cast<int>(users[i].size());
+    kept[i] = result[i] || taking < u.size();
   }
   Graph out;
   out.num_params = g.num_params;
@@ -153,8 +160,13 @@ void widen_in_readers(Graph& g) {
   for (size_t i = 0; i < n; ++i) {
     GraphNode node = g.nodes[i];
     const bool own_copies = ir::is_elementwise(node.op);
+    const bool sums_bf16 = node.op == Op::Sum && node.dtype == DType::f32;
     std::vector<std::pair<int32_t, int32_t>> copies;  // this reader's: widening node -> its copy
     for (int32_t& in : node.inputs) {
+      if (widening[in] && sums_bf16) {
+        in = remap[g.nodes[in].inputs[0]];
+        continue;
+      }
       if (!widening[in] || !own_copies) {
         in = remap[in];
         continue;

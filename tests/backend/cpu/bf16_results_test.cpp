@@ -4,9 +4,11 @@
 // rounding passes go, and GPT-2's dq, dk and dv reach the projection's
 // products as views. The step's values stay the same bits, with bf16
 // products and emulated ones, with the compiled loops and the interpreter.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <string>
 
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/jit.h"
@@ -21,10 +23,19 @@ namespace {
 
 struct Executed {
   std::vector<std::vector<char>> outputs;
-  size_t instructions = 0, rounding_passes = 0, concats = 0;
+  size_t instructions = 0, rounding_passes = 0, widening_passes = 0, concats = 0;
   std::vector<ir::Op> bf16_kernels;  // kernels (not fused groups) with a bf16 result
   bool bf16_attention_dout = false;  // the attention gradient reads the output's gradient as bf16
+  std::string program;               // its dump
 };
+
+// A fused group that only widens its one bf16 operand to f32.
+bool widens_only(const compiler::Instr& ins) {
+  if (!ins.fused || ins.inputs.size() != 1 || ins.inputs[0].dtype != DType::bf16 || ins.output.dtype != DType::f32)
+    return false;
+  return std::all_of(ins.program.begin(), ins.program.end(),
+                     [](const compiler::FusedStep& s) { return s.op == ir::Op::Data || s.op == ir::Op::Cast; });
+}
 
 // A fused group that only rounds its one f32 operand to bf16 values, kept
 // as f32.
@@ -57,8 +68,10 @@ Executed run(const std::vector<Tensor>& results, bool bf16_results, bool jit) {
   const compiler::Program& p = traced.program;
   Executed r;
   r.instructions = p.instrs.size();
+  r.program = p.dump();
   for (const auto& ins : p.instrs) {
     r.rounding_passes += rounds_only(ins);
+    r.widening_passes += widens_only(ins) && p.slots[ins.output.slot].kind != compiler::SlotKind::Output;
     r.concats += !ins.fused && ins.op == ir::Op::Concat;
     if (!ins.fused && ins.output.dtype == DType::bf16) r.bf16_kernels.push_back(ins.op);
     if (ins.op == ir::Op::AttentionGrad) r.bf16_attention_dout = ins.inputs.back().dtype == DType::bf16;
@@ -120,6 +133,10 @@ TEST(CpuBf16Results, AutocastStepKeepsItsBitsWithFewerPasses) {
       EXPECT_TRUE(after.bf16_attention_dout);
       EXPECT_GE(before.rounding_passes, 8u);  // every input and weight gradient of a product
       EXPECT_EQ(after.rounding_passes, 0u);
+      // Gradients widened for several readers (other than for a result):
+      // widened in each elementwise one, summed from bf16 by the bias
+      // gradients' Sums.
+      EXPECT_EQ(after.widening_passes, 0u) << after.program;
       EXPECT_EQ(before.concats, 1u);  // dq, dk, dv into the projection's gradient
       EXPECT_EQ(after.concats, 0u);   // a view of the attention gradient
       EXPECT_LT(after.instructions + 10, before.instructions);

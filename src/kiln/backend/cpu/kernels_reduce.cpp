@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/backend/cpu/kernels.h"
@@ -21,8 +22,16 @@ using ir::Op;
 
 namespace {
 
-template <typename T>
-void reduce_kernel(const Instr& ins, const T* x, T* y) {
+// A bf16 element (its bits), read as the f32 value it widens to exactly.
+struct Bf16 {
+  uint16_t bits;
+  explicit operator double() const { return bf16_to_float(bits); }
+};
+
+// y = the sums (maxima) of x over the axes; In: the stored elements (T, or
+// Bf16 for a Sum of bf16 values into f32: compiler/bf16_results.cpp).
+template <typename T, typename In = T>
+void reduce_kernel(const Instr& ins, const In* x, T* y) {
   const Shape& s = ins.inputs[0].view.shape;
   const auto axes = ir::ReduceAttrs::of(ins.attrs);
   AxisSplit p = split_axes(s, axes.first(), axes.last());
@@ -42,13 +51,13 @@ void reduce_kernel(const Instr& ins, const T* x, T* y) {
     const int64_t blocks = (p.axis + kRows - 1) / kRows;
     std::vector<double> partial(static_cast<size_t>(blocks * p.inner));
     for (int64_t o = 0; o < p.outer; ++o) {
-      const T* xo = x + o * p.axis * p.inner;
+      const In* xo = x + o * p.axis * p.inner;
 #pragma omp parallel for if (p.axis * p.inner > 32768)
       for (int64_t b = 0; b < blocks; ++b) {
         double* acc = partial.data() + b * p.inner;
         std::fill(acc, acc + p.inner, 0.0);
         for (int64_t a = b * kRows; a < std::min(p.axis, (b + 1) * kRows); ++a) {
-          const T* row = xo + a * ld;
+          const In* row = xo + a * ld;
 #pragma omp simd
           for (int64_t i = 0; i < p.inner; ++i) acc[i] += static_cast<double>(row[i]);
         }
@@ -71,7 +80,7 @@ void reduce_kernel(const Instr& ins, const T* x, T* y) {
 #pragma omp parallel for collapse(2) if (p.outer * p.axis > 32768)
     for (int64_t o = 0; o < p.outer; ++o)
       for (int64_t b = 0; b < blocks; ++b) {
-        const T* row = x + o * p.axis;
+        const In* row = x + o * p.axis;
         double acc = 0;
         const int64_t end = std::min(p.axis, (b + 1) * kSumBlock);
 #pragma omp simd reduction(+ : acc)
@@ -88,12 +97,16 @@ void reduce_kernel(const Instr& ins, const T* x, T* y) {
 #pragma omp parallel for collapse(2) if (p.outer * p.inner * p.axis > 32768)
   for (int64_t o = 0; o < p.outer; ++o)
     for (int64_t i = 0; i < p.inner; ++i) {
-      const T* row = x + o * p.axis * ld + i;
-      if (is_max) {
-        T m = row[0];
-        for (int64_t a = 1; a < p.axis; ++a) m = std::max(m, row[a * ld]);
-        y[o * p.inner + i] = m;
-      } else {
+      const In* row = x + o * p.axis * ld + i;
+      if constexpr (std::is_same_v<In, T>) {
+        if (is_max) {
+          T m = row[0];
+          for (int64_t a = 1; a < p.axis; ++a) m = std::max(m, row[a * ld]);
+          y[o * p.inner + i] = m;
+          continue;
+        }
+      }
+      {
         double acc = 0;
         for (int64_t a = 0; a < p.axis; ++a) acc += static_cast<double>(row[a * ld]);
         y[o * p.inner + i] = static_cast<T>(acc);
@@ -120,6 +133,10 @@ void run_reduce(const Instr& ins, std::span<char* const> in, char* out, std::spa
   if (!ins.program.empty()) return run_fused_sum(ins, in, out);
   const char* x = in_bytes(ins, in, 0);
   char* o = out_bytes(ins, out);
+  if (ins.inputs[0].dtype == DType::bf16) {
+    KILN_CHECK(ins.op == Op::Sum && ins.output.dtype == DType::f32, "reduce: bf16 operands are summed into f32 only");
+    return reduce_kernel(ins, reinterpret_cast<const Bf16*>(x), reinterpret_cast<float*>(o));
+  }
   switch (ins.output.dtype) {
     case DType::f32: return reduce_kernel(ins, reinterpret_cast<const float*>(x), reinterpret_cast<float*>(o));
     case DType::i32: return reduce_kernel(ins, reinterpret_cast<const int32_t*>(x), reinterpret_cast<int32_t*>(o));
