@@ -306,23 +306,10 @@ bool probabilities(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<c
   return true;
 }
 
-// round_to_bf16's bits (the bf16 value in the high half), without its
-// branch, so that loops over it vectorize.
-inline uint32_t bf16_rounded_bits(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  return ((u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) : u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-}
-
 // x[0, n) rounded to bf16 in place.
 void round_bf16(float* x, int64_t n) {
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) x[j] = std::bit_cast<float>(bf16_rounded_bits(x[j]));
-}
-
-// x[0, n) rounded to bf16 into out (their bits).
-void pack_bf16(const float* x, int64_t n, uint16_t* out) {
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) out[j] = static_cast<uint16_t>(bf16_rounded_bits(x[j]) >> 16);
 }
 
 // The probabilities the product with v reads, row by row over each row's
@@ -414,7 +401,7 @@ const T* block_operand(const float* x, int64_t n, size_t which) {
     thread_local std::vector<uint16_t> buffers[2];
     std::vector<uint16_t>& b = buffers[which];
     if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-    pack_bf16(x, n, b.data());
+    round_to_bf16(x, b.data(), n);
     return b.data();
   }
 }
@@ -490,7 +477,7 @@ HeadsOf<const U> rounded_dy(const Geometry& g, const Heads& dy, std::vector<U>& 
         std::copy(from, from + g.D, row);
         round_bf16(row, g.D);
       } else {
-        pack_bf16(from, g.D, row);
+        round_to_bf16(from, row, g.D);
       }
     }
   return {to.data(), g.H * g.Tq * g.D, g.Tq * g.D, g.D};

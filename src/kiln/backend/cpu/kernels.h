@@ -10,6 +10,7 @@
 // comments: N rows, C classes / features; "row" = one slice along the
 // reduced axis. Inputs are contiguous except GEMM operands (views).
 #include <array>
+#include <bit>
 #include <cstring>
 #include <span>
 
@@ -41,10 +42,19 @@ inline int64_t read_index(const compiler::Operand& op, const char* base, int64_t
   return reinterpret_cast<const int32_t*>(base)[op.view.offset + i];
 }
 inline void copy_elems(char* dst, const char* src, int64_t n, size_t es) { std::memcpy(dst, src, n * es); }
-// y = x rounded to the nearest bf16 (ties to even; a NaN stays a NaN), as
-// bf16_from_float rounds, in vector lanes: a kernel's bf16 result
-// (compiler/bf16_results.cpp) from its f32 values (kernels_rows.cpp).
-void round_to_bf16(const float* x, uint16_t* y, int64_t n);
+// x rounded to the nearest bf16 (ties to even; a NaN stays a NaN, quiet),
+// as bf16_from_float rounds, in the high half of the bits: without its
+// branch, so that loops over it vectorize.
+inline uint32_t bf16_rounded_bits(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  return ((u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) : u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+}
+// y = x rounded to bf16 (their bits): a kernel's bf16 result
+// (compiler/bf16_results.cpp) from its f32 values, attention's bf16 blocks.
+inline void round_to_bf16(const float* x, uint16_t* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<uint16_t>(bf16_rounded_bits(x[i]) >> 16);
+}
 
 // Op -> kernel; null for the ops without one (elementwise ops run fused,
 // views and leaves need none, collectives start with start_collective).

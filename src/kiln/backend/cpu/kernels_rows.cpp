@@ -383,16 +383,6 @@ void run_rope(const Instr& ins, std::span<char* const> in, char* out, std::span<
 
 }  // namespace
 
-void round_to_bf16(const float* x, uint16_t* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &x[i], sizeof u);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    y[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
-  }
-}
-
 void add_rows_kernels(KernelTable& t) {
   add_kernel(t, ir::Op::Softmax, run_softmax);
   add_kernel(t, ir::Op::LogSoftmax, run_log_softmax);
