@@ -300,10 +300,9 @@ Shapes shapes_of(const Instr& ins) {
   return {la, lb, std::move(ao), std::move(bo), one_gemm, M, N, K, nb};
 }
 
-// The f32 result of the product into c.
-void matmul_kernel(const Instr& ins, std::span<char* const> in, float* c) {
+// The f32 result of the product (of shapes p) into c.
+void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p, float* c) {
   const Operand &A = ins.inputs[0], &B = ins.inputs[1];
-  const Shapes p = shapes_of(ins);
   const auto& [la, lb, ao, bo, one_gemm, M, N, K, nb] = p;
   if (A.dtype == DType::bf16) {
     if (native_bf16_products()) {
@@ -370,9 +369,8 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, float* c) {
 
 // A bf16 result (compiler/bf16_results.cpp) of bf16 operands in one product
 // (a contiguous bias or none): oneDNN's bf16 matmul rounds as it stores.
-bool bf16_result_in_one_product(const Instr& ins, std::span<char* const> in, uint16_t* c) {
+bool bf16_result_in_one_product(const Instr& ins, std::span<char* const> in, const Shapes& p, uint16_t* c) {
   if (ins.inputs[0].dtype != DType::bf16 || !native_bf16_products()) return false;
-  const Shapes p = shapes_of(ins);
   if (!p.one_gemm || p.K == 0 || p.M == 0 || p.N == 0 || p.nb == 0) return false;
   const float* v = nullptr;
   if (ins.inputs.size() == 3) {
@@ -387,15 +385,16 @@ bool bf16_result_in_one_product(const Instr& ins, std::span<char* const> in, uin
 }
 
 void run_matmul(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const>) {
-  if (ins.output.dtype != DType::bf16) return matmul_kernel(ins, in, out_ptr<float>(ins, out));
+  const Shapes p = shapes_of(ins);
+  if (ins.output.dtype != DType::bf16) return matmul_kernel(ins, in, p, out_ptr<float>(ins, out));
   uint16_t* c = out_ptr<uint16_t>(ins, out);
-  if (bf16_result_in_one_product(ins, in, c)) return;
+  if (bf16_result_in_one_product(ins, in, p, c)) return;
   // Otherwise the f32 result, rounded as bf16.h rounds (the emulated path:
   // the same values oneDNN stores).
   thread_local std::vector<float> wide;
   const int64_t n = numel(ins.output.view.shape);
   wide.resize(static_cast<size_t>(n));
-  matmul_kernel(ins, in, wide.data());
+  matmul_kernel(ins, in, p, wide.data());
   round_to_bf16(wide.data(), c, n);
   if (wide.capacity() > (size_t{16} << 20)) std::vector<float>().swap(wide);
 }
