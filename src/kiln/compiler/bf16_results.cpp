@@ -111,15 +111,16 @@ void write_bf16_results(Graph& g) {
       node.dtype = DType::bf16;
       const int32_t moved = push(std::move(node), true);
       remap[i] = push(GraphNode{Op::Cast, DType::f32, shape, {moved}, {}}, false);
-    } else if (node.op == Op::Cast && node.dtype == DType::bf16 && widened(node.inputs[0]) >= 0) {
-      remap[i] = widened(node.inputs[0]);
-    } else if (node.op == Op::AttentionGrad && out.nodes[node.inputs[0]].dtype == DType::bf16 &&
-               widened(node.inputs.back()) >= 0) {
-      node.inputs.back() = widened(node.inputs.back());  // dout: rounded to bf16 by the kernel anyway
-      remap[i] = push(std::move(node), made[i]);
-    } else {
-      remap[i] = push(std::move(node), made[i]);
+      continue;
     }
+    if (node.op == Op::Cast && node.dtype == DType::bf16 && widened(node.inputs[0]) >= 0) {
+      remap[i] = widened(node.inputs[0]);
+      continue;
+    }
+    if (node.op == Op::AttentionGrad && out.nodes[node.inputs[0]].dtype == DType::bf16 &&
+        widened(node.inputs.back()) >= 0)
+      node.inputs.back() = widened(node.inputs.back());  // dout: rounded to bf16 by the kernel anyway
+    remap[i] = push(std::move(node), made[i]);
   }
   for (int32_t o : g.outputs) out.outputs.push_back(remap[o]);
   g = eliminate_dead(out);
