@@ -182,6 +182,14 @@ TEST(ChatTemplate, HostileTemplatesFailCleanly) {
   std::string blocks;
   for (int i = 0; i < 5000; ++i) blocks += "{% if true %}";
   EXPECT_HAS(error_of([&] { jinja::Template(blocks, "t"); }), "nested deeper than");
+  // A left-nested chain as long: parsed and freed without recursion, refused when rendered.
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 200000; ++i) chain += i % 2 ? " + 1" : " * x.y[0]|first";
+  jinja::Template{chain + " }}", "t"};
+  EXPECT_HAS(error_of([&] { render(chain + " }}"); }), "nested too deeply");
+  // Operands are evaluated left to right, as Python does: the left one's error is the one raised.
+  EXPECT_HAS(error_of([] { render("{{ raise_exception('left') + raise_exception('right') }}"); }), "left");
+  EXPECT_HAS(error_of([] { render("{{ {raise_exception('key'): raise_exception('value')} }}"); }), "key");
   // Unbounded recursion through a macro.
   EXPECT_HAS(error_of([] { render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"); }),
              "macro calls nested deeper than 100");

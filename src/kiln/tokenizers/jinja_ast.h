@@ -51,6 +51,14 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   ExprPtr star_args, star_kwargs;
+
+  Expr() = default;
+  Expr(const Expr&) = delete;
+  Expr& operator=(const Expr&) = delete;
+  // Frees the subtree with a loop, not by recursion: a left-nested chain
+  // (`1 + 1 + ...` 100000 times) parses into a tree that deep, and its
+  // recursive destruction would overflow the stack.
+  ~Expr();
 };
 
 // What a `set` or `for` assigns to: a name, a tuple of targets, or ns.attr.

@@ -421,7 +421,10 @@ Value Interpreter::eval_node(const Expr& e, const FramePtr& frame) {
     }
     case ExprKind::Dict: {
       DictData d;
-      for (size_t i = 0; i + 1 < e.items.size(); i += 2) d.set(eval(*e.items[i], frame), eval(*e.items[i + 1], frame));
+      for (size_t i = 0; i + 1 < e.items.size(); i += 2) {
+        Value key = eval(*e.items[i], frame);  // before its value, as Python evaluates them
+        d.set(std::move(key), eval(*e.items[i + 1], frame));
+      }
       return Value::dict(std::move(d));
     }
     case ExprKind::Getattr:
@@ -462,8 +465,10 @@ Value Interpreter::eval_node(const Expr& e, const FramePtr& frame) {
       if (v.as_int() == INT64_MIN) throw EvalError("integer overflow");
       return Value::integer(-v.as_int());
     }
-    case ExprKind::Binary:
-      return arithmetic(e.op, eval(*e.left, frame), eval(*e.right, frame), *this);
+    case ExprKind::Binary: {
+      Value l = eval(*e.left, frame);  // before the right operand, as Python evaluates them
+      return arithmetic(e.op, l, eval(*e.right, frame), *this);
+    }
     case ExprKind::And: {
       Value l = eval(*e.left, frame);
       return truthy(l) ? eval(*e.right, frame) : l;

@@ -28,6 +28,32 @@ std::string describe(const Token& t) {
   }
 }
 
+// Each node's children are moved onto a work list before the node is freed,
+// so every destructor this runs finds no children of its own.
+void take_children(Expr& e, std::vector<ExprPtr>& out) {
+  for (ExprPtr* p : {&e.subject, &e.index, &e.left, &e.right, &e.test, &e.orelse, &e.start, &e.stop, &e.step,
+                     &e.star_args, &e.star_kwargs})
+    if (*p) out.push_back(std::move(*p));
+  for (ExprPtr& p : e.items)
+    if (p) out.push_back(std::move(p));
+  for (ExprPtr& p : e.args)
+    if (p) out.push_back(std::move(p));
+  for (auto& kw : e.kwargs)
+    if (kw.second) out.push_back(std::move(kw.second));
+}
+}  // namespace
+
+Expr::~Expr() {
+  std::vector<ExprPtr> pending;
+  take_children(*this, pending);
+  while (!pending.empty()) {
+    ExprPtr e = std::move(pending.back());
+    pending.pop_back();
+    take_children(*e, pending);
+  }
+}
+
+namespace {
 ExprPtr node(ExprKind kind, size_t pos) {
   auto e = std::make_unique<Expr>();
   e->kind = kind;
