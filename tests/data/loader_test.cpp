@@ -1,9 +1,14 @@
 // DataLoader (per-epoch shuffling, drop_last, workers, seek) and DeviceLoader.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 #include <numeric>
 #include <set>
+#include <string>
 
 #include "data/util.h"
 #include "kiln/data/loader.h"
@@ -197,6 +202,34 @@ TEST(DataLoaderTest, WorkerErrorsReachTheCaller) {
     EXPECT_CONTAINS(error_of([&] { dl.next(); }), "more than max_length 4");
     EXPECT_EQ(dl.position(), 0);
   }
+}
+
+// Workers the system cannot start (here: address space for their stacks runs
+// out) are an error naming the option, not std::terminate over the threads
+// already started.
+TEST(DataLoaderTest, WorkersThatCannotStartAreAnError) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit below leaves";
+#else
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0;
+  ASSERT_TRUE(statm >> pages);
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &before), 0);
+  rlimit tight = before;
+  tight.rlim_cur = pages * static_cast<size_t>(sysconf(_SC_PAGESIZE)) + (size_t{256} << 20);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &tight), 0);
+  std::string error;
+  try {
+    DataLoader dl(rows(8), {.batch_size = 4, .num_workers = 100000}, {});
+  } catch (const kiln::Error& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_AS, &before);
+  EXPECT_NE(error.find("could not start data-loading worker"), std::string::npos) << error;
+  EXPECT_NE(error.find("of 100000"), std::string::npos) << error;
+  EXPECT_NE(error.find("--dataloader_num_workers"), std::string::npos) << error;
+#endif
 }
 
 TEST(DeviceLoaderTest, SameOrderAsTheHostLoaderWithNamedTensors) {

@@ -375,4 +375,23 @@ TEST(TrainerFlow, EarlyStoppingAfterPatienceEvaluationsWithoutImprovement) {
 }
 
 }  // namespace
+
+// HF's speed metrics count the examples of the epochs run (num_train_samples),
+// not full batches: 16 rows in batches of 6 are 3 steps of 6, 6 and 4, and a
+// batch larger than the data set is the data set.
+TEST(TrainerFlow, TrainSamplesPerSecondCountsTheExamplesTaken) {
+  for (int64_t batch : {6, 1000}) {
+    TempDir d;
+    auto a = args_for(d.path());
+    a.max_steps = -1;
+    a.num_train_epochs = 2;
+    a.per_device_train_batch_size = batch;
+    a.resolve_defaults();
+    auto m = models::create_model("BertForSequenceClassification", testing::tiny_bert(1), 1);
+    train::Trainer t(*m, a, train::Task::TextClassification, rows(), nullptr, collator());
+    const auto metrics = t.train();
+    EXPECT_NEAR(metrics.at("train_samples_per_second") * metrics.at("train_runtime"), 32.0, 1e-6) << "batch " << batch;
+  }
+}
+
 }  // namespace kiln

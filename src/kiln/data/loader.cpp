@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <system_error>
 
 #include "kiln/core/error.h"
 
@@ -55,18 +56,28 @@ DataLoader::DataLoader(std::shared_ptr<const Features> features, LoaderOptions o
     for (const auto& ids : features_->input_ids) lengths_.push_back(static_cast<int64_t>(ids.size()));
   if (options_.num_workers > 0) {
     window_ = 2 * options_.num_workers;
-    for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+    try {
+      for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+    } catch (const std::system_error& e) {
+      const size_t started = workers_.size();
+      stop_workers();
+      throw Error("DataLoader: could not start data-loading worker " + std::to_string(started + 1) + " of " +
+                  std::to_string(options_.num_workers) + " (" + e.what() + "): ask for fewer (--dataloader_num_workers)");
+    }
   }
 }
 
-DataLoader::~DataLoader() {
+void DataLoader::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   work_cv_.notify_all();
   for (auto& w : workers_) w.join();
+  workers_.clear();
 }
+
+DataLoader::~DataLoader() { stop_workers(); }
 
 std::shared_ptr<const std::vector<int64_t>> DataLoader::permutation(int64_t epoch) const {
   std::lock_guard<std::mutex> lock(perm_mu_);

@@ -84,6 +84,7 @@ class DataLoader {
  private:
   std::shared_ptr<const std::vector<int64_t>> permutation(int64_t epoch) const;
   void worker_loop();
+  void stop_workers();  // stops and joins the workers started
 
   std::shared_ptr<const Features> features_;
   LoaderOptions options_;

@@ -575,6 +575,11 @@ struct Trainer::Run {
   int64_t accum = 1;             // micro-batches per optimizer step
   int64_t samples_per_step = 0;  // global_batch x accum
   int64_t updates_per_epoch = 0, total = 0, start_step = 0;
+  // The examples a step takes on average, as HF's speed metrics count them:
+  // num_train_samples (the examples of the epochs asked for, or max_steps
+  // full batches) over the steps. Less than samples_per_step when the last
+  // batch of an epoch is short or a batch is larger than the data set.
+  double step_samples = 0;
   std::optional<optim::LRSchedule> schedule;
   std::optional<data::DeviceLoader> device_loader;
   std::shared_ptr<ProgressLine> progress;
@@ -642,12 +647,16 @@ void Trainer::make_loader(Run& run) {
 // view of them (trainer_state.json's max_steps, num_train_epochs, *_steps).
 void Trainer::plan_schedule(Run& run) {
   run.updates_per_epoch = std::max<int64_t>(loader_->batches_per_epoch() / run.accum, 1);
-  const int64_t total = args_.max_steps > 0
-                            ? args_.max_steps
-                            : static_cast<int64_t>(std::ceil(args_.num_train_epochs * run.updates_per_epoch));
+  const double epoch_steps = std::ceil(args_.num_train_epochs * static_cast<double>(run.updates_per_epoch));
+  KILN_CHECK(args_.max_steps > 0 || epoch_steps < 1e18, "train: --num_train_epochs ", args_.num_train_epochs, " x ",
+             run.updates_per_epoch, " optimizer steps an epoch is more steps than a run can count (at most 1e18)");
+  const int64_t total = args_.max_steps > 0 ? args_.max_steps : static_cast<int64_t>(epoch_steps);
   KILN_CHECK(total > 0, "train: no optimizer steps to take (num_train_epochs ", args_.num_train_epochs, ", max_steps ",
              args_.max_steps, ")");
   run.total = total;
+  run.step_samples = args_.max_steps > 0
+                         ? static_cast<double>(run.samples_per_step)
+                         : static_cast<double>(train_->size()) * args_.num_train_epochs / static_cast<double>(total);
   run.schedule.emplace(args_.lr_scheduler_type, args_.learning_rate, args_.num_warmup_steps(total), total,
                        args_.schedule_kwargs());
   if (!run.schedule->ignored_kwargs().empty() && replica_.is_master()) {
@@ -920,7 +929,7 @@ std::map<std::string, double> Trainer::finish_training(Run& run) {
   }
   int64_t steps_run = state_.global_step - run.start_step;
   metrics["train_runtime"] = runtime;
-  metrics["train_samples_per_second"] = steps_run * run.samples_per_step / std::max(runtime, 1e-9);
+  metrics["train_samples_per_second"] = static_cast<double>(steps_run) * run.step_samples / std::max(runtime, 1e-9);
   metrics["train_steps_per_second"] = steps_run / std::max(runtime, 1e-9);
   metrics["epoch"] = state_.epoch;
   metrics["train_samples"] = static_cast<double>(train_->size());
@@ -965,7 +974,7 @@ std::map<std::string, double> Trainer::train() {
   std::optional<StopListener> listening;  // a first SIGINT / SIGTERM ends the loop after its step
   listening.emplace();
   // Drawn by the step closures, when each step has run.
-  run.progress = std::make_shared<ProgressLine>("", "step", run.total, static_cast<double>(run.samples_per_step),
+  run.progress = std::make_shared<ProgressLine>("", "step", run.total, run.step_samples,
                                                 progress_on_, progress_tty_, run.start_step);
   const StepIntervals every{state_.logging_steps, state_.eval_steps, state_.save_steps};
   while (state_.global_step < run.total) {
