@@ -1,9 +1,12 @@
 // Every op's forward value and gradient against PyTorch (tests/goldens/op_goldens.json,
-// made by tests/goldens/gen_op_goldens.py with Debian's python3-torch).
+// made by tests/goldens/gen_op_goldens.py with Debian's python3-torch), on the CPU
+// and, where the build has the CUDA backend and a GPU is visible, on the GPU: an
+// op's golden cases check its CUDA kernel too.
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/backend/backend.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -19,14 +22,14 @@ const json& goldens() {
   return j;
 }
 
-Tensor to_tensor(const json& t) {
+Tensor to_tensor(const json& t, Device device) {
   Shape shape = t["shape"].get<Shape>();
   DType dtype = parse_dtype(t["dtype"].get<std::string>());
-  if (dtype == DType::f32) return Tensor::from_vector(t["data"].get<std::vector<float>>(), shape);
-  if (dtype == DType::i64) return Tensor::from_vector(t["data"].get<std::vector<int64_t>>(), shape);
+  if (dtype == DType::f32) return Tensor::from_vector(t["data"].get<std::vector<float>>(), shape, device);
+  if (dtype == DType::i64) return Tensor::from_vector(t["data"].get<std::vector<int64_t>>(), shape, device);
   std::vector<uint8_t> b;
   for (const auto& v : t["data"]) b.push_back(v.get<bool>());
-  return Tensor::from_data(b.data(), DType::b8, shape);
+  return Tensor::from_data(b.data(), DType::b8, shape, device);
 }
 
 std::vector<double> values(const json& t) {
@@ -93,19 +96,20 @@ Tensor apply(const std::string& op, const json& attrs, const std::vector<Tensor>
 
 class OpGolden : public ::testing::TestWithParam<size_t> {};
 
-void check_case(const json& c) {
+void check_case(const json& c, Device device = Device::cpu()) {
   std::vector<Tensor> inputs;
   const auto& grads = c["grads"];
   for (size_t k = 0; k < c["inputs"].size(); ++k) {
-    inputs.push_back(to_tensor(c["inputs"][k]));
+    inputs.push_back(to_tensor(c["inputs"][k], device));
     if (!grads.is_null() && k < grads.size() && !grads[k].is_null()) inputs.back().requires_grad_();
   }
   Tensor y = apply(c["op"].get<std::string>(), c["attrs"], inputs);
+  EXPECT_EQ(y.device(), device);
   EXPECT_EQ(y.shape(), c["output"]["shape"].get<Shape>());
   EXPECT_EQ(y.dtype(), parse_dtype(c["output"]["dtype"].get<std::string>()));
   EXPECT_TRUE(testing::all_close(y.to_vector<double>(), values(c["output"]), 1e-4, 1e-5)) << "forward";
   if (c["grad_output"].is_null()) return;
-  y.backward(to_tensor(c["grad_output"]));
+  y.backward(to_tensor(c["grad_output"], device));
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (grads[k].is_null()) continue;
     ASSERT_TRUE(inputs[k].grad().defined()) << "no gradient for input " << k;
@@ -126,6 +130,27 @@ TEST_P(OpGolden, MatchesPyTorchInEagerMode) {
   set_eager_mode(true);
   check_case(c);
   set_eager_mode(false);
+}
+
+// Why this build cannot run on cuda:0 ("" when it can).
+std::string no_cuda_reason() {
+  backend::Backend* cuda = backend::find_backend(DeviceKind::CUDA);
+  if (!cuda) return "built without the CUDA backend";
+  try {
+    cuda->open(Device::cuda(0));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// One test for all cases: a build without a GPU skips it once.
+TEST(OpGoldens, EveryCaseMatchesPyTorchOnCuda) {
+  if (const std::string why = no_cuda_reason(); !why.empty()) GTEST_SKIP() << why;
+  for (const json& c : goldens()["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    check_case(c, Device::cuda(0));
+  }
 }
 
 std::vector<size_t> case_indices() {
