@@ -12,8 +12,9 @@
 // the data errors its kernels report. The fused elementwise programs run
 // through fused.cu's interpreter or generated kernels (jit.h), not the table.
 //
-// Pointers are device pointers already advanced to the operand's view
-// offset; every kernel is queued on the step's stream and returns at once.
+// The launchers take device pointers already advanced to the operand's
+// view offset (KernelCall's accessors); every kernel is queued on the
+// step's stream and the launch returns at once.
 // Data errors (an id out of range) are written to the step's ErrorReport
 // (first one wins); the executor reads it when the step ends.
 #include <cuda_runtime_api.h>
