@@ -18,6 +18,7 @@
 #include "kiln/models/gpt2.h"
 #include "kiln/models/model.h"
 #include "kiln/runtime/context.h"
+#include "support/op_goldens.h"
 #include "support/test_util.h"
 #include "train/tiny_bert.h"
 #ifdef KILN_HAVE_CUDA
@@ -227,6 +228,18 @@ std::vector<OpCase> op_cases() {
 TEST(CudaOps, EveryOpForwardAndBackwardMatchesTheCpu) {
   KILN_REQUIRE_GPU();
   for (const auto& c : op_cases()) compare_op(c);
+}
+
+// Every PyTorch golden case (tests/goldens/op_goldens.json) on the GPU, values
+// and gradients, as tests/runtime/op_goldens_test.cpp runs them on the CPU:
+// an op's golden cases check its CUDA kernel too. (Not CudaOps.*: the checks
+// that force every fused program through NVRTC would compile each case's.)
+TEST(CudaGoldens, EveryOpMatchesPyTorch) {
+  KILN_REQUIRE_GPU();
+  for (const auto& c : testing::op_goldens()["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    testing::check_op_golden(c, kGpu);
+  }
 }
 
 TEST(CudaOps, RandomStreamsAreBitIdenticalToTheCpu) {

@@ -36,6 +36,8 @@ void run_fused_values(const compiler::Instr& ins, std::span<char* const> inputs,
 // CompileOptions::loss_with_gradient).
 void run_kernel(const compiler::Instr& ins, std::span<char* const> inputs, char* output,
                 std::span<char* const> extra = {});
+// Whether run_kernel has a kernel for this op (kernels.h's table).
+bool has_kernel(ir::Op op);
 // Sums of long rows (the Sum kernel's and fused reductions') go in blocks of
 // this many values, each in double, then the blocks in order: the same
 // result on any number of threads.

@@ -45,6 +45,8 @@ void run_kernel(const Instr& ins, std::span<char* const> in, char* out, std::spa
   table[k](ins, in, out, extra);
 }
 
+bool has_kernel(Op op) { return kernels()[static_cast<size_t>(op)] != nullptr; }
+
 std::shared_future<void> start_collective(const Instr& ins, std::span<char* const> in, char* out) {
   // The replica's inputs, concatenated into the output buffer now (so their
   // memory may be reused at once); the collective then works on that buffer

@@ -18,7 +18,11 @@
 // query whose visible keys are all masked (left padding under the causal
 // rule) spreads its weight over the keys up to its own tile, not over all
 // keys; and dq is summed with atomics, so it is not bit-identical from run
-// to run.
+// to run. The kernels take bf16 q, k, v of head size 16, 32 or 64 on a GPU
+// of compute capability 8.0 or newer; pointers are device pointers at the
+// operands' offsets: q [B,H,Tq,D], k and v [B,H,Tk,D] contiguous, mask
+// [B or 1, Tk] f32 (null: none), key the dropout's i64 [3] rng key (null
+// when dropout is 0). Kernel table: kernels.h.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -26,9 +30,10 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kiln/backend/cuda/attention.h"
+#include "kiln/backend/attention_args.h"
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/desc.h"
+#include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/philox_core.h"
 #include "kiln/core/error.h"
 
@@ -36,6 +41,7 @@ namespace kiln::backend::cuda::kernels {
 
 namespace {
 
+using backend::AttentionArgs;
 using namespace nvcuda;
 using bf16 = __nv_bfloat16;
 
@@ -465,13 +471,13 @@ void backward_d(const AttentionArgs& a, const void* q, const void* k, const void
                                                             dv);
 }
 
-}  // namespace
-
+// AttentionGrad's scratch: the rows' log-sum-exp and delta, dout in bf16.
 size_t attention_scratch_bytes(const AttentionArgs& a) {
   const size_t rows = static_cast<size_t>(a.B * a.H * a.Tq);
   return 2 * aligned256(rows * sizeof(float)) + rows * static_cast<size_t>(a.D) * sizeof(uint16_t);
 }
 
+// out [B,H,Tq,D] f32.
 void attention(const AttentionArgs& a, const void* q, const void* k, const void* v, const float* mask,
                const int64_t* key, float* out, cudaStream_t s) {
   if (a.B * a.H * a.Tq == 0) return;
@@ -488,6 +494,8 @@ void attention(const AttentionArgs& a, const void* q, const void* k, const void*
   }
 }
 
+// dq [B,H,Tq,D], dk and dv [B,H,Tk,D] f32, from the forward's out and its
+// gradient dout (f32). scratch: attention_scratch_bytes(a).
 void attention_grad(const AttentionArgs& a, const void* q, const void* k, const void* v, const float* mask,
                     const int64_t* key, const float* out, const float* dout, float* dq, float* dk, float* dv,
                     void* scratch, cudaStream_t s) {
@@ -507,4 +515,50 @@ void attention_grad(const AttentionArgs& a, const void* q, const void* k, const 
   }
 }
 
+}  // namespace
+
 }  // namespace kiln::backend::cuda::kernels
+
+namespace kiln::backend::cuda {
+
+using compiler::Instr;
+using ir::Op;
+
+namespace {
+
+void prepare_attention(const Instr& ins, const DeviceState& ds, KernelStep& st) {
+  KILN_CHECK(ins.inputs[0].dtype == DType::bf16, "cuda backend: fused attention needs bf16 q, k and v ",
+             "(--bf16 / kiln::Autocast); got ", dtype_name(ins.inputs[0].dtype),
+             " (KILN_ATTENTION=auto uses the composite in fp32)");
+  require_bf16_tensor_cores(ds, "cuda backend: fused attention needs");
+  KILN_CHECK(!ir::AttentionAttrs::of(ins.attrs).kept_probs, "the CUDA attention kernels recompute the probabilities "
+             "(compile without CompileOptions::attention_probabilities)");
+  KILN_CHECK(!ir::AttentionAttrs::of(ins.attrs).has_segments, "cuda backend: fused attention takes no segment ids "
+             "(packed rows) yet; the models take the composite with a block-diagonal mask on CUDA");
+  if (ins.op == Op::AttentionGrad) st.scratch_bytes = kernels::attention_scratch_bytes(attention_args(ins));
+}
+
+void run_attention(const KernelCall& k) {
+  const Instr& ins = k.ins;
+  const AttentionArgs a = attention_args(ins);
+  KILN_CHECK(a.window == 0, "cuda backend: fused attention has no sliding window yet (the model takes the composite)");
+  const float* mask = a.mask_input >= 0 ? k.f(a.mask_input) : nullptr;
+  const int64_t* key = a.key_input >= 0 ? reinterpret_cast<const int64_t*>(k.inp(a.key_input)) : nullptr;
+  if (ins.op == Op::Attention)
+    return kernels::attention(a, k.inp(0), k.inp(1), k.inp(2), mask, key, k.fo(), k.stream());
+  const size_t next = ins.inputs.size() - 2;  // AttentionGrad: then out, dout
+  float* dq = k.fo();
+  float* dk = dq + a.B * a.H * a.Tq * a.D;
+  float* dv = dk + a.B * a.H * a.Tk * a.D;
+  return kernels::attention_grad(a, k.inp(0), k.inp(1), k.inp(2), mask, key, k.f(next), k.f(next + 1), dq, dk, dv,
+                                 k.scratch(), k.stream());
+}
+
+}  // namespace
+
+void add_attention_kernels(KernelTable& t) {
+  add_kernel(t, Op::Attention, {.run = run_attention, .prepare = prepare_attention});
+  add_kernel(t, Op::AttentionGrad, {.run = run_attention, .prepare = prepare_attention});
+}
+
+}  // namespace kiln::backend::cuda

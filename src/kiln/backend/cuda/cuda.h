@@ -47,6 +47,10 @@ MemoryStats memory_stats(Device device);
 // now on (cuBLAS's CUBLAS_TF32_TENSOR_OP_MATH; kiln::set_allow_tf32).
 void set_allow_tf32(bool on);
 
+// Whether the CUDA backend has a kernel for a (not fused) instruction of
+// this op: an entry in its kernel table (kernels.h). Needs no device.
+bool has_kernel(ir::Op op);
+
 // The fused programs' generated kernels so far (jit.h): "12 kernels in 2
 // modules: 1 compiled in 0.84 s, 1 from the disk cache (~/.cache/kiln/cuda)".
 std::string generated_kernels_summary();

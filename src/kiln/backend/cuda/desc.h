@@ -91,7 +91,7 @@ struct Split {
 // one output into scratch (a double per part and output), and a second
 // kernel combines the parts in order. The split is a function of the shape
 // alone, so results do not depend on the GPU. Blocks: one per output, or per
-// 32 outputs when inner >= 32 (kernels.cu).
+// 32 outputs when inner >= 32 (kernels_reduce.cu).
 KILN_HD inline int64_t reduce_parts(Split p) {
   constexpr int64_t kTargetBlocks = 512, kMinPart = 1024;
   const int64_t blocks = p.inner >= 32 ? p.outer * ((p.inner + 31) / 32) : p.outer * p.inner;
