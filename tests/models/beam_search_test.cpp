@@ -107,6 +107,11 @@ TEST(BeamSearch, BadSettingsAreClearErrors) {
   g.num_return_sequences = 1;
   g.num_beams = 0;
   EXPECT_NE(testing::error_of([&] { models::generate(gpt2, {{1, 2}}, g); }).find("num_beams must be >= 1, got 0"), std::string::npos);
+  // More beams than any machine holds scores for: refused before allocating them (no out-of-memory kill).
+  g.num_beams = int64_t{1} << 40;
+  const std::string huge = testing::error_of([&] { models::generate(gpt2, {{1, 2}}, g); });
+  EXPECT_NE(huge.find("GB of scores and caches, more than this machine's"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("lower --num_beams"), std::string::npos) << huge;
   EXPECT_NE(testing::error_of([] { models::parse_early_stopping("sometimes"); }).find("got 'sometimes'"), std::string::npos);
   EXPECT_EQ(models::parse_early_stopping("True"), GenerationConfig::EarlyStopping::True);
   EXPECT_EQ(models::parse_early_stopping("never"), GenerationConfig::EarlyStopping::Never);

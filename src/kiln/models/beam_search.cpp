@@ -6,6 +6,8 @@
 #include <numeric>
 #include <utility>
 
+#include <unistd.h>
+
 #include "kiln/core/error.h"
 #include "kiln/runtime/context.h"
 
@@ -230,12 +232,30 @@ void reorder(std::vector<Tensor>& caches, const std::vector<int64_t>& rows) {
   for (Tensor& c : caches) c.assign(pick_rows(c, rows));
 }
 
+// Beam search holds each step's scores for every row (the model's logits,
+// their log-softmax, the scores ranked and the host's copy) and a key/value
+// cache per row: a num_beams past what the machine holds is refused before
+// the first allocation rather than left to the out-of-memory killer.
+void check_beam_memory(int64_t prompts, int64_t num_beams, int64_t vocab, double cache_floats_per_row) {
+  const double rows = static_cast<double>(prompts) * static_cast<double>(num_beams);
+  const double need = rows * (4.0 * static_cast<double>(vocab) + 2.0 * cache_floats_per_row) * sizeof(float);
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  KILN_CHECK(have <= 0 || need < have, "generate: num_beams ", num_beams, " x ", prompts,
+             " prompt(s) over a vocabulary of ", vocab, " need about ", std::ceil(need / 1e9),
+             " GB of scores and caches, more than this machine's ", std::floor(have / 1e9),
+             " GB: lower --num_beams (or --per_device_eval_batch_size)");
+}
+
 int64_t capacity(int64_t n, int64_t bucket) { return std::max<int64_t>(1, (n + bucket - 1) / bucket) * bucket; }
 
 // One causal-LM prompt: num_beams rows advance together, each step's caches reordered by the rows continued.
 std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::vector<int64_t>& prompt,
                                                   const GenerationConfig& g, const std::vector<int64_t>& eos) {
   const int64_t V = model.vocab_size(), N = g.num_beams, P = static_cast<int64_t>(prompt.size());
+  int64_t L = capacity(P + g.max_new_tokens, g.bucket);
+  if (auto max_positions = model.config().max_positions()) L = std::min(*max_positions, L);
+  const CausalLM::CacheShape cs = model.cache_shape();
+  check_beam_memory(1, N, V, g.use_cache ? 2.0 * cs.layers * cs.kv_heads * L * cs.head_dim : 0.0);
   Device dev = model.parameters().front().device();
   BeamSearch search({prompt}, eos, g);
   if (!g.use_cache) {
@@ -251,9 +271,6 @@ std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::ve
     }
     return search.results();
   }
-  int64_t L = capacity(P + g.max_new_tokens, g.bucket);
-  if (auto max_positions = model.config().max_positions()) L = std::min(*max_positions, L);
-  const CausalLM::CacheShape cs = model.cache_shape();
   std::vector<Tensor> kc, vc;
   const std::vector<float> zeros(static_cast<size_t>(N * cs.kv_heads * L * cs.head_dim), 0.0f);
   for (int64_t l = 0; l < cs.layers; ++l) {
@@ -300,6 +317,7 @@ std::vector<std::vector<int64_t>> beam_search(T5ForTask& model, const std::vecto
   const T5Config& c = model.t5_config();
   const int64_t B = static_cast<int64_t>(prompts.size()), N = g.num_beams, R = B * N, V = c.vocab_size;
   if (B == 0) return {};
+  check_beam_memory(B, N, V, 0.0);
   int64_t S = 0;
   for (const auto& p : prompts) S = std::max(S, static_cast<int64_t>(p.size()));
   // The prompts padded on the right, encoded once; each row of the encoder output and mask repeated per beam.
