@@ -145,6 +145,27 @@ Products products_of_bf16_operands() {
   Tensor x2 = reshape(x, {B * M, K});
   p.values.push_back(matmul(x2, x2, true, false).to_vector<float>());  // [K, K]: the TN layout
   p.want.push_back(reference(true, false, K, K, B * M, xv, K, xv, K, nullptr));
+  // One row (a decode step's products, our gemv): against a transposed
+  // weight with a bias, a row-major one small and large enough to be summed
+  // in parts, and one row per batch (attention's composite with one query).
+  const std::vector<float> x1(xv.begin(), xv.begin() + K);
+  Tensor r1 = slice(reshape(x, {B * M, K}), 0, 0, 1);
+  p.values.push_back((matmul(r1, w, false, true) + slice(b2, 0, 0, N)).to_vector<float>());
+  p.want.push_back(reference(false, true, 1, N, K, x1, K, wv, K, bv.data()));
+  const int64_t wide = 1000;
+  const auto zv = rounded(testing::uniform_values(K * wide, 9));
+  p.values.push_back(matmul(r1, cast(Tensor::from_vector(zv, {K, wide}), DType::bf16)).to_vector<float>());
+  p.want.push_back(reference(false, false, 1, wide, K, x1, K, zv, wide, nullptr));
+  p.values.push_back(matmul(slice(x, 1, 0, 1), y).to_vector<float>());
+  Reference rows;
+  for (int64_t i = 0; i < B; ++i) {
+    const std::vector<float> xi(xv.begin() + i * M * K, xv.begin() + i * M * K + K);
+    const std::vector<float> yi(yv.begin() + i * K * N, yv.begin() + (i + 1) * K * N);
+    Reference r = reference(false, false, 1, N, K, xi, K, yi, N, nullptr);
+    rows.c.insert(rows.c.end(), r.c.begin(), r.c.end());
+    rows.bound.insert(rows.bound.end(), r.bound.begin(), r.bound.end());
+  }
+  p.want.push_back(rows);
   return p;
 }
 

@@ -23,15 +23,20 @@ using ir::Op;
 
 namespace {
 
+// An element of B as f32: f32 as stored, bf16 widened (exact).
+inline float element(const float* p, int64_t i) { return p[i]; }
+inline float element(const uint16_t* p, int64_t i) { return bf16_to_float(p[i]); }
+
 // c[n] += Σ_{k0 <= k < k1} a[k] · b[k·ldb + n] for n in [n0, n1), k in
 // order. Eight rows a pass: c is loaded and stored once for eight of them
 // (the same adds in the same order as one row a pass), and eight streams
 // from memory are in flight.
-void add_scaled_rows(const float* a, const float* b, int64_t ldb, int64_t k0, int64_t k1, int64_t n0, int64_t n1,
+template <class T>
+void add_scaled_rows(const float* a, const T* b, int64_t ldb, int64_t k0, int64_t k1, int64_t n0, int64_t n1,
                      float* c) {
   int64_t k = k0;
   for (; k + 8 <= k1; k += 8) {
-    const float* bk[8];
+    const T* bk[8];
     float ak[8];
     for (int j = 0; j < 8; ++j) {
       bk[j] = b + (k + j) * ldb;
@@ -40,104 +45,115 @@ void add_scaled_rows(const float* a, const float* b, int64_t ldb, int64_t k0, in
 #pragma omp simd
     for (int64_t n = n0; n < n1; ++n) {
       float v = c[n];
-      v += ak[0] * bk[0][n];
-      v += ak[1] * bk[1][n];
-      v += ak[2] * bk[2][n];
-      v += ak[3] * bk[3][n];
-      v += ak[4] * bk[4][n];
-      v += ak[5] * bk[5][n];
-      v += ak[6] * bk[6][n];
-      v += ak[7] * bk[7][n];
+      v += ak[0] * element(bk[0], n);
+      v += ak[1] * element(bk[1], n);
+      v += ak[2] * element(bk[2], n);
+      v += ak[3] * element(bk[3], n);
+      v += ak[4] * element(bk[4], n);
+      v += ak[5] * element(bk[5], n);
+      v += ak[6] * element(bk[6], n);
+      v += ak[7] * element(bk[7], n);
       c[n] = v;
     }
   }
   for (; k < k1; ++k) {
-    const float* bk = b + k * ldb;
+    const T* bk = b + k * ldb;
     const float ak = a[k];
 #pragma omp simd
-    for (int64_t n = n0; n < n1; ++n) c[n] += ak * bk[n];
+    for (int64_t n = n0; n < n1; ++n) c[n] += ak * element(bk, n);
   }
+}
+
+// c[n] = Σ_k a[k] · B(k, n) (c += with accumulate), B of f32 or bf16
+// elements (exact products, f32 sums): a one-token decode step's products.
+// They are bound by reading B, so eight of B's rows go a pass (eight dot
+// products, or eight rows scaled into c), and the dot products prefetch the
+// group after next: GPT-2's decode products ran at 11-22 GB/s one row a
+// pass; 37-53 GB/s now. The bits do not depend on the thread count.
+template <class T>
+void gemv(bool tb, int64_t N, int64_t K, const float* av, const T* b, int64_t ldb, float* c, bool accumulate) {
+  if (tb) {  // B(k, n) = b[n·ldb + k]: a dot product per output, eight outputs at a time
+    const int64_t groups = N / 8;
+#pragma omp parallel for if (N * K > 65536)
+    for (int64_t q = 0; q < groups; ++q) {
+      const int64_t n = q * 8;
+      const T* br[8];
+      for (int j = 0; j < 8; ++j) br[j] = b + (n + j) * ldb;
+      if (n + 24 <= N) {  // the group after next, into the cache (GPT-2's LM head; docs/performance.md)
+        const char* ahead = reinterpret_cast<const char*>(b + (n + 16) * ldb);
+        for (int64_t o = 0; o < 8 * ldb * static_cast<int64_t>(sizeof(T)); o += 64) __builtin_prefetch(ahead + o);
+      }
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
+      for (int64_t k = 0; k < K; ++k) {
+        s0 += av[k] * element(br[0], k);
+        s1 += av[k] * element(br[1], k);
+        s2 += av[k] * element(br[2], k);
+        s3 += av[k] * element(br[3], k);
+        s4 += av[k] * element(br[4], k);
+        s5 += av[k] * element(br[5], k);
+        s6 += av[k] * element(br[6], k);
+        s7 += av[k] * element(br[7], k);
+      }
+      const float sums[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+      for (int j = 0; j < 8; ++j) c[n + j] = accumulate ? c[n + j] + sums[j] : sums[j];
+    }
+    for (int64_t n = groups * 8; n < N; ++n) {  // the last N % 8 outputs
+      const T* bn = b + n * ldb;
+      float acc = 0;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t k = 0; k < K; ++k) acc += av[k] * element(bn, k);
+      c[n] = accumulate ? c[n] + acc : acc;  // (never 0 · c: c may hold NaN before it is written)
+    }
+  } else if (N <= 4096 && N * K > 65536) {  // B(k, n) = b[k·ldb + n], short rows: B's rows in parts
+    // A decode step's projections: each of eight fixed parts of B's rows is
+    // summed into its own vector (in L1) by whichever thread takes it, and
+    // the parts are then added in order, so whole rows stream from memory
+    // and the bits do not depend on the threads (GPT-2's MLP c_proj: 23-31
+    // GB/s with column ranges per thread, 41-53 in parts).
+    constexpr int64_t kParts = 8;
+    thread_local std::vector<float> scratch;  // (a fresh 128 KB block each call would be mapped afresh)
+    scratch.assign(static_cast<size_t>(kParts * N), 0.0f);
+    float* part = scratch.data();  // (the OpenMP threads see their own thread_local)
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < kParts; ++p)
+      add_scaled_rows(av, b, ldb, K * p / kParts, K * (p + 1) / kParts, 0, N, part + p * N);
+    for (int64_t n = 0; n < N; ++n) c[n] = accumulate ? c[n] + part[n] : part[n];
+    for (int64_t p = 1; p < kParts; ++p) {
+      const float* pp = part + p * N;
+#pragma omp simd
+      for (int64_t n = 0; n < N; ++n) c[n] += pp[n];
+    }
+  } else {  // B(k, n) = b[k·ldb + n]: rows of B scaled and summed, threads own column ranges
+#pragma omp parallel if (N * K > 65536)
+    {
+      int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      int64_t n0 = N * t / nt, n1 = N * (t + 1) / nt;
+      if (!accumulate) std::fill(c + n0, c + n1, 0.0f);
+      add_scaled_rows(av, b, ldb, 0, K, n0, n1, c);
+    }
+  }
+}
+
+// Row 0 of op(a) (K elements, a of f32 or bf16) as f32.
+template <class T>
+std::vector<float> first_row(bool ta, int64_t K, const T* a, int64_t lda) {
+  std::vector<float> av(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) av[k] = element(a, ta ? k * lda : k);
+  return av;
 }
 
 // GEMM: oneDNN's sgemm (row-major), chosen by bench/gemm: at BERT-base shapes
 // it led OpenBLAS 0.3.21 by ~7% per layer and BLIS by ~3%, and by 16-25% on
 // the small batched attention products, run from our own OpenMP loop.
 // Matrix-vector shapes (M == 1 or N == 1, as in one-token decode steps) run
-// on our own loops: oneDNN's sgemm crashed on some of them (M == 1 inside an
-// OpenMP batch loop). They are bound by reading B, so M == 1 takes eight of
-// B's rows a pass (eight dot products, or eight rows scaled into c), and the
-// dot products prefetch the group after next: GPT-2's decode products ran
-// at 11-22 GB/s one row a pass; 37-53 GB/s now.
+// on our own loops (gemv; oneDNN's sgemm crashed on some of them: M == 1
+// inside an OpenMP batch loop).
 // accumulate: c += a·b (c holds the bias rows), else c = a·b.
 void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
                 int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  if (M == 1) return gemv(tb, N, K, first_row(ta, K, a, lda).data(), b, ldb, c, accumulate);
   auto A = [&](int64_t m, int64_t k) { return ta ? a[k * lda + m] : a[m * lda + k]; };
-  if (M == 1) {  // c[n] = Σ_k a[k] · B(k, n)
-    std::vector<float> av(static_cast<size_t>(K));
-    for (int64_t k = 0; k < K; ++k) av[k] = A(0, k);
-    if (tb) {  // B(k, n) = b[n·ldb + k]: a dot product per output, eight outputs at a time
-      const int64_t groups = N / 8;
-#pragma omp parallel for if (N * K > 65536)
-      for (int64_t q = 0; q < groups; ++q) {
-        const int64_t n = q * 8;
-        const float* br[8];
-        for (int j = 0; j < 8; ++j) br[j] = b + (n + j) * ldb;
-        if (n + 24 <= N) {  // the group after next, into the cache (GPT-2's LM head; docs/performance.md)
-          const char* ahead = reinterpret_cast<const char*>(b + (n + 16) * ldb);
-          for (int64_t o = 0; o < 8 * ldb * static_cast<int64_t>(sizeof(float)); o += 64) __builtin_prefetch(ahead + o);
-        }
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
-        for (int64_t k = 0; k < K; ++k) {
-          s0 += av[k] * br[0][k];
-          s1 += av[k] * br[1][k];
-          s2 += av[k] * br[2][k];
-          s3 += av[k] * br[3][k];
-          s4 += av[k] * br[4][k];
-          s5 += av[k] * br[5][k];
-          s6 += av[k] * br[6][k];
-          s7 += av[k] * br[7][k];
-        }
-        const float sums[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
-        for (int j = 0; j < 8; ++j) c[n + j] = accumulate ? c[n + j] + sums[j] : sums[j];
-      }
-      for (int64_t n = groups * 8; n < N; ++n) {  // the last N % 8 outputs
-        const float* bn = b + n * ldb;
-        float acc = 0;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t k = 0; k < K; ++k) acc += av[k] * bn[k];
-        c[n] = accumulate ? c[n] + acc : acc;  // (never 0 · c: c may hold NaN before it is written)
-      }
-    } else if (N <= 4096 && N * K > 65536) {  // B(k, n) = b[k·ldb + n], short rows: B's rows in parts
-      // A decode step's projections: each of eight fixed parts of B's rows is
-      // summed into its own vector (in L1) by whichever thread takes it, and
-      // the parts are then added in order, so whole rows stream from memory
-      // and the bits do not depend on the threads (GPT-2's MLP c_proj: 23-31
-      // GB/s with column ranges per thread, 41-53 in parts).
-      constexpr int64_t kParts = 8;
-      thread_local std::vector<float> scratch;  // (a fresh 128 KB block each call would be mapped afresh)
-      scratch.assign(static_cast<size_t>(kParts * N), 0.0f);
-      float* part = scratch.data();  // (the OpenMP threads see their own thread_local)
-#pragma omp parallel for schedule(static)
-      for (int64_t p = 0; p < kParts; ++p)
-        add_scaled_rows(av.data(), b, ldb, K * p / kParts, K * (p + 1) / kParts, 0, N, part + p * N);
-      for (int64_t n = 0; n < N; ++n) c[n] = accumulate ? c[n] + part[n] : part[n];
-      for (int64_t p = 1; p < kParts; ++p) {
-        const float* pp = part + p * N;
-#pragma omp simd
-        for (int64_t n = 0; n < N; ++n) c[n] += pp[n];
-      }
-    } else {  // B(k, n) = b[k·ldb + n]: rows of B scaled and summed, threads own column ranges
-#pragma omp parallel if (N * K > 65536)
-      {
-        int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        int64_t n0 = N * t / nt, n1 = N * (t + 1) / nt;
-        if (!accumulate) std::fill(c + n0, c + n1, 0.0f);
-        add_scaled_rows(av.data(), b, ldb, 0, K, n0, n1, c);
-      }
-    }
-    return;
-  }
   auto B = [&](int64_t k, int64_t n) { return tb ? b[n * ldb + k] : b[k * ldb + n]; };
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
@@ -304,7 +320,11 @@ Shapes shapes_of(const Instr& ins) {
 void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p, float* c) {
   const Operand &A = ins.inputs[0], &B = ins.inputs[1];
   const auto& [la, lb, ao, bo, one_gemm, M, N, K, nb] = p;
-  if (A.dtype == DType::bf16) {
+  // One row of bf16 operands (a decode step's products): our gemv widens B's
+  // elements as they stream, half the bytes of f32; oneDNN's bf16 matmul
+  // reads them several times slower at M = 1 (docs/performance.md).
+  const bool bf16_rows = A.dtype == DType::bf16 && B.dtype == DType::bf16 && M == 1;
+  if (A.dtype == DType::bf16 && !bf16_rows) {
     if (native_bf16_products()) {
       if (bf16_products(ins, in, {la, lb, ao, bo, one_gemm, M, N, K}, c)) return;
     } else {
@@ -323,10 +343,10 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p,
     }
   } release;
   const float* a = as_f32_operand(A, in[0], wide_a);
-  const float* b = as_f32_operand(B, in[1], wide_b);
+  const float* b = bf16_rows ? nullptr : as_f32_operand(B, in[1], wide_b);
   // (Not inside a parallel region: a paired product runs on one thread.)
-  const bool primitive =
-      one_gemm && K > 0 && !omp_in_parallel() && prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K);
+  const bool primitive = !bf16_rows && one_gemm && K > 0 && !omp_in_parallel() &&
+                         prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K);
   // A bias (compiler/simplify.cpp folds `product + bias` into the product):
   // the matmul primitive adds a contiguous one itself; otherwise every row
   // of c starts as the bias and the GEMM adds to it.
@@ -347,6 +367,12 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p,
   }
   if (K == 0) {
     if (!bias) std::fill(c, c + nb * M * N, 0.0f);
+    return;
+  }
+  if (bf16_rows) {
+    const uint16_t* b16 = reinterpret_cast<const uint16_t*>(in[1]);
+    for (int64_t i = 0; i < nb; ++i)
+      gemv(lb.trans, N, K, first_row(la.trans, K, a + ao[i], la.ld).data(), b16 + bo[i], lb.ld, c + i * N, bias);
     return;
   }
   if (one_gemm) {
