@@ -19,6 +19,7 @@
 #include "command.h"
 #include "flags.h"
 #include "hf_output_files.h"
+#include "kiln/core/host_memory.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/replica.h"
 #include "kiln/core/atomic_file.h"
@@ -361,6 +362,23 @@ RunRows load_rows(const std::map<std::string, std::string>& f, const cli::TrainT
 }
 
 // What a replica's model is made from.
+// Every replica in this process builds its own copy of the model (and its
+// gradients and optimizer state): a count whose f32 weights and gradients
+// alone exceed the memory is refused before the copies are made, not left to the
+// out-of-memory killer. (A LoRA base is shared between replicas, so its
+// runs are not bounded this way.)
+void check_replica_memory(const models::PretrainedConfig& config, int64_t replicas, bool lora) {
+  if (replicas <= 1 || lora) return;
+  long double parameters = 0;
+  for (const auto& t : config.size_terms()) parameters += t.parameters;
+  const long double need = parameters * 8.0L * static_cast<long double>(replicas);
+  const long double have = static_cast<long double>(host_memory::physical_bytes());
+  KILN_CHECK(have == 0 || need <= have, "train: --num_replicas ", replicas, ": as many copies of the model's ",
+             static_cast<double>(parameters), " parameters need ", static_cast<double>(need / 1e9),
+             " GB for f32 weights and gradients alone, more than this machine's ", static_cast<double>(have / 1e9),
+             " GB");
+}
+
 struct ModelRecipe {
   const std::map<std::string, std::string>& flags;
   const train::TrainingArguments& args;
@@ -523,6 +541,7 @@ int run_train(const std::vector<std::string>& raw_args) {
                        co);
   }
   const train::QaOptions qa_opts = qa_options(f, "train");
+  check_replica_memory(*run_config, ta.num_replicas, lora.has_value());
   const ModelRecipe recipe{f, ta, *run_config, *task, ctx, lora};
   const RunOutputs outputs{*task, name, ctx, ta, eval_f, test_f, rows.eval};
   // A first SIGINT / SIGTERM while training stops it after the step in flight, with a checkpoint to resume from.

@@ -112,5 +112,14 @@ TEST_F(HostileInput, EmptyAndMistypedInputsAreClearErrors) {
                         "after the closing quote of a field that opened at 2:1");
 }
 
+// More replicas than the machine holds copies of the model for: refused with
+// what they need, not an out-of-memory kill or a bare system message.
+TEST_F(HostileInput, ReplicaCountsPastTheMachineAreAClearError) {
+  const std::string train = train_args() + " --train_file " + (dir_ / "data" / "train.csv").string();
+  const testing::KilnRun replicas = run_kiln(train + " --num_replicas 100000000", dir_.path());
+  expect_one_line_error(replicas, "--num_replicas 100000000: as many copies of the model's");
+  EXPECT_CONTAINS(replicas.output, "more than this machine's");
+}
+
 }  // namespace
 }  // namespace kiln

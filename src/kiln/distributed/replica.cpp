@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -455,7 +456,17 @@ void spawn(const std::function<void(int)>& fn, int n) {
                  "kiln: warning: %d replicas share %d cores (one thread each): the cores are oversubscribed; "
                  "%d replicas or fewer avoid it\n",
                  n, dist::default_threads(), dist::default_threads());
-  auto g = dist::new_group(n, threads_each);
+  // Each replica runs two threads (its host thread and its stream's worker).
+  auto no_threads = [n](const std::string& which, const std::system_error& e) {
+    return Error("spawn: could not start " + which + " of " + std::to_string(n) + " replicas (" + e.what() +
+                 "): ask for fewer (kiln train's --num_replicas)");
+  };
+  std::shared_ptr<dist::Group> g;
+  try {
+    g = dist::new_group(n, threads_each);
+  } catch (const std::system_error& e) {
+    throw no_threads("the stream threads", e);
+  }
   std::vector<std::exception_ptr> errors(n);
   std::atomic<int> origin{-1};
   auto body = [&](int i) {
@@ -487,7 +498,15 @@ void spawn(const std::function<void(int)>& fn, int n) {
     body(0);
   } else {
     std::vector<std::thread> threads;
-    for (int i = 0; i < n; ++i) threads.emplace_back(body, i);
+    try {
+      for (int i = 0; i < n; ++i) threads.emplace_back(body, i);
+    } catch (const std::system_error& e) {
+      const Error error = no_threads("replica " + std::to_string(threads.size()), e);
+      g->abort(error.what());  // the replicas started wait for the others: they stop
+      for (auto& t : threads) t.join();
+      dist::drop_group(g->id);
+      throw error;
+    }
     for (auto& t : threads) t.join();
   }
   dist::drop_group(g->id);
