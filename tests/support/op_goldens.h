@@ -3,8 +3,9 @@
 // (tests/goldens/op_goldens.json, made by tests/goldens/gen_op_goldens.py),
 // and how a case is built and checked with kiln on a device. The CPU runs
 // them in tests/runtime/op_goldens_test.cpp, the GPU in
-// tests/backend/cuda/device_test.cpp. A new op's golden cases need its line
-// in apply_golden_op().
+// tests/backend/cuda/device_test.cpp. An op used through a tensor function
+// needs its line in apply_golden_op(); an op with its own kernel, named as
+// ops.def names it, is built from the op table with no line (table_op).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -14,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/ir/builder.h"
 #include "support/test_util.h"
 
 namespace kiln::testing {
@@ -48,7 +50,28 @@ inline std::vector<double> golden_values(const json& t) {
   return out;
 }
 
-// The case's op on its inputs, as a kiln user calls it.
+// The op ops.def names `name`, on the inputs, built by ir::make_op from the
+// op table with the case's attributes as its attrs.h view stores them
+// ("ints", "floats"; none: the view's defaults). The view's operand check
+// is not run: the cases are PyTorch's valid inputs.
+inline Tensor table_op(const std::string& name, const json& attrs, const std::vector<Tensor>& x) {
+  for (int k = 0; k < static_cast<int>(ir::Op::kCount); ++k) {
+    const auto op = static_cast<ir::Op>(k);
+    if (name != ir::op_name(op)) continue;
+    struct Stored {
+      ir::Attrs a;
+      ir::Attrs attrs() const { return a; }
+    };
+    Stored view{{attrs.value("ints", std::vector<int64_t>{}), attrs.value("floats", std::vector<double>{})}};
+    std::vector<ir::NodePtr> inputs;
+    for (const Tensor& t : x) inputs.push_back(t.node());
+    return Tensor(ir::make_op(op, std::move(inputs), view));
+  }
+  throw Error("golden test: no tensor function or ops.def op named '" + name + "'");
+}
+
+// The case's op on its inputs, as a kiln user calls it (a tensor function),
+// or from the op table (an op with its own kernel and no line here).
 inline Tensor apply_golden_op(const std::string& op, const json& attrs, const std::vector<Tensor>& x) {
   auto b = [&](const char* k) { return attrs[k].get<bool>(); };
   auto i = [&](const char* k) { return attrs[k].get<int64_t>(); };
@@ -62,7 +85,7 @@ inline Tensor apply_golden_op(const std::string& op, const json& attrs, const st
   if (op == "abs") return abs(x[0]);
   if (op == "sigmoid") return sigmoid(x[0]);
   if (op == "silu") return silu(x[0]);
-  if (op == "rope") return rope(x[0], x[1], x[2]);
+  if (op == "rope_rows") return rope(x[0], x[1], x[2]);  // kiln::rope on rows: the op is "rope" (table_op)
   if (op == "relu") return relu(x[0]);
   if (op == "gelu") return gelu(x[0], attrs["approximate"].get<std::string>());
   if (op == "pow_scalar") return pow(x[0], attrs["exponent"].get<double>());
@@ -102,7 +125,7 @@ inline Tensor apply_golden_op(const std::string& op, const json& attrs, const st
     return cross_entropy(x[0], x[1], i("ignore_index"), attrs["label_smoothing"].get<double>());
   if (op == "mse_loss") return mse_loss(x[0], x[1]);
   if (op == "binary_cross_entropy_with_logits") return binary_cross_entropy_with_logits(x[0], x[1]);
-  throw Error("golden test: unknown op " + op);
+  return table_op(op, attrs, x);
 }
 
 // The case on `device`: its value, and its gradients where PyTorch gave them.
