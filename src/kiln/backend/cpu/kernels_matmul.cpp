@@ -64,46 +64,58 @@ void add_scaled_rows(const float* a, const T* b, int64_t ldb, int64_t k0, int64_
   }
 }
 
+// Sixteen lanes of f32 from p: as stored, or bf16 widened (exact).
+using Lanes = float __attribute__((vector_size(64)));
+inline Lanes lanes(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline Lanes lanes(const uint16_t* p) {
+  using Half = uint16_t __attribute__((vector_size(32)));
+  using Wide = uint32_t __attribute__((vector_size(64)));
+  Half h;
+  std::memcpy(&h, p, sizeof h);
+  const Wide w = __builtin_convertvector(h, Wide) << 16;
+  Lanes v;
+  std::memcpy(&v, &w, sizeof v);
+  return v;
+}
+
+// Σ_k a[k] · r[k]: four 16-lane sums over the row, added in a fixed order.
+// One row streams at a time: eight rows interleaved (eight memory streams)
+// read bf16 rows at under half the memory's rate on an AMD EPYC guest (the
+// GPT-2 head's product at one row, KILN_PROFILE; docs/performance.md).
+template <class T>
+float dot(const float* a, const T* r, int64_t K) {
+  Lanes s0 = {}, s1 = {}, s2 = {}, s3 = {};
+  int64_t k = 0;
+  for (; k + 64 <= K; k += 64) {
+    s0 += lanes(a + k) * lanes(r + k);
+    s1 += lanes(a + k + 16) * lanes(r + k + 16);
+    s2 += lanes(a + k + 32) * lanes(r + k + 32);
+    s3 += lanes(a + k + 48) * lanes(r + k + 48);
+  }
+  for (; k + 16 <= K; k += 16) s0 += lanes(a + k) * lanes(r + k);
+  const Lanes s = (s0 + s1) + (s2 + s3);
+  float t = 0;
+  for (int l = 0; l < 16; ++l) t += s[l];
+  for (; k < K; ++k) t += a[k] * element(r, k);
+  return t;
+}
+
 // c[n] = Σ_k a[k] · B(k, n) (c += with accumulate), B of f32 or bf16
 // elements (exact products, f32 sums): a one-token decode step's products.
-// They are bound by reading B, so eight of B's rows go a pass (eight dot
-// products, or eight rows scaled into c), and the dot products prefetch the
-// group after next: GPT-2's decode products ran at 11-22 GB/s one row a
-// pass; 37-53 GB/s now. The bits do not depend on the thread count.
+// They are bound by reading B: a dot product per output row (B transposed),
+// or eight of B's rows scaled into c a pass (each element of c loaded and
+// stored once for eight rows). The bits do not depend on the thread count.
 template <class T>
 void gemv(bool tb, int64_t N, int64_t K, const float* av, const T* b, int64_t ldb, float* c, bool accumulate) {
-  if (tb) {  // B(k, n) = b[n·ldb + k]: a dot product per output, eight outputs at a time
-    const int64_t groups = N / 8;
-#pragma omp parallel for if (N * K > 65536)
-    for (int64_t q = 0; q < groups; ++q) {
-      const int64_t n = q * 8;
-      const T* br[8];
-      for (int j = 0; j < 8; ++j) br[j] = b + (n + j) * ldb;
-      if (n + 24 <= N) {  // the group after next, into the cache (GPT-2's LM head; docs/performance.md)
-        const char* ahead = reinterpret_cast<const char*>(b + (n + 16) * ldb);
-        for (int64_t o = 0; o < 8 * ldb * static_cast<int64_t>(sizeof(T)); o += 64) __builtin_prefetch(ahead + o);
-      }
-      float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
-      for (int64_t k = 0; k < K; ++k) {
-        s0 += av[k] * element(br[0], k);
-        s1 += av[k] * element(br[1], k);
-        s2 += av[k] * element(br[2], k);
-        s3 += av[k] * element(br[3], k);
-        s4 += av[k] * element(br[4], k);
-        s5 += av[k] * element(br[5], k);
-        s6 += av[k] * element(br[6], k);
-        s7 += av[k] * element(br[7], k);
-      }
-      const float sums[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
-      for (int j = 0; j < 8; ++j) c[n + j] = accumulate ? c[n + j] + sums[j] : sums[j];
-    }
-    for (int64_t n = groups * 8; n < N; ++n) {  // the last N % 8 outputs
-      const T* bn = b + n * ldb;
-      float acc = 0;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t k = 0; k < K; ++k) acc += av[k] * element(bn, k);
-      c[n] = accumulate ? c[n] + acc : acc;  // (never 0 · c: c may hold NaN before it is written)
+  if (tb) {  // B(k, n) = b[n·ldb + k]: a dot product per output, row after row
+#pragma omp parallel for schedule(static) if (N * K > 65536)
+    for (int64_t n = 0; n < N; ++n) {
+      const float s = dot(av, b + n * ldb, K);
+      c[n] = accumulate ? c[n] + s : s;  // (never 0 · c: c may hold NaN before it is written)
     }
   } else if (N <= 4096 && N * K > 65536) {  // B(k, n) = b[k·ldb + n], short rows: B's rows in parts
     // A decode step's projections: each of eight fixed parts of B's rows is
