@@ -273,5 +273,65 @@ TEST(Lora, Errors) {
   }
 }
 
+// PEFT 0.21's LoRA variants compute another forward (or save tensors of
+// their own): each is refused by its adapter_config.json key, before any
+// tensor is read, as are the initialisations PEFT repeats on the base's
+// weights when it loads the adapter.
+TEST(Lora, PeftVariantsAndBaseRewritingInitialisationsAreRefusedByTheirKey) {
+  const std::string file = "dir/adapter_config.json";
+  auto error = [&](const std::string& text) {
+    return testing::error_of([&] { LoraConfig::from_json(nlohmann::json::parse(text), file); });
+  };
+  for (const char* key : {"use_bdlora", "arrow_config", "kasa_config", "monteclora_config", "velora_config"}) {
+    std::string e = error(std::string(R"({"peft_type": "LORA", ")") + key + R"(": {"nblocks": 2}})");
+    EXPECT_CONTAINS(e, file);
+    EXPECT_CONTAINS(e, std::string("'") + key + "' = {\"nblocks\":2} is not supported");
+    EXPECT_NO_THROW(LoraConfig::from_json(
+        nlohmann::json::parse(std::string(R"({"peft_type": "LORA", ")") + key + R"(": null})"), file));
+  }
+  for (const char* init : {"pissa", "pissa_niter_4", "corda", "olora", "OLoRA", "loftq", "lora_ga"}) {
+    std::string e = error(std::string(R"({"peft_type": "LORA", "init_lora_weights": ")") + init + "\"}");
+    EXPECT_CONTAINS(e, file);
+    EXPECT_CONTAINS(e, std::string("'init_lora_weights' = \"") + init + "\" is not supported");
+    EXPECT_CONTAINS(e, "path_initial_model_for_weight_conversion");
+  }
+  // Initialisations that leave the base as it is load (the file's weights replace them).
+  for (const char* init : {"true", "false", "\"gaussian\"", "\"eva\"", "\"orthogonal\"", "\"mica\""})
+    EXPECT_NO_THROW(LoraConfig::from_json(
+        nlohmann::json::parse(std::string(R"({"peft_type": "LORA", "init_lora_weights": )") + init + "}"), file))
+        << init;
+}
+
+TEST(Lora, AdapterWeightsOfTheWrongKindAreClearErrors) {
+  testing::TempDir tmp;
+  auto base = [] { return models::from_pretrained(data("llama/llama_lm")); };
+  auto trained = base();
+  LoraConfig cfg;
+  cfg.target_modules = {"q_proj"};
+  models::apply_lora(*trained, cfg);
+  {  // Only PEFT's pickle (safe_serialization=False): named, not read.
+    const fs::path dir = tmp.path() / "bin";
+    models::save_adapter(*trained, dir);
+    fs::rename(dir / "adapter_model.safetensors", dir / "adapter_model.bin");
+    auto m = base();
+    std::string e = testing::error_of([&] { models::load_adapter(*m, dir); });
+    EXPECT_CONTAINS(e, (dir / "adapter_model.safetensors").string() + " is missing; adapter_model.bin");
+    EXPECT_CONTAINS(e, "safe_serialization=True");
+  }
+  {  // Integer values where a weight belongs.
+    const fs::path dir = tmp.path() / "ints";
+    models::save_adapter(*trained, dir);
+    auto state = models::adapter_state(*trained);
+    ASSERT_FALSE(state.empty());
+    const std::string key = state[0].first;
+    const Shape shape = state[0].second.shape();
+    state[0].second = Tensor::from_vector(std::vector<int64_t>(static_cast<size_t>(numel(shape)), 1), shape);
+    io::save_safetensors(dir / "adapter_model.safetensors", state, {{"format", "pt"}});
+    auto m = base();
+    std::string e = testing::error_of([&] { models::load_adapter(*m, dir); });
+    EXPECT_CONTAINS(e, "adapter_model.safetensors: tensor '" + key + "' holds i64 values");
+  }
+}
+
 }  // namespace
 }  // namespace kiln

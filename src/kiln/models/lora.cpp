@@ -1,6 +1,7 @@
 #include "kiln/models/lora.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <regex>
 #include <set>
@@ -250,6 +251,23 @@ T number(const json& j, const std::string& key, T fallback, const std::string& f
   return j[key].get<T>();
 }
 
+// Initialisations that rewrite the base layer's weight (PiSSA, CorDA, OLoRA,
+// LoftQ, LoRA-GA: W minus the adapter's starting product). PEFT repeats them
+// on the base whenever it loads such an adapter, so the adapter's weights
+// only give its logits on that rewritten base; kiln loads the base as it is.
+void check_initialisation(const json& j, const std::string& file) {
+  if (!j.contains("init_lora_weights") || !j["init_lora_weights"].is_string()) return;
+  const std::string init = j["init_lora_weights"].get<std::string>();
+  std::string lower = init;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const bool rewrites_base = lower.rfind("pissa", 0) == 0 || lower.rfind("corda", 0) == 0 || lower == "olora" ||
+                             lower == "loftq" || lower == "lora_ga";
+  KILN_CHECK(!rewrites_base, file, ": 'init_lora_weights' = \"", init,
+             "\" is not supported: that initialisation rewrites the base model's weights, and PEFT repeats it on the "
+             "base when it loads the adapter, which kiln does not; save the adapter with PEFT's save_pretrained(..., "
+             "path_initial_model_for_weight_conversion=DIR) to get a plain LoRA adapter for the original base");
+}
+
 // Options kiln does not implement: set to anything but their default, an error.
 void check_unsupported(const json& j, const std::string& file) {
   auto is_default = [&](const char* key, const json& fallback) {
@@ -259,12 +277,16 @@ void check_unsupported(const json& j, const std::string& file) {
       {"use_dora", false},      {"lora_bias", false},          {"use_qalora", false},
       {"layer_replication", nullptr}, {"layers_to_transform", nullptr}, {"target_parameters", nullptr},
       {"trainable_token_indices", nullptr}, {"alora_invocation_tokens", nullptr}, {"megatron_config", nullptr},
+      // PEFT's LoRA variants, each a forward (or extra tensors) of its own.
+      {"use_bdlora", nullptr}, {"arrow_config", nullptr}, {"kasa_config", nullptr}, {"monteclora_config", nullptr},
+      {"velora_config", nullptr},
   };
   for (const auto& [key, fallback] : off)
     KILN_CHECK(is_default(key, fallback), file, ": '", key, "' = ", j[key].dump(),
                " is not supported by kiln's LoRA (it needs ", fallback.dump(), ")");
   KILN_CHECK(is_default("bias", "none"), file, ": 'bias' = ", j["bias"].dump(),
              " is not supported: kiln's LoRA trains no biases (bias \"none\")");
+  check_initialisation(j, file);
 }
 
 }  // namespace
@@ -391,6 +413,9 @@ LoraConfig read_adapter_config(const fs::path& dir) {
 
 void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
   const fs::path path = dir / kWeightsFile;
+  KILN_CHECK(fs::exists(path) || !fs::exists(dir / "adapter_model.bin"), path.string(),
+             " is missing; adapter_model.bin, a PyTorch pickle, is there, which kiln does not read: save the adapter "
+             "with PEFT's default safe_serialization=True");
   KILN_CHECK(fs::exists(path), path.string(), " is missing (PEFT writes the adapter's weights there)");
   io::SafetensorsFile file = io::SafetensorsFile::open(path);
   const std::string where = path.string();
@@ -401,6 +426,8 @@ void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
     KILN_CHECK(file.find(key), where, ": tensor '", key,
                "' is missing: the adapter does not match the base model (it has no weights for this layer)");
     Tensor t = file.load(key, p.device());
+    KILN_CHECK(is_floating(t.dtype()), where, ": tensor '", key, "' holds ", dtype_name(t.dtype()),
+               " values; an adapter's weights are floating point (F32, BF16 or F16)");
     KILN_CHECK(t.shape() == p.shape(), where, ": tensor '", key, "' has shape ", to_string(t.shape()),
                ", the base model needs ", to_string(p.shape()), ": the adapter was made for another base model");
     p.assign(cast(t, p.dtype()));
