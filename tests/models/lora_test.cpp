@@ -181,6 +181,54 @@ TEST(Lora, MergeFoldsTheAdapterIntoTheWeights) {
   }
 }
 
+// A branch on the output head (PEFT adapts lm_head when target_modules names
+// it) changes the logits as merging it into the head's weight does; PEFT
+// also saves the targeted head's own weight ("lm_head.base_layer.weight",
+// save_embedding_layers) and loads it back into the base.
+TEST(Lora, OutputHeadBranchComputesAndPeftsSavedHeadWeightLoads) {
+  testing::TempDir tmp;
+  auto golden = io::load_safetensors(data("llama/llama_lm/golden.safetensors"));
+  const models::ModelInputs inputs = testing::golden_inputs(golden);
+  auto adapted = models::from_pretrained(data("llama/llama_lm"));
+  adapted->eval();
+  LoraConfig cfg;
+  cfg.target_modules = {"q_proj", "lm_head"};
+  models::apply_lora(*adapted, cfg);
+  Generator gen(5);
+  auto state = models::adapter_state(*adapted);
+  for (auto& [key, p] : state)
+    if (key.find("lora_B") != std::string::npos) p.assign(randn(p.shape(), gen) * 0.2);
+  const Tensor logits = adapted->forward(inputs).logits;
+  models::merge_lora(*adapted);
+  EXPECT_TRUE(close(logits, adapted->forward(inputs).logits, 1e-4, 1e-5));
+
+  // The adapter file as PEFT writes it: the head's weight (here halved) under
+  // its base_layer infix, which loading puts into the base's head.
+  auto head_of = [](models::PreTrainedModel& m) {
+    for (auto& [name, p] : m.named_parameters())
+      if (name == "lm_head.weight") return p;
+    return Tensor();
+  };
+  auto base = models::from_pretrained(data("llama/llama_lm"));
+  const Tensor halved = head_of(*base) * 0.5;
+  state.emplace_back("base_model.model.lm_head.base_layer.weight", halved);
+  const fs::path dir = tmp.path() / "peft";
+  models::apply_lora(*base, cfg);
+  models::save_adapter(*base, dir);
+  io::save_safetensors(dir / "adapter_model.safetensors", state, {{"format", "pt"}});
+  auto loaded = models::from_pretrained(data("llama/llama_lm"));
+  models::load_adapter(*loaded, dir);
+  EXPECT_TRUE(close(head_of(*loaded), halved, 0, 0));
+
+  // A head of another vocabulary (PEFT saves a resized one the same way).
+  state.back().second = zeros({7, halved.dim(1)}, DType::f32);
+  io::save_safetensors(dir / "adapter_model.safetensors", state, {{"format", "pt"}});
+  auto other = models::from_pretrained(data("llama/llama_lm"));
+  std::string e = testing::error_of([&] { models::load_adapter(*other, dir); });
+  EXPECT_CONTAINS(e, "tensor 'base_model.model.lm_head.base_layer.weight' has shape [7,32]");
+  EXPECT_CONTAINS(e, "a base with another vocabulary");
+}
+
 // The weight-gradient products of a step: matrix products whose result has a
 // frozen weight's shape ([out, in], or [in, out] transposed).
 int frozen_weight_products(const models::PreTrainedModel& model, const std::vector<Tensor>& results) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -411,6 +412,35 @@ LoraConfig read_adapter_config(const fs::path& dir) {
   return LoraConfig::from_json(read_json_file(file), file.string());
 }
 
+namespace {
+
+// The file's tensor `key` into p (shape and kind checked; widened or
+// narrowed to p's dtype).
+void load_into(io::SafetensorsFile& file, const std::string& key, Tensor& p, const std::string& where,
+               const char* mismatch) {
+  Tensor t = file.load(key, p.device());
+  KILN_CHECK(is_floating(t.dtype()), where, ": tensor '", key, "' holds ", dtype_name(t.dtype()),
+             " values; an adapter's weights are floating point (F32, BF16 or F16)");
+  KILN_CHECK(t.shape() == p.shape(), where, ": tensor '", key, "' has shape ", to_string(t.shape()),
+             ", the base model needs ", to_string(p.shape()), ": ", mismatch);
+  p.assign(cast(t, p.dtype()));
+}
+
+// The base parameter a tensor of the adapter file names, or "": PEFT saves
+// the base weights of a targeted embed_tokens or lm_head
+// (save_embedding_layers, on by default when one is targeted) under the
+// layer's "base_layer" infix, or of an embedding it resized without the
+// infix, and loads them back into the base.
+std::string base_parameter(const std::string& key) {
+  if (key.rfind(kKeyPrefix, 0) != 0) return "";
+  std::string name = key.substr(std::string(kKeyPrefix).size());
+  const size_t infix = name.find(".base_layer.");
+  if (infix != std::string::npos) name.erase(infix, std::string(".base_layer").size());
+  return name;
+}
+
+}  // namespace
+
 void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
   const fs::path path = dir / kWeightsFile;
   KILN_CHECK(fs::exists(path) || !fs::exists(dir / "adapter_model.bin"), path.string(),
@@ -425,17 +455,20 @@ void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
     expected.insert(key);
     KILN_CHECK(file.find(key), where, ": tensor '", key,
                "' is missing: the adapter does not match the base model (it has no weights for this layer)");
-    Tensor t = file.load(key, p.device());
-    KILN_CHECK(is_floating(t.dtype()), where, ": tensor '", key, "' holds ", dtype_name(t.dtype()),
-               " values; an adapter's weights are floating point (F32, BF16 or F16)");
-    KILN_CHECK(t.shape() == p.shape(), where, ": tensor '", key, "' has shape ", to_string(t.shape()),
-               ", the base model needs ", to_string(p.shape()), ": the adapter was made for another base model");
-    p.assign(cast(t, p.dtype()));
+    load_into(file, key, p, where, "the adapter was made for another base model");
   }
-  for (const auto& e : file.entries())
-    KILN_CHECK(expected.count(e.name), where, ": tensor '", e.name,
-               "' names no adapted layer or saved module of this ", model.architecture(),
-               ": the adapter does not match the base model");
+  std::map<std::string, Tensor> base;
+  for (auto& [name, p] : model.named_parameters())
+    if (!expected.count(kKeyPrefix + name)) base.emplace(name, p);
+  for (const auto& e : file.entries()) {
+    if (expected.count(e.name)) continue;
+    auto it = base.find(base_parameter(e.name));
+    KILN_CHECK(it != base.end(), where, ": tensor '", e.name, "' names no adapted layer or saved module of this ",
+               model.architecture(), ": the adapter does not match the base model");
+    load_into(file, e.name, it->second, where,
+               "PEFT saves a targeted or resized embedding layer this way, so the adapter was made for a base with "
+               "another vocabulary");
+  }
 }
 
 void load_adapter(PreTrainedModel& model, const fs::path& dir) {
