@@ -511,14 +511,17 @@ std::unique_ptr<PreTrainedModel> from_pretrained_with_adapter(const fs::path& mo
 void merge_lora(PreTrainedModel& model) {
   KILN_CHECK(model.lora_config(), "merge_lora: the model has no LoRA adapter");
   NoGradGuard no_grad;
-  for (auto& [path, m] : model.named_modules()) {
-    auto* a = dynamic_cast<nn::Adaptable*>(m);
-    if (!a || !a->lora()) continue;
+  // The adapted layers first: detaching a branch frees it and its modules,
+  // which named_modules() lists after their layer.
+  std::vector<nn::Adaptable*> adapted;
+  for (auto& [path, m] : model.named_modules())
+    if (auto* a = dynamic_cast<nn::Adaptable*>(m); a && a->lora()) adapted.push_back(a);
+  for (nn::Adaptable* a : adapted) {
     Tensor delta = a->lora()->delta_weight();
     // A bf16 base (LoadOptions::keep_bf16) merges into bf16, as PEFT merges into the base's dtype.
     auto fold = [](Tensor& w, const Tensor& d) { w.assign(cast(w + d, w.dtype())); };
-    if (auto* l = dynamic_cast<nn::Linear*>(m)) fold(l->weight, delta);
-    if (auto* c = dynamic_cast<nn::Conv1D*>(m)) fold(c->weight, transpose(delta, 0, 1));
+    if (auto* l = dynamic_cast<nn::Linear*>(a)) fold(l->weight, delta);
+    if (auto* c = dynamic_cast<nn::Conv1D*>(a)) fold(c->weight, transpose(delta, 0, 1));
     a->detach_lora();
   }
   model.set_lora_config(nullptr);
