@@ -229,6 +229,24 @@ TEST(Lora, OutputHeadBranchComputesAndPeftsSavedHeadWeightLoads) {
   EXPECT_CONTAINS(e, "a base with another vocabulary");
 }
 
+// A head tied to the input embeddings is no layer of kiln's model: naming it
+// is an error, where PEFT would adapt transformers' head module; a model with
+// no language-model head ignores the name, as PEFT does.
+TEST(Lora, TiedOutputHeadAsATargetIsAClearError) {
+  for (const auto& [base, layer] : {std::pair{"llama/qwen2_lm_tied", "q_proj"}, {"gpt2/gpt2_lm", "c_attn"}}) {
+    auto m = models::from_pretrained(data(base));
+    LoraConfig cfg;
+    cfg.target_modules = {layer, "lm_head"};
+    std::string e = testing::error_of([&] { models::apply_lora(*m, cfg); });
+    EXPECT_CONTAINS(e, "target module 'lm_head' is the output head, which this " + m->architecture() +
+                           " ties to its input embeddings");
+  }
+  auto m = models::from_pretrained(data("bert/bert_seqcls"));
+  LoraConfig cfg;
+  cfg.target_modules = {"query", "lm_head"};
+  EXPECT_NO_THROW(models::apply_lora(*m, cfg));
+}
+
 // The weight-gradient products of a step: matrix products whose result has a
 // frozen weight's shape ([out, in], or [in, out] transposed).
 int frozen_weight_products(const models::PreTrainedModel& model, const std::vector<Tensor>& results) {

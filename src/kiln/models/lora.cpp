@@ -152,6 +152,20 @@ void check_no_other_matches(PreTrainedModel& model, const LoraConfig& c, const s
   }
 }
 
+// "lm_head" named on a language model whose head is its input embeddings
+// (tie_word_embeddings): PEFT adapts the head module transformers builds
+// around the shared weight; kiln has no such layer, and skipping the name
+// would train or load a different model.
+void check_tied_head(const PreTrainedModel& model, const LoraConfig& c, const std::vector<Layer>& layers) {
+  const std::string& arch = model.architecture();
+  const bool lm = arch.find("CausalLM") != std::string::npos || arch.find("LMHead") != std::string::npos ||
+                  arch.find("ConditionalGeneration") != std::string::npos;
+  const bool named = std::find(c.target_modules.begin(), c.target_modules.end(), "lm_head") != c.target_modules.end();
+  const bool has_head = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.path == "lm_head"; });
+  KILN_CHECK(!lm || !named || has_head, "LoRA: target module 'lm_head' is the output head, which this ", arch,
+             " ties to its input embeddings (tie_word_embeddings): kiln adapts an untied lm_head only");
+}
+
 void set_trainable(PreTrainedModel& model, const LoraConfig& c) {
   std::vector<Tensor> widen;  // a saved module loaded bf16 (LoadOptions::keep_bf16) trains in f32
   for (auto& [name, p] : model.named_parameters()) {
@@ -354,6 +368,7 @@ void apply_lora(PreTrainedModel& model, LoraConfig c) {
   std::optional<std::regex> target;
   if (c.target_regex) target = compile_regex(*c.target_regex, "target_modules");
   check_no_other_matches(model, c, target);
+  check_tied_head(model, c, layers);
   std::vector<Layer> chosen;
   for (const auto& l : layers)
     if (is_target(c, l.path, target)) chosen.push_back(l);
