@@ -181,6 +181,72 @@ TEST(Lora, MergeFoldsTheAdapterIntoTheWeights) {
   }
 }
 
+// A branch on the output head (PEFT adapts lm_head when target_modules names
+// it) changes the logits as merging it into the head's weight does; PEFT
+// also saves the targeted head's own weight ("lm_head.base_layer.weight",
+// save_embedding_layers) and loads it back into the base.
+TEST(Lora, OutputHeadBranchComputesAndPeftsSavedHeadWeightLoads) {
+  testing::TempDir tmp;
+  auto golden = io::load_safetensors(data("llama/llama_lm/golden.safetensors"));
+  const models::ModelInputs inputs = testing::golden_inputs(golden);
+  auto adapted = models::from_pretrained(data("llama/llama_lm"));
+  adapted->eval();
+  LoraConfig cfg;
+  cfg.target_modules = {"q_proj", "lm_head"};
+  models::apply_lora(*adapted, cfg);
+  Generator gen(5);
+  auto state = models::adapter_state(*adapted);
+  for (auto& [key, p] : state)
+    if (key.find("lora_B") != std::string::npos) p.assign(randn(p.shape(), gen) * 0.2);
+  const Tensor logits = adapted->forward(inputs).logits;
+  models::merge_lora(*adapted);
+  EXPECT_TRUE(close(logits, adapted->forward(inputs).logits, 1e-4, 1e-5));
+
+  // The adapter file as PEFT writes it: the head's weight (here halved) under
+  // its base_layer infix, which loading puts into the base's head.
+  auto head_of = [](models::PreTrainedModel& m) {
+    for (auto& [name, p] : m.named_parameters())
+      if (name == "lm_head.weight") return p;
+    return Tensor();
+  };
+  auto base = models::from_pretrained(data("llama/llama_lm"));
+  const Tensor halved = head_of(*base) * 0.5;
+  state.emplace_back("base_model.model.lm_head.base_layer.weight", halved);
+  const fs::path dir = tmp.path() / "peft";
+  models::apply_lora(*base, cfg);
+  models::save_adapter(*base, dir);
+  io::save_safetensors(dir / "adapter_model.safetensors", state, {{"format", "pt"}});
+  auto loaded = models::from_pretrained(data("llama/llama_lm"));
+  models::load_adapter(*loaded, dir);
+  EXPECT_TRUE(close(head_of(*loaded), halved, 0, 0));
+
+  // A head of another vocabulary (PEFT saves a resized one the same way).
+  state.back().second = zeros({7, halved.dim(1)}, DType::f32);
+  io::save_safetensors(dir / "adapter_model.safetensors", state, {{"format", "pt"}});
+  auto other = models::from_pretrained(data("llama/llama_lm"));
+  std::string e = testing::error_of([&] { models::load_adapter(*other, dir); });
+  EXPECT_CONTAINS(e, "tensor 'base_model.model.lm_head.base_layer.weight' has shape [7,32]");
+  EXPECT_CONTAINS(e, "a base with another vocabulary");
+}
+
+// A head tied to the input embeddings is no layer of kiln's model: naming it
+// is an error, where PEFT would adapt transformers' head module; a model with
+// no language-model head ignores the name, as PEFT does.
+TEST(Lora, TiedOutputHeadAsATargetIsAClearError) {
+  for (const auto& [base, layer] : {std::pair{"llama/qwen2_lm_tied", "q_proj"}, {"gpt2/gpt2_lm", "c_attn"}}) {
+    auto m = models::from_pretrained(data(base));
+    LoraConfig cfg;
+    cfg.target_modules = {layer, "lm_head"};
+    std::string e = testing::error_of([&] { models::apply_lora(*m, cfg); });
+    EXPECT_CONTAINS(e, "target module 'lm_head' is the output head, which this " + m->architecture() +
+                           " ties to its input embeddings");
+  }
+  auto m = models::from_pretrained(data("bert/bert_seqcls"));
+  LoraConfig cfg;
+  cfg.target_modules = {"query", "lm_head"};
+  EXPECT_NO_THROW(models::apply_lora(*m, cfg));
+}
+
 // The weight-gradient products of a step: matrix products whose result has a
 // frozen weight's shape ([out, in], or [in, out] transposed).
 int frozen_weight_products(const models::PreTrainedModel& model, const std::vector<Tensor>& results) {
@@ -270,6 +336,66 @@ TEST(Lora, Errors) {
     std::string e = testing::error_of([&] { models::load_adapter(*m, data("lora/gpt2_lm/adapter")); });
     EXPECT_CONTAINS(e, "adapter_config.json");
     EXPECT_CONTAINS(e, "c_attn");
+  }
+}
+
+// PEFT 0.21's LoRA variants compute another forward (or save tensors of
+// their own): each is refused by its adapter_config.json key, before any
+// tensor is read, as are the initialisations PEFT repeats on the base's
+// weights when it loads the adapter.
+TEST(Lora, PeftVariantsAndBaseRewritingInitialisationsAreRefusedByTheirKey) {
+  const std::string file = "dir/adapter_config.json";
+  auto error = [&](const std::string& text) {
+    return testing::error_of([&] { LoraConfig::from_json(nlohmann::json::parse(text), file); });
+  };
+  for (const char* key : {"use_bdlora", "arrow_config", "kasa_config", "monteclora_config", "velora_config"}) {
+    std::string e = error(std::string(R"({"peft_type": "LORA", ")") + key + R"(": {"nblocks": 2}})");
+    EXPECT_CONTAINS(e, file);
+    EXPECT_CONTAINS(e, std::string("'") + key + "' = {\"nblocks\":2} is not supported");
+    EXPECT_NO_THROW(LoraConfig::from_json(
+        nlohmann::json::parse(std::string(R"({"peft_type": "LORA", ")") + key + R"(": null})"), file));
+  }
+  for (const char* init : {"pissa", "pissa_niter_4", "corda", "olora", "OLoRA", "loftq", "lora_ga"}) {
+    std::string e = error(std::string(R"({"peft_type": "LORA", "init_lora_weights": ")") + init + "\"}");
+    EXPECT_CONTAINS(e, file);
+    EXPECT_CONTAINS(e, std::string("'init_lora_weights' = \"") + init + "\" is not supported");
+    EXPECT_CONTAINS(e, "path_initial_model_for_weight_conversion");
+  }
+  // Initialisations that leave the base as it is load (the file's weights replace them).
+  for (const char* init : {"true", "false", "\"gaussian\"", "\"eva\"", "\"orthogonal\"", "\"mica\""})
+    EXPECT_NO_THROW(LoraConfig::from_json(
+        nlohmann::json::parse(std::string(R"({"peft_type": "LORA", "init_lora_weights": )") + init + "}"), file))
+        << init;
+}
+
+TEST(Lora, AdapterWeightsOfTheWrongKindAreClearErrors) {
+  testing::TempDir tmp;
+  auto base = [] { return models::from_pretrained(data("llama/llama_lm")); };
+  auto trained = base();
+  LoraConfig cfg;
+  cfg.target_modules = {"q_proj"};
+  models::apply_lora(*trained, cfg);
+  {  // Only PEFT's pickle (safe_serialization=False): named, not read.
+    const fs::path dir = tmp.path() / "bin";
+    models::save_adapter(*trained, dir);
+    fs::rename(dir / "adapter_model.safetensors", dir / "adapter_model.bin");
+    auto m = base();
+    std::string e = testing::error_of([&] { models::load_adapter(*m, dir); });
+    EXPECT_CONTAINS(e, (dir / "adapter_model.safetensors").string() + " is missing; adapter_model.bin");
+    EXPECT_CONTAINS(e, "safe_serialization=True");
+  }
+  {  // Integer values where a weight belongs.
+    const fs::path dir = tmp.path() / "ints";
+    models::save_adapter(*trained, dir);
+    auto state = models::adapter_state(*trained);
+    ASSERT_FALSE(state.empty());
+    const std::string key = state[0].first;
+    const Shape shape = state[0].second.shape();
+    state[0].second = Tensor::from_vector(std::vector<int64_t>(static_cast<size_t>(numel(shape)), 1), shape);
+    io::save_safetensors(dir / "adapter_model.safetensors", state, {{"format", "pt"}});
+    auto m = base();
+    std::string e = testing::error_of([&] { models::load_adapter(*m, dir); });
+    EXPECT_CONTAINS(e, "adapter_model.safetensors: tensor '" + key + "' holds i64 values");
   }
 }
 

@@ -565,8 +565,10 @@ const LlamaForTask::Rotary& LlamaForTask::rotary(Rotary& table, int64_t needed, 
   return table;
 }
 
-const Tensor& LlamaForTask::lm_weight() const {
-  return lm_head_ ? lm_head_->weight : embed_tokens_->weight;  // tie_word_embeddings: lm_head is embed_tokens
+Tensor LlamaForTask::lm_logits(const Tensor& h) const {
+  // Through the module, so a LoRA branch PEFT put on lm_head computes too;
+  // tie_word_embeddings: lm_head is embed_tokens.
+  return cap_logits(lm_head_ ? lm_head_->forward(h) : linear(h, embed_tokens_->weight));
 }
 
 Tensor LlamaForTask::cap_logits(const Tensor& logits) const {
@@ -634,7 +636,7 @@ Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::ve
   if (c.gemma()) x = x * std::sqrt(static_cast<double>(c.hidden_size));
   for (size_t i = 0; i < layers_.size(); ++i)
     x = layers_[i]->decode(x, cos, sin, at, mask, windowed, k_cache[i], v_cache[i]);
-  return cap_logits(linear(norm_->forward(x), lm_weight()));
+  return lm_logits(norm_->forward(x));
 }
 
 ModelOutputs LlamaForTask::forward(const ModelInputs& in) {
@@ -648,7 +650,7 @@ ModelOutputs LlamaForTask::forward(const ModelInputs& in) {
       out.last_hidden_state = h;
       return out;
     case Head::LM:
-      out.logits = cap_logits(linear(h, lm_weight()));
+      out.logits = lm_logits(h);
       if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels, in.input_ids);
       return out;
     case Head::SequenceClassification:

@@ -143,7 +143,7 @@ class LlamaForTask : public CausalLM {
   };
   // The table covering `needed` positions, for a sequence of seq_len (0: decoding).
   const Rotary& rotary(Rotary& table, int64_t needed, int64_t seq_len);
-  const Tensor& lm_weight() const;
+  Tensor lm_logits(const Tensor& h) const;
   // Gemma 2's final_logit_softcapping on the head's logits.
   Tensor cap_logits(const Tensor& logits) const;
   std::string architecture_;

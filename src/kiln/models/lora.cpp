@@ -1,7 +1,9 @@
 #include "kiln/models/lora.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -150,6 +152,20 @@ void check_no_other_matches(PreTrainedModel& model, const LoraConfig& c, const s
   }
 }
 
+// "lm_head" named on a language model whose head is its input embeddings
+// (tie_word_embeddings): PEFT adapts the head module transformers builds
+// around the shared weight; kiln has no such layer, and skipping the name
+// would train or load a different model.
+void check_tied_head(const PreTrainedModel& model, const LoraConfig& c, const std::vector<Layer>& layers) {
+  const std::string& arch = model.architecture();
+  const bool lm = arch.find("CausalLM") != std::string::npos || arch.find("LMHead") != std::string::npos ||
+                  arch.find("ConditionalGeneration") != std::string::npos;
+  const bool named = std::find(c.target_modules.begin(), c.target_modules.end(), "lm_head") != c.target_modules.end();
+  const bool has_head = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.path == "lm_head"; });
+  KILN_CHECK(!lm || !named || has_head, "LoRA: target module 'lm_head' is the output head, which this ", arch,
+             " ties to its input embeddings (tie_word_embeddings): kiln adapts an untied lm_head only");
+}
+
 void set_trainable(PreTrainedModel& model, const LoraConfig& c) {
   std::vector<Tensor> widen;  // a saved module loaded bf16 (LoadOptions::keep_bf16) trains in f32
   for (auto& [name, p] : model.named_parameters()) {
@@ -250,6 +266,23 @@ T number(const json& j, const std::string& key, T fallback, const std::string& f
   return j[key].get<T>();
 }
 
+// Initialisations that rewrite the base layer's weight (PiSSA, CorDA, OLoRA,
+// LoftQ, LoRA-GA: W minus the adapter's starting product). PEFT repeats them
+// on the base whenever it loads such an adapter, so the adapter's weights
+// only give its logits on that rewritten base; kiln loads the base as it is.
+void check_initialisation(const json& j, const std::string& file) {
+  if (!j.contains("init_lora_weights") || !j["init_lora_weights"].is_string()) return;
+  const std::string init = j["init_lora_weights"].get<std::string>();
+  std::string lower = init;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const bool rewrites_base = lower.rfind("pissa", 0) == 0 || lower.rfind("corda", 0) == 0 || lower == "olora" ||
+                             lower == "loftq" || lower == "lora_ga";
+  KILN_CHECK(!rewrites_base, file, ": 'init_lora_weights' = \"", init,
+             "\" is not supported: that initialisation rewrites the base model's weights, and PEFT repeats it on the "
+             "base when it loads the adapter, which kiln does not; save the adapter with PEFT's save_pretrained(..., "
+             "path_initial_model_for_weight_conversion=DIR) to get a plain LoRA adapter for the original base");
+}
+
 // Options kiln does not implement: set to anything but their default, an error.
 void check_unsupported(const json& j, const std::string& file) {
   auto is_default = [&](const char* key, const json& fallback) {
@@ -259,12 +292,16 @@ void check_unsupported(const json& j, const std::string& file) {
       {"use_dora", false},      {"lora_bias", false},          {"use_qalora", false},
       {"layer_replication", nullptr}, {"layers_to_transform", nullptr}, {"target_parameters", nullptr},
       {"trainable_token_indices", nullptr}, {"alora_invocation_tokens", nullptr}, {"megatron_config", nullptr},
+      // PEFT's LoRA variants, each a forward (or extra tensors) of its own.
+      {"use_bdlora", nullptr}, {"arrow_config", nullptr}, {"kasa_config", nullptr}, {"monteclora_config", nullptr},
+      {"velora_config", nullptr},
   };
   for (const auto& [key, fallback] : off)
     KILN_CHECK(is_default(key, fallback), file, ": '", key, "' = ", j[key].dump(),
                " is not supported by kiln's LoRA (it needs ", fallback.dump(), ")");
   KILN_CHECK(is_default("bias", "none"), file, ": 'bias' = ", j["bias"].dump(),
              " is not supported: kiln's LoRA trains no biases (bias \"none\")");
+  check_initialisation(j, file);
 }
 
 }  // namespace
@@ -331,6 +368,7 @@ void apply_lora(PreTrainedModel& model, LoraConfig c) {
   std::optional<std::regex> target;
   if (c.target_regex) target = compile_regex(*c.target_regex, "target_modules");
   check_no_other_matches(model, c, target);
+  check_tied_head(model, c, layers);
   std::vector<Layer> chosen;
   for (const auto& l : layers)
     if (is_target(c, l.path, target)) chosen.push_back(l);
@@ -389,8 +427,40 @@ LoraConfig read_adapter_config(const fs::path& dir) {
   return LoraConfig::from_json(read_json_file(file), file.string());
 }
 
+namespace {
+
+// The file's tensor `key` into p (shape and kind checked; widened or
+// narrowed to p's dtype).
+void load_into(io::SafetensorsFile& file, const std::string& key, Tensor& p, const std::string& where,
+               const char* mismatch) {
+  Tensor t = file.load(key, p.device());
+  KILN_CHECK(is_floating(t.dtype()), where, ": tensor '", key, "' holds ", dtype_name(t.dtype()),
+             " values; an adapter's weights are floating point (F32, BF16 or F16)");
+  KILN_CHECK(t.shape() == p.shape(), where, ": tensor '", key, "' has shape ", to_string(t.shape()),
+             ", the base model needs ", to_string(p.shape()), ": ", mismatch);
+  p.assign(cast(t, p.dtype()));
+}
+
+// The base parameter a tensor of the adapter file names, or "": PEFT saves
+// the base weights of a targeted embed_tokens or lm_head
+// (save_embedding_layers, on by default when one is targeted) under the
+// layer's "base_layer" infix, or of an embedding it resized without the
+// infix, and loads them back into the base.
+std::string base_parameter(const std::string& key) {
+  if (key.rfind(kKeyPrefix, 0) != 0) return "";
+  std::string name = key.substr(std::string(kKeyPrefix).size());
+  const size_t infix = name.find(".base_layer.");
+  if (infix != std::string::npos) name.erase(infix, std::string(".base_layer").size());
+  return name;
+}
+
+}  // namespace
+
 void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
   const fs::path path = dir / kWeightsFile;
+  KILN_CHECK(fs::exists(path) || !fs::exists(dir / "adapter_model.bin"), path.string(),
+             " is missing; adapter_model.bin, a PyTorch pickle, is there, which kiln does not read: save the adapter "
+             "with PEFT's default safe_serialization=True");
   KILN_CHECK(fs::exists(path), path.string(), " is missing (PEFT writes the adapter's weights there)");
   io::SafetensorsFile file = io::SafetensorsFile::open(path);
   const std::string where = path.string();
@@ -400,15 +470,20 @@ void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
     expected.insert(key);
     KILN_CHECK(file.find(key), where, ": tensor '", key,
                "' is missing: the adapter does not match the base model (it has no weights for this layer)");
-    Tensor t = file.load(key, p.device());
-    KILN_CHECK(t.shape() == p.shape(), where, ": tensor '", key, "' has shape ", to_string(t.shape()),
-               ", the base model needs ", to_string(p.shape()), ": the adapter was made for another base model");
-    p.assign(cast(t, p.dtype()));
+    load_into(file, key, p, where, "the adapter was made for another base model");
   }
-  for (const auto& e : file.entries())
-    KILN_CHECK(expected.count(e.name), where, ": tensor '", e.name,
-               "' names no adapted layer or saved module of this ", model.architecture(),
-               ": the adapter does not match the base model");
+  std::map<std::string, Tensor> base;
+  for (auto& [name, p] : model.named_parameters())
+    if (!expected.count(kKeyPrefix + name)) base.emplace(name, p);
+  for (const auto& e : file.entries()) {
+    if (expected.count(e.name)) continue;
+    auto it = base.find(base_parameter(e.name));
+    KILN_CHECK(it != base.end(), where, ": tensor '", e.name, "' names no adapted layer or saved module of this ",
+               model.architecture(), ": the adapter does not match the base model");
+    load_into(file, e.name, it->second, where,
+               "PEFT saves a targeted or resized embedding layer this way, so the adapter was made for a base with "
+               "another vocabulary");
+  }
 }
 
 void load_adapter(PreTrainedModel& model, const fs::path& dir) {
@@ -451,14 +526,17 @@ std::unique_ptr<PreTrainedModel> from_pretrained_with_adapter(const fs::path& mo
 void merge_lora(PreTrainedModel& model) {
   KILN_CHECK(model.lora_config(), "merge_lora: the model has no LoRA adapter");
   NoGradGuard no_grad;
-  for (auto& [path, m] : model.named_modules()) {
-    auto* a = dynamic_cast<nn::Adaptable*>(m);
-    if (!a || !a->lora()) continue;
+  // The adapted layers first: detaching a branch frees it and its modules,
+  // which named_modules() lists after their layer.
+  std::vector<nn::Adaptable*> adapted;
+  for (auto& [path, m] : model.named_modules())
+    if (auto* a = dynamic_cast<nn::Adaptable*>(m); a && a->lora()) adapted.push_back(a);
+  for (nn::Adaptable* a : adapted) {
     Tensor delta = a->lora()->delta_weight();
     // A bf16 base (LoadOptions::keep_bf16) merges into bf16, as PEFT merges into the base's dtype.
     auto fold = [](Tensor& w, const Tensor& d) { w.assign(cast(w + d, w.dtype())); };
-    if (auto* l = dynamic_cast<nn::Linear*>(m)) fold(l->weight, delta);
-    if (auto* c = dynamic_cast<nn::Conv1D*>(m)) fold(c->weight, transpose(delta, 0, 1));
+    if (auto* l = dynamic_cast<nn::Linear*>(a)) fold(l->weight, delta);
+    if (auto* c = dynamic_cast<nn::Conv1D*>(a)) fold(c->weight, transpose(delta, 0, 1));
     a->detach_lora();
   }
   model.set_lora_config(nullptr);
