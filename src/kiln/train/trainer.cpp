@@ -831,8 +831,8 @@ void Trainer::queue_log_entry(const StepResult& r) {
           loss_sum_ = 0;
           loss_count_ = 0;
         }
-        json entry{{"loss", std::round(avg * 1e4) / 1e4}, {"grad_norm", gn}, {"learning_rate", lr},
-                   {"epoch", std::round(epoch * 100) / 100}};
+        // Unrounded, as transformers 5 logs them (4.x rounded the loss to 4 and the epoch to 2 decimals).
+        json entry{{"loss", avg}, {"grad_norm", gn}, {"learning_rate", lr}, {"epoch", epoch}};
         if (args_.include_num_input_tokens_seen) entry["num_input_tokens_seen"] = tokens_seen;
         record_log(std::move(entry), step);
       },

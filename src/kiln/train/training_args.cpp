@@ -108,14 +108,17 @@ const std::vector<Field>& fields() {
   return table;
 }
 
-// The deprecated HF names of eval_strategy and use_cpu (still accepted by transformers 4.40).
+// The deprecated HF names of eval_strategy and use_cpu (still accepted by transformers 4.40), and transformers 5's
+// new name of gradient_checkpointing (which 5 keeps as the deprecated alias).
 constexpr const char* kEvalStrategyAlias = "evaluation_strategy";
 constexpr const char* kUseCpuAlias = "no_cuda";
+constexpr const char* kCheckpointingName = "activation_checkpointing";
 
 const Field* find_field(const std::string& name) {
-  const std::string canonical = name == kEvalStrategyAlias ? std::string("eval_strategy")
-                                : name == kUseCpuAlias     ? std::string("use_cpu")
-                                                           : name;
+  const std::string canonical = name == kEvalStrategyAlias   ? std::string("eval_strategy")
+                                : name == kUseCpuAlias       ? std::string("use_cpu")
+                                : name == kCheckpointingName ? std::string("gradient_checkpointing")
+                                                             : name;
   for (const auto& f : fields())
     if (f.name == canonical) return &f;
   return nullptr;

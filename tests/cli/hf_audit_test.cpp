@@ -1,0 +1,92 @@
+// An HF user's files and habits against transformers 5: an args file with 5's activation_checkpointing (the new
+// name of gradient_checkpointing), log entries unrounded as 5 logs them, and 5's $TENSORBOARD_LOGGING_DIR with the
+// run's arguments as TensorBoard text.
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "kiln/core/file.h"
+#include "kiln/io/json_file.h"
+#include "support/run_kiln.h"
+#include "support/temp_dir.h"
+#include "support/test_util.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::KilnRun;
+using testing::run_kiln;
+
+class HfAudit : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(run_kiln("demo-data --output_dir " + data().string(), dir_.path()).status, 0); }
+  fs::path data() const { return dir_ / "data"; }
+  KilnRun train(const std::string& out, const std::string& extra) const {
+    return run_kiln("train --config_name " + (data() / "model_config.json").string() + " --tokenizer_name " +
+                        data().string() + " --train_file " + (data() / "train.csv").string() +
+                        " --max_seq_length 16 --max_steps 2 --save_strategy no --output_dir " + (dir_ / out).string() +
+                        extra,
+                    dir_.path());
+  }
+  testing::TempDir dir_;
+};
+
+// transformers 5 writes activation_checkpointing and its deprecated alias gradient_checkpointing, mirrored: both are
+// kiln's gradient_checkpointing, and torch-only checkpoint arguments (use_reentrant) ask for nothing.
+TEST_F(HfAudit, ArgsFileActivationCheckpointingIsGradientCheckpointing) {
+  auto j = read_json_file(std::string(KILN_TEST_DATA_DIR) + "/hf_args/training_args.json");
+  j["activation_checkpointing"] = j["gradient_checkpointing"] = true;
+  j["activation_checkpointing_kwargs"] = j["gradient_checkpointing_kwargs"] = {{"use_reentrant", false}};
+  j["report_to"] = nlohmann::json::array();
+  io::write_json_file_atomic(dir_ / "ac.json", j);
+  KilnRun r = train("out", " --args_file " + (dir_ / "ac.json").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(read_json_file(dir_ / "out" / "training_args.json")["gradient_checkpointing"], true);
+  // Checkpointing every other layer is something kiln does not have: the error names the file's key.
+  j["activation_checkpointing_kwargs"] = {{"every_n_layers", 2}};
+  io::write_json_file_atomic(dir_ / "every2.json", j);
+  r = train("out2", " --args_file " + (dir_ / "every2.json").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_CONTAINS(r.output, "every2.json: key 'activation_checkpointing_kwargs': {\"every_n_layers\":2} asks for");
+  // The new name as a flag.
+  r = train("out3", " --activation_checkpointing true");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(read_json_file(dir_ / "out3" / "training_args.json")["gradient_checkpointing"], true);
+}
+
+// transformers 5's Trainer.log keeps the loss and the epoch as computed (4.x rounded them to 4 and 2 decimals).
+TEST_F(HfAudit, LogEntriesAreUnrounded) {
+  KilnRun r = train("out", " --logging_steps 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto entry = read_json_file(dir_ / "out" / "trainer_state.json")["log_history"][0];
+  ASSERT_EQ(entry["step"], 2) << entry.dump();
+  EXPECT_DOUBLE_EQ(entry["epoch"].get<double>(), 2.0 / 375);  // 3,000 rows, batches of 8
+  const double loss = entry["loss"];
+  EXPECT_NE(loss, std::round(loss * 1e4) / 1e4) << "the loss is rounded to 4 decimals";
+}
+
+// Without --logging_dir, $TENSORBOARD_LOGGING_DIR (transformers 5's only setting) holds the events, which start
+// with the run's arguments as text, as TensorBoardCallback.on_train_begin adds them.
+TEST_F(HfAudit, TensorBoardLoggingDirFromTheEnvironment) {
+  const fs::path tb = dir_ / "tb_env";
+  ::setenv("TENSORBOARD_LOGGING_DIR", tb.c_str(), 1);
+  KilnRun r = train("out", " --logging_steps 1 --report_to tensorboard");
+  ::unsetenv("TENSORBOARD_LOGGING_DIR");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "runs"));
+  ASSERT_TRUE(fs::is_directory(tb));
+  fs::path events;
+  for (const auto& e : fs::directory_iterator(tb)) events = e.path();
+  ASSERT_EQ(events.filename().string().rfind("events.out.tfevents.", 0), 0u) << events;
+  const std::string bytes = read_file(events);
+  EXPECT_NE(bytes.find("args/text_summary"), std::string::npos);
+  EXPECT_NE(bytes.find("\"learning_rate\""), std::string::npos);  // the arguments' JSON
+  EXPECT_NE(bytes.find("train/loss"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
