@@ -111,6 +111,25 @@ TEST(PlainSampling, GreedyTakesTheFirstMaximum) {
   EXPECT_EQ(models::next_token({0.5f, 2.0f, 2.0f, 1.0f}, g, rng, {1}), 2);
 }
 
+// top_p 0, which transformers' TopPLogitsWarper accepts, keeps only the most likely id: sampling is greedy.
+TEST(PlainSampling, TopPZeroKeepsTheMostLikely) {
+  GenerationConfig g;
+  g.do_sample = true;
+  g.top_p = 0;
+  std::mt19937_64 rng(3);
+  for (int n = 0; n < 50; ++n) EXPECT_EQ(models::next_token({0.1f, 0.3f, 0.2f, 0.25f}, g, rng, {0}), 1);
+  g.top_p = 1.5;
+  g.max_new_tokens = 1;
+  auto model = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/gpt2/gpt2_lm");
+  EXPECT_CONTAINS(testing::error_of([&] { models::generate(*model, {{1, 2}}, g); }), "top_p must be in [0, 1], got 1.5");
+  g.top_p = 0;
+  g.seed = 9;
+  models::GenerationConfig greedy;
+  greedy.max_new_tokens = 4;
+  g.max_new_tokens = 4;
+  EXPECT_EQ(models::generate(*model, {{1, 2}}, g), models::generate(*model, {{1, 2}}, greedy));
+}
+
 // Nothing left to draw from (every id banned) is a clear error, not an arbitrary id.
 TEST(PlainSampling, NoTokenLeftIsAnError) {
   GenerationConfig g;

@@ -39,7 +39,8 @@ void check_config(const GenerationConfig& g) {
   if (!g.do_sample) return;
   KILN_CHECK(g.temperature > 0, "generate: temperature must be > 0, got ", g.temperature);
   KILN_CHECK(g.top_k >= 0, "generate: top_k must be >= 0 (0 = off), got ", g.top_k);
-  KILN_CHECK(g.top_p > 0 && g.top_p <= 1, "generate: top_p must be in (0, 1], got ", g.top_p);
+  // TopPLogitsWarper's range: 0 keeps only the most likely id (greedy under the other warpers).
+  KILN_CHECK(g.top_p >= 0 && g.top_p <= 1, "generate: top_p must be in [0, 1], got ", g.top_p);
 }
 
 // Every prompt non-empty and made of ids the embedding has.
