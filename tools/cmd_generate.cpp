@@ -73,7 +73,7 @@ int run_generate(const std::vector<std::string>& args) {
   std::vector<cli::FlagSpec> specs = {
       {"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"max_length"}, {"do_sample", false},
       {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
-      {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"chat", false}, {"messages"}, {"adapter"}, {"bf16", false}};
+      {"source_prefix"}, {"chat", false}, {"messages"}, {"adapter"}, {"bf16", false}};
   for (auto& s : cli::beam_flag_specs()) specs.push_back(std::move(s));
   cli::Flags flags("generate", std::move(specs), kUsage);
   flags.parse(args);
@@ -118,8 +118,6 @@ int run_generate(const std::vector<std::string>& args) {
   g.top_p = flags.number("top_p", g.top_p);
   g.seed = static_cast<uint64_t>(flags.integer("seed", 0, 0));
   g.use_cache = !flags.has("no_cache");
-  g.repetition_penalty = flags.number("repetition_penalty", g.repetition_penalty);
-  g.no_repeat_ngram_size = flags.integer("no_repeat_ngram_size", g.no_repeat_ngram_size);
   if (!g.do_sample)  // as HF's generate warns: greedy decoding reads none of them
     for (const char* k : {"temperature", "top_k", "top_p", "seed"})
       if (flags.has(k))

@@ -1,6 +1,6 @@
 // An HF user's files and habits against transformers 5: an args file with 5's activation_checkpointing (the new
-// name of gradient_checkpointing), log entries unrounded as 5 logs them, and 5's $TENSORBOARD_LOGGING_DIR with the
-// run's arguments as TensorBoard text.
+// name of gradient_checkpointing), log entries unrounded as 5 logs them, 5's $TENSORBOARD_LOGGING_DIR with the
+// run's arguments as TensorBoard text, and generate's logits processors in kiln predict.
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -86,6 +86,32 @@ TEST_F(HfAudit, TensorBoardLoggingDirFromTheEnvironment) {
   EXPECT_NE(bytes.find("args/text_summary"), std::string::npos);
   EXPECT_NE(bytes.find("\"learning_rate\""), std::string::npos);  // the arguments' JSON
   EXPECT_NE(bytes.find("train/loss"), std::string::npos);
+}
+
+// kiln predict takes generate's logits-processor flags (--repetition_penalty, --no_repeat_ngram_size) beside the beam
+// flags, and generates as kiln generate does with them.
+TEST_F(HfAudit, PredictTakesTheLogitsProcessorFlags) {
+  const fs::path tokenizer = fs::path(KILN_SHARED_DIR) / "tokenizers" / "t5-small";
+  SKIP_WITHOUT_SHARED(tokenizer.string());
+  const fs::path m = dir_ / "t5";
+  ASSERT_EQ(run_kiln("init --config t5-tiny --seed 3 --output_dir " + m.string(), dir_.path()).status, 0);
+  for (const char* f : {"spiece.model", "tokenizer.json"}) fs::copy_file(tokenizer / f, m / f);
+  const std::string flags = " --num_beams 3 --max_new_tokens 8 --no_repeat_ngram_size 2 --repetition_penalty 1.3";
+  const fs::path test = dir_.write("t.txt", "summarize: the battery lasts all day\n");
+  KilnRun p = run_kiln("predict --model_name_or_path " + m.string() + " --test_file " + test.string() + " --output " +
+                           (dir_ / "p.jsonl").string() + flags,
+                       dir_.path());
+  ASSERT_EQ(p.status, 0) << p.output;
+  KilnRun g = run_kiln("generate --model_name_or_path " + m.string() + " --prompt 'summarize: the battery lasts all day'" +
+                           flags,
+                       dir_.path());
+  ASSERT_EQ(g.status, 0) << g.output;
+  const auto row = nlohmann::json::parse(read_file(dir_ / "p.jsonl"));
+  EXPECT_EQ(row["generated_text"].get<std::string>() + "\n", g.output);
+  KilnRun plain = run_kiln("generate --model_name_or_path " + m.string() +
+                               " --prompt 'summarize: the battery lasts all day' --num_beams 3 --max_new_tokens 8",
+                           dir_.path());
+  EXPECT_NE(plain.output, g.output) << "the processors change nothing on this model";
 }
 
 }  // namespace
