@@ -1,10 +1,11 @@
 // An HF user's files and habits against transformers 5: an args file with 5's activation_checkpointing (the new
-// name of gradient_checkpointing), log entries unrounded as 5 logs them, 5's $TENSORBOARD_LOGGING_DIR with the
+// name of gradient_checkpointing) and fractional warmup_steps, log entries unrounded as 5 logs them, 5's $TENSORBOARD_LOGGING_DIR with the
 // run's arguments as TensorBoard text, and generate's logits processors in kiln predict.
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -56,6 +57,32 @@ TEST_F(HfAudit, ArgsFileActivationCheckpointingIsGradientCheckpointing) {
   r = train("out3", " --activation_checkpointing true");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(read_json_file(dir_ / "out3" / "training_args.json")["gradient_checkpointing"], true);
+}
+
+// transformers 5's warmup_steps is a float, a fraction of the steps below 1 (5 dropped warmup_ratio): 0.25 of 8
+// steps warms up over 2, and each entry logs the rate its step used (transformers 5 reads it before the scheduler
+// steps).
+TEST_F(HfAudit, ArgsFileFractionalWarmupSteps) {
+  auto j = read_json_file(std::string(KILN_TEST_DATA_DIR) + "/hf_args/training_args.json");
+  j["warmup_steps"] = 0.25;
+  j["max_steps"] = 8;
+  j["logging_steps"] = 1;
+  j["learning_rate"] = 5e-5;
+  j["report_to"] = nlohmann::json::array();
+  io::write_json_file_atomic(dir_ / "warm.json", j);
+  KilnRun r = run_kiln("train --config_name " + (data() / "model_config.json").string() + " --tokenizer_name " +
+                           data().string() + " --train_file " + (data() / "train.csv").string() +
+                           " --max_seq_length 16 --output_dir " + (dir_ / "out").string() + " --args_file " +
+                           (dir_ / "warm.json").string(),
+                       dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<double> rates;
+  const auto state = read_json_file(dir_ / "out" / "trainer_state.json");
+  for (const auto& e : state["log_history"])
+    if (e.contains("learning_rate")) rates.push_back(e["learning_rate"]);
+  const std::vector<double> linear = {0, 0.5, 1, 5.0 / 6, 4.0 / 6, 3.0 / 6, 2.0 / 6, 1.0 / 6};
+  ASSERT_EQ(rates.size(), linear.size());
+  for (size_t s = 0; s < rates.size(); ++s) EXPECT_NEAR(rates[s], 5e-5 * linear[s], 1e-12) << "step " << s + 1;
 }
 
 // transformers 5's Trainer.log keeps the loss and the epoch as computed (4.x rounded them to 4 and 2 decimals).

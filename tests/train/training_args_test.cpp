@@ -634,6 +634,11 @@ TEST(TrainingArgs, DerivedSteps) {
   EXPECT_EQ(a.num_warmup_steps(100), 10);
   a.warmup_steps = 7;  // wins over the ratio
   EXPECT_EQ(a.num_warmup_steps(100), 7);
+  // transformers 5's warmup_steps is a float: below 1 a fraction of the steps (ceil), else truncated to steps.
+  a.warmup_steps = 0.25;
+  EXPECT_EQ(a.num_warmup_steps(95), 24);  // ceil(23.75)
+  a.warmup_steps = 2.9;
+  EXPECT_EQ(a.num_warmup_steps(95), 2);
   EXPECT_EQ(a.steps_from_ratio(500, 10), 500);
   EXPECT_EQ(a.steps_from_ratio(0.05, 1000), 50);
   EXPECT_EQ(a.steps_from_ratio(0.07, 100), 8);  // math.ceil(100 * 0.07) is 8 in HF too (7.000000000000001)

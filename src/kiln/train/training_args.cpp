@@ -312,7 +312,8 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
   if (a.max_steps < -1) throw fail("max_steps", "must be a positive integer, or -1 to train for num_train_epochs" + got(a.max_steps));
   if (a.max_steps <= 0 && !(a.num_train_epochs > 0))
     throw fail("num_train_epochs", "must be positive when max_steps is not set" + got(a.num_train_epochs));
-  if (a.warmup_steps < 0) throw fail("warmup_steps", "must be >= 0" + got(a.warmup_steps));
+  if (!std::isfinite(a.warmup_steps) || a.warmup_steps < 0)
+    throw fail("warmup_steps", "must be >= 0 (steps, or below 1 a fraction of them)" + got(a.warmup_steps));
   if (a.dataloader_num_workers < 0) throw fail("dataloader_num_workers", "must be >= 0" + got(a.dataloader_num_workers));
   if (a.save_total_limit && *a.save_total_limit < 0)
     throw fail("save_total_limit", "must be >= 0 (0 keeps every checkpoint, as in HF)" + got(*a.save_total_limit));
@@ -603,7 +604,7 @@ bool TrainingArguments::reports_to(const std::string& integration) const {
 }
 
 int64_t TrainingArguments::num_warmup_steps(int64_t total_steps) const {
-  if (warmup_steps > 0) return warmup_steps;
+  if (warmup_steps > 0) return steps_from_ratio(warmup_steps, total_steps);  // transformers 5's get_warmup_steps
   return static_cast<int64_t>(std::ceil(static_cast<double>(total_steps) * warmup_ratio));
 }
 
