@@ -668,5 +668,19 @@ TEST(ClosestName, EditDistance) {
   EXPECT_EQ(closest_name(std::string(1 << 20, 'x'), TrainingArguments::field_names()), "");
 }
 
+// transformers 5's command-line spellings: include_num_input_tokens_seen "all" / "no" (kiln counts padding, so
+// "non_padding" is an error), and train_sampling_strategy for group_by_length.
+TEST(TrainingArgs, TransformersFiveFlagSpellings) {
+  EXPECT_TRUE(parse({"--output_dir", "o", "--include_num_input_tokens_seen", "all"}).include_num_input_tokens_seen);
+  EXPECT_FALSE(parse({"--output_dir", "o", "--include_num_input_tokens_seen", "no"}).include_num_input_tokens_seen);
+  EXPECT_TRUE(parse({"--output_dir", "o", "--include_num_input_tokens_seen"}).include_num_input_tokens_seen);
+  EXPECT_CONTAINS(parse_error({"--output_dir", "o", "--include_num_input_tokens_seen", "non_padding"}),
+                  "'non_padding' is not available");
+  EXPECT_TRUE(parse({"--output_dir", "o", "--train_sampling_strategy", "group_by_length"}).group_by_length);
+  EXPECT_FALSE(parse({"--output_dir", "o", "--train-sampling-strategy=random"}).group_by_length);
+  EXPECT_CONTAINS(parse_error({"--output_dir", "o", "--train_sampling_strategy", "sequential"}),
+                  "\"sequential\" is not available");
+}
+
 }  // namespace
 }  // namespace kiln::train

@@ -13,6 +13,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/optim/schedule.h"
+#include "kiln/train/hf_fields.h"
 
 namespace kiln::train {
 namespace {
@@ -497,7 +498,17 @@ TrainingArguments TrainingArguments::parse(const std::vector<std::string>& args,
       return args[++i];
     };
 
-    if (const Field* f = find_field(normalized_flag(name))) {
+    if (const std::string key = normalized_flag(name);
+        key == "include_num_input_tokens_seen" || key == "train_sampling_strategy") {
+      // transformers 5's spellings ("all" / "no"; train_sampling_strategy for group_by_length) beside kiln's bool.
+      const std::string v = key == "train_sampling_strategy" ? flag_value() : switch_value();
+      if (key != "train_sampling_strategy" && parse_bool_word(v)) {
+        set_from_text(a, *find_field(key), v, flag);
+        continue;
+      }
+      const auto kiln_form = translate_hf_field(key, json(v), flag);
+      set_from_text(a, *find_field(kiln_form->first), kiln_form->second.get<bool>() ? "true" : "false", flag);
+    } else if (const Field* f = find_field(normalized_flag(name))) {
       set_from_text(a, *f, is_bool_field(*f) ? switch_value() : flag_value(), flag);
     } else if (const std::string* extra = find_extra(known_extra_flags, name)) {
       (*rest)[*extra] = flag_value();
