@@ -111,7 +111,7 @@ int run_generate(const std::vector<std::string>& args) {
              "generate: give --max_new_tokens or --max_length, not both");
   if (flags.has("max_new_tokens") || flags.has("max_length")) g.max_length.reset();
   if (flags.has("max_length")) g.max_length = flags.integer("max_length", 0, 1);
-  g.max_new_tokens = flags.integer("max_new_tokens", g.max_new_tokens);
+  g.max_new_tokens = flags.integer("max_new_tokens", g.max_new_tokens, 1);  // GenerationConfig.validate: > 0
   g.do_sample = flags.switch_or("do_sample", g.do_sample);
   g.temperature = flags.number("temperature", g.temperature);
   g.top_k = flags.integer("top_k", g.top_k);

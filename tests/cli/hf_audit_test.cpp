@@ -139,6 +139,10 @@ TEST_F(HfAudit, PredictTakesTheLogitsProcessorFlags) {
                                " --prompt 'summarize: the battery lasts all day' --num_beams 3 --max_new_tokens 8",
                            dir_.path());
   EXPECT_NE(plain.output, g.output) << "the processors change nothing on this model";
+  // No new tokens to generate is an error, as GenerationConfig.validate makes it.
+  KilnRun none = run_kiln("generate --model_name_or_path " + m.string() + " --prompt hi --max_new_tokens 0", dir_.path());
+  EXPECT_EQ(none.status, 1);
+  EXPECT_CONTAINS(none.output, "--max_new_tokens must be >= 1, got 0");
 }
 
 }  // namespace
