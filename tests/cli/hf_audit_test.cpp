@@ -111,6 +111,7 @@ TEST_F(HfAudit, TensorBoardLoggingDirFromTheEnvironment) {
   ASSERT_EQ(events.filename().string().rfind("events.out.tfevents.", 0), 0u) << events;
   const std::string bytes = read_file(events);
   EXPECT_NE(bytes.find("args/text_summary"), std::string::npos);
+  EXPECT_NE(bytes.find("model_config/text_summary"), std::string::npos);
   EXPECT_NE(bytes.find("\"learning_rate\""), std::string::npos);  // the arguments' JSON
   EXPECT_NE(bytes.find("train/loss"), std::string::npos);
 }

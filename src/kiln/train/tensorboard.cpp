@@ -205,10 +205,12 @@ fs::path tensorboard_logging_dir(const TrainingArguments& args) {
   return default_logging_dir(args.output_dir);
 }
 
-Reporter::Reporter(const TrainingArguments& args) {
+Reporter::Reporter(const TrainingArguments& args, const json& model_config) {
   if (!args.reports_to("tensorboard")) return;
   tensorboard_ = std::make_unique<EventFileWriter>(tensorboard_logging_dir(args));
-  tensorboard_->add_text("args", args.to_json().dump(2));  // TensorBoardCallback.on_train_begin's text
+  // TensorBoardCallback.on_train_begin's texts (to_json_string: indent 2, keys sorted).
+  tensorboard_->add_text("args", args.to_json().dump(2));
+  if (!model_config.is_null()) tensorboard_->add_text("model_config", model_config.dump(2));
 }
 
 // Runs in step closures: a failed write (disk full) costs the events, not the run.

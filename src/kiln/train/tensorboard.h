@@ -4,8 +4,9 @@
 // in logging_dir, a sequence of TFRecords
 //   uint64 length (LE) | uint32 masked_crc32c(length) | data | uint32 masked_crc32c(data)
 // whose data are tensorflow.Event protos (tensorboard/compat/proto/event.proto):
-// first {wall_time, file_version: "brain.Event:2"}, the run's arguments as a
-// text summary ("args", as HF's TensorBoardCallback adds them), then one
+// first {wall_time, file_version: "brain.Event:2"}, the run's arguments and
+// the model's config as text summaries ("args", "model_config", as HF's
+// TensorBoardCallback adds them), then one
 // {wall_time, step, summary {value {tag, simple_value}}} per scalar.
 // The protobuf is encoded here by hand (a few varints and fixed-width fields).
 #include <cstdint>
@@ -67,7 +68,8 @@ std::filesystem::path tensorboard_logging_dir(const TrainingArguments& args);
 // master's log entries go to each.
 class Reporter {
  public:
-  explicit Reporter(const TrainingArguments& args);
+  // `model_config` (config.json's object; null: none) is written as text beside the arguments.
+  explicit Reporter(const TrainingArguments& args, const nlohmann::json& model_config = nullptr);
   void log(const nlohmann::json& entry, int64_t step);
 
  private:

@@ -372,7 +372,7 @@ void Trainer::record_log(json entry, int64_t step) {
   if (!replica_.is_master()) return;  // one replica speaks for all
   if (progress_tty_) std::fprintf(stderr, "\r\033[K");
   std::fprintf(stderr, "%s\n", entry.dump().c_str());
-  if (!reporter_) reporter_ = std::make_unique<Reporter>(args_);
+  if (!reporter_) reporter_ = std::make_unique<Reporter>(args_, model_.config().to_json());
   reporter_->log(entry, step);
   state_.log_history.push_back(std::move(entry));
 }
@@ -613,7 +613,8 @@ std::shared_ptr<OutputDirLock> Trainer::begin_run() {
     prepare_output_dir(out);
     out_lock = OutputDirLock::acquire(out);
     remove_checkpoint_leftovers(out);
-    if (!reporter_) reporter_ = std::make_unique<Reporter>(args_);  // here, not in a step closure: it may throw
+    // Here, not in a step closure: it may throw.
+    if (!reporter_) reporter_ = std::make_unique<Reporter>(args_, model_.config().to_json());
   }
   take_step_failure(device_);  // a failure before this run is not its own
   stopped_by_signal_ = step_failed_ = false;
