@@ -73,7 +73,7 @@ int run_generate(const std::vector<std::string>& args) {
   std::vector<cli::FlagSpec> specs = {
       {"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"max_length"}, {"do_sample", false},
       {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
-      {"source_prefix"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"chat", false}, {"messages"}, {"adapter"}, {"bf16", false}};
+      {"source_prefix"}, {"chat", false}, {"messages"}, {"adapter"}, {"bf16", false}};
   for (auto& s : cli::beam_flag_specs()) specs.push_back(std::move(s));
   cli::Flags flags("generate", std::move(specs), kUsage);
   flags.parse(args);
@@ -111,15 +111,13 @@ int run_generate(const std::vector<std::string>& args) {
              "generate: give --max_new_tokens or --max_length, not both");
   if (flags.has("max_new_tokens") || flags.has("max_length")) g.max_length.reset();
   if (flags.has("max_length")) g.max_length = flags.integer("max_length", 0, 1);
-  g.max_new_tokens = flags.integer("max_new_tokens", g.max_new_tokens);
+  g.max_new_tokens = flags.integer("max_new_tokens", g.max_new_tokens, 1);  // GenerationConfig.validate: > 0
   g.do_sample = flags.switch_or("do_sample", g.do_sample);
   g.temperature = flags.number("temperature", g.temperature);
   g.top_k = flags.integer("top_k", g.top_k);
   g.top_p = flags.number("top_p", g.top_p);
   g.seed = static_cast<uint64_t>(flags.integer("seed", 0, 0));
   g.use_cache = !flags.has("no_cache");
-  g.repetition_penalty = flags.number("repetition_penalty", g.repetition_penalty);
-  g.no_repeat_ngram_size = flags.integer("no_repeat_ngram_size", g.no_repeat_ngram_size);
   if (!g.do_sample)  // as HF's generate warns: greedy decoding reads none of them
     for (const char* k : {"temperature", "top_k", "top_p", "seed"})
       if (flags.has(k))

@@ -230,6 +230,7 @@ std::vector<std::string> expand_args_file(const std::vector<std::string>& args) 
     }
     nlohmann::json j = read_json_file(path);
     KILN_CHECK(j.is_object(), path, ": expected a JSON object of argument names and values");
+    train::resolve_hf_aliases(j);
     std::string ignored;
     for (const auto& item : j.items()) {
       std::string k = item.key(), why;

@@ -8,13 +8,15 @@ namespace kiln::cli {
 
 std::vector<FlagSpec> beam_flag_specs() {
   return {{"num_beams", true, false, "generation_num_beams"}, {"length_penalty"}, {"early_stopping"},
-          {"num_return_sequences"}};
+          {"num_return_sequences"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}};
 }
 
 void read_beam_flags(const Flags& flags, models::GenerationConfig& g, const std::string& command) {
   g.num_beams = flags.integer("num_beams", g.num_beams);
   g.length_penalty = flags.number("length_penalty", g.length_penalty);
   g.num_return_sequences = flags.integer("num_return_sequences", g.num_return_sequences);
+  g.repetition_penalty = flags.number("repetition_penalty", g.repetition_penalty);
+  g.no_repeat_ngram_size = flags.integer("no_repeat_ngram_size", g.no_repeat_ngram_size);
   if (flags.has("early_stopping")) {
     try {
       g.early_stopping = models::parse_early_stopping(flags.get("early_stopping"));

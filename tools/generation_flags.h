@@ -1,7 +1,8 @@
 #pragma once
 // The beam-search flags kiln generate and kiln predict share: --num_beams,
-// --length_penalty, --early_stopping (true, false or never) and
-// --num_return_sequences, over what the model's generation_config.json says.
+// --length_penalty, --early_stopping (true, false or never),
+// --num_return_sequences, and the logits processors' --repetition_penalty and
+// --no_repeat_ngram_size, over what the model's generation_config.json says.
 #include <string>
 #include <vector>
 

@@ -98,9 +98,27 @@ TEST(CsvTest, Errors) {
   EXPECT_CONTAINS(warning, stray.string() + ":2:6: '\"' inside an unquoted field, read as a quote as pandas reads it "
                            "(3 such quotes;");
   EXPECT_EQ(std::count(warning.begin(), warning.end(), '\n'), 1);
-  auto after = d.write("q2.csv", "sentence,label\n\"a\"b,c\n");
-  EXPECT_CONTAINS(error_of([&] { load_dataset(after); }),
-              after.string() + ":2:4: bad quote: 'b' after the closing quote");
+  // Text after a closing quote is appended to the field, as pandas reads it ("abc"d"e -> abcd"e), with a warning;
+  // after a quoted field that ran over lines it is an error (pandas would join the lines: a quote left open).
+  auto after = d.write("q2.csv", "sentence,label\n\"a\"b,c\n\"abc\"d\"e,\"pos\"itive\n\"x\" ,y\n");
+  ::testing::internal::CaptureStderr();
+  Dataset appended = load_dataset(after);
+  const std::string after_warning = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(appended.rows.size(), 3u);
+  EXPECT_EQ(appended.rows[0].text, "ab");
+  EXPECT_EQ(appended.rows[1].text, "abcd\"e");
+  EXPECT_EQ(appended.rows[1].label, "positive");
+  EXPECT_EQ(appended.rows[2].text, "x ");
+  EXPECT_CONTAINS(after_warning, after.string() + ":2:4: text after the closing quote of a quoted field, appended to "
+                                 "the field as pandas reads it (4 such fields;");
+  auto spanning = d.write("q4.csv", "sentence,label\n\"a\nb\"c,d\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(spanning); }),
+                  spanning.string() + ":3:3: bad quote: 'c' after the closing quote of a field that opened at 2:1");
+  // A lone CR ends a line, as in pandas' C parser.
+  Dataset cr = load_dataset(d.write("cr.csv", "sentence,label\rabc,positive\r\"q\r\",negative\r"));
+  ASSERT_EQ(cr.rows.size(), 2u);
+  EXPECT_EQ(cr.rows[0].label, "positive");
+  EXPECT_EQ(cr.rows[1].text, "q\r");
   auto open = d.write("q3.csv", "sentence,label\nx,y\n\"never closed,z\n");
   EXPECT_EQ(error_of([&] { load_dataset(open); }),
             open.string() + ":3:1: bad quote: quoted field is never closed");
@@ -260,7 +278,26 @@ TEST(JsonTest, RowsUnderAField) {
   EXPECT_EQ(error_of([&] { load_dataset(p, {.json_field = "rows"}); }),
             p.string() + ": no field 'rows' (keys: version, data)");
   EXPECT_EQ(error_of([&] { load_dataset(p, {.json_field = "version"}); }),
-            p.string() + ": field 'version' must be a list of rows, found string \"1.0\"");
+            p.string() + ": field 'version' must be a list of rows or an object of columns, found string \"1.0\"");
+  // An object of columns under the field, as datasets reads it through pandas; columns of unequal length are an
+  // error naming them.
+  auto columns = d.write("c.json", "{\"data\": {\"text\": [\"a\", \"b\"], \"label\": [\"x\", \"y\"]}}");
+  Dataset by_column = load_dataset(columns, {.json_field = "data"});
+  ASSERT_EQ(by_column.rows.size(), 2u);
+  EXPECT_EQ(by_column.rows[1].text, "b");
+  EXPECT_EQ(by_column.rows[1].label, "y");
+  EXPECT_EQ(error_of([&] { load_dataset(d.write("u.json", "{\"data\": {\"text\": [\"a\"], \"label\": []}}"),
+                                        {.json_field = "data"}); }),
+            (d.path() / "u.json").string() + ": field 'data': column 'label' has 0 values, column 'text' has 1 "
+                                              "(columns must be of the same length)");
+  // A list of strings is one "text" column (datasets names pandas' column 0 so).
+  Dataset texts = load_dataset(d.write("s.json", "{\"data\": [\"one\", \"two\"]}"), {.json_field = "data"});
+  ASSERT_EQ(texts.rows.size(), 2u);
+  EXPECT_EQ(texts.rows[1].text, "two");
+  // Without a field, lists of rows under two keys are ambiguous.
+  auto two = d.write("two.json", "{\"a\": [{\"text\": \"x\"}], \"b\": [{\"text\": \"y\"}]}");
+  EXPECT_CONTAINS(error_of([&] { load_dataset(two); }),
+                  two.string() + ": lists of rows under several keys (a, b): name the one to read");
   auto bad = d.write("b.json", "{\"data\": [{\"text\": \"a\", \"label\": 1}, 3]}");
   EXPECT_CONTAINS(error_of([&] { load_dataset(bad); }), bad.string() + ": data[1]: expected a JSON object");
   // A JSON-lines .json file is read as before.

@@ -18,6 +18,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/models/beam_search.h"
 #include "kiln/models/generation.h"
+#include "models/sampling_distance.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -165,19 +166,6 @@ TEST(BeamSampling, T5InputsDrawAsAlone) {
   EXPECT_EQ(models::generate(t5, {prompts[1]}, g)[0], batched[1]);
 }
 
-// Total variation distance between the frequencies of two count tables (na and nb draws).
-double tvd(const std::map<std::string, int64_t>& a, int64_t na, const std::map<std::string, int64_t>& b, int64_t nb) {
-  std::set<std::string> keys;
-  for (const auto& [k, v] : a) keys.insert(k);
-  for (const auto& [k, v] : b) keys.insert(k);
-  const auto freq = [](const std::map<std::string, int64_t>& m, const std::string& k, int64_t n) {
-    return m.count(k) ? static_cast<double>(m.at(k)) / static_cast<double>(n) : 0.0;
-  };
-  double d = 0;
-  for (const auto& k : keys) d += std::abs(freq(a, k, na) - freq(b, k, nb));
-  return d / 2;
-}
-
 // kiln's draws per case: each is a generate() call of a few milliseconds' decoding.
 constexpr int64_t kDraws = 600;
 
@@ -207,14 +195,8 @@ TEST(BeamSampling, DistributionAsTransformers) {
       for (size_t i = prompt.size(); i < seq.size(); ++i) key += (key.empty() ? "" : " ") + std::to_string(seq[i]);
       ++ours[key];
     }
-    // The distance a sample of kDraws and one of n from transformers' distribution land apart on average: per
-    // outcome of probability p, E|difference of frequencies| = sqrt(p (1 - p) (1 / kDraws + 1 / n)) * sqrt(2 / pi).
-    double chance = 0;
-    for (const auto& [k, count] : hf) {
-      const double p = static_cast<double>(count) / static_cast<double>(n);
-      chance += std::sqrt(p * (1 - p) * (1.0 / kDraws + 1.0 / static_cast<double>(n))) * std::sqrt(2 / M_PI) / 2;
-    }
-    const double d = tvd(hf, n, ours, kDraws);
+    const double chance = testing::chance_tvd(hf, n, kDraws);
+    const double d = testing::tvd(hf, n, ours, kDraws);
     EXPECT_LT(d, 3 * chance) << "by chance about " << chance << " (transformers' two runs: " << c["self_tvd"] << ")";
     std::printf("beam sampling %s: total variation distance to transformers %.4f (chance %.4f)\n",
                 c["generate"].dump().c_str(), d, chance);

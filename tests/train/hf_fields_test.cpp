@@ -56,5 +56,23 @@ TEST(HfFields, TranslatesHfSpellings) {
   EXPECT_THROW(translate_hf_field("report_to", json::array({1}), "a.json"), Error);
 }
 
+// transformers 5 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs) and writes both,
+// mirrored; the new name wins unless it is null, as TrainingArguments resolves them.
+TEST(HfFields, ActivationCheckpointingIsGradientCheckpointing) {
+  json hf = {{"activation_checkpointing", true}, {"activation_checkpointing_kwargs", {{"use_reentrant", false}}},
+             {"gradient_checkpointing", true}, {"gradient_checkpointing_kwargs", {{"use_reentrant", false}}}};
+  resolve_hf_aliases(hf);
+  EXPECT_EQ(hf, (json{{"activation_checkpointing", true}, {"activation_checkpointing_kwargs", {{"use_reentrant", false}}}}));
+  json old = {{"activation_checkpointing", nullptr}, {"gradient_checkpointing", true}};
+  resolve_hf_aliases(old);
+  EXPECT_EQ(old, (json{{"gradient_checkpointing", true}}));
+  // Arguments that only change how torch recomputes ask for nothing; thinning or offloading the checkpoints does.
+  EXPECT_EQ(classify_hf_field("activation_checkpointing_kwargs", {{"use_reentrant", false}, {"every_n_layers", 1}}),
+            HfField::Ignored);
+  EXPECT_EQ(classify_hf_field("gradient_checkpointing_kwargs", nullptr), HfField::Ignored);
+  EXPECT_EQ(classify_hf_field("activation_checkpointing_kwargs", {{"every_n_layers", 2}}), HfField::Lacking);
+  EXPECT_EQ(classify_hf_field("gradient_checkpointing_kwargs", {{"offload", true}}), HfField::Lacking);
+}
+
 }  // namespace
 }  // namespace kiln::train

@@ -634,6 +634,11 @@ TEST(TrainingArgs, DerivedSteps) {
   EXPECT_EQ(a.num_warmup_steps(100), 10);
   a.warmup_steps = 7;  // wins over the ratio
   EXPECT_EQ(a.num_warmup_steps(100), 7);
+  // transformers 5's warmup_steps is a float: below 1 a fraction of the steps (ceil), else truncated to steps.
+  a.warmup_steps = 0.25;
+  EXPECT_EQ(a.num_warmup_steps(95), 24);  // ceil(23.75)
+  a.warmup_steps = 2.9;
+  EXPECT_EQ(a.num_warmup_steps(95), 2);
   EXPECT_EQ(a.steps_from_ratio(500, 10), 500);
   EXPECT_EQ(a.steps_from_ratio(0.05, 1000), 50);
   EXPECT_EQ(a.steps_from_ratio(0.07, 100), 8);  // math.ceil(100 * 0.07) is 8 in HF too (7.000000000000001)
@@ -661,6 +666,20 @@ TEST(ClosestName, EditDistance) {
   // A key pages long (an args file's) is far from every name at once: no
   // distance table of its length times each name's is filled in.
   EXPECT_EQ(closest_name(std::string(1 << 20, 'x'), TrainingArguments::field_names()), "");
+}
+
+// transformers 5's command-line spellings: include_num_input_tokens_seen "all" / "no" (kiln counts padding, so
+// "non_padding" is an error), and train_sampling_strategy for group_by_length.
+TEST(TrainingArgs, TransformersFiveFlagSpellings) {
+  EXPECT_TRUE(parse({"--output_dir", "o", "--include_num_input_tokens_seen", "all"}).include_num_input_tokens_seen);
+  EXPECT_FALSE(parse({"--output_dir", "o", "--include_num_input_tokens_seen", "no"}).include_num_input_tokens_seen);
+  EXPECT_TRUE(parse({"--output_dir", "o", "--include_num_input_tokens_seen"}).include_num_input_tokens_seen);
+  EXPECT_CONTAINS(parse_error({"--output_dir", "o", "--include_num_input_tokens_seen", "non_padding"}),
+                  "'non_padding' is not available");
+  EXPECT_TRUE(parse({"--output_dir", "o", "--train_sampling_strategy", "group_by_length"}).group_by_length);
+  EXPECT_FALSE(parse({"--output_dir", "o", "--train-sampling-strategy=random"}).group_by_length);
+  EXPECT_CONTAINS(parse_error({"--output_dir", "o", "--train_sampling_strategy", "sequential"}),
+                  "\"sequential\" is not available");
 }
 
 }  // namespace

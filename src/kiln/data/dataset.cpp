@@ -8,6 +8,8 @@
 #include <map>
 #include <cstdio>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
@@ -77,17 +79,20 @@ struct Table {
   std::vector<size_t> lines;
 };
 
-// RFC 4180 with LF or CRLF line ends. A quote opens a field or, doubled,
-// stands for itself inside a quoted field; inside an unquoted field it is
-// itself, as pandas reads it (with a warning: often a field that should have
-// been quoted).
+// RFC 4180 with LF, CRLF or CR line ends (pandas' C parser takes a lone CR as
+// one). A quote opens a field or, doubled, stands for itself inside a quoted
+// field; inside an unquoted field it is itself, and text after a quoted
+// field's closing quote is appended to it, as pandas reads them (with a
+// warning: often a field that should have been quoted). A quoted field that
+// ran over lines and is followed by text is an error instead (pandas would
+// join those lines into one row): most often a quote left open.
 Table parse_csv(std::string_view s, const std::string& where) {
   Table t;
   size_t i = 0, line = 1, line_start = 0;
-  size_t stray_quotes = 0;
-  std::string first_stray;
+  size_t stray_quotes = 0, after_close = 0;
+  std::string first_stray, first_after_close;
   auto at = [&](size_t pos) { return detail::concat(where, ":", line, ":", column_of(s, line_start, pos)); };
-  auto is_eol = [&](size_t pos) { return s[pos] == '\n' || (s[pos] == '\r' && pos + 1 < s.size() && s[pos + 1] == '\n'); };
+  auto is_eol = [&](size_t pos) { return s[pos] == '\n' || s[pos] == '\r'; };
   while (i < s.size()) {
     size_t record_line = line;
     std::vector<std::string> fields;
@@ -119,11 +124,15 @@ Table parse_csv(std::string_view s, const std::string& where) {
           field += c;
           ++i;
         }
-        if (i < s.size() && s[i] != ',' && !is_eol(i))  // often a quote left open lines before: say where
-          throw Error(detail::concat(at(i), ": bad quote: '", excerpt(std::string_view(s).substr(i, 1)),
-                                     "' after the closing quote of a field that opened at ", open_line, ":",
-                                     column_of(s, open_line_start, open),
-                                     " (a quote inside a field is written \"\")"));
+        if (i < s.size() && s[i] != ',' && !is_eol(i)) {
+          if (line != open_line)  // often a quote left open lines before: say where
+            throw Error(detail::concat(at(i), ": bad quote: '", excerpt(std::string_view(s).substr(i, 1)),
+                                       "' after the closing quote of a field that opened at ", open_line, ":",
+                                       column_of(s, open_line_start, open),
+                                       " (a quote inside a field is written \"\")"));
+          if (after_close++ == 0) first_after_close = at(i);
+          while (i < s.size() && s[i] != ',' && !is_eol(i)) field += s[i++];
+        }
       } else {
         while (i < s.size() && s[i] != ',' && !is_eol(i)) {
           if (s[i] == '"' && stray_quotes++ == 0) first_stray = at(i);
@@ -136,7 +145,7 @@ Table parse_csv(std::string_view s, const std::string& where) {
         continue;
       }
       if (i < s.size()) {  // end of line
-        i += s[i] == '\r' ? 2 : 1;
+        i += s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n' ? 2 : 1;
         ++line;
         line_start = i;
       }
@@ -154,6 +163,10 @@ Table parse_csv(std::string_view s, const std::string& where) {
     std::fprintf(stderr, "kiln: warning: %s: '\"' inside an unquoted field, read as a quote as pandas reads it (%zu "
                  "such quote%s; to be sure, quote the whole field and double the quote: \"a \"\"b\"\"\")\n",
                  first_stray.c_str(), stray_quotes, stray_quotes == 1 ? "" : "s");
+  if (after_close > 0)
+    std::fprintf(stderr, "kiln: warning: %s: text after the closing quote of a quoted field, appended to the field as "
+                 "pandas reads it (%zu such field%s; to be sure, quote the whole field and double the quotes inside it)\n",
+                 first_after_close.c_str(), after_close, after_close == 1 ? "" : "s");
   return t;
 }
 
@@ -460,9 +473,41 @@ std::optional<std::vector<ordered_json>> qa_document(std::string_view s, const s
   return rows;
 }
 
-// datasets' JSON with `field`: the rows of the list under `field` (or under the only key holding a list of
-// objects) of a
-// file that is one object; nullopt when the file is not one object (JSON lines) and no field was asked for.
+// The value under datasets' `field` as rows, as datasets reads it through pandas: a list of rows; a list of
+// scalars, as one "text" column; or an object of equal-length lists, one per column.
+std::vector<ordered_json> rows_of_field(ordered_json& v, const std::string& key, const std::string& where,
+                                        std::vector<std::string>* row_where) {
+  std::vector<ordered_json> rows;
+  if (v.is_object()) {
+    size_t n = 0;
+    std::string first;
+    for (const auto& [column, values] : v.items()) {
+      KILN_CHECK(values.is_array(), where, ": field '", key, "' holds columns, but column '", column,
+                 "' is not a list: found ", json_found(values));
+      if (first.empty()) std::tie(first, n) = std::pair{column, values.size()};
+      KILN_CHECK(values.size() == n, where, ": field '", key, "': column '", column, "' has ", values.size(),
+                 " values, column '", first, "' has ", n, " (columns must be of the same length)");
+    }
+    for (size_t r = 0; r < n; ++r) {
+      ordered_json row = ordered_json::object();
+      for (auto& [column, values] : v.items()) row[column] = std::move(values[r]);
+      row_where->push_back(detail::concat(where, ": ", key, " row ", r));
+      rows.push_back(std::move(row));
+    }
+    return rows;
+  }
+  KILN_CHECK(v.is_array(), where, ": field '", key, "' must be a list of rows or an object of columns, found ",
+             json_found(v));
+  const bool scalars = std::none_of(v.begin(), v.end(), [](const ordered_json& x) { return x.is_structured(); });
+  for (size_t k = 0; k < v.size(); ++k) {
+    row_where->push_back(detail::concat(where, ": ", key, "[", k, "]"));
+    rows.push_back(scalars ? ordered_json{{"text", std::move(v[k])}} : std::move(v[k]));
+  }
+  return rows;
+}
+
+// datasets' JSON with `field`: the rows under `field` (or under the only key holding a list of objects) of a file
+// that is one object; nullopt when the file is not one object (JSON lines) and no field was asked for.
 std::optional<std::vector<ordered_json>> field_rows(std::string_view s, const std::string& field,
                                                     const std::string& where, std::vector<std::string>* row_where) {
   ordered_json doc;
@@ -478,7 +523,10 @@ std::optional<std::vector<ordered_json>> field_rows(std::string_view s, const st
     std::vector<std::string> lists;
     for (const auto& [k, v] : doc.items())
       if (v.is_array() && !v.empty() && v.front().is_object()) lists.push_back(k);
-    if (lists.size() != 1) return std::nullopt;  // one row of JSON lines
+    KILN_CHECK(lists.size() < 2, where, ": lists of rows under several keys (", joined(lists),
+               "): name the one to read, as datasets' `field` (--train_file_field, --validation_file_field or "
+               "--test_file_field)");
+    if (lists.empty()) return std::nullopt;  // one row of JSON lines
     key = lists.front();
   }
   if (!doc.contains(key)) {
@@ -486,13 +534,7 @@ std::optional<std::vector<ordered_json>> field_rows(std::string_view s, const st
     for (auto k = doc.begin(); k != doc.end(); ++k) keys.push_back(k.key());
     throw Error(detail::concat(where, ": no field '", key, "' (keys: ", joined(keys), ")"));
   }
-  KILN_CHECK(doc[key].is_array(), where, ": field '", key, "' must be a list of rows, found ", json_found(doc[key]));
-  std::vector<ordered_json> rows;
-  for (size_t k = 0; k < doc[key].size(); ++k) {
-    row_where->push_back(detail::concat(where, ": ", key, "[", k, "]"));
-    rows.push_back(std::move(doc[key][k]));
-  }
-  return rows;
+  return rows_of_field(doc[key], key, where, row_where);
 }
 
 // A .json file's one array of objects, or JSON lines; each value with where it came from.

@@ -65,10 +65,11 @@ struct DatasetOptions {
   // keep_linebreaks (run_clm's default). Otherwise lines lose them and blank
   // lines are dropped.
   bool keep_linebreaks = false;
-  // A .json file holding one object with the rows in a list under a key, as
-  // datasets' JSON loader reads it with `field`: that key; "" = the object's
-  // only key whose value is a list of objects. A file of JSON lines is read
-  // as before.
+  // A .json file holding one object with the rows under a key, as datasets'
+  // JSON loader reads it with `field`: that key; "" = the object's only key
+  // whose value is a list of objects. The key holds a list of rows, a list of
+  // strings (a "text" column) or an object of equal-length column lists. A
+  // file of JSON lines is read as before.
   std::string json_field = "";
 };
 
@@ -80,7 +81,9 @@ struct Dataset {
 
 // By extension:
 //   .csv          RFC 4180: header row, quoted fields, "" escapes, newlines
-//                 inside quotes, CRLF or LF, blank lines skipped.
+//                 inside quotes, CRLF, LF or CR, blank lines skipped; a
+//                 stray quote, or text after a closing quote, as pandas
+//                 reads it (with a warning).
 //   .tsv          header row, tab-separated, no quoting (as GLUE's TSVs are
 //                 read: quotes are ordinary characters).
 //   .jsonl/.json  one JSON object per line (a .json file holding one array of

@@ -19,34 +19,6 @@ namespace kiln::models {
 
 namespace {
 
-// Picks the next token from one row of logits on the host, the ids so far `ids`.
-int64_t choose(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng,
-               const std::vector<int64_t>& ids) {
-  process_logits(logits, ids, g);
-  if (!g.do_sample) return std::max_element(logits.begin(), logits.end()) - logits.begin();
-  const int64_t V = static_cast<int64_t>(logits.size());
-  std::vector<int64_t> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
-  int64_t keep = g.top_k > 0 ? std::min(g.top_k, V) : V;
-  double m = logits[order[0]] / g.temperature, total = 0;
-  std::vector<double> p(keep);
-  for (int64_t i = 0; i < keep; ++i) total += p[i] = std::exp(logits[order[i]] / g.temperature - m);
-  if (g.top_p < 1.0) {  // the smallest prefix whose mass reaches top_p
-    double acc = 0;
-    int64_t n = 0;
-    while (n < keep && acc < g.top_p * total) acc += p[n++];
-    keep = std::max<int64_t>(n, 1);
-    total = acc;
-  }
-  double r = std::uniform_real_distribution<double>(0, total)(rng);
-  for (int64_t i = 0; i < keep; ++i) {
-    r -= p[i];
-    if (r <= 0) return order[i];
-  }
-  return order[keep - 1];
-}
-
 // transformers' GenerationConfig.validate for the beam settings.
 void check_beam_config(const GenerationConfig& g) {
   KILN_CHECK(g.num_beams >= 1, "generate: num_beams must be >= 1, got ", g.num_beams);
@@ -67,7 +39,8 @@ void check_config(const GenerationConfig& g) {
   if (!g.do_sample) return;
   KILN_CHECK(g.temperature > 0, "generate: temperature must be > 0, got ", g.temperature);
   KILN_CHECK(g.top_k >= 0, "generate: top_k must be >= 0 (0 = off), got ", g.top_k);
-  KILN_CHECK(g.top_p > 0 && g.top_p <= 1, "generate: top_p must be in (0, 1], got ", g.top_p);
+  // TopPLogitsWarper's range: 0 keeps only the most likely id (greedy under the other warpers).
+  KILN_CHECK(g.top_p >= 0 && g.top_p <= 1, "generate: top_p must be in [0, 1], got ", g.top_p);
 }
 
 // Every prompt non-empty and made of ids the embedding has.
@@ -138,12 +111,52 @@ void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t 
     std::vector<double> p(static_cast<size_t>(V));
     double total = 0;
     for (int64_t i = 0; i < V; ++i) total += p[i] = std::exp(static_cast<double>(scores[order[i]]) - m);
+    // As torch rounds them: float32 probabilities, summed in double (CPU cumsum), each sum rounded to float32 and
+    // compared with 1 - top_p in float32, so a mass that is 1 - top_p up to float32 rounding goes.
+    const auto cut = static_cast<float>(1.0 - g.top_p);
     double cumulative = 0;
     for (int64_t i = 0; i < V - min_tokens_to_keep; ++i) {
-      cumulative += p[i] / total;
-      if (cumulative <= 1.0 - g.top_p) scores[order[i]] = filtered;
+      cumulative += static_cast<float>(p[i] / total);
+      if (static_cast<float>(cumulative) <= cut) scores[order[i]] = filtered;
     }
   }
+}
+
+namespace {
+
+void check_drawable(bool ok, size_t n) {
+  KILN_CHECK(ok, "generate: no token can be sampled: the ", n,
+             " scores left by the logits processors and warpers are all -inf, or one is NaN or +inf",
+             " (transformers' multinomial fails the same way)");
+}
+
+}  // namespace
+
+int64_t draw(const std::vector<float>& scores, std::mt19937_64& rng) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (float x : scores) m = std::max(m, x);
+  std::vector<double> p(scores.size());
+  double total = 0;
+  for (size_t i = 0; i < scores.size(); ++i) total += p[i] = std::exp(static_cast<double>(scores[i]) - m);
+  check_drawable(std::isfinite(total) && total > 0, scores.size());
+  double r = std::uniform_real_distribution<double>(0, total)(rng);
+  int64_t last = 0;  // the last id with a probability: where rounding leaves r after the walk
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] <= 0) continue;
+    last = static_cast<int64_t>(i);
+    if ((r -= p[i]) < 0) return last;
+  }
+  return last;
+}
+
+int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng,
+                   const std::vector<int64_t>& ids) {
+  process_logits(logits, ids, g);
+  if (!g.do_sample) return std::max_element(logits.begin(), logits.end()) - logits.begin();
+  // The warpers sort: a NaN (a broken model) is reported before it can scramble the order.
+  check_drawable(std::none_of(logits.begin(), logits.end(), [](float x) { return std::isnan(x); }), logits.size());
+  warp_logits(logits, g, 1);
+  return draw(logits, rng);
 }
 
 GenerationConfig::EarlyStopping parse_early_stopping(const std::string& text) {
@@ -185,7 +198,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
         Tensor logits = model.forward(in).logits;
         auto all = logits.to_vector<float>();
         std::vector<float> last(all.end() - V, all.end());
-        int64_t next = choose(std::move(last), g, rng, seq);
+        int64_t next = next_token(std::move(last), g, rng, seq);
         seq.push_back(next);
         if (ends(next)) break;
       }
@@ -209,7 +222,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
       mark_step(dev);
       if (t + 1 < static_cast<int64_t>(seq.size())) continue;  // still reading the prompt
       if (static_cast<int64_t>(seq.size()) >= need) break;
-      int64_t next = choose(logits.to_vector<float>(), g, rng, seq);
+      int64_t next = next_token(logits.to_vector<float>(), g, rng, seq);
       seq.push_back(next);
       if (ends(next)) break;
     }
@@ -290,7 +303,7 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
       }
       std::vector<int64_t> so_far = {c.decoder_start_token_id};
       so_far.insert(so_far.end(), out[b].begin(), out[b].end());
-      int64_t next = choose(std::vector<float>(logits.begin() + b * V, logits.begin() + (b + 1) * V), g, rng, so_far);
+      int64_t next = next_token(std::vector<float>(logits.begin() + b * V, logits.begin() + (b + 1) * V), g, rng, so_far);
       out[b].push_back(next);
       fed[b] = next;
       done[b] = std::find(eos.begin(), eos.end(), next) != eos.end();

@@ -7,6 +7,7 @@
 // bucket, not once per token.
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -60,12 +61,26 @@ GenerationConfig::EarlyStopping parse_early_stopping(const std::string& text);
 void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids, const GenerationConfig& g);
 
 // HF's sampling warpers (TemperatureLogitsWarper, TopKLogitsWarper,
-// TopPLogitsWarper, in that order) on one row of scores, as beam sampling
-// applies them to the processed log-probs: the scores divided by temperature,
-// then those below the top_k-th largest and the least likely ones whose
-// probability mass is at most 1 - top_p set to -inf, each filter keeping at
-// least min_tokens_to_keep.
+// TopPLogitsWarper, in the order _get_logits_processor builds them) on one
+// row of processed scores: plain sampling's logits (min_tokens_to_keep 1) or
+// beam sampling's log-probs (1 + the number of EOS ids, at least 2). The
+// scores are divided by temperature; those below the top_k-th largest go
+// (ties with it stay); then, in ascending order (equal scores by index),
+// those whose cumulative probability is at most 1 - top_p, so that of tokens
+// tied at the cut the higher ids stay. Each filter keeps at least
+// min_tokens_to_keep; a removed score becomes -inf.
 void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t min_tokens_to_keep);
+
+// One id drawn from softmax(scores) (torch.multinomial(probs, 1) for one row):
+// -inf scores are never drawn. All -inf, a NaN or a +inf is an error.
+int64_t draw(const std::vector<float>& scores, std::mt19937_64& rng);
+
+// The next id after `ids` from one row of logits, as transformers' _sample
+// picks it (num_beams 1): the logits processors, then the greedy choice (the
+// first of equal maxima) or, with do_sample, the warpers (min_tokens_to_keep 1)
+// and a draw.
+int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng,
+                   const std::vector<int64_t>& ids);
 
 // A decoder-only LM (GPT2LMHeadModel, LlamaForCausalLM): continues each
 // prompt (token ids) on its own; returns prompt + generated ids per prompt,

@@ -18,12 +18,19 @@ enum class Quiet {
   True,         // true (what kiln does anyway)
   MinusOne,     // -1
   Accelerator,  // accelerate's defaults
+  // Activation checkpointing's arguments that change nothing but how torch recomputes: use_reentrant,
+  // preserve_rng_state (kiln's recomputation is the same either way), every_n_layers 1, offload false.
+  CheckpointKwargs,
 };
 
 struct Rule {
   Quiet quiet;
   const char* asks;  // what another value asks for
 };
+
+constexpr const char* kCheckpointKwargs =
+    "activation checkpointing arguments other than use_reentrant, preserve_rng_state, every_n_layers 1 and offload "
+    "false";
 
 const std::map<std::string, Rule>& rules() {
   static const std::map<std::string, Rule> table = {
@@ -83,9 +90,8 @@ const std::map<std::string, Rule>& rules() {
       {"optim_target_modules", {Quiet::Off, "GaLore / APOLLO target modules"}},
       {"bf16_full_eval", {Quiet::Off, "evaluation with bf16 weights"}},
       {"fp16_full_eval", {Quiet::Off, "evaluation with fp16 weights"}},
-      {"activation_checkpointing", {Quiet::Off, "FSDP activation checkpointing (use gradient_checkpointing)"}},
-      {"activation_checkpointing_kwargs", {Quiet::Off, "FSDP activation checkpointing"}},
-      {"gradient_checkpointing_kwargs", {Quiet::Off, "arguments to torch.utils.checkpoint"}},
+      {"gradient_checkpointing_kwargs", {Quiet::CheckpointKwargs, kCheckpointKwargs}},
+      {"activation_checkpointing_kwargs", {Quiet::CheckpointKwargs, kCheckpointKwargs}},
       {"use_liger_kernel", {Quiet::Off, "Liger kernels"}},
       {"liger_kernel_config", {Quiet::Off, "Liger kernels"}},
       {"neftune_noise_alpha", {Quiet::Off, "NEFTune embedding noise"}},
@@ -135,7 +141,27 @@ bool accelerator_defaults(const json& v) {
   return true;
 }
 
+bool plain_checkpointing(const json& v) {
+  if (off(v)) return true;
+  if (!v.is_object()) return false;
+  for (const auto& [k, x] : v.items()) {
+    const bool fine = k == "use_reentrant" || k == "preserve_rng_state" || (k == "every_n_layers" && x == 1) ||
+                      (k == "offload" && off(x));
+    if (!fine) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+void resolve_hf_aliases(json& args) {
+  if (!args.is_object()) return;
+  for (const auto& [old_name, new_name] : {std::pair{"gradient_checkpointing", "activation_checkpointing"},
+                                           std::pair{"gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"}}) {
+    if (!args.contains(new_name)) continue;
+    args.erase(args[new_name].is_null() ? new_name : old_name);
+  }
+}
 
 HfField classify_hf_field(const std::string& key, const json& value, std::string* why) {
   auto it = rules().find(key);
@@ -143,7 +169,8 @@ HfField classify_hf_field(const std::string& key, const json& value, std::string
   const Rule& r = it->second;
   const bool quiet = r.quiet == Quiet::Any || (r.quiet == Quiet::Off && off(value)) ||
                      (r.quiet == Quiet::True && value == true) || (r.quiet == Quiet::MinusOne && value == -1) ||
-                     (r.quiet == Quiet::Accelerator && accelerator_defaults(value));
+                     (r.quiet == Quiet::Accelerator && accelerator_defaults(value)) ||
+                     (r.quiet == Quiet::CheckpointKwargs && plain_checkpointing(value));
   if (quiet) return HfField::Ignored;
   if (why) *why = r.asks;
   return HfField::Lacking;

@@ -19,6 +19,13 @@ enum class HfField {
   Lacking,  // one whose value asks for something kiln does not have
 };
 
+// transformers 5's activation_checkpointing(_kwargs), the new names of
+// gradient_checkpointing(_kwargs), resolved as TrainingArguments does: the
+// new name's value when it is not null, else the old one's. The key whose
+// value is not used is removed (HF's files hold both, mirrored);
+// activation_checkpointing is kiln's gradient_checkpointing under its new name.
+void resolve_hf_aliases(nlohmann::json& args);
+
 // What `key` = `value` of an HF args file is to kiln; for Lacking, `why`
 // says what the value asks for.
 HfField classify_hf_field(const std::string& key, const nlohmann::json& value, std::string* why = nullptr);

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <ctime>
+#include <optional>
 
 #include "kiln/core/error.h"
 
@@ -101,6 +103,35 @@ std::string encode_scalar_event(const std::string& tag, float value, int64_t ste
   return e;
 }
 
+// torch.utils.tensorboard's text(): Value {tag (1): tag + "/text_summary", tensor (8): TensorProto {dtype (1):
+// DT_STRING = 7, tensor_shape (2): {dim (2): {size (1): 1}}, string_val (8): text}, metadata (9): SummaryMetadata
+// {plugin_data (1): {plugin_name (1): "text"}}}; the step (2) only when there is one (add_text without a step).
+std::string encode_text_event(const std::string& tag, const std::string& text, std::optional<int64_t> step,
+                              double wall_time) {
+  std::string dim, shape, tensor, plugin, metadata, v, summary, e;
+  put_key(dim, 1, 0);
+  put_varint(dim, 1);
+  put_bytes(shape, 2, dim);
+  put_key(tensor, 1, 0);
+  put_varint(tensor, 7);
+  put_bytes(tensor, 2, shape);
+  put_bytes(tensor, 8, text);
+  put_bytes(plugin, 1, "text");
+  put_bytes(metadata, 1, plugin);
+  put_bytes(v, 1, tag + "/text_summary");
+  put_bytes(v, 8, tensor);
+  put_bytes(v, 9, metadata);
+  put_bytes(summary, 1, v);
+  put_key(e, 1, 1);
+  put_fixed(e, wall_time);
+  if (step) {
+    put_key(e, 2, 0);
+    put_varint(e, static_cast<uint64_t>(*step));
+  }
+  put_bytes(e, 5, summary);
+  return e;
+}
+
 EventFileWriter::EventFileWriter(const fs::path& dir) {
   static std::atomic<int> uid{0};  // SummaryWriter's per-process counter
   std::error_code ec;
@@ -125,6 +156,12 @@ void EventFileWriter::write_record(std::string_view data) {
   record.append(data);
   put_fixed(record, masked_crc32c(data));
   out_.write(record.data(), static_cast<std::streamsize>(record.size()));
+}
+
+void EventFileWriter::add_text(const std::string& tag, const std::string& text) {
+  write_record(encode_text_event(tag, text, std::nullopt, now_seconds()));
+  out_.flush();
+  KILN_CHECK(out_.good(), path_.string(), ": write failed");
 }
 
 void EventFileWriter::add_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step) {
@@ -157,10 +194,23 @@ fs::path default_logging_dir(const std::string& output_dir) {
   return fs::path(output_dir) / "runs" / (std::string(stamp) + "_" + hostname());
 }
 
-Reporter::Reporter(const TrainingArguments& args) {
-  if (args.reports_to("tensorboard"))
-    tensorboard_ = std::make_unique<EventFileWriter>(args.logging_dir ? fs::path(*args.logging_dir)
-                                                                      : default_logging_dir(args.output_dir));
+fs::path tensorboard_logging_dir(const TrainingArguments& args) {
+  if (args.logging_dir) return *args.logging_dir;
+  if (const char* env = std::getenv("TENSORBOARD_LOGGING_DIR"); env && *env) {
+    const std::string dir = env;
+    const char* home = std::getenv("HOME");
+    if (home && (dir == "~" || dir.rfind("~/", 0) == 0)) return std::string(home) + dir.substr(1);  // expanduser
+    return dir;
+  }
+  return default_logging_dir(args.output_dir);
+}
+
+Reporter::Reporter(const TrainingArguments& args, const json& model_config) {
+  if (!args.reports_to("tensorboard")) return;
+  tensorboard_ = std::make_unique<EventFileWriter>(tensorboard_logging_dir(args));
+  // TensorBoardCallback.on_train_begin's texts (to_json_string: indent 2, keys sorted).
+  tensorboard_->add_text("args", args.to_json().dump(2));
+  if (!model_config.is_null()) tensorboard_->add_text("model_config", model_config.dump(2));
 }
 
 // Runs in step closures: a failed write (disk full) costs the events, not the run.

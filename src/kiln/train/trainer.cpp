@@ -372,7 +372,7 @@ void Trainer::record_log(json entry, int64_t step) {
   if (!replica_.is_master()) return;  // one replica speaks for all
   if (progress_tty_) std::fprintf(stderr, "\r\033[K");
   std::fprintf(stderr, "%s\n", entry.dump().c_str());
-  if (!reporter_) reporter_ = std::make_unique<Reporter>(args_);
+  if (!reporter_) reporter_ = std::make_unique<Reporter>(args_, model_.config().to_json());
   reporter_->log(entry, step);
   state_.log_history.push_back(std::move(entry));
 }
@@ -618,7 +618,8 @@ std::shared_ptr<OutputDirLock> Trainer::begin_run() {
     prepare_output_dir(out);
     out_lock = OutputDirLock::acquire(out);
     remove_checkpoint_leftovers(out);
-    if (!reporter_) reporter_ = std::make_unique<Reporter>(args_);  // here, not in a step closure: it may throw
+    // Here, not in a step closure: it may throw.
+    if (!reporter_) reporter_ = std::make_unique<Reporter>(args_, model_.config().to_json());
   }
   take_step_failure(device_);  // a failure before this run is not its own
   stopped_by_signal_ = step_failed_ = false;
@@ -840,8 +841,8 @@ void Trainer::queue_log_entry(const StepResult& r) {
           loss_sum_ = 0;
           loss_count_ = 0;
         }
-        json entry{{"loss", std::round(avg * 1e4) / 1e4}, {"grad_norm", gn}, {"learning_rate", lr},
-                   {"epoch", std::round(epoch * 100) / 100}};
+        // Unrounded, as transformers 5 logs them (4.x rounded the loss to 4 and the epoch to 2 decimals).
+        json entry{{"loss", avg}, {"grad_norm", gn}, {"learning_rate", lr}, {"epoch", epoch}};
         if (args_.include_num_input_tokens_seen) entry["num_input_tokens_seen"] = tokens_seen;
         record_log(std::move(entry), step);
       },

@@ -13,6 +13,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/optim/schedule.h"
+#include "kiln/train/hf_fields.h"
 
 namespace kiln::train {
 namespace {
@@ -108,14 +109,17 @@ const std::vector<Field>& fields() {
   return table;
 }
 
-// The deprecated HF names of eval_strategy and use_cpu (still accepted by transformers 4.40).
+// The deprecated HF names of eval_strategy and use_cpu (still accepted by transformers 4.40), and transformers 5's
+// new name of gradient_checkpointing (which 5 keeps as the deprecated alias).
 constexpr const char* kEvalStrategyAlias = "evaluation_strategy";
 constexpr const char* kUseCpuAlias = "no_cuda";
+constexpr const char* kCheckpointingName = "activation_checkpointing";
 
 const Field* find_field(const std::string& name) {
-  const std::string canonical = name == kEvalStrategyAlias ? std::string("eval_strategy")
-                                : name == kUseCpuAlias     ? std::string("use_cpu")
-                                                           : name;
+  const std::string canonical = name == kEvalStrategyAlias   ? std::string("eval_strategy")
+                                : name == kUseCpuAlias       ? std::string("use_cpu")
+                                : name == kCheckpointingName ? std::string("gradient_checkpointing")
+                                                             : name;
   for (const auto& f : fields())
     if (f.name == canonical) return &f;
   return nullptr;
@@ -309,7 +313,8 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
   if (a.max_steps < -1) throw fail("max_steps", "must be a positive integer, or -1 to train for num_train_epochs" + got(a.max_steps));
   if (a.max_steps <= 0 && !(a.num_train_epochs > 0))
     throw fail("num_train_epochs", "must be positive when max_steps is not set" + got(a.num_train_epochs));
-  if (a.warmup_steps < 0) throw fail("warmup_steps", "must be >= 0" + got(a.warmup_steps));
+  if (!std::isfinite(a.warmup_steps) || a.warmup_steps < 0)
+    throw fail("warmup_steps", "must be >= 0 (steps, or below 1 a fraction of them)" + got(a.warmup_steps));
   if (a.dataloader_num_workers < 0) throw fail("dataloader_num_workers", "must be >= 0" + got(a.dataloader_num_workers));
   if (a.save_total_limit && *a.save_total_limit < 0)
     throw fail("save_total_limit", "must be >= 0 (0 keeps every checkpoint, as in HF)" + got(*a.save_total_limit));
@@ -493,7 +498,17 @@ TrainingArguments TrainingArguments::parse(const std::vector<std::string>& args,
       return args[++i];
     };
 
-    if (const Field* f = find_field(normalized_flag(name))) {
+    if (const std::string key = normalized_flag(name);
+        key == "include_num_input_tokens_seen" || key == "train_sampling_strategy") {
+      // transformers 5's spellings ("all" / "no"; train_sampling_strategy for group_by_length) beside kiln's bool.
+      const std::string v = key == "train_sampling_strategy" ? flag_value() : switch_value();
+      if (key != "train_sampling_strategy" && parse_bool_word(v)) {
+        set_from_text(a, *find_field(key), v, flag);
+        continue;
+      }
+      const auto kiln_form = translate_hf_field(key, json(v), flag);
+      set_from_text(a, *find_field(kiln_form->first), kiln_form->second.get<bool>() ? "true" : "false", flag);
+    } else if (const Field* f = find_field(normalized_flag(name))) {
       set_from_text(a, *f, is_bool_field(*f) ? switch_value() : flag_value(), flag);
     } else if (const std::string* extra = find_extra(known_extra_flags, name)) {
       (*rest)[*extra] = flag_value();
@@ -600,7 +615,7 @@ bool TrainingArguments::reports_to(const std::string& integration) const {
 }
 
 int64_t TrainingArguments::num_warmup_steps(int64_t total_steps) const {
-  if (warmup_steps > 0) return warmup_steps;
+  if (warmup_steps > 0) return steps_from_ratio(warmup_steps, total_steps);  // transformers 5's get_warmup_steps
   return static_cast<int64_t>(std::ceil(static_cast<double>(total_steps) * warmup_ratio));
 }
 

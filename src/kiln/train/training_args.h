@@ -32,7 +32,8 @@ struct TrainingArguments {
   // {"lr_end": 1e-6, "power": 2}, {"min_lr_rate": 0.1}: see optim::LRSchedule.
   nlohmann::json lr_scheduler_kwargs = nlohmann::json::object();
   double warmup_ratio = 0.0;
-  int64_t warmup_steps = 0;
+  // transformers 5's float: >= 1 a number of steps (truncated), below 1 a fraction of them (4.x's warmup_ratio).
+  double warmup_steps = 0;
   std::string logging_strategy = "steps";  // "no" | "steps" | "epoch"
   double logging_steps = 500;          // HF allows a float < 1 = ratio of total steps
   bool logging_first_step = false;
