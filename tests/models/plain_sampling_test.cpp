@@ -143,6 +143,28 @@ TEST(PlainSampling, NoTokenLeftIsAnError) {
   EXPECT_CONTAINS(testing::error_of([&] { models::next_token({0.5f, nan, 1.0f}, g, rng, {0}); }), "NaN");
 }
 
+// num_return_sequences without beams: R draws per prompt, prompt-major, as
+// transformers expands the inputs (the same as the prompts given R times);
+// greedy decoding returns one sequence, as transformers' validate demands.
+TEST(PlainSampling, NumReturnSequencesDrawsEachPromptThatManyTimes) {
+  auto model = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/gpt2/gpt2_lm");
+  GenerationConfig g;
+  g.do_sample = true;
+  g.max_new_tokens = 6;
+  g.seed = 4;
+  g.num_return_sequences = 3;
+  const auto out = models::generate(*model, {{1, 2}, {3}}, g);
+  ASSERT_EQ(out.size(), 6u);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i][0], i < 3 ? 1 : 3) << "row " << i;
+  EXPECT_TRUE(out[0] != out[1] || out[1] != out[2]) << "three identical draws";
+  g.num_return_sequences = 1;
+  EXPECT_EQ(out, models::generate(*model, {{1, 2}, {1, 2}, {1, 2}, {3}, {3}, {3}}, g));
+  g.do_sample = false;
+  g.num_return_sequences = 2;
+  EXPECT_CONTAINS(testing::error_of([&] { models::generate(*model, {{1, 2}}, g); }),
+                  "greedy decoding without beam search returns one sequence per prompt, got num_return_sequences 2");
+}
+
 models::PreTrainedModel& golden(const std::string& name) {
   static std::map<std::string, std::unique_ptr<models::PreTrainedModel>> models;
   auto& m = models[name];

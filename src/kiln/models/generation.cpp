@@ -24,8 +24,26 @@ void check_beam_config(const GenerationConfig& g) {
   KILN_CHECK(g.num_beams >= 1, "generate: num_beams must be >= 1, got ", g.num_beams);
   KILN_CHECK(std::isfinite(g.length_penalty), "generate: length_penalty must be a finite number, got ", g.length_penalty);
   KILN_CHECK(g.num_return_sequences >= 1, "generate: num_return_sequences must be >= 1, got ", g.num_return_sequences);
-  KILN_CHECK(g.num_return_sequences <= g.num_beams, "generate: num_return_sequences (", g.num_return_sequences,
-             ") has to be smaller or equal to num_beams (", g.num_beams, ")");
+  if (g.num_beams == 1)
+    KILN_CHECK(g.do_sample || g.num_return_sequences == 1, "generate: greedy decoding without beam search returns one "
+               "sequence per prompt, got num_return_sequences ", g.num_return_sequences,
+               " (sample with do_sample, or search with num_beams >= num_return_sequences)");
+  else
+    KILN_CHECK(g.num_return_sequences <= g.num_beams, "generate: num_return_sequences (", g.num_return_sequences,
+               ") has to be smaller or equal to num_beams (", g.num_beams, ")");
+}
+
+// Sampling without beams and num_return_sequences R: each prompt R times
+// over, drawn one after another, as transformers expands the inputs.
+std::vector<std::vector<int64_t>> each_repeated(const std::vector<std::vector<int64_t>>& prompts, int64_t times) {
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& p : prompts)
+    for (int64_t r = 0; r < times; ++r) out.push_back(p);
+  return out;
+}
+GenerationConfig one_sequence(GenerationConfig g) {
+  g.num_return_sequences = 1;
+  return g;
 }
 
 void check_config(const GenerationConfig& g) {
@@ -172,6 +190,8 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
                                            const GenerationConfig& g) {
   KILN_CHECK(model.can_generate(), "generate: ", model.architecture(), " has no language-model head");
   check_config(g);
+  if (g.num_beams == 1 && g.num_return_sequences > 1)
+    return generate(model, each_repeated(prompts, g.num_return_sequences), one_sequence(g));
   const int64_t V = model.vocab_size();
   check_prompts(prompts, V);
   if (g.num_beams > 1) {
@@ -236,6 +256,8 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
   KILN_CHECK(model.can_generate(), "generate: ", model.architecture(),
              " is an encoder without a decoder; generation needs T5ForConditionalGeneration");
   check_config(g);
+  if (g.num_beams == 1 && g.num_return_sequences > 1)
+    return generate(model, each_repeated(prompts, g.num_return_sequences), one_sequence(g));
   const T5Config& c = model.t5_config();
   check_prompts(prompts, c.vocab_size);
   if (g.num_beams > 1) return beam_search(model, prompts, g);

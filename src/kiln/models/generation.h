@@ -104,7 +104,8 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
                                            const GenerationConfig& config);
 
 // With num_beams > 1 each overload returns num_return_sequences sequences per
-// prompt (prompt-major, best first), in the same form.
+// prompt (prompt-major, best first), in the same form; sampling without beams
+// (do_sample) returns num_return_sequences draws per prompt, prompt-major.
 //
 // Either of the above by the model's type; a model without a language-model
 // head (BERT, GPT2Model, T5EncoderModel, ...) is an error naming it.
