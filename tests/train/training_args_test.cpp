@@ -454,7 +454,9 @@ TEST(TrainingArgs, BadValuesNameTheFlag) {
   EXPECT_EQ(parse_error({"--output_dir", "o", "--ddp_timeout", "-5"}),
             "--ddp_timeout must be a positive number of seconds, got -5");
   // Structure of the command line.
-  EXPECT_EQ(parse_error({"--do_train"}), "--output_dir is required");
+  // transformers 5's default directory; an empty one is an error.
+  EXPECT_EQ(parse({"--do_train"}).output_dir, "trainer_output");
+  EXPECT_EQ(parse_error({"--output_dir", ""}), "--output_dir must name a directory, got an empty string");
   EXPECT_EQ(parse_error({"--output_dir"}), "flag --output_dir needs a value");
   EXPECT_EQ(parse_error({"--output_dir", "--do_train"}), "flag --output_dir needs a value");
   EXPECT_HAS(parse_error({"out", "--do_train"}), "unexpected argument 'out'");
@@ -557,7 +559,7 @@ TEST(TrainingArgs, JsonErrors) {
              "args.json: per_device_train_batch_size must be a positive integer, got 0");
   EXPECT_EQ(from({{"output_dir", "o"}, {"ddp_timeout", 0}}),
             "args.json: ddp_timeout must be a positive number of seconds, got 0");
-  EXPECT_EQ(from({{"do_train", true}}), "args.json: output_dir is required");
+  EXPECT_EQ(from({{"output_dir", ""}}), "args.json: output_dir must name a directory, got an empty string");
   EXPECT_HAS(from({{"output_dir", "o"}, {"learning_rate", nullptr}}), "key 'learning_rate': expected a number");
 
   // Python writes whole floats for some integer fields; null unsets an optional one.
@@ -596,7 +598,9 @@ TEST(TrainingArgs, HfIntegrationFlags) {
 
 TEST(TrainingArgs, ValidateHandBuilt) {
   TrainingArguments a;
-  EXPECT_EQ(error_of([&] { a.validate(); }), "output_dir is required");
+  a.validate();  // transformers 5's default output_dir, trainer_output
+  a.output_dir = "";
+  EXPECT_EQ(error_of([&] { a.validate(); }), "output_dir must name a directory, got an empty string");
   a.output_dir = "o";
   a.validate();
   a.per_device_eval_batch_size = 0;

@@ -274,7 +274,7 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
     os << ", got " << v;
     return os.str();
   };
-  if (a.output_dir.empty()) throw Error(where + dash + "output_dir is required");
+  if (a.output_dir.empty()) throw Error(where + dash + "output_dir must name a directory, got an empty string");
   for (const auto& name : report_to_names(a.report_to))
     if (name != "all" && name != "none" && name != "tensorboard")
       throw fail("report_to", "'" + name + "' is not available: kiln writes only tensorboard (expected all, none, "
@@ -642,9 +642,7 @@ std::string TrainingArguments::help() {
   for (const auto& f : fields()) {
     std::string kind = f.choices.empty() ? kinds[f.member.index()] : "{" + joined(f.choices) + "}";
     out += "  --" + f.name + (kind.empty() ? "" : " " + kind);
-    if (f.name == "output_dir")
-      out += "  (required)";
-    else if (!defaults[f.name].is_null())
+    if (!defaults[f.name].is_null())
       out += "  (default: " + defaults[f.name].dump() + ")";
     out += "\n";
   }

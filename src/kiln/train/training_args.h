@@ -16,7 +16,7 @@
 namespace kiln::train {
 
 struct TrainingArguments {
-  std::string output_dir;              // required
+  std::string output_dir = "trainer_output";  // transformers 5's default
   bool overwrite_output_dir = false;
   bool do_train = false, do_eval = false, do_predict = false;
   std::string eval_strategy = "no";    // "no" | "steps" | "epoch"; the older name "evaluation_strategy" is accepted too
