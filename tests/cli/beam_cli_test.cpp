@@ -97,7 +97,7 @@ TEST_F(BeamCli, GenerateBeamsAsTheLibraryAndGenerationConfigDefaults) {
     EXPECT_NE(r.output.find(message), std::string::npos) << extra << "\n" << r.output;
   };
   fails(" --early_stopping sometimes", "--early_stopping must be true, false or \"never\"");
-  fails(" --num_beams 1", "num_return_sequences (2) has to be smaller or equal to num_beams (1)");
+  fails(" --num_beams 1", "greedy decoding without beam search returns one sequence per prompt, got num_return_sequences 2");
   config["num_beams"] = "four";
   io::write_json_file_atomic(m / "generation_config.json", config);
   fails("", "generation_config.json: \"num_beams\" must be an integer, found");
