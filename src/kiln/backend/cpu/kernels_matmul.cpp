@@ -28,35 +28,14 @@ inline float element(const float* p, int64_t i) { return p[i]; }
 inline float element(const uint16_t* p, int64_t i) { return bf16_to_float(p[i]); }
 
 // c[n] += Σ_{k0 <= k < k1} a[k] · b[k·ldb + n] for n in [n0, n1), k in
-// order. Eight rows a pass: c is loaded and stored once for eight of them
-// (the same adds in the same order as one row a pass), and eight streams
-// from memory are in flight.
+// order, one row of b a pass: c stays in L1 and b is one memory stream.
+// (Eight rows a pass read eight streams ldb apart, which alias in the cache
+// when ldb is a multiple of 4 KB, as GPT-2's 3072-wide rows are: 3-7x
+// slower on this project's AMD EPYC guest.)
 template <class T>
 void add_scaled_rows(const float* a, const T* b, int64_t ldb, int64_t k0, int64_t k1, int64_t n0, int64_t n1,
                      float* c) {
-  int64_t k = k0;
-  for (; k + 8 <= k1; k += 8) {
-    const T* bk[8];
-    float ak[8];
-    for (int j = 0; j < 8; ++j) {
-      bk[j] = b + (k + j) * ldb;
-      ak[j] = a[k + j];
-    }
-#pragma omp simd
-    for (int64_t n = n0; n < n1; ++n) {
-      float v = c[n];
-      v += ak[0] * element(bk[0], n);
-      v += ak[1] * element(bk[1], n);
-      v += ak[2] * element(bk[2], n);
-      v += ak[3] * element(bk[3], n);
-      v += ak[4] * element(bk[4], n);
-      v += ak[5] * element(bk[5], n);
-      v += ak[6] * element(bk[6], n);
-      v += ak[7] * element(bk[7], n);
-      c[n] = v;
-    }
-  }
-  for (; k < k1; ++k) {
+  for (int64_t k = k0; k < k1; ++k) {
     const T* bk = b + k * ldb;
     const float ak = a[k];
 #pragma omp simd
@@ -107,8 +86,8 @@ float dot(const float* a, const T* r, int64_t K) {
 // c[n] = Σ_k a[k] · B(k, n) (c += with accumulate), B of f32 or bf16
 // elements (exact products, f32 sums): a one-token decode step's products.
 // They are bound by reading B: a dot product per output row (B transposed),
-// or eight of B's rows scaled into c a pass (each element of c loaded and
-// stored once for eight rows). The bits do not depend on the thread count.
+// or B's rows scaled into c one after another. The bits do not depend on the
+// thread count.
 template <class T>
 void gemv(bool tb, int64_t N, int64_t K, const float* av, const T* b, int64_t ldb, float* c, bool accumulate) {
   if (tb) {  // B(k, n) = b[n·ldb + k]: a dot product per output, row after row
