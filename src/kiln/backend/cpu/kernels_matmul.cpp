@@ -43,22 +43,18 @@ void add_scaled_rows(const float* a, const T* b, int64_t ldb, int64_t k0, int64_
   }
 }
 
-// Sixteen lanes of f32 from p: as stored, or bf16 widened (exact).
+// Sixteen lanes of f32 from p into v: as stored, or bf16 widened (exact).
+// (Through a reference: a 64-byte vector passed by value changes the ABI
+// where the build has no AVX-512, and GCC warns.)
 using Lanes = float __attribute__((vector_size(64)));
-inline Lanes lanes(const float* p) {
-  Lanes v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline Lanes lanes(const uint16_t* p) {
+inline void load_lanes(const float* p, Lanes& v) { std::memcpy(&v, p, sizeof v); }
+inline void load_lanes(const uint16_t* p, Lanes& v) {
   using Half = uint16_t __attribute__((vector_size(32)));
   using Wide = uint32_t __attribute__((vector_size(64)));
   Half h;
   std::memcpy(&h, p, sizeof h);
   const Wide w = __builtin_convertvector(h, Wide) << 16;
-  Lanes v;
   std::memcpy(&v, &w, sizeof v);
-  return v;
 }
 
 // Σ_k a[k] · r[k]: four 16-lane sums over the row, added in a fixed order.
@@ -67,18 +63,20 @@ inline Lanes lanes(const uint16_t* p) {
 // GPT-2 head's product at one row, KILN_PROFILE; docs/performance.md).
 template <class T>
 float dot(const float* a, const T* r, int64_t K) {
-  Lanes s0 = {}, s1 = {}, s2 = {}, s3 = {};
+  Lanes s[4] = {};
+  auto add = [&](Lanes& sum, int64_t at) {
+    Lanes x, y;
+    load_lanes(a + at, x);
+    load_lanes(r + at, y);
+    sum += x * y;
+  };
   int64_t k = 0;
-  for (; k + 64 <= K; k += 64) {
-    s0 += lanes(a + k) * lanes(r + k);
-    s1 += lanes(a + k + 16) * lanes(r + k + 16);
-    s2 += lanes(a + k + 32) * lanes(r + k + 32);
-    s3 += lanes(a + k + 48) * lanes(r + k + 48);
-  }
-  for (; k + 16 <= K; k += 16) s0 += lanes(a + k) * lanes(r + k);
-  const Lanes s = (s0 + s1) + (s2 + s3);
+  for (; k + 64 <= K; k += 64)
+    for (int j = 0; j < 4; ++j) add(s[j], k + 16 * j);
+  for (; k + 16 <= K; k += 16) add(s[0], k);
+  s[0] = (s[0] + s[1]) + (s[2] + s[3]);
   float t = 0;
-  for (int l = 0; l < 16; ++l) t += s[l];
+  for (int l = 0; l < 16; ++l) t += s[0][l];
   for (; k < K; ++k) t += a[k] * element(r, k);
   return t;
 }
