@@ -6,9 +6,8 @@
 #include <numeric>
 #include <utility>
 
-#include <unistd.h>
-
 #include "kiln/core/error.h"
+#include "kiln/core/host_memory.h"
 #include "kiln/runtime/context.h"
 
 namespace kiln::models {
@@ -239,7 +238,7 @@ void reorder(std::vector<Tensor>& caches, const std::vector<int64_t>& rows) {
 void check_beam_memory(int64_t prompts, int64_t num_beams, int64_t vocab, double cache_floats_per_row) {
   const double rows = static_cast<double>(prompts) * static_cast<double>(num_beams);
   const double need = rows * (4.0 * static_cast<double>(vocab) + 2.0 * cache_floats_per_row) * sizeof(float);
-  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double have = static_cast<double>(host_memory::physical_bytes());
   KILN_CHECK(have <= 0 || need < have, "generate: num_beams ", num_beams, " x ", prompts,
              " prompt(s) over a vocabulary of ", vocab, " need about ", std::ceil(need / 1e9),
              " GB of scores and caches, more than this machine's ", std::floor(have / 1e9),
