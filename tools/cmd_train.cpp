@@ -362,7 +362,6 @@ RunRows load_rows(const std::map<std::string, std::string>& f, const cli::TrainT
   return r;
 }
 
-// What a replica's model is made from.
 // Every replica in this process builds its own copy of the model (and its
 // gradients and optimizer state): a count whose f32 weights and gradients
 // alone exceed the memory is refused before the copies are made, not left to the
@@ -380,6 +379,7 @@ void check_replica_memory(const models::PretrainedConfig& config, int64_t replic
              " GB");
 }
 
+// What a replica's model is made from.
 struct ModelRecipe {
   const std::map<std::string, std::string>& flags;
   const train::TrainingArguments& args;
