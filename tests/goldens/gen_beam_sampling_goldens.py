@@ -14,17 +14,14 @@ its own) and `self_tvd`, the total variation distance between two such runs
 on different torch seeds: how far two runs of the same algorithm land apart
 by chance.
 """
-import collections
 import json
 import pathlib
 
 import torch
+from sampling_counts import PROMPT, SEEDS, counts, tvd
 from transformers import AutoModelForCausalLM
 
 ROOT = pathlib.Path(__file__).resolve().parent
-PROMPT = [5, 17, 42, 8]
-SEEDS = 2000
-BATCH = 100
 # generate() arguments: the warpers each way (temperature with top_k; top_p alone), 2 new tokens.
 SETTINGS = [
     dict(num_beams=3, temperature=1.5, top_k=6, top_p=1.0, max_new_tokens=2),
@@ -32,33 +29,13 @@ SETTINGS = [
 ]
 
 
-def counts(model, kw, seed, n):
-    """n outputs: the prompt repeated in batches of BATCH, each row its own draws, torch seeded per batch."""
-    c = collections.Counter()
-    for b in range(n // BATCH):
-        torch.manual_seed(seed + b)
-        out = model.generate(torch.tensor([PROMPT] * BATCH), do_sample=True, pad_token_id=0,
-                             eos_token_id=model.config.eos_token_id, num_return_sequences=1, **kw)
-        for row in out:
-            # The continuation without the pads after an early EOS.
-            ids = [int(t) for t in row[len(PROMPT):]]
-            if model.config.eos_token_id in ids:
-                ids = ids[:ids.index(model.config.eos_token_id) + 1]
-            c[" ".join(map(str, ids))] += 1
-    return c
-
-
-def tvd(a, b, n):
-    return sum(abs(a[k] - b[k]) for k in set(a) | set(b)) / (2 * n)
-
-
 def main():
     model = AutoModelForCausalLM.from_pretrained(ROOT / "gpt2/gpt2_lm").eval()
     cases = []
     with torch.no_grad():
         for kw in SETTINGS:
-            first = counts(model, kw, 0, SEEDS)
-            second = counts(model, kw, 1000, SEEDS)
+            first = counts(model, dict(kw, num_return_sequences=1), 0, SEEDS)
+            second = counts(model, dict(kw, num_return_sequences=1), 1000, SEEDS)
             cases.append({"model": "gpt2/gpt2_lm", "prompt": PROMPT, "eos_token_id": model.config.eos_token_id,
                           "generate": kw, "seeds": SEEDS, "counts": dict(sorted(first.items())),
                           "self_tvd": tvd(first, second, SEEDS)})

@@ -18,18 +18,15 @@ two-token continuation of one prompt over many torch seeds (the prompt
 repeated in batches of 100 rows, each drawing on its own), with `self_tvd`,
 the total variation distance between two such runs on different seeds.
 """
-import collections
 import json
 import math
 import pathlib
 
 import torch
+from sampling_counts import PROMPT, SEEDS, counts, tvd
 from transformers import AutoModelForCausalLM, GenerationConfig
 
 ROOT = pathlib.Path(__file__).resolve().parent
-PROMPT = [5, 17, 42, 8]
-SEEDS = 2000
-BATCH = 100
 LN2 = math.log(2.0)
 
 ROWS = [
@@ -73,24 +70,6 @@ def row_probs(model, row):
     return [float(p) for p in scores.softmax(-1)[0]], [type(p).__name__ for p in procs]
 
 
-def counts(model, kw, seed, n):
-    c = collections.Counter()
-    for b in range(n // BATCH):
-        torch.manual_seed(seed + b)
-        out = model.generate(torch.tensor([PROMPT] * BATCH), do_sample=True, num_beams=1, pad_token_id=0,
-                             eos_token_id=model.config.eos_token_id, **kw)
-        for row in out:
-            ids = [int(t) for t in row[len(PROMPT):]]
-            if model.config.eos_token_id in ids:
-                ids = ids[:ids.index(model.config.eos_token_id) + 1]
-            c[" ".join(map(str, ids))] += 1
-    return c
-
-
-def tvd(a, b, n):
-    return sum(abs(a[k] - b[k]) for k in set(a) | set(b)) / (2 * n)
-
-
 def main():
     model = AutoModelForCausalLM.from_pretrained(ROOT / "gpt2/gpt2_lm").eval()
     rows = []
@@ -103,8 +82,8 @@ def main():
     cases = []
     with torch.no_grad():
         for kw in SETTINGS:
-            first = counts(model, kw, 0, SEEDS)
-            second = counts(model, kw, 1000, SEEDS)
+            first = counts(model, dict(kw, num_beams=1), 0, SEEDS)
+            second = counts(model, dict(kw, num_beams=1), 1000, SEEDS)
             settings = {"temperature": 1.0, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0}
             settings.update(kw)
             cases.append({"model": "gpt2/gpt2_lm", "prompt": PROMPT, "eos_token_id": model.config.eos_token_id,

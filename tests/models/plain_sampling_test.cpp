@@ -184,21 +184,12 @@ TEST(PlainSampling, DistributionAsTransformers) {
     g.max_new_tokens = c["generate"]["max_new_tokens"];
     g.eos_token_ids = {c["eos_token_id"].get<int64_t>()};
     const auto prompt = c["prompt"].get<std::vector<int64_t>>();
-    const int64_t n = c["seeds"];
-    std::map<std::string, int64_t> hf, ours;
-    for (const auto& [k, v] : c["counts"].items()) hf[k] = v.get<int64_t>();
+    std::map<std::string, int64_t> ours;
     std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(kDraws), prompt);
     g.seed = 1;  // one call: each prompt draws on from the same generator, a fresh sample per row
-    for (const auto& seq : models::generate(golden(c["model"]), prompts, g)) {
-      std::string key;
-      for (size_t i = prompt.size(); i < seq.size(); ++i) key += (key.empty() ? "" : " ") + std::to_string(seq[i]);
-      ++ours[key];
-    }
-    const double chance = testing::chance_tvd(hf, n, kDraws);
-    const double d = testing::tvd(hf, n, ours, kDraws);
-    EXPECT_LT(d, 3 * chance) << "by chance about " << chance << " (transformers' two runs: " << c["self_tvd"] << ")";
-    std::printf("plain sampling %s: total variation distance to transformers %.4f (chance %.4f)\n",
-                c["generate"].dump().c_str(), d, chance);
+    for (const auto& seq : models::generate(golden(c["model"]), prompts, g))
+      ++ours[testing::continuation_key(seq, prompt.size())];
+    testing::expect_like_transformers(c, ours, kDraws, "plain sampling");
   }
 }
 

@@ -2,11 +2,17 @@
 // Comparing the outputs kiln samples with transformers' over many seeds: the
 // generators differ, so the tests compare distributions of outputs (count
 // tables keyed by the generated ids), not ids.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
+
+#include "kiln/core/json.h"
 
 namespace kiln::testing {
 
@@ -35,6 +41,28 @@ inline double chance_tvd(const std::map<std::string, int64_t>& reference, int64_
               std::sqrt(2 / M_PI) / 2;
   }
   return chance;
+}
+
+// A count table's key: the ids generated after the prompt, space-separated.
+inline std::string continuation_key(const std::vector<int64_t>& seq, size_t prompt_size) {
+  std::string key;
+  for (size_t i = prompt_size; i < seq.size(); ++i) key += (key.empty() ? "" : " ") + std::to_string(seq[i]);
+  return key;
+}
+
+// kiln's counts `ours` (n_ours draws) within three times the distance chance
+// puts between them and the golden case's transformers counts ("counts" over
+// "seeds" draws); prints the distance under `what`.
+inline void expect_like_transformers(const nlohmann::json& c, const std::map<std::string, int64_t>& ours,
+                                     int64_t n_ours, const char* what) {
+  std::map<std::string, int64_t> hf;
+  for (const auto& [k, v] : c["counts"].items()) hf[k] = v.get<int64_t>();
+  const int64_t n = c["seeds"];
+  const double chance = chance_tvd(hf, n, n_ours);
+  const double d = tvd(hf, n, ours, n_ours);
+  EXPECT_LT(d, 3 * chance) << "by chance about " << chance << " (transformers' two runs: " << c["self_tvd"] << ")";
+  std::printf("%s %s: total variation distance to transformers %.4f (chance %.4f)\n", what,
+              c["generate"].dump().c_str(), d, chance);
 }
 
 }  // namespace kiln::testing
