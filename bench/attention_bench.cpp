@@ -8,7 +8,7 @@
 // each row sees).
 //
 //   build/bin/attention_bench [--batch 4] [--heads 12] [--seq 256] [--dim 64]
-//                             [--dropout 0.1] [--causal 1] [--window 0] [--iters 30] [--only fused|composite]
+//                             [--dropout 0.1] [--causal 1] [--window 0] [--bf16 0] [--iters 30] [--only fused|composite]
 // (--only: time one side, e.g. under perf).
 #include <algorithm>
 #include <chrono>
@@ -33,6 +33,7 @@ struct Geometry {
   double dropout = 0.1;
   bool causal = true;
   int64_t window = 0;  // causal: a sliding window of that many keys (Mistral's, Gemma 2's)
+  bool bf16 = false;   // under Autocast (--bf16): bf16 q, k, v and block products
 };
 
 Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const Geometry& s, double scale, Generator& gen) {
@@ -62,6 +63,7 @@ double time_steps(const Geometry& s, bool fused, int iters) {
   std::vector<double> t;
   for (int i = 0; i < iters + 3; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
+    Autocast autocast(s.bf16);
     Tensor y = fused ? fused_attention(q, k, v, {Tensor(), s.causal, scale, s.dropout, &gen, s.window})
                      : composite(q, k, v, s, scale, gen);
     sum(y * w).backward();  // (q, k and v hold the gradients until the step has run them)
@@ -102,6 +104,7 @@ int main(int argc, char** argv) {
       else if (f == "--dropout") s.dropout = whole([](const std::string& t, size_t* n) { return std::stod(t, n); });
       else if (f == "--causal") s.causal = integer() != 0;
       else if (f == "--window") s.window = integer();
+      else if (f == "--bf16") s.bf16 = integer() != 0;
       else if (f == "--iters") iters = static_cast<int>(std::min<long long>(integer(), 1 << 30));
       else if (f == "--only" && (x == "fused" || x == "composite")) only = x;
       else if (f == "--only") {
@@ -132,10 +135,10 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < s.T; ++i) keys += !s.causal ? s.T : s.window > 0 ? std::min(i + 1, s.window) : i + 1;
   const double share = keys / (static_cast<double>(s.T) * static_cast<double>(s.T));
   const double flops = 6 * 2.0 * static_cast<double>(s.B * s.H * s.T * s.T * s.D) * share;
-  std::printf("attention forward + gradient, [%lld, %lld, %lld, %lld], %s, window %lld, dropout %g, %d threads\n",
+  std::printf("attention forward + gradient, [%lld, %lld, %lld, %lld], %s, window %lld, dropout %g, %s, %d threads\n",
               static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.T),
               static_cast<long long>(s.D), s.causal ? "causal" : "not causal", static_cast<long long>(s.window),
-              s.dropout, omp_get_max_threads());
+              s.dropout, s.bf16 ? "bf16 (Autocast)" : "f32", omp_get_max_threads());
   std::printf("  %-10s %10s %14s\n", "", "median ms", "GFLOP/s");
   if (fused > 0) std::printf("  %-10s %10.3f %14.1f\n", "fused", fused * 1e3, flops / fused / 1e9);
   if (comp > 0) std::printf("  %-10s %10.3f %14.1f\n", "composite", comp * 1e3, flops / comp / 1e9);
