@@ -234,12 +234,24 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
       kc.push_back(Tensor::from_vector(zeros_kv, {1, cs.kv_heads, L, cs.head_dim}, dev, "k_cache"));
       vc.push_back(Tensor::from_vector(zeros_kv, {1, cs.kv_heads, L, cs.head_dim}, dev, "v_cache"));
     }
-    // The prompt goes through the same one-token step (one graph for everything).
-    for (int64_t t = 0; t < static_cast<int64_t>(seq.size()); ++t) {
+    auto step = [&](int64_t t, std::optional<int64_t> prefill_length) {
       Tensor token = Tensor::from_vector(std::vector<int64_t>{seq[t]}, {1, 1}, dev, "token");
       Tensor pos = Tensor::from_vector(std::vector<int64_t>{t}, {}, dev, "position");
-      Tensor logits = model.decode_step(token, pos, kc, vc);
+      Tensor logits = model.decode_step(token, pos, kc, vc, prefill_length);
       mark_step(dev);
+      return logits;
+    };
+    // The prompt goes through the same one-token step (one graph for everything).
+    const int64_t P = static_cast<int64_t>(prompt.size());
+    for (int64_t t = 0; t < static_cast<int64_t>(seq.size()); ++t) {
+      std::optional<int64_t> prefill_length;
+      if (t < P) {
+        prefill_length = P;
+      } else if (t == model.cache_recompute_position()) {
+        for (int64_t s = 0; s < t; ++s) step(s, t + 1);
+        prefill_length = t + 1;
+      }
+      Tensor logits = step(t, prefill_length);
       if (t + 1 < static_cast<int64_t>(seq.size())) continue;  // still reading the prompt
       if (static_cast<int64_t>(seq.size()) >= need) break;
       int64_t next = next_token(logits.to_vector<float>(), g, rng, seq);

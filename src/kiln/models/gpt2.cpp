@@ -247,7 +247,7 @@ CausalLM::CacheShape GPT2ForTask::cache_shape() const {
 }
 
 Tensor GPT2ForTask::decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
-                                std::vector<Tensor>& v_cache) {
+                                std::vector<Tensor>& v_cache, std::optional<int64_t> /*prefill_length*/) {
   KILN_CHECK(k_cache.size() == h_.size() && v_cache.size() == h_.size(), "decode_step: one cache per layer expected");
   const int64_t L = k_cache[0].dim(2);
   Device dev = token.device();

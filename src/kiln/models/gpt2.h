@@ -81,9 +81,9 @@ class GPT2ForTask : public CausalLM {
   int64_t vocab_size() const override { return gpt2_config().vocab_size; }
   std::vector<int64_t> eos_token_ids() const override;
   CacheShape cache_shape() const override;
-  // Caches [B,NH,L,D].
+  // Caches [B,NH,L,D] (learned positions: prefill_length changes nothing).
   Tensor decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
-                     std::vector<Tensor>& v_cache) override;
+                     std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length) override;
 
  private:
   enum class Head { None, LM, SequenceClassification };

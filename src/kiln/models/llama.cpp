@@ -614,13 +614,24 @@ Tensor LlamaForTask::body(const ModelInputs& in) {
   return norm_->forward(x);
 }
 
+std::optional<int64_t> LlamaForTask::cache_recompute_position() const {
+  const LlamaConfig& c = llama_config();
+  if (c.phi3() && c.rope.type == "longrope") return c.original_max_position_embeddings;
+  return std::nullopt;
+}
+
 Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
-                                 std::vector<Tensor>& v_cache) {
+                                 std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length) {
   KILN_CHECK(k_cache.size() == layers_.size() && v_cache.size() == layers_.size(),
              "decode_step: one cache per layer expected");
   const LlamaConfig& c = llama_config();
   const int64_t L = k_cache[0].dim(2), D = c.head_size();
-  const Rotary& table = rotary(decode_rotary_, L, 0);
+  // A generated token: each row its own length's frequencies; a prefill's
+  // tokens: all those of the prefill's length.
+  KILN_CHECK(!prefill_length || *prefill_length >= 1, "decode_step: prefill_length must be at least 1, got ",
+             prefill_length.value_or(0));
+  const bool prefill = prefill_length && c.rope.length_dependent();
+  const Rotary& table = prefill ? rotary(prefill_rotary_, L, *prefill_length) : rotary(decode_rotary_, L, 0);
   Device dev = token.device();
   Tensor slots = arange(L, DType::i64, dev);
   Tensor at = reshape(eq(slots, pos), {1, 1, L, 1});

@@ -129,7 +129,9 @@ class LlamaForTask : public CausalLM {
   CacheShape cache_shape() const override;
   // Caches [B,KVH,L,D], keys stored rotated.
   Tensor decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
-                     std::vector<Tensor>& v_cache) override;
+                     std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length) override;
+  // Phi-3 with longrope: original_max_position_embeddings.
+  std::optional<int64_t> cache_recompute_position() const override;
 
  private:
   enum class Head { None, LM, SequenceClassification };
@@ -153,7 +155,7 @@ class LlamaForTask : public CausalLM {
   std::vector<std::shared_ptr<LlamaDecoderLayer>> layers_;
   std::shared_ptr<DecoderNorm> norm_;
   std::shared_ptr<nn::Linear> lm_head_, score_;
-  Rotary rotary_, decode_rotary_;  // not parameters
+  Rotary rotary_, decode_rotary_, prefill_rotary_;  // not parameters
   bool gradient_checkpointing_ = false;
 };
 

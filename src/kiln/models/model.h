@@ -138,8 +138,19 @@ class CausalLM : public PreTrainedModel {
   virtual CacheShape cache_shape() const = 0;
   // Logits [B,1,V] of one token per row ([B,1] ids) at position `pos` (an
   // i64 scalar, a graph input), reading and updating the caches in place.
+  // prefill_length: the token is read as part of a whole sequence of that
+  // length (a prompt, or a cache computed again), as transformers' first
+  // forward reads a prompt; rotary scaling that depends on the length
+  // (dynamic, longrope) rotates it with that sequence's frequencies. nullopt:
+  // a generated token, rotated with those of a sequence of pos + 1.
   virtual Tensor decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
-                             std::vector<Tensor>& v_cache) = 0;
+                             std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length) = 0;
+  // The position at which generation with the cache computes the cache again
+  // from the start (every token so far read as one sequence), as
+  // transformers' Phi3ForCausalLM does when a sequence first passes
+  // original_max_position_embeddings and longrope switches from its short to
+  // its long factors. nullopt: never.
+  virtual std::optional<int64_t> cache_recompute_position() const { return std::nullopt; }
 };
 
 // The causal-LM class of a config's model type ("GPT2LMHeadModel",
