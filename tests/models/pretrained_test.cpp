@@ -747,6 +747,48 @@ TEST(Pretrained, InitialisationFollowsHuggingFace) {
   for (double v : sd.at("bert.encoder.layer.0.output.LayerNorm.weight").to_vector<double>()) EXPECT_EQ(v, 1.0);
 }
 
+// T5 as transformers 5 saves it: config.json always says tie_word_embeddings
+// true, scale_decoder_outputs says whether the decoder output is scaled
+// (false for T5 v1.1), and a v1.1 checkpoint keeps its own lm_head.weight,
+// which transformers 5 loads untied because it differs from shared.weight.
+TEST(Pretrained, T5AsTransformers5SavesItScalesAndTiesByItsFields) {
+  const fs::path golden = fs::path(KILN_TEST_DATA_DIR) / "t5";
+  const models::ModelInputs in = testing::tiny_t5_batch();
+  auto logits_of = [&](const fs::path& dir) { return models::from_pretrained(dir)->forward(in).logits; };
+  TempDir root;
+  int copies = 0;
+  // A copy of golden model `name` with `fields` set in its config.json.
+  auto resaved = [&](const std::string& name, const nlohmann::json& fields) {
+    const fs::path dir = root.path() / std::to_string(copies++);
+    fs::create_directories(dir);
+    fs::copy_file(golden / name / "model.safetensors", dir / "model.safetensors");
+    nlohmann::json c = read_json_file(golden / name / "config.json");
+    c.update(fields);
+    io::write_json_file_atomic(dir / "config.json", c);
+    return dir;
+  };
+  // v1.1 (gated, own head): the same logits as its transformers 4 form, and saved untied.
+  const fs::path v11 = resaved("t5_gated_untied", {{"tie_word_embeddings", true}, {"scale_decoder_outputs", false}});
+  const Tensor want = logits_of(golden / "t5_gated_untied");
+  auto model = models::from_pretrained(v11);
+  EXPECT_EQ(model->forward(in).logits.to_vector<float>(), want.to_vector<float>());
+  TempDir out;
+  model->save_pretrained(out.path());
+  const nlohmann::json saved = read_json_file(out.path() / "config.json");
+  EXPECT_EQ(saved["tie_word_embeddings"], false);
+  EXPECT_EQ(saved["scale_decoder_outputs"], false);
+  EXPECT_TRUE(io::SafetensorsFile::open(out.path() / "model.safetensors").find("lm_head.weight"));
+  // Tied without the scaling: the tied model's logits times sqrt(d_model).
+  const fs::path unscaled = resaved("t5_relu_tied", {{"scale_decoder_outputs", false}});
+  const auto tied = logits_of(golden / "t5_relu_tied").to_vector<float>();
+  const auto got = logits_of(unscaled).to_vector<float>();
+  const double root_d = std::sqrt(static_cast<double>(read_json_file(golden / "t5_relu_tied" / "config.json")["d_model"]));
+  ASSERT_EQ(got.size(), tied.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], tied[i] * root_d, 1e-4 * (1 + std::fabs(got[i]))) << i;
+  // Told to scale, the tied model is unchanged.
+  EXPECT_EQ(logits_of(resaved("t5_relu_tied", {{"scale_decoder_outputs", true}})).to_vector<float>(), tied);
+}
+
 TEST(Pretrained, FineTuningATinyBertLowersTheLoss) {
   models::BertConfig c = tiny_config();
   c.hidden_dropout_prob = 0.0;

@@ -84,6 +84,12 @@ struct PretrainedConfig {
   // copies HF saved (a decoder equal to the word embeddings) and tensors HF
   // ignores on loading. from_pretrained drops them.
   virtual std::vector<std::string> ignored_checkpoint_keys() const { return {}; }
+  // While the output head is tied to the word embeddings: the checkpoint keys
+  // of the head and of the embeddings (from_pretrained unties them when a
+  // checkpoint holds both with different values, as transformers 5 does).
+  virtual std::optional<std::pair<std::string, std::string>> tied_output_head() const { return std::nullopt; }
+  // Gives the output head its own weight (tie_word_embeddings false).
+  virtual void untie_output_head() {}
 };
 
 // Throws when the weights `c` describes would not fit in this machine's

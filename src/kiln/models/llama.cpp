@@ -201,6 +201,11 @@ std::vector<std::string> LlamaConfig::ignored_checkpoint_keys() const {
   return {};
 }
 
+std::optional<std::pair<std::string, std::string>> LlamaConfig::tied_output_head() const {
+  if (!tie_word_embeddings) return std::nullopt;
+  return std::pair<std::string, std::string>{"lm_head.weight", "model.embed_tokens.weight"};
+}
+
 const ModelFamily& llama_family() {
   static const ModelFamily family{
       .model_types = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3"},

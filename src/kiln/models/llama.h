@@ -105,6 +105,8 @@ struct LlamaConfig : PretrainedConfig {
   std::string architecture_for(ModelTask task) const override;
   void adapt_to_tokenizer(const TokenizerIds& ids) override;
   std::vector<std::string> ignored_checkpoint_keys() const override;
+  std::optional<std::pair<std::string, std::string>> tied_output_head() const override;
+  void untie_output_head() override { tie_word_embeddings = false; }
   void validate(const std::string& source) const;
 };
 

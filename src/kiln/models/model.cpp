@@ -186,6 +186,20 @@ void keep_bf16_frozen(std::map<std::string, Tensor>& params, std::map<std::strin
   nn::materialize(widened);
 }
 
+// transformers 5 ties the output head to the word embeddings only where the
+// checkpoint does not hold both with different values: a T5 v1.1 it saved
+// says tie_word_embeddings true (scale_decoder_outputs false) beside its own
+// lm_head.weight, which it keeps. So does kiln.
+void untie_distinct_head(PretrainedConfig& config, const std::map<std::string, Tensor>& loaded) {
+  const auto tied = config.tied_output_head();
+  if (!tied) return;
+  const auto head = loaded.find(tied->first), embeddings = loaded.find(tied->second);
+  if (head == loaded.end() || embeddings == loaded.end() || head->second.shape() != embeddings->second.shape()) return;
+  NoGradGuard no_grad;
+  const Tensor diff = amax(abs(cast(head->second, DType::f32) - cast(embeddings->second, DType::f32)));
+  if (!(diff.item() == 0.0f)) config.untie_output_head();
+}
+
 }  // namespace
 
 std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const LoadOptions& options) {
@@ -201,6 +215,8 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
     config->set_num_labels(options.num_labels);
     config->problem_type.reset();
   }
+  std::map<std::string, Tensor> loaded = io::load_safetensors(dir, options.device, options.keep_bf16);
+  untie_distinct_head(*config, loaded);
   std::unique_ptr<PreTrainedModel> model;
   {
     // The checkpoint's values replace the initial ones unseen: those are
@@ -208,7 +224,6 @@ std::unique_ptr<PreTrainedModel> from_pretrained(const fs::path& dir, const Load
     nn::DeferInit defer;
     model = create_model(arch, *config, options.seed, options.device);
   }
-  std::map<std::string, Tensor> loaded = io::load_safetensors(dir, options.device, options.keep_bf16);
 
   const std::string prefix = model->base_model_prefix() + ".";
   auto params = model->state_dict();

@@ -33,6 +33,7 @@ constexpr auto t5_fields = [](auto& c, auto&& visit) {
   visit("initializer_factor", c.initializer_factor);
   visit("feed_forward_proj", c.feed_forward_proj);
   visit("tie_word_embeddings", c.tie_word_embeddings);
+  visit("scale_decoder_outputs", c.scale_decoder_outputs, config_json::Unset::omit);
   visit("pad_token_id", c.pad_token_id);
   visit("eos_token_id", c.eos_token_id);
   visit("decoder_start_token_id", c.decoder_start_token_id);
@@ -253,6 +254,11 @@ std::vector<std::string> T5Config::ignored_checkpoint_keys() const {
   return {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"};  // both are `shared`
 }
 
+std::optional<std::pair<std::string, std::string>> T5Config::tied_output_head() const {
+  if (!tie_word_embeddings) return std::nullopt;
+  return std::pair<std::string, std::string>{"lm_head.weight", "shared.weight"};
+}
+
 const ModelFamily& t5_family() {
   static const ModelFamily family{.model_types = {"t5"},
                                   .architectures = {"T5ForConditionalGeneration", "T5EncoderModel"},
@@ -454,9 +460,9 @@ Tensor T5ForTask::decode_step(const Tensor& token, const Tensor& pos, T5DecoderC
 
 Tensor T5ForTask::lm_logits(const Tensor& h) const {
   const T5Config& c = t5_config();
-  // Tied embeddings: the decoder output is rescaled by d_model^-0.5 before the shared projection.
-  return c.tie_word_embeddings ? linear(h * (1.0 / std::sqrt(static_cast<double>(c.d_model))), shared_->weight)
-                               : lm_head_->forward(h);
+  // Original T5 rescales the decoder output by d_model^-0.5 before the head (scale_decoder_outputs).
+  const Tensor x = c.scales_decoder_outputs() ? h * (1.0 / std::sqrt(static_cast<double>(c.d_model))) : h;
+  return c.tie_word_embeddings ? linear(x, shared_->weight) : lm_head_->forward(x);
 }
 
 ModelOutputs T5ForTask::forward(const ModelInputs& in) {

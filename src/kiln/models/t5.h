@@ -24,7 +24,13 @@ struct T5Config : PretrainedConfig {
   double dropout_rate = 0.1, layer_norm_epsilon = 1e-6, initializer_factor = 1.0;
   std::string feed_forward_proj = "relu";  // "relu", "gated-gelu", "gated-relu", "gelu"
   bool tie_word_embeddings = true;
+  // transformers 5's name for what tie_word_embeddings meant to T5 before:
+  // whether the decoder's output is scaled by d_model^-0.5 before the head
+  // (original T5 yes, v1.1 no). Unset: as tie_word_embeddings.
+  std::optional<bool> scale_decoder_outputs;
   int64_t pad_token_id = 0, eos_token_id = 1, decoder_start_token_id = 0;
+
+  bool scales_decoder_outputs() const { return scale_decoder_outputs.value_or(tie_word_embeddings); }
 
   int64_t decoder_layers() const { return num_decoder_layers.value_or(num_layers); }
   bool gated() const { return feed_forward_proj.rfind("gated-", 0) == 0; }
@@ -44,6 +50,8 @@ struct T5Config : PretrainedConfig {
   }
   void adapt_to_tokenizer(const TokenizerIds& ids) override;
   std::vector<std::string> ignored_checkpoint_keys() const override;
+  std::optional<std::pair<std::string, std::string>> tied_output_head() const override;
+  void untie_output_head() override { tie_word_embeddings = false; }
   void validate(const std::string& source) const;
 };
 
