@@ -23,14 +23,18 @@ struct LoraConfig {
   double lora_dropout = 0.0;
   // PEFT's target_modules: module names matched as a dotted-path suffix
   // ("query" matches "bert.encoder.layer.0.attention.self.query"), or
-  // {"all-linear"} (every linear layer but the output head). Empty: the
-  // architecture's default (default_lora_target_modules).
+  // {"all-linear"} (every linear layer but the output head; never an
+  // embedding). Linear, Conv1D and Embedding layers can be targeted. Empty:
+  // the architecture's default (default_lora_target_modules).
   std::vector<std::string> target_modules;
   // target_modules given as one string: a regular expression the whole
   // module path must match (PEFT's re.fullmatch). Overrides target_modules.
   std::optional<std::string> target_regex;
   // Modules excluded from targeting (same matching as target_modules).
   std::vector<std::string> exclude_modules;
+  // exclude_modules given as one string: a regular expression the whole
+  // module path must match (PEFT's re.fullmatch). Overrides exclude_modules.
+  std::optional<std::string> exclude_regex;
   // Modules trained in full and saved with the adapter (a classification
   // head). A sequence- or token-classification model always adds
   // "classifier" and "score", a question-answering model "qa_outputs", as PEFT does.
