@@ -203,7 +203,7 @@ TEST_F(LoraCli, BadInputIsAClearError) {
   std::ofstream(path("in.json")) << R"({"input_ids": [[2, 3]]})";
   auto r = run_kiln(lora_train("x", "--lora_target_modules nothing_here"), dir_.path());
   EXPECT_NE(r.status, 0);
-  EXPECT_CONTAINS(r.output, "match no Linear or Conv1D layer");
+  EXPECT_CONTAINS(r.output, "match no Linear, Conv1D or Embedding layer");
   EXPECT_CONTAINS(r.output, "bert.encoder.layer.0.attention.self.query");
   r = run_kiln(lora_train("y", "--lora_r 0"), dir_.path());
   EXPECT_NE(r.status, 0);

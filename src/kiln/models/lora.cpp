@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <regex>
 #include <set>
@@ -658,6 +659,12 @@ void merge_lora(PreTrainedModel& model) {
   // A bf16 base (LoadOptions::keep_bf16) merges into bf16, as PEFT merges into the base's dtype.
   auto fold = [](Tensor& w, const Tensor& d) { w.assign(cast(w + d, w.dtype())); };
   // A table an output head shares (GPT-2's wte) changes the head too, as PEFT's merge does.
+  if (!tables.empty() && ties_head(model, adaptable_layers(model)))
+    std::fprintf(stderr,
+                 "kiln: warning: merging the embedding adapter into the input embeddings this %s ties to its output "
+                 "head changes the head as well, so the merged model's logits differ from the adapted model's (PEFT's "
+                 "merge_and_unload does the same)\n",
+                 model.architecture().c_str());
   for (nn::Embedding* e : tables) {
     fold(e->weight, e->lora()->delta_weight());
     e->detach_lora();
