@@ -76,7 +76,17 @@ CASES = [
     # The embedding table trained in full and saved with the adapter.
     ("llama_lm_save_embed", "llama/llama_lm", AutoModelForCausalLM,
      dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, modules_to_save=["embed_tokens"])),
+    # A vocabulary resized to RESIZED[name] rows before the adapter is made
+    # (resize_token_embeddings): PEFT saves the resized tables with it.
+    ("llama_lm_resized", "llama/llama_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8)),
+    ("gpt2_lm_resized", "gpt2/gpt2_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, fan_in_fan_out=True, target_modules=["wte", "c_attn"])),
 ]
+
+RESIZED = {"llama_lm_resized": 104, "gpt2_lm_resized": 104}
+# Their inputs use the new ids too.
+RESIZED_INPUT_IDS = [[5, 17, 101, 8, 99, 3, 11], [7, 103, 2, 64, 100, 0, 0]]
 
 # Cases whose golden also holds merged_logits: PEFT's merge_and_unload's.
 MERGED = {"llama_lm_embed", "gpt2_lm_wte", "bert_seqcls_word_embeddings"}
@@ -86,11 +96,14 @@ MASK = [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]]
 DECODER_IDS = [[0, 12, 7, 33, 5], [0, 9, 14, 2, 40]]
 
 
-def load_base(base, auto):
+def load_base(base, auto, vocab=None):
     d = os.path.join(DATA, base)
     config = AutoConfig.from_pretrained(d)
     config._attn_implementation = "eager"
     model = auto.from_pretrained(d, config=config, torch_dtype=torch.float32)
+    if vocab:
+        torch.manual_seed(1)  # the new rows are drawn around the old ones' mean
+        model.resize_token_embeddings(vocab)
     return model.eval()
 
 
@@ -104,8 +117,8 @@ def perturb(model, seed):
                 p.add_(torch.randn(p.shape, generator=g) * 0.2)
 
 
-def run(model, auto, n_labels):
-    ids = torch.tensor(INPUT_IDS)
+def run(model, auto, n_labels, input_ids=INPUT_IDS):
+    ids = torch.tensor(input_ids)
     mask = torch.tensor(MASK)
     inputs = {"input_ids": ids, "attention_mask": mask}
     if auto is AutoModelForSequenceClassification:
@@ -122,12 +135,14 @@ def run(model, auto, n_labels):
 
 def build(name, base, auto, lora_args):
     torch.manual_seed(0)
-    model = load_base(base, auto)
+    vocab = RESIZED.get(name)
+    ids = RESIZED_INPUT_IDS if vocab else INPUT_IDS
+    model = load_base(base, auto, vocab)
     peft_model = get_peft_model(model, LoraConfig(**lora_args))
     perturb(peft_model, 1234)
     peft_model.eval()  # dropout off: the logits and gradients are deterministic
     n_labels = getattr(model.config, "num_labels", 0)
-    inputs, labels, out = run(peft_model, auto, n_labels)
+    inputs, labels, out = run(peft_model, auto, n_labels, ids)
     out.loss.backward()
 
     d = os.path.join(OUT_DIR, name)
@@ -155,18 +170,21 @@ def build(name, base, auto, lora_args):
     # gradient key is a tensor of the adapter file.
     from safetensors.torch import load_file
     saved = load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))
-    trained = [k for k in saved if ".base_layer." not in k]  # save_embedding_layers: the base's own table
-    assert sorted("grad." + k for k in trained) == sorted(grads), (sorted(saved), sorted(grads))
-    fresh = PeftModel.from_pretrained(load_base(base, auto), adapter_dir).eval()
-    _, _, again = run(fresh, auto, n_labels)
+    # save_embedding_layers: the base's own tables (a targeted one under
+    # base_layer, resized ones under their own names) are saved untrained.
+    def table(k):
+        return ".base_layer." in k or (vocab and k.endswith(".weight") and k.split(".")[-2] in ("embed_tokens", "wte", "lm_head"))
+    assert sorted("grad." + k for k in saved if not table(k)) == sorted(grads), (sorted(saved), sorted(grads))
+    fresh = PeftModel.from_pretrained(load_base(base, auto, vocab), adapter_dir).eval()
+    _, _, again = run(fresh, auto, n_labels, ids)
     err = (again.logits - out.logits).abs().max().item()
     assert err < 1e-6, (name, err)
-    base_logits = run(load_base(base, auto), auto, n_labels)[2].logits
+    base_logits = run(load_base(base, auto, vocab), auto, n_labels, ids)[2].logits
     change = (base_logits - out.logits).abs().max().item()
     assert change > 1e-3, (name, "the adapter does not change the logits", change)
     if name in MERGED:
         merged = fresh.merge_and_unload().eval()
-        golden["merged_logits"] = run(merged, auto, n_labels)[2].logits.detach().clone()
+        golden["merged_logits"] = run(merged, auto, n_labels, ids)[2].logits.detach().clone()
         save_file(golden, os.path.join(d, "golden.safetensors"), metadata={"format": "pt"})
     print("%-28s loss=%.6f adapter tensors=%d logits change=%.3g" % (name, out.loss.item(), len(saved), change))
 

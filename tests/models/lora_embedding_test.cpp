@@ -273,6 +273,60 @@ TEST(LoraEmbedding, BrokenEmbeddingAdaptersNameFileAndKey) {
   }
 }
 
+// An adapter PEFT made after resize_token_embeddings carries the resized
+// tables; loading it the CLI's way rebuilds the base with that vocabulary
+// (its logits and loss are checked against PEFT's by lora_test.cpp's
+// llama_lm_resized and gpt2_lm_resized cases), and the vocabulary follows
+// through merging and saving.
+TEST(LoraEmbedding, ResizedVocabularyFollowsThroughMergeAndSave) {
+  testing::TempDir tmp;
+  auto golden = golden_of("llama_lm_resized");
+  const fs::path adapter = data("lora/llama_lm_resized/adapter");
+  auto model = models::from_pretrained_with_adapter(data("llama/llama_lm"), adapter);
+  model->eval();
+  EXPECT_EQ(model->config().vocabulary_size(), 104);
+  const Tensor adapted = model->forward(testing::golden_inputs(golden)).logits;
+  EXPECT_EQ(adapted.shape(), (Shape{2, 7, 104}));
+  models::GenerationConfig g;
+  g.max_new_tokens = 3;
+  g.eos_token_ids = {-1};
+  EXPECT_EQ(models::generate(*model, {{5, 101, 103}}, g)[0].size(), 6u);
+  models::merge_lora(*model);
+  model->save_pretrained(tmp.path() / "merged");
+  EXPECT_EQ(read_json_file(tmp.path() / "merged" / "config.json")["vocab_size"], 104);
+  auto merged = models::from_pretrained(tmp.path() / "merged");
+  merged->eval();
+  EXPECT_TRUE(same(merged->forward(testing::golden_inputs(golden)).logits, adapted, 1e-5, 1e-5 * max_abs(adapted)));
+}
+
+TEST(LoraEmbedding, ResizedTablesThatDoNotFitAreClearErrors) {
+  testing::TempDir tmp;
+  const fs::path peft = data("lora/llama_lm_resized/adapter");
+  auto variant = [&](const std::string& name, auto edit) {
+    const fs::path dir = tmp.path() / name;
+    fs::create_directories(dir);
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (auto& [k, t] : io::load_safetensors(peft / "adapter_model.safetensors"))
+      if (edit(k, t)) tensors.emplace_back(k, t);
+    io::save_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
+    fs::copy_file(peft / "adapter_config.json", dir / "adapter_config.json");
+    return testing::error_of([&] { models::from_pretrained_with_adapter(data("llama/llama_lm"), dir); });
+  };
+  {  // The untied head's table left out: the head cannot be resized.
+    std::string e = variant("no_head", [](const std::string& k, Tensor&) { return k.find("lm_head") == std::string::npos; });
+    EXPECT_CONTAINS(e, "no_head/adapter_model.safetensors: the adapter's tables have a vocabulary of 104");
+    EXPECT_CONTAINS(e, "holds no tensor for 'lm_head.weight'");
+  }
+  {  // The two tables of different vocabularies.
+    std::string e = variant("mixed", [](const std::string& k, Tensor& t) {
+      if (k.find("lm_head") != std::string::npos) t = zeros({105, 32});
+      return true;
+    });
+    EXPECT_CONTAINS(e, "mixed/adapter_model.safetensors: tensors '");
+    EXPECT_CONTAINS(e, "hold vocabularies of different sizes");
+  }
+}
+
 // modules_to_save naming an untied model's table trains it in full and saves
 // it whole; an adapter holding a table of another vocabulary is refused.
 TEST(LoraEmbedding, SavedEmbeddingTableTrainsInFullAndLoads) {

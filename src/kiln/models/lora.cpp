@@ -13,6 +13,7 @@
 #include "kiln/core/json.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/nn/defer_init.h"
 
 namespace kiln::models {
 
@@ -547,8 +548,8 @@ std::string resized_vocabulary(const std::string& key, const Shape& file, const 
   if (!table || file.size() != 2 || model.size() != 2 || file[1] != model[1] || file[0] == model[0]) return "";
   std::ostringstream os;
   os << ": the adapter's table has a vocabulary of " << file[0] << ", the base model's " << model[0]
-     << " (the vocabulary was resized for the adapter); kiln does not resize a model's vocabulary to load an adapter: "
-        "load a base saved with the resized vocabulary";
+     << " (the vocabulary was resized for the adapter): load it with from_pretrained_with_adapter (the CLI's "
+        "--adapter), which resizes the base, or call resize_for_adapter before load_adapter";
   return os.str();
 }
 
@@ -597,15 +598,94 @@ void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
   std::map<std::string, Tensor> base;
   for (auto& [name, p] : model.named_parameters())
     if (!expected.count(kKeyPrefix + name)) base.emplace(name, p);
+  // A head tied to the table: PEFT's state dict repeats the table under the head's name.
+  const std::vector<std::string> tied = model.config().ignored_checkpoint_keys();
+  const bool tied_head = ties_head(model, adaptable_layers(model));
   for (const auto& e : file.entries()) {
     if (expected.count(e.name)) continue;
-    auto it = base.find(base_parameter(e.name));
+    const std::string name = base_parameter(e.name);
+    if ((tied_head && name == "lm_head.weight") || std::find(tied.begin(), tied.end(), name) != tied.end()) continue;
+    auto it = base.find(name);
     KILN_CHECK(it != base.end(), where, ": tensor '", e.name, "' names no adapted layer or saved module of this ",
                model.architecture(), ": the adapter does not match the base model");
     load_into(file, e.name, it->second, where,
                "PEFT saves a targeted or resized embedding layer this way, so the adapter was made for a base with "
                "another vocabulary");
   }
+}
+
+namespace {
+
+// A word-embedding table or output head weight, by parameter name.
+bool vocabulary_table(const std::string& name) {
+  for (const char* t : {"embed_tokens.weight", "wte.weight", "word_embeddings.weight", "lm_head.weight"})
+    if (name == t || ends_with(name, std::string(".") + t)) return true;
+  return name == "shared.weight";
+}
+
+// The vocabulary of the tables an adapter file holds (PEFT saves them after
+// resize_token_embeddings), when it is not the model's; 0 when it is.
+int64_t adapter_vocabulary(const PreTrainedModel& model, const io::SafetensorsFile& file, const std::string& where) {
+  const int64_t own = model.config().vocabulary_size();
+  int64_t found = 0;
+  std::string first;
+  for (const auto& e : file.entries()) {
+    if (!vocabulary_table(base_parameter(e.name)) || e.shape.size() != 2 || e.shape[0] == own) continue;
+    KILN_CHECK(found == 0 || found == e.shape[0], where, ": tensors '", first, "' and '", e.name,
+               "' hold vocabularies of different sizes (", found, " and ", e.shape[0], " rows)");
+    found = e.shape[0];
+    first = e.name;
+  }
+  return found;
+}
+
+// `base` rebuilt with a vocabulary of `vocab` ids (its config's vocab_size):
+// every tensor of the same shape copied over; the resized tables must come
+// from the adapter file, which is checked here, before anything is loaded.
+std::unique_ptr<PreTrainedModel> with_vocabulary(PreTrainedModel& base, int64_t vocab, const io::SafetensorsFile& file,
+                                                 const std::string& where) {
+  nlohmann::json j = base.config().to_json();
+  j["vocab_size"] = vocab;
+  std::unique_ptr<PretrainedConfig> config = config_from_json(j, where);
+  check_model_size(*config, where);
+  const std::vector<Tensor> old_params = base.parameters();
+  const Device device = old_params.empty() ? Device::cpu() : old_params[0].device();
+  std::unique_ptr<PreTrainedModel> m;
+  {
+    nn::DeferInit defer;  // only the resized tables are computed, then replaced
+    m = create_model(base.architecture(), *config, 42, device);
+  }
+  std::map<std::string, Tensor> dict;
+  const std::map<std::string, Tensor> old = base.state_dict();
+  for (auto& [name, p] : m->named_parameters()) {
+    auto it = old.find(name);
+    if (it != old.end() && it->second.shape() == p.shape()) {
+      dict.emplace(name, it->second);
+      continue;
+    }
+    std::string layer = name.substr(0, name.rfind('.'));
+    const bool saved = file.find(kKeyPrefix + name) || file.find(kKeyPrefix + layer + ".base_layer.weight");
+    KILN_CHECK(saved, where, ": the adapter's tables have a vocabulary of ", vocab, " (the base model's ",
+               base.config().vocabulary_size(), "), but it holds no tensor for '", name,
+               "', so that layer cannot be resized (PEFT saves the input and output embeddings of a resized model)");
+  }
+  {
+    NoGradGuard no_grad;
+    m->load_state_dict(dict, false);
+  }
+  nn::materialize(m->parameters());
+  m->train(base.is_training());
+  return m;
+}
+
+}  // namespace
+
+std::unique_ptr<PreTrainedModel> resize_for_adapter(std::unique_ptr<PreTrainedModel> model, const fs::path& dir) {
+  const fs::path path = dir / kWeightsFile;
+  if (!fs::exists(path)) return model;  // load_adapter names what is missing
+  io::SafetensorsFile file = io::SafetensorsFile::open(path);
+  const int64_t vocab = adapter_vocabulary(*model, file, path.string());
+  return vocab ? with_vocabulary(*model, vocab, file, path.string()) : std::move(model);
 }
 
 void load_adapter(PreTrainedModel& model, const fs::path& dir) {
@@ -641,7 +721,10 @@ std::unique_ptr<PreTrainedModel> from_pretrained_with_adapter(const fs::path& mo
     base = adapter_base_dir(model);
   }
   auto m = from_pretrained(base, options);
-  if (!adapter_dir.empty()) load_adapter(*m, adapter_dir);
+  if (!adapter_dir.empty()) {
+    m = resize_for_adapter(std::move(m), adapter_dir);
+    load_adapter(*m, adapter_dir);
+  }
   return m;
 }
 
