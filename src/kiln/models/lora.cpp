@@ -538,8 +538,6 @@ LoraConfig read_adapter_config(const fs::path& dir) {
 
 namespace {
 
-// The file's tensor `key` into p (shape and kind checked; widened or
-// narrowed to p's dtype).
 // A word-embedding table or output head ("...embed_tokens.weight",
 // "lm_head.base_layer.weight") of another row count: a resized vocabulary.
 std::string resized_vocabulary(const std::string& key, const Shape& file, const Shape& model) {
@@ -553,6 +551,8 @@ std::string resized_vocabulary(const std::string& key, const Shape& file, const 
   return os.str();
 }
 
+// The file's tensor `key` into p (shape and kind checked; widened or
+// narrowed to p's dtype).
 void load_into(io::SafetensorsFile& file, const std::string& key, Tensor& p, const std::string& where,
                const char* mismatch) {
   Tensor t = file.load(key, p.device());
@@ -626,17 +626,16 @@ bool vocabulary_table(const std::string& name) {
 // The vocabulary of the tables an adapter file holds (PEFT saves them after
 // resize_token_embeddings), when it is not the model's; 0 when it is.
 int64_t adapter_vocabulary(const PreTrainedModel& model, const io::SafetensorsFile& file, const std::string& where) {
-  const int64_t own = model.config().vocabulary_size();
-  int64_t found = 0;
+  int64_t found = -1;
   std::string first;
   for (const auto& e : file.entries()) {
-    if (!vocabulary_table(base_parameter(e.name)) || e.shape.size() != 2 || e.shape[0] == own) continue;
-    KILN_CHECK(found == 0 || found == e.shape[0], where, ": tensors '", first, "' and '", e.name,
+    if (!vocabulary_table(base_parameter(e.name)) || e.shape.size() != 2) continue;
+    KILN_CHECK(found < 0 || found == e.shape[0], where, ": tensors '", first, "' and '", e.name,
                "' hold vocabularies of different sizes (", found, " and ", e.shape[0], " rows)");
     found = e.shape[0];
     first = e.name;
   }
-  return found;
+  return found <= 0 || found == model.config().vocabulary_size() ? 0 : found;
 }
 
 // `base` rebuilt with a vocabulary of `vocab` ids (its config's vocab_size):
