@@ -4,6 +4,7 @@
 // adapter (--adapter, or an adapter directory as --model).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -104,6 +105,37 @@ TEST_F(LoraCli, TrainWritesAdaptersAndResumesExactly) {
   EXPECT_CONTAINS(r.output, "adapter_config.json: 'lora_alpha' is 32, but this run's adapter has 16");
 }
 
+// LoRA on the word embeddings (PEFT's lora.Embedding): A starts at zero, so
+// a trained adapter whose A moved got its gradient through the lookup; the
+// embedding branch resumes exactly and merges into the table.
+TEST_F(LoraCli, EmbeddingAdapterTrainsResumesAndMerges) {
+  const std::string targets = "--lora_target_modules word_embeddings,query --max_steps 4 --save_steps 2";
+  auto r = run_kiln(lora_train("emb", targets), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto adapter = io::load_safetensors(dir_.path() / "emb" / "adapter_model.safetensors");
+  const std::string a_key = "base_model.model.bert.embeddings.word_embeddings.lora_embedding_A";
+  ASSERT_TRUE(adapter.count(a_key));
+  ASSERT_TRUE(adapter.count("base_model.model.bert.embeddings.word_embeddings.lora_embedding_B"));
+  auto a = adapter.at(a_key).to_vector<double>();
+  EXPECT_TRUE(std::any_of(a.begin(), a.end(), [](double v) { return v != 0; }));
+  json config = read_json_file(dir_.path() / "emb" / "adapter_config.json");
+  EXPECT_EQ(config["target_modules"], json({"word_embeddings", "query"}));
+  fs::create_directories(dir_.path() / "emb_resumed");
+  fs::copy(dir_.path() / "emb" / "checkpoint-2", dir_.path() / "emb_resumed" / "checkpoint-2");
+  r = run_kiln(lora_train("emb_resumed", targets + " --overwrite_output_dir --resume_from_checkpoint " +
+                                             path("emb_resumed/checkpoint-2")),
+               dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(bytes(path("emb_resumed/adapter_model.safetensors")), bytes(path("emb/adapter_model.safetensors")));
+  const std::string adapted = forward("--model " + path("emb"));
+  EXPECT_NE(adapted, forward("--model " + path("base")));
+  r = run_kiln("merge --model " + path("emb") + " --output_dir " + path("emb_merged"), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  json x = json::parse(adapted), y = json::parse(forward("--model " + path("emb_merged")));
+  for (size_t i = 0; i < 2; ++i)
+    for (size_t j = 0; j < 2; ++j) EXPECT_NEAR(x["logits"][i][j].get<double>(), y["logits"][i][j].get<double>(), 1e-5);
+}
+
 TEST_F(LoraCli, ForwardEvalPredictAndMergeReadTheAdapter) {
   auto r = run_kiln(lora_train("lora", "--gradient_accumulation_steps 2 --gradient_checkpointing"), dir_.path());
   ASSERT_EQ(r.status, 0) << r.output;
@@ -171,7 +203,7 @@ TEST_F(LoraCli, BadInputIsAClearError) {
   std::ofstream(path("in.json")) << R"({"input_ids": [[2, 3]]})";
   auto r = run_kiln(lora_train("x", "--lora_target_modules nothing_here"), dir_.path());
   EXPECT_NE(r.status, 0);
-  EXPECT_CONTAINS(r.output, "match no Linear or Conv1D layer");
+  EXPECT_CONTAINS(r.output, "match no Linear, Conv1D or Embedding layer");
   EXPECT_CONTAINS(r.output, "bert.encoder.layer.0.attention.self.query");
   r = run_kiln(lora_train("y", "--lora_r 0"), dir_.path());
   EXPECT_NE(r.status, 0);

@@ -18,7 +18,12 @@ under tests/goldens/lora/<case>/:
   golden.safetensors  the inputs (input_ids, attention_mask, and for T5
                       decoder_input_ids), `logits` of the PeftModel, `loss`
                       (the labels below), and grad.<adapter key> = d loss / d
-                      each saved adapter tensor, keyed as in adapter_model.safetensors.
+                      each trained adapter tensor, keyed as in adapter_model.safetensors;
+                      for the cases in MERGED also `merged_logits`, the
+                      logits after PEFT's merge_and_unload.
+
+Embedding cases: PEFT initialises lora_embedding_A to zero (B is N(0, 1)),
+so it is A that is drawn N(0, 0.2) there.
 
 Labels: sequence classification, labels [0, 1, ...]; causal LM, the
 input_ids (HF shifts them); T5, labels = decoder_input_ids shifted left.
@@ -54,18 +59,51 @@ CASES = [
           rank_pattern={"down_proj": 2}, alpha_pattern={"o_proj": 3.0})),
     ("qwen2_lm_rslora", "llama/qwen2_lm_tied", AutoModelForCausalLM,
      dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, use_rslora=True)),
+    # LoRA on embedding tables (PEFT's lora.Embedding: lora_embedding_A/B).
+    # PEFT also saves embed_tokens' base weight (save_embedding_layers).
+    ("llama_lm_embed", "llama/llama_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, target_modules=["embed_tokens", "q_proj"])),
+    # GPT-2's wte is tied to the head: the branch changes the input side only
+    # (merging it changes the head too: merged_logits).
+    ("gpt2_lm_wte", "gpt2/gpt2_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=16, fan_in_fan_out=True, target_modules=["wte", "c_attn"])),
+    ("bert_seqcls_word_embeddings", "bert/bert_seqcls", AutoModelForSequenceClassification,
+     dict(task_type="SEQ_CLS", r=2, lora_alpha=4, target_modules=["word_embeddings", "query"], use_rslora=True)),
+    # exclude_modules as a string: a regular expression the whole path must match.
+    ("llama_lm_exclude_regex", "llama/llama_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=2, lora_alpha=4, target_modules="all-linear",
+          exclude_modules=r".*\.layers\.1\.(self_attn\..*|mlp\.up_proj)|.*down_proj")),
+    # The embedding table trained in full and saved with the adapter.
+    ("llama_lm_save_embed", "llama/llama_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, modules_to_save=["embed_tokens"])),
+    # A vocabulary resized to RESIZED[name] rows before the adapter is made
+    # (resize_token_embeddings): PEFT saves the resized tables with it.
+    ("llama_lm_resized", "llama/llama_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8)),
+    ("gpt2_lm_resized", "gpt2/gpt2_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, fan_in_fan_out=True, target_modules=["wte", "c_attn"])),
 ]
+
+RESIZED = {"llama_lm_resized": 104, "gpt2_lm_resized": 104}
+# Their inputs use the new ids too.
+RESIZED_INPUT_IDS = [[5, 17, 101, 8, 99, 3, 11], [7, 103, 2, 64, 100, 0, 0]]
+
+# Cases whose golden also holds merged_logits: PEFT's merge_and_unload's.
+MERGED = {"llama_lm_embed", "gpt2_lm_wte", "bert_seqcls_word_embeddings"}
 
 INPUT_IDS = [[5, 17, 42, 8, 99 - 1, 3, 11], [7, 23, 2, 64, 31, 0, 0]]
 MASK = [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]]
 DECODER_IDS = [[0, 12, 7, 33, 5], [0, 9, 14, 2, 40]]
 
 
-def load_base(base, auto):
+def load_base(base, auto, vocab=None):
     d = os.path.join(DATA, base)
     config = AutoConfig.from_pretrained(d)
     config._attn_implementation = "eager"
     model = auto.from_pretrained(d, config=config, torch_dtype=torch.float32)
+    if vocab:
+        torch.manual_seed(1)  # the new rows are drawn around the old ones' mean
+        model.resize_token_embeddings(vocab)
     return model.eval()
 
 
@@ -73,14 +111,14 @@ def perturb(model, seed):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if ".lora_B." in name:
+            if ".lora_B." in name or ".lora_embedding_A." in name:  # the zero-initialised half
                 p.copy_(torch.randn(p.shape, generator=g) * 0.2)
             elif ".modules_to_save." in name:
                 p.add_(torch.randn(p.shape, generator=g) * 0.2)
 
 
-def run(model, auto, n_labels):
-    ids = torch.tensor(INPUT_IDS)
+def run(model, auto, n_labels, input_ids=INPUT_IDS):
+    ids = torch.tensor(input_ids)
     mask = torch.tensor(MASK)
     inputs = {"input_ids": ids, "attention_mask": mask}
     if auto is AutoModelForSequenceClassification:
@@ -97,12 +135,14 @@ def run(model, auto, n_labels):
 
 def build(name, base, auto, lora_args):
     torch.manual_seed(0)
-    model = load_base(base, auto)
+    vocab = RESIZED.get(name)
+    ids = RESIZED_INPUT_IDS if vocab else INPUT_IDS
+    model = load_base(base, auto, vocab)
     peft_model = get_peft_model(model, LoraConfig(**lora_args))
     perturb(peft_model, 1234)
     peft_model.eval()  # dropout off: the logits and gradients are deterministic
     n_labels = getattr(model.config, "num_labels", 0)
-    inputs, labels, out = run(peft_model, auto, n_labels)
+    inputs, labels, out = run(peft_model, auto, n_labels, ids)
     out.loss.backward()
 
     d = os.path.join(OUT_DIR, name)
@@ -130,14 +170,22 @@ def build(name, base, auto, lora_args):
     # gradient key is a tensor of the adapter file.
     from safetensors.torch import load_file
     saved = load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))
-    assert sorted("grad." + k for k in saved) == sorted(grads), (sorted(saved), sorted(grads))
-    fresh = PeftModel.from_pretrained(load_base(base, auto), adapter_dir).eval()
-    _, _, again = run(fresh, auto, n_labels)
+    # save_embedding_layers: the base's own tables (a targeted one under
+    # base_layer, resized ones under their own names) are saved untrained.
+    def table(k):
+        return ".base_layer." in k or (vocab and k.endswith(".weight") and k.split(".")[-2] in ("embed_tokens", "wte", "lm_head"))
+    assert sorted("grad." + k for k in saved if not table(k)) == sorted(grads), (sorted(saved), sorted(grads))
+    fresh = PeftModel.from_pretrained(load_base(base, auto, vocab), adapter_dir).eval()
+    _, _, again = run(fresh, auto, n_labels, ids)
     err = (again.logits - out.logits).abs().max().item()
     assert err < 1e-6, (name, err)
-    base_logits = run(load_base(base, auto), auto, n_labels)[2].logits
+    base_logits = run(load_base(base, auto, vocab), auto, n_labels, ids)[2].logits
     change = (base_logits - out.logits).abs().max().item()
     assert change > 1e-3, (name, "the adapter does not change the logits", change)
+    if name in MERGED:
+        merged = fresh.merge_and_unload().eval()
+        golden["merged_logits"] = run(merged, auto, n_labels, ids)[2].logits.detach().clone()
+        save_file(golden, os.path.join(d, "golden.safetensors"), metadata={"format": "pt"})
     print("%-28s loss=%.6f adapter tensors=%d logits change=%.3g" % (name, out.loss.item(), len(saved), change))
 
 

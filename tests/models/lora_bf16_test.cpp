@@ -92,7 +92,9 @@ INSTANTIATE_TEST_SUITE_P(Peft, LoraBf16Base,
                                                               Case{"gpt2_lm", "gpt2/gpt2_lm"},
                                                               Case{"t5", "t5/t5_gated_untied"},
                                                               Case{"llama_lm_all_linear", "llama/llama_lm"},
-                                                              Case{"qwen2_lm_rslora", "llama/qwen2_lm_tied"}),
+                                                              Case{"qwen2_lm_rslora", "llama/qwen2_lm_tied"},
+                                                              Case{"gpt2_lm_wte", "gpt2/gpt2_lm"},
+                                                              Case{"llama_lm_save_embed", "llama/llama_lm"}),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param).name) +

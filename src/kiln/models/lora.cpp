@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <regex>
 #include <set>
@@ -12,6 +13,7 @@
 #include "kiln/core/json.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/nn/defer_init.h"
 
 namespace kiln::models {
 
@@ -70,31 +72,35 @@ const V* pattern_value(const std::map<std::string, V>& patterns, const std::stri
   return nullptr;
 }
 
+enum class Kind { linear, conv1d, embedding };
+
 struct Layer {
   std::string path;
-  nn::Adaptable* module;
-  int64_t in, out;
-  bool conv1d;
+  nn::Module* module;
+  int64_t in, out;  // an embedding: rows (the vocabulary), width
+  Kind kind;
 };
 
-// The model's layers LoRA can adapt (Linear, Conv1D), by path.
+// The model's layers LoRA can adapt (Linear, Conv1D, Embedding), by path.
 std::vector<Layer> adaptable_layers(PreTrainedModel& model) {
   std::vector<Layer> out;
   for (auto& [path, m] : model.named_modules()) {
     if (auto* l = dynamic_cast<nn::Linear*>(m))
-      out.push_back({path, l, l->weight.shape()[1], l->weight.shape()[0], false});
+      out.push_back({path, l, l->weight.shape()[1], l->weight.shape()[0], Kind::linear});
     else if (auto* c = dynamic_cast<nn::Conv1D*>(m))
-      out.push_back({path, c, c->weight.shape()[0], c->weight.shape()[1], true});
+      out.push_back({path, c, c->weight.shape()[0], c->weight.shape()[1], Kind::conv1d});
+    else if (auto* e = dynamic_cast<nn::Embedding*>(m))
+      out.push_back({path, e, e->weight.shape()[0], e->weight.shape()[1], Kind::embedding});
   }
   return out;
 }
 
 // "all-linear": every linear layer but the output head (PEFT excludes the
-// output embeddings, and a sequence classifier's head).
+// output embeddings, and a sequence classifier's head) and no embedding.
 std::vector<std::string> all_linear(const std::vector<Layer>& layers, const std::string& task_type) {
   std::vector<std::string> out;
   for (const auto& l : layers) {
-    if (l.path == "lm_head") continue;
+    if (l.path == "lm_head" || l.kind == Kind::embedding) continue;
     if (task_type == "SEQ_CLS" && (l.path == "score" || l.path == "classifier")) continue;
     out.push_back(l.path);
   }
@@ -105,6 +111,13 @@ std::string list_paths(const std::vector<Layer>& layers) {
   std::ostringstream os;
   for (size_t i = 0; i < layers.size(); ++i) os << (i ? ", " : "") << layers[i].path;
   return os.str();
+}
+
+std::vector<Layer> linear_layers(const std::vector<Layer>& layers) {
+  std::vector<Layer> out;
+  std::copy_if(layers.begin(), layers.end(), std::back_inserter(out),
+               [](const Layer& l) { return l.kind != Kind::embedding; });
+  return out;
 }
 
 void add_unique(std::vector<std::string>& list, const std::string& name) {
@@ -124,32 +137,46 @@ void resolve(LoraConfig& c, const PreTrainedModel& model, const std::vector<Laye
     c.target_modules = default_lora_target_modules(model.config().model_type);
     KILN_CHECK(!c.target_modules.empty(), "LoRA: no default target_modules for model_type '",
                model.config().model_type, "': name them (for example all-linear); its linear layers are ",
-               list_paths(layers));
+               list_paths(linear_layers(layers)));
   }
   if (!c.target_regex && c.target_modules.size() == 1 && c.target_modules[0] == "all-linear")
     c.target_modules = all_linear(layers, c.task_type);
 }
 
-bool is_target(const LoraConfig& c, const std::string& path, const std::optional<std::regex>& target) {
-  if (matches_name_list(path, c.exclude_modules)) return false;
+// The compiled target_modules and exclude_modules regular expressions, where given as one.
+struct Patterns {
+  std::optional<std::regex> target, exclude;
+};
+
+bool is_target(const LoraConfig& c, const std::string& path, const Patterns& re) {
+  if (re.exclude ? std::regex_match(path, *re.exclude) : matches_name_list(path, c.exclude_modules)) return false;
   if (inside_module_to_save(path, c.modules_to_save)) return false;
-  return target ? std::regex_match(path, *target) : matches_name_list(path, c.target_modules);
+  return re.target ? std::regex_match(path, *re.target) : matches_name_list(path, c.target_modules);
 }
 
 std::string module_kind(nn::Module* m) {
-  if (dynamic_cast<nn::Embedding*>(m)) return "an Embedding";
   if (dynamic_cast<nn::LayerNorm*>(m) || dynamic_cast<nn::RMSNorm*>(m)) return "a norm layer";
   return "a container";
 }
 
 // A target name that matches a module kiln cannot adapt: PEFT refuses those too.
-void check_no_other_matches(PreTrainedModel& model, const LoraConfig& c, const std::optional<std::regex>& target) {
+void check_no_other_matches(PreTrainedModel& model, const LoraConfig& c, const Patterns& re) {
   for (auto& [path, m] : model.named_modules()) {
-    if (path.empty() || dynamic_cast<nn::Adaptable*>(m) || dynamic_cast<nn::LoraBranch*>(m)) continue;
-    const bool hit = target ? std::regex_match(path, *target) : matches_name_list(path, c.target_modules);
+    if (path.empty() || dynamic_cast<nn::Adaptable*>(m) || dynamic_cast<nn::LoraBranch*>(m) ||
+        dynamic_cast<nn::Embedding*>(m))
+      continue;
+    const bool hit = re.target ? std::regex_match(path, *re.target) : matches_name_list(path, c.target_modules);
     KILN_CHECK(!hit, "LoRA: target module '", path, "' is ", module_kind(m),
-               ": kiln's LoRA adapts Linear and Conv1D layers");
+               ": kiln's LoRA adapts Linear, Conv1D and Embedding layers");
   }
+}
+
+// A language model whose output head is its input embeddings (no lm_head layer of its own).
+bool ties_head(const PreTrainedModel& model, const std::vector<Layer>& layers) {
+  const std::string& arch = model.architecture();
+  const bool lm = arch.find("CausalLM") != std::string::npos || arch.find("LMHead") != std::string::npos ||
+                  arch.find("ConditionalGeneration") != std::string::npos;
+  return lm && std::none_of(layers.begin(), layers.end(), [](const Layer& l) { return l.path == "lm_head"; });
 }
 
 // "lm_head" named on a language model whose head is its input embeddings
@@ -157,13 +184,35 @@ void check_no_other_matches(PreTrainedModel& model, const LoraConfig& c, const s
 // around the shared weight; kiln has no such layer, and skipping the name
 // would train or load a different model.
 void check_tied_head(const PreTrainedModel& model, const LoraConfig& c, const std::vector<Layer>& layers) {
-  const std::string& arch = model.architecture();
-  const bool lm = arch.find("CausalLM") != std::string::npos || arch.find("LMHead") != std::string::npos ||
-                  arch.find("ConditionalGeneration") != std::string::npos;
   const bool named = std::find(c.target_modules.begin(), c.target_modules.end(), "lm_head") != c.target_modules.end();
-  const bool has_head = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.path == "lm_head"; });
-  KILN_CHECK(!lm || !named || has_head, "LoRA: target module 'lm_head' is the output head, which this ", arch,
-             " ties to its input embeddings (tie_word_embeddings): kiln adapts an untied lm_head only");
+  KILN_CHECK(!named || !ties_head(model, layers), "LoRA: target module 'lm_head' is the output head, which this ",
+             model.architecture(), " ties to its input embeddings (tie_word_embeddings): kiln adapts an untied lm_head only");
+}
+
+// T5's shared table: transformers' encoder and decoder hold the table itself,
+// so PEFT's branch on "shared" never reaches them; kiln's stacks read the
+// module, so the two would compute different models.
+void check_embedding_targets(const PreTrainedModel& model, const std::vector<Layer>& chosen) {
+  const std::string& type = model.config().model_type;
+  for (const auto& l : chosen)
+    KILN_CHECK(l.kind != Kind::embedding || !((type == "t5" || type == "mt5") && l.path == "shared"),
+               "LoRA: target module 'shared' is T5's shared embedding table, which transformers' encoder and decoder "
+               "read without PEFT's LoRA wrapper; kiln does not adapt it");
+}
+
+// A saved (fully trained) copy of an embedding table the output head shares:
+// PEFT trains a copy for the input side only and leaves the head on the
+// original table; kiln's table is one tensor, so it cannot split them.
+void check_tied_saved_embedding(const PreTrainedModel& model, const LoraConfig& c, const std::vector<Layer>& layers) {
+  if (!ties_head(model, layers)) return;
+  auto word_table = [](const Layer& l) {
+    return l.kind == Kind::embedding && (ends_with(l.path, "embed_tokens") || ends_with(l.path, "wte") || l.path == "shared");
+  };
+  for (const auto& l : layers)
+    KILN_CHECK(!word_table(l) || !saved_in_full(l.path + ".weight", c.modules_to_save), "LoRA: modules_to_save names '",
+               l.path, "', the input embeddings this ", model.architecture(),
+               " ties to its output head (tie_word_embeddings): PEFT trains a copy for the input side only, which "
+               "kiln's single table cannot; use an untied model, or target the layer with LoRA instead");
 }
 
 void set_trainable(PreTrainedModel& model, const LoraConfig& c) {
@@ -242,7 +291,10 @@ json LoraConfig::to_json() const {
               {"use_dora", false},
               {"use_rslora", use_rslora}};
   // Only when used: PEFT before 0.14 has no such field and refuses unknown ones.
-  if (!exclude_modules.empty()) j["exclude_modules"] = exclude_modules;
+  if (exclude_regex)
+    j["exclude_modules"] = *exclude_regex;
+  else if (!exclude_modules.empty())
+    j["exclude_modules"] = exclude_modules;
   return j;
 }
 
@@ -295,6 +347,8 @@ void check_unsupported(const json& j, const std::string& file) {
       // PEFT's LoRA variants, each a forward (or extra tensors) of its own.
       {"use_bdlora", nullptr}, {"arrow_config", nullptr}, {"kasa_config", nullptr}, {"monteclora_config", nullptr},
       {"velora_config", nullptr},
+      // Adapters on both sides of a tied embedding table; kiln adapts the input side only, as PEFT does without it.
+      {"ensure_weight_tying", false},
   };
   for (const auto& [key, fallback] : off)
     KILN_CHECK(is_default(key, fallback), file, ": '", key, "' = ", j[key].dump(),
@@ -329,8 +383,9 @@ LoraConfig LoraConfig::from_json(const json& j, const std::string& file) {
     c.target_regex.reset();
   }
   if (j.contains("exclude_modules") && j["exclude_modules"].is_string())
-    throw Error(file + ": 'exclude_modules' as a regular expression is not supported; list the module names");
-  c.exclude_modules = string_list(j, "exclude_modules", file);
+    c.exclude_regex = j["exclude_modules"].get<std::string>();
+  else
+    c.exclude_modules = string_list(j, "exclude_modules", file);
   c.modules_to_save = string_list(j, "modules_to_save", file);
   auto boolean = [&](const char* key) {
     if (!j.contains(key) || j[key].is_null()) return false;
@@ -359,41 +414,60 @@ LoraConfig LoraConfig::from_json(const json& j, const std::string& file) {
   return c;
 }
 
+namespace {
+
+// A fresh branch beside layer `l`, with its rank and alpha (rank_pattern, alpha_pattern).
+void attach_branch(const Layer& l, const LoraConfig& c, Generator& init_gen, const std::shared_ptr<Generator>& dropout_gen) {
+  const int64_t* rank = pattern_value(c.rank_pattern, l.path);
+  const double* alpha = pattern_value(c.alpha_pattern, l.path);
+  const int64_t r = rank ? *rank : c.r;
+  const double a = alpha ? *alpha : c.lora_alpha;
+  KILN_CHECK(r > 0, "LoRA: rank_pattern gives ", l.path, " rank ", r, "; it must be positive");
+  const double scaling = c.use_rslora ? a / std::sqrt(static_cast<double>(r)) : a / static_cast<double>(r);
+  if (l.kind == Kind::embedding) {
+    auto* e = static_cast<nn::Embedding*>(l.module);
+    e->attach_lora(std::make_shared<nn::EmbeddingLoraBranch>(l.in, l.out, r, scaling, init_gen, e->weight.device()));
+    return;
+  }
+  auto* adaptable = dynamic_cast<nn::Adaptable*>(l.module);
+  const Tensor& w = l.kind == Kind::conv1d ? static_cast<nn::Conv1D*>(l.module)->weight
+                                           : static_cast<nn::Linear*>(l.module)->weight;
+  adaptable->attach_lora(std::make_shared<nn::LoraBranch>(l.in, l.out, r, scaling, c.lora_dropout, dropout_gen, init_gen,
+                                                          w.device()));
+}
+
+}  // namespace
+
 void apply_lora(PreTrainedModel& model, LoraConfig c) {
   KILN_CHECK(!model.lora_config(), "apply_lora: the model has a LoRA adapter already");
   KILN_CHECK(c.r > 0 && c.r <= kMaxRank, "LoRA: r must be in [1, ", kMaxRank, "], got ", c.r);
   KILN_CHECK(c.lora_dropout >= 0 && c.lora_dropout < 1, "LoRA: lora_dropout must be in [0, 1), got ", c.lora_dropout);
   std::vector<Layer> layers = adaptable_layers(model);
   resolve(c, model, layers);
-  std::optional<std::regex> target;
-  if (c.target_regex) target = compile_regex(*c.target_regex, "target_modules");
-  check_no_other_matches(model, c, target);
+  Patterns re;
+  if (c.target_regex) re.target = compile_regex(*c.target_regex, "target_modules");
+  if (c.exclude_regex) re.exclude = compile_regex(*c.exclude_regex, "exclude_modules");
+  check_no_other_matches(model, c, re);
   check_tied_head(model, c, layers);
+  check_tied_saved_embedding(model, c, layers);
   std::vector<Layer> chosen;
   for (const auto& l : layers)
-    if (is_target(c, l.path, target)) chosen.push_back(l);
+    if (is_target(c, l.path, re)) chosen.push_back(l);
   if (chosen.empty()) {
     std::ostringstream want;
     if (c.target_regex) want << "'" << *c.target_regex << "'";
     for (size_t i = 0; i < c.target_modules.size(); ++i) want << (i ? ", " : "") << c.target_modules[i];
-    throw Error("LoRA: target_modules " + want.str() + " match no Linear or Conv1D layer of the " +
+    throw Error("LoRA: target_modules " + want.str() + " match no Linear, Conv1D or Embedding layer of the " +
                 model.architecture() + "; its layers are " + list_paths(layers));
   }
+  check_embedding_targets(model, chosen);
   set_trainable(model, c);  // freezes the base first: the branches added below train
   Generator init_gen(c.seed);
   // Non-owning: the model owns its generator and outlives its branches.
   std::shared_ptr<Generator> dropout_gen(std::shared_ptr<Generator>(), &model.dropout_generator());
   for (const auto& l : chosen) {
-    const int64_t* rank = pattern_value(c.rank_pattern, l.path);
-    const double* alpha = pattern_value(c.alpha_pattern, l.path);
-    const int64_t r = rank ? *rank : c.r;
-    const double a = alpha ? *alpha : c.lora_alpha;
-    KILN_CHECK(r > 0, "LoRA: rank_pattern gives ", l.path, " rank ", r, "; it must be positive");
-    const double scaling = c.use_rslora ? a / std::sqrt(static_cast<double>(r)) : a / static_cast<double>(r);
-    const Tensor& w = l.conv1d ? static_cast<nn::Conv1D*>(l.module)->weight : static_cast<nn::Linear*>(l.module)->weight;
-    l.module->attach_lora(std::make_shared<nn::LoraBranch>(l.in, l.out, r, scaling, c.lora_dropout, dropout_gen,
-                                                           init_gen, w.device()));
-    if (l.conv1d) c.fan_in_fan_out = true;  // PEFT sets it for Conv1D targets, with a warning
+    attach_branch(l, c, init_gen, dropout_gen);
+    if (l.kind == Kind::conv1d) c.fan_in_fan_out = true;  // PEFT sets it for Conv1D targets, with a warning
   }
   model.set_lora_config(std::make_shared<const LoraConfig>(std::move(c)));
   model.train(model.is_training());  // the new branches follow the model's mode
@@ -405,6 +479,7 @@ std::vector<std::pair<std::string, Tensor>> adapter_state(const PreTrainedModel&
   std::vector<std::pair<std::string, Tensor>> out;
   for (auto& [name, p] : model.named_parameters())
     if (name.find("lora_A.") != std::string::npos || name.find("lora_B.") != std::string::npos ||
+        ends_with(name, ".lora_embedding_A") || ends_with(name, ".lora_embedding_B") ||
         saved_in_full(name, c->modules_to_save))
       out.emplace_back(kKeyPrefix + name, p);
   return out;
@@ -412,12 +487,46 @@ std::vector<std::pair<std::string, Tensor>> adapter_state(const PreTrainedModel&
 
 bool is_adapter_dir(const fs::path& dir) { return fs::is_regular_file(dir / kConfigFile); }
 
+namespace {
+
+// PEFT's save_embedding_layers="auto": when target_modules names embed_tokens
+// or lm_head (a list holding the name; a regular expression that matches such
+// a layer), save_pretrained also writes the base weight of each adapted input
+// embedding table and output head, under the layer's "base_layer" infix.
+std::vector<std::pair<std::string, Tensor>> saved_embedding_layers(const PreTrainedModel& model, const LoraConfig& c) {
+  auto last = [](const std::string& path) { return path.substr(path.rfind('.') + 1); };
+  auto named = [&](const char* n) { return std::find(c.target_modules.begin(), c.target_modules.end(), n) != c.target_modules.end(); };
+  std::vector<std::string> adapted;  // paths of adapted layers
+  std::map<std::string, Tensor> params;
+  for (auto& [name, p] : model.named_parameters()) {
+    params.emplace(name, p);
+    for (const std::string suffix : {".lora_embedding_A", ".lora_A.weight"})
+      if (ends_with(name, suffix)) adapted.push_back(name.substr(0, name.size() - suffix.size()));
+  }
+  const bool targeted = c.target_regex ? std::any_of(adapted.begin(), adapted.end(), [&](const std::string& p) {
+    return last(p) == "embed_tokens" || last(p) == "lm_head";
+  })
+                                       : named("embed_tokens") || named("lm_head");
+  std::vector<std::pair<std::string, Tensor>> out;
+  if (!targeted) return out;
+  for (const auto& path : adapted) {
+    const std::string name = last(path);
+    const bool table = name == "embed_tokens" || name == "wte" || name == "word_embeddings" || name == "lm_head";
+    if (table) out.emplace_back(kKeyPrefix + path + ".base_layer.weight", params.at(path + ".weight"));
+  }
+  return out;
+}
+
+}  // namespace
+
 void save_adapter(const PreTrainedModel& model, const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   KILN_CHECK(!ec, dir.string(), ": cannot create directory: ", ec.message());
+  auto tensors = adapter_state(model);
+  for (auto& t : saved_embedding_layers(model, *model.lora_config())) tensors.push_back(std::move(t));
   // Weights first, config last: a directory with a config always has its weights.
-  io::save_safetensors(dir / kWeightsFile, adapter_state(model), {{"format", "pt"}});
+  io::save_safetensors(dir / kWeightsFile, tensors, {{"format", "pt"}});
   io::write_json_file_atomic(dir / kConfigFile, model.lora_config()->to_json());
 }
 
@@ -429,6 +538,19 @@ LoraConfig read_adapter_config(const fs::path& dir) {
 
 namespace {
 
+// A word-embedding table or output head ("...embed_tokens.weight",
+// "lm_head.base_layer.weight") of another row count: a resized vocabulary.
+std::string resized_vocabulary(const std::string& key, const Shape& file, const Shape& model) {
+  const bool table = key.find("embed_tokens.") != std::string::npos || key.find("lm_head.") != std::string::npos ||
+                     key.find("wte.") != std::string::npos || key.find("word_embeddings.") != std::string::npos;
+  if (!table || file.size() != 2 || model.size() != 2 || file[1] != model[1] || file[0] == model[0]) return "";
+  std::ostringstream os;
+  os << ": the adapter's table has a vocabulary of " << file[0] << ", the base model's " << model[0]
+     << " (the vocabulary was resized for the adapter): load it with from_pretrained_with_adapter (the CLI's "
+        "--adapter), which resizes the base, or call resize_for_adapter before load_adapter";
+  return os.str();
+}
+
 // The file's tensor `key` into p (shape and kind checked; widened or
 // narrowed to p's dtype).
 void load_into(io::SafetensorsFile& file, const std::string& key, Tensor& p, const std::string& where,
@@ -436,8 +558,9 @@ void load_into(io::SafetensorsFile& file, const std::string& key, Tensor& p, con
   Tensor t = file.load(key, p.device());
   KILN_CHECK(is_floating(t.dtype()), where, ": tensor '", key, "' holds ", dtype_name(t.dtype()),
              " values; an adapter's weights are floating point (F32, BF16 or F16)");
+  const std::string resized = resized_vocabulary(key, t.shape(), p.shape());
   KILN_CHECK(t.shape() == p.shape(), where, ": tensor '", key, "' has shape ", to_string(t.shape()),
-             ", the base model needs ", to_string(p.shape()), ": ", mismatch);
+             ", the base model needs ", to_string(p.shape()), resized.empty() ? std::string(": ") + mismatch : resized);
   p.assign(cast(t, p.dtype()));
 }
 
@@ -475,15 +598,93 @@ void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
   std::map<std::string, Tensor> base;
   for (auto& [name, p] : model.named_parameters())
     if (!expected.count(kKeyPrefix + name)) base.emplace(name, p);
+  // A head tied to the table: PEFT's state dict repeats the table under the head's name.
+  const std::vector<std::string> tied = model.config().ignored_checkpoint_keys();
+  const bool tied_head = ties_head(model, adaptable_layers(model));
   for (const auto& e : file.entries()) {
     if (expected.count(e.name)) continue;
-    auto it = base.find(base_parameter(e.name));
+    const std::string name = base_parameter(e.name);
+    if ((tied_head && name == "lm_head.weight") || std::find(tied.begin(), tied.end(), name) != tied.end()) continue;
+    auto it = base.find(name);
     KILN_CHECK(it != base.end(), where, ": tensor '", e.name, "' names no adapted layer or saved module of this ",
                model.architecture(), ": the adapter does not match the base model");
     load_into(file, e.name, it->second, where,
                "PEFT saves a targeted or resized embedding layer this way, so the adapter was made for a base with "
                "another vocabulary");
   }
+}
+
+namespace {
+
+// A word-embedding table or output head weight, by parameter name.
+bool vocabulary_table(const std::string& name) {
+  for (const char* t : {"embed_tokens.weight", "wte.weight", "word_embeddings.weight", "lm_head.weight"})
+    if (name == t || ends_with(name, std::string(".") + t)) return true;
+  return name == "shared.weight";
+}
+
+// The vocabulary of the tables an adapter file holds (PEFT saves them after
+// resize_token_embeddings), when it is not the model's; 0 when it is.
+int64_t adapter_vocabulary(const PreTrainedModel& model, const io::SafetensorsFile& file, const std::string& where) {
+  int64_t found = -1;
+  std::string first;
+  for (const auto& e : file.entries()) {
+    if (!vocabulary_table(base_parameter(e.name)) || e.shape.size() != 2) continue;
+    KILN_CHECK(found < 0 || found == e.shape[0], where, ": tensors '", first, "' and '", e.name,
+               "' hold vocabularies of different sizes (", found, " and ", e.shape[0], " rows)");
+    found = e.shape[0];
+    first = e.name;
+  }
+  return found <= 0 || found == model.config().vocabulary_size() ? 0 : found;
+}
+
+// `base` rebuilt with a vocabulary of `vocab` ids (its config's vocab_size):
+// every tensor of the same shape copied over; the resized tables must come
+// from the adapter file, which is checked here, before anything is loaded.
+std::unique_ptr<PreTrainedModel> with_vocabulary(PreTrainedModel& base, int64_t vocab, const io::SafetensorsFile& file,
+                                                 const std::string& where) {
+  nlohmann::json j = base.config().to_json();
+  j["vocab_size"] = vocab;
+  std::unique_ptr<PretrainedConfig> config = config_from_json(j, where);
+  check_model_size(*config, where);
+  const std::vector<Tensor> old_params = base.parameters();
+  const Device device = old_params.empty() ? Device::cpu() : old_params[0].device();
+  std::unique_ptr<PreTrainedModel> m;
+  {
+    nn::DeferInit defer;  // only the resized tables are computed, then replaced
+    m = create_model(base.architecture(), *config, 42, device);
+  }
+  std::map<std::string, Tensor> dict;
+  const std::map<std::string, Tensor> old = base.state_dict();
+  for (auto& [name, p] : m->named_parameters()) {
+    auto it = old.find(name);
+    if (it != old.end() && it->second.shape() == p.shape()) {
+      dict.emplace(name, it->second);
+      continue;
+    }
+    std::string layer = name.substr(0, name.rfind('.'));
+    const bool saved = file.find(kKeyPrefix + name) || file.find(kKeyPrefix + layer + ".base_layer.weight");
+    KILN_CHECK(saved, where, ": the adapter's tables have a vocabulary of ", vocab, " (the base model's ",
+               base.config().vocabulary_size(), "), but it holds no tensor for '", name,
+               "', so that layer cannot be resized (PEFT saves the input and output embeddings of a resized model)");
+  }
+  {
+    NoGradGuard no_grad;
+    m->load_state_dict(dict, false);
+  }
+  nn::materialize(m->parameters());
+  m->train(base.is_training());
+  return m;
+}
+
+}  // namespace
+
+std::unique_ptr<PreTrainedModel> resize_for_adapter(std::unique_ptr<PreTrainedModel> model, const fs::path& dir) {
+  const fs::path path = dir / kWeightsFile;
+  if (!fs::exists(path)) return model;  // load_adapter names what is missing
+  io::SafetensorsFile file = io::SafetensorsFile::open(path);
+  const int64_t vocab = adapter_vocabulary(*model, file, path.string());
+  return vocab ? with_vocabulary(*model, vocab, file, path.string()) : std::move(model);
 }
 
 void load_adapter(PreTrainedModel& model, const fs::path& dir) {
@@ -519,7 +720,10 @@ std::unique_ptr<PreTrainedModel> from_pretrained_with_adapter(const fs::path& mo
     base = adapter_base_dir(model);
   }
   auto m = from_pretrained(base, options);
-  if (!adapter_dir.empty()) load_adapter(*m, adapter_dir);
+  if (!adapter_dir.empty()) {
+    m = resize_for_adapter(std::move(m), adapter_dir);
+    load_adapter(*m, adapter_dir);
+  }
   return m;
 }
 
@@ -529,12 +733,26 @@ void merge_lora(PreTrainedModel& model) {
   // The adapted layers first: detaching a branch frees it and its modules,
   // which named_modules() lists after their layer.
   std::vector<nn::Adaptable*> adapted;
-  for (auto& [path, m] : model.named_modules())
+  std::vector<nn::Embedding*> tables;
+  for (auto& [path, m] : model.named_modules()) {
     if (auto* a = dynamic_cast<nn::Adaptable*>(m); a && a->lora()) adapted.push_back(a);
+    if (auto* e = dynamic_cast<nn::Embedding*>(m); e && e->lora()) tables.push_back(e);
+  }
+  // A bf16 base (LoadOptions::keep_bf16) merges into bf16, as PEFT merges into the base's dtype.
+  auto fold = [](Tensor& w, const Tensor& d) { w.assign(cast(w + d, w.dtype())); };
+  // A table an output head shares (GPT-2's wte) changes the head too, as PEFT's merge does.
+  if (!tables.empty() && ties_head(model, adaptable_layers(model)))
+    std::fprintf(stderr,
+                 "kiln: warning: merging the embedding adapter into the input embeddings this %s ties to its output "
+                 "head changes the head as well, so the merged model's logits differ from the adapted model's (PEFT's "
+                 "merge_and_unload does the same)\n",
+                 model.architecture().c_str());
+  for (nn::Embedding* e : tables) {
+    fold(e->weight, e->lora()->delta_weight());
+    e->detach_lora();
+  }
   for (nn::Adaptable* a : adapted) {
     Tensor delta = a->lora()->delta_weight();
-    // A bf16 base (LoadOptions::keep_bf16) merges into bf16, as PEFT merges into the base's dtype.
-    auto fold = [](Tensor& w, const Tensor& d) { w.assign(cast(w + d, w.dtype())); };
     if (auto* l = dynamic_cast<nn::Linear*>(a)) fold(l->weight, delta);
     if (auto* c = dynamic_cast<nn::Conv1D*>(a)) fold(c->weight, transpose(delta, 0, 1));
     a->detach_lora();

@@ -23,14 +23,18 @@ struct LoraConfig {
   double lora_dropout = 0.0;
   // PEFT's target_modules: module names matched as a dotted-path suffix
   // ("query" matches "bert.encoder.layer.0.attention.self.query"), or
-  // {"all-linear"} (every linear layer but the output head). Empty: the
-  // architecture's default (default_lora_target_modules).
+  // {"all-linear"} (every linear layer but the output head; never an
+  // embedding). Linear, Conv1D and Embedding layers can be targeted. Empty:
+  // the architecture's default (default_lora_target_modules).
   std::vector<std::string> target_modules;
   // target_modules given as one string: a regular expression the whole
   // module path must match (PEFT's re.fullmatch). Overrides target_modules.
   std::optional<std::string> target_regex;
   // Modules excluded from targeting (same matching as target_modules).
   std::vector<std::string> exclude_modules;
+  // exclude_modules given as one string: a regular expression the whole
+  // module path must match (PEFT's re.fullmatch). Overrides exclude_modules.
+  std::optional<std::string> exclude_regex;
   // Modules trained in full and saved with the adapter (a classification
   // head). A sequence- or token-classification model always adds
   // "classifier" and "score", a question-answering model "qa_outputs", as PEFT does.
@@ -78,6 +82,14 @@ LoraConfig read_adapter_config(const std::filesystem::path& dir);
 // weights. Missing or mis-shaped adapter tensors and tensors of modules the
 // model lacks are errors naming the file and key.
 void load_adapter(PreTrainedModel& model, const std::filesystem::path& dir);
+// PEFT saves the word-embedding tables (and an untied output head) with an
+// adapter made after resize_token_embeddings. When DIR's tables have another
+// vocabulary than `model`, returns the model rebuilt with that vocabulary
+// (config vocab_size included; every other tensor copied, the resized tables
+// left to load_adapter to fill), else `model` itself. An adapter that
+// resizes one table but lacks another of the model's is an error naming it.
+std::unique_ptr<PreTrainedModel> resize_for_adapter(std::unique_ptr<PreTrainedModel> model,
+                                                    const std::filesystem::path& dir);
 // Loads DIR's weights into a model apply_lora already adapted with the same
 // config (resuming a checkpoint).
 void load_adapter_weights(PreTrainedModel& model, const std::filesystem::path& dir);
@@ -96,6 +108,7 @@ std::filesystem::path adapter_base_dir(const std::filesystem::path& adapter_dir)
 // A base model with an adapter on it, as `AutoPeftModel.from_pretrained`:
 // `adapter` empty and `model` an adapter directory: its named base;
 // `adapter` given: `model` is the base. Neither: from_pretrained(model).
+// A base whose vocabulary the adapter resized is rebuilt (resize_for_adapter).
 std::unique_ptr<PreTrainedModel> from_pretrained_with_adapter(const std::filesystem::path& model,
                                                               const std::filesystem::path& adapter,
                                                               const LoadOptions& options = {});

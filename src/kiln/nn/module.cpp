@@ -163,6 +163,23 @@ LoraBranch::LoraBranch(int64_t in, int64_t out, int64_t r, double scaling_, doub
 
 Tensor LoraBranch::delta_weight() const { return matmul(lora_B->weight, lora_A->weight) * scaling; }
 
+EmbeddingLoraBranch::EmbeddingLoraBranch(int64_t num, int64_t dim, int64_t r, double scaling_, Generator& init_gen,
+                                         Device device)
+    : scaling(scaling_) {
+  KILN_CHECK(r > 0, "LoRA: r must be positive, got ", r);
+  lora_embedding_A = register_parameter("lora_embedding_A", zeros({r, num}, DType::f32, device));
+  lora_embedding_B = register_parameter("lora_embedding_B", randn({dim, r}, init_gen, device));
+}
+
+Tensor EmbeddingLoraBranch::forward(const Tensor& ids, int64_t padding_idx) const {
+  const Tensor rows = embedding(ids, transpose(lora_embedding_A, 0, 1), padding_idx);  // [..., r]
+  return matmul(rows, lora_embedding_B, false, true) * scaling;
+}
+
+Tensor EmbeddingLoraBranch::delta_weight() const {
+  return matmul(lora_embedding_A, lora_embedding_B, true, true) * scaling;  // (B·A)ᵀ = Aᵀ·Bᵀ
+}
+
 Linear::Linear(int64_t in, int64_t out, const Init& init, bool with_bias) {
   weight = register_parameter("weight", init.normal({out, in}));
   if (with_bias) bias = register_parameter("bias", zeros({out}, DType::f32, init.device));
@@ -171,6 +188,22 @@ Linear::Linear(int64_t in, int64_t out, const Init& init, bool with_bias) {
 Conv1D::Conv1D(int64_t in, int64_t out, const Init& init) {
   weight = register_parameter("weight", init.normal({in, out}));
   bias = register_parameter("bias", zeros({out}, DType::f32, init.device));
+}
+
+Tensor Embedding::forward(const Tensor& ids) const {
+  Tensor rows = embedding(ids, weight, padding_idx);
+  return lora_ ? rows + lora_->forward(ids, padding_idx) : rows;
+}
+
+void Embedding::attach_lora(std::shared_ptr<EmbeddingLoraBranch> branch) {
+  KILN_CHECK(!lora_, "attach_lora: the embedding has a LoRA adapter already");
+  lora_ = register_module("", std::move(branch));
+}
+
+void Embedding::detach_lora() {
+  if (!lora_) return;
+  remove_child(lora_.get());
+  lora_.reset();
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, const Init& init, int64_t padding_idx_) : padding_idx(padding_idx_) {

@@ -107,13 +107,24 @@ class Conv1D : public Adaptable {
   Tensor weight, bias;  // [in, out], [out]
 };
 
+class EmbeddingLoraBranch;
+
 class Embedding : public Module {
  public:
   // padding_idx >= 0: that row starts at zero (as HF initialises it).
   Embedding(int64_t num, int64_t dim, const Init& init, int64_t padding_idx = -1);
-  Tensor forward(const Tensor& ids) const { return embedding(ids, weight, padding_idx); }
+  // The table's rows, plus the LoRA branch's where one is attached.
+  Tensor forward(const Tensor& ids) const;
+  // A LoRA branch (PEFT's lora.Embedding), attached without a name of its
+  // own, so its parameters are the layer's "lora_embedding_A" / "_B".
+  void attach_lora(std::shared_ptr<EmbeddingLoraBranch> branch);
+  void detach_lora();
+  const std::shared_ptr<EmbeddingLoraBranch>& lora() const { return lora_; }
   Tensor weight;  // [num, dim]
   int64_t padding_idx;  // its row gets no gradient
+
+ private:
+  std::shared_ptr<EmbeddingLoraBranch> lora_;
 };
 
 class LayerNorm : public Module {
@@ -160,6 +171,22 @@ class LoraBranch : public Module {
   Tensor delta_weight() const;
   std::shared_ptr<Linear> lora_A, lora_B;
   std::shared_ptr<Dropout> dropout;
+  double scaling;
+};
+
+// PEFT's LoRA branch beside an embedding table: scaling · embedding(ids, Aᵀ) · Bᵀ,
+// with lora_embedding_A [r, num] zero and lora_embedding_B [dim, r] N(0, 1)
+// (the zero one is A here, so a fresh adapter still leaves the output as it
+// was). The tensors are the branch's own parameters, as PEFT's are (no
+// ".weight"), and no dropout applies: PEFT's embedding branch has none.
+class EmbeddingLoraBranch : public Module {
+ public:
+  EmbeddingLoraBranch(int64_t num, int64_t dim, int64_t r, double scaling, Generator& init_gen, Device device);
+  // padding_idx: the base table's; that column of A gets no gradient, as in PEFT.
+  Tensor forward(const Tensor& ids, int64_t padding_idx) const;
+  // scaling · (B·A)ᵀ, [num, dim]: what merging adds to the table.
+  Tensor delta_weight() const;
+  Tensor lora_embedding_A, lora_embedding_B;
   double scaling;
 };
 
