@@ -4,7 +4,10 @@
 // products of the bf16 values, summed in f32: both are checked against the
 // rounded operands multiplied and summed in double, within f32 summation
 // error, and against each other.
+#include <omp.h>
+
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <cstdint>
@@ -179,6 +182,64 @@ TEST(CpuBf16Gemm, KernelProductsMatchRoundedOperandsOnBothPaths) {
                     std::string(native_bf16_products() ? "native" : "emulated") + ", product " + std::to_string(i));
   }
   set_native_bf16_products(was);
+}
+
+// One row of bf16 values times a row-major bf16 weight [K, N] (x·W, GPT-2's
+// Conv1D in a decode step): the rows of W scaled into the result in groups
+// of 32 columns, four groups a pass, the rest one at a time. Widths below a
+// group, at and past whole groups and passes, a ragged end; K odd; short
+// rows summed in parts and long ones (N > 4096) in column ranges per
+// thread; W's rows padded (a slice of a wider weight); with and without a
+// bias.
+TEST(CpuBf16Gemm, OneRowTimesRowMajorWeightAtTheGroupEdges) {
+  struct Case {
+    int64_t N, K, pad;
+  };
+  for (const Case& t : {Case{1, 1, 0}, Case{31, 7, 0}, Case{32, 33, 0}, Case{33, 5, 3}, Case{128, 9, 0},
+                        Case{161, 17, 1}, Case{1000, 301, 0}, Case{1023, 129, 5}, Case{4133, 77, 0},
+                        Case{4500, 31, 7}}) {
+    SCOPED_TRACE("N=" + std::to_string(t.N) + " K=" + std::to_string(t.K) + " pad=" + std::to_string(t.pad));
+    const int64_t ldb = t.N + t.pad;
+    const auto xv = rounded(testing::uniform_values(t.K, 21)), wv = rounded(testing::uniform_values(t.K * ldb, 22));
+    const std::vector<float> bv = testing::uniform_values(t.N, 23);
+    const Tensor x = cast(Tensor::from_vector(xv, {1, t.K}), DType::bf16);
+    const Tensor w = slice(cast(Tensor::from_vector(wv, {t.K, ldb}), DType::bf16), 1, 0, t.N);
+    expect_within(matmul(x, w).to_vector<float>(), reference(false, false, 1, t.N, t.K, xv, t.K, wv, ldb, nullptr),
+                  "plain");
+    expect_within((matmul(x, w) + Tensor::from_vector(bv, {t.N})).to_vector<float>(),
+                  reference(false, false, 1, t.N, t.K, xv, t.K, wv, ldb, bv.data()), "with a bias");
+  }
+}
+
+// A decode step's one-row products give the same bits on one thread and on
+// several: fixed parts of K summed in order (short rows), or each column's
+// sum on whichever thread owns it (long rows); bf16 and f32 weights, both
+// layouts.
+TEST(CpuBf16Gemm, OneRowProductsDoNotDependOnTheThreadCount) {
+  struct Case {
+    int64_t N, K;
+  };
+  const int threads = omp_get_max_threads();
+  for (const Case& t : {Case{3072, 768}, Case{768, 3072}, Case{1001, 333}, Case{4133, 77}})
+    for (bool tb : {false, true})
+      for (DType dt : {DType::bf16, DType::f32}) {
+        SCOPED_TRACE(std::string(tb ? "NT" : "NN") + " N=" + std::to_string(t.N) + " K=" + std::to_string(t.K) + " " +
+                     dtype_name(dt));
+        const auto xv = rounded(testing::uniform_values(t.K, 31)), wv = rounded(testing::uniform_values(t.N * t.K, 32));
+        const std::vector<float> bv = testing::uniform_values(t.N, 33);
+        const Tensor x = cast(Tensor::from_vector(xv, {1, t.K}), dt);
+        const Tensor w = cast(Tensor::from_vector(wv, tb ? Shape{t.N, t.K} : Shape{t.K, t.N}), dt);
+        const Tensor b = Tensor::from_vector(bv, {t.N});
+        std::vector<std::vector<float>> runs;
+        for (int n : {1, 2, 3}) {
+          omp_set_num_threads(n);
+          runs.push_back((matmul(x, w, false, tb) + b).to_vector<float>());
+        }
+        omp_set_num_threads(threads);
+        for (size_t r = 1; r < runs.size(); ++r)
+          ASSERT_EQ(std::memcmp(runs[r].data(), runs[0].data(), runs[0].size() * sizeof(float)), 0)
+              << r + 1 << " threads against one";
+      }
 }
 
 // An Autocast training step's gradients through both paths: the same

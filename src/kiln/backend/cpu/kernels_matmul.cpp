@@ -27,22 +27,6 @@ namespace {
 inline float element(const float* p, int64_t i) { return p[i]; }
 inline float element(const uint16_t* p, int64_t i) { return bf16_to_float(p[i]); }
 
-// c[n] += Σ_{k0 <= k < k1} a[k] · b[k·ldb + n] for n in [n0, n1), k in
-// order, one row of b a pass: c stays in L1 and b is one memory stream.
-// (Eight rows a pass read eight streams ldb apart, which alias in the cache
-// when ldb is a multiple of 4 KB, as GPT-2's 3072-wide rows are: 3-7x
-// slower on this project's AMD EPYC guest.)
-template <class T>
-void add_scaled_rows(const float* a, const T* b, int64_t ldb, int64_t k0, int64_t k1, int64_t n0, int64_t n1,
-                     float* c) {
-  for (int64_t k = k0; k < k1; ++k) {
-    const T* bk = b + k * ldb;
-    const float ak = a[k];
-#pragma omp simd
-    for (int64_t n = n0; n < n1; ++n) c[n] += ak * element(bk, n);
-  }
-}
-
 // Sixteen lanes of f32 from p into v: as stored, or bf16 widened (exact).
 // (Through a reference: a 64-byte vector passed by value changes the ABI
 // where the build has no AVX-512, and GCC warns.)
@@ -55,6 +39,84 @@ inline void load_lanes(const uint16_t* p, Lanes& v) {
   std::memcpy(&h, p, sizeof h);
   const Wide w = __builtin_convertvector(h, Wide) << 16;
   std::memcpy(&v, &w, sizeof v);
+}
+
+// A group of 32 columns of a row of B as two lanes of f32. f32: in column
+// order. bf16: one 64-byte load widened (exact) as its even columns (each
+// 32-bit word's low half shifted up) and its odd ones (the high half
+// masked): two lane-wise operations where widening in column order takes a
+// shuffle per 16 columns. Sums of such groups stay in this pair order
+// (to_pair_order) until a row range's products are done.
+constexpr int64_t kGroup = 32;
+inline void load_group(const float* p, Lanes& x0, Lanes& x1) {
+  load_lanes(p, x0);
+  load_lanes(p + 16, x1);
+}
+inline void load_group(const uint16_t* p, Lanes& x0, Lanes& x1) {
+  using Wide = uint32_t __attribute__((vector_size(64)));
+  Wide w;
+  std::memcpy(&w, p, sizeof w);
+  const Wide even = w << 16, odd = w & 0xffff0000u;
+  std::memcpy(&x0, &even, sizeof x0);
+  std::memcpy(&x1, &odd, sizeof x1);
+}
+
+// The whole groups of 32 columns of c[0, N) between column order and the
+// order load_group gives B's elements in (bf16: the even columns, then the
+// odd ones; f32: column order, nothing to do).
+template <class T>
+void to_pair_order(float* c, int64_t N) {
+  if constexpr (sizeof(T) == 2)
+    for (int64_t n = 0; n + kGroup <= N; n += kGroup) {
+      float t[kGroup];
+      for (int l = 0; l < 16; ++l) t[l] = c[n + 2 * l], t[16 + l] = c[n + 2 * l + 1];
+      std::memcpy(c + n, t, sizeof t);
+    }
+}
+template <class T>
+void to_column_order(float* c, int64_t N) {
+  if constexpr (sizeof(T) == 2)
+    for (int64_t n = 0; n + kGroup <= N; n += kGroup) {
+      float t[kGroup];
+      for (int l = 0; l < 16; ++l) t[2 * l] = c[n + l], t[2 * l + 1] = c[n + 16 + l];
+      std::memcpy(c + n, t, sizeof t);
+    }
+}
+
+// c[0, 32) += ak · (the group of a row of B at p), c in pair order.
+template <class T>
+inline void add_scaled_group(const Lanes& ak, const T* p, float* c) {
+  Lanes x0, x1, c0, c1;
+  load_group(p, x0, x1);
+  load_lanes(c, c0);
+  load_lanes(c + 16, c1);
+  c0 += ak * x0;
+  c1 += ak * x1;
+  std::memcpy(c, &c0, sizeof c0);
+  std::memcpy(c + 16, &c1, sizeof c1);
+}
+
+// c[n] += Σ_{k0 <= k < k1} a[k] · b[k·ldb + n] for n in [0, N), k in order,
+// one row of b a pass, c's whole groups of 32 columns in pair order, the
+// rest in column order. c stays in L1 and b is one memory stream: several
+// rows a pass (c's columns kept in registers across them) read b as several
+// streams ldb apart, slower from memory on this project's AMD EPYC guest
+// (and aliasing in the cache where ldb is a multiple of 4 KB, as GPT-2's
+// 3072-wide rows are). The loop is bound by storing c back, two 64-byte
+// stores per group; four groups an iteration (docs/performance.md).
+template <class T>
+void add_scaled_rows(const float* a, const T* b, int64_t ldb, int64_t k0, int64_t k1, int64_t N, float* c) {
+  for (int64_t k = k0; k < k1; ++k) {
+    const T* bk = b + k * ldb;
+    const Lanes ak = Lanes{} + a[k];
+    int64_t n = 0;
+    for (; n + 4 * kGroup <= N; n += 4 * kGroup) {
+#pragma GCC unroll 4
+      for (int64_t g = 0; g < 4; ++g) add_scaled_group(ak, bk + n + g * kGroup, c + n + g * kGroup);
+    }
+    for (; n + kGroup <= N; n += kGroup) add_scaled_group(ak, bk + n, c + n);
+    for (; n < N; ++n) c[n] += a[k] * element(bk, n);
+  }
 }
 
 // Σ_k a[k] · r[k]: four 16-lane sums over the row, added in a fixed order.
@@ -105,8 +167,10 @@ void gemv(bool tb, int64_t N, int64_t K, const float* av, const T* b, int64_t ld
     scratch.assign(static_cast<size_t>(kParts * N), 0.0f);
     float* part = scratch.data();  // (the OpenMP threads see their own thread_local)
 #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < kParts; ++p)
-      add_scaled_rows(av, b, ldb, K * p / kParts, K * (p + 1) / kParts, 0, N, part + p * N);
+    for (int64_t p = 0; p < kParts; ++p) {
+      add_scaled_rows(av, b, ldb, K * p / kParts, K * (p + 1) / kParts, N, part + p * N);
+      to_column_order<T>(part + p * N, N);
+    }
     for (int64_t n = 0; n < N; ++n) c[n] = accumulate ? c[n] + part[n] : part[n];
     for (int64_t p = 1; p < kParts; ++p) {
       const float* pp = part + p * N;
@@ -118,8 +182,10 @@ void gemv(bool tb, int64_t N, int64_t K, const float* av, const T* b, int64_t ld
     {
       int t = omp_get_thread_num(), nt = omp_get_num_threads();
       int64_t n0 = N * t / nt, n1 = N * (t + 1) / nt;
-      if (!accumulate) std::fill(c + n0, c + n1, 0.0f);
-      add_scaled_rows(av, b, ldb, 0, K, n0, n1, c);
+      if (accumulate) to_pair_order<T>(c + n0, n1 - n0);
+      else std::fill(c + n0, c + n1, 0.0f);
+      add_scaled_rows(av, b + n0, ldb, 0, K, n1 - n0, c + n0);
+      to_column_order<T>(c + n0, n1 - n0);
     }
   }
 }
