@@ -32,6 +32,12 @@ int run_merge(const std::vector<std::string>& args) {
   const fs::path model_dir = flags.get("model"), adapter = flags.get("adapter"), out = flags.get("output_dir");
   KILN_CHECK(!adapter.empty() || models::is_adapter_dir(model_dir), "merge: ", model_dir.string(),
              " has no adapter_config.json: pass the adapter with --adapter LORA_DIR");
+  // Checked before anything is written: the merged model beside adapter_config.json would load as the adapter.
+  const fs::path adapter_dir = adapter.empty() ? model_dir : adapter;
+  std::error_code same_ec;
+  KILN_CHECK(!fs::equivalent(out, adapter_dir, same_ec), "merge: --output_dir ", out.string(),
+             " is the adapter's directory: the merged model would sit beside adapter_config.json (and load as the ",
+             "adapter); write it to another directory");
   auto model = models::from_pretrained_with_adapter(model_dir, adapter, {});
   models::merge_lora(*model);
   model->save_pretrained(out);
@@ -41,6 +47,7 @@ int run_merge(const std::vector<std::string>& args) {
       fs::exists(tok_dir / "spiece.model")) {
     for (const auto& f : cli::load_tokenizer(tok_dir).files) {
       std::error_code ec;
+      if (fs::equivalent(f, out / f.filename(), ec)) continue;  // merged into the tokenizer's own directory
       fs::copy_file(f, out / f.filename(), fs::copy_options::overwrite_existing, ec);
       KILN_CHECK(!ec, "merge: cannot copy ", f.string(), " into ", out.string(), ": ", ec.message());
     }

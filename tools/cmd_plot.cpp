@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <utility>
@@ -13,6 +12,7 @@
 
 #include "command.h"
 #include "flags.h"
+#include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
 
@@ -59,8 +59,14 @@ std::vector<double> ticks(double lo, double hi) {
       step = m * mag;
       break;
     }
+  // Counted, not stepped: where step is below the values' precision (1e16 and 1e16 + 4), v + step == v.
   std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  const double first = std::ceil(lo / step);
+  for (int i = 0; i < 12; ++i) {
+    const double v = (first + i) * step;
+    if (v > hi + step * 1e-9) break;
+    if (t.empty() || v != t.back()) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  }
   return t;
 }
 
@@ -173,18 +179,25 @@ int run_plot(const std::vector<std::string>& all_args) {
                     "\" font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   double xmin = INFINITY, xmax = -INFINITY;
   for (const auto& p : panels)
-    for (const auto& s : p.series)
-      for (auto [x, y] : s.points) xmin = std::min(xmin, x), xmax = std::max(xmax, x);
+    for (const auto& s : p.series) {
+      double ymin = INFINITY, ymax = -INFINITY;
+      for (auto [x, y] : s.points) {
+        xmin = std::min(xmin, x), xmax = std::max(xmax, x);
+        ymin = std::min(ymin, y), ymax = std::max(ymax, y);
+      }
+      // Scaling to the panel divides by the span: 1e308 - (-1e308) is infinite.
+      KILN_CHECK(std::isfinite((ymax - ymin) * 1.25), state_file.string(), ": log_history: '", s.name, "' spans [",
+                 ymin, ", ", ymax, "], too wide to plot");
+    }
+  KILN_CHECK(std::isfinite((xmax - xmin) * 1.25), state_file.string(), ": log_history: 'step' spans [", xmin, ", ",
+             xmax, "], too wide to plot");
   for (size_t i = 0; i < panels.size(); ++i)
     svg += draw_panel(panels[i], kPanelHeight * static_cast<double>(i), xmin, xmax);
   svg += "</svg>\n";
 
   const fs::path out = flags.get("output", (fs::path(dir) / "training_curves.svg").string());
-  std::ofstream f(out, std::ios::binary | std::ios::trunc);
-  KILN_CHECK(f.good(), "plot: --output ", out.string(), ": cannot open for writing");
-  f << svg;
-  f.close();
-  KILN_CHECK(f.good(), "plot: --output ", out.string(), ": write failed");
+  KILN_CHECK(!fs::is_directory(out), "plot: --output ", out.string(), ": is a directory");
+  kiln::write_file_atomic(out, svg);
   std::printf("kiln plot: %zu panel(s) -> %s\n", panels.size(), out.string().c_str());
   return 0;
 }

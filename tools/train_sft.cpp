@@ -20,9 +20,15 @@ bool is_sft_file(const fs::path& path) {
 }
 
 std::optional<int64_t> sft_max_length_flag(const std::map<std::string, std::string>& flags) {
+  std::optional<int64_t> length;
   for (const char* name : {"max_length", "max_seq_length"})
-    if (auto it = flags.find(name); it != flags.end()) return cli::integer_value("train", name, it->second, 1);
-  return std::nullopt;
+    if (auto it = flags.find(name); it != flags.end()) {
+      const int64_t n = cli::integer_value("train", name, it->second, 1);
+      KILN_CHECK(!length || *length == n, "train: --max_length ", *length, " and --max_seq_length ", n,
+                 " disagree (one flag, two spellings: give one)");
+      length = n;
+    }
+  return length;
 }
 
 namespace {
@@ -111,6 +117,8 @@ std::shared_ptr<data::Features> sft_features(const fs::path& file, const Tokeniz
                  100.0 * (1.0 - static_cast<double>(packed) / padded), examples);
   }
   std::fprintf(stderr, "\n");
+  KILN_CHECK(data::has_label(*features), file.string(), ": no token to train on after packing into rows of ",
+             max_length, " tokens (each example's trained tokens are past its first ", max_length, ")");
   return features;
 }
 

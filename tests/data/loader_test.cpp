@@ -273,6 +273,17 @@ TEST(DeviceLoaderTest, RegressionAndMlmLabelShapes) {
   EXPECT_EQ(to_device(m, kiln::Device::cpu()).at("labels").shape(), (kiln::Shape{3, m.seq_len}));
 }
 
+// One-token rows: per-token labels of [B, 1] have B values, as [B] labels do, and stay [B, 1].
+TEST(DeviceLoaderTest, OneTokenRowsKeepPerTokenLabelShapes) {
+  Features f;
+  f.input_ids = {{5}, {6}};
+  CollatorOptions causal;
+  causal.causal_lm = true;
+  EXPECT_EQ(to_device(collate(f, {0, 1}, causal, 0), kiln::Device::cpu()).at("labels").shape(), (kiln::Shape{2, 1}));
+  f.token_labels = {{5}, {-100}};
+  EXPECT_EQ(to_device(collate(f, {0, 1}, {}, 0), kiln::Device::cpu()).at("labels").shape(), (kiln::Shape{2, 1}));
+}
+
 TEST(DeviceLoaderTest, ErrorsReachNextAndDestructionWhileFullIsClean) {
   auto f = rows(8);
   CollatorOptions c;

@@ -253,4 +253,37 @@ TEST(Sft, CollatorRestartsPositions) {
   EXPECT_TRUE(data::collate(f, {0, 1}, o, 0).position_ids.empty());
 }
 
+// Hostile rows: a template error names the row; data with nothing to predict (empty conversations, one-token
+// rows) is an error rather than a run whose loss is 0.
+TEST(Sft, HostileRowsAreErrorsNamingTheRow) {
+  Fixture fx;
+  for (const char* content : {"null", "42"})
+    expect_error([&] {
+      data::tokenize_sft(data::parse_json_rows(std::string(R"({"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": )") +
+                                                   content + "}]}", "c.jsonl"),
+                         fx.tok, &fx.chat, fx.options());
+    }, "c.jsonl:1: rendering the chat template: chat_template:");
+  expect_error([&] { data::tokenize_sft(data::parse_json_rows(R"({"messages": []})", "e.jsonl"), fx.tok, &fx.chat, fx.options()); },
+               "e.jsonl: no example left with a token to train on");
+  data::SftOptions o = fx.options();
+  o.packing = true;
+  expect_error([&] { data::tokenize_sft(data::parse_json_rows(R"({"messages": []})", "e.jsonl"), fx.tok, &fx.chat, o); },
+               "e.jsonl: no example has a token to train on");
+  o.packing = false;
+  o.max_length = 1;  // one token: the first token of an example is never a target
+  expect_error([&] { data::tokenize_sft(data::load_json_rows(kSft + "chat.jsonl"), fx.tok, &fx.chat, o); },
+               "no example has a token to train on");
+}
+
+TEST(Sft, HasLabelSkipsEachExamplesFirstToken) {
+  data::Features f;
+  f.input_ids = {{1, 2, 3}};
+  f.token_labels = {{1, -100, -100}};
+  EXPECT_FALSE(data::has_label(f));
+  f.token_labels = {{1, -100, 3}};
+  EXPECT_TRUE(data::has_label(f));
+  f.seq_lengths = {{2, 1}};  // 3 is the first token of the second example
+  EXPECT_FALSE(data::has_label(f));
+}
+
 }  // namespace

@@ -450,6 +450,10 @@ TEST(Pretrained, LlamaNamesConfigAndCheckpoints) {
   EXPECT_CONTAINS(config_error({{"rope_scaling", {{"rope_type", "dynamic"}}}}), "rope_type 'dynamic' needs 'factor'");
   EXPECT_CONTAINS(config_error({{"rope_parameters", {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}}}}),
                   "m/config.json: 'rope_parameters': partial_rotary_factor 0.5 is not supported");
+  // A top-level partial_rotary_factor (Phi-4-mini's) reaches HF's rotary embedding too.
+  EXPECT_CONTAINS(config_error({{"partial_rotary_factor", 0.75}}),
+                  "m/config.json: partial_rotary_factor 0.75 is not supported");
+  EXPECT_EQ(config_error({{"partial_rotary_factor", 1.0}}), "");
   EXPECT_EQ(config_error({{"rope_scaling", {{"rope_type", "default"}}}}), "");
   EXPECT_CONTAINS(config_error({{"eos_token_id", {2, "x"}}}),
                   "m/config.json: 'eos_token_id' must be an id or a list of ids, got [2,\"x\"]");

@@ -126,6 +126,7 @@ Batch collate(const Features& f, const std::vector<int64_t>& rows, const Collato
     // hash of (seed, epoch, row, position) instead of a global generator:
     //   masked with p; of those 80% -> [MASK], 10% -> random id, 10% kept.
     b.labels.assign(B * T, -100);
+    b.token_labels = true;
     for (int64_t i = 0; i < B; ++i) {
       const auto row = static_cast<uint64_t>(rows[i]);
       const auto len = static_cast<int64_t>(f.input_ids[rows[i]].size());
@@ -158,6 +159,7 @@ Batch collate(const Features& f, const std::vector<int64_t>& rows, const Collato
   } else if (!f.token_labels.empty()) {
     // Token classification (DataCollatorForTokenClassification): tags padded with -100.
     b.labels.assign(B * T, -100);
+    b.token_labels = true;
     for (int64_t i = 0; i < B; ++i) {
       const auto& tags = f.token_labels[rows[i]];
       std::copy(tags.begin(), tags.end(), b.labels.begin() + i * T);
@@ -165,6 +167,7 @@ Batch collate(const Features& f, const std::vector<int64_t>& rows, const Collato
   } else if (o.causal_lm) {
     // DataCollatorForLanguageModeling(mlm=False): labels are the ids, padding ignored.
     b.labels.assign(B * T, -100);
+    b.token_labels = true;
     for (int64_t i = 0; i < B; ++i) {
       const auto& ids = f.input_ids[rows[i]];
       std::copy(ids.begin(), ids.end(), b.labels.begin() + i * T);

@@ -15,6 +15,7 @@ struct Batch {
   int64_t batch_size = 0, seq_len = 0;
   std::vector<int64_t> input_ids, attention_mask, token_type_ids;
   std::vector<int64_t> labels;      // [B] classification, [B,T] MLM (-100 = ignored), or empty
+  bool token_labels = false;        // labels are [B,T] (one per token): with T == 1 the size alone cannot tell
   std::vector<float> float_labels;  // [B] regression, or empty
   std::vector<int64_t> start_positions, end_positions;  // [B] question answering, or empty
   // Packed rows (Features::seq_lengths): [B, T] positions restarting at 0 for every example (0 on padding),

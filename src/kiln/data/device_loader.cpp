@@ -14,7 +14,7 @@ std::map<std::string, Tensor> to_device(const Batch& b, Device device) {
   t.emplace("token_type_ids", Tensor::from_vector(b.token_type_ids, bt, device, "token_type_ids"));
   if (!b.labels.empty()) {
     Shape ls = b.target_len > 0                                          ? Shape{b.batch_size, b.target_len}
-               : static_cast<int64_t>(b.labels.size()) == b.batch_size ? Shape{b.batch_size}
+               : !b.token_labels && static_cast<int64_t>(b.labels.size()) == b.batch_size ? Shape{b.batch_size}
                                                                        : bt;
     t.emplace("labels", Tensor::from_vector(b.labels, ls, device, "labels"));
   } else if (!b.float_labels.empty()) {

@@ -72,12 +72,18 @@ std::string string_of(const ordered_json& row, const std::string& key, const std
 std::vector<int64_t> ids_of(const tokenizers::Encoding& e) { return {e.ids.begin(), e.ids.end()}; }
 
 // The rendering's ids, and its assistant mask when asked (transformers' apply_chat_template(tokenize=True)).
+// A template error names the row it rendered (a content of null or a number fails in the template).
 std::vector<int64_t> chat_ids(const tokenizers::ChatTemplate& chat, const tokenizers::Tokenizer& tok,
                               const ordered_json& messages, bool add_generation_prompt,
-                              std::vector<int64_t>* assistant_mask) {
+                              std::vector<int64_t>* assistant_mask, const std::string& where) {
   tokenizers::ChatTemplateOptions o;
   o.add_generation_prompt = add_generation_prompt;
-  tokenizers::ChatRendering r = chat.render(messages, o);
+  tokenizers::ChatRendering r;
+  try {
+    r = chat.render(messages, o);
+  } catch (const Error& e) {
+    throw Error(detail::concat(where, ": rendering the chat template: ", e.what()));
+  }
   tokenizers::Encoding e = tok.encode(r.text, false);
   if (assistant_mask) *assistant_mask = tokenizers::assistant_tokens_mask(e, r.generation_spans);
   return ids_of(e);
@@ -99,13 +105,13 @@ Tokenized tokenize_row(const ordered_json& row, SftFormat format, const tokenize
       t.ids = ids_of(tok.encode(add_eos(string_of(row, o.text_column, where)), true));
       return t;
     case SftFormat::Conversational:
-      t.ids = chat_ids(*chat, tok, messages_of(row, "messages", where), false, mask);
+      t.ids = chat_ids(*chat, tok, messages_of(row, "messages", where), false, mask, where);
       return t;
     case SftFormat::ConversationalPromptCompletion: {
       ordered_json p = messages_of(row, "prompt", where), all = p;
       for (const auto& m : messages_of(row, "completion", where)) all.push_back(m);
-      prompt = chat_ids(*chat, tok, p, true, nullptr);
-      t.ids = chat_ids(*chat, tok, all, false, mask);
+      prompt = chat_ids(*chat, tok, p, true, nullptr, where);
+      t.ids = chat_ids(*chat, tok, all, false, mask, where);
       break;
     }
     case SftFormat::PromptCompletion: {
@@ -146,6 +152,20 @@ bool looks_like_sft_data(const JsonRows& rows) {
   const ordered_json& first = rows.objects[0];
   return (first.contains("prompt") && first.contains("completion")) ||
          (first.contains("messages") && is_messages(first["messages"])) || first.contains("conversations");
+}
+
+bool has_label(const Features& f) {
+  for (size_t r = 0; r < f.token_labels.size(); ++r) {
+    const auto& labels = f.token_labels[r];
+    const std::vector<int64_t> whole{static_cast<int64_t>(labels.size())};
+    size_t start = 0;
+    for (int64_t n : r < f.seq_lengths.size() ? f.seq_lengths[r] : whole) {
+      for (size_t i = start + 1; i < start + static_cast<size_t>(n) && i < labels.size(); ++i)
+        if (labels[i] != -100) return true;
+      start += static_cast<size_t>(n);
+    }
+  }
+  return false;
 }
 
 Features tokenize_sft(const JsonRows& rows, const tokenizers::Tokenizer& tok, const tokenizers::ChatTemplate* chat,
@@ -190,7 +210,9 @@ Features tokenize_sft(const JsonRows& rows, const tokenizers::Tokenizer& tok, co
   }
   stats.rows = f.size();
   KILN_CHECK(f.size() > 0, file, ": no example left with a token to train on (", stats.dropped,
-             " left without labels by truncation to ", o.max_length, " tokens)");
+             " without a label: empty, masked, or cut by truncation to ", o.max_length, " tokens)");
+  KILN_CHECK(has_label(f), file, ": no example has a token to train on (every label is masked, the rows are ",
+             "empty, or they hold one token: the first token of an example is never a target)");
   if (stats_out) *stats_out = stats;
   return f;
 }

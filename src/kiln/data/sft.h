@@ -79,4 +79,8 @@ PackingStrategy parse_packing_strategy(const std::string& name);
 // seq_lengths (bfd, bfd_split) gives each packed row's examples' lengths, in order.
 Features pack_sft(const Features& rows, int64_t max_length, PackingStrategy strategy = PackingStrategy::Bfd);
 
+// Whether any row has a token to train on: a label other than -100 past the first token of its example
+// (the first is never predicted; packed rows' examples are seq_lengths).
+bool has_label(const Features& f);
+
 }  // namespace kiln::data

@@ -105,6 +105,9 @@ RopeScaling RopeScaling::from_json(const json& j, double theta, const std::strin
     read_scaling(*s, r, src + ": 'rope_scaling'");
   }
   KILN_CHECK(std::isfinite(r.theta) && r.theta > 0, src, ": 'rope_theta' must be positive, got ", r.theta);
+  // transformers moves a top-level partial_rotary_factor into the rope parameters (Phi-4-mini's 0.75).
+  const double partial = json_value<double>(j, "partial_rotary_factor", 1.0, src);
+  KILN_CHECK(partial == 1.0, src, ": partial_rotary_factor ", partial, " is not supported (kiln rotates whole heads)");
   return r;
 }
 

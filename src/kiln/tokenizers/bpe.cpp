@@ -101,6 +101,13 @@ void Bpe::split_word(std::string_view w, std::vector<Symbol>& symbols) const {
 
 void Bpe::merge_word(std::string_view w, std::vector<Symbol>& symbols) const {
   split_word(w, symbols);
+  // A long word (a 50 MB line without a space) through the scan below is quadratic: the queue of
+  // merge_with_dropout, with no dropout, makes the same merges (lowest rank, then leftmost) in n log n.
+  constexpr size_t kScanMax = 256;
+  if (symbols.size() > kScanMax) {
+    merge_with_dropout(symbols, 0.0f, 0);
+    return;
+  }
   // Merge the lowest-ranked pair, leftmost first, until none applies.
   while (symbols.size() > 1) {
     uint32_t best_rank = UINT32_MAX, best_id = 0;

@@ -197,6 +197,7 @@ Value f_attr(Interpreter&, const Value& v, Args& a) {
 Value f_batch(Interpreter&, const Value& v, Args& a) {
   auto p = bind("batch", a, {{"linecount", {}}, {"fill_with", Value::none()}});
   int64_t n = int_arg(p[0], "batch");
+  if (!p[1].is_none()) check_built(n * static_cast<int64_t>(sizeof(Value)), "batch's filled rows");
   std::vector<Value> out, cur;
   for (auto& item : iterate(v)) {
     if (static_cast<int64_t>(cur.size()) == n) {
@@ -223,6 +224,7 @@ Value f_center(Interpreter&, const Value& v, Args& a) {
   std::string s = to_str(v);
   int64_t width = int_arg(p[0], "center"), n = static_cast<int64_t>(pystr::length(s));
   if (width <= n) return str(s);
+  check_built(width, "center width");
   int64_t marg = width - n, left = marg / 2 + (marg & width & 1);
   return str(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(marg - left), ' '));
 }
@@ -317,15 +319,23 @@ Value f_groupby(Interpreter& in, const Value& v, Args& a) {
 
 Value f_indent(Interpreter&, const Value& v, Args& a) {
   auto p = bind("indent", a, {{"width", Value::integer(4)}, {"first", Value::boolean(false)}, {"blank", Value::boolean(false)}});
-  std::string indention = p[0].is_string() ? p[0].as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, int_arg(p[0], "indent"))), ' ');
+  const int64_t width = p[0].is_string() ? 0 : int_arg(p[0], "indent");
+  check_built(width, "indent width");
+  std::string indention = p[0].is_string() ? p[0].as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, width)), ' ');
   std::string s = to_str(v) + "\n";  // jinja2 appends a newline before splitlines()
   std::vector<std::string> lines = pystr::splitlines(s);
   std::string rv;
   if (truthy(p[2])) {
-    for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + indention : "") + lines[i];
+    for (size_t i = 0; i < lines.size(); ++i) {
+      rv += (i ? "\n" + indention : "") + lines[i];
+      check_built(static_cast<int64_t>(rv.size()), "indent's text");
+    }
   } else {
     rv = lines.empty() ? "" : lines[0];
-    for (size_t i = 1; i < lines.size(); ++i) rv += "\n" + (lines[i].empty() ? "" : indention + lines[i]);
+    for (size_t i = 1; i < lines.size(); ++i) {
+      rv += "\n" + (lines[i].empty() ? "" : indention + lines[i]);
+      check_built(static_cast<int64_t>(rv.size()), "indent's text");
+    }
   }
   if (truthy(p[1])) rv = indention + rv;
   return str(rv);
@@ -550,6 +560,7 @@ Value f_slice(Interpreter&, const Value& v, Args& a) {
   auto seq = iterate(v);
   int64_t slices = int_arg(p[0], "slice");
   if (slices <= 0) throw EvalError("integer division or modulo by zero");
+  check_built(slices * static_cast<int64_t>(sizeof(Value)), "slice's parts");
   int64_t length = static_cast<int64_t>(seq.size()), per = length / slices, extra = length % slices, offset = 0;
   std::vector<Value> out;
   for (int64_t s = 0; s < slices; ++s) {
@@ -645,7 +656,11 @@ Value f_tojson(Interpreter&, const Value& v, Args& a) {
   JsonOptions o;
   o.ensure_ascii = truthy(p[0]);
   if (p[1].is_string()) o.indent = p[1].as_string();
-  else if (!p[1].is_none()) o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, int_arg(p[1], "indent"))), ' ');
+  else if (!p[1].is_none()) {
+    const int64_t indent = int_arg(p[1], "indent");
+    check_built(indent, "tojson indent");
+    o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent)), ' ');
+  }
   if (!p[2].is_none()) {
     auto seps = iterate(p[2]);
     if (seps.size() != 2 || !seps[0].is_string() || !seps[1].is_string())

@@ -153,12 +153,18 @@ std::string format_field(const Value& v, const std::string& spec) {
     ++i;
   }
   size_t width = 0;
-  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) width = width * 10 + (spec[i++] - '0');
+  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) {
+    width = width * 10 + (spec[i++] - '0');
+    check_built(static_cast<int64_t>(width), "format width");
+  }
   int precision = -1;
   if (i < spec.size() && spec[i] == '.') {
     precision = 0;
     ++i;
-    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) precision = precision * 10 + (spec[i++] - '0');
+    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) {
+      precision = precision * 10 + (spec[i++] - '0');
+      check_built(precision, "format precision");
+    }
   }
   char type = i < spec.size() ? spec[i++] : 0;
   if (i != spec.size()) throw EvalError("Invalid format specifier '" + spec + "'");

@@ -49,7 +49,7 @@ Value repeat(const Value& seq, int64_t n, const Interpreter& in) {
     return Value::string(std::move(out));
   }
   const ListData& l = seq.as_list();
-  in.check_size(l.items.size() * static_cast<size_t>(n));
+  in.check_size(l.items.size() * static_cast<size_t>(n) * sizeof(Value));
   std::vector<Value> out;
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), l.items.begin(), l.items.end());
   return Value::list(std::move(out), l.tuple);
@@ -104,7 +104,7 @@ Value arithmetic(BinOp op, const Value& a, const Value& b, const Interpreter& in
         return Value::string(a.as_string() + b.as_string());
       }
       if (a.is_list() && b.is_list() && a.as_list().tuple == b.as_list().tuple) {
-        in.check_size(a.as_list().items.size() + b.as_list().items.size());
+        in.check_size((a.as_list().items.size() + b.as_list().items.size()) * sizeof(Value));
         std::vector<Value> items = a.as_list().items;
         items.insert(items.end(), b.as_list().items.begin(), b.as_list().items.end());
         return Value::list(std::move(items), a.as_list().tuple);
@@ -211,13 +211,18 @@ std::string percent_format(const std::string& format, const Value& args) {
     std::string flags;
     while (i < format.size() && std::string("-+ 0#").find(format[i]) != std::string::npos) flags += format[i++];
     int width = 0;
-    while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) width = width * 10 + (format[i++] - '0');
+    while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) {
+      width = width * 10 + (format[i++] - '0');
+      check_built(width, "format width");
+    }
     int precision = -1;
     if (i < format.size() && format[i] == '.') {
       precision = 0;
       ++i;
-      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i])))
+      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) {
         precision = precision * 10 + (format[i++] - '0');
+        check_built(precision, "format precision");
+      }
     }
     while (i < format.size() && (format[i] == 'h' || format[i] == 'l' || format[i] == 'L')) ++i;
     if (i >= format.size()) throw EvalError("incomplete format");

@@ -19,6 +19,14 @@ void check_depth(int depth) {
   if (depth > kMaxNesting) throw EvalError("value nested deeper than " + std::to_string(kMaxNesting) + " levels");
 }
 
+// Comparing values that share parts ([x, x] nested n times) walks 2^n items: one comparison stops here.
+constexpr int64_t kMaxCompareSteps = 10'000'000;
+
+void charge_compare(int64_t& steps) {
+  if (++steps > kMaxCompareSteps)
+    throw EvalError("comparison walked more than " + std::to_string(kMaxCompareSteps) + " items");
+}
+
 // Python compares int with float exactly.
 int compare_numbers(const Value& a, const Value& b) {
   if (!a.is_float() && !b.is_float()) {
@@ -30,17 +38,19 @@ int compare_numbers(const Value& a, const Value& b) {
   return x < y ? -1 : x > y ? 1 : 0;
 }
 
-bool equals_at(const Value& a, const Value& b, int depth);
+bool equals_at(const Value& a, const Value& b, int depth, int64_t& steps);
+bool less_at(const Value& a, const Value& b, int depth, int64_t& steps);
 
-bool list_equals(const ListData& x, const ListData& y, int depth) {
+bool list_equals(const ListData& x, const ListData& y, int depth, int64_t& steps) {
   if (x.tuple != y.tuple || x.items.size() != y.items.size()) return false;
   for (size_t i = 0; i < x.items.size(); ++i)
-    if (!equals_at(x.items[i], y.items[i], depth + 1)) return false;
+    if (!equals_at(x.items[i], y.items[i], depth + 1, steps)) return false;
   return true;
 }
 
-bool equals_at(const Value& a, const Value& b, int depth) {
+bool equals_at(const Value& a, const Value& b, int depth, int64_t& steps) {
   check_depth(depth);
+  charge_compare(steps);
   if (a.is_number() && b.is_number()) return compare_numbers(a, b) == 0;
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
@@ -50,14 +60,14 @@ bool equals_at(const Value& a, const Value& b, int depth) {
     case Value::Kind::String:
       return a.as_string() == b.as_string();
     case Value::Kind::List:
-      return list_equals(a.as_list(), b.as_list(), depth);
+      return list_equals(a.as_list(), b.as_list(), depth, steps);
     case Value::Kind::Dict: {
       const auto& x = a.as_dict().items;
       const auto& y = b.as_dict();
       if (x.size() != y.items.size()) return false;
       for (const auto& [k, v] : x) {
         const Value* other = y.find(k);
-        if (!other || !equals_at(v, *other, depth + 1)) return false;
+        if (!other || !equals_at(v, *other, depth + 1, steps)) return false;
       }
       return true;
     }
@@ -70,6 +80,7 @@ void repr_to(std::string& out, const Value& v, int depth);
 
 void repr_items(std::string& out, const std::vector<Value>& items, int depth) {
   for (size_t i = 0; i < items.size(); ++i) {
+    check_built(static_cast<int64_t>(out.size()), "repr of a value");
     if (i) out += ", ";
     repr_to(out, items[i], depth + 1);
   }
@@ -78,6 +89,7 @@ void repr_items(std::string& out, const std::vector<Value>& items, int depth) {
 void repr_dict(std::string& out, const DictData& d, int depth) {
   out += '{';
   for (size_t i = 0; i < d.items.size(); ++i) {
+    check_built(static_cast<int64_t>(out.size()), "repr of a value");
     if (i) out += ", ";
     repr_to(out, d.items[i].first, depth + 1);
     out += ": ";
@@ -167,7 +179,10 @@ struct JsonWriter {
 
   void newline(int level) {
     out += '\n';
-    for (int i = 0; i < level; ++i) out += *opt.indent;
+    for (int i = 0; i < level; ++i) {
+      check_built(static_cast<int64_t>(out.size() + opt.indent->size()), "tojson of a value");
+      out += *opt.indent;
+    }
   }
 
   std::string key_text(const Value& k) {
@@ -197,6 +212,7 @@ struct JsonWriter {
         }
         out += '[';
         for (size_t i = 0; i < items.size(); ++i) {
+          check_built(static_cast<int64_t>(out.size()), "tojson of a value");
           if (i) out += item_sep;
           if (opt.indent) newline(level + 1);
           write(items[i], level + 1);
@@ -216,6 +232,7 @@ struct JsonWriter {
         }
         out += '{';
         for (size_t i = 0; i < items.size(); ++i) {
+          check_built(static_cast<int64_t>(out.size()), "tojson of a value");
           if (i) out += item_sep;
           if (opt.indent) newline(level + 1);
           json_string(out, items[i].first, opt.ensure_ascii);
@@ -380,22 +397,42 @@ std::string to_repr(const Value& v) {
   return out;
 }
 
-bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
+void check_built(int64_t n, const char* what) {
+  if (n > static_cast<int64_t>(kMaxBuiltBytes))
+    throw EvalError(std::string(what) + " too large: " + std::to_string(n) + ", past the " +
+                    std::to_string(kMaxBuiltBytes) + " bytes a template may build");
+}
+
+bool equals(const Value& a, const Value& b) {
+  int64_t steps = 0;
+  return equals_at(a, b, 0, steps);
+}
 
 bool less(const Value& a, const Value& b) {
+  int64_t steps = 0;
+  return less_at(a, b, 0, steps);
+}
+
+namespace {
+
+bool less_at(const Value& a, const Value& b, int depth, int64_t& steps) {
+  check_depth(depth);
+  charge_compare(steps);
   if (a.is_number() && b.is_number()) return compare_numbers(a, b) == -1;
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 order is code-point order
   if (a.is_list() && b.is_list() && a.as_list().tuple == b.as_list().tuple) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i)
-      if (!equals(x[i], y[i])) return less(x[i], y[i]);
+      if (!equals_at(x[i], y[i], depth + 1, steps)) return less_at(x[i], y[i], depth + 1, steps);
     return x.size() < y.size();
   }
   if (a.is_undefined()) throw EvalError(a.undefined_message());
   if (b.is_undefined()) throw EvalError(b.undefined_message());
   throw EvalError("'<' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
+
+}  // namespace
 
 std::vector<Value> iterate(const Value& v) {
   switch (v.kind()) {

@@ -124,6 +124,13 @@ class Value {
   Variant v_;
 };
 
+// What a template may build before the size is checked against Interpreter::Limits: widths, indents,
+// repeat counts and serialized values (repr, tojson) past this many bytes are refused before they are
+// built, so a shared value ([x, x] nested 40 times) or a width of 10**11 cannot exhaust memory.
+inline constexpr size_t kMaxBuiltBytes = size_t{64} << 20;
+// Throws EvalError when `n` (a width, count or size in bytes) passes kMaxBuiltBytes.
+void check_built(int64_t n, const char* what);
+
 // Python's type(x).__name__ as jinja2 reports it ("str", "NoneType", "dict").
 std::string type_name(const Value& v);
 bool truthy(const Value& v);

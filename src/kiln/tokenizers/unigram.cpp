@@ -62,24 +62,24 @@ std::vector<std::string> Unigram::encode(std::string_view s) const {
     }
     pos += mblen;
   }
-  // Backtrack; runs of unk pieces fuse into one.
+  // Backtrack; runs of unk pieces fuse into one, the bytes [unk_begin, unk_end) of s (kept as bounds:
+  // prepending each piece to a string was quadratic in a long run of unknown characters).
   std::vector<std::string> rev;
-  std::string unk_buf;
+  size_t unk_begin = 0, unk_end = 0;  // empty: no run
   for (size_t end = s.size(); end > 0;) {
     const Node& n = best[end];
     size_t start = static_cast<size_t>(n.start);
     if (unk_id_ && n.id == *unk_id_) {
-      unk_buf.insert(0, s.substr(start, end - start));
+      if (unk_begin == unk_end) unk_end = end;
+      unk_begin = start;
     } else {
-      if (!unk_buf.empty()) {
-        rev.push_back(std::move(unk_buf));
-        unk_buf.clear();
-      }
+      if (unk_begin != unk_end) rev.emplace_back(s.substr(unk_begin, unk_end - unk_begin));
+      unk_begin = unk_end = 0;
       rev.emplace_back(s.substr(start, end - start));
     }
     end = start;
   }
-  if (!unk_buf.empty()) rev.push_back(std::move(unk_buf));
+  if (unk_begin != unk_end) rev.emplace_back(s.substr(unk_begin, unk_end - unk_begin));
   return {rev.rbegin(), rev.rend()};
 }
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -134,7 +135,8 @@ TrainerState TrainerState::from_json(const json& j, const std::string& src) {
   required("global_step");
   required("epoch");
   required("log_history");
-  s.global_step = json_value<int64_t>(j, "global_step", 0, src);
+  s.global_step = json_value<int64_t>(j, "global_step", src);
+  KILN_CHECK(s.global_step >= 0, src, ": 'global_step' must be >= 0, got ", s.global_step);
   s.epoch = json_value<double>(j, "epoch", 0, src);
   s.max_steps = json_value<int64_t>(j, "max_steps", 0, src);
   s.num_train_epochs = json_value<int64_t>(j, "num_train_epochs", 0, src);
@@ -144,7 +146,10 @@ TrainerState TrainerState::from_json(const json& j, const std::string& src) {
   s.train_batch_size = json_value<int64_t>(j, "train_batch_size", 0, src);
   const json& history = j["log_history"];
   KILN_CHECK(history.is_array(), src, ": 'log_history' must be a list, got ", json_found(history));
-  for (const auto& e : history) s.log_history.push_back(e);
+  for (size_t i = 0; i < history.size(); ++i) {
+    KILN_CHECK(history[i].is_object(), src, ": log_history[", i, "] must be an object, got ", json_found(history[i]));
+    s.log_history.push_back(history[i]);
+  }
   s.num_input_tokens_seen = json_value<int64_t>(j, "num_input_tokens_seen", 0, src);
   s.total_flos = json_value<double>(j, "total_flos", 0, src);
   if (j.contains("stateful_callbacks") && j["stateful_callbacks"].is_object() &&
@@ -480,6 +485,19 @@ void Trainer::rotate_checkpoints() {
   for (size_t i = 0; i + limit < cps.size(); ++i) discard_checkpoint(cps[i].second);
 }
 
+namespace {
+
+// optimizer.safetensors' "step" metadata: the optimizer steps taken, a decimal integer >= 0.
+int64_t metadata_step(const std::string& text, const std::string& file) {
+  int64_t step = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  KILN_CHECK(ec == std::errc() && end == text.data() + text.size() && step >= 0, file,
+             ": metadata 'step' must be an integer >= 0, got '", text, "'");
+  return step;
+}
+
+}  // namespace
+
 void Trainer::load_checkpoint(const fs::path& dir) {
   if (replica_.is_master()) std::fprintf(stderr, "kiln train: resuming from %s\n", dir.string().c_str());
   if (!fs::exists(dir / "optimizer.safetensors") && fs::exists(dir / "training_args.json")) {
@@ -532,7 +550,7 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   }
   auto meta = opt.metadata().find("step");
   KILN_CHECK(meta != opt.metadata().end(), (dir / "optimizer.safetensors").string(), ": no 'step' in metadata");
-  optimizer_->set_steps_taken(std::atoll(meta->second.c_str()));
+  optimizer_->set_steps_taken(metadata_step(meta->second, opt_file));
   state_ = TrainerState::from_json(read_json_file(dir / "trainer_state.json"), (dir / "trainer_state.json").string());
   const std::string rng_file = (dir / "rng_state.json").string();
   json rng = read_json_file(rng_file);
@@ -541,11 +559,18 @@ void Trainer::load_checkpoint(const fs::path& dir) {
                                          json_value<uint64_t>(rng, "dropout_offset", rng_file));
     data_epoch_ = json_value<int64_t>(rng, "data_epoch", rng_file);
     data_position_ = json_value<int64_t>(rng, "data_position", rng_file);
+    // Every epoch begun after the first follows at least one optimizer step.
+    KILN_CHECK(data_epoch_ >= 0 && data_epoch_ <= state_.global_step, rng_file, ": 'data_epoch' must be in [0, ",
+               state_.global_step, "] (trainer_state.json's global_step), got ", data_epoch_);
     // Written with another global micro-batch (replicas x per-device batch):
     // the same place in the epoch, counted in rows.
     const int64_t saved_batch = json_value<int64_t>(rng, "data_batch_size", loader_->options().batch_size, rng_file);
+    KILN_CHECK(saved_batch >= 1, rng_file, ": 'data_batch_size' must be >= 1, got ", saved_batch);
     if (saved_batch != loader_->options().batch_size) {
       const int64_t saved_per_epoch = json_value<int64_t>(rng, "data_batches_per_epoch", rng_file);
+      KILN_CHECK(saved_per_epoch >= 1 && data_position_ >= 0 && data_position_ <= saved_per_epoch, rng_file,
+                 ": 'data_position' ", data_position_, " must be in [0, 'data_batches_per_epoch' ", saved_per_epoch,
+                 "], and that >= 1");
       const int64_t rows = data_position_ * saved_batch, now = loader_->options().batch_size;
       if (data_position_ == saved_per_epoch) data_position_ = loader_->batches_per_epoch();
       else {
@@ -967,6 +992,9 @@ std::map<std::string, double> Trainer::train() {
 
   run.t0 = std::chrono::steady_clock::now();
   run.start_step = state_.global_step;
+  if (run.start_step >= run.total && run.start_step > 0 && replica_.is_master())
+    std::fprintf(stderr, "kiln train: warning: the checkpoint's global_step %lld is at or past this run's %lld "
+                 "optimizer steps: nothing is left to train\n", (long long)run.start_step, (long long)run.total);
   if (!progress_tty_ && replica_.is_master())
     std::fprintf(stderr, "kiln train: %lld optimizer steps (%lld per epoch), batch %lld, %lld examples\n",
                  (long long)run.total, (long long)run.updates_per_epoch, (long long)run.samples_per_step,
