@@ -94,10 +94,11 @@ std::shared_ptr<data::Features> sft_features(const fs::path& file, const Tokeniz
              "/tokenizer_config.json names none");
   data::SftStats stats;
   auto features = std::make_shared<data::Features>(data::tokenize_sft(rows, tok.tokenizer, chat ? &*chat : nullptr, o, &stats));
-  size_t tokens = 0, longest = 0;
+  size_t tokens = 0, longest = 0, kept = 0;  // kept: the tokens of the examples cut to max_length
   for (const auto& ids : features->input_ids) {
     tokens += ids.size();
     longest = std::max(longest, ids.size());
+    kept += std::min<size_t>(ids.size(), static_cast<size_t>(max_length));
   }
   std::fprintf(stderr, "kiln train: %s: %s data, %zu examples, %zu tokens", file.string().c_str(),
                data::sft_format_name(format), stats.rows, tokens);
@@ -107,14 +108,22 @@ std::shared_ptr<data::Features> sft_features(const fs::path& file, const Tokeniz
   if (o.packing) {
     const size_t examples = features->size();
     features = std::make_shared<data::Features>(data::pack_sft(*features, max_length, strategy));
-    size_t packed = 0;
-    for (const auto& ids : features->input_ids) packed += ids.size();
-    // Padded batches pad every example to the longest; packed rows are max_length long at most.
-    const double padded = static_cast<double>(examples) * static_cast<double>(std::min<size_t>(longest, max_length));
-    std::fprintf(stderr, "; packed (%s) into %zu rows of up to %lld tokens (%.1f%% of %zu examples padded to the "
-                 "longest would be padding)", data::packing_strategy_name(strategy), features->size(),
-                 static_cast<long long>(max_length),
-                 100.0 * (1.0 - static_cast<double>(packed) / padded), examples);
+    size_t packed = 0, longest_row = 0;
+    for (const auto& ids : features->input_ids) {
+      packed += ids.size();
+      longest_row = std::max(longest_row, ids.size());
+    }
+    // The padding share of each side's batches, every row padded to the
+    // longest: the packed rows, and the examples as unpacked training reads
+    // them (cut to max_length; strategies that split an example keep all of
+    // its tokens, so the two sides may hold different token counts).
+    auto padding = [](size_t real, size_t rows, size_t width) {
+      return rows * width == 0 ? 0.0 : 100.0 * (1.0 - static_cast<double>(real) / static_cast<double>(rows * width));
+    };
+    std::fprintf(stderr, "; packed (%s) into %zu rows of up to %lld tokens: %.1f%% padding, against %.1f%% for the "
+                 "%zu examples padded to the longest", data::packing_strategy_name(strategy), features->size(),
+                 static_cast<long long>(max_length), padding(packed, features->size(), longest_row),
+                 padding(kept, examples, std::min<size_t>(longest, static_cast<size_t>(max_length))), examples);
   }
   std::fprintf(stderr, "\n");
   KILN_CHECK(data::has_label(*features), file.string(), ": no token to train on after packing into rows of ",

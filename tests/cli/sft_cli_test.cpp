@@ -3,6 +3,7 @@
 // loss falls, causal-lm detects conversational data, packing runs (each of
 // TRL's strategies) and reports its rows, kiln generate --chat answers from the saved model, and bad
 // combinations are one-line errors.
+#include <regex>
 #include <filesystem>
 #include <string>
 
@@ -70,10 +71,18 @@ TEST_F(Sft, CausalLmDetectsConversationsAndPacks) {
   EXPECT_CONTAINS(r.output, "packed (bfd) into");
   for (const char* strategy : {"bfd_split", "wrapped"}) {
     r = run_kiln(train("chat.jsonl", std::string("out_") + strategy,
-                       std::string("--task sft --packing --packing_strategy ") + strategy + " --max_length 48 --max_steps 2"),
+                       std::string("--task sft --packing --packing_strategy ") + strategy + " --max_length 12 --max_steps 2"),
                  dir_.path());
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_CONTAINS(r.output, std::string("packed (") + strategy + ") into");
+    // Both padding shares are shares: splitting strategies keep the tokens the unpacked side cuts at 12.
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(: ([-0-9.]+)% padding, against ([-0-9.]+)% for the)")))
+        << r.output;
+    for (int i : {1, 2}) {
+      EXPECT_GE(std::stod(m[i]), 0.0) << r.output;
+      EXPECT_LT(std::stod(m[i]), 100.0) << r.output;
+    }
   }
 }
 

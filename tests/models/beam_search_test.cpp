@@ -150,6 +150,30 @@ TEST(GenerationConfigFile, BeamSettingsFromTheModelDirectory) {
   EXPECT_CONTAINS(error(R"({"top_k": 2.5})"), "\"top_k\" must be an integer");
 }
 
+// Settings kiln does not build are named in a warning, once per file, not
+// dropped unsaid; their neutral values (older config.json files carry them
+// all) say nothing.
+TEST(GenerationConfigFile, SettingsKilnDoesNotBuildAreWarnedAbout) {
+  testing::TempDir dir, other;
+  dir.write("config.json", R"({"min_length": 0, "typical_p": 1.0, "bad_words_ids": null, "suppress_tokens": [],
+      "forced_bos_token_id": null, "num_beam_groups": 1, "renormalize_logits": false, "top_k": 5})");
+  GenerationConfig g;
+  ::testing::internal::CaptureStderr();
+  models::apply_generation_config(dir.path(), g);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(g.top_k, 5);
+  other.write("generation_config.json",
+              R"({"min_new_tokens": 5, "suppress_tokens": [3, 4], "forced_bos_token_id": 0, "top_p": 0.9})");
+  ::testing::internal::CaptureStderr();
+  models::apply_generation_config(other.path(), g);
+  models::apply_generation_config(other.path(), g);
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_CONTAINS(warned, "generation_config.json: min_new_tokens 5, forced_bos_token_id 0, suppress_tokens [3,4] "
+                          "not applied");
+  EXPECT_EQ(warned.find("kiln: warning"), warned.rfind("kiln: warning")) << warned;
+  EXPECT_EQ(g.top_p, 0.9);
+}
+
 // The sampling settings and stop ids an instruct model ships (Llama 3.1's,
 // Qwen2.5's generation_config.json), and max_length against max_new_tokens.
 TEST(GenerationConfigFile, SamplingSettingsAndStopIds) {

@@ -1,7 +1,11 @@
 #include "kiln/models/generation_config.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/error.h"
@@ -19,6 +23,43 @@ constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do
                                  "top_p",             "repetition_penalty",  "length_penalty",
                                  "no_repeat_ngram_size", "num_return_sequences", "early_stopping",
                                  "eos_token_id"};
+// Settings of transformers' GenerationConfig that change the tokens
+// generate() returns and that kiln does not build, each with the value that
+// changes nothing (older config.json files carry them all at those values;
+// null: only null or empty is neutral). Any other value is named in a warning
+// rather than dropped unsaid.
+const std::pair<const char*, nlohmann::json> kUnapplied[] = {
+    {"min_length", 0},           {"min_new_tokens", 0},         {"typical_p", 1},
+    {"epsilon_cutoff", 0},       {"eta_cutoff", 0},             {"min_p", 0},
+    {"diversity_penalty", 0},    {"num_beam_groups", 1},        {"penalty_alpha", 0},
+    {"bad_words_ids", nullptr},  {"force_words_ids", nullptr},  {"constraints", nullptr},
+    {"forced_bos_token_id", nullptr}, {"forced_eos_token_id", nullptr},
+    {"exponential_decay_length_penalty", nullptr}, {"suppress_tokens", nullptr},
+    {"begin_suppress_tokens", nullptr}, {"sequence_bias", nullptr}, {"guidance_scale", 1},
+    {"encoder_repetition_penalty", 1}, {"encoder_no_repeat_ngram_size", 0}, {"stop_strings", nullptr},
+    {"max_time", nullptr},       {"dola_layers", nullptr},      {"watermarking_config", nullptr},
+    {"renormalize_logits", false}, {"remove_invalid_values", false}, {"token_healing", false}};
+
+bool neutral(const nlohmann::json& v, const nlohmann::json& unset) {
+  if (v.is_null() || ((v.is_array() || v.is_object() || v.is_string()) && v.empty())) return true;
+  if (v.is_number() && unset.is_number()) return v.get<double>() == unset.get<double>();
+  return v == unset;
+}
+
+// The settings of `j` (read from `file`) kiln does not apply, once per file.
+void warn_unapplied(const nlohmann::json& j, const std::string& file) {
+  std::string named;
+  for (const auto& [key, unset] : kUnapplied)
+    if (j.contains(key) && !neutral(j[key], unset)) named += std::string(named.empty() ? "" : ", ") + key + " " + j[key].dump();
+  if (named.empty()) return;
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!warned.insert(file).second) return;
+  std::fprintf(stderr, "kiln: warning: %s: %s not applied (kiln does not build those logits processors): "
+               "continuations may differ from transformers' generate()\n", file.c_str(), named.c_str());
+}
+
 // Those an older config.json carries, which default_generation_config copies.
 constexpr const char* kBeamKeys[] = {"num_beams",          "length_penalty",      "early_stopping",
                                      "num_return_sequences", "repetition_penalty", "no_repeat_ngram_size"};
@@ -95,6 +136,7 @@ void apply_generation_config(const std::filesystem::path& dir, GenerationConfig&
   KILN_CHECK(j.is_object(), file.string(), ": expected a JSON object, found ", json_found(j));
   for (const char* key : kKeys)
     if (j.contains(key) && !j[key].is_null()) apply_key(j, key, file.string(), g);
+  warn_unapplied(j, file.string());
 }
 
 }  // namespace kiln::models
