@@ -42,6 +42,18 @@ nn::Embedding& table(models::PreTrainedModel& model, const std::string& path) {
   throw Error("no embedding at " + path);
 }
 
+// The PEFT-made embedding adapters (tests/goldens/lora/<name>) and their base models.
+const std::pair<const char*, const char*> kPeftCases[] = {
+    {"llama_lm_embed", "llama/llama_lm"}, {"gpt2_lm_wte", "gpt2/gpt2_lm"}, {"bert_seqcls_word_embeddings", "bert/bert_seqcls"}};
+
+// Base `base` in eval mode with adapter `name` loaded.
+std::unique_ptr<models::PreTrainedModel> adapted(const std::string& name, const std::string& base) {
+  auto model = models::from_pretrained(data(base));
+  model->eval();
+  models::load_adapter(*model, data("lora/" + name + "/adapter"));
+  return model;
+}
+
 // Within PEFT's float32 rounding: the logits' largest value sets the absolute part.
 double max_abs(const Tensor& t) {
   double m = 0;
@@ -50,12 +62,9 @@ double max_abs(const Tensor& t) {
 }
 
 TEST(LoraEmbedding, PeftAdapterLogitsWithinOneMillionth) {
-  for (const auto& [name, base] : {std::pair{"llama_lm_embed", "llama/llama_lm"}, {"gpt2_lm_wte", "gpt2/gpt2_lm"},
-                                   {"bert_seqcls_word_embeddings", "bert/bert_seqcls"}}) {
+  for (const auto& [name, base] : kPeftCases) {
     auto golden = golden_of(name);
-    auto model = models::from_pretrained(data(base));
-    model->eval();
-    models::load_adapter(*model, data(std::string("lora/") + name + "/adapter"));
+    auto model = adapted(name, base);
     const Tensor& want = golden.at("logits");
     EXPECT_TRUE(same(model->forward(testing::golden_inputs(golden)).logits, want, 1e-5, 1e-6 * max_abs(want))) << name;
   }
@@ -65,12 +74,9 @@ TEST(LoraEmbedding, PeftAdapterLogitsWithinOneMillionth) {
 // head is that table, so merging changes the head as well: the merged model
 // is not the adapted one, in PEFT as in kiln.
 TEST(LoraEmbedding, MergeGivesPeftsMergedLogits) {
-  for (const auto& [name, base] : {std::pair{"llama_lm_embed", "llama/llama_lm"}, {"gpt2_lm_wte", "gpt2/gpt2_lm"},
-                                   {"bert_seqcls_word_embeddings", "bert/bert_seqcls"}}) {
+  for (const auto& [name, base] : kPeftCases) {
     auto golden = golden_of(name);
-    auto model = models::from_pretrained(data(base));
-    model->eval();
-    models::load_adapter(*model, data(std::string("lora/") + name + "/adapter"));
+    auto model = adapted(name, base);
     models::merge_lora(*model);
     for (auto& [n, p] : model->named_parameters()) EXPECT_EQ(n.find("lora_"), std::string::npos) << n;
     const Tensor merged = model->forward(testing::golden_inputs(golden)).logits;
