@@ -35,6 +35,7 @@ constexpr const char* kUsage =
     "usage: kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20 | --max_length L]\n"
     "                     [--do_sample [true|false]] [--temperature T] [--top_k 50] [--top_p P] [--seed S] [--no_cache]\n"
     "                     [--per_device_eval_batch_size N] [--repetition_penalty P] [--no_repeat_ngram_size N]\n"
+    "                     [--min_new_tokens N | --min_length L]\n"
     "                     [--num_beams N [--length_penalty L] [--early_stopping true|false|never]] [--num_return_sequences R]\n"
     "                     [--chat [--messages FILE.json]] [--adapter LORA_DIR] [--bf16] (--model, --batch_size: the short names)\n"
     "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --per_device_eval_batch_size, 8)\n"

@@ -8,7 +8,8 @@ namespace kiln::cli {
 
 std::vector<FlagSpec> beam_flag_specs() {
   return {{"num_beams", true, false, "generation_num_beams"}, {"length_penalty"}, {"early_stopping"},
-          {"num_return_sequences"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}};
+          {"num_return_sequences"}, {"repetition_penalty"}, {"no_repeat_ngram_size"}, {"min_new_tokens"},
+          {"min_length"}};
 }
 
 void read_beam_flags(const Flags& flags, models::GenerationConfig& g, const std::string& command) {
@@ -17,6 +18,8 @@ void read_beam_flags(const Flags& flags, models::GenerationConfig& g, const std:
   g.num_return_sequences = flags.integer("num_return_sequences", g.num_return_sequences);
   g.repetition_penalty = flags.number("repetition_penalty", g.repetition_penalty);
   g.no_repeat_ngram_size = flags.integer("no_repeat_ngram_size", g.no_repeat_ngram_size);
+  g.min_new_tokens = flags.integer("min_new_tokens", g.min_new_tokens);
+  if (flags.has("min_length")) g.min_length = flags.integer("min_length", 0);
   if (flags.has("early_stopping")) {
     try {
       g.early_stopping = models::parse_early_stopping(flags.get("early_stopping"));

@@ -1,8 +1,9 @@
 #pragma once
 // The beam-search flags kiln generate and kiln predict share: --num_beams,
 // --length_penalty, --early_stopping (true, false or never),
-// --num_return_sequences, and the logits processors' --repetition_penalty and
-// --no_repeat_ngram_size, over what the model's generation_config.json says.
+// --num_return_sequences, and the logits processors' --repetition_penalty,
+// --no_repeat_ngram_size, --min_new_tokens and --min_length, over what the
+// model's generation_config.json says.
 #include <string>
 #include <vector>
 

@@ -104,6 +104,7 @@ std::vector<BeamSearch::Candidate> BeamSearch::top_continuations(const std::vect
     const int64_t row = b * beams_ + j;
     std::vector<float> lp(logits.begin() + row * vocab, logits.begin() + (row + 1) * vocab);
     log_softmax(lp.data(), vocab);
+    suppress_early_eos(lp, cur_len_ - prompt_len_, eos_, g_);
     process_logits(lp, running_[static_cast<size_t>(row)], g_);
     if (g_.do_sample) warp_logits(lp, g_, std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())));
     for (int64_t v = 0; v < vocab; ++v) acc[static_cast<size_t>(j * vocab + v)] = lp[v] + running_scores_[row];

@@ -53,6 +53,8 @@ void check_config(const GenerationConfig& g) {
              "generate: repetition_penalty must be a positive number, got ", g.repetition_penalty);
   KILN_CHECK(g.no_repeat_ngram_size >= 0, "generate: no_repeat_ngram_size must be >= 0 (0 = off), got ",
              g.no_repeat_ngram_size);
+  KILN_CHECK(g.min_new_tokens >= 0, "generate: min_new_tokens must be >= 0, got ", g.min_new_tokens);
+  KILN_CHECK(!g.min_length || *g.min_length >= 0, "generate: min_length must be >= 0, got ", g.min_length.value_or(0));
   check_beam_config(g);
   if (!g.do_sample) return;
   KILN_CHECK(g.temperature > 0, "generate: temperature must be > 0, got ", g.temperature);
@@ -105,6 +107,13 @@ void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids,
                    ids.begin() + static_cast<std::ptrdiff_t>(len - (n - 1))))
       if (const int64_t banned = ids[start + n - 1]; banned >= 0 && banned < V)
         logits[static_cast<size_t>(banned)] = -std::numeric_limits<float>::infinity();
+}
+
+void suppress_early_eos(std::vector<float>& scores, int64_t generated, const std::vector<int64_t>& eos,
+                        const GenerationConfig& g) {
+  if (generated >= g.min_new_tokens) return;
+  for (int64_t id : eos)
+    if (id >= 0 && id < static_cast<int64_t>(scores.size())) scores[static_cast<size_t>(id)] = -INFINITY;
 }
 
 void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t min_tokens_to_keep) {
@@ -186,10 +195,34 @@ GenerationConfig::EarlyStopping parse_early_stopping(const std::string& text) {
   throw Error("early_stopping must be true, false or \"never\" (transformers' values), got '" + text + "'");
 }
 
+// max_length and min_length (HF's total lengths) as the max_new_tokens and
+// min_new_tokens they leave: after the longest prompt for a decoder-only
+// model, after the start token for an encoder-decoder. A prompt that fills
+// max_length is an error, as in transformers.
+GenerationConfig with_lengths(const GenerationConfig& g, const std::vector<std::vector<int64_t>>& prompts,
+                              bool encoder_decoder) {
+  GenerationConfig r = g;
+  int64_t used = 1;
+  if (!encoder_decoder)
+    for (const auto& p : prompts) used = std::max(used, static_cast<int64_t>(p.size()));
+  if (g.min_length) {  // (min_new_tokens, when given, takes precedence, as in transformers)
+    if (g.min_new_tokens == 0) r.min_new_tokens = std::max<int64_t>(0, *g.min_length - used);
+    r.min_length.reset();
+  }
+  if (!g.max_length) return r;
+  KILN_CHECK(used < *g.max_length, "generate: the ", encoder_decoder ? "decoder's start token" : "prompt", " (", used,
+             used == 1 ? " token" : " tokens", ") already fills max_length (", *g.max_length,
+             "): raise max_length, or give max_new_tokens instead");
+  r.max_new_tokens = *g.max_length - used;
+  r.max_length.reset();
+  return r;
+}
+
 std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& g) {
   KILN_CHECK(model.can_generate(), "generate: ", model.architecture(), " has no language-model head");
   check_config(g);
+  if (g.max_length || g.min_length) return generate(model, prompts, with_lengths(g, prompts, false));
   if (g.num_beams == 1 && g.num_return_sequences > 1)
     return generate(model, each_repeated(prompts, g.num_return_sequences), one_sequence(g));
   const int64_t V = model.vocab_size();
@@ -218,6 +251,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
         Tensor logits = model.forward(in).logits;
         auto all = logits.to_vector<float>();
         std::vector<float> last(all.end() - V, all.end());
+        suppress_early_eos(last, static_cast<int64_t>(seq.size() - prompt.size()), eos, g);
         int64_t next = next_token(std::move(last), g, rng, seq);
         seq.push_back(next);
         if (ends(next)) break;
@@ -254,7 +288,9 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
       Tensor logits = step(t, prefill_length);
       if (t + 1 < static_cast<int64_t>(seq.size())) continue;  // still reading the prompt
       if (static_cast<int64_t>(seq.size()) >= need) break;
-      int64_t next = next_token(logits.to_vector<float>(), g, rng, seq);
+      std::vector<float> row = logits.to_vector<float>();
+      suppress_early_eos(row, static_cast<int64_t>(seq.size()) - P, eos, g);
+      int64_t next = next_token(std::move(row), g, rng, seq);
       seq.push_back(next);
       if (ends(next)) break;
     }
@@ -268,6 +304,7 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
   KILN_CHECK(model.can_generate(), "generate: ", model.architecture(),
              " is an encoder without a decoder; generation needs T5ForConditionalGeneration");
   check_config(g);
+  if (g.max_length || g.min_length) return generate(model, prompts, with_lengths(g, prompts, true));
   if (g.num_beams == 1 && g.num_return_sequences > 1)
     return generate(model, each_repeated(prompts, g.num_return_sequences), one_sequence(g));
   const T5Config& c = model.t5_config();
@@ -337,7 +374,9 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
       }
       std::vector<int64_t> so_far = {c.decoder_start_token_id};
       so_far.insert(so_far.end(), out[b].begin(), out[b].end());
-      int64_t next = next_token(std::vector<float>(logits.begin() + b * V, logits.begin() + (b + 1) * V), g, rng, so_far);
+      std::vector<float> row(logits.begin() + b * V, logits.begin() + (b + 1) * V);
+      suppress_early_eos(row, static_cast<int64_t>(out[b].size()), eos, g);
+      int64_t next = next_token(std::move(row), g, rng, so_far);
       out[b].push_back(next);
       fed[b] = next;
       done[b] = std::find(eos.begin(), eos.end(), next) != eos.end();
@@ -348,30 +387,12 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
   return out;
 }
 
-// max_length (HF's total length) as the max_new_tokens it leaves: after the
-// longest prompt for a decoder-only model, after the start token for an
-// encoder-decoder. A prompt that fills it is an error, as in transformers.
-GenerationConfig with_max_length(const GenerationConfig& g, const std::vector<std::vector<int64_t>>& prompts,
-                                 bool encoder_decoder) {
-  if (!g.max_length) return g;
-  GenerationConfig r = g;
-  int64_t used = 1;
-  if (!encoder_decoder)
-    for (const auto& p : prompts) used = std::max(used, static_cast<int64_t>(p.size()));
-  KILN_CHECK(used < *g.max_length, "generate: the ", encoder_decoder ? "decoder's start token" : "prompt", " (", used,
-             used == 1 ? " token" : " tokens", ") already fills max_length (", *g.max_length,
-             "): raise max_length, or give max_new_tokens instead");
-  r.max_new_tokens = *g.max_length - used;
-  r.max_length.reset();
-  return r;
-}
-
 std::vector<std::vector<int64_t>> generate(PreTrainedModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerationConfig& g) {
   if (auto* lm = dynamic_cast<CausalLM*>(&model); lm && lm->can_generate())
-    return generate(*lm, prompts, with_max_length(g, prompts, false));
+    return generate(*lm, prompts, g);
   if (auto* t5 = dynamic_cast<T5ForTask*>(&model); t5 && t5->can_generate())
-    return generate(*t5, prompts, with_max_length(g, prompts, true));
+    return generate(*t5, prompts, g);
   throw Error("generate: " + model.architecture() +
               " cannot generate text; generation needs GPT2LMHeadModel, a Llama-family *ForCausalLM (Llama, Mistral, "
               "Qwen2, Qwen3, Gemma, Gemma2, Phi3) or T5ForConditionalGeneration");

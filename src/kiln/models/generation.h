@@ -38,6 +38,13 @@ struct GenerationConfig {
   // no_repeat_ngram_size tokens is never chosen (0 = off).
   double repetition_penalty = 1.0;
   int64_t no_repeat_ngram_size = 0;
+  // HF's MinNewTokensLengthLogitsProcessor: an EOS id cannot be chosen before
+  // min_new_tokens ids have been generated. min_length (MinLengthLogitsProcessor)
+  // counts the prompt too (an encoder-decoder, its decoder's start token), the
+  // longest prompt of the call deciding, as for max_length; a min_new_tokens
+  // above 0 takes precedence over it, as in transformers.
+  int64_t min_new_tokens = 0;
+  std::optional<int64_t> min_length;
   // Beam search (num_beams > 1, transformers' _beam_search): hypotheses are
   // ranked by sum of log-probs / generated_length ** length_penalty (with
   // do_sample, beam sampling: the candidates are drawn, see beam_search.h);
@@ -59,6 +66,12 @@ GenerationConfig::EarlyStopping parse_early_stopping(const std::string& text);
 // one row of logits, given the ids so far (a decoder-only model's prompt and
 // output; an encoder-decoder's decoder input, its start token first).
 void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids, const GenerationConfig& g);
+
+// HF's MinNewTokensLengthLogitsProcessor on one row of scores: while fewer
+// than g.min_new_tokens ids have been generated, the `eos` ids' scores are
+// -inf (ids outside the row are skipped).
+void suppress_early_eos(std::vector<float>& scores, int64_t generated, const std::vector<int64_t>& eos,
+                        const GenerationConfig& g);
 
 // HF's sampling warpers (TemperatureLogitsWarper, TopKLogitsWarper,
 // TopPLogitsWarper, in the order _get_logits_processor builds them) on one

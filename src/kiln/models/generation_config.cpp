@@ -22,14 +22,14 @@ constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do
                                  "num_beams",         "temperature",         "top_k",
                                  "top_p",             "repetition_penalty",  "length_penalty",
                                  "no_repeat_ngram_size", "num_return_sequences", "early_stopping",
-                                 "eos_token_id"};
+                                 "eos_token_id",      "min_length",          "min_new_tokens"};
 // Settings of transformers' GenerationConfig that change the tokens
 // generate() returns and that kiln does not build, each with the value that
 // changes nothing (older config.json files carry them all at those values;
 // null: only null or empty is neutral). Any other value is named in a warning
 // rather than dropped unsaid.
 const std::pair<const char*, nlohmann::json> kUnapplied[] = {
-    {"min_length", 0},           {"min_new_tokens", 0},         {"typical_p", 1},
+    {"typical_p", 1},
     {"epsilon_cutoff", 0},       {"eta_cutoff", 0},             {"min_p", 0},
     {"diversity_penalty", 0},    {"num_beam_groups", 1},        {"penalty_alpha", 0},
     {"bad_words_ids", nullptr},  {"force_words_ids", nullptr},  {"constraints", nullptr},
@@ -100,10 +100,13 @@ void apply_key(const nlohmann::json& j, const std::string& key, const std::strin
     g.length_penalty = number();
   } else if (key == "repetition_penalty") {
     g.repetition_penalty = number();
+  } else if (key == "min_length") {
+    g.min_length = integer();
   } else {
     int64_t& field = key == "num_beams"              ? g.num_beams
                      : key == "top_k"                ? g.top_k
                      : key == "num_return_sequences" ? g.num_return_sequences
+                     : key == "min_new_tokens"       ? g.min_new_tokens
                                                      : g.no_repeat_ngram_size;
     field = integer();
   }

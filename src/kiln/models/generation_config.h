@@ -24,10 +24,10 @@ nlohmann::ordered_json default_generation_config(const PreTrainedModel& model);
 // model.generate() starts from model.generation_config: max_new_tokens (or
 // max_length), do_sample, temperature, top_k, top_p, the beam settings
 // (num_beams, length_penalty, early_stopping, num_return_sequences),
-// repetition_penalty, no_repeat_ngram_size and eos_token_id (one id or a
-// list). A value of the wrong type is an error naming the file and the key.
-// Settings that would change the tokens and that kiln does not build
-// (min_new_tokens, suppress_tokens, forced_bos_token_id, ...) are named in a
+// repetition_penalty, no_repeat_ngram_size, min_length, min_new_tokens and
+// eos_token_id (one id or a list). A value of the wrong type is an error
+// naming the file and the key. Settings that would change the tokens and that
+// kiln does not build (typical_p, suppress_tokens, forced_bos_token_id, ...) are named in a
 // warning on stderr, once per file, when they hold anything but their
 // neutral values.
 // An empty `dir` (a model from a preset) applies nothing.
