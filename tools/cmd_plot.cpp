@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "flags.h"
 #include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
+#include "kiln/core/file.h"
 #include "kiln/core/json.h"
 
 namespace {
@@ -35,6 +37,35 @@ struct Panel {
   std::string title;
   std::vector<Series> series;
 };
+
+// transformers writes trainer_state.json with Python's json module, which
+// spells a diverged loss NaN, Infinity or -Infinity (not JSON): outside
+// strings those words become null, and their points are left out.
+std::string python_floats_as_null(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    in_string = c == '"';
+    size_t word = 0;
+    for (std::string_view w : {"-Infinity", "Infinity", "NaN"})
+      if (text.substr(i, w.size()) == w) word = w.size();
+    if (word == 0) {
+      out += c;
+      continue;
+    }
+    out += "null";
+    i += word - 1;
+  }
+  return out;
+}
 
 constexpr double kWidth = 760, kPanelHeight = 280;
 constexpr double kLeft = 80, kRight = 20, kTop = 36, kBottom = 46;  // plot margins inside a panel
@@ -138,7 +169,7 @@ int run_plot(const std::vector<std::string>& all_args) {
   const fs::path state_file = fs::path(dir) / "trainer_state.json";
   KILN_CHECK(fs::is_regular_file(state_file), "plot: ", state_file.string(),
              ": no such file (is OUTPUT_DIR a finished run or a checkpoint directory?)");
-  const json state = kiln::read_json_file(state_file);
+  const json state = kiln::parse_json(python_floats_as_null(kiln::read_file(state_file)), state_file.string());
   KILN_CHECK(state.is_object() && state.contains("log_history") && state["log_history"].is_array(),
              state_file.string(), ": expected a 'log_history' list");
   const json& history = state["log_history"];

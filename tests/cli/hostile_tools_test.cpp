@@ -41,6 +41,13 @@ TEST(HostilePlot, ValuesBeyondTheStepsPrecisionOrSpanAreNotAHang) {
   r = plot(dir, "wide_steps", R"([{"loss": 1, "step": -1.7e308}, {"loss": 2, "step": 1.7e308}])");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_CONTAINS(r.output, "log_history: 'step' spans");
+  // transformers' own file after a diverged loss (Python's json writes NaN and Infinity): those points are left out.
+  r = plot(dir, "python", R"([{"loss": NaN, "step": 1, "note": "NaN in a string"}, {"loss": Infinity, "step": 2},
+      {"loss": -Infinity, "step": 3}, {"loss": 0.5, "step": 4}, {"loss": 0.25, "step": 5}])");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "python" / "training_curves.svg"));
+  r = plot(dir, "nan_word", R"([{"loss": NaNa, "step": 1}])");
+  EXPECT_EQ(r.status, 1) << r.output;
   fs::create_directories(dir / "ulp" / "out.svg");
   r = run_kiln("plot " + (dir / "ulp").string() + " --output " + (dir / "ulp" / "out.svg").string(), dir.path(), 30);
   EXPECT_EQ(r.status, 1) << r.output;
