@@ -14,6 +14,7 @@
 #include "kiln/models/generation.h"
 #include "kiln/models/generation_config.h"
 #include "support/temp_dir.h"
+#include "models/golden_model.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -21,12 +22,7 @@ namespace {
 
 using models::GenerationConfig;
 
-models::PreTrainedModel& golden_model(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<models::PreTrainedModel>> models;
-  auto& m = models[name];
-  if (!m) m = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/" + name);
-  return *m;
-}
+using testing::golden_model;
 
 GenerationConfig config_of(const nlohmann::json& c) {
   GenerationConfig g;

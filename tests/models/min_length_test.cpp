@@ -2,23 +2,17 @@
 // returns (tests/goldens/min_length.json, gen_min_length_goldens.py) for the
 // tiny GPT-2, Llama and T5 models, greedy and with beams, with an EOS their
 // greedy decoding produces early, so the minimum decides where they end.
-#include <map>
-#include <memory>
 
 #include "kiln/core/json.h"
 #include "kiln/io/json_file.h"
 #include "kiln/models/generation.h"
+#include "models/golden_model.h"
 #include "support/test_util.h"
 
 namespace kiln {
 namespace {
 
-models::PreTrainedModel& golden_model(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<models::PreTrainedModel>> models;
-  auto& m = models[name];
-  if (!m) m = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/" + name);
-  return *m;
-}
+using testing::golden_model;
 
 TEST(MinLength, TokenIdsAsTransformers) {
   const nlohmann::json j = read_json_file(std::string(KILN_TEST_DATA_DIR) + "/min_length.json");

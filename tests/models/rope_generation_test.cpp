@@ -6,23 +6,17 @@
 // length where the frequencies change. With the cache a prompt's tokens are
 // rotated as one sequence and Phi-3 computes its cache again where longrope
 // switches to its long factors.
-#include <map>
-#include <memory>
 
 #include "kiln/core/json.h"
 #include "kiln/io/json_file.h"
 #include "kiln/models/generation.h"
+#include "models/golden_model.h"
 #include "support/test_util.h"
 
 namespace kiln {
 namespace {
 
-models::PreTrainedModel& golden_model(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<models::PreTrainedModel>> models;
-  auto& m = models[name];
-  if (!m) m = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/" + name);
-  return *m;
-}
+using testing::golden_model;
 
 TEST(RopeGeneration, TokenIdsAsTransformersAcrossTheLengthWhereFrequenciesChange) {
   const nlohmann::json j = read_json_file(std::string(KILN_TEST_DATA_DIR) + "/rope_generation.json");
