@@ -113,7 +113,8 @@ void suppress_early_eos(std::vector<float>& scores, int64_t generated, const std
                         const GenerationConfig& g) {
   if (generated >= g.min_new_tokens) return;
   for (int64_t id : eos)
-    if (id >= 0 && id < static_cast<int64_t>(scores.size())) scores[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+    if (id >= 0 && id < static_cast<int64_t>(scores.size()))
+      scores[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
 }
 
 void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t min_tokens_to_keep) {
