@@ -1,5 +1,5 @@
 // kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20 | --max_length L]
-//               [--do_sample] [--temperature T] [--top_k K] [--top_p P] [--seed S] [--no_cache] [--per_device_eval_batch_size N]
+//               [--do_sample] [--temperature T] [--top_k K] [--top_p P] [--min_p P] [--seed S] [--no_cache] [--per_device_eval_batch_size N]
 //               [--num_beams N] [--length_penalty L] [--early_stopping true|false|never] [--num_return_sequences R]
 //               [--chat [--messages FILE.json]] [--bf16]
 // Continues each prompt with a causal LM (GPT-2) or, with an encoder-decoder
@@ -33,7 +33,8 @@ namespace {
 using namespace kiln;
 constexpr const char* kUsage =
     "usage: kiln generate --model_name_or_path DIR (--prompt TEXT | --prompts_file FILE) [--max_new_tokens 20 | --max_length L]\n"
-    "                     [--do_sample [true|false]] [--temperature T] [--top_k 50] [--top_p P] [--seed S] [--no_cache]\n"
+    "                     [--do_sample [true|false]] [--temperature T] [--top_k 50] [--top_p P] [--min_p P] [--seed S]\n"
+    "                     [--no_cache]\n"
     "                     [--per_device_eval_batch_size N] [--repetition_penalty P] [--no_repeat_ngram_size N]\n"
     "                     [--min_new_tokens N | --min_length L]\n"
     "                     [--num_beams N [--length_penalty L] [--early_stopping true|false|never]] [--num_return_sequences R]\n"
@@ -73,7 +74,7 @@ std::vector<std::vector<int64_t>> chat_prompts(const kiln::cli::Flags& flags, co
 int run_generate(const std::vector<std::string>& args) {
   std::vector<cli::FlagSpec> specs = {
       {"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"max_length"}, {"do_sample", false},
-      {"temperature"}, {"top_k"}, {"top_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
+      {"temperature"}, {"top_k"}, {"top_p"}, {"min_p"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
       {"source_prefix"}, {"chat", false}, {"messages"}, {"adapter"}, {"bf16", false}};
   for (auto& s : cli::beam_flag_specs()) specs.push_back(std::move(s));
   cli::Flags flags("generate", std::move(specs), kUsage);
@@ -117,10 +118,11 @@ int run_generate(const std::vector<std::string>& args) {
   g.temperature = flags.number("temperature", g.temperature);
   g.top_k = flags.integer("top_k", g.top_k);
   g.top_p = flags.number("top_p", g.top_p);
+  g.min_p = flags.number("min_p", g.min_p);
   g.seed = static_cast<uint64_t>(flags.integer("seed", 0, 0));
   g.use_cache = !flags.has("no_cache");
   if (!g.do_sample)  // as HF's generate warns: greedy decoding reads none of them
-    for (const char* k : {"temperature", "top_k", "top_p", "seed"})
+    for (const char* k : {"temperature", "top_k", "top_p", "min_p", "seed"})
       if (flags.has(k))
         std::fprintf(stderr, "kiln generate: warning: --%s only applies with --do_sample (greedy decoding ignores it)\n",
                      k);

@@ -11,7 +11,7 @@ processors, then temperature, top_k, top_p, in its order), the distribution
 `torch.multinomial` draws the next id from. The rows sit on the boundaries of
 the warpers: ties with the top_k-th value (kept), tokens tied at the top_p cut
 (the ascending sort removes the lower ids first), a cumulative mass exactly
-1 - top_p (removed).
+1 - top_p (removed); and min_p after them.
 
 "cases": how often generate() on the tiny GPT-2 golden model returns each
 two-token continuation of one prompt over many torch seeds (the prompt
@@ -46,6 +46,14 @@ ROWS = [
     dict(logits=[0.3, -1.2, 2.2, 0.9, 1.7, -0.4, 1.1, 0.0, 2.0, -2.5], ids=[1, 3], top_k=5, top_p=0.8,
          temperature=0.7),
     dict(logits=[0.3, -1.2, 2.2, 0.9, 1.7, -0.4, 1.1, 0.0, 2.0, -2.5], ids=[1, 3], temperature=2.5),
+    # min_p (MinPLogitsWarper, after top_p): below min_p times the largest probability goes.
+    dict(logits=[0.3, -1.2, 2.2, 0.9, 1.7, -0.4, 1.1, 0.0, 2.0, -2.5], ids=[1, 3], top_k=0, min_p=0.3),
+    dict(logits=[0.3, -1.2, 2.2, 0.9, 1.7, -0.4, 1.1, 0.0, 2.0, -2.5], ids=[1, 3], top_k=0, min_p=0.05,
+         temperature=0.5),
+    dict(logits=[0.3, -1.2, 2.2, 0.9, 1.7, -0.4, 1.1, 0.0, 2.0, -2.5], ids=[1, 3], top_k=6, top_p=0.95, min_p=0.2,
+         temperature=1.5),
+    dict(logits=[1, 1, 1, 0.5], ids=[0], top_k=0, min_p=0.9),
+    dict(logits=[4, 1, 1, 0], ids=[0], top_k=0, min_p=1.0),
 ]
 
 SETTINGS = [
@@ -56,7 +64,8 @@ SETTINGS = [
 
 def row_settings(row):
     """The row's generate() settings over generate()'s defaults (top_k 50)."""
-    settings = {"temperature": 1.0, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
+    settings = {"temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None, "repetition_penalty": 1.0,
+                "no_repeat_ngram_size": 0}
     settings.update({k: v for k, v in row.items() if k not in ("logits", "ids")})
     return settings
 

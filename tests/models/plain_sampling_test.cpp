@@ -34,6 +34,7 @@ GenerationConfig sampling(const nlohmann::json& s) {
   g.temperature = s["temperature"];
   g.top_k = s["top_k"];
   g.top_p = s["top_p"];
+  if (s.contains("min_p") && !s["min_p"].is_null()) g.min_p = s["min_p"];
   g.repetition_penalty = s["repetition_penalty"];
   if (s.contains("no_repeat_ngram_size")) g.no_repeat_ngram_size = s["no_repeat_ngram_size"];
   return g;

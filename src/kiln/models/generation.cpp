@@ -61,6 +61,7 @@ void check_config(const GenerationConfig& g) {
   KILN_CHECK(g.top_k >= 0, "generate: top_k must be >= 0 (0 = off), got ", g.top_k);
   // TopPLogitsWarper's range: 0 keeps only the most likely id (greedy under the other warpers).
   KILN_CHECK(g.top_p >= 0 && g.top_p <= 1, "generate: top_p must be in [0, 1], got ", g.top_p);
+  KILN_CHECK(g.min_p >= 0 && g.min_p <= 1, "generate: min_p must be in [0, 1], got ", g.min_p);
 }
 
 // Every prompt non-empty and made of ids the embedding has.
@@ -117,6 +118,30 @@ void suppress_early_eos(std::vector<float>& scores, int64_t generated, const std
       scores[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
 }
 
+namespace {
+
+// MinPLogitsWarper: the float32 probabilities below min_p times the largest
+// go, except the min_tokens_to_keep most likely (equal ones by index).
+void min_p_filter(std::vector<float>& scores, double min_p, int64_t min_tokens_to_keep) {
+  const float top = *std::max_element(scores.begin(), scores.end());
+  if (!(top > -std::numeric_limits<float>::infinity())) return;  // nothing left to filter (or a NaN: draw() says)
+  std::vector<float> p(scores.size());
+  float total = 0;
+  for (size_t i = 0; i < p.size(); ++i) total += p[i] = std::exp(scores[i] - top);
+  const float threshold = static_cast<float>(min_p) * (1.0f / total);
+  std::vector<int64_t> order(scores.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto keep = std::min<size_t>(static_cast<size_t>(min_tokens_to_keep), order.size());
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                    [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  std::vector<char> kept(scores.size(), 0);
+  for (size_t i = 0; i < keep; ++i) kept[static_cast<size_t>(order[i])] = 1;
+  for (size_t i = 0; i < p.size(); ++i)
+    if (!kept[i] && p[i] / total < threshold) scores[i] = -std::numeric_limits<float>::infinity();
+}
+
+}  // namespace
+
 void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t min_tokens_to_keep) {
   const auto V = static_cast<int64_t>(scores.size());
   const float filtered = -std::numeric_limits<float>::infinity();
@@ -148,6 +173,7 @@ void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t 
       if (static_cast<float>(cumulative) <= cut) scores[order[i]] = filtered;
     }
   }
+  if (g.min_p > 0) min_p_filter(scores, g.min_p, min_tokens_to_keep);
 }
 
 namespace {

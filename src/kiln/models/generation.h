@@ -22,6 +22,7 @@ struct GenerationConfig {
   double temperature = 1.0;
   int64_t top_k = 50;   // 0 = off (50: transformers' default)
   double top_p = 1.0;   // 1 = off
+  double min_p = 0.0;   // 0 = off
   uint64_t seed = 0;
   // Ids that end a sequence; empty: the model config's. An id outside the
   // vocabulary (-1) never stops.
@@ -80,7 +81,8 @@ void suppress_early_eos(std::vector<float>& scores, int64_t generated, const std
 // scores are divided by temperature; those below the top_k-th largest go
 // (ties with it stay); then, in ascending order (equal scores by index),
 // those whose cumulative probability is at most 1 - top_p, so that of tokens
-// tied at the cut the higher ids stay. Each filter keeps at least
+// tied at the cut the higher ids stay; then (MinPLogitsWarper) those whose
+// probability is below min_p times the largest. Each filter keeps at least
 // min_tokens_to_keep; a removed score becomes -inf.
 void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t min_tokens_to_keep);
 

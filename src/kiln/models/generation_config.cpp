@@ -22,7 +22,8 @@ constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do
                                  "num_beams",         "temperature",         "top_k",
                                  "top_p",             "repetition_penalty",  "length_penalty",
                                  "no_repeat_ngram_size", "num_return_sequences", "early_stopping",
-                                 "eos_token_id",      "min_length",          "min_new_tokens"};
+                                 "eos_token_id",      "min_length",          "min_new_tokens",
+                                 "min_p"};
 // Settings of transformers' GenerationConfig that change the tokens
 // generate() returns and that kiln does not build, each with the value that
 // changes nothing (older config.json files carry them all at those values;
@@ -30,7 +31,7 @@ constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do
 // rather than dropped unsaid.
 const std::pair<const char*, nlohmann::json> kUnapplied[] = {
     {"typical_p", 1},
-    {"epsilon_cutoff", 0},       {"eta_cutoff", 0},             {"min_p", 0},
+    {"epsilon_cutoff", 0},       {"eta_cutoff", 0},
     {"diversity_penalty", 0},    {"num_beam_groups", 1},        {"penalty_alpha", 0},
     {"bad_words_ids", nullptr},  {"force_words_ids", nullptr},  {"constraints", nullptr},
     {"forced_bos_token_id", nullptr}, {"forced_eos_token_id", nullptr},
@@ -96,6 +97,8 @@ void apply_key(const nlohmann::json& j, const std::string& key, const std::strin
     g.temperature = number();
   } else if (key == "top_p") {
     g.top_p = number();
+  } else if (key == "min_p") {
+    g.min_p = number();
   } else if (key == "length_penalty") {
     g.length_penalty = number();
   } else if (key == "repetition_penalty") {

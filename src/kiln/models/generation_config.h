@@ -22,7 +22,7 @@ nlohmann::ordered_json default_generation_config(const PreTrainedModel& model);
 // Applies the decoding settings `dir`/generation_config.json holds (or, with
 // no such file, those config.json holds, as transformers falls back to), as
 // model.generate() starts from model.generation_config: max_new_tokens (or
-// max_length), do_sample, temperature, top_k, top_p, the beam settings
+// max_length), do_sample, temperature, top_k, top_p, min_p, the beam settings
 // (num_beams, length_penalty, early_stopping, num_return_sequences),
 // repetition_penalty, no_repeat_ngram_size, min_length, min_new_tokens and
 // eos_token_id (one id or a list). A value of the wrong type is an error
