@@ -165,14 +165,19 @@ bool keep_linebreaks(const std::map<std::string, std::string>& f, const std::str
   return it == f.end() ? task == "causal-lm" : it->second == "true";
 }
 
-// `kiln train --help` / `kiln eval --help`: the usage, the tasks, kiln's data flags and the TrainingArguments
-// fields with their defaults (as HfArgumentParser's --help lists them).
-bool print_help(const std::vector<std::string>& args, const char* usage) {
+// `kiln train --help` / `kiln eval --help`: the usage, the tasks, kiln's data flags (with `lora`, TRL's LoRA
+// flags) and the TrainingArguments fields with their defaults (as HfArgumentParser's --help lists them).
+bool print_help(const std::vector<std::string>& args, const char* usage, bool lora = false) {
   if (std::none_of(args.begin(), args.end(), [](const std::string& a) { return a == "--help" || a == "-h"; }))
     return false;
   std::string flags;
   for (const auto& n : kExtraFlags) flags += "  --" + n + " VALUE\n";
   for (const auto& n : kExtraSwitches) flags += "  --" + n + "\n";
+  if (lora) {
+    flags += "\nLoRA / DoRA adapters (TRL's names; docs/lora.md):\n";
+    for (const auto& n : cli::kLoraSwitches) flags += "  --" + n + "\n";
+    for (const auto& n : cli::kLoraFlags) flags += "  --" + n + " VALUE\n";
+  }
   std::printf("%s\n\ntasks: text-classification (run_glue), token-classification (run_ner), question-answering "
               "(run_qa),\n       multiple-choice (run_swag), masked-lm (run_mlm), causal-lm (run_clm), seq2seq "
               "(run_summarization),\n       sft (TRL's SFTTrainer: conversations, prompt-completion pairs; docs/sft.md)\n\ndata and model flags:\n%s\nTrainingArguments (Hugging Face's names and "
@@ -486,7 +491,8 @@ int run_train(const std::vector<std::string>& raw_args) {
   if (print_help(raw_args, "usage: kiln train --task TASK (--model_name_or_path DIR | --config_name PRESET_OR_FILE "
                            "--tokenizer_name DIR)\n                  --train_file F [--validation_file F] "
                            "[--do_predict --test_file F] --output_dir DIR [flags]\n       kiln train --args_file "
-                           "run.json [flags]   (the same names as JSON; the command line wins)"))
+                           "run.json [flags]   (the same names as JSON; the command line wins)",
+                 true))
     return 0;
   std::map<std::string, std::string> f;
   std::vector<std::string> args = cli::with_hf_names(expand_args_file(raw_args), {"batch_size"});

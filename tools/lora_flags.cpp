@@ -12,7 +12,7 @@ namespace fs = std::filesystem;
 
 const std::vector<std::string> kLoraFlags = {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
                                              "lora_modules_to_save"};
-const std::vector<std::string> kLoraSwitches = {"use_peft", "use_rslora"};
+const std::vector<std::string> kLoraSwitches = {"use_peft", "use_rslora", "use_dora"};
 
 namespace {
 
@@ -38,7 +38,8 @@ std::optional<models::LoraConfig> lora_from_flags(const std::map<std::string, st
   if (!on("use_peft")) {
     for (const auto& name : kLoraFlags)
       if (f.count(name)) std::fprintf(stderr, "kiln train: warning: --%s is read only with --use_peft\n", name.c_str());
-    if (on("use_rslora")) std::fprintf(stderr, "kiln train: warning: --use_rslora is read only with --use_peft\n");
+    for (const char* name : {"use_rslora", "use_dora"})
+      if (on(name)) std::fprintf(stderr, "kiln train: warning: --%s is read only with --use_peft\n", name);
     return std::nullopt;
   }
   models::LoraConfig c;  // TRL's ModelConfig defaults
@@ -53,6 +54,7 @@ std::optional<models::LoraConfig> lora_from_flags(const std::map<std::string, st
   if (f.count("lora_modules_to_save"))
     c.modules_to_save = comma_list("lora_modules_to_save", f.at("lora_modules_to_save"));
   c.use_rslora = on("use_rslora");
+  c.use_dora = on("use_dora");
   return c;
 }
 

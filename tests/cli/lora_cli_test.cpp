@@ -136,6 +136,35 @@ TEST_F(LoraCli, EmbeddingAdapterTrainsResumesAndMerges) {
     for (size_t j = 0; j < 2; ++j) EXPECT_NEAR(x["logits"][i][j].get<double>(), y["logits"][i][j].get<double>(), 1e-5);
 }
 
+// DoRA (--use_dora): the magnitudes train and are saved beside the branches
+// (with dropout on, both products read the dropped input), the run resumes
+// exactly, a resume without --use_dora is refused, and merging keeps the logits.
+TEST_F(LoraCli, DoraAdapterTrainsResumesAndMerges) {
+  const std::string dora = "--use_dora --lora_dropout 0.1 --max_steps 4 --save_steps 2";
+  auto r = run_kiln(lora_train("dora", dora), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(read_json_file(dir_.path() / "dora" / "adapter_config.json")["use_dora"], true);
+  auto adapter = io::load_safetensors(dir_.path() / "dora" / "adapter_model.safetensors");
+  const std::string m_key = "base_model.model.bert.encoder.layer.0.attention.self.query.lora_magnitude_vector";
+  ASSERT_TRUE(adapter.count(m_key));
+  EXPECT_EQ(adapter.at(m_key).shape().size(), 1u);
+  fs::create_directories(dir_.path() / "dora_resumed");
+  fs::copy(dir_.path() / "dora" / "checkpoint-2", dir_.path() / "dora_resumed" / "checkpoint-2");
+  const std::string resume = " --overwrite_output_dir --resume_from_checkpoint " + path("dora_resumed/checkpoint-2");
+  r = run_kiln(lora_train("dora_resumed", dora + resume), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(bytes(path("dora_resumed/adapter_model.safetensors")), bytes(path("dora/adapter_model.safetensors")));
+  r = run_kiln(lora_train("dora_resumed", "--lora_dropout 0.1 --max_steps 4 --save_steps 2" + resume), dir_.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_CONTAINS(r.output, "'use_dora' is true, but this run's adapter has false");
+  const std::string adapted = forward("--model " + path("dora"));
+  r = run_kiln("merge --model " + path("dora") + " --output_dir " + path("dora_merged"), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  json x = json::parse(adapted), y = json::parse(forward("--model " + path("dora_merged")));
+  for (size_t i = 0; i < 2; ++i)
+    for (size_t j = 0; j < 2; ++j) EXPECT_NEAR(x["logits"][i][j].get<double>(), y["logits"][i][j].get<double>(), 1e-5);
+}
+
 TEST_F(LoraCli, ForwardEvalPredictAndMergeReadTheAdapter) {
   auto r = run_kiln(lora_train("lora", "--gradient_accumulation_steps 2 --gradient_checkpointing"), dir_.path());
   ASSERT_EQ(r.status, 0) << r.output;

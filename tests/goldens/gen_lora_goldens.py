@@ -22,6 +22,9 @@ under tests/goldens/lora/<case>/:
                       for the cases in MERGED also `merged_logits`, the
                       logits after PEFT's merge_and_unload.
 
+DoRA cases: each lora_magnitude_vector is also scaled by 1 + N(0, 0.2), so
+the magnitude differs from the weight norm it starts at.
+
 Embedding cases: PEFT initialises lora_embedding_A to zero (B is N(0, 1)),
 so it is A that is drawn N(0, 0.2) there.
 
@@ -82,6 +85,16 @@ CASES = [
      dict(task_type="CAUSAL_LM", r=4, lora_alpha=8)),
     ("gpt2_lm_resized", "gpt2/gpt2_lm", AutoModelForCausalLM,
      dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, fan_in_fan_out=True, target_modules=["wte", "c_attn"])),
+    # DoRA (use_dora): a trained magnitude per output row beside each branch,
+    # on Linear layers with biases (BERT), without (Llama), and on GPT-2's Conv1D.
+    ("bert_seqcls_dora", "bert/bert_seqcls", AutoModelForSequenceClassification,
+     dict(task_type="SEQ_CLS", r=4, lora_alpha=8, use_dora=True, target_modules=["query", "value", "dense"])),
+    ("llama_lm_dora", "llama/llama_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, use_dora=True, target_modules=["q_proj", "v_proj", "down_proj"],
+          rank_pattern={"down_proj": 2})),
+    ("gpt2_lm_dora", "gpt2/gpt2_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=16, fan_in_fan_out=True, use_dora=True,
+          target_modules=["c_attn", "c_proj"])),
 ]
 
 RESIZED = {"llama_lm_resized": 104, "gpt2_lm_resized": 104}
@@ -89,7 +102,8 @@ RESIZED = {"llama_lm_resized": 104, "gpt2_lm_resized": 104}
 RESIZED_INPUT_IDS = [[5, 17, 101, 8, 99, 3, 11], [7, 103, 2, 64, 100, 0, 0]]
 
 # Cases whose golden also holds merged_logits: PEFT's merge_and_unload's.
-MERGED = {"llama_lm_embed", "gpt2_lm_wte", "bert_seqcls_word_embeddings"}
+MERGED = {"llama_lm_embed", "gpt2_lm_wte", "bert_seqcls_word_embeddings", "bert_seqcls_dora", "llama_lm_dora",
+          "gpt2_lm_dora"}
 
 INPUT_IDS = [[5, 17, 42, 8, 99 - 1, 3, 11], [7, 23, 2, 64, 31, 0, 0]]
 MASK = [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]]
@@ -113,6 +127,8 @@ def perturb(model, seed):
         for name, p in model.named_parameters():
             if ".lora_B." in name or ".lora_embedding_A." in name:  # the zero-initialised half
                 p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+            elif ".lora_magnitude_vector." in name:  # DoRA's magnitude starts at the weight's norm
+                p.mul_(1 + torch.randn(p.shape, generator=g) * 0.2)
             elif ".modules_to_save." in name:
                 p.add_(torch.randn(p.shape, generator=g) * 0.2)
 
@@ -158,6 +174,7 @@ def build(name, base, auto, lora_args):
         if not p.requires_grad:
             continue
         key = pname.replace(".default", "").replace(".modules_to_save", "")
+        key = key.replace(".lora_magnitude_vector.weight", ".lora_magnitude_vector")
         grads["grad." + key] = p.grad.detach().clone()
     golden = {k: v.clone() for k, v in inputs.items()}
     golden["labels"] = labels

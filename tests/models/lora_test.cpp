@@ -83,7 +83,7 @@ TEST_P(LoraGolden, PeftAdapterGivesPeftLogitsLossAndGradients) {
   nlohmann::json mine = read_json_file(tmp.path() / "adapter_config.json");
   nlohmann::json peft = read_json_file(peft_dir / "adapter_config.json");
   for (const char* key : {"peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "fan_in_fan_out", "use_rslora",
-                          "modules_to_save", "rank_pattern", "alpha_pattern", "bias", "exclude_modules"})
+                          "use_dora", "modules_to_save", "rank_pattern", "alpha_pattern", "bias", "exclude_modules"})
     EXPECT_EQ(mine[key], peft[key]) << key;
   auto as_set = [](const nlohmann::json& j) { return std::set<std::string>(j.begin(), j.end()); };
   EXPECT_EQ(as_set(mine["target_modules"]), as_set(peft["target_modules"]));
@@ -110,7 +110,10 @@ INSTANTIATE_TEST_SUITE_P(Peft, LoraGolden,
                                            Case{"llama_lm_exclude_regex", "llama/llama_lm"},
                                            Case{"llama_lm_save_embed", "llama/llama_lm"},
                                            Case{"llama_lm_resized", "llama/llama_lm"},
-                                           Case{"gpt2_lm_resized", "gpt2/gpt2_lm"}),
+                                           Case{"gpt2_lm_resized", "gpt2/gpt2_lm"},
+                                           Case{"bert_seqcls_dora", "bert/bert_seqcls"},
+                                           Case{"llama_lm_dora", "llama/llama_lm"},
+                                           Case{"gpt2_lm_dora", "gpt2/gpt2_lm"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 std::map<std::string, Tensor> llama_golden() { return io::load_safetensors(data("lora/llama_lm_all_linear/golden.safetensors")); }
@@ -144,6 +147,39 @@ TEST(Lora, FreshAdapterLeavesTheModelAsItWasAndTrainsOnlyTheBranches) {
     }
   }
   EXPECT_EQ(trainable, 2 * 2 * 2);  // 2 layers × (q, v) × (A, B)
+}
+
+// DoRA's magnitude starts at each row's weight norm, so a fresh adapter
+// leaves the outputs as they were; a step trains the magnitudes and the
+// branches (dropout active: both products read the dropped input).
+TEST(Lora, FreshDoraAdapterLeavesTheModelAsItWasAndTrainsItsMagnitudes) {
+  auto golden = llama_golden();
+  auto model = models::from_pretrained(data("llama/llama_lm"));
+  model->eval();
+  Tensor before = model->forward(testing::golden_inputs(golden)).logits;
+  LoraConfig cfg;
+  cfg.r = 4;
+  cfg.use_dora = true;
+  cfg.lora_dropout = 0.2;
+  models::apply_lora(*model, cfg);
+  EXPECT_TRUE(close(model->forward(testing::golden_inputs(golden)).logits, before, 1e-6, 1e-6));
+  Tensor magnitude;
+  for (auto& [name, p] : model->named_parameters())
+    if (name == "model.layers.0.self_attn.q_proj.lora_magnitude_vector") magnitude = p;
+  ASSERT_TRUE(magnitude.defined());
+  EXPECT_TRUE(magnitude.requires_grad());
+  model->train();
+  Tensor loss = model->forward(testing::golden_inputs(golden)).loss;
+  loss.backward();
+  int with_grad = 0;
+  for (auto& [key, p] : models::adapter_state(*model)) with_grad += p.grad().defined();
+  EXPECT_EQ(with_grad, 2 * 2 * 3);  // 2 layers × (q, v) × (A, B, magnitude)
+  ASSERT_TRUE(magnitude.grad().defined());
+  auto g = magnitude.grad().to_vector<double>();
+  EXPECT_TRUE(std::any_of(g.begin(), g.end(), [](double v) { return v != 0; }));
+  nlohmann::json j = cfg.to_json();
+  EXPECT_EQ(j["use_dora"], true);
+  EXPECT_TRUE(LoraConfig::from_json(j, "adapter_config.json").use_dora);
 }
 
 TEST(Lora, KilnAdapterRoundTripsThroughPeftFiles) {
@@ -181,7 +217,8 @@ TEST(Lora, KilnAdapterRoundTripsThroughPeftFiles) {
 
 TEST(Lora, MergeFoldsTheAdapterIntoTheWeights) {
   for (const auto& [name, base] : {std::pair{"gpt2_lm", "gpt2/gpt2_lm"}, {"llama_lm_all_linear", "llama/llama_lm"},
-                                   {"bert_seqcls", "bert/bert_seqcls"}}) {
+                                   {"bert_seqcls", "bert/bert_seqcls"}, {"bert_seqcls_dora", "bert/bert_seqcls"},
+                                   {"llama_lm_dora", "llama/llama_lm"}, {"gpt2_lm_dora", "gpt2/gpt2_lm"}}) {
     auto golden = io::load_safetensors(data(std::string("lora/") + name + "/golden.safetensors"));
     auto model = models::from_pretrained(data(base));
     model->eval();
@@ -325,8 +362,17 @@ TEST(Lora, Errors) {
   {
     auto m = model();
     std::string e = testing::error_of(
-        [&] { models::load_adapter(*m, write_config(R"({"peft_type": "LORA", "r": 4, "use_dora": true})")); });
-    EXPECT_CONTAINS(e, "'use_dora'");
+        [&] { models::load_adapter(*m, write_config(R"({"peft_type": "LORA", "r": 4, "lora_bias": true})")); });
+    EXPECT_CONTAINS(e, "'lora_bias' = true is not supported");
+  }
+  {
+    auto m = model();
+    std::string e = testing::error_of([&] {
+      models::load_adapter(
+          *m, write_config(R"({"peft_type": "LORA", "r": 4, "use_dora": true, "target_modules": ["embed_tokens"]})"));
+    });
+    EXPECT_CONTAINS(e, "adapter_config.json");
+    EXPECT_CONTAINS(e, "use_dora on the embedding table model.embed_tokens is not supported");
   }
   {
     auto m = model();

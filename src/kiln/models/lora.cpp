@@ -288,7 +288,7 @@ json LoraConfig::to_json() const {
               {"revision", nullptr},
               {"target_modules", targets},
               {"task_type", or_null(task_type)},
-              {"use_dora", false},
+              {"use_dora", use_dora},
               {"use_rslora", use_rslora}};
   // Only when used: PEFT before 0.14 has no such field and refuses unknown ones.
   if (exclude_regex)
@@ -341,7 +341,7 @@ void check_unsupported(const json& j, const std::string& file) {
     return !j.contains(key) || j[key].is_null() || j[key] == fallback;
   };
   const std::pair<const char*, json> off[] = {
-      {"use_dora", false},      {"lora_bias", false},          {"use_qalora", false},
+      {"lora_bias", false},          {"use_qalora", false},
       {"layer_replication", nullptr}, {"layers_to_transform", nullptr}, {"target_parameters", nullptr},
       {"trainable_token_indices", nullptr}, {"alora_invocation_tokens", nullptr}, {"megatron_config", nullptr},
       // PEFT's LoRA variants, each a forward (or extra tensors) of its own.
@@ -393,6 +393,7 @@ LoraConfig LoraConfig::from_json(const json& j, const std::string& file) {
     return j[key].get<bool>();
   };
   c.use_rslora = boolean("use_rslora");
+  c.use_dora = boolean("use_dora");
   c.fan_in_fan_out = boolean("fan_in_fan_out");
   for (const char* key : {"rank_pattern", "alpha_pattern"}) {
     if (!j.contains(key) || j[key].is_null()) continue;
@@ -425,6 +426,8 @@ void attach_branch(const Layer& l, const LoraConfig& c, Generator& init_gen, con
   KILN_CHECK(r > 0, "LoRA: rank_pattern gives ", l.path, " rank ", r, "; it must be positive");
   const double scaling = c.use_rslora ? a / std::sqrt(static_cast<double>(r)) : a / static_cast<double>(r);
   if (l.kind == Kind::embedding) {
+    KILN_CHECK(!c.use_dora, "LoRA: use_dora on the embedding table ", l.path,
+               " is not supported (kiln's DoRA adapts Linear and Conv1D layers)");
     auto* e = static_cast<nn::Embedding*>(l.module);
     e->attach_lora(std::make_shared<nn::EmbeddingLoraBranch>(l.in, l.out, r, scaling, init_gen, e->weight.device()));
     return;
@@ -432,8 +435,14 @@ void attach_branch(const Layer& l, const LoraConfig& c, Generator& init_gen, con
   auto* adaptable = dynamic_cast<nn::Adaptable*>(l.module);
   const Tensor& w = l.kind == Kind::conv1d ? static_cast<nn::Conv1D*>(l.module)->weight
                                            : static_cast<nn::Linear*>(l.module)->weight;
-  adaptable->attach_lora(std::make_shared<nn::LoraBranch>(l.in, l.out, r, scaling, c.lora_dropout, dropout_gen, init_gen,
-                                                          w.device()));
+  auto branch = std::make_shared<nn::LoraBranch>(l.in, l.out, r, scaling, c.lora_dropout, dropout_gen, init_gen,
+                                                w.device());
+  if (c.use_dora) {
+    NoGradGuard no_grad;
+    branch->enable_dora(adaptable->weight_out_in());
+    nn::materialize({branch->lora_magnitude_vector});
+  }
+  adaptable->attach_lora(std::move(branch));
 }
 
 }  // namespace
@@ -480,6 +489,7 @@ std::vector<std::pair<std::string, Tensor>> adapter_state(const PreTrainedModel&
   for (auto& [name, p] : model.named_parameters())
     if (name.find("lora_A.") != std::string::npos || name.find("lora_B.") != std::string::npos ||
         ends_with(name, ".lora_embedding_A") || ends_with(name, ".lora_embedding_B") ||
+        ends_with(name, ".lora_magnitude_vector") ||
         saved_in_full(name, c->modules_to_save))
       out.emplace_back(kKeyPrefix + name, p);
   return out;
@@ -752,7 +762,12 @@ void merge_lora(PreTrainedModel& model) {
     e->detach_lora();
   }
   for (nn::Adaptable* a : adapted) {
-    Tensor delta = a->lora()->delta_weight();
+    const nn::LoraBranch& b = *a->lora();
+    Tensor delta = b.delta_weight();
+    if (b.dora()) {  // W' = m / ‖W + ΔW‖ · (W + ΔW), per output row; folded as W' − W
+      const Tensor w = cast(a->weight_out_in(), DType::f32);
+      delta = unsqueeze(b.lora_magnitude_vector / b.weight_norm(w), 1) * (w + delta) - w;
+    }
     if (auto* l = dynamic_cast<nn::Linear*>(a)) fold(l->weight, delta);
     if (auto* c = dynamic_cast<nn::Conv1D*>(a)) fold(c->weight, transpose(delta, 0, 1));
     a->detach_lora();

@@ -40,6 +40,9 @@ struct LoraConfig {
   // "classifier" and "score", a question-answering model "qa_outputs", as PEFT does.
   std::vector<std::string> modules_to_save;
   bool use_rslora = false;  // scaling alpha / √r instead of alpha / r
+  // DoRA: each targeted linear layer also trains a magnitude per output row
+  // (nn::LoraBranch::enable_dora). Embedding tables cannot take it.
+  bool use_dora = false;
   // Per-module overrides: regex key (matched against the path's end) → rank / alpha.
   std::map<std::string, int64_t> rank_pattern;
   std::map<std::string, double> alpha_pattern;

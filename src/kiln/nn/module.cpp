@@ -144,7 +144,10 @@ void Adaptable::detach_lora() {
   lora_.reset();
 }
 
-Tensor Adaptable::with_lora(const Tensor& x, const Tensor& y) const { return lora_ ? y + lora_->forward(x) : y; }
+Tensor Adaptable::with_lora(const Tensor& x, const Tensor& y, const Tensor& bias) const {
+  if (!lora_) return y;
+  return lora_->dora() ? lora_->dora_forward(x, y, weight_out_in(), bias) : y + lora_->forward(x);
+}
 
 LoraBranch::LoraBranch(int64_t in, int64_t out, int64_t r, double scaling_, double p,
                        std::shared_ptr<Generator> dropout_gen, Generator& init_gen, Device device)
@@ -162,6 +165,29 @@ LoraBranch::LoraBranch(int64_t in, int64_t out, int64_t r, double scaling_, doub
 }
 
 Tensor LoraBranch::delta_weight() const { return matmul(lora_B->weight, lora_A->weight) * scaling; }
+
+void LoraBranch::enable_dora(const Tensor& weight) {
+  KILN_CHECK(!dora(), "enable_dora: the branch has DoRA already");
+  KILN_CHECK(weight.shape().size() == 2 && weight.shape()[0] == lora_B->weight.shape()[0] &&
+                 weight.shape()[1] == lora_A->weight.shape()[1],
+             "enable_dora: the layer's weight has shape ", to_string(weight.shape()), ", the branch needs [",
+             lora_B->weight.shape()[0], ", ", lora_A->weight.shape()[1], "]");
+  lora_magnitude_vector = register_parameter("lora_magnitude_vector", weight_norm(weight));
+}
+
+Tensor LoraBranch::weight_norm(const Tensor& weight) const {
+  const Tensor w = cast(weight, DType::f32) + delta_weight().detach();
+  return sqrt(sum(w * w, {1})).detach();
+}
+
+Tensor LoraBranch::dora_forward(const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& bias) const {
+  const Tensor scale = lora_magnitude_vector / weight_norm(weight);  // [out], broadcast over the rows
+  const bool drops = dropout->active_p() > 0;
+  const Tensor in = drops ? dropout->forward(x) : x;
+  const Tensor base = drops ? linear(in, weight) : (bias.defined() ? y - bias : y);
+  const Tensor branch = lora_B->forward(lora_A->forward(in)) * scaling;
+  return y + (scale - 1.0) * base + scale * branch;
+}
 
 EmbeddingLoraBranch::EmbeddingLoraBranch(int64_t num, int64_t dim, int64_t r, double scaling_, Generator& init_gen,
                                          Device device)

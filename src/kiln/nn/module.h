@@ -84,9 +84,12 @@ class Adaptable : public Module {
   void attach_lora(std::shared_ptr<LoraBranch> branch);
   void detach_lora();
   const std::shared_ptr<LoraBranch>& lora() const { return lora_; }
+  // The layer's weight as [out, in] (a Conv1D's transposed), which DoRA normalises.
+  virtual Tensor weight_out_in() const = 0;
 
  protected:
-  Tensor with_lora(const Tensor& x, const Tensor& y) const;
+  // y: the layer's output for x; `bias` its bias (undefined when it has none).
+  Tensor with_lora(const Tensor& x, const Tensor& y, const Tensor& bias) const;
 
  private:
   std::shared_ptr<LoraBranch> lora_;
@@ -95,7 +98,8 @@ class Adaptable : public Module {
 class Linear : public Adaptable {
  public:
   Linear(int64_t in, int64_t out, const Init& init, bool bias = true);
-  Tensor forward(const Tensor& x) const { return with_lora(x, linear(x, weight, bias)); }
+  Tensor forward(const Tensor& x) const { return with_lora(x, linear(x, weight, bias), bias); }
+  Tensor weight_out_in() const override { return weight; }
   Tensor weight, bias;  // [out, in], [out]
 };
 
@@ -103,7 +107,8 @@ class Linear : public Adaptable {
 class Conv1D : public Adaptable {
  public:
   Conv1D(int64_t in, int64_t out, const Init& init);
-  Tensor forward(const Tensor& x) const { return with_lora(x, matmul(x, weight) + bias); }
+  Tensor forward(const Tensor& x) const { return with_lora(x, matmul(x, weight) + bias, bias); }
+  Tensor weight_out_in() const override { return transpose(weight, 0, 1); }
   Tensor weight, bias;  // [in, out], [out]
 };
 
@@ -169,9 +174,23 @@ class LoraBranch : public Module {
   Tensor forward(const Tensor& x) const { return lora_B->forward(lora_A->forward(dropout->forward(x))) * scaling; }
   // scaling · B·A, [out, in]: what merging adds to the layer's weight.
   Tensor delta_weight() const;
+
+  // DoRA (Liu et al. 2024, PEFT's use_dora): the layer's weight split into a
+  // trained magnitude m [out] ("lora_magnitude_vector") and a direction,
+  // W' = m · (W + ΔW) / ‖W + ΔW‖ per output row. enable_dora starts m at
+  // the norm of `weight` [out, in] plus the branch (‖W‖ for a fresh one).
+  void enable_dora(const Tensor& weight);
+  bool dora() const { return lora_magnitude_vector.defined(); }
+  // ‖W + ΔW‖ per output row, without gradient (PEFT detaches it, as the paper advises).
+  Tensor weight_norm(const Tensor& weight) const;
+  // The layer's DoRA output, as PEFT's DoraLinearLayer: y + (m/‖W + ΔW‖ − 1)·x·Wᵀ
+  // + m/‖W + ΔW‖ · scaling·B·A·x, where with active dropout x is dropped once
+  // for both products (x·Wᵀ then recomputed), else x·Wᵀ is y less its bias.
+  Tensor dora_forward(const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& bias) const;
   std::shared_ptr<Linear> lora_A, lora_B;
   std::shared_ptr<Dropout> dropout;
   double scaling;
+  Tensor lora_magnitude_vector;  // defined with DoRA only
 };
 
 // PEFT's LoRA branch beside an embedding table: scaling · embedding(ids, Aᵀ) · Bᵀ,

@@ -328,12 +328,12 @@ void check_same_adapter(const fs::path& dir, const models::LoraConfig& run) {
     if (v.is_array()) std::sort(v.begin(), v.end());  // PEFT writes its target set in any order
     return v;
   };
-  for (const char* key : {"r", "lora_alpha", "lora_dropout", "use_rslora", "target_modules", "exclude_modules",
+  for (const char* key : {"r", "lora_alpha", "lora_dropout", "use_rslora", "use_dora", "target_modules", "exclude_modules",
                           "modules_to_save", "rank_pattern", "alpha_pattern", "fan_in_fan_out"}) {
     const json a = normal(saved.value(key, json())), b = normal(now.value(key, json()));
     KILN_CHECK(a == b, "resume_from_checkpoint: ", file, ": '", key, "' is ", a.dump(), ", but this run's adapter has ",
                b.dump(), ": resume with the checkpoint's LoRA settings (--lora_r, --lora_alpha, --lora_dropout, ",
-               "--lora_target_modules, --lora_modules_to_save, --use_rslora)");
+               "--lora_target_modules, --lora_modules_to_save, --use_rslora, --use_dora)");
   }
 }
 
