@@ -95,6 +95,14 @@ CASES = [
     ("gpt2_lm_dora", "gpt2/gpt2_lm", AutoModelForCausalLM,
      dict(task_type="CAUSAL_LM", r=4, lora_alpha=16, fan_in_fan_out=True, use_dora=True,
           target_modules=["c_attn", "c_proj"])),
+    # layers_to_transform: suffix-matched targets in the listed layers only
+    # (the index after layers_pattern when given; BERT's pooler has none).
+    ("llama_lm_layers", "llama/llama_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
+          layers_to_transform=[1])),
+    ("bert_seqcls_layers_pattern", "bert/bert_seqcls", AutoModelForSequenceClassification,
+     dict(task_type="SEQ_CLS", r=2, lora_alpha=4, target_modules=["query", "value", "dense"],
+          layers_to_transform=1, layers_pattern="layer")),
 ]
 
 RESIZED = {"llama_lm_resized": 104, "gpt2_lm_resized": 104}

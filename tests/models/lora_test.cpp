@@ -87,6 +87,10 @@ TEST_P(LoraGolden, PeftAdapterGivesPeftLogitsLossAndGradients) {
     EXPECT_EQ(mine[key], peft[key]) << key;
   auto as_set = [](const nlohmann::json& j) { return std::set<std::string>(j.begin(), j.end()); };
   EXPECT_EQ(as_set(mine["target_modules"]), as_set(peft["target_modules"]));
+  // PEFT writes a single layer or pattern as given (1, "layer"); kiln as a list of one.
+  auto as_list = [](const nlohmann::json& j) { return j.is_null() || j.is_array() ? j : nlohmann::json::array({j}); };
+  for (const char* key : {"layers_to_transform", "layers_pattern"})
+    EXPECT_EQ(as_list(mine[key]), as_list(peft[key])) << key;
   // The base is frozen: no gradient reaches any of its weights.
   std::set<std::string> trained;
   for (auto& [key, p] : models::adapter_state(*model)) trained.insert(key.substr(std::string("base_model.model.").size()));
@@ -113,7 +117,9 @@ INSTANTIATE_TEST_SUITE_P(Peft, LoraGolden,
                                            Case{"gpt2_lm_resized", "gpt2/gpt2_lm"},
                                            Case{"bert_seqcls_dora", "bert/bert_seqcls"},
                                            Case{"llama_lm_dora", "llama/llama_lm"},
-                                           Case{"gpt2_lm_dora", "gpt2/gpt2_lm"}),
+                                           Case{"gpt2_lm_dora", "gpt2/gpt2_lm"},
+                                           Case{"llama_lm_layers", "llama/llama_lm"},
+                                           Case{"bert_seqcls_layers_pattern", "bert/bert_seqcls"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 std::map<std::string, Tensor> llama_golden() { return io::load_safetensors(data("lora/llama_lm_all_linear/golden.safetensors")); }
@@ -405,6 +411,47 @@ TEST(Lora, Errors) {
 // their own): each is refused by its adapter_config.json key, before any
 // tensor is read, as are the initialisations PEFT repeats on the base's
 // weights when it loads the adapter.
+TEST(Lora, LayersToTransformAreCheckedAsPeftChecksThem) {
+  const std::string file = "dir/adapter_config.json";
+  auto error = [&](const std::string& text) {
+    return testing::error_of([&] { LoraConfig::from_json(nlohmann::json::parse(text), file); });
+  };
+  auto read = [&](const std::string& text) { return LoraConfig::from_json(nlohmann::json::parse(text), file); };
+  EXPECT_EQ(read(R"({"peft_type": "LORA", "layers_to_transform": 3})").layers_to_transform, std::vector<int64_t>{3});
+  EXPECT_EQ(read(R"({"peft_type": "LORA", "layers_to_transform": [0, 2], "layers_pattern": ["h", "layers"]})")
+                .layers_pattern,
+            (std::vector<std::string>{"h", "layers"}));
+  EXPECT_TRUE(read(R"({"peft_type": "LORA", "layers_to_transform": [], "layers_pattern": null})")
+                  .layers_to_transform.empty());
+  EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "layers_to_transform": "1"})"),
+                  "dir/adapter_config.json: 'layers_to_transform' must be a layer index or a list of them, got \"1\"");
+  EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "layers_to_transform": [1.5]})"), "'layers_to_transform' must be");
+  EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "layers_pattern": "layers"})"),
+                  "'layers_pattern' is given without 'layers_to_transform'");
+  EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "target_modules": "all-linear", "layers_to_transform": [0]})"),
+                  "'layers_to_transform' cannot be used when 'target_modules' is a string (\"all-linear\")");
+  EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "layers_to_transform": [0], "layers_pattern": 7})"),
+                  "'layers_pattern' must be a string or a list of them, got 7");
+  EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "layers_to_transform": [0], "layers_pattern": "la(yers"})"),
+                  "layers_pattern 'la(yers' is not a valid regular expression");
+  // A module named whole takes no layer filter (PEFT's exact-key match); one matched by its suffix does.
+  auto model = models::from_pretrained(data("llama/llama_lm"));
+  LoraConfig cfg;
+  cfg.target_modules = {"model.layers.0.self_attn.q_proj", "v_proj"};
+  cfg.layers_to_transform = {1};
+  models::apply_lora(*model, cfg);
+  std::set<std::string> adapted;
+  for (auto& [key, p] : models::adapter_state(*model))
+    if (key.find("lora_A") != std::string::npos) adapted.insert(key);
+  EXPECT_EQ(adapted, (std::set<std::string>{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+                                            "base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight"}));
+  // A layer index no layer has: nothing to adapt, an error listing the layers.
+  auto other = models::from_pretrained(data("llama/llama_lm"));
+  cfg.target_modules = {"q_proj"};
+  cfg.layers_to_transform = {7};
+  EXPECT_CONTAINS(testing::error_of([&] { models::apply_lora(*other, cfg); }), "match no Linear");
+}
+
 TEST(Lora, PeftVariantsAndBaseRewritingInitialisationsAreRefusedByTheirKey) {
   const std::string file = "dir/adapter_config.json";
   auto error = [&](const std::string& text) {

@@ -148,10 +148,33 @@ struct Patterns {
   std::optional<std::regex> target, exclude;
 };
 
+// The layer index PEFT reads from a module path for layers_to_transform: the
+// digits of the first ".<name>.<digits>." (a dot before <name> required when
+// no pattern is given), <name> one of `patterns` when there are some.
+std::optional<int64_t> layer_index(const std::string& path, const std::vector<std::string>& patterns) {
+  std::vector<std::regex> res;
+  if (patterns.empty()) res.emplace_back(R"(^.*?\.[^.]*\.(\d+)\.)");
+  for (const auto& p : patterns)
+    res.push_back(compile_regex("^(?:.*?\\.)?(?:" + p + ")\\.(\\d+)\\.", "layers_pattern"));
+  for (const auto& re : res) {
+    std::smatch m;
+    if (!std::regex_search(path, m, re)) continue;
+    const auto& digits = m[m.size() - 1];  // the last group: a pattern may hold groups of its own
+    if (digits.length() <= 18) return std::stoll(digits.str());
+  }
+  return std::nullopt;
+}
+
 bool is_target(const LoraConfig& c, const std::string& path, const Patterns& re) {
   if (re.exclude ? std::regex_match(path, *re.exclude) : matches_name_list(path, c.exclude_modules)) return false;
   if (inside_module_to_save(path, c.modules_to_save)) return false;
-  return re.target ? std::regex_match(path, *re.target) : matches_name_list(path, c.target_modules);
+  if (re.target) return std::regex_match(path, *re.target);
+  if (std::find(c.target_modules.begin(), c.target_modules.end(), path) != c.target_modules.end()) return true;
+  if (!matches_name_list(path, c.target_modules)) return false;
+  if (c.layers_to_transform.empty()) return true;
+  const std::optional<int64_t> layer = layer_index(path, c.layers_pattern);
+  return layer && std::find(c.layers_to_transform.begin(), c.layers_to_transform.end(), *layer) !=
+                      c.layers_to_transform.end();
 }
 
 std::string module_kind(nn::Module* m) {
@@ -274,8 +297,8 @@ json LoraConfig::to_json() const {
               {"inference_mode", true},
               {"init_lora_weights", true},
               {"layer_replication", nullptr},
-              {"layers_pattern", nullptr},
-              {"layers_to_transform", nullptr},
+              {"layers_pattern", layers_pattern.empty() ? json(nullptr) : json(layers_pattern)},
+              {"layers_to_transform", layers_to_transform.empty() ? json(nullptr) : json(layers_to_transform)},
               {"loftq_config", json::object()},
               {"lora_alpha", alpha},
               {"lora_dropout", lora_dropout},
@@ -342,7 +365,7 @@ void check_unsupported(const json& j, const std::string& file) {
   };
   const std::pair<const char*, json> off[] = {
       {"lora_bias", false},          {"use_qalora", false},
-      {"layer_replication", nullptr}, {"layers_to_transform", nullptr}, {"target_parameters", nullptr},
+      {"layer_replication", nullptr}, {"target_parameters", nullptr},
       {"trainable_token_indices", nullptr}, {"alora_invocation_tokens", nullptr}, {"megatron_config", nullptr},
       // PEFT's LoRA variants, each a forward (or extra tensors) of its own.
       {"use_bdlora", nullptr}, {"arrow_config", nullptr}, {"kasa_config", nullptr}, {"monteclora_config", nullptr},
@@ -356,6 +379,39 @@ void check_unsupported(const json& j, const std::string& file) {
   KILN_CHECK(is_default("bias", "none"), file, ": 'bias' = ", j["bias"].dump(),
              " is not supported: kiln's LoRA trains no biases (bias \"none\")");
   check_initialisation(j, file);
+}
+
+// layers_to_transform (an int or a list of them) and layers_pattern (a string
+// or a list of them), with PEFT's LoraConfig checks.
+void read_layers(const json& j, const std::string& file, LoraConfig& c) {
+  auto given = [&](const char* key) {
+    return j.contains(key) && !j[key].is_null() && !(j[key].is_array() && j[key].empty()) &&
+           !(j[key].is_string() && j[key].get<std::string>().empty());
+  };
+  const bool regex_targets = j.contains("target_modules") && j["target_modules"].is_string();  // all-linear too
+  if (given("layers_to_transform")) {
+    const json& v = j["layers_to_transform"];
+    const json list = v.is_array() ? v : json::array({v});
+    for (const auto& i : list) {
+      KILN_CHECK(i.is_number_integer(), file, ": 'layers_to_transform' must be a layer index or a list of them, got ",
+                 v.dump());
+      c.layers_to_transform.push_back(i.get<int64_t>());
+    }
+    KILN_CHECK(!regex_targets, file, ": 'layers_to_transform' cannot be used when 'target_modules' is a string (",
+               j["target_modules"].dump(), "), as in PEFT");
+  }
+  if (given("layers_pattern")) {
+    const json& v = j["layers_pattern"];
+    KILN_CHECK(v.is_string() || v.is_array(), file, ": 'layers_pattern' must be a string or a list of them, got ",
+               v.dump());
+    c.layers_pattern =
+        v.is_string() ? std::vector<std::string>{v.get<std::string>()} : string_list(j, "layers_pattern", file);
+    KILN_CHECK(!regex_targets, file, ": 'layers_pattern' cannot be used when 'target_modules' is a string (",
+               j["target_modules"].dump(), "), as in PEFT");
+    KILN_CHECK(!c.layers_to_transform.empty(), file,
+               ": 'layers_pattern' is given without 'layers_to_transform', which PEFT refuses");
+    for (const auto& p : c.layers_pattern) compile_regex(p, "layers_pattern");
+  }
 }
 
 }  // namespace
@@ -387,6 +443,7 @@ LoraConfig LoraConfig::from_json(const json& j, const std::string& file) {
   else
     c.exclude_modules = string_list(j, "exclude_modules", file);
   c.modules_to_save = string_list(j, "modules_to_save", file);
+  read_layers(j, file, c);
   auto boolean = [&](const char* key) {
     if (!j.contains(key) || j[key].is_null()) return false;
     KILN_CHECK(j[key].is_boolean(), file, ": '", key, "' must be true or false, got ", j[key].dump());
@@ -451,6 +508,10 @@ void apply_lora(PreTrainedModel& model, LoraConfig c) {
   KILN_CHECK(!model.lora_config(), "apply_lora: the model has a LoRA adapter already");
   KILN_CHECK(c.r > 0 && c.r <= kMaxRank, "LoRA: r must be in [1, ", kMaxRank, "], got ", c.r);
   KILN_CHECK(c.lora_dropout >= 0 && c.lora_dropout < 1, "LoRA: lora_dropout must be in [0, 1), got ", c.lora_dropout);
+  KILN_CHECK(c.layers_to_transform.empty() || !c.target_regex,
+             "LoRA: layers_to_transform needs target_modules as a list of names, not a regular expression");
+  KILN_CHECK(c.layers_pattern.empty() || !c.layers_to_transform.empty(),
+             "LoRA: layers_pattern is given without layers_to_transform");
   std::vector<Layer> layers = adaptable_layers(model);
   resolve(c, model, layers);
   Patterns re;

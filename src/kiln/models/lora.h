@@ -35,6 +35,12 @@ struct LoraConfig {
   // exclude_modules given as one string: a regular expression the whole
   // module path must match (PEFT's re.fullmatch). Overrides exclude_modules.
   std::optional<std::string> exclude_regex;
+  // PEFT's layers_to_transform / layers_pattern: with a target_modules list,
+  // a module matched by a suffix (not named whole) is adapted only when its
+  // layer index (the first ".<name>.<digits>." of its path, <name> one of
+  // layers_pattern when given) is listed. Empty: every layer.
+  std::vector<int64_t> layers_to_transform;
+  std::vector<std::string> layers_pattern;  // regular expressions, as PEFT inserts them
   // Modules trained in full and saved with the adapter (a classification
   // head). A sequence- or token-classification model always adds
   // "classifier" and "score", a question-answering model "qa_outputs", as PEFT does.
