@@ -203,7 +203,7 @@ TEST(LoraEmbedding, ExcludeModulesRegexRoundTrips) {
   LoraConfig bad;
   bad.exclude_regex = "(unclosed";
   EXPECT_CONTAINS(testing::error_of([&] { models::apply_lora(*other, bad); }),
-                  "exclude_modules '(unclosed' is not a valid regular expression");
+                  "exclude_modules is not a valid regular expression: invalid regex '(unclosed'");
 }
 
 TEST(LoraEmbedding, UnsupportedEmbeddingSetupsAreClearErrors) {

@@ -433,7 +433,7 @@ TEST(Lora, LayersToTransformAreCheckedAsPeftChecksThem) {
   EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "layers_to_transform": [0], "layers_pattern": 7})"),
                   "'layers_pattern' must be a string or a list of them, got 7");
   EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "layers_to_transform": [0], "layers_pattern": "la(yers"})"),
-                  "layers_pattern 'la(yers' is not a valid regular expression");
+                  "layers_pattern is not a valid regular expression: invalid regex 'la(yers'");
   // A module named whole takes no layer filter (PEFT's exact-key match); one matched by its suffix does.
   auto model = models::from_pretrained(data("llama/llama_lm"));
   LoraConfig cfg;

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -14,6 +13,7 @@
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/defer_init.h"
+#include "kiln/tokenizers/regex.h"
 
 namespace kiln::models {
 
@@ -38,12 +38,10 @@ bool matches_name_list(const std::string& path, const std::vector<std::string>& 
                      [&](const std::string& n) { return path == n || ends_with(path, "." + n); });
 }
 
-std::regex compile_regex(const std::string& pattern, const std::string& what) {
-  try {
-    return std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw Error("LoRA: " + what + " '" + pattern + "' is not a valid regular expression: " + e.what());
-  }
+// PEFT's patterns are Python regular expressions; PCRE2 reads their syntax
+// (lookarounds, (?P<name>...)) and gives up on one that backtracks without end.
+tokenizers::Regex compile_regex(const std::string& pattern, const std::string& what) {
+  return tokenizers::Regex(pattern, "LoRA: " + what + " is not a valid regular expression");
 }
 
 // PEFT's check for LoRA inside a modules_to_save module: a whole component run equal to it.
@@ -68,7 +66,7 @@ bool saved_in_full(const std::string& param, const std::vector<std::string>& mod
 template <typename V>
 const V* pattern_value(const std::map<std::string, V>& patterns, const std::string& path) {
   for (const auto& [key, value] : patterns)
-    if (std::regex_match(path, compile_regex("(.*\\.)?(" + key + ")", "pattern key"))) return &value;
+    if (compile_regex("(.*\\.)?(?:" + key + ")", "pattern key").full_match(path)) return &value;
   return nullptr;
 }
 
@@ -145,30 +143,29 @@ void resolve(LoraConfig& c, const PreTrainedModel& model, const std::vector<Laye
 
 // The compiled target_modules and exclude_modules regular expressions, where given as one.
 struct Patterns {
-  std::optional<std::regex> target, exclude;
+  std::optional<tokenizers::Regex> target, exclude;
 };
 
 // The layer index PEFT reads from a module path for layers_to_transform: the
 // digits of the first ".<name>.<digits>." (a dot before <name> required when
 // no pattern is given), <name> one of `patterns` when there are some.
 std::optional<int64_t> layer_index(const std::string& path, const std::vector<std::string>& patterns) {
-  std::vector<std::regex> res;
-  if (patterns.empty()) res.emplace_back(R"(^.*?\.[^.]*\.(\d+)\.)");
-  for (const auto& p : patterns)
-    res.push_back(compile_regex("^(?:.*?\\.)?(?:" + p + ")\\.(\\d+)\\.", "layers_pattern"));
+  std::vector<tokenizers::Regex> res;
+  if (patterns.empty()) res.push_back(compile_regex(R"(.*?\.[^.]*\.(\d+)\.)", "layers_pattern"));
+  for (const auto& p : patterns) res.push_back(compile_regex("(?:.*?\\.)?(?:" + p + ")\\.(\\d+)\\.", "layers_pattern"));
   for (const auto& re : res) {
-    std::smatch m;
-    if (!std::regex_search(path, m, re)) continue;
-    const auto& digits = m[m.size() - 1];  // the last group: a pattern may hold groups of its own
-    if (digits.length() <= 18) return std::stoll(digits.str());
+    const auto groups = re.match_start(path);
+    if (!groups) continue;
+    const std::string& digits = groups->back();  // the last group: a pattern may hold groups of its own
+    if (!digits.empty() && digits.size() <= 18) return std::stoll(digits);
   }
   return std::nullopt;
 }
 
 bool is_target(const LoraConfig& c, const std::string& path, const Patterns& re) {
-  if (re.exclude ? std::regex_match(path, *re.exclude) : matches_name_list(path, c.exclude_modules)) return false;
+  if (re.exclude ? re.exclude->full_match(path) : matches_name_list(path, c.exclude_modules)) return false;
   if (inside_module_to_save(path, c.modules_to_save)) return false;
-  if (re.target) return std::regex_match(path, *re.target);
+  if (re.target) return re.target->full_match(path);
   if (std::find(c.target_modules.begin(), c.target_modules.end(), path) != c.target_modules.end()) return true;
   if (!matches_name_list(path, c.target_modules)) return false;
   if (c.layers_to_transform.empty()) return true;
@@ -188,7 +185,7 @@ void check_no_other_matches(PreTrainedModel& model, const LoraConfig& c, const P
     if (path.empty() || dynamic_cast<nn::Adaptable*>(m) || dynamic_cast<nn::LoraBranch*>(m) ||
         dynamic_cast<nn::Embedding*>(m))
       continue;
-    const bool hit = re.target ? std::regex_match(path, *re.target) : matches_name_list(path, c.target_modules);
+    const bool hit = re.target ? re.target->full_match(path) : matches_name_list(path, c.target_modules);
     KILN_CHECK(!hit, "LoRA: target module '", path, "' is ", module_kind(m),
                ": kiln's LoRA adapts Linear, Conv1D and Embedding layers");
   }

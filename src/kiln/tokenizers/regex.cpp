@@ -97,4 +97,44 @@ void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>&
   }
 }
 
+namespace {
+// The match of `code` anchored at the start of `s` (and at its end with
+// `whole`) into `md`: true, or false for none; PCRE2's errors throw.
+bool anchored_match(pcre2_code* code, const std::string& pattern, std::string_view s, bool whole,
+                    pcre2_match_data* md) {
+  const uint32_t options = PCRE2_ANCHORED | (whole ? PCRE2_ENDANCHORED : 0u);
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, options, md, nullptr);
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(rc, msg, sizeof msg);
+    throw Error(detail::concat("regex '", pattern, "': matching '", std::string(s), "' failed: ",
+                               reinterpret_cast<const char*>(msg)));
+  }
+  return true;
+}
+}  // namespace
+
+bool Regex::full_match(std::string_view s) const {
+  thread_local MatchData md;
+  return anchored_match(compiled_->code, pattern_, s, true, md.data);
+}
+
+std::optional<std::vector<std::string>> Regex::match_start(std::string_view s) const {
+  // Room for every group of the pattern.
+  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
+      pcre2_match_data_create_from_pattern(compiled_->code, nullptr), pcre2_match_data_free);
+  if (!anchored_match(compiled_->code, pattern_, s, false, md.get())) return std::nullopt;
+  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
+  const uint32_t pairs = pcre2_get_ovector_count(md.get());
+  uint32_t groups = 0;
+  pcre2_pattern_info(compiled_->code, PCRE2_INFO_CAPTURECOUNT, &groups);
+  std::vector<std::string> out;
+  for (uint32_t g = 0; g <= groups; ++g) {
+    const bool set = g < pairs && ov[2 * g] != PCRE2_UNSET;
+    out.push_back(set ? std::string(s.substr(ov[2 * g], ov[2 * g + 1] - ov[2 * g])) : std::string());
+  }
+  return out;
+}
+
 }  // namespace kiln::tokenizers

@@ -3,6 +3,7 @@
 // \w, \d, \p{L}, ...), JIT-compiled when the platform supports it.
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +21,13 @@ class Regex {
   static Regex from_onig(const std::string& pattern, const std::string& where);
   // Appends the byte ranges of all non-overlapping matches in s (valid UTF-8).
   void find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const;
+  // Python's re.fullmatch: whether the whole of `s` matches.
+  bool full_match(std::string_view s) const;
+  // Python's re.match: a match that starts where `s` does, as the text of
+  // each group (group 0, the whole match, first; a group that took no part,
+  // empty), or nothing. Both throw kiln::Error when PCRE2 gives up (its match
+  // limit: a pattern that backtracks without end), never hang.
+  std::optional<std::vector<std::string>> match_start(std::string_view s) const;
   const std::string& pattern() const { return pattern_; }
 
  private:
