@@ -29,15 +29,6 @@ std::vector<int64_t> top_k(const std::vector<float>& v, int64_t k) {
   return idx;
 }
 
-// log_softmax of one row, in float32 as transformers takes it.
-void log_softmax(float* x, int64_t n) {
-  const float m = *std::max_element(x, x + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
-  const auto lse = static_cast<float>(std::log(sum));
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] - m - lse;
-}
-
 // torch.multinomial(softmax(scores), k) without replacement, then ordered by score (largest first, ties by the
 // lower index): each candidate's key is E / p with E ~ Exp(1) and p its (unnormalized, float32) probability, and the
 // k smallest keys win, which draws as k successive samples without replacement do. Candidates of probability 0
@@ -104,9 +95,9 @@ std::vector<BeamSearch::Candidate> BeamSearch::top_continuations(const std::vect
     const int64_t row = b * beams_ + j;
     std::vector<float> lp(logits.begin() + row * vocab, logits.begin() + (row + 1) * vocab);
     log_softmax(lp.data(), vocab);
-    suppress_early_eos(lp, cur_len_ - prompt_len_, eos_, g_);
-    process_logits(lp, running_[static_cast<size_t>(row)], g_);
+    apply_logits_processors(lp, {running_[static_cast<size_t>(row)], cur_len_ - prompt_len_, eos_}, g_);
     if (g_.do_sample) warp_logits(lp, g_, std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())));
+    finish_scores(lp, g_);
     for (int64_t v = 0; v < vocab; ++v) acc[static_cast<size_t>(j * vocab + v)] = lp[v] + running_scores_[row];
   }
   const int64_t keep = std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())) * beams_;
