@@ -112,7 +112,8 @@ TEST(LogitsProcessors, GenerateAsTransformers) {
     }
     EXPECT_EQ(got, want) << c["model"] << ", num_beams " << g.num_beams << ", " << c["settings"].dump();
     const bool t5 = c["model"].get<std::string>().starts_with("t5");
-    std::vector<int64_t> generated(out[0].begin() + (t5 ? 0 : static_cast<std::ptrdiff_t>(prompt.size())), out[0].end());
+    const auto start = t5 ? 0 : static_cast<std::ptrdiff_t>(prompt.size());
+    std::vector<int64_t> generated(out[0].begin() + start, out[0].end());
     changed += generated != c["baseline"].get<std::vector<int64_t>>();
   }
   EXPECT_GE(changed, cases.size() * 9 / 10);  // the settings matter: most cases leave plain greedy decoding
@@ -174,10 +175,12 @@ TEST(LogitsProcessors, WrongTypesInTheFileNameTheKey) {
   EXPECT_CONTAINS(error(R"({"forced_bos_token_id": [1]})"), "\"forced_bos_token_id\" must be a token id, found");
   EXPECT_CONTAINS(error(R"({"forced_eos_token_id": "eos"})"), "\"forced_eos_token_id\" must be a token id or a list");
   EXPECT_CONTAINS(error(R"({"sequence_bias": {"5": 1.0}})"), "\"sequence_bias\" must be a list of [[token ids], bias]");
-  EXPECT_CONTAINS(error(R"({"sequence_bias": [[[5], "x"]]})"), "\"sequence_bias\" must be a list of [[token ids], bias]");
+  EXPECT_CONTAINS(error(R"({"sequence_bias": [[[5], "x"]]})"),
+                  "\"sequence_bias\" must be a list of [[token ids], bias]");
   EXPECT_CONTAINS(error(R"({"exponential_decay_length_penalty": [1.5, 2]})"),
                   "\"exponential_decay_length_penalty\" must be [start_index, decay_factor]");
-  EXPECT_CONTAINS(error(R"({"renormalize_logits": 1})"), "\"renormalize_logits\" must be true or false, found number 1");
+  EXPECT_CONTAINS(error(R"({"renormalize_logits": 1})"),
+                  "\"renormalize_logits\" must be true or false, found number 1");
 }
 
 // Two new ids after {5, 6} on the tiny GPT-2.

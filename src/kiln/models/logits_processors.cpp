@@ -25,7 +25,8 @@ bool in_row(int64_t id, const std::vector<float>& scores) {
 // Whether `ids` ends with seq's ids but its last (a prefix longer than the ids never matches).
 bool completes(const std::vector<int64_t>& seq, const std::vector<int64_t>& ids) {
   const size_t prefix = seq.size() - 1;
-  return prefix <= ids.size() && std::equal(seq.begin(), seq.end() - 1, ids.end() - static_cast<std::ptrdiff_t>(prefix));
+  return prefix <= ids.size() &&
+         std::equal(seq.begin(), seq.end() - 1, ids.end() - static_cast<std::ptrdiff_t>(prefix));
 }
 
 // SequenceBiasLogitsProcessor (NoBadWordsLogitsProcessor with -inf biases): one bias per sequence, a repeated
@@ -81,7 +82,8 @@ void remove_invalid(std::vector<float>& scores) {
 // n the new ids past start_index (a non-finite score gains nothing).
 void decay_length(std::vector<float>& scores, const RowState& row, std::pair<int64_t, double> penalty) {
   if (row.generated <= penalty.first) return;
-  const auto grow = static_cast<float>(std::pow(penalty.second, static_cast<double>(row.generated - penalty.first)) - 1);
+  const double n = static_cast<double>(row.generated - penalty.first);
+  const auto grow = static_cast<float>(std::pow(penalty.second, n) - 1);
   std::map<int64_t, float> added;  // from the scores before any is raised (an id listed twice is raised once)
   for (int64_t id : row.eos)
     if (in_row(id, scores)) {
@@ -167,10 +169,6 @@ void min_p_filter(std::vector<float>& scores, double min_p, int64_t min_tokens_t
     if (!kept[i] && p[i] / total < threshold) scores[i] = -std::numeric_limits<float>::infinity();
 }
 
-}  // namespace
-
-namespace {
-
 // softmax of one float32 row, the exponentials summed in double.
 std::vector<float> softmax(const std::vector<float>& scores) {
   const float m = *std::max_element(scores.begin(), scores.end());
@@ -216,8 +214,8 @@ void typical_filter(std::vector<float>& scores, double mass, int64_t min_tokens_
     if (shifted[static_cast<size_t>(order[k])] > cut) scores[static_cast<size_t>(order[k])] = -kInf;
 }
 
-// EpsilonLogitsWarper (eta < 0) and EtaLogitsWarper (eta: its epsilon): probabilities below the cutoff go, except
-// scores not below the min_tokens_to_keep-th largest.
+// EpsilonLogitsWarper (eta false) and EtaLogitsWarper (eta true, epsilon its eta_cutoff): probabilities below
+// the cutoff go, except scores not below the min_tokens_to_keep-th largest.
 void probability_floor(std::vector<float>& scores, double epsilon, bool eta, int64_t min_tokens_to_keep) {
   const std::vector<float> p = softmax(scores);
   auto cutoff = static_cast<float>(epsilon);
@@ -273,7 +271,6 @@ void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t 
   if (g.eta_cutoff > 0) probability_floor(scores, g.eta_cutoff, true, min_tokens_to_keep);
 }
 
-
 void log_softmax(float* x, int64_t n) {
   const float m = *std::max_element(x, x + n);
   double sum = 0;
@@ -308,7 +305,8 @@ void check_logits_processors(const GenerationConfig& g, int64_t vocab_size) {
   // GenerationConfig.validate: forcing only ids that are suppressed leaves nothing to choose.
   const std::set<int64_t> suppressed(g.suppress_tokens.begin(), g.suppress_tokens.end());
   auto all_suppressed = [&](const std::vector<int64_t>& forced) {
-    return !forced.empty() && std::all_of(forced.begin(), forced.end(), [&](int64_t id) { return suppressed.count(id); });
+    return !forced.empty() &&
+           std::all_of(forced.begin(), forced.end(), [&](int64_t id) { return suppressed.count(id) > 0; });
   };
   KILN_CHECK(!g.forced_bos_token_id || !all_suppressed({*g.forced_bos_token_id}), "generate: forced_bos_token_id ",
              g.forced_bos_token_id.value_or(0), " is also in suppress_tokens; forcing a token while suppressing it "
@@ -321,8 +319,8 @@ void check_logits_processors(const GenerationConfig& g, int64_t vocab_size) {
                g.exponential_decay_length_penalty->second);
   if (!g.do_sample) return;
   KILN_CHECK(g.typical_p > 0 && g.typical_p <= 1, "generate: typical_p must be in (0, 1] (1 = off), got ", g.typical_p);
-  KILN_CHECK(g.epsilon_cutoff >= 0 && g.epsilon_cutoff < 1, "generate: epsilon_cutoff must be in [0, 1) (0 = off), got ",
-             g.epsilon_cutoff);
+  KILN_CHECK(g.epsilon_cutoff >= 0 && g.epsilon_cutoff < 1,
+             "generate: epsilon_cutoff must be in [0, 1) (0 = off), got ", g.epsilon_cutoff);
   KILN_CHECK(g.eta_cutoff >= 0 && g.eta_cutoff < 1, "generate: eta_cutoff must be in [0, 1) (0 = off), got ",
              g.eta_cutoff);
 }
