@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
+#include <set>
 #include <string>
+#include <tuple>
 
 #include "kiln/core/json.h"
 #include "kiln/io/json_file.h"
@@ -80,6 +83,47 @@ TEST(LogitsProcessors, RowsAsTransformers) {
           << row["settings"].dump() << " ids " << row["ids"].dump() << ": score " << i << " is " << scores[i]
           << ", transformers' " << want[i] << " (" << row["processors"].dump() << ")";
   }
+}
+
+// Plain sampling (next_token) draws every id the new warpers keep and none they remove.
+TEST(LogitsProcessors, SamplingDrawsWhatTheWarpersKeep) {
+  const std::vector<float> row = {0.3f, -1.2f, 2.2f, 0.9f, 1.7f, -0.4f, 1.1f, 0.0f, 2.0f, -2.5f};
+  const std::vector<std::tuple<double, double, double>> settings = {{0.5, 0, 0}, {1, 0.1, 0}, {1, 0, 0.3}};
+  for (const auto& [typical, epsilon, eta] : settings) {
+    GenerationConfig g;
+    g.do_sample = true;
+    g.top_k = 0;
+    g.typical_p = typical;
+    g.epsilon_cutoff = epsilon;
+    g.eta_cutoff = eta;
+    std::vector<float> warped = row;
+    models::warp_logits(warped, g, 1);
+    std::set<int64_t> kept, drawn;
+    for (size_t i = 0; i < warped.size(); ++i)
+      if (warped[i] > -std::numeric_limits<float>::infinity()) kept.insert(static_cast<int64_t>(i));
+    ASSERT_GT(kept.size(), 1u);
+    ASSERT_LT(kept.size(), row.size());
+    std::mt19937_64 rng(7);
+    for (int n = 0; n < 400; ++n) drawn.insert(models::next_token(row, g, rng, {0}));
+    EXPECT_EQ(drawn, kept) << "typical_p " << typical << ", epsilon_cutoff " << epsilon << ", eta_cutoff " << eta;
+  }
+}
+
+// Beam sampling with the new warpers: the same seed, the same sequences; each within max_new_tokens.
+TEST(LogitsProcessors, BeamSamplingWithTheWarpersIsSeeded) {
+  GenerationConfig g;
+  g.do_sample = true;
+  g.num_beams = 3;
+  g.max_new_tokens = 5;
+  g.typical_p = 0.9;
+  g.eta_cutoff = 0.01;
+  g.suppress_tokens = {58};
+  g.seed = 3;
+  const auto first = models::generate(golden_model("gpt2/gpt2_lm"), {{5, 17, 42, 8}}, g);
+  EXPECT_EQ(models::generate(golden_model("gpt2/gpt2_lm"), {{5, 17, 42, 8}}, g), first);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_LE(first[0].size(), 9u);
+  EXPECT_EQ(std::count(first[0].begin(), first[0].end(), 58), 0);
 }
 
 GenerationConfig case_config(const nlohmann::json& c) {
