@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kiln/core/file.h"
 #include "kiln/core/json.h"
 #include "kiln/io/json_file.h"
 #include "kiln/models/generation.h"
@@ -105,6 +106,26 @@ TEST_F(LogitsProcessorsCli, FlagsAsTheLibraryAndFromGenerationConfig) {
   g.suppress_tokens.clear();
   g.renormalize_logits = false;
   EXPECT_EQ(over.output, expected(g));
+}
+
+// kiln predict takes the same flags and generates as kiln generate does with them.
+TEST_F(LogitsProcessorsCli, PredictTakesTheFlags) {
+  const std::string flags = " --max_new_tokens 6 --num_beams 2 --suppress_tokens 3,5 --bad_words_ids '[[7], [8, 9]]' "
+                            "--sequence_bias '[[[10], 2.5]]' --forced_bos_token_id 13 --renormalize_logits";
+  const fs::path test = dir_.write("t.txt", std::string(kPrompts[0]) + "\n");
+  const auto p = run_kiln("predict --model " + model_.string() + " --test_file " + test.string() + " --output " +
+                              (dir_ / "p.jsonl").string() + flags,
+                          dir_.path());
+  ASSERT_EQ(p.status, 0) << p.output;
+  const auto g = run_kiln("generate --model " + model_.string() + " --prompt '" + kPrompts[0] + "'" + flags,
+                          dir_.path());
+  ASSERT_EQ(g.status, 0) << g.output;
+  const auto row = nlohmann::json::parse(read_file(dir_ / "p.jsonl"));
+  EXPECT_EQ(row["generated_text"].get<std::string>() + "\n", g.output);
+  const auto plain = run_kiln("generate --model " + model_.string() + " --prompt '" + kPrompts[0] +
+                                  "' --max_new_tokens 6 --num_beams 2",
+                              dir_.path());
+  EXPECT_NE(plain.output, g.output) << "the processors change nothing on this model";
 }
 
 TEST_F(LogitsProcessorsCli, BadValuesNameTheFlag) {
