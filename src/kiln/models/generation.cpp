@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
-#include <numeric>
 #include <random>
 #include <string>
 
