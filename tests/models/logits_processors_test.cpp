@@ -144,17 +144,9 @@ TEST(LogitsProcessors, GenerateAsTransformers) {
     const auto prompt = c["prompt"].get<std::vector<int64_t>>();
     const auto out = models::generate(golden_model(c["model"]), {prompt}, g);
     ASSERT_EQ(out.size(), 1u);
-    std::vector<int64_t> want = c["sequence"].get<std::vector<int64_t>>(), got = out[0];
-    if (g.num_beams > 1 && g.forced_eos_token_ids.size() > 1) {
-      // The forced ids tie (each scores 0): kiln ranks equal hypotheses by id, torch.topk in no set order. The
-      // last id is one of them, the rest as transformers'.
-      ASSERT_FALSE(got.empty());
-      EXPECT_NE(std::find(g.forced_eos_token_ids.begin(), g.forced_eos_token_ids.end(), got.back()),
-                g.forced_eos_token_ids.end());
-      got.pop_back();
-      want.pop_back();
-    }
-    EXPECT_EQ(got, want) << c["model"] << ", num_beams " << g.num_beams << ", " << c["settings"].dump();
+    // (With several forced EOS ids the last step's hypotheses tie: torch.topk's order decides, as beam search's.)
+    EXPECT_EQ(out[0], c["sequence"].get<std::vector<int64_t>>())
+        << c["model"] << ", num_beams " << g.num_beams << ", " << c["settings"].dump();
     const bool t5 = c["model"].get<std::string>().starts_with("t5");
     const auto start = t5 ? 0 : static_cast<std::ptrdiff_t>(prompt.size());
     std::vector<int64_t> generated(out[0].begin() + start, out[0].end());

@@ -16,16 +16,27 @@ namespace {
 
 constexpr float kNeg = -1.0e9f;  // transformers' "may not be chosen" offset
 
-// Indices of the k largest values, largest first; equal values keep the lower index.
+// Indices of the k largest values, largest first, as torch.topk picks them on the CPU (ATen's TopKImpl.h): the
+// (value, index) pairs in index order go through std::partial_sort when k * 64 <= n, else std::nth_element and a
+// std::sort of the first k - 1, both comparing values alone, so exactly equal values come out in the order those
+// (libstdc++'s, as torch's) algorithms leave them, as transformers' beam search sees them.
 std::vector<int64_t> top_k(const std::vector<float>& v, int64_t k) {
-  std::vector<int64_t> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0);
+  using Pair = std::pair<double, int64_t>;  // torch's accumulation type for float
+  std::vector<Pair> q(v.size());
+  for (size_t i = 0; i < v.size(); ++i) q[i] = {v[i], static_cast<int64_t>(i)};
   k = std::min<int64_t>(k, static_cast<int64_t>(v.size()));
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
-    return v[static_cast<size_t>(a)] > v[static_cast<size_t>(b)] ||
-           (v[static_cast<size_t>(a)] == v[static_cast<size_t>(b)] && a < b);
-  });
-  idx.resize(static_cast<size_t>(k));
+  std::vector<int64_t> idx;
+  if (k == 0) return idx;
+  const auto larger = [](const Pair& x, const Pair& y) {
+    return (std::isnan(x.first) && !std::isnan(y.first)) || x.first > y.first;
+  };
+  if (k * 64 <= static_cast<int64_t>(q.size())) {
+    std::partial_sort(q.begin(), q.begin() + k, q.end(), larger);
+  } else {
+    std::nth_element(q.begin(), q.begin() + (k - 1), q.end(), larger);
+    std::sort(q.begin(), q.begin() + (k - 1), larger);
+  }
+  for (int64_t i = 0; i < k; ++i) idx.push_back(q[static_cast<size_t>(i)].second);
   return idx;
 }
 
