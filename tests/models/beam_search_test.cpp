@@ -158,18 +158,19 @@ TEST(GenerationConfigFile, SettingsKilnDoesNotBuildAreWarnedAbout) {
   models::apply_generation_config(dir.path(), g);
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
   EXPECT_EQ(g.top_k, 5);
-  other.write("generation_config.json", R"({"min_new_tokens": 5, "suppress_tokens": [3, 4], "forced_bos_token_id": 0,
-      "top_p": 0.9, "typical_p": 0.5, "min_length": 9})");
+  other.write("generation_config.json", R"({"min_new_tokens": 5, "num_beam_groups": 2, "force_words_ids": [[3, 4]],
+      "top_p": 0.9, "guidance_scale": 1.5, "min_length": 9, "typical_p": 0.5})");
   ::testing::internal::CaptureStderr();
   models::apply_generation_config(other.path(), g);
   models::apply_generation_config(other.path(), g);
   const std::string warned = ::testing::internal::GetCapturedStderr();
-  EXPECT_CONTAINS(warned, "generation_config.json: typical_p 0.5, forced_bos_token_id 0, suppress_tokens [3,4] "
+  EXPECT_CONTAINS(warned, "generation_config.json: num_beam_groups 2, force_words_ids [[3,4]], guidance_scale 1.5 "
                           "not applied");
   EXPECT_EQ(warned.find("kiln: warning"), warned.rfind("kiln: warning")) << warned;
   EXPECT_EQ(g.top_p, 0.9);
   EXPECT_EQ(g.min_new_tokens, 5);  // applied
   EXPECT_EQ(g.min_length, 9);
+  EXPECT_EQ(g.typical_p, 0.5);  // applied: not named
 }
 
 // The sampling settings and stop ids an instruct model ships (Llama 3.1's,

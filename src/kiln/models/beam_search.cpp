@@ -16,26 +16,28 @@ namespace {
 
 constexpr float kNeg = -1.0e9f;  // transformers' "may not be chosen" offset
 
-// Indices of the k largest values, largest first; equal values keep the lower index.
+// Indices of the k largest values, largest first, as torch.topk picks them on the CPU (ATen's TopKImpl.h): the
+// (value, index) pairs in index order go through std::partial_sort when k * 64 <= n, else std::nth_element and a
+// std::sort of the first k - 1, both comparing values alone, so exactly equal values come out in the order those
+// (libstdc++'s, as torch's) algorithms leave them, as transformers' beam search sees them.
 std::vector<int64_t> top_k(const std::vector<float>& v, int64_t k) {
-  std::vector<int64_t> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0);
+  using Pair = std::pair<double, int64_t>;  // torch's accumulation type for float
+  std::vector<Pair> q(v.size());
+  for (size_t i = 0; i < v.size(); ++i) q[i] = {v[i], static_cast<int64_t>(i)};
   k = std::min<int64_t>(k, static_cast<int64_t>(v.size()));
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
-    return v[static_cast<size_t>(a)] > v[static_cast<size_t>(b)] ||
-           (v[static_cast<size_t>(a)] == v[static_cast<size_t>(b)] && a < b);
-  });
-  idx.resize(static_cast<size_t>(k));
+  std::vector<int64_t> idx;
+  if (k == 0) return idx;
+  const auto larger = [](const Pair& x, const Pair& y) {
+    return (std::isnan(x.first) && !std::isnan(y.first)) || x.first > y.first;
+  };
+  if (k * 64 <= static_cast<int64_t>(q.size())) {
+    std::partial_sort(q.begin(), q.begin() + k, q.end(), larger);
+  } else {
+    std::nth_element(q.begin(), q.begin() + (k - 1), q.end(), larger);
+    std::sort(q.begin(), q.begin() + (k - 1), larger);
+  }
+  for (int64_t i = 0; i < k; ++i) idx.push_back(q[static_cast<size_t>(i)].second);
   return idx;
-}
-
-// log_softmax of one row, in float32 as transformers takes it.
-void log_softmax(float* x, int64_t n) {
-  const float m = *std::max_element(x, x + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
-  const auto lse = static_cast<float>(std::log(sum));
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] - m - lse;
 }
 
 // torch.multinomial(softmax(scores), k) without replacement, then ordered by score (largest first, ties by the
@@ -104,9 +106,9 @@ std::vector<BeamSearch::Candidate> BeamSearch::top_continuations(const std::vect
     const int64_t row = b * beams_ + j;
     std::vector<float> lp(logits.begin() + row * vocab, logits.begin() + (row + 1) * vocab);
     log_softmax(lp.data(), vocab);
-    suppress_early_eos(lp, cur_len_ - prompt_len_, eos_, g_);
-    process_logits(lp, running_[static_cast<size_t>(row)], g_);
+    apply_logits_processors(lp, {running_[static_cast<size_t>(row)], cur_len_ - prompt_len_, eos_}, g_);
     if (g_.do_sample) warp_logits(lp, g_, std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())));
+    finish_scores(lp, g_);
     for (int64_t v = 0; v < vocab; ++v) acc[static_cast<size_t>(j * vocab + v)] = lp[v] + running_scores_[row];
   }
   const int64_t keep = std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())) * beams_;

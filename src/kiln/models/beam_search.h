@@ -12,7 +12,8 @@
 // num_beams become finished candidates scored score / length ** length_penalty
 // (length: generated ids, EOS included); the best num_beams unfinished ones
 // run on. Scores are float32 as in transformers, -1e9 marks what may not be
-// chosen, and ties keep the lower index.
+// chosen, and exactly tied scores are ordered as torch.topk orders them on
+// the CPU (the same selection algorithm).
 //
 // With do_sample (beam sampling, transformers' _beam_search under
 // do_sample=True) the processed log-probs also pass HF's warpers

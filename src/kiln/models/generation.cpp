@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
-#include <numeric>
 #include <random>
 #include <string>
 
@@ -64,9 +63,10 @@ void check_config(const GenerationConfig& g) {
   KILN_CHECK(g.min_p >= 0 && g.min_p <= 1, "generate: min_p must be in [0, 1], got ", g.min_p);
 }
 
-// Every prompt non-empty and made of ids the embedding has.
-void check_prompts(const std::vector<std::vector<int64_t>>& prompts, int64_t vocab_size) {
+// Every prompt non-empty and made of ids the embedding has; the processors' settings valid for it.
+void check_prompts(const std::vector<std::vector<int64_t>>& prompts, int64_t vocab_size, const GenerationConfig& g) {
   for (size_t i = 0; i < prompts.size(); ++i) KILN_CHECK(!prompts[i].empty(), "generate: prompt ", i, " is empty");
+  check_logits_processors(g, vocab_size);
   if (auto bad = id_outside_vocabulary(prompts, vocab_size))
     throw Error(detail::concat("generate: prompt ", bad->row, " token ", bad->position, " is id ", bad->id,
                                ", outside the vocabulary [0, ", vocab_size, ")"));
@@ -86,95 +86,6 @@ void check_positions(CausalLM& model, const std::vector<std::vector<int64_t>>& p
 int64_t capacity(int64_t n, int64_t bucket) { return std::max<int64_t>(1, (n + bucket - 1) / bucket) * bucket; }
 
 }  // namespace
-
-void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids, const GenerationConfig& g) {
-  const auto V = static_cast<int64_t>(logits.size());
-  if (g.repetition_penalty != 1.0) {
-    std::vector<bool> seen(logits.size(), false);
-    for (int64_t id : ids)
-      if (id >= 0 && id < V && !seen[static_cast<size_t>(id)]) {
-        seen[static_cast<size_t>(id)] = true;
-        float& x = logits[static_cast<size_t>(id)];
-        x = static_cast<float>(x < 0 ? x * g.repetition_penalty : x / g.repetition_penalty);
-      }
-  }
-  const auto n = static_cast<size_t>(g.no_repeat_ngram_size);
-  if (n == 0 || ids.size() + 1 < n) return;
-  // Every earlier n-gram whose first n-1 ids are the last n-1: its last id would repeat it.
-  const size_t len = ids.size();
-  for (size_t start = 0; start + n <= len; ++start)
-    if (std::equal(ids.begin() + static_cast<std::ptrdiff_t>(start),
-                   ids.begin() + static_cast<std::ptrdiff_t>(start + n - 1),
-                   ids.begin() + static_cast<std::ptrdiff_t>(len - (n - 1))))
-      if (const int64_t banned = ids[start + n - 1]; banned >= 0 && banned < V)
-        logits[static_cast<size_t>(banned)] = -std::numeric_limits<float>::infinity();
-}
-
-void suppress_early_eos(std::vector<float>& scores, int64_t generated, const std::vector<int64_t>& eos,
-                        const GenerationConfig& g) {
-  if (generated >= g.min_new_tokens) return;
-  for (int64_t id : eos)
-    if (id >= 0 && id < static_cast<int64_t>(scores.size()))
-      scores[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
-}
-
-namespace {
-
-// MinPLogitsWarper: the float32 probabilities below min_p times the largest
-// go, except the min_tokens_to_keep most likely (equal ones by index).
-void min_p_filter(std::vector<float>& scores, double min_p, int64_t min_tokens_to_keep) {
-  const float top = *std::max_element(scores.begin(), scores.end());
-  if (!(top > -std::numeric_limits<float>::infinity())) return;  // nothing left to filter (or a NaN: draw() says)
-  std::vector<float> p(scores.size());
-  float total = 0;
-  for (size_t i = 0; i < p.size(); ++i) total += p[i] = std::exp(scores[i] - top);
-  const float threshold = static_cast<float>(min_p) * (1.0f / total);
-  std::vector<int64_t> order(scores.size());
-  std::iota(order.begin(), order.end(), 0);
-  const auto keep = std::min<size_t>(static_cast<size_t>(min_tokens_to_keep), order.size());
-  std::partial_sort(order.begin(), order.begin() + keep, order.end(),
-                    [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-  std::vector<char> kept(scores.size(), 0);
-  for (size_t i = 0; i < keep; ++i) kept[static_cast<size_t>(order[i])] = 1;
-  for (size_t i = 0; i < p.size(); ++i)
-    if (!kept[i] && p[i] / total < threshold) scores[i] = -std::numeric_limits<float>::infinity();
-}
-
-}  // namespace
-
-void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t min_tokens_to_keep) {
-  const auto V = static_cast<int64_t>(scores.size());
-  const float filtered = -std::numeric_limits<float>::infinity();
-  if (g.temperature != 1.0)
-    for (float& x : scores) x /= static_cast<float>(g.temperature);
-  if (g.top_k > 0) {  // TopKLogitsWarper: below the k-th largest value goes (ties with it stay)
-    const int64_t k = std::min(std::max(g.top_k, min_tokens_to_keep), V);
-    std::vector<float> sorted = scores;
-    std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
-    const float kth = sorted[static_cast<size_t>(k - 1)];
-    for (float& x : scores)
-      if (x < kth) x = filtered;
-  }
-  if (g.top_p < 1.0) {  // TopPLogitsWarper: the smallest tokens whose mass is at most 1 - top_p go
-    std::vector<int64_t> order(static_cast<size_t>(V));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[a] < scores[b]; });
-    const float m = scores[static_cast<size_t>(order.back())];
-    if (m == filtered) return;  // nothing left to filter
-    std::vector<double> p(static_cast<size_t>(V));
-    double total = 0;
-    for (int64_t i = 0; i < V; ++i) total += p[i] = std::exp(static_cast<double>(scores[order[i]]) - m);
-    // As torch rounds them: float32 probabilities, summed in double (CPU cumsum), each sum rounded to float32 and
-    // compared with 1 - top_p in float32, so a mass that is 1 - top_p up to float32 rounding goes.
-    const auto cut = static_cast<float>(1.0 - g.top_p);
-    double cumulative = 0;
-    for (int64_t i = 0; i < V - min_tokens_to_keep; ++i) {
-      cumulative += static_cast<float>(p[i] / total);
-      if (static_cast<float>(cumulative) <= cut) scores[order[i]] = filtered;
-    }
-  }
-  if (g.min_p > 0) min_p_filter(scores, g.min_p, min_tokens_to_keep);
-}
 
 namespace {
 
@@ -204,12 +115,16 @@ int64_t draw(const std::vector<float>& scores, std::mt19937_64& rng) {
 }
 
 int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng,
-                   const std::vector<int64_t>& ids) {
-  process_logits(logits, ids, g);
-  if (!g.do_sample) return std::max_element(logits.begin(), logits.end()) - logits.begin();
+                   const std::vector<int64_t>& ids, int64_t generated, const std::vector<int64_t>& eos) {
+  apply_logits_processors(logits, {ids, generated, eos}, g);
+  if (!g.do_sample) {
+    finish_scores(logits, g);
+    return std::max_element(logits.begin(), logits.end()) - logits.begin();
+  }
   // The warpers sort: a NaN (a broken model) is reported before it can scramble the order.
   check_drawable(std::none_of(logits.begin(), logits.end(), [](float x) { return std::isnan(x); }), logits.size());
   warp_logits(logits, g, 1);
+  finish_scores(logits, g);
   return draw(logits, rng);
 }
 
@@ -253,7 +168,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
   if (g.num_beams == 1 && g.num_return_sequences > 1)
     return generate(model, each_repeated(prompts, g.num_return_sequences), one_sequence(g));
   const int64_t V = model.vocab_size();
-  check_prompts(prompts, V);
+  check_prompts(prompts, V, g);
   if (g.num_beams > 1) {
     check_positions(model, prompts, g);
     return beam_search(model, prompts, g);
@@ -278,8 +193,8 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
         Tensor logits = model.forward(in).logits;
         auto all = logits.to_vector<float>();
         std::vector<float> last(all.end() - V, all.end());
-        suppress_early_eos(last, static_cast<int64_t>(seq.size() - prompt.size()), eos, g);
-        int64_t next = next_token(std::move(last), g, rng, seq);
+        const auto generated = static_cast<int64_t>(seq.size() - prompt.size());
+        int64_t next = next_token(std::move(last), g, rng, seq, generated, eos);
         seq.push_back(next);
         if (ends(next)) break;
       }
@@ -316,8 +231,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
       if (t + 1 < static_cast<int64_t>(seq.size())) continue;  // still reading the prompt
       if (static_cast<int64_t>(seq.size()) >= need) break;
       std::vector<float> row = logits.to_vector<float>();
-      suppress_early_eos(row, static_cast<int64_t>(seq.size()) - P, eos, g);
-      int64_t next = next_token(std::move(row), g, rng, seq);
+      int64_t next = next_token(std::move(row), g, rng, seq, static_cast<int64_t>(seq.size()) - P, eos);
       seq.push_back(next);
       if (ends(next)) break;
     }
@@ -335,7 +249,7 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
   if (g.num_beams == 1 && g.num_return_sequences > 1)
     return generate(model, each_repeated(prompts, g.num_return_sequences), one_sequence(g));
   const T5Config& c = model.t5_config();
-  check_prompts(prompts, c.vocab_size);
+  check_prompts(prompts, c.vocab_size, g);
   if (g.num_beams > 1) return beam_search(model, prompts, g);
   const int64_t B = static_cast<int64_t>(prompts.size()), V = c.vocab_size;
   std::vector<std::vector<int64_t>> out(prompts.size());
@@ -402,8 +316,7 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
       std::vector<int64_t> so_far = {c.decoder_start_token_id};
       so_far.insert(so_far.end(), out[b].begin(), out[b].end());
       std::vector<float> row(logits.begin() + b * V, logits.begin() + (b + 1) * V);
-      suppress_early_eos(row, static_cast<int64_t>(out[b].size()), eos, g);
-      int64_t next = next_token(std::move(row), g, rng, so_far);
+      int64_t next = next_token(std::move(row), g, rng, so_far, static_cast<int64_t>(out[b].size()), eos);
       out[b].push_back(next);
       fed[b] = next;
       done[b] = std::find(eos.begin(), eos.end(), next) != eos.end();

@@ -9,9 +9,11 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/models/gpt2.h"
+#include "kiln/models/logits_processors.h"
 #include "kiln/models/t5.h"
 
 namespace kiln::models {
@@ -46,6 +48,32 @@ struct GenerationConfig {
   // above 0 takes precedence over it, as in transformers.
   int64_t min_new_tokens = 0;
   std::optional<int64_t> min_length;
+  // The other logits processors of transformers (logits_processors.h, in the
+  // order it applies them): sequence_bias adds each bias to the last id of a
+  // sequence whose other ids end the row's ids; bad_words_ids bans such ids
+  // (a single EOS id is dropped from the list); forced_bos_token_id is the
+  // only choice after a one-token input, forced_eos_token_ids the only ones
+  // for the last new token; remove_invalid_values makes NaN 0 and +-inf
+  // float32's extremes; exponential_decay_length_penalty (start_index,
+  // decay_factor) raises the EOS scores after start_index new ids;
+  // suppress_tokens are never chosen, begin_suppress_tokens not as the first
+  // new id (the second after a one-token input with a forced BOS);
+  // renormalize_logits log-softmaxes the scores after everything else.
+  std::vector<std::pair<std::vector<int64_t>, double>> sequence_bias;
+  std::vector<std::vector<int64_t>> bad_words_ids;
+  std::optional<int64_t> forced_bos_token_id;
+  std::vector<int64_t> forced_eos_token_ids;
+  bool remove_invalid_values = false;
+  std::optional<std::pair<int64_t, double>> exponential_decay_length_penalty;
+  std::vector<int64_t> suppress_tokens;
+  std::vector<int64_t> begin_suppress_tokens;
+  bool renormalize_logits = false;
+  // Sampling warpers after min_p (TypicalLogitsWarper, EpsilonLogitsWarper,
+  // EtaLogitsWarper): typical_p in (0, 1] (1 = off), epsilon_cutoff and
+  // eta_cutoff in [0, 1) (0 = off).
+  double typical_p = 1.0;
+  double epsilon_cutoff = 0.0;
+  double eta_cutoff = 0.0;
   // Beam search (num_beams > 1, transformers' _beam_search): hypotheses are
   // ranked by sum of log-probs / generated_length ** length_penalty (with
   // do_sample, beam sampling: the candidates are drawn, see beam_search.h);
@@ -63,39 +91,16 @@ struct GenerationConfig {
 // "true"/"false"/"never" (any case; also a JSON bool's text): HF's early_stopping values.
 GenerationConfig::EarlyStopping parse_early_stopping(const std::string& text);
 
-// HF's RepetitionPenaltyLogitsProcessor and NoRepeatNGramLogitsProcessor on
-// one row of logits, given the ids so far (a decoder-only model's prompt and
-// output; an encoder-decoder's decoder input, its start token first).
-void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids, const GenerationConfig& g);
-
-// HF's MinNewTokensLengthLogitsProcessor on one row of scores: while fewer
-// than g.min_new_tokens ids have been generated, the `eos` ids' scores are
-// -inf (ids outside the row are skipped).
-void suppress_early_eos(std::vector<float>& scores, int64_t generated, const std::vector<int64_t>& eos,
-                        const GenerationConfig& g);
-
-// HF's sampling warpers (TemperatureLogitsWarper, TopKLogitsWarper,
-// TopPLogitsWarper, in the order _get_logits_processor builds them) on one
-// row of processed scores: plain sampling's logits (min_tokens_to_keep 1) or
-// beam sampling's log-probs (1 + the number of EOS ids, at least 2). The
-// scores are divided by temperature; those below the top_k-th largest go
-// (ties with it stay); then, in ascending order (equal scores by index),
-// those whose cumulative probability is at most 1 - top_p, so that of tokens
-// tied at the cut the higher ids stay; then (MinPLogitsWarper) those whose
-// probability is below min_p times the largest. Each filter keeps at least
-// min_tokens_to_keep; a removed score becomes -inf.
-void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t min_tokens_to_keep);
-
 // One id drawn from softmax(scores) (torch.multinomial(probs, 1) for one row):
 // -inf scores are never drawn. All -inf, a NaN or a +inf is an error.
 int64_t draw(const std::vector<float>& scores, std::mt19937_64& rng);
 
-// The next id after `ids` from one row of logits, as transformers' _sample
-// picks it (num_beams 1): the logits processors, then the greedy choice (the
-// first of equal maxima) or, with do_sample, the warpers (min_tokens_to_keep 1)
-// and a draw.
+// The next id after `ids` (`generated` of them new, `eos` the call's EOS ids)
+// from one row of logits, as transformers' _sample picks it (num_beams 1):
+// the logits processors, then the greedy choice (the first of equal maxima)
+// or, with do_sample, the warpers (min_tokens_to_keep 1) and a draw.
 int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng,
-                   const std::vector<int64_t>& ids);
+                   const std::vector<int64_t>& ids, int64_t generated = 0, const std::vector<int64_t>& eos = {});
 
 // A decoder-only LM (GPT2LMHeadModel, LlamaForCausalLM): continues each
 // prompt (token ids) on its own; returns prompt + generated ids per prompt,

@@ -23,23 +23,22 @@ constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do
                                  "top_p",             "repetition_penalty",  "length_penalty",
                                  "no_repeat_ngram_size", "num_return_sequences", "early_stopping",
                                  "eos_token_id",      "min_length",          "min_new_tokens",
-                                 "min_p"};
+                                 "min_p",             "typical_p",           "epsilon_cutoff",
+                                 "eta_cutoff",        "suppress_tokens",     "begin_suppress_tokens",
+                                 "bad_words_ids",     "forced_bos_token_id", "forced_eos_token_id",
+                                 "sequence_bias",     "exponential_decay_length_penalty",
+                                 "renormalize_logits", "remove_invalid_values"};
 // Settings of transformers' GenerationConfig that change the tokens
 // generate() returns and that kiln does not build, each with the value that
 // changes nothing (older config.json files carry them all at those values;
 // null: only null or empty is neutral). Any other value is named in a warning
 // rather than dropped unsaid.
 const std::pair<const char*, nlohmann::json> kUnapplied[] = {
-    {"typical_p", 1},
-    {"epsilon_cutoff", 0},       {"eta_cutoff", 0},
     {"diversity_penalty", 0},    {"num_beam_groups", 1},        {"penalty_alpha", 0},
-    {"bad_words_ids", nullptr},  {"force_words_ids", nullptr},  {"constraints", nullptr},
-    {"forced_bos_token_id", nullptr}, {"forced_eos_token_id", nullptr},
-    {"exponential_decay_length_penalty", nullptr}, {"suppress_tokens", nullptr},
-    {"begin_suppress_tokens", nullptr}, {"sequence_bias", nullptr}, {"guidance_scale", 1},
+    {"force_words_ids", nullptr}, {"constraints", nullptr},     {"guidance_scale", 1},
     {"encoder_repetition_penalty", 1}, {"encoder_no_repeat_ngram_size", 0}, {"stop_strings", nullptr},
     {"max_time", nullptr},       {"dola_layers", nullptr},      {"watermarking_config", nullptr},
-    {"renormalize_logits", false}, {"remove_invalid_values", false}, {"token_healing", false}};
+    {"token_healing", false},    {"top_h", nullptr}};
 
 bool neutral(const nlohmann::json& v, const nlohmann::json& unset) {
   if (v.is_null() || ((v.is_array() || v.is_object() || v.is_string()) && v.empty())) return true;
@@ -65,8 +64,64 @@ void warn_unapplied(const nlohmann::json& j, const std::string& file) {
 constexpr const char* kBeamKeys[] = {"num_beams",          "length_penalty",      "early_stopping",
                                      "num_return_sequences", "repetition_penalty", "no_repeat_ngram_size"};
 
+bool is_ids(const nlohmann::json& v) {
+  return v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_number_integer(); });
+}
+
+// The logits processors' and warpers' settings (logits_processors.h); false for another key. An empty list is
+// no setting (transformers would refuse an empty bad_words_ids or sequence_bias; nothing is what it asks for).
+bool apply_processor_key(const std::string& key, const nlohmann::json& v, const std::string& file,
+                         GenerationConfig& g) {
+  auto need = [&](bool ok, const char* what) {
+    KILN_CHECK(ok, file, ": \"", key, "\" must be ", what, ", found ", json_found(v));
+  };
+  auto ids = [&]() {
+    need(is_ids(v), "a list of token ids");
+    return v.get<std::vector<int64_t>>();
+  };
+  auto flag = [&]() {
+    need(v.is_boolean(), "true or false");
+    return v.get<bool>();
+  };
+  if (key == "typical_p" || key == "epsilon_cutoff" || key == "eta_cutoff") {
+    need(v.is_number(), "a number");
+    (key == "typical_p" ? g.typical_p : key == "epsilon_cutoff" ? g.epsilon_cutoff : g.eta_cutoff) = v.get<double>();
+  } else if (key == "suppress_tokens" || key == "begin_suppress_tokens") {
+    (key == "suppress_tokens" ? g.suppress_tokens : g.begin_suppress_tokens) = ids();
+  } else if (key == "bad_words_ids") {
+    need(v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) { return is_ids(e) && !e.empty(); }),
+         "a list of token-id lists, none empty (e.g. [[5], [7, 8]])");
+    g.bad_words_ids = v.get<std::vector<std::vector<int64_t>>>();
+  } else if (key == "forced_bos_token_id") {
+    need(v.is_number_integer(), "a token id");
+    g.forced_bos_token_id = v.get<int64_t>();
+  } else if (key == "forced_eos_token_id") {
+    need(v.is_number_integer() || is_ids(v), "a token id or a list of them");
+    g.forced_eos_token_ids = v.is_array() ? v.get<std::vector<int64_t>>() : std::vector<int64_t>{v.get<int64_t>()};
+  } else if (key == "sequence_bias") {
+    const bool pairs = v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) {
+      return e.is_array() && e.size() == 2 && is_ids(e[0]) && !e[0].empty() && e[1].is_number();
+    });
+    need(pairs, "a list of [[token ids], bias] pairs (e.g. [[[5], -2.0], [[7, 8], 1.5]])");
+    g.sequence_bias.clear();
+    for (const auto& e : v) g.sequence_bias.emplace_back(e[0].get<std::vector<int64_t>>(), e[1].get<double>());
+  } else if (key == "exponential_decay_length_penalty") {
+    need(v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number(),
+         "[start_index, decay_factor] (an integer and a number)");
+    g.exponential_decay_length_penalty = std::make_pair(v[0].get<int64_t>(), v[1].get<double>());
+  } else if (key == "renormalize_logits") {
+    g.renormalize_logits = flag();
+  } else if (key == "remove_invalid_values") {
+    g.remove_invalid_values = flag();
+  } else {
+    return false;
+  }
+  return true;
+}
+
 void apply_key(const nlohmann::json& j, const std::string& key, const std::string& file, GenerationConfig& g) {
   const nlohmann::json& v = j[key];
+  if (apply_processor_key(key, v, file, g)) return;
   auto need = [&](bool ok, const char* what) {
     KILN_CHECK(ok, file, ": \"", key, "\" must be ", what, ", found ", json_found(v));
   };
@@ -85,8 +140,7 @@ void apply_key(const nlohmann::json& j, const std::string& key, const std::strin
     need(v.is_boolean(), "true or false");
     g.do_sample = v.get<bool>();
   } else if (key == "eos_token_id") {
-    const bool ids = v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_number_integer(); });
-    need(v.is_number_integer() || (ids && !v.empty()), "a token id or a list of them");
+    need(v.is_number_integer() || (is_ids(v) && !v.empty()), "a token id or a list of them");
     g.eos_token_ids = v.is_array() ? v.get<std::vector<int64_t>>() : std::vector<int64_t>{v.get<int64_t>()};
   } else if (key == "max_new_tokens") {
     g.max_new_tokens = integer();
@@ -116,6 +170,11 @@ void apply_key(const nlohmann::json& j, const std::string& key, const std::strin
 }
 
 }  // namespace
+
+void apply_generation_setting(const std::string& key, const nlohmann::json& value, const std::string& source,
+                              GenerationConfig& g) {
+  KILN_CHECK(apply_processor_key(key, value, source, g), source, ": \"", key, "\" is not a logits processor setting");
+}
 
 bool generates_text(const std::string& arch) {
   return arch.ends_with("ForCausalLM") || arch == "GPT2LMHeadModel" || arch.ends_with("ForConditionalGeneration");
