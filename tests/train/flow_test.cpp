@@ -69,5 +69,26 @@ TEST(Flow, AnEpochEndsOnlyAtAWholeEpoch) {
   EXPECT_TRUE(step_control(a, {}, 7, 2.0 - 1e-12, true).should_save);
 }
 
+// The run's last step (max_steps) evaluates and saves under the steps strategies even off the intervals,
+// as DefaultFlowCallback does when training stops; other strategies and the eval delay still decide.
+TEST(Flow, TheLastStepEvaluatesAndSavesUnderTheStepsStrategies) {
+  TrainingArguments a;
+  a.eval_strategy = "steps";
+  a.save_strategy = "steps";
+  const StepIntervals every{0, 4, 4};
+  EXPECT_FALSE(step_control(a, every, 7, 1.75, true).should_evaluate);
+  const StepControl last = step_control(a, every, 7, 1.75, true, true);
+  EXPECT_TRUE(last.should_evaluate);
+  EXPECT_TRUE(last.should_save);
+  EXPECT_FALSE(last.should_log);  // no log of its own
+  EXPECT_FALSE(step_control(a, every, 7, 1.75, false, true).should_evaluate);  // no evaluation set
+  a.eval_delay = 8;
+  EXPECT_FALSE(step_control(a, every, 7, 1.75, true, true).should_evaluate);
+  a.eval_strategy = "epoch";
+  a.save_strategy = "epoch";
+  EXPECT_FALSE(step_control(a, every, 7, 1.75, true, true).should_evaluate);
+  EXPECT_FALSE(step_control(a, every, 7, 1.75, true, true).should_save);
+}
+
 }  // namespace
 }  // namespace kiln::train
