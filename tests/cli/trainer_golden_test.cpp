@@ -1,5 +1,5 @@
 // kiln train against transformers' Trainer, a whole run at a time:
-// tests/goldens/trainer/runs.json holds, for tiny BERT, GPT-2 and T5 models,
+// tests/goldens/trainer/runs.json holds, for tiny BERT, GPT-2, Llama and T5 models,
 // the flags of each case and what HF's Trainer logged (gen_trainer_goldens.py):
 // every log_history entry (loss, grad_norm, learning_rate, epoch, eval_loss,
 // the summary's train_loss and total_flos, and the keys of each entry) and the
@@ -114,13 +114,16 @@ TEST_P(TrainerGolden, MatchesTransformersTrainer) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, TrainerGolden,
                          ::testing::Values("bert_linear", "bert_smoothing", "bert_accumulation", "gpt2_polynomial",
-                                           "gpt2_smoothing", "t5_accumulation", "t5_remainder"));
+                                           "gpt2_smoothing", "llama_accumulation", "t5_accumulation", "t5_remainder",
+                                           "t5_partial_batch", "t5_drop_last"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(TrainerGoldenFile, EveryCaseIsTested) {
   std::set<std::string> names;
   for (const auto& [name, c] : runs().items()) names.insert(name);
   EXPECT_EQ(names, (std::set<std::string>{"bert_linear", "bert_smoothing", "bert_accumulation", "gpt2_polynomial",
-                                          "gpt2_smoothing", "t5_accumulation", "t5_remainder"}));
+                                          "gpt2_smoothing", "llama_accumulation", "t5_accumulation", "t5_remainder",
+                                          "t5_partial_batch", "t5_drop_last"}));
 }
 
 }  // namespace

@@ -7,8 +7,8 @@ by tests/train/decay_test.cpp).
 
 Made with torch 2.15 (CPU), transformers 5.25 and tokenizers 0.23. The models are
 random (seeded), dropout 0, with word-level tokenizers over a 20-word vocabulary:
-BertForSequenceClassification, GPT2LMHeadModel and T5ForConditionalGeneration
-(hidden size 8, two layers; biases and LayerNorms moved off their initial values
+BertForSequenceClassification, GPT2LMHeadModel, LlamaForCausalLM and
+T5ForConditionalGeneration (hidden size 8, two layers; biases and LayerNorms moved off their initial values
 so that weight decay groups matter). transformers' train sampler shuffles with
 torch's generator, which kiln's sampler cannot reproduce, so every case is one
 where the order of the rows does not change the result: each optimizer step
@@ -51,6 +51,7 @@ import transformers
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification,
                           AutoTokenizer, BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel,
+                          LlamaConfig, LlamaForCausalLM,
                           PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration, Trainer, TrainingArguments)
 
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -112,6 +113,18 @@ def make_gpt2(d):
     torch.manual_seed(1)
     m = GPT2LMHeadModel(cfg)
     perturb(m, lambda n: n.endswith("bias") or ".ln_" in n)
+    save(m, t, d)
+
+
+def make_llama(d):
+    tok, vocab = wordlevel(["<unk>", "<s>", "</s>"])
+    t = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=8, intermediate_size=16, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=16, rms_norm_eps=1e-6,
+                      bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    torch.manual_seed(3)
+    m = LlamaForCausalLM(cfg)
+    perturb(m, lambda n: "norm" in n)
     save(m, t, d)
 
 
@@ -243,6 +256,12 @@ CASES = {
                            args=dict(per_device_train_batch_size=64, max_steps=4, label_smoothing_factor=0.2,
                                      lr_scheduler_type="cosine", eval_strategy="steps", eval_steps=4,
                                      per_device_eval_batch_size=8)),
+    # Llama's loss takes num_items_in_batch, so HF needs no patch: accumulation over micro-batches that together
+    # are the training set; RMSNorm weights (no decay by name: input_layernorm, model.norm).
+    "llama_accumulation": dict(model="llama", task="causal-lm", train="lm_train.txt", dev="lm_dev.txt", L=8,
+                               args=dict(per_device_train_batch_size=3, gradient_accumulation_steps=2,
+                                         num_train_epochs=4, weight_decay=0.5, warmup_steps=1,
+                                         eval_strategy="steps", eval_steps=3, per_device_eval_batch_size=8)),
     # Token-weighted accumulation: target lengths differ between micro-batches; T5's relative_attention_bias
     # (no decay: its name holds "bias").
     "t5_accumulation": dict(model="t5", task="seq2seq", train="s2s_train.jsonl", dev="s2s_dev.jsonl", L=8, TL=6,
@@ -256,6 +275,16 @@ CASES = {
                          args=dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, num_train_epochs=3,
                                    label_smoothing_factor=0.1, lr_scheduler_type="constant_with_warmup",
                                    warmup_steps=3, eval_strategy="epoch", per_device_eval_batch_size=4)),
+    # The last partial batch: 10 rows in batches of 4 are 3 batches an epoch (the last of 2 rows), and a
+    # fractional num_train_epochs: ceil(1.5 x 3) = 5 steps, epochs 1/3, 2/3, ...; evaluation every 2 steps and at
+    # the last.
+    "t5_partial_batch": dict(model="t5", task="seq2seq", train="s2s_same10.jsonl", dev="s2s_dev.jsonl", L=8, TL=6,
+                             args=dict(per_device_train_batch_size=4, num_train_epochs=1.5, eval_strategy="steps",
+                                       eval_steps=2, per_device_eval_batch_size=4)),
+    # dataloader_drop_last: 2 batches an epoch; max_steps 5 ends halfway through the third epoch.
+    "t5_drop_last": dict(model="t5", task="seq2seq", train="s2s_same10.jsonl", dev="s2s_dev.jsonl", L=8, TL=6,
+                         args=dict(per_device_train_batch_size=4, dataloader_drop_last=True, max_steps=5,
+                                   logging_strategy="epoch", eval_strategy="no")),
 }
 
 
@@ -329,6 +358,7 @@ def decay_groups():
 def main():
     make_bert(OUT / "bert")
     make_gpt2(OUT / "gpt2")
+    make_llama(OUT / "llama")
     make_t5(OUT / "t5")
     make_data(OUT / "data")
     runs = {}

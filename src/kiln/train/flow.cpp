@@ -6,7 +6,8 @@ namespace kiln::train {
 
 StepControl step_control(const TrainingArguments& args, const StepIntervals& every, int64_t step, double epoch,
                          bool has_eval, bool last_step) {
-  const bool epoch_end = std::abs(epoch - std::round(epoch)) < 1e-9;
+  // HF ends the epoch loop when training stops, so the last step also does what an epoch's end does.
+  const bool epoch_end = last_step || std::abs(epoch - std::round(epoch)) < 1e-9;
   StepControl c;
   c.should_log = (args.logging_first_step && step == 1) ||
                  (args.logging_strategy == "steps" && every.logging_steps > 0 && step % every.logging_steps == 0) ||

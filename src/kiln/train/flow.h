@@ -26,7 +26,9 @@ struct StepIntervals {
 // (fractional; a whole number at an epoch's end). `has_eval`: there is an
 // evaluation set (without one nothing is evaluated). `last_step`: the run's
 // max_steps-th step, which HF also evaluates (eval_strategy steps) and saves
-// (save_strategy steps) when the intervals miss it.
+// (save_strategy steps) when the intervals miss it, and which ends an epoch
+// for the epoch strategies even halfway through one (HF's on_epoch_end runs
+// when training stops).
 StepControl step_control(const TrainingArguments& args, const StepIntervals& every, int64_t step, double epoch,
                          bool has_eval, bool last_step = false);
 
