@@ -2,8 +2,9 @@
 // tests/goldens/trainer/runs.json holds, for tiny BERT, GPT-2, Llama and T5 models,
 // the flags of each case and what HF's Trainer logged (gen_trainer_goldens.py):
 // every log_history entry (loss, grad_norm, learning_rate, epoch, eval_loss,
-// the summary's train_loss and total_flos, and the keys of each entry) and the
-// L2 norm of every tensor of the final model. The cases exercise weight-decay
+// num_input_tokens_seen, the summary's train_loss and total_flos, and the keys
+// of each entry) and the L2 norm of every tensor of the final model. The cases
+// exercise weight-decay
 // groups, clipping, schedules and warmup, gradient accumulation (token-weighted,
 // and an epoch's last step taking the batches left), label smoothing,
 // logging_first_step and evaluation at the last step.
@@ -34,9 +35,12 @@ const json& runs() {
   return j;
 }
 
-// A log entry's place: its step and whether it is a training log, an evaluation or the run's summary.
+// A log entry's place: its step and whether it is a training log, an evaluation or the run's summary (a
+// training log has a train_runtime too when input tokens are counted).
 std::pair<int64_t, std::string> place(const json& e) {
-  const std::string kind = e.contains("train_runtime") ? "summary" : e.contains("eval_loss") ? "eval" : "train";
+  const std::string kind = e.contains("eval_loss")                             ? "eval"
+                           : e.contains("train_runtime") && !e.contains("loss") ? "summary"
+                                                                                 : "train";
   return {e.at("step").get<int64_t>(), kind};
 }
 

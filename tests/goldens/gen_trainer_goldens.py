@@ -58,7 +58,7 @@ ROOT = pathlib.Path(__file__).resolve().parent
 OUT = ROOT / "trainer"
 WORDS = "the a cat dog sat ran on mat big small red blue fast slow good bad very not it was".split()
 RUNTIME_KEYS = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "eval_runtime",
-                "eval_samples_per_second", "eval_steps_per_second"}
+                "eval_samples_per_second", "eval_steps_per_second", "train_tokens_per_second"}
 
 
 # --------------------------------------------------------------------------
@@ -225,10 +225,12 @@ def token_weighted(outputs, labels, num_items_in_batch=None):
 
 COMMON = {"learning_rate": 0.01, "weight_decay": 0.1, "max_grad_norm": 0.5, "logging_steps": 1, "seed": 42}
 CASES = {
-    # Whole batch; linear schedule with warmup; clipping; evaluation every 2 steps and at the last (5th).
+    # Whole batch; linear schedule with warmup; clipping; evaluation before the first step, every 2 steps and at
+    # the last (5th); input tokens counted (each training log then has the run's speed in tokens).
     "bert_linear": dict(model="bert", task="text-classification", train="train.csv", dev="dev.csv", L=8,
                         args=dict(per_device_train_batch_size=8, num_train_epochs=5, warmup_steps=2,
-                                  eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=6)),
+                                  eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=6,
+                                  eval_on_start=True, include_num_input_tokens_seen=True)),
     # Label smoothing, no clipping (grad_norm still logged), cosine with restarts, warmup as a fraction,
     # logging_first_step with logging_steps 3.
     "bert_smoothing": dict(model="bert", task="text-classification", train="train.csv", dev="dev.csv", L=8,

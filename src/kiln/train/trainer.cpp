@@ -603,6 +603,7 @@ struct Trainer::Run {
   int64_t accum = 1;             // micro-batches per optimizer step
   int64_t samples_per_step = 0;  // global_batch x accum
   int64_t updates_per_epoch = 0, total = 0, start_step = 0;
+  int64_t start_tokens = 0;  // num_input_tokens_seen when this train() call began
   // The examples a step takes on average, as HF's speed metrics count them:
   // num_train_samples (the examples of the epochs asked for, or max_steps
   // full batches) over the steps. Less than samples_per_step when the last
@@ -864,9 +865,10 @@ void Trainer::queue_loss_readout(const Run& run, const StepResult& r) {
 }
 
 // The log_history entry of a logging step: the mean loss since the last one.
-void Trainer::queue_log_entry(const StepResult& r) {
+void Trainer::queue_log_entry(const Run& run, const StepResult& r) {
   add_step_closure(
-      [this, lr = r.lr, epoch = r.epoch, step = r.step, tokens_seen = r.tokens_seen] {
+      [this, lr = r.lr, epoch = r.epoch, step = r.step, tokens_seen = r.tokens_seen, t0 = run.t0,
+       start_tokens = run.start_tokens] {
         double avg;
         double gn;
         {
@@ -879,7 +881,13 @@ void Trainer::queue_log_entry(const StepResult& r) {
         }
         // Unrounded, as transformers 5 logs them (4.x rounded the loss to 4 and the epoch to 2 decimals).
         json entry{{"loss", avg}, {"grad_norm", gn}, {"learning_rate", lr}, {"epoch", epoch}};
-        if (args_.include_num_input_tokens_seen) entry["num_input_tokens_seen"] = tokens_seen;
+        if (args_.include_num_input_tokens_seen) {
+          // HF's Trainer.log adds the run's speed in tokens: this train() call's tokens over its time so far.
+          const double runtime = seconds_since(t0);
+          entry["num_input_tokens_seen"] = tokens_seen;
+          entry["train_runtime"] = runtime;
+          entry["train_tokens_per_second"] = static_cast<double>(tokens_seen - start_tokens) / std::max(runtime, 1e-9);
+        }
         record_log(std::move(entry), step);
       },
       device_);
@@ -1005,6 +1013,7 @@ std::map<std::string, double> Trainer::train() {
 
   run.t0 = std::chrono::steady_clock::now();
   run.start_step = state_.global_step;
+  run.start_tokens = state_.num_input_tokens_seen;
   if (run.start_step >= run.total && run.start_step > 0 && replica_.is_master())
     std::fprintf(stderr, "kiln train: warning: the checkpoint's global_step %lld is at or past this run's %lld "
                  "optimizer steps: nothing is left to train\n", (long long)run.start_step, (long long)run.total);
@@ -1023,7 +1032,7 @@ std::map<std::string, double> Trainer::train() {
     const StepResult r = optimization_step(run);
     if (replica_.is_master()) queue_loss_readout(run, r);
     const StepControl control = step_control(args_, every, r.step, r.epoch, eval_ != nullptr, r.step >= run.total);
-    if (control.should_log && replica_.is_master()) queue_log_entry(r);
+    if (control.should_log && replica_.is_master()) queue_log_entry(run, r);
     const EvalOutcome evaluated = control.should_evaluate ? evaluate_during_training(run) : EvalOutcome{};
     // A stop signal makes this step the last, saved as a save step is.
     const bool stop_now = stop_signalled();

@@ -147,7 +147,7 @@ class Trainer {
   Tensor accumulate_gradients(Run& run, const StepBatches& batches, double& epoch);
   Tensor update_parameters(double lr);
   void queue_loss_readout(const Run& run, const StepResult& r);
-  void queue_log_entry(const StepResult& r);
+  void queue_log_entry(const Run& run, const StepResult& r);
   EvalOutcome evaluate_during_training(const Run& run);
   void save_during_training(const Run& run, int64_t step, const std::map<std::string, double>& eval_metrics);
   void report_stop_signal(const Run& run) const;
