@@ -57,12 +57,13 @@ bool shown_metric(const std::string& key) {
 using Row = std::vector<std::pair<std::string, std::string>>;
 
 // HF's parse_log_history: a row per evaluation during training (before the summary that has train_runtime)
-// with the training loss logged last before it.
+// with the training loss logged last before it. The summary is the entry with train_runtime and no loss: with
+// include_num_input_tokens_seen every training log has a train_runtime too.
 std::vector<Row> results_table(const std::vector<json>& history) {
   std::vector<Row> rows;
   std::string training_loss = "No log";
   for (const auto& e : history) {
-    if (e.contains("train_runtime")) break;
+    if (e.contains("train_runtime") && !e.contains("loss")) break;
     if (e.contains("loss")) training_loss = rounded(e["loss"]);
     if (!e.contains("eval_loss")) continue;
     Row row = {{"Training Loss", training_loss},

@@ -121,6 +121,10 @@ class Seq2Seq : public TrainTask {
   void finish_model(models::PreTrainedModel& model, const TaskContext& ctx) const override {
     save_source_prefix(model.config(), source_prefix(ctx.flags));
   }
+  // run_summarization's --pad_to_max_length pads the sources to max_source_length, as it cuts them.
+  void collator(data::CollatorOptions& co, const TaskContext& ctx) const override {
+    co.max_length = int_flag(ctx.flags, "max_source_length", ctx.max_len);
+  }
   std::shared_ptr<data::Features> features(const data::Dataset& ds, const TaskContext& ctx) const override {
     return std::make_shared<data::Features>(data::tokenize_seq2seq(
         ds, ctx.tok.tokenizer, int_flag(ctx.flags, "max_source_length", ctx.max_len),

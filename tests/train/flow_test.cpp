@@ -69,5 +69,34 @@ TEST(Flow, AnEpochEndsOnlyAtAWholeEpoch) {
   EXPECT_TRUE(step_control(a, {}, 7, 2.0 - 1e-12, true).should_save);
 }
 
+// The run's last step (max_steps) evaluates and saves under the steps strategies even off the intervals,
+// as DefaultFlowCallback does when training stops; the eval delay still decides.
+TEST(Flow, TheLastStepEvaluatesAndSavesUnderTheStepsStrategies) {
+  TrainingArguments a;
+  a.eval_strategy = "steps";
+  a.save_strategy = "steps";
+  const StepIntervals every{0, 4, 4};
+  EXPECT_FALSE(step_control(a, every, 7, 1.75, true).should_evaluate);
+  const StepControl last = step_control(a, every, 7, 1.75, true, true);
+  EXPECT_TRUE(last.should_evaluate);
+  EXPECT_TRUE(last.should_save);
+  EXPECT_FALSE(last.should_log);  // no log of its own
+  EXPECT_FALSE(step_control(a, every, 7, 1.75, false, true).should_evaluate);  // no evaluation set
+  a.eval_delay = 8;
+  EXPECT_FALSE(step_control(a, every, 7, 1.75, true, true).should_evaluate);
+  // Halfway through an epoch, the last step ends it for the epoch strategies (HF's on_epoch_end after the loop).
+  a.eval_delay = 0;
+  a.eval_strategy = "epoch";
+  a.save_strategy = "epoch";
+  a.logging_strategy = "epoch";
+  EXPECT_FALSE(step_control(a, every, 7, 1.75, true).should_log);
+  const StepControl epoch_last = step_control(a, every, 7, 1.75, true, true);
+  EXPECT_TRUE(epoch_last.should_log);
+  EXPECT_TRUE(epoch_last.should_evaluate);
+  EXPECT_TRUE(epoch_last.should_save);
+  a.eval_delay = 2;  // epochs
+  EXPECT_FALSE(step_control(a, every, 7, 1.75, true, true).should_evaluate);
+}
+
 }  // namespace
 }  // namespace kiln::train

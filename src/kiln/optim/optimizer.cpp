@@ -250,9 +250,8 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
                              ")"));
 }
 
-Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+Tensor grad_norm(const std::vector<Tensor>& params) {
   NoGradGuard no_grad;
-  KILN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got ", max_norm);
   Tensor total;
   // Last parameter first: the compiler visits the sum's operands in order, and
   // the last layers' gradients are the first the backward pass has (see
@@ -265,8 +264,14 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     Tensor s = sum(g * g);
     total = total.defined() ? total + s : s;
   }
-  if (!total.defined()) return {};
-  Tensor norm = sqrt(total);
+  return total.defined() ? sqrt(total) : Tensor();
+}
+
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  KILN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got ", max_norm);
+  Tensor norm = grad_norm(params);
+  if (!norm.defined()) return {};
   // coef = min(1, max_norm / (norm + 1e-6)), as torch computes it
   Tensor coef = minimum(max_norm / (norm + 1e-6), ones({}, DType::f32, norm.device()));
   for (auto p : params) {

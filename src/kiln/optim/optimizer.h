@@ -186,6 +186,8 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
 // max_norm (torch.nn.utils.clip_grad_norm_, inside the traced step); returns
 // the norm before clipping.
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The global L2 norm of the parameters' gradients, unclipped (undefined when none has one).
+Tensor grad_norm(const std::vector<Tensor>& params);
 
 // Data parallelism (the all-reduce of xm.optimizer_step): replaces each
 // parameter's gradient by its sum over every replica times `scale`, inside the

@@ -24,8 +24,12 @@ struct StepIntervals {
 
 // The control after optimizer step `step` (1-based), which ended at `epoch`
 // (fractional; a whole number at an epoch's end). `has_eval`: there is an
-// evaluation set (without one nothing is evaluated).
+// evaluation set (without one nothing is evaluated). `last_step`: the run's
+// max_steps-th step, which HF also evaluates (eval_strategy steps) and saves
+// (save_strategy steps) when the intervals miss it, and which ends an epoch
+// for the epoch strategies even halfway through one (HF's on_epoch_end runs
+// when training stops).
 StepControl step_control(const TrainingArguments& args, const StepIntervals& every, int64_t step, double epoch,
-                         bool has_eval);
+                         bool has_eval, bool last_step = false);
 
 }  // namespace kiln::train

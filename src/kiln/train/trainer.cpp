@@ -22,7 +22,9 @@
 #include "kiln/runtime/autocast.h"
 #include "kiln/runtime/context.h"
 #include "kiln/runtime/metrics.h"
+#include "kiln/train/decay.h"
 #include "kiln/train/flow.h"
+#include "kiln/train/label_smoothing.h"
 #include "kiln/train/output_dir.h"
 #include "kiln/train/progress.h"
 #include "kiln/train/seqeval.h"
@@ -52,13 +54,6 @@ class Bf16Scope {
  private:
   std::optional<Autocast> on_;
 };
-
-// HF's get_decay_parameter_names: no weight decay for biases and LayerNorm weights.
-bool decays(const std::string& name) {
-  bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
-  bool norm = name.find("LayerNorm.") != std::string::npos || name.find("layer_norm.") != std::string::npos;
-  return !bias && !norm;
-}
 
 // Accuracy and macro-F1 of predictions against labels over C classes.
 std::pair<double, double> accuracy_f1(const std::vector<int64_t>& pred, const std::vector<int64_t>& gold, int64_t C) {
@@ -198,6 +193,8 @@ Trainer::Trainer(models::PreTrainedModel& model, TrainingArguments args, Task ta
   flos_per_token_ = 6.0 * static_cast<double>(non_embedding_parameters(model_));
   progress_on_ = replica_.is_master() && (args_.disable_tqdm ? !*args_.disable_tqdm : progress_tty_);
   if (args_.gradient_checkpointing) model_.set_gradient_checkpointing(true);  // as HF's Trainer does
+  smooth_labels_ = label_smoothing_applies(args_.label_smoothing_factor, model_, task_ == Task::QuestionAnswering,
+                                          replica_.is_master());
   if (args_.tf32) set_allow_tf32(true);  // HF: torch.backends.cuda.matmul.allow_tf32 = True
   build_optimizer();
 }
@@ -213,13 +210,14 @@ Trainer::~Trainer() {
 }
 
 void Trainer::build_optimizer() {
-  // HF's grouping: decayed parameters first, then the others.
+  // HF's grouping (get_decay_parameter_names): decayed parameters first, then the others.
   std::vector<std::pair<std::string, Tensor>> no_decay;
+  const std::unordered_set<std::string> exempt = no_decay_parameter_names(model_);
   params_.clear();
   param_names_.clear();
   for (auto& [name, p] : model_.named_parameters()) {
     if (!p.requires_grad()) continue;  // frozen (LoRA's base): no gradient, no optimizer state
-    if (decays(name)) {
+    if (!exempt.count(name)) {
       params_.push_back(p);
       param_names_.push_back(name);
     } else {
@@ -366,6 +364,11 @@ models::ModelInputs Trainer::inputs_of(const data::DeviceBatch& b) const {
   in.start_positions = get("start_positions");
   in.end_positions = get("end_positions");
   return in;
+}
+
+Tensor Trainer::loss_of(const models::ModelOutputs& out, const models::ModelInputs& in) const {
+  if (!smooth_labels_ || !in.labels.defined()) return out.loss;
+  return smoothed_loss(out, in, args_.label_smoothing_factor, task_ == Task::CausalLM);
 }
 
 void Trainer::record_log(json entry, int64_t step) {
@@ -600,6 +603,7 @@ struct Trainer::Run {
   int64_t accum = 1;             // micro-batches per optimizer step
   int64_t samples_per_step = 0;  // global_batch x accum
   int64_t updates_per_epoch = 0, total = 0, start_step = 0;
+  int64_t start_tokens = 0;  // num_input_tokens_seen when this train() call began
   // The examples a step takes on average, as HF's speed metrics count them:
   // num_train_samples (the examples of the epochs asked for, or max_steps
   // full batches) over the steps. Less than samples_per_step when the last
@@ -672,7 +676,9 @@ void Trainer::make_loader(Run& run) {
 // The number of optimizer steps, the learning-rate schedule, and the state's
 // view of them (trainer_state.json's max_steps, num_train_epochs, *_steps).
 void Trainer::plan_schedule(Run& run) {
-  run.updates_per_epoch = std::max<int64_t>(loader_->batches_per_epoch() / run.accum, 1);
+  // HF's num_update_steps_per_epoch: an epoch's last step takes the micro-batches left (next_step_batches).
+  const int64_t batches = loader_->batches_per_epoch();
+  run.updates_per_epoch = std::max<int64_t>(batches / run.accum + (batches % run.accum > 0 ? 1 : 0), 1);
   const double epoch_steps = std::ceil(args_.num_train_epochs * static_cast<double>(run.updates_per_epoch));
   KILN_CHECK(args_.max_steps > 0 || epoch_steps < 1e18, "train: --num_train_epochs ", args_.num_train_epochs, " x ",
              run.updates_per_epoch, " optimizer steps an epoch is more steps than a run can count (at most 1e18)");
@@ -727,11 +733,15 @@ void Trainer::evaluate_on_start() {
 // The step's batches first: each loss is weighted by its share of what the
 // whole step counts (rows, or label tokens for language modelling) over
 // every micro-batch of every replica, so the gradient is the mean over the
-// global batch however it is split (HF's num_items_in_batch).
+// global batch however it is split (HF's num_items_in_batch). As in HF, a
+// step never crosses an epoch's end: when gradient_accumulation_steps does
+// not divide the epoch's batches, its last step takes the ones left.
 Trainer::StepBatches Trainer::next_step_batches(Run& run) {
   StepBatches s;
   double local_items = 0, local_tokens = 0;
+  const int64_t per_epoch = loader_->batches_per_epoch();
   for (int64_t micro = 0; micro < run.accum; ++micro) {
+    if (micro > 0 && s.batches.back().position + 1 >= per_epoch) break;
     s.batches.push_back(run.device_loader->next());
     s.items.push_back(loss_items(s.batches.back().host));
     local_items += s.items.back();
@@ -755,14 +765,16 @@ Tensor Trainer::accumulate_gradients(Run& run, const StepBatches& s, double& epo
   // Dropout masks are keyed by the sample's place in the global batch, with
   // the same draws for every micro-batch of the step.
   const uint64_t step_offset = gen.offset();
-  for (int64_t micro = 0; micro < run.accum; ++micro) {
+  const int64_t micros = static_cast<int64_t>(s.batches.size());
+  for (int64_t micro = 0; micro < micros; ++micro) {
     const data::DeviceBatch& batch = s.batches[micro];
     gen.set_state(gen.seed(), step_offset);
     gen.set_sample_base(micro * run.global_batch + batch.host.first_sample);
     Tensor loss;
     {
       Bf16Scope bf16(args_.bf16);
-      loss = model_.forward(inputs_of(batch)).loss;
+      const models::ModelInputs in = inputs_of(batch);
+      loss = loss_of(model_.forward(in), in);
     }
     KILN_CHECK(loss.defined(), "train: the batch has no labels");
     const double w = s.step_items > 0 ? s.items[micro] / s.step_items : 0.0;
@@ -773,7 +785,7 @@ Tensor Trainer::accumulate_gradients(Run& run, const StepBatches& s, double& epo
     epoch = batch.epoch + static_cast<double>(batch.position + 1) / loader_->batches_per_epoch();
     data_epoch_ = batch.epoch;
     data_position_ = batch.position + 1;
-    if (micro + 1 < run.accum) mark_step(device_);
+    if (micro + 1 < micros) mark_step(device_);
   }
   gen.set_sample_base(0);
   if (!loss_sum.defined()) loss_sum = zeros({}, DType::f32, device_);
@@ -783,10 +795,10 @@ Tensor Trainer::accumulate_gradients(Run& run, const StepBatches& s, double& epo
 }
 
 // Clipping, the optimizer's update at `lr` and clearing the gradients; the
-// gradient norm before clipping when max_grad_norm clips.
+// gradient norm before clipping (HF logs it without clipping too).
 Tensor Trainer::update_parameters(double lr) {
-  Tensor grad_norm;
-  if (args_.max_grad_norm > 0) grad_norm = optim::clip_grad_norm(model_.parameters(), args_.max_grad_norm);
+  const Tensor grad_norm = args_.max_grad_norm > 0 ? optim::clip_grad_norm(model_.parameters(), args_.max_grad_norm)
+                                                   : optim::grad_norm(model_.parameters());
   optimizer_->set_lr(lr);
   optimizer_->step();
   if (sharded()) {
@@ -853,9 +865,10 @@ void Trainer::queue_loss_readout(const Run& run, const StepResult& r) {
 }
 
 // The log_history entry of a logging step: the mean loss since the last one.
-void Trainer::queue_log_entry(const StepResult& r) {
+void Trainer::queue_log_entry(const Run& run, const StepResult& r) {
   add_step_closure(
-      [this, lr = r.lr, epoch = r.epoch, step = r.step, tokens_seen = r.tokens_seen] {
+      [this, lr = r.lr, epoch = r.epoch, step = r.step, tokens_seen = r.tokens_seen, t0 = run.t0,
+       start_tokens = run.start_tokens] {
         double avg;
         double gn;
         {
@@ -868,7 +881,13 @@ void Trainer::queue_log_entry(const StepResult& r) {
         }
         // Unrounded, as transformers 5 logs them (4.x rounded the loss to 4 and the epoch to 2 decimals).
         json entry{{"loss", avg}, {"grad_norm", gn}, {"learning_rate", lr}, {"epoch", epoch}};
-        if (args_.include_num_input_tokens_seen) entry["num_input_tokens_seen"] = tokens_seen;
+        if (args_.include_num_input_tokens_seen) {
+          // HF's Trainer.log adds the run's speed in tokens: this train() call's tokens over its time so far.
+          const double runtime = seconds_since(t0);
+          entry["num_input_tokens_seen"] = tokens_seen;
+          entry["train_runtime"] = runtime;
+          entry["train_tokens_per_second"] = static_cast<double>(tokens_seen - start_tokens) / std::max(runtime, 1e-9);
+        }
         record_log(std::move(entry), step);
       },
       device_);
@@ -961,8 +980,10 @@ std::map<std::string, double> Trainer::finish_training(Run& run) {
   metrics["train_samples"] = static_cast<double>(train_->size());
   metrics["total_flos"] = state_.total_flos;
   json summary = json::object();
-  for (auto& [k, v] : metrics) summary[k] = v;
+  for (auto& [k, v] : metrics)
+    if (k != "train_samples") summary[k] = v;  // HF's log entry; the example scripts add train_samples after it
   record_log(summary, state_.global_step);
+  summary["train_samples"] = metrics["train_samples"];
 
   if (args_.load_best_model_at_end && !state_.best_model_checkpoint.empty()) {
     std::fprintf(stderr, "kiln train: loading the best model from %s (%s = %g)\n", state_.best_model_checkpoint.c_str(),
@@ -992,6 +1013,7 @@ std::map<std::string, double> Trainer::train() {
 
   run.t0 = std::chrono::steady_clock::now();
   run.start_step = state_.global_step;
+  run.start_tokens = state_.num_input_tokens_seen;
   if (run.start_step >= run.total && run.start_step > 0 && replica_.is_master())
     std::fprintf(stderr, "kiln train: warning: the checkpoint's global_step %lld is at or past this run's %lld "
                  "optimizer steps: nothing is left to train\n", (long long)run.start_step, (long long)run.total);
@@ -1009,8 +1031,8 @@ std::map<std::string, double> Trainer::train() {
   while (state_.global_step < run.total) {
     const StepResult r = optimization_step(run);
     if (replica_.is_master()) queue_loss_readout(run, r);
-    const StepControl control = step_control(args_, every, r.step, r.epoch, eval_ != nullptr);
-    if (control.should_log && replica_.is_master()) queue_log_entry(r);
+    const StepControl control = step_control(args_, every, r.step, r.epoch, eval_ != nullptr, r.step >= run.total);
+    if (control.should_log && replica_.is_master()) queue_log_entry(run, r);
     const EvalOutcome evaluated = control.should_evaluate ? evaluate_during_training(run) : EvalOutcome{};
     // A stop signal makes this step the last, saved as a save step is.
     const bool stop_now = stop_signalled();
@@ -1139,7 +1161,9 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
     data::DeviceLoader dl(loader, device_);
     for (int64_t b = 0; b < batches; ++b) {
       data::DeviceBatch batch = dl.next();
-      models::ModelOutputs out = model_.forward(inputs_of(batch));
+      const models::ModelInputs in = inputs_of(batch);
+      models::ModelOutputs out = model_.forward(in);
+      out.loss = loss_of(out, in);
       // Question answering scores the answers; its loss needs answer positions, which unanswered test rows lack.
       KILN_CHECK(qa || out.loss.defined(), "evaluate: the evaluation set has no labels");
       if (out.loss.defined()) {
@@ -1220,9 +1244,13 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
   double runtime = seconds_since(t0);
   m[prefix + "_runtime"] = runtime;
   m[prefix + "_samples_per_second"] = static_cast<double>(samples) / std::max(runtime, 1e-9);
-  m[prefix + "_samples"] = static_cast<double>(samples);
+  // HF's speed_metrics: the batches of per_device_eval_batch_size rows per second.
+  const double eval_batches = std::ceil(static_cast<double>(samples) / static_cast<double>(args_.per_device_eval_batch_size));
+  m[prefix + "_steps_per_second"] = eval_batches / std::max(runtime, 1e-9);
   json entry = json::object();
   for (auto& [k, v] : m) entry[k] = v;
+  // The example scripts add <prefix>_samples to the metrics they save, after the log entry.
+  m[prefix + "_samples"] = static_cast<double>(samples);
   entry["epoch"] = state_.epoch;
   record_log(entry, state_.global_step);
   return m;

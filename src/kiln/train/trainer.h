@@ -147,13 +147,15 @@ class Trainer {
   Tensor accumulate_gradients(Run& run, const StepBatches& batches, double& epoch);
   Tensor update_parameters(double lr);
   void queue_loss_readout(const Run& run, const StepResult& r);
-  void queue_log_entry(const StepResult& r);
+  void queue_log_entry(const Run& run, const StepResult& r);
   EvalOutcome evaluate_during_training(const Run& run);
   void save_during_training(const Run& run, int64_t step, const std::map<std::string, double>& eval_metrics);
   void report_stop_signal(const Run& run) const;
   std::map<std::string, double> finish_training(Run& run);
 
   models::ModelInputs inputs_of(const data::DeviceBatch& b) const;
+  // The model's loss on `in`, or the label-smoothed one with label_smoothing_factor (label_smoothing.h).
+  Tensor loss_of(const models::ModelOutputs& out, const models::ModelInputs& in) const;
   // What the loss of batch b averages over: rows, or label tokens.
   double loss_items(const data::Batch& b) const;
   bool sharded() const { return replica_.world_size() > 1 && args_.shard_optimizer_state; }
@@ -207,6 +209,7 @@ class Trainer {
   bool progress_tty_ = false;
   // The progress line is drawn: on a terminal, or anywhere with --disable_tqdm false (HF's tqdm).
   bool progress_on_ = false;
+  bool smooth_labels_ = false;  // label_smoothing_factor applies to this model
   double flos_per_token_ = 0;  // 6 x the non-embedding parameters (TrainerState::total_flos)
   // The progress line of an evaluation or prediction over `batches` batches.
   std::shared_ptr<ProgressLine> batch_progress(const std::string& label, int64_t batches) const;
