@@ -188,6 +188,27 @@ TEST(Lora, FreshDoraAdapterLeavesTheModelAsItWasAndTrainsItsMagnitudes) {
   EXPECT_TRUE(LoraConfig::from_json(j, "adapter_config.json").use_dora);
 }
 
+// In eval mode DoRA keeps the norm of W + ΔW between forwards (decoding
+// computes it once); a new value of B makes it compute the norm again.
+TEST(Lora, DoraNormKeptInEvalModeFollowsNewWeights) {
+  auto model = models::from_pretrained_with_adapter(data("llama/llama_lm"), data("lora/llama_lm_dora/adapter"));
+  model->eval();
+  auto golden = io::load_safetensors(data("lora/llama_lm_dora/golden.safetensors"));
+  const models::ModelInputs inputs = testing::golden_inputs(golden);
+  EXPECT_TRUE(close(model->forward(inputs).logits, golden.at("logits"), 1e-4, 1e-5));
+  EXPECT_TRUE(close(model->forward(inputs).logits, golden.at("logits"), 1e-4, 1e-5));  // the kept norm
+  for (auto& [name, p] : model->named_parameters())
+    if (name.find("lora_B") != std::string::npos) {
+      NoGradGuard no_grad;
+      p.assign(p * 3.0);
+    }
+  const Tensor kept = model->forward(inputs).logits;
+  model->train();  // no dropout in this adapter: the same function, every norm computed afresh
+  const Tensor fresh = model->forward(inputs).logits;
+  EXPECT_TRUE(close(kept, fresh, 1e-5, 1e-6));
+  EXPECT_FALSE(close(kept, golden.at("logits"), 1e-2, 1e-2));
+}
+
 TEST(Lora, KilnAdapterRoundTripsThroughPeftFiles) {
   testing::TempDir tmp;
   auto golden = io::load_safetensors(data("lora/gpt2_lm/golden.safetensors"));

@@ -146,7 +146,7 @@ void Adaptable::detach_lora() {
 
 Tensor Adaptable::with_lora(const Tensor& x, const Tensor& y, const Tensor& bias) const {
   if (!lora_) return y;
-  return lora_->dora() ? lora_->dora_forward(x, y, weight_out_in(), bias) : y + lora_->forward(x);
+  return lora_->dora() ? lora_->dora_forward(x, y, *this, bias) : y + lora_->forward(x);
 }
 
 LoraBranch::LoraBranch(int64_t in, int64_t out, int64_t r, double scaling_, double p,
@@ -180,11 +180,31 @@ Tensor LoraBranch::weight_norm(const Tensor& weight) const {
   return sqrt(sum(w * w, {1})).detach();
 }
 
-Tensor LoraBranch::dora_forward(const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& bias) const {
-  const Tensor scale = lora_magnitude_vector / weight_norm(weight);  // [out], broadcast over the rows
+namespace {
+// Whether `seen` still names the graph node that holds `t`'s value.
+bool same_value(const std::weak_ptr<const void>& seen, const Tensor& t) {
+  return !seen.expired() && seen.lock() == std::static_pointer_cast<const void>(t.impl()->node);
+}
+}  // namespace
+
+Tensor LoraBranch::eval_weight_norm(const Adaptable& layer) const {
+  const Tensor& w = layer.stored_weight();
+  if (is_training()) {
+    cache_ = {};
+    return weight_norm(layer.weight_out_in());
+  }
+  if (!cache_.norm.defined() || !same_value(cache_.w, w) || !same_value(cache_.a, lora_A->weight) ||
+      !same_value(cache_.b, lora_B->weight))
+    cache_ = {w.impl()->node, lora_A->weight.impl()->node, lora_B->weight.impl()->node,
+              weight_norm(layer.weight_out_in())};
+  return cache_.norm;
+}
+
+Tensor LoraBranch::dora_forward(const Tensor& x, const Tensor& y, const Adaptable& layer, const Tensor& bias) const {
+  const Tensor scale = lora_magnitude_vector / eval_weight_norm(layer);  // [out], broadcast over the rows
   const bool drops = dropout->active_p() > 0;
   const Tensor in = drops ? dropout->forward(x) : x;
-  const Tensor base = drops ? linear(in, weight) : (bias.defined() ? y - bias : y);
+  const Tensor base = drops ? linear(in, layer.weight_out_in()) : (bias.defined() ? y - bias : y);
   const Tensor branch = lora_B->forward(lora_A->forward(in)) * scaling;
   return y + (scale - 1.0) * base + scale * branch;
 }

@@ -84,8 +84,12 @@ class Adaptable : public Module {
   void attach_lora(std::shared_ptr<LoraBranch> branch);
   void detach_lora();
   const std::shared_ptr<LoraBranch>& lora() const { return lora_; }
-  // The layer's weight as [out, in] (a Conv1D's transposed), which DoRA normalises.
-  virtual Tensor weight_out_in() const = 0;
+  // The layer's weight as stored, and whether that is [in, out] (a Conv1D,
+  // PEFT's fan_in_fan_out) rather than [out, in].
+  virtual const Tensor& stored_weight() const = 0;
+  virtual bool fan_in_fan_out() const = 0;
+  // The weight as [out, in], which DoRA normalises.
+  Tensor weight_out_in() const { return fan_in_fan_out() ? transpose(stored_weight(), 0, 1) : stored_weight(); }
 
  protected:
   // y: the layer's output for x; `bias` its bias (undefined when it has none).
@@ -99,7 +103,8 @@ class Linear : public Adaptable {
  public:
   Linear(int64_t in, int64_t out, const Init& init, bool bias = true);
   Tensor forward(const Tensor& x) const { return with_lora(x, linear(x, weight, bias), bias); }
-  Tensor weight_out_in() const override { return weight; }
+  const Tensor& stored_weight() const override { return weight; }
+  bool fan_in_fan_out() const override { return false; }
   Tensor weight, bias;  // [out, in], [out]
 };
 
@@ -108,7 +113,8 @@ class Conv1D : public Adaptable {
  public:
   Conv1D(int64_t in, int64_t out, const Init& init);
   Tensor forward(const Tensor& x) const { return with_lora(x, matmul(x, weight) + bias, bias); }
-  Tensor weight_out_in() const override { return transpose(weight, 0, 1); }
+  const Tensor& stored_weight() const override { return weight; }
+  bool fan_in_fan_out() const override { return true; }
   Tensor weight, bias;  // [in, out], [out]
 };
 
@@ -186,11 +192,23 @@ class LoraBranch : public Module {
   // The layer's DoRA output, as PEFT's DoraLinearLayer: y + (m/‖W + ΔW‖ − 1)·x·Wᵀ
   // + m/‖W + ΔW‖ · scaling·B·A·x, where with active dropout x is dropped once
   // for both products (x·Wᵀ then recomputed), else x·Wᵀ is y less its bias.
-  Tensor dora_forward(const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& bias) const;
+  // `layer` is the adapted layer (its weight and bias).
+  Tensor dora_forward(const Tensor& x, const Tensor& y, const Adaptable& layer, const Tensor& bias) const;
   std::shared_ptr<Linear> lora_A, lora_B;
   std::shared_ptr<Dropout> dropout;
   double scaling;
   Tensor lora_magnitude_vector;  // defined with DoRA only
+
+ private:
+  // In eval mode the norm of W + ΔW is kept while W, A and B hold the values
+  // it was computed from (the same graph nodes), so decoding computes it
+  // once rather than every token; training recomputes it every step.
+  struct NormCache {
+    std::weak_ptr<const void> w, a, b;
+    Tensor norm;
+  };
+  Tensor eval_weight_norm(const Adaptable& layer) const;
+  mutable NormCache cache_;
 };
 
 // PEFT's LoRA branch beside an embedding table: scaling · embedding(ids, Aᵀ) · Bᵀ,
