@@ -204,6 +204,12 @@ NormalizedString NormalizedString::slice(size_t n_start, size_t n_end) const {
   return s;
 }
 
+void NormalizedString::narrow_to_alignment() {
+  if (align_.empty()) return;
+  orig_start_ = align_.front().first;
+  orig_end_ = align_.back().second;
+}
+
 std::vector<NormalizedString> NormalizedString::split(const Pattern& pattern,
                                                       SplitBehavior behavior) const {
   std::vector<Match> matches = pattern.find_matches(normalized_);
