@@ -120,6 +120,6 @@ TEST_P(Pipelines, AgreeWithHuggingFace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Pipelines,
-                         ::testing::Values("bytelevel", "spm_bpe", "unigram", "wordpiece", "components"));
+                         ::testing::Values("bytelevel", "spm_bpe", "unigram", "wordpiece", "components", "unicode"));
 
 }  // namespace

@@ -28,7 +28,7 @@ void WhitespaceSplit::pre_tokenize(PreTokenizedString& s) const {
 #define KILN_RUST_WORD R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D})"
 
 WhitespacePreTokenizer::WhitespacePreTokenizer()
-    : pattern_(Pattern::of_regex(Regex("[" KILN_RUST_WORD "]+|[^" KILN_RUST_WORD R"(\s\x{85}]+)",
+    : pattern_(Pattern::of_regex(Regex("[" KILN_RUST_WORD "]+|[^" KILN_RUST_WORD KILN_REGEX_WHITE_SPACE "]+",
                                        "Whitespace pre-tokenizer"))
                    .inverted()) {}
 

@@ -46,7 +46,7 @@ std::string onig_escape(const std::string& pattern, size_t& i, bool in_class) {
   static const std::string class_word = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})";
   static const std::string bare_word = class_word + R"(\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})";
   const std::string& word = in_class ? class_word : bare_word;
-  static const std::string space = R"(\s\x{85})";
+  static const std::string space = KILN_REGEX_WHITE_SPACE;
   static const std::string hex = "0-9a-fA-F";
   const char e = pattern[i];
   auto set = [&](const std::string& members, bool negated) -> std::string {

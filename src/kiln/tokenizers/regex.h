@@ -8,6 +8,12 @@
 #include <utility>
 #include <vector>
 
+// The members of a character class for Unicode's White_Space, which is
+// Oniguruma's \s (what tokenizers matches with): PCRE2's UCP \s lacks U+0085
+// and has U+180E, a space before Unicode 6.3.
+#define KILN_REGEX_WHITE_SPACE \
+  R"(\t\n\x{0B}\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})"
+
 namespace kiln::tokenizers {
 
 class Regex {

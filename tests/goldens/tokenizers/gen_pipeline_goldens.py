@@ -320,6 +320,33 @@ def chars(normalizer, pre, overrides=None):
     return build
 
 
+def byte_model():
+    """A BPE without merges over the 256 byte-level characters: behind a
+    ByteLevel pre-tokenizer its ids are the bytes of the normalized text."""
+    return {"type": "BPE", "vocab": {c: i for i, c in enumerate(sorted(P.ByteLevel.alphabet()))}, "merges": []}
+
+
+def as_bytes(normalizer, pre=None):
+    def build(tok):
+        tok.normalizer = normalizer
+        tok.pre_tokenizer = P.Sequence(([pre] if pre else []) + [P.ByteLevel(add_prefix_space=False, use_regex=False)])
+        return {}, {}
+    return build
+
+
+# Code points whose treatment depends on the Unicode version of tokenizers'
+# tables (punctuation, other, marks: Unicode 8.0 / 9.0; newer ones are
+# plain there) and combining marks out of canonical order, whose offsets
+# follow positions in tokenizers.
+UNICODE_TEXTS = [
+    "a\u2e43b\u061dc\U0001e95ed\u166de\U000111c9f,g\u00a1h\u2e42i",
+    "a\u0890b\U00013430c\u08e2d\u00ade\u200bf\u180eg h\u180e i",
+    "a\u1885b\u1886c\ua9bdd\u1734e\u07fdf\u0301g\u1cf2h\u1cf3i\u0898j",
+    "a\u0316\u0301 a\u0301\u0316 \u1e09\u0316 e\u0301\u0327\u0300 \u0344\u0316 q\u0307\u0323 \u1e0b\u0323",
+    "\u0f73\u0f71\u0f72 \uac00\u11a8 \u1100\u1161\u11a8 \u212b\u0323 \u00c5\u0301\u031b",
+]
+
+
 FAMILIES = {
     "bytelevel": (train_bytelevel, {
         "llama3": llama3,
@@ -399,11 +426,23 @@ FAMILIES = {
          ("fixed_length", chars(N.NFC(), P.Sequence([P.WhitespaceSplit(), P.FixedLength(length=3)]))),
          ("unk_unfused", chars(None, P.Whitespace(), {"fuse_unk": False})),
          ("regex_hex_nested_u", chars(None, P.Split(Regex(r"\h+|[a-c[x-z]]+|[\u00e0-\u00ff]+|[[:upper:]]+"), "isolated"))),
-         ("regex_word_boundary", chars(None, P.Split(Regex(r"\b\w|\d+"), "isolated")))]
+         ("regex_word_boundary", chars(None, P.Split(Regex(r"\b\w|\d+"), "isolated"))),
+         ("regex_space", chars(None, P.Split(Regex(r"\s+"), "removed")))]
         + [(f"split_{b}{'_inverted' if inv else ''}{'_string' if s else ''}",
             chars(None, P.Split(" " if s else Regex(r"\s+|[,.!?]"), b, invert=inv)))
            for b in ["removed", "isolated", "merged_with_previous", "merged_with_next", "contiguous"]
            for inv in [False, True] for s in [False, True]])),
+    "unicode": (byte_model, {
+        "bert_pre_tokenizer": as_bytes(None, P.BertPreTokenizer()),
+        "punctuation": as_bytes(None, P.Punctuation()),
+        "whitespace": as_bytes(None, P.Whitespace()),
+        "bert_clean_text": as_bytes(N.BertNormalizer(clean_text=True, handle_chinese_chars=False, strip_accents=False,
+                                                     lowercase=False)),
+        "bert_strip_accents": as_bytes(N.BertNormalizer(clean_text=False, handle_chinese_chars=False, strip_accents=True,
+                                                        lowercase=False)),
+        "strip_accents": as_bytes(N.Sequence([N.NFD(), N.StripAccents()])),
+        "nfc": as_bytes(N.NFC()), "nfd": as_bytes(N.NFD()), "nfkc": as_bytes(N.NFKC()), "nfkd": as_bytes(N.NFKD()),
+    }, UNICODE_TEXTS),
 }
 
 
@@ -432,7 +471,7 @@ def flat_offsets(e):
     return [x for o in e.offsets for x in o]
 
 
-def expected(tok, cfg, text_ids):
+def expected(tok, cfg, texts, text_ids):
     hf = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(tok.to_str()), **cfg)
 
     def one(text):
@@ -452,7 +491,7 @@ def expected(tok, cfg, text_ids):
         return {"decoded": keep} if keep == skip else {"decoded": keep, "decoded_skip": skip}
 
     return {"texts": text_ids,
-            "encodings": [guard(lambda: one(TEXTS[i])) for i in text_ids],
+            "encodings": [guard(lambda: one(texts[i])) for i in text_ids],
             "pairs": [guard(lambda: pair(a, b)) for a, b in PAIRS],
             "decodes": [guard(lambda: {"ids": ids, **decoded(ids)}) for ids in decode_lists(tok)]}
 
@@ -465,7 +504,7 @@ def strip_charsmap(j):
     return j
 
 
-def family(train, pipelines, guard_texts):
+def family(train, pipelines, guard_texts, texts):
     model = train()
     out = []
     for name, build in pipelines.items():
@@ -476,19 +515,20 @@ def family(train, pipelines, guard_texts):
             j["model"].update(overrides)
             tok = Tokenizer.from_str(json.dumps(j))
         del j["model"]
-        out.append({"name": name, "tokenizer": strip_charsmap(j), "model_overrides": overrides, "config": cfg, **expected(tok, cfg, list(range(len(TEXTS))) if name in FULL else guard_texts)})
+        out.append({"name": name, "tokenizer": strip_charsmap(j), "model_overrides": overrides, "config": cfg, **expected(tok, cfg, texts, list(range(len(texts))) if name in FULL or texts is not TEXTS else guard_texts)})
     return model, out
 
 
 def main():
     generator = f"gen_pipeline_goldens.py, tokenizers {tokenizers.__version__}, transformers {transformers.__version__}"
-    for fam, (train, pipelines) in FAMILIES.items():
-        model, out = family(train, pipelines, COMPONENT_GUARD_TEXTS if fam == "components" else GUARD_TEXTS)
+    for fam, (train, pipelines, *own_texts) in FAMILIES.items():
+        texts = own_texts[0] if own_texts else TEXTS
+        model, out = family(train, pipelines, COMPONENT_GUARD_TEXTS if fam == "components" else GUARD_TEXTS, texts)
         path = os.path.join(HERE, f"pipelines_{fam}.json")
         with open(path, "w", encoding="utf-8") as f:
             # One pipeline per line: small diffs when a single pipeline changes.
             dump = lambda x: json.dumps(x, ensure_ascii=False, separators=(",", ":"))  # noqa: E731
-            f.write('{"generator":' + dump(generator) + ',\n"texts":' + dump(TEXTS) + ',\n"pairs":' + dump(PAIRS)
+            f.write('{"generator":' + dump(generator) + ',\n"texts":' + dump(texts) + ',\n"pairs":' + dump(PAIRS)
                     + ',\n"model":' + dump(model) + ',\n"pipelines":[\n' + ",\n".join(dump(p) for p in out) + "]}\n")
         print(path, os.path.getsize(path))
 
