@@ -65,6 +65,9 @@ TEST(PipelineOptions, UnsupportedRegexFeaturesAreNamed) {
   e = load_error(R"({"type": "Split", "pattern": {"Regex": "[a[^b]]"}, "behavior": "Isolated"})");
   EXPECT_CONTAINS(e, "t.json: pre_tokenizer.pattern");
   EXPECT_CONTAINS(e, "negated character class inside another");
+  e = load_error(R"({"type": "Split", "pattern": {"Regex": "[a\\H]"}, "behavior": "Isolated"})");
+  EXPECT_CONTAINS(e, "t.json: pre_tokenizer.pattern");
+  EXPECT_CONTAINS(e, "\\H inside a character class");
 }
 
 TEST(PipelineOptions, FixedLengthAndNmt) {

@@ -39,7 +39,7 @@ bool is_hex(char c) {
 
 // One escape of an Oniguruma pattern (pattern[i] is the character after the
 // backslash) in PCRE2's spelling; advances i past what it consumed.
-std::string onig_escape(const std::string& pattern, size_t& i, bool in_class) {
+std::string onig_escape(const std::string& pattern, size_t& i, bool in_class, const std::string& where) {
   // Oniguruma's word characters: alphabetic (letters, letter numbers such as
   // Roman numerals, circled letters), marks, decimal digits, connectors; as a
   // bare \w or \b also the Latin-1 superscripts and fractions.
@@ -49,6 +49,10 @@ std::string onig_escape(const std::string& pattern, size_t& i, bool in_class) {
   static const std::string space = KILN_REGEX_WHITE_SPACE;
   static const std::string hex = "0-9a-fA-F";
   const char e = pattern[i];
+  // PCRE2 has these inside a class with other meanings (\H: not a horizontal
+  // space) or other members, and a class cannot hold a negated set.
+  KILN_CHECK(!(in_class && (e == 'W' || e == 'S' || e == 'H')), where, ": regex '", pattern, "': \\", e,
+             " inside a character class (offset ", i - 1, ") is not supported");
   auto set = [&](const std::string& members, bool negated) -> std::string {
     if (in_class && !negated) return members;
     return (negated ? "[^" : "[") + members + "]";
@@ -82,7 +86,7 @@ Regex Regex::from_onig(const std::string& pattern, const std::string& where) {
     const bool in_class = depth > 0;
     if (c == '\\' && i + 1 < pattern.size()) {
       ++i;
-      out += onig_escape(pattern, i, in_class);
+      out += onig_escape(pattern, i, in_class, where);
       continue;
     }
     if (c == '[' && in_class && pattern.compare(i, 2, "[:") == 0) {

@@ -24,8 +24,8 @@ class Regex {
   // Replace patterns with): \w, \b and \s get Oniguruma's Unicode meaning
   // (\w includes marks; \s includes U+0085), which PCRE2's UCP mode lacks;
   // \h is a hex digit, \uHHHH a code point, and a class nested in a class
-  // is merged into it. Class intersection (&&) and negated nested classes
-  // are errors naming `where`.
+  // is merged into it. Class intersection (&&), negated nested classes and
+  // \W, \S, \H inside a class are errors naming `where`.
   static Regex from_onig(const std::string& pattern, const std::string& where);
   // Appends the byte ranges of all non-overlapping matches in s (valid UTF-8).
   void find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const;
