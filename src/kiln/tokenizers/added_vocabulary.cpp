@@ -81,7 +81,12 @@ static bool is_word_char(char32_t c) { return c == '_' || unicode::is_alphanumer
 void AddedVocabulary::split_with(const MatchSet& set, NormalizedString&& n,
                                  std::vector<Split>& out) const {
   const std::string& s = n.get();
+  // tokenizers slices every piece out of the normalized text, matched or
+  // not, so a piece starts where its first normalized character came from
+  // (after a Strip normalizer that is past the start of the input, which
+  // decides Metaspace's prepend_scheme "first").
   if (set.patterns.empty() || s.empty()) {
+    n.narrow_to_alignment();
     out.push_back(Split{std::move(n), std::nullopt});
     return;
   }
@@ -123,13 +128,15 @@ void AddedVocabulary::split_with(const MatchSet& set, NormalizedString&& n,
       }
       start = std::max(new_start, start_offset);
     }
+    // The next match is looked for right after this one, inside the spaces
+    // rstrip takes too: tokenizers' matches come from one pass over the text
+    // before any stripping, so a whitespace added token there still splits.
     if (tok.rstrip) {
       while (stop < s.size()) {
         size_t len;
         if (!unicode::is_whitespace(utf8::decode(s, stop, &len))) break;
         stop += len;
       }
-      pos = stop;
     }
     any = true;
     if (start_offset < start) out.push_back(Split{n.slice(start_offset, start), std::nullopt});
@@ -140,6 +147,7 @@ void AddedVocabulary::split_with(const MatchSet& set, NormalizedString&& n,
     start_offset = stop;
   }
   if (!any) {
+    n.narrow_to_alignment();
     out.push_back(Split{std::move(n), std::nullopt});
     return;
   }

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/tokenizers/regex.h"
+
 namespace kiln::tokenizers {
 class NormalizedString;
 }
@@ -25,9 +27,12 @@ const std::string& byte_to_utf8(unsigned char b);
 // The byte character c stands for, if it is one of the 256.
 std::optional<unsigned char> char_to_byte(char32_t c);
 
-// The GPT-2 pre-tokenization regex in PCRE2 syntax. Onig's \s (what
-// tokenizers uses) includes U+0085; PCRE2's UCP \s does not, so it is added.
+// The GPT-2 pre-tokenization regex in PCRE2 syntax, with Onig's \s (what
+// tokenizers uses) spelled out.
+#define KILN_S_ KILN_REGEX_WHITE_SPACE
 inline constexpr std::string_view kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\x{85}\p{L}\p{N}]+|[\s\x{85}]+(?![^\s\x{85}])|[\s\x{85}]+)";
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^)" KILN_S_ R"(\p{L}\p{N}]+|[)" KILN_S_ R"(]+(?![^)" KILN_S_
+    R"(])|[)" KILN_S_ "]+";
+#undef KILN_S_
 
 }  // namespace kiln::tokenizers::byte_level

@@ -79,35 +79,11 @@ void NormalizedString::transform_range(size_t n_start, size_t n_end,
 
 void NormalizedString::normalize(unicode::Form form) {
   if (unicode::is_normalized(normalized_, form)) return;
-  std::u32string chars = utf8::to_u32(normalized_);
-  std::vector<unicode::Tagged> tagged = unicode::normalize(chars, form);
-  // Express the result as transform() changes: the first output of a source
-  // character replaces it, further outputs are insertions, and sources that
-  // produced nothing (composed into a predecessor) are removed after it.
+  std::vector<unicode::Tagged> tagged = unicode::normalize(utf8::to_u32(normalized_), form);
   std::vector<Change> changes;
   changes.reserve(tagged.size());
-  uint32_t consumed = 0;
-  size_t initial = 0;
-  for (size_t i = 0; i < tagged.size(); ++i) {
-    uint32_t src = tagged[i].src;
-    if (src < consumed) {
-      changes.emplace_back(tagged[i].c, 1);
-      continue;
-    }
-    if (changes.empty()) {
-      initial = src - consumed;  // sources removed before the first output
-    } else if (src > consumed) {
-      // Sources consumed..src-1 vanished: remove them after the previous output.
-      changes.back().second -= static_cast<int>(src - consumed);
-      if (changes.back().second > 0) changes.back().second = 0;
-    }
-    changes.emplace_back(tagged[i].c, 0);
-    consumed = src + 1;
-  }
-  if (!changes.empty() && consumed < chars.size()) {
-    changes.back().second -= static_cast<int>(chars.size() - consumed);
-  }
-  transform(changes, initial);
+  for (const unicode::Tagged& t : tagged) changes.emplace_back(t.c, t.change);
+  transform(changes, 0);
 }
 
 void NormalizedString::lowercase() {
@@ -202,6 +178,12 @@ NormalizedString NormalizedString::slice(size_t n_start, size_t n_end) const {
     s.orig_start_ = s.orig_end_ = n_start < align_.size() ? align_[n_start].first : orig_end_;
   }
   return s;
+}
+
+void NormalizedString::narrow_to_alignment() {
+  if (align_.empty()) return;
+  orig_start_ = align_.front().first;
+  orig_end_ = align_.back().second;
 }
 
 std::vector<NormalizedString> NormalizedString::split(const Pattern& pattern,

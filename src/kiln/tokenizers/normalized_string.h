@@ -54,6 +54,9 @@ class NormalizedString {
 
   std::vector<NormalizedString> split(const Pattern& pattern, SplitBehavior behavior) const;
   NormalizedString slice(size_t n_start, size_t n_end) const;
+  // What slice(0, size) would give, in place: the original range shrinks to
+  // where the normalized characters came from (no-op when empty).
+  void narrow_to_alignment();
 
  private:
   std::string normalized_;

@@ -23,6 +23,19 @@ static bool bert_control(char32_t c) {
   return unicode::is_other(c);
 }
 
+// Every character replaced by f(character), one for one: alignments unchanged.
+template <typename F>
+static void map_chars(NormalizedString& s, F f) {
+  std::vector<NormalizedString::Change> changes;
+  const std::string& t = s.get();
+  for (size_t i = 0; i < t.size();) {
+    size_t n;
+    changes.emplace_back(f(utf8::decode(t, i, &n)), 0);
+    i += n;
+  }
+  s.transform(changes, 0);
+}
+
 void BertNormalizer::normalize(NormalizedString& s) const {
   const std::string& text = s.get();
   bool ascii = true;
@@ -37,16 +50,7 @@ void BertNormalizer::normalize(NormalizedString& s) const {
     }
     if (dirty) {
       s.filter([](char32_t c) { return !(c == 0 || c == 0xFFFD || bert_control(c)); });
-      // Whitespace becomes ' ' (one character for one: alignments unchanged).
-      std::vector<NormalizedString::Change> changes;
-      const std::string& t = s.get();
-      for (size_t i = 0; i < t.size();) {
-        size_t n;
-        char32_t c = utf8::decode(t, i, &n);
-        changes.emplace_back(bert_whitespace(c) ? U' ' : c, 0);
-        i += n;
-      }
-      s.transform(changes, 0);
+      map_chars(s, [](char32_t c) { return bert_whitespace(c) ? U' ' : c; });
     }
   }
   if (chinese_ && !ascii) {
@@ -73,6 +77,19 @@ void BertNormalizer::normalize(NormalizedString& s) const {
     s.filter([](char32_t c) { return !unicode::is_mark_nonspacing(c); });
   }
   if (lowercase_) s.lowercase();
+}
+
+void NmtNormalizer::normalize(NormalizedString& s) const {
+  s.filter([](char32_t c) {
+    return !((c >= 0x01 && c <= 0x08) || c == 0x0B || (c >= 0x0E && c <= 0x1F) || c == 0x7F ||
+             c == 0x8F || c == 0x9F);
+  });
+  map_chars(s, [](char32_t c) -> char32_t {
+    const bool space = c == 0x09 || c == 0x0A || c == 0x0C || c == 0x0D || c == 0x1680 ||
+                       (c >= 0x200B && c <= 0x200F) || c == 0x2028 || c == 0x2029 || c == 0x2581 ||
+                       c == 0xFEFF || c == 0xFFFD;
+    return space ? U' ' : c;
+  });
 }
 
 void StripAccentsNormalizer::normalize(NormalizedString& s) const {

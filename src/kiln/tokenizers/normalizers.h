@@ -95,6 +95,14 @@ class ByteLevelNormalizer : public Normalizer {
   void normalize(NormalizedString& s) const override;
 };
 
+// tokenizers' Nmt: drops ASCII control characters (and U+008F, U+009F) and
+// turns other whitespace-like code points (tab, newlines, zero-width spaces,
+// U+2581, BOM, U+FFFD, ...) into a space.
+class NmtNormalizer : public Normalizer {
+ public:
+  void normalize(NormalizedString& s) const override;
+};
+
 class SequenceNormalizer : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<NormalizerPtr> parts) : parts_(std::move(parts)) {}

@@ -1,5 +1,7 @@
 #include "kiln/tokenizers/pre_tokenizers.h"
 
+#include <algorithm>
+
 #include "kiln/tokenizers/byte_level.h"
 #include "kiln/tokenizers/unicode.h"
 #include "kiln/tokenizers/utf8.h"
@@ -26,7 +28,7 @@ void WhitespaceSplit::pre_tokenize(PreTokenizedString& s) const {
 #define KILN_RUST_WORD R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D})"
 
 WhitespacePreTokenizer::WhitespacePreTokenizer()
-    : pattern_(Pattern::of_regex(Regex("[" KILN_RUST_WORD "]+|[^" KILN_RUST_WORD R"(\s\x{85}]+)",
+    : pattern_(Pattern::of_regex(Regex("[" KILN_RUST_WORD "]+|[^" KILN_RUST_WORD KILN_REGEX_WHITE_SPACE "]+",
                                        "Whitespace pre-tokenizer"))
                    .inverted()) {}
 
@@ -108,6 +110,23 @@ void UnicodeScriptsPreTokenizer::pre_tokenize(PreTokenizedString& s) const {
     cuts.push_back(t.size());
     std::vector<NormalizedString> out;
     for (size_t k = 0; k + 1 < cuts.size(); ++k) out.push_back(n.slice(cuts[k], cuts[k + 1]));
+    return out;
+  });
+}
+
+void FixedLengthPreTokenizer::pre_tokenize(PreTokenizedString& s) const {
+  s.split_normalized([&](NormalizedString&& n) {
+    const std::string& t = n.get();
+    std::vector<NormalizedString> out;
+    for (size_t start = 0; start < t.size();) {
+      size_t end = start;
+      for (size_t k = 0; k < length_ && end < t.size(); ++k) {
+        end += utf8::seq_len(static_cast<unsigned char>(t[end]));
+      }
+      end = std::min(end, t.size());
+      out.push_back(n.slice(start, end));
+      start = end;
+    }
     return out;
   });
 }

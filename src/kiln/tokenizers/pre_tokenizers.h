@@ -121,6 +121,16 @@ class UnicodeScriptsPreTokenizer : public PreTokenizer {
   void pre_tokenize(PreTokenizedString& s) const override;
 };
 
+// Cuts every word into pieces of `length` characters (the last one shorter).
+class FixedLengthPreTokenizer : public PreTokenizer {
+ public:
+  explicit FixedLengthPreTokenizer(size_t length) : length_(length) {}
+  void pre_tokenize(PreTokenizedString& s) const override;
+
+ private:
+  size_t length_;
+};
+
 class SequencePreTokenizer : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<PreTokenizerPtr> parts) : parts_(std::move(parts)) {}

@@ -322,6 +322,11 @@ Tokenizer Tokenizer::from_pretrained(const std::string& directory) {
     double m = cfg["model_max_length"].get<double>();
     if (m > 0 && m < 1e12) t.model_max_length = static_cast<size_t>(m);
   }
+  const bool bpe = dynamic_cast<const Bpe*>(&t.model()) != nullptr;
+  t.clean_up_tokenization_spaces =
+      json_value(cfg, "clean_up_tokenization_spaces", false, where) &&
+      (!bpe || json_value(cfg, "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output",
+                          false, where));
   return t;
 }
 

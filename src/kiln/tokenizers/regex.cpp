@@ -31,38 +31,97 @@ Regex::Regex(const std::string& pattern, const std::string& where)
   pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE);
 }
 
+namespace {
+
+bool is_hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+// One escape of an Oniguruma pattern (pattern[i] is the character after the
+// backslash) in PCRE2's spelling; advances i past what it consumed.
+std::string onig_escape(const std::string& pattern, size_t& i, bool in_class, const std::string& where) {
+  // Oniguruma's word characters: alphabetic (letters, letter numbers such as
+  // Roman numerals, circled letters), marks, decimal digits, connectors; as a
+  // bare \w or \b also the Latin-1 superscripts and fractions.
+  static const std::string class_word = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})";
+  static const std::string bare_word = class_word + R"(\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})";
+  const std::string& word = in_class ? class_word : bare_word;
+  static const std::string space = KILN_REGEX_WHITE_SPACE;
+  static const std::string hex = "0-9a-fA-F";
+  const char e = pattern[i];
+  // PCRE2 has these inside a class with other meanings (\H: not a horizontal
+  // space) or other members, and a class cannot hold a negated set.
+  KILN_CHECK(!(in_class && (e == 'W' || e == 'S' || e == 'H')), where, ": regex '", pattern, "': \\", e,
+             " inside a character class (offset ", i - 1, ") is not supported");
+  auto set = [&](const std::string& members, bool negated) -> std::string {
+    if (in_class && !negated) return members;
+    return (negated ? "[^" : "[") + members + "]";
+  };
+  if (e == 'w' || (e == 'W' && !in_class)) return set(word, e == 'W');
+  if (e == 's' || (e == 'S' && !in_class)) return set(space, e == 'S');
+  // Word boundaries between Oniguruma's word characters (a mark after a
+  // letter is no boundary there; PCRE2's \b sees one).
+  const std::string w = "[" + word + "]";
+  if (e == 'b' && !in_class) return "(?:(?<=" + w + ")(?!" + w + ")|(?<!" + w + ")(?=" + w + "))";
+  if (e == 'B' && !in_class) return "(?:(?<=" + w + ")(?=" + w + ")|(?<!" + w + ")(?!" + w + "))";
+  // Oniguruma's \h is a hexadecimal digit (PCRE2's: horizontal space).
+  if (e == 'h' || (e == 'H' && !in_class)) return set(hex, e == 'H');
+  if (e == 'u' && i + 4 < pattern.size() &&
+      is_hex(pattern[i + 1]) && is_hex(pattern[i + 2]) && is_hex(pattern[i + 3]) &&
+      is_hex(pattern[i + 4])) {
+    std::string out = "\\x{" + pattern.substr(i + 1, 4) + "}";
+    i += 4;
+    return out;
+  }
+  return std::string{'\\', e};
+}
+
+}  // namespace
+
 Regex Regex::from_onig(const std::string& pattern, const std::string& where) {
-  static const std::string word = R"(\p{L}\p{M}\p{Nd}\p{Pc})";
-  static const std::string space = R"(\s\x{85})";
   std::string out;
-  bool in_class = false;
+  int depth = 0;  // character class nesting
   for (size_t i = 0; i < pattern.size(); ++i) {
-    char c = pattern[i];
+    const char c = pattern[i];
+    const bool in_class = depth > 0;
     if (c == '\\' && i + 1 < pattern.size()) {
-      char e = pattern[++i];
-      if (e == 'w') {
-        out += in_class ? word : "[" + word + "]";
-      } else if (e == 'W' && !in_class) {
-        out += "[^" + word + "]";
-      } else if (e == 's') {
-        out += in_class ? space : "[" + space + "]";
-      } else if (e == 'S' && !in_class) {
-        out += "[^" + space + "]";
-      } else {
-        out += c;
-        out += e;
+      ++i;
+      out += onig_escape(pattern, i, in_class, where);
+      continue;
+    }
+    if (c == '[' && in_class && pattern.compare(i, 2, "[:") == 0) {
+      // A POSIX bracket ([:alpha:]) is the same in PCRE2.
+      const size_t close = pattern.find(":]", i + 2);
+      if (close != std::string::npos) {
+        out.append(pattern, i, close + 2 - i);
+        i = close + 1;
+        continue;
+      }
+    }
+    if (c == '[') {
+      // Oniguruma nests classes ([a[bc]] is a, b or c); PCRE2 reads a '['
+      // inside a class as a literal, so a nested class is merged into the
+      // one around it, which is its meaning unless it is negated.
+      KILN_CHECK(!in_class || i + 1 >= pattern.size() || pattern[i + 1] != '^', where,
+                 ": regex '", pattern, "': a negated character class inside another one (offset ", i,
+                 ") is not supported");
+      if (!in_class) out += c;
+      ++depth;
+      // A ']' right after '[' or '[^' is a literal.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') {
+        ++i;
+        out += "\\]";
       }
       continue;
     }
-    if (c == '[' && !in_class) {
-      in_class = true;
-      out += c;
-      // A ']' right after '[' or '[^' is a literal.
-      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
-      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+    if (c == ']' && in_class) {
+      if (--depth == 0) out += c;
       continue;
     }
-    if (c == ']' && in_class) in_class = false;
+    KILN_CHECK(!(in_class && c == '&' && i + 1 < pattern.size() && pattern[i + 1] == '&'), where,
+               ": regex '", pattern, "': character class intersection (&&, offset ", i,
+               ") is not supported");
     out += c;
   }
   return Regex(out, where);

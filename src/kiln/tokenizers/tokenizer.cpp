@@ -298,7 +298,29 @@ std::vector<Encoding> Tokenizer::encode_batch_words(
   return out;
 }
 
+// transformers' PreTrainedTokenizerBase.clean_up_tokenization, on the whole
+// decoded text.
+static std::string clean_up_tokenization(std::string text) {
+  static constexpr std::pair<std::string_view, std::string_view> kRules[] = {
+      {" .", "."},     {" ?", "?"},     {" !", "!"},     {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"},   {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [from, to] : kRules) {
+    std::string out;
+    size_t pos = 0;
+    for (size_t hit; (hit = text.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
+      out.append(text, pos, hit - pos).append(to);
+    }
+    text = std::move(out.append(text, pos, std::string::npos));
+  }
+  return text;
+}
+
 std::string Tokenizer::decode(const std::vector<uint32_t>& ids, bool skip_special) const {
+  std::string text = decode_tokens(ids, skip_special);
+  return clean_up_tokenization_spaces ? clean_up_tokenization(std::move(text)) : text;
+}
+
+std::string Tokenizer::decode_tokens(const std::vector<uint32_t>& ids, bool skip_special) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (uint32_t id : ids) {

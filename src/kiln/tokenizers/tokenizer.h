@@ -79,6 +79,12 @@ class Tokenizer {
   const AddedVocabulary& added_vocabulary() const { return added_; }
   // From tokenizer_config.json when loaded with from_pretrained.
   std::optional<size_t> model_max_length;
+  // transformers' clean_up_tokenization_spaces, which from_pretrained reads
+  // from tokenizer_config.json and turns off for BPE models as transformers 5
+  // does (unless the config sets
+  // clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output):
+  // decode() then drops the space before . ? ! , and English contractions.
+  bool clean_up_tokenization_spaces = false;
 
   Encoding encode(std::string_view text, bool add_special_tokens = true) const;
   Encoding encode_pair(std::string_view text, std::string_view pair,
@@ -116,6 +122,8 @@ class Tokenizer {
   Encoding encode_word_sequence(const std::vector<std::string>& words, uint32_t type_id,
                                 bool stop_early) const;
   Encoding post_process(Encoding a, std::optional<Encoding> b, bool add_special_tokens) const;
+  // tokenizers' decode (the decoder on the tokens), without transformers' clean-up.
+  std::string decode_tokens(const std::vector<uint32_t>& ids, bool skip_special_tokens) const;
   void pad_batch(std::vector<Encoding>& encodings) const;
   // length rounded up to padding's pad_to_multiple_of.
   size_t padded_length(size_t length) const;

@@ -202,13 +202,14 @@ NormalizerPtr normalizer_from_json(const json& j, const std::string& where) {
     return std::make_shared<PrecompiledNormalizer>(PrecompiledCharsmap(blob, where));
   }
   if (type == "ByteLevel") return std::make_shared<ByteLevelNormalizer>();
+  if (type == "Nmt") return std::make_shared<NmtNormalizer>();
   if (type == "Sequence") {
     return std::make_shared<SequenceNormalizer>(
         list_of<NormalizerPtr>(j, "normalizers", where, normalizer_from_json));
   }
   throw Error(detail::concat(where, ": unknown normalizer type '", type,
                              "' (supported: BertNormalizer, NFC, NFD, NFKC, NFKD, Lowercase, "
-                             "Strip, StripAccents, Replace, Prepend, Precompiled, ByteLevel, Sequence)"));
+                             "Strip, StripAccents, Replace, Prepend, Precompiled, ByteLevel, Nmt, Sequence)"));
 }
 
 PreTokenizerPtr pre_tokenizer_from_json(const json& j, const std::string& where) {
@@ -243,6 +244,12 @@ PreTokenizerPtr pre_tokenizer_from_json(const json& j, const std::string& where)
         single_char(require_string(j, "delimiter", where), where + ".delimiter"));
   }
   if (type == "UnicodeScripts") return std::make_shared<UnicodeScriptsPreTokenizer>();
+  if (type == "FixedLength") {
+    const uint64_t length = get_uint(j, "length", 5, where);
+    // tokenizers panics on 0 (chunks of zero characters)
+    KILN_CHECK(length > 0, where, ".length: expected a positive number of characters, found 0");
+    return std::make_shared<FixedLengthPreTokenizer>(length);
+  }
   if (type == "Sequence") {
     return std::make_shared<SequencePreTokenizer>(
         list_of<PreTokenizerPtr>(j, "pretokenizers", where, pre_tokenizer_from_json));
@@ -250,7 +257,7 @@ PreTokenizerPtr pre_tokenizer_from_json(const json& j, const std::string& where)
   throw Error(detail::concat(where, ": unknown pre-tokenizer type '", type,
                              "' (supported: BertPreTokenizer, ByteLevel, Whitespace, "
                              "WhitespaceSplit, Metaspace, Split, Punctuation, Digits, "
-                             "CharDelimiterSplit, UnicodeScripts, Sequence)"));
+                             "CharDelimiterSplit, UnicodeScripts, FixedLength, Sequence)"));
 }
 
 static Vocab vocab_object(const json& j, const std::string& where) {

@@ -20,13 +20,17 @@ bool is_whitespace(char32_t c) {
   return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_WHITE_SPACE);
 }
 
+// Assigned in Unicode `major`.0 or before (ICU's age 0.0 is unassigned).
+static bool assigned_by(char32_t c, uint8_t major) {
+  UVersionInfo age;
+  u_charAge(static_cast<UChar32>(c), age);
+  return !(age[0] == 0 && age[1] == 0) && age[0] <= major;
+}
+
 int tokenizers_script(char32_t c) {
   if (c == 0x30FC) return USCRIPT_HAN;
   if (c == ' ') return kAnyScript;
-  UVersionInfo age;
-  u_charAge(static_cast<UChar32>(c), age);
-  // Unassigned code points have age 0.0.
-  if ((age[0] == 0 && age[1] == 0) || age[0] > 9) return kAnyScript;
+  if (!assigned_by(c, 9)) return kAnyScript;
   UErrorCode status = U_ZERO_ERROR;
   UScriptCode script = uscript_getScript(static_cast<UChar32>(c), &status);
   if (U_FAILURE(status) || script == USCRIPT_UNKNOWN) return kAnyScript;
@@ -76,7 +80,11 @@ bool is_bert_punctuation(char32_t c) {
     return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
            (c >= 123 && c <= 126);
   }
-  return is_punctuation(c);
+  // tokenizers' table is Unicode 8.0's (the unicode_categories crate): later
+  // punctuation is not punctuation there, and two code points were
+  // punctuation then (checked over every code point against tokenizers).
+  if (c == 0x166D || c == 0x111C9) return true;  // now So and Mn
+  return is_punctuation(c) && assigned_by(c, 8);
 }
 
 bool is_other(char32_t c) {
@@ -85,20 +93,35 @@ bool is_other(char32_t c) {
     case U_FORMAT_CHAR:
     case U_PRIVATE_USE_CHAR:
     case U_SURROGATE:
-      return true;
+      return assigned_by(c, 8);  // unicode_categories' Unicode 8.0 table
     default:
       return false;
   }
 }
 
+// The categories below are those of the Unicode versions of tokenizers'
+// tables, checked over every code point against tokenizers: newer code
+// points are not marks there, and a few changed category since.
 bool is_mark_nonspacing(char32_t c) {
-  return c >= 0x300 && u_charType(static_cast<UChar32>(c)) == U_NON_SPACING_MARK;
+  switch (c) {
+    case 0x1734:  // Mn in 8.0, now Mc
+      return true;
+    case 0x1885:  // Lo in 8.0, now Mn
+    case 0x1886:
+    case 0xA9BD:  // Mc in 8.0
+    case 0x111C9:  // Po in 8.0
+      return false;
+    default:
+      return c >= 0x300 && u_charType(static_cast<UChar32>(c)) == U_NON_SPACING_MARK && assigned_by(c, 8);
+  }
 }
 
 bool is_mark(char32_t c) {
   if (c < 0x300) return false;
+  if (c == 0x1CF2 || c == 0x1CF3) return true;  // Mc in 9.0, now Lo
+  if (c == 0x111C9) return false;                // Po in 9.0, now Mn
   int8_t t = u_charType(static_cast<UChar32>(c));
-  return t == U_NON_SPACING_MARK || t == U_COMBINING_SPACING_MARK || t == U_ENCLOSING_MARK;
+  return (t == U_NON_SPACING_MARK || t == U_COMBINING_SPACING_MARK || t == U_ENCLOSING_MARK) && assigned_by(c, 9);
 }
 
 bool is_chinese_char(char32_t c) {
@@ -159,11 +182,11 @@ std::vector<Tagged> normalize(const std::u32string& chars, Form form) {
     if (c >= 0xA0 && decomp.getDecomposition(static_cast<UChar32>(c), d)) {
       for (int32_t k = 0; k < d.length();) {
         UChar32 dc = d.char32At(k);
-        out.push_back({static_cast<char32_t>(dc), i});
+        out.push_back({static_cast<char32_t>(dc), i, k == 0 ? 0 : 1});
         k += U16_LENGTH(dc);
       }
     } else {
-      out.push_back({c, i});
+      out.push_back({c, i, 0});
     }
   }
   // 2. Canonical ordering: stable sort of each run of non-starters by ccc.
@@ -192,6 +215,7 @@ std::vector<Tagged> normalize(const std::u32string& chars, Form form) {
       UChar32 comp = nfc.composePair(static_cast<UChar32>(res[starter].c), static_cast<UChar32>(t.c));
       if (comp >= 0) {
         res[starter].c = static_cast<char32_t>(comp);
+        res[starter].change += t.change - 1;
         continue;
       }
     }

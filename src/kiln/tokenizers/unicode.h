@@ -18,15 +18,17 @@ bool is_alphanumeric(char32_t c);
 bool is_numeric(char32_t c);
 // General category P* (any punctuation).
 bool is_punctuation(char32_t c);
-// ASCII punctuation or Unicode P* (BERT's and Punctuation's definition).
+// ASCII punctuation or Unicode 8.0's P* (BERT's and Punctuation's
+// definition, from tokenizers' Unicode 8.0 table).
 bool is_bert_punctuation(char32_t c);
-// General category Cc, Cf, Co or Cs: unicode_categories' is_other, which
-// BERT's clean_text uses. Unassigned code points (Cn, e.g. U+FFFE) are not
-// included: Hugging Face keeps them (checked against the corpus).
+// General category Cc, Cf, Co or Cs in Unicode 8.0: unicode_categories'
+// is_other, which BERT's clean_text uses. Unassigned code points (Cn, e.g.
+// U+FFFE) are not included: Hugging Face keeps them.
 bool is_other(char32_t c);
-// General category Mn.
+// General category Mn in Unicode 8.0 (BERT's strip_accents).
 bool is_mark_nonspacing(char32_t c);
-// General category M* (Mn, Mc, Me).
+// General category M* (Mn, Mc, Me) in Unicode 9.0 (the StripAccents
+// normalizer).
 bool is_mark(char32_t c);
 // The CJK blocks BERT surrounds with spaces.
 bool is_chinese_char(char32_t c);
@@ -47,11 +49,17 @@ void lowercase(char32_t c, std::u32string& out);
 
 enum class Form { NFC, NFD, NFKC, NFKD };
 
-// One output character of a normalization and the index of the input
-// character it came from (for offset alignment).
+// One output character of a normalization, the index of the input
+// character it came from, and its NormalizedString::Change as
+// unicode-normalization-alignments (what tokenizers uses) computes it: 0 for
+// the first character of a decomposition, +1 for the others, carried along
+// by canonical reordering; a composition adds the absorbed character's
+// change minus one. Applied in output order, these give tokenizers'
+// alignments, which follow positions, not sources, where marks move.
 struct Tagged {
   char32_t c;
   uint32_t src;
+  int change = 0;
 };
 
 // True when s is already in the given form (fast pre-check).
