@@ -55,7 +55,7 @@ std::vector<std::string> WordPieceDecoder::decode_chain(std::vector<std::string>
       if (t.rfind(prefix_, 0) == 0) {
         t.erase(0, prefix_.size());
       } else {
-        t.insert(0, " ");
+        t.insert(t.begin(), ' ');
       }
     }
     if (cleanup_) cleanup(t);
