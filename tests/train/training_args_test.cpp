@@ -405,10 +405,14 @@ TEST(TrainingArgs, HfPostInitDefaults) {
   EXPECT_FALSE(a.metric_for_best_model.has_value());
   a = parse({"--output_dir", "o", "--eval_strategy", "steps", "--eval_steps", "0", "--logging_steps", "20"});
   EXPECT_EQ(a.eval_steps, 20);  // 0 means "use logging_steps" in HF
-  // A ratio of logging_steps does not fit the integer eval_steps: eval_interval applies it.
+  // A ratio of logging_steps is copied as it is; eval_interval applies it.
   a = parse({"--output_dir", "o", "--eval_strategy", "steps", "--logging_steps", "0.1"});
-  EXPECT_FALSE(a.eval_steps.has_value());
+  EXPECT_EQ(a.eval_steps, 0.1);
   EXPECT_EQ(a.eval_interval(95), 10);
+  // eval_steps itself as a ratio of the total steps, as HF takes it (a float below 1, rounded up).
+  a = parse({"--output_dir", "o", "--eval_strategy", "steps", "--eval_steps", "0.25"});
+  EXPECT_EQ(a.eval_interval(95), 24);
+  EXPECT_EQ(a.to_json()["eval_steps"], 0.25);
 
   a = parse({"--output_dir", "o", "--load_best_model_at_end", "--eval_strategy", "steps", "--save_steps", "1000",
              "--eval_steps", "250"});
@@ -438,7 +442,11 @@ TEST(TrainingArgs, BadValuesNameTheFlag) {
   EXPECT_HAS(e, "did you mean 'cosine'?");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--seed", "-3"}), "--seed: invalid value '-3' (expected a non-negative integer)");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--max_steps", "1.5"}), "--max_steps: invalid value '1.5' (expected an integer)");
-  EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_steps", "0.5"}), "--eval_steps");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_steps", "2.5"}), "--eval_steps must be an integer if bigger than 1");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_steps", "-1"}), "--eval_steps must be >= 0");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_strategy", "steps", "--logging_strategy", "no", "--logging_steps",
+                          "0"}),
+             "--eval_steps must be > 0");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--num_train_epochs", "nan"}), "--num_train_epochs");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--warmup_ratio", "1.5"}), "--warmup_ratio must be in [0, 1]");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--adam_beta2", "1"}), "--adam_beta2 must be in [0, 1)");
@@ -552,7 +560,7 @@ TEST(TrainingArgs, JsonErrors) {
   EXPECT_EQ(from({{"output_dir", "o"}, {"learning_rate", "abc"}}),
             "args.json: key 'learning_rate': expected a number, found string \"abc\"");
   EXPECT_HAS(from({{"output_dir", "o"}, {"seed", -1}}), "key 'seed': expected a non-negative integer");
-  EXPECT_HAS(from({{"output_dir", "o"}, {"eval_steps", 0.5}}), "key 'eval_steps': expected an integer");
+  EXPECT_HAS(from({{"output_dir", "o"}, {"eval_steps", "0.5"}}), "key 'eval_steps': expected a number");
   EXPECT_HAS(from({{"output_dir", "o"}, {"do_train", 1}}), "key 'do_train': expected true or false");
   EXPECT_HAS(from({{"output_dir", "o"}, {"save_strategy", "often"}}), "key 'save_strategy': invalid value \"often\"");
   EXPECT_HAS(from({{"output_dir", "o"}, {"per_device_train_batch_size", 0}}),

@@ -707,7 +707,7 @@ void Trainer::plan_schedule(Run& run) {
                                                 : static_cast<int64_t>(std::ceil(args_.num_train_epochs));
   state_.logging_steps = args_.steps_from_ratio(args_.logging_steps, total);
   state_.save_steps = args_.steps_from_ratio(args_.save_steps, total);
-  state_.eval_steps = args_.eval_steps ? *args_.eval_steps : state_.logging_steps;
+  state_.eval_steps = args_.eval_interval(total);
   state_.train_batch_size = run.global_batch;
 }
 

@@ -26,7 +26,8 @@ using json = nlohmann::json;
 // `choices`, so a typo fails at the flag that has it).
 using Member = std::variant<std::string TA::*, bool TA::*, int64_t TA::*, uint64_t TA::*, double TA::*,
                             std::optional<int64_t> TA::*, std::optional<uint64_t> TA::*,
-                            std::optional<std::string> TA::*, std::optional<bool> TA::*, json TA::*>;
+                            std::optional<std::string> TA::*, std::optional<bool> TA::*, json TA::*,
+                            std::optional<double> TA::*>;
 struct Field {
   std::string name;
   Member member;
@@ -180,7 +181,7 @@ void set_from_text(TA& a, const Field& f, const std::string& value, const std::s
           if (!j.is_object()) throw bad("a JSON object, e.g. '{\"num_cycles\": 2}'");
           a.*member = j;
         } else {
-          static_assert(std::is_same_v<M, double>);
+          static_assert(std::is_same_v<M, double> || std::is_same_v<M, std::optional<double>>);
           auto n = parse_number<double>(value);
           if (!n) throw bad("a number");
           a.*member = *n;
@@ -221,7 +222,7 @@ void set_from_json(TA& a, const Field& f, const json& v, const std::string& wher
         } else if constexpr (std::is_same_v<M, bool> || std::is_same_v<M, std::optional<bool>>) {
           if (!v.is_boolean()) throw bad("true or false");
           a.*member = v.get<bool>();
-        } else if constexpr (std::is_same_v<M, double>) {
+        } else if constexpr (std::is_same_v<M, double> || std::is_same_v<M, std::optional<double>>) {
           if (!v.is_number()) throw bad("a number");
           a.*member = v.get<double>();
         } else {
@@ -292,7 +293,6 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
   positive_int("per_device_eval_batch_size", a.per_device_eval_batch_size);
   positive_int("gradient_accumulation_steps", a.gradient_accumulation_steps);
   positive_int("num_replicas", a.num_replicas);
-  if (a.eval_steps) positive_int("eval_steps", *a.eval_steps);
 
   auto in_range = [&](const char* name, double v, double lo, double hi, bool hi_open, const std::string& range) {
     if (!std::isfinite(v) || v < lo || v > hi || (hi_open && v == hi)) throw fail(name, "must be in " + range + got(v));
@@ -327,6 +327,9 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
     if (v > 1 && v != std::floor(v)) throw fail(name, "must be an integer if bigger than 1" + got(v));
   };
   interval("logging_steps", a.logging_steps, a.logging_strategy == "steps");
+  // 0 (or unset): logging_steps, as HF; evaluating every "steps" needs a positive interval.
+  const double eval_every = a.eval_steps && *a.eval_steps != 0 ? *a.eval_steps : a.logging_steps;
+  if (a.eval_steps || a.eval_strategy == "steps") interval("eval_steps", eval_every, a.eval_strategy == "steps");
   if (!std::isfinite(a.eval_delay) || a.eval_delay < 0)
     throw fail("eval_delay", "must be >= 0 (steps or epochs before the first evaluation)" + got(a.eval_delay));
   if (a.eval_accumulation_steps) positive_int("eval_accumulation_steps", *a.eval_accumulation_steps);
@@ -394,7 +397,7 @@ void check(const TA& a, const std::string& where, const std::string& dash) {
     if (a.eval_strategy == "no")
       throw Error(where + dash + "load_best_model_at_end needs evaluations, but eval_strategy is 'no'");
     if (a.eval_strategy == "steps") {
-      double eval = a.eval_steps ? static_cast<double>(*a.eval_steps) : a.logging_steps, save = a.save_steps;
+      double eval = eval_every, save = a.save_steps;
       bool eval_ratio = eval < 1, save_ratio = save < 1;
       if (eval_ratio != save_ratio)
         throw Error(where + dash + "load_best_model_at_end requires save_steps to be a multiple of eval_steps, " +
@@ -591,13 +594,8 @@ void TrainingArguments::resolve_defaults() {
   // name, should one exist, is still a directory).
   if (auto b = parse_bool_word(resume_from_checkpoint); b && !std::filesystem::is_directory(resume_from_checkpoint))
     resume_from_checkpoint = *b ? "latest" : "";
-  // HF copies logging_steps into eval_steps; a ratio cannot live in the integer eval_steps, so it stays unset and
-  // eval_interval() falls back to logging_steps, which gives the same steps.
-  if (eval_strategy == "steps" && (!eval_steps || *eval_steps == 0)) {
-    eval_steps.reset();
-    if (logging_steps >= 1 && logging_steps == std::floor(logging_steps) && logging_steps < 9.0e18)
-      eval_steps = static_cast<int64_t>(logging_steps);
-  }
+  // HF copies logging_steps (a ratio too) into eval_steps.
+  if (eval_strategy == "steps" && (!eval_steps || *eval_steps == 0)) eval_steps = logging_steps;
   if ((load_best_model_at_end || lr_scheduler_type == "reduce_lr_on_plateau") && !metric_for_best_model)
     metric_for_best_model = "loss";
   if (!greater_is_better && metric_for_best_model) {
@@ -632,11 +630,11 @@ std::map<std::string, double> TrainingArguments::schedule_kwargs() const {
 }
 
 int64_t TrainingArguments::eval_interval(int64_t total_steps) const {
-  return eval_steps ? *eval_steps : steps_from_ratio(logging_steps, total_steps);
+  return steps_from_ratio(eval_steps && *eval_steps > 0 ? *eval_steps : logging_steps, total_steps);
 }
 
 std::string TrainingArguments::help() {
-  static const char* kinds[] = {"STR", "", "INT", "UINT", "FLOAT", "INT", "UINT", "STR", "", "JSON"};
+  static const char* kinds[] = {"STR", "", "INT", "UINT", "FLOAT", "INT", "UINT", "STR", "", "JSON", "FLOAT"};
   json defaults = TrainingArguments{}.to_json();
   std::string out;
   for (const auto& f : fields()) {

@@ -20,7 +20,7 @@ struct TrainingArguments {
   bool overwrite_output_dir = false;
   bool do_train = false, do_eval = false, do_predict = false;
   std::string eval_strategy = "no";    // "no" | "steps" | "epoch"; the older name "evaluation_strategy" is accepted too
-  std::optional<int64_t> eval_steps;   // defaults to logging_steps when eval_strategy == "steps" (HF)
+  std::optional<double> eval_steps;    // defaults to logging_steps when eval_strategy == "steps" (HF); < 1: a ratio
   int64_t per_device_train_batch_size = 8, per_device_eval_batch_size = 8, gradient_accumulation_steps = 1;
   double learning_rate = 5e-5, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8,
          max_grad_norm = 1.0, num_train_epochs = 3.0;
@@ -141,8 +141,7 @@ struct TrainingArguments {
   static TrainingArguments from_json_file(const std::filesystem::path& path);
   nlohmann::json to_json() const;      // every field (training_args.json in checkpoints); unset optionals are null
   // HF's __post_init__ defaults: do_eval when eval_strategy != "no"; eval_steps = logging_steps when
-  // eval_strategy == "steps" and eval_steps is unset or 0 (and logging_steps is a whole number: a ratio stays in
-  // logging_steps, see eval_interval); metric_for_best_model = "loss" when load_best_model_at_end;
+  // eval_strategy == "steps" and eval_steps is unset or 0; metric_for_best_model = "loss" when load_best_model_at_end;
   // greater_is_better from the metric's name.
   void resolve_defaults();
   void validate() const;               // ranges: positive batch sizes, 0<=warmup_ratio<=1, valid strategy names, ...;
