@@ -442,7 +442,8 @@ TEST(TrainingArgs, BadValuesNameTheFlag) {
   EXPECT_HAS(e, "did you mean 'cosine'?");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--seed", "-3"}), "--seed: invalid value '-3' (expected a non-negative integer)");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--max_steps", "1.5"}), "--max_steps: invalid value '1.5' (expected an integer)");
-  EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_steps", "2.5"}), "--eval_steps must be an integer if bigger than 1");
+  EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_steps", "2.5"}),
+             "--eval_steps must be an integer if bigger than 1");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_steps", "-1"}), "--eval_steps must be >= 0");
   EXPECT_HAS(parse_error({"--output_dir", "o", "--eval_strategy", "steps", "--logging_strategy", "no", "--logging_steps",
                           "0"}),
