@@ -141,19 +141,28 @@ void resolve(LoraConfig& c, const PreTrainedModel& model, const std::vector<Laye
     c.target_modules = all_linear(layers, c.task_type);
 }
 
-// The compiled target_modules and exclude_modules regular expressions, where given as one.
+// The compiled target_modules and exclude_modules regular expressions, where
+// given as one, and with layers_to_transform the expressions that read a
+// path's layer index (layer_index_patterns), each compiled once per model.
 struct Patterns {
   std::optional<tokenizers::Regex> target, exclude;
+  std::vector<tokenizers::Regex> layers;
 };
 
-// The layer index PEFT reads from a module path for layers_to_transform: the
-// digits of the first ".<name>.<digits>." (a dot before <name> required when
+// PEFT's readers of the layer index for layers_to_transform: the digits of
+// the first ".<name>.<digits>." of a path (a dot before <name> required when
 // no pattern is given), <name> one of `patterns` when there are some.
-std::optional<int64_t> layer_index(const std::string& path, const std::vector<std::string>& patterns) {
+std::vector<tokenizers::Regex> layer_index_patterns(const std::vector<std::string>& patterns) {
   std::vector<tokenizers::Regex> res;
   if (patterns.empty()) res.push_back(compile_regex(R"(.*?\.[^.]*\.(\d+)\.)", "layers_pattern"));
-  for (const auto& p : patterns) res.push_back(compile_regex("(?:.*?\\.)?(?:" + p + ")\\.(\\d+)\\.", "layers_pattern"));
-  for (const auto& re : res) {
+  for (const auto& p : patterns)
+    res.push_back(compile_regex("(?:.*?\\.)?(?:" + p + ")\\.(\\d+)\\.", "layers_pattern"));
+  return res;
+}
+
+// The layer index of `path` by the first of `readers` that matches it.
+std::optional<int64_t> layer_index(const std::string& path, const std::vector<tokenizers::Regex>& readers) {
+  for (const auto& re : readers) {
     const auto groups = re.match_start(path);
     if (!groups) continue;
     const std::string& digits = groups->back();  // the last group: a pattern may hold groups of its own
@@ -169,7 +178,7 @@ bool is_target(const LoraConfig& c, const std::string& path, const Patterns& re)
   if (std::find(c.target_modules.begin(), c.target_modules.end(), path) != c.target_modules.end()) return true;
   if (!matches_name_list(path, c.target_modules)) return false;
   if (c.layers_to_transform.empty()) return true;
-  const std::optional<int64_t> layer = layer_index(path, c.layers_pattern);
+  const std::optional<int64_t> layer = layer_index(path, re.layers);
   return layer && std::find(c.layers_to_transform.begin(), c.layers_to_transform.end(), *layer) !=
                       c.layers_to_transform.end();
 }
@@ -514,6 +523,7 @@ void apply_lora(PreTrainedModel& model, LoraConfig c) {
   Patterns re;
   if (c.target_regex) re.target = compile_regex(*c.target_regex, "target_modules");
   if (c.exclude_regex) re.exclude = compile_regex(*c.exclude_regex, "exclude_modules");
+  if (!c.layers_to_transform.empty()) re.layers = layer_index_patterns(c.layers_pattern);
   check_no_other_matches(model, c, re);
   check_tied_head(model, c, layers);
   check_tied_saved_embedding(model, c, layers);
