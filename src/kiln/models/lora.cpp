@@ -496,10 +496,8 @@ void attach_branch(const Layer& l, const LoraConfig& c, Generator& init_gen, con
     return;
   }
   auto* adaptable = dynamic_cast<nn::Adaptable*>(l.module);
-  const Tensor& w = l.kind == Kind::conv1d ? static_cast<nn::Conv1D*>(l.module)->weight
-                                           : static_cast<nn::Linear*>(l.module)->weight;
   auto branch = std::make_shared<nn::LoraBranch>(l.in, l.out, r, scaling, c.lora_dropout, dropout_gen, init_gen,
-                                                w.device());
+                                                adaptable->stored_weight().device());
   if (c.use_dora) {
     NoGradGuard no_grad;
     branch->enable_dora(adaptable->weight_out_in());
@@ -836,8 +834,8 @@ void merge_lora(PreTrainedModel& model) {
       const Tensor w = cast(a->weight_out_in(), DType::f32);
       delta = unsqueeze(b.lora_magnitude_vector / b.weight_norm(w), 1) * (w + delta) - w;
     }
-    if (auto* l = dynamic_cast<nn::Linear*>(a)) fold(l->weight, delta);
-    if (auto* c = dynamic_cast<nn::Conv1D*>(a)) fold(c->weight, transpose(delta, 0, 1));
+    Tensor weight = a->stored_weight();  // a handle on the layer's parameter
+    fold(weight, a->fan_in_fan_out() ? transpose(delta, 0, 1) : delta);
     a->detach_lora();
   }
   model.set_lora_config(nullptr);
