@@ -11,8 +11,8 @@ namespace kiln::cli {
 namespace fs = std::filesystem;
 
 const std::vector<std::string> kLoraFlags = {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
-                                             "lora_modules_to_save"};
-const std::vector<std::string> kLoraSwitches = {"use_peft", "use_rslora", "use_dora"};
+                                             "lora_modules_to_save", "lora_train_bias"};
+const std::vector<std::string> kLoraSwitches = {"use_peft", "use_rslora", "use_dora", "lora_bias"};
 
 namespace {
 
@@ -38,7 +38,7 @@ std::optional<models::LoraConfig> lora_from_flags(const std::map<std::string, st
   if (!on("use_peft")) {
     for (const auto& name : kLoraFlags)
       if (f.count(name)) std::fprintf(stderr, "kiln train: warning: --%s is read only with --use_peft\n", name.c_str());
-    for (const char* name : {"use_rslora", "use_dora"})
+    for (const char* name : {"use_rslora", "use_dora", "lora_bias"})
       if (on(name)) std::fprintf(stderr, "kiln train: warning: --%s is read only with --use_peft\n", name);
     return std::nullopt;
   }
@@ -55,6 +55,12 @@ std::optional<models::LoraConfig> lora_from_flags(const std::map<std::string, st
     c.modules_to_save = comma_list("lora_modules_to_save", f.at("lora_modules_to_save"));
   c.use_rslora = on("use_rslora");
   c.use_dora = on("use_dora");
+  c.lora_bias = on("lora_bias");
+  if (f.count("lora_train_bias")) {
+    c.bias = f.at("lora_train_bias");
+    KILN_CHECK(c.bias == "none" || c.bias == "all" || c.bias == "lora_only", "train: --lora_train_bias must be none, all "
+               "or lora_only (PEFT's bias), got '", c.bias, "'");
+  }
   return c;
 }
 

@@ -12,9 +12,9 @@
 
 namespace kiln::cli {
 
-// --lora_r, --lora_alpha, --lora_dropout, --lora_target_modules, --lora_modules_to_save.
+// --lora_r, --lora_alpha, --lora_dropout, --lora_target_modules, --lora_modules_to_save, --lora_train_bias.
 extern const std::vector<std::string> kLoraFlags;
-// --use_peft, --use_rslora, --use_dora.
+// --use_peft, --use_rslora, --use_dora, --lora_bias.
 extern const std::vector<std::string> kLoraSwitches;
 
 // The LoraConfig of kiln train's flags when --use_peft is on (TRL's defaults:

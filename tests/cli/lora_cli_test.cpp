@@ -54,6 +54,8 @@ class LoraCli : public ::testing::Test {
     EXPECT_EQ(r.status, 0) << r.output;
     return bytes(path("out.json"));
   }
+  void variant_trains_resumes_and_merges(const std::string& name, const std::string& variant,
+                                         const std::string& config_key, const json& want, const std::string& key);
   testing::TempDir dir_;
 };
 
@@ -136,33 +138,52 @@ TEST_F(LoraCli, EmbeddingAdapterTrainsResumesAndMerges) {
     for (size_t j = 0; j < 2; ++j) EXPECT_NEAR(x["logits"][i][j].get<double>(), y["logits"][i][j].get<double>(), 1e-5);
 }
 
-// DoRA (--use_dora): the magnitudes train and are saved beside the branches
-// (with dropout on, both products read the dropped input), the run resumes
-// exactly, a resume without --use_dora is refused, and merging keeps the logits.
-TEST_F(LoraCli, DoraAdapterTrainsResumesAndMerges) {
-  const std::string dora = "--use_dora --lora_dropout 0.1 --max_steps 4 --save_steps 2";
-  auto r = run_kiln(lora_train("dora", dora), dir_.path());
+// An adapter trained with `variant`'s flags (on top of dropout 0.1, four
+// steps, a checkpoint at 2): its config has `config_key` = `want`, its file
+// holds `key`, the run resumes exactly, a resume without the flags is refused
+// naming `config_key`, and merging keeps the logits.
+void LoraCli::variant_trains_resumes_and_merges(const std::string& name, const std::string& variant,
+                                                const std::string& config_key, const json& want, const std::string& key) {
+  const std::string common = "--lora_dropout 0.1 --max_steps 4 --save_steps 2";
+  auto r = run_kiln(lora_train(name, variant + " " + common), dir_.path());
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(read_json_file(dir_.path() / "dora" / "adapter_config.json")["use_dora"], true);
-  auto adapter = io::load_safetensors(dir_.path() / "dora" / "adapter_model.safetensors");
-  const std::string m_key = "base_model.model.bert.encoder.layer.0.attention.self.query.lora_magnitude_vector";
-  ASSERT_TRUE(adapter.count(m_key));
-  EXPECT_EQ(adapter.at(m_key).shape().size(), 1u);
-  fs::create_directories(dir_.path() / "dora_resumed");
-  fs::copy(dir_.path() / "dora" / "checkpoint-2", dir_.path() / "dora_resumed" / "checkpoint-2");
-  const std::string resume = " --overwrite_output_dir --resume_from_checkpoint " + path("dora_resumed/checkpoint-2");
-  r = run_kiln(lora_train("dora_resumed", dora + resume), dir_.path());
+  EXPECT_EQ(read_json_file(dir_.path() / name / "adapter_config.json")[config_key], want);
+  EXPECT_TRUE(io::load_safetensors(dir_.path() / name / "adapter_model.safetensors").count(key)) << key;
+  const std::string resumed = name + "_resumed";
+  fs::create_directories(dir_.path() / resumed);
+  fs::copy(dir_.path() / name / "checkpoint-2", dir_.path() / resumed / "checkpoint-2");
+  const std::string resume = " --overwrite_output_dir --resume_from_checkpoint " + path(resumed + "/checkpoint-2");
+  r = run_kiln(lora_train(resumed, variant + " " + common + resume), dir_.path());
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(bytes(path("dora_resumed/adapter_model.safetensors")), bytes(path("dora/adapter_model.safetensors")));
-  r = run_kiln(lora_train("dora_resumed", "--lora_dropout 0.1 --max_steps 4 --save_steps 2" + resume), dir_.path());
+  EXPECT_EQ(bytes(path(resumed + "/adapter_model.safetensors")), bytes(path(name + "/adapter_model.safetensors")));
+  r = run_kiln(lora_train(resumed, common + resume), dir_.path());
   EXPECT_NE(r.status, 0);
-  EXPECT_CONTAINS(r.output, "'use_dora' is true, but this run's adapter has false");
-  const std::string adapted = forward("--model " + path("dora"));
-  r = run_kiln("merge --model " + path("dora") + " --output_dir " + path("dora_merged"), dir_.path());
+  EXPECT_CONTAINS(r.output, "'" + config_key + "' is " + want.dump() + ", but this run's adapter has");
+  const std::string adapted = forward("--model " + path(name));
+  r = run_kiln("merge --model " + path(name) + " --output_dir " + path(name + "_merged"), dir_.path());
   ASSERT_EQ(r.status, 0) << r.output;
-  json x = json::parse(adapted), y = json::parse(forward("--model " + path("dora_merged")));
+  json x = json::parse(adapted), y = json::parse(forward("--model " + path(name + "_merged")));
   for (size_t i = 0; i < 2; ++i)
     for (size_t j = 0; j < 2; ++j) EXPECT_NEAR(x["logits"][i][j].get<double>(), y["logits"][i][j].get<double>(), 1e-5);
+}
+
+// DoRA (--use_dora): the magnitudes train and are saved beside the branches
+// (with dropout on, both products read the dropped input).
+TEST_F(LoraCli, DoraAdapterTrainsResumesAndMerges) {
+  variant_trains_resumes_and_merges("dora", "--use_dora", "use_dora", true,
+                                    "base_model.model.bert.encoder.layer.0.attention.self.query.lora_magnitude_vector");
+}
+
+// PEFT's bias "all" and lora_bias: every bias trains (an adapted layer's
+// saved under base_layer), lora_B has a bias, and merging folds it into the
+// layer's bias.
+TEST_F(LoraCli, TrainedBiasesAndLoraBiasResumeAndMerge) {
+  variant_trains_resumes_and_merges("biases", "--lora_train_bias all --lora_bias", "bias", "all",
+                                    "base_model.model.bert.encoder.layer.0.attention.self.query.base_layer.bias");
+  auto adapter = io::load_safetensors(dir_.path() / "biases" / "adapter_model.safetensors");
+  EXPECT_TRUE(adapter.count("base_model.model.bert.encoder.layer.0.attention.self.query.lora_B.bias"));
+  EXPECT_TRUE(adapter.count("base_model.model.bert.encoder.layer.0.attention.output.LayerNorm.bias"));
+  EXPECT_EQ(read_json_file(dir_.path() / "biases" / "adapter_config.json")["lora_bias"], true);
 }
 
 TEST_F(LoraCli, ForwardEvalPredictAndMergeReadTheAdapter) {

@@ -25,6 +25,9 @@ under tests/goldens/lora/<case>/:
 DoRA cases: each lora_magnitude_vector is also scaled by 1 + N(0, 0.2), so
 the magnitude differs from the weight norm it starts at.
 
+Bias cases (bias "all" / "lora_only"): each bias PEFT trains is also moved
+by N(0, 0.2), so the adapter's copy differs from the base's.
+
 Embedding cases: PEFT initialises lora_embedding_A to zero (B is N(0, 1)),
 so it is A that is drawn N(0, 0.2) there.
 
@@ -103,6 +106,17 @@ CASES = [
     ("bert_seqcls_layers_pattern", "bert/bert_seqcls", AutoModelForSequenceClassification,
      dict(task_type="SEQ_CLS", r=2, lora_alpha=4, target_modules=["query", "value", "dense"],
           layers_to_transform=1, layers_pattern="layer")),
+    # PEFT's bias: every bias trains ("all"; the classifier's too, which PEFT
+    # then also saves under modules_to_save / original_module), or only the
+    # adapted layers' ("lora_only"); lora_bias: a bias on lora_B, on layers
+    # with a bias (BERT, GPT-2's Conv1D) and without one (Llama: no merge).
+    ("bert_seqcls_bias_all", "bert/bert_seqcls", AutoModelForSequenceClassification,
+     dict(task_type="SEQ_CLS", r=4, lora_alpha=8, bias="all", lora_bias=True)),
+    ("gpt2_lm_bias_lora_only", "gpt2/gpt2_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=16, fan_in_fan_out=True, bias="lora_only", lora_bias=True,
+          target_modules=["c_attn", "c_fc"])),
+    ("llama_lm_lora_bias", "llama/llama_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, lora_bias=True, target_modules=["q_proj", "down_proj"])),
 ]
 
 RESIZED = {"llama_lm_resized": 104, "gpt2_lm_resized": 104}
@@ -111,7 +125,7 @@ RESIZED_INPUT_IDS = [[5, 17, 101, 8, 99, 3, 11], [7, 103, 2, 64, 100, 0, 0]]
 
 # Cases whose golden also holds merged_logits: PEFT's merge_and_unload's.
 MERGED = {"llama_lm_embed", "gpt2_lm_wte", "bert_seqcls_word_embeddings", "bert_seqcls_dora", "llama_lm_dora",
-          "gpt2_lm_dora"}
+          "gpt2_lm_dora", "bert_seqcls_bias_all", "gpt2_lm_bias_lora_only"}
 
 INPUT_IDS = [[5, 17, 42, 8, 99 - 1, 3, 11], [7, 23, 2, 64, 31, 0, 0]]
 MASK = [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]]
@@ -137,8 +151,8 @@ def perturb(model, seed):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.2)
             elif ".lora_magnitude_vector." in name:  # DoRA's magnitude starts at the weight's norm
                 p.mul_(1 + torch.randn(p.shape, generator=g) * 0.2)
-            elif ".modules_to_save." in name:
-                p.add_(torch.randn(p.shape, generator=g) * 0.2)
+            elif ".modules_to_save." in name or (p.requires_grad and name.endswith(".bias")):
+                p.add_(torch.randn(p.shape, generator=g) * 0.2)  # a saved module, or a bias PEFT's bias trains
 
 
 def run(model, auto, n_labels, input_ids=INPUT_IDS):
@@ -197,8 +211,10 @@ def build(name, base, auto, lora_args):
     saved = load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))
     # save_embedding_layers: the base's own tables (a targeted one under
     # base_layer, resized ones under their own names) are saved untrained.
-    def table(k):
-        return ".base_layer." in k or (vocab and k.endswith(".weight") and k.split(".")[-2] in ("embed_tokens", "wte", "lm_head"))
+    def table(k):  # also bias "all"'s copies of a saved module's biases (its wrapper's two)
+        if ".original_module." in k or ".modules_to_save." in k:
+            return True
+        return (".base_layer." in k and not k.endswith(".bias")) or (vocab and k.endswith(".weight") and k.split(".")[-2] in ("embed_tokens", "wte", "lm_head"))
     assert sorted("grad." + k for k in saved if not table(k)) == sorted(grads), (sorted(saved), sorted(grads))
     fresh = PeftModel.from_pretrained(load_base(base, auto, vocab), adapter_dir).eval()
     _, _, again = run(fresh, auto, n_labels, ids)

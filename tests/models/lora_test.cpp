@@ -75,6 +75,10 @@ TEST_P(LoraGolden, PeftAdapterGivesPeftLogitsLossAndGradients) {
     const bool table = e.name.find("embed_tokens.") != std::string::npos || e.name.find("wte.") != std::string::npos ||
                        e.name.find("lm_head.") != std::string::npos;
     if (resized && table && !ours.find(e.name) && e.name.find("lora_") == std::string::npos) continue;
+    // bias "all" also saves a saved module's biases as PEFT's wrapper holds
+    // them (its trained copy again, and the base's); PEFT loads without them.
+    if (e.name.find(".modules_to_save.") != std::string::npos || e.name.find(".original_module.") != std::string::npos)
+      continue;
     ++compared;
     ASSERT_TRUE(ours.find(e.name)) << e.name;
     EXPECT_EQ(ours.find(e.name)->shape, e.shape) << e.name;
@@ -85,6 +89,7 @@ TEST_P(LoraGolden, PeftAdapterGivesPeftLogitsLossAndGradients) {
   for (const char* key : {"peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "fan_in_fan_out", "use_rslora",
                           "use_dora", "modules_to_save", "rank_pattern", "alpha_pattern", "bias", "exclude_modules"})
     EXPECT_EQ(mine[key], peft[key]) << key;
+  EXPECT_EQ(mine.value("lora_bias", false), peft.value("lora_bias", false));
   auto as_set = [](const nlohmann::json& j) { return std::set<std::string>(j.begin(), j.end()); };
   EXPECT_EQ(as_set(mine["target_modules"]), as_set(peft["target_modules"]));
   // PEFT writes a single layer or pattern as given (1, "layer"); kiln as a list of one.
@@ -92,8 +97,10 @@ TEST_P(LoraGolden, PeftAdapterGivesPeftLogitsLossAndGradients) {
   for (const char* key : {"layers_to_transform", "layers_pattern"})
     EXPECT_EQ(as_list(mine[key]), as_list(peft[key])) << key;
   // The base is frozen: no gradient reaches any of its weights.
-  std::set<std::string> trained;
-  for (auto& [key, p] : models::adapter_state(*model)) trained.insert(key.substr(std::string("base_model.model.").size()));
+  std::set<std::string> trained;  // by parameter name (a trained bias is keyed under its layer's base_layer)
+  std::map<const void*, std::string> name_of;
+  for (auto& [name, p] : model->named_parameters()) name_of[p.impl().get()] = name;
+  for (auto& [key, p] : models::adapter_state(*model)) trained.insert(name_of.at(p.impl().get()));
   for (auto& [name, p] : model->named_parameters()) {
     EXPECT_EQ(p.requires_grad(), trained.count(name) == 1) << name;
     if (!trained.count(name)) {
@@ -119,7 +126,10 @@ INSTANTIATE_TEST_SUITE_P(Peft, LoraGolden,
                                            Case{"llama_lm_dora", "llama/llama_lm"},
                                            Case{"gpt2_lm_dora", "gpt2/gpt2_lm"},
                                            Case{"llama_lm_layers", "llama/llama_lm"},
-                                           Case{"bert_seqcls_layers_pattern", "bert/bert_seqcls"}),
+                                           Case{"bert_seqcls_layers_pattern", "bert/bert_seqcls"},
+                                           Case{"bert_seqcls_bias_all", "bert/bert_seqcls"},
+                                           Case{"gpt2_lm_bias_lora_only", "gpt2/gpt2_lm"},
+                                           Case{"llama_lm_lora_bias", "llama/llama_lm"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 std::map<std::string, Tensor> llama_golden() { return io::load_safetensors(data("lora/llama_lm_all_linear/golden.safetensors")); }
@@ -245,7 +255,9 @@ TEST(Lora, KilnAdapterRoundTripsThroughPeftFiles) {
 TEST(Lora, MergeFoldsTheAdapterIntoTheWeights) {
   for (const auto& [name, base] : {std::pair{"gpt2_lm", "gpt2/gpt2_lm"}, {"llama_lm_all_linear", "llama/llama_lm"},
                                    {"bert_seqcls", "bert/bert_seqcls"}, {"bert_seqcls_dora", "bert/bert_seqcls"},
-                                   {"llama_lm_dora", "llama/llama_lm"}, {"gpt2_lm_dora", "gpt2/gpt2_lm"}}) {
+                                   {"llama_lm_dora", "llama/llama_lm"}, {"gpt2_lm_dora", "gpt2/gpt2_lm"},
+                                   {"bert_seqcls_bias_all", "bert/bert_seqcls"},
+                                   {"gpt2_lm_bias_lora_only", "gpt2/gpt2_lm"}}) {
     auto golden = io::load_safetensors(data(std::string("lora/") + name + "/golden.safetensors"));
     auto model = models::from_pretrained(data(base));
     model->eval();
@@ -257,6 +269,50 @@ TEST(Lora, MergeFoldsTheAdapterIntoTheWeights) {
       EXPECT_TRUE(p.requires_grad()) << n;
     }
     EXPECT_TRUE(close(model->forward(testing::golden_inputs(golden)).logits, golden.at("logits"), 1e-4, 1e-5)) << name;
+  }
+}
+
+// lora_bias folds scaling · lora_B's bias into the layer's bias; a layer
+// without one (Llama's projections) cannot take it, as in PEFT: an error
+// before anything is merged.
+TEST(Lora, LoraBiasWithoutALayerBiasDoesNotMerge) {
+  auto model = models::from_pretrained(data("llama/llama_lm"));
+  models::load_adapter(*model, data("lora/llama_lm_lora_bias/adapter"));
+  const std::string e = testing::error_of([&] { models::merge_lora(*model); });
+  EXPECT_CONTAINS(e, "model.layers.0.self_attn.q_proj has a lora_bias but no bias of its own");
+  EXPECT_TRUE(model->lora_config());
+  EXPECT_EQ(models::adapter_state(*model).size(), 12u);
+}
+
+// A fresh adapter with PEFT's bias settings: "all" trains every bias (and
+// keys an adapted layer's under base_layer), "lora_only" the adapted layers'
+// own; lora_B's bias starts at zero, so the logits are the base model's.
+TEST(Lora, FreshAdapterTrainsTheBiasesItsBiasSettingNames) {
+  auto golden = io::load_safetensors(data("lora/bert_seqcls/golden.safetensors"));
+  for (const char* bias : {"all", "lora_only"}) {
+    auto model = models::from_pretrained(data("bert/bert_seqcls"));
+    model->eval();
+    const Tensor before = model->forward(testing::golden_inputs(golden)).logits;
+    LoraConfig cfg;
+    cfg.bias = bias;
+    cfg.lora_bias = true;
+    models::apply_lora(*model, cfg);
+    EXPECT_TRUE(close(model->forward(testing::golden_inputs(golden)).logits, before, 0, 0)) << bias;
+    std::set<std::string> keys;
+    for (auto& [key, p] : models::adapter_state(*model)) keys.insert(key);
+    const std::string layer = "base_model.model.bert.encoder.layer.0.attention.";
+    EXPECT_TRUE(keys.count(layer + "self.query.base_layer.bias")) << bias;
+    EXPECT_TRUE(keys.count(layer + "self.query.lora_B.bias")) << bias;
+    EXPECT_EQ(keys.count(layer + "self.key.bias"), std::string(bias) == "all") << bias;
+    EXPECT_EQ(keys.count(layer + "output.LayerNorm.bias"), std::string(bias) == "all") << bias;
+    for (auto& [name, p] : model->named_parameters()) {
+      const bool base_bias = name.size() > 5 && name.ends_with(".bias") && name.find("lora_") == std::string::npos &&
+                             name.find("classifier") == std::string::npos;
+      if (base_bias) {
+        const bool adapted = name.find(".query.") != std::string::npos || name.find(".value.") != std::string::npos;
+        EXPECT_EQ(p.requires_grad(), std::string(bias) == "all" || adapted) << bias << " " << name;
+      }
+    }
   }
 }
 
@@ -386,11 +442,23 @@ TEST(Lora, Errors) {
     EXPECT_CONTAINS(e, "adapter_config.json");
     EXPECT_CONTAINS(e, "peft_type 'IA3' is not supported");
   }
-  {
+  {  // PEFT's checks of bias and lora_bias
+    auto error = [&](const std::string& text) {
+      auto m = model();
+      return testing::error_of([&] { models::load_adapter(*m, write_config(text)); });
+    };
+    EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "bias": "some"})"),
+                    "adapter_config.json: 'bias' must be \"none\", \"all\" or \"lora_only\", got \"some\"");
+    EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "bias": 1})"), "'bias' must be \"none\", \"all\" or \"lora_only\", got 1");
+    EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "lora_bias": true, "use_dora": true})"),
+                    "'lora_bias' true is not supported with 'use_dora' true");
+    EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "lora_bias": true, "target_modules": ["embed_tokens"]})"),
+                    "lora_bias on the embedding table model.embed_tokens is not supported");
+    EXPECT_CONTAINS(error(R"({"peft_type": "LORA", "lora_bias": "yes"})"), "'lora_bias' must be true or false");
     auto m = model();
-    std::string e = testing::error_of(
-        [&] { models::load_adapter(*m, write_config(R"({"peft_type": "LORA", "r": 4, "lora_bias": true})")); });
-    EXPECT_CONTAINS(e, "'lora_bias' = true is not supported");
+    LoraConfig cfg;
+    cfg.bias = "lora";
+    EXPECT_CONTAINS(testing::error_of([&] { models::apply_lora(*m, cfg); }), "LoRA: 'bias' must be");
   }
   {
     auto m = model();

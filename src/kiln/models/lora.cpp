@@ -244,10 +244,44 @@ void check_tied_saved_embedding(const PreTrainedModel& model, const LoraConfig& 
                "kiln's single table cannot; use an untied model, or target the layer with LoRA instead");
 }
 
+// The paths of the layers that have a LoRA branch.
+std::set<std::string> adapted_layers(const PreTrainedModel& model) {
+  std::set<std::string> out;
+  for (auto& [name, p] : model.named_parameters())
+    for (const std::string suffix : {".lora_A.weight", ".lora_embedding_A"})
+      if (ends_with(name, suffix)) out.insert(name.substr(0, name.size() - suffix.size()));
+  return out;
+}
+
+// Whether parameter `name` is a bias PEFT's `bias` setting trains and saves:
+// any ("all"), or one of an adapted layer's own ("lora_only").
+bool trained_bias(const std::string& name, const LoraConfig& c, const std::set<std::string>& adapted) {
+  if (c.bias == "none" || !(name == "bias" || ends_with(name, ".bias"))) return false;
+  return c.bias == "all" || (name != "bias" && adapted.count(name.substr(0, name.size() - 5)));
+}
+
+// PEFT's file key of a trained bias: an adapted layer's under its "base_layer".
+std::string bias_key(const std::string& name, const std::set<std::string>& adapted) {
+  const std::string layer = name == "bias" ? "" : name.substr(0, name.size() - 5);
+  return kKeyPrefix + (adapted.count(layer) ? layer + ".base_layer.bias" : name);
+}
+
+// PEFT's checks of `bias` and `lora_bias`; `where` names the file or the API.
+void check_bias_settings(const LoraConfig& c, const std::string& where) {
+  KILN_CHECK(c.bias == "none" || c.bias == "all" || c.bias == "lora_only", where,
+             "'bias' must be \"none\", \"all\" or \"lora_only\", got \"", c.bias, "\"");
+  KILN_CHECK(!(c.lora_bias && c.use_dora), where,
+             "'lora_bias' true is not supported with 'use_dora' true (PEFT refuses it: DoRA's branch has no bias)");
+}
+
+// Freezes the base and leaves the branches (attached already), the
+// modules_to_save and the biases `bias` names trainable.
 void set_trainable(PreTrainedModel& model, const LoraConfig& c) {
+  const std::set<std::string> adapted = adapted_layers(model);
   std::vector<Tensor> widen;  // a saved module loaded bf16 (LoadOptions::keep_bf16) trains in f32
   for (auto& [name, p] : model.named_parameters()) {
-    const bool train = saved_in_full(name, c.modules_to_save) || name.find("lora_") != std::string::npos;
+    const bool train = saved_in_full(name, c.modules_to_save) || name.find("lora_") != std::string::npos ||
+                       trained_bias(name, c, adapted);
     if (train && p.dtype() == DType::bf16) widen.push_back(p);
     else if (p.requires_grad() != train) p.requires_grad_(train);
   }
@@ -298,7 +332,7 @@ json LoraConfig::to_json() const {
   json j{{"alpha_pattern", alpha_pattern},
               {"auto_mapping", nullptr},
               {"base_model_name_or_path", or_null(base_model_name_or_path)},
-              {"bias", "none"},
+              {"bias", bias},
               {"fan_in_fan_out", fan_in_fan_out},
               {"inference_mode", true},
               {"init_lora_weights", true},
@@ -319,7 +353,8 @@ json LoraConfig::to_json() const {
               {"task_type", or_null(task_type)},
               {"use_dora", use_dora},
               {"use_rslora", use_rslora}};
-  // Only when used: PEFT before 0.14 has no such field and refuses unknown ones.
+  // Only when used: PEFT before 0.14 has no such fields and refuses unknown ones.
+  if (lora_bias) j["lora_bias"] = true;
   if (exclude_regex)
     j["exclude_modules"] = *exclude_regex;
   else if (!exclude_modules.empty())
@@ -370,7 +405,7 @@ void check_unsupported(const json& j, const std::string& file) {
     return !j.contains(key) || j[key].is_null() || j[key] == fallback;
   };
   const std::pair<const char*, json> off[] = {
-      {"lora_bias", false},          {"use_qalora", false},
+      {"use_qalora", false},
       {"layer_replication", nullptr}, {"target_parameters", nullptr},
       {"trainable_token_indices", nullptr}, {"alora_invocation_tokens", nullptr}, {"megatron_config", nullptr},
       // PEFT's LoRA variants, each a forward (or extra tensors) of its own.
@@ -382,8 +417,6 @@ void check_unsupported(const json& j, const std::string& file) {
   for (const auto& [key, fallback] : off)
     KILN_CHECK(is_default(key, fallback), file, ": '", key, "' = ", j[key].dump(),
                " is not supported by kiln's LoRA (it needs ", fallback.dump(), ")");
-  KILN_CHECK(is_default("bias", "none"), file, ": 'bias' = ", j["bias"].dump(),
-             " is not supported: kiln's LoRA trains no biases (bias \"none\")");
   check_initialisation(j, file);
 }
 
@@ -458,6 +491,13 @@ LoraConfig LoraConfig::from_json(const json& j, const std::string& file) {
   c.use_rslora = boolean("use_rslora");
   c.use_dora = boolean("use_dora");
   c.fan_in_fan_out = boolean("fan_in_fan_out");
+  c.lora_bias = boolean("lora_bias");
+  if (j.contains("bias") && !j["bias"].is_null()) {
+    KILN_CHECK(j["bias"].is_string(), file, ": 'bias' must be \"none\", \"all\" or \"lora_only\", got ",
+               j["bias"].dump());
+    c.bias = j["bias"].get<std::string>();
+  }
+  check_bias_settings(c, file + ": ");
   for (const char* key : {"rank_pattern", "alpha_pattern"}) {
     if (!j.contains(key) || j[key].is_null()) continue;
     KILN_CHECK(j[key].is_object(), file, ": '", key, "' must be an object, got ", j[key].dump());
@@ -491,13 +531,15 @@ void attach_branch(const Layer& l, const LoraConfig& c, Generator& init_gen, con
   if (l.kind == Kind::embedding) {
     KILN_CHECK(!c.use_dora, "LoRA: use_dora on the embedding table ", l.path,
                " is not supported (kiln's DoRA adapts Linear and Conv1D layers)");
+    KILN_CHECK(!c.lora_bias, "LoRA: lora_bias on the embedding table ", l.path,
+               " is not supported (PEFT refuses it too: its embedding branch has no bias)");
     auto* e = static_cast<nn::Embedding*>(l.module);
     e->attach_lora(std::make_shared<nn::EmbeddingLoraBranch>(l.in, l.out, r, scaling, init_gen, e->weight.device()));
     return;
   }
   auto* adaptable = dynamic_cast<nn::Adaptable*>(l.module);
   auto branch = std::make_shared<nn::LoraBranch>(l.in, l.out, r, scaling, c.lora_dropout, dropout_gen, init_gen,
-                                                adaptable->stored_weight().device());
+                                                adaptable->stored_weight().device(), c.lora_bias);
   if (c.use_dora) {
     NoGradGuard no_grad;
     branch->enable_dora(adaptable->weight_out_in());
@@ -510,6 +552,7 @@ void attach_branch(const Layer& l, const LoraConfig& c, Generator& init_gen, con
 
 void apply_lora(PreTrainedModel& model, LoraConfig c) {
   KILN_CHECK(!model.lora_config(), "apply_lora: the model has a LoRA adapter already");
+  check_bias_settings(c, "LoRA: ");
   KILN_CHECK(c.r > 0 && c.r <= kMaxRank, "LoRA: r must be in [1, ", kMaxRank, "], got ", c.r);
   KILN_CHECK(c.lora_dropout >= 0 && c.lora_dropout < 1, "LoRA: lora_dropout must be in [0, 1), got ", c.lora_dropout);
   KILN_CHECK(c.layers_to_transform.empty() || !c.target_regex,
@@ -536,14 +579,20 @@ void apply_lora(PreTrainedModel& model, LoraConfig c) {
                 model.architecture() + "; its layers are " + list_paths(layers));
   }
   check_embedding_targets(model, chosen);
-  set_trainable(model, c);  // freezes the base first: the branches added below train
   Generator init_gen(c.seed);
   // Non-owning: the model owns its generator and outlives its branches.
   std::shared_ptr<Generator> dropout_gen(std::shared_ptr<Generator>(), &model.dropout_generator());
+  std::string unbiased;  // layers lora_bias cannot be merged into
   for (const auto& l : chosen) {
     attach_branch(l, c, init_gen, dropout_gen);
     if (l.kind == Kind::conv1d) c.fan_in_fan_out = true;  // PEFT sets it for Conv1D targets, with a warning
+    if (c.lora_bias && !static_cast<nn::Adaptable*>(l.module)->stored_bias().defined())
+      unbiased += (unbiased.empty() ? "" : ", ") + l.path;
   }
+  if (!unbiased.empty())
+    std::fprintf(stderr, "kiln: warning: LoRA: lora_bias on layers without a bias of their own (%s): the adapter "
+                 "cannot be merged into them (PEFT warns the same)\n", unbiased.c_str());
+  set_trainable(model, c);
   model.set_lora_config(std::make_shared<const LoraConfig>(std::move(c)));
   model.train(model.is_training());  // the new branches follow the model's mode
 }
@@ -551,6 +600,7 @@ void apply_lora(PreTrainedModel& model, LoraConfig c) {
 std::vector<std::pair<std::string, Tensor>> adapter_state(const PreTrainedModel& model) {
   const LoraConfig* c = model.lora_config();
   KILN_CHECK(c, "adapter_state: the model has no LoRA adapter (apply_lora first)");
+  const std::set<std::string> adapted = adapted_layers(model);
   std::vector<std::pair<std::string, Tensor>> out;
   for (auto& [name, p] : model.named_parameters())
     if (name.find("lora_A.") != std::string::npos || name.find("lora_B.") != std::string::npos ||
@@ -558,6 +608,8 @@ std::vector<std::pair<std::string, Tensor>> adapter_state(const PreTrainedModel&
         ends_with(name, ".lora_magnitude_vector") ||
         saved_in_full(name, c->modules_to_save))
       out.emplace_back(kKeyPrefix + name, p);
+    else if (trained_bias(name, *c, adapted))
+      out.emplace_back(bias_key(name, adapted), p);
   return out;
 }
 
@@ -572,13 +624,9 @@ namespace {
 std::vector<std::pair<std::string, Tensor>> saved_embedding_layers(const PreTrainedModel& model, const LoraConfig& c) {
   auto last = [](const std::string& path) { return path.substr(path.rfind('.') + 1); };
   auto named = [&](const char* n) { return std::find(c.target_modules.begin(), c.target_modules.end(), n) != c.target_modules.end(); };
-  std::vector<std::string> adapted;  // paths of adapted layers
+  const std::set<std::string> adapted = adapted_layers(model);
   std::map<std::string, Tensor> params;
-  for (auto& [name, p] : model.named_parameters()) {
-    params.emplace(name, p);
-    for (const std::string suffix : {".lora_embedding_A", ".lora_A.weight"})
-      if (ends_with(name, suffix)) adapted.push_back(name.substr(0, name.size() - suffix.size()));
-  }
+  for (auto& [name, p] : model.named_parameters()) params.emplace(name, p);
   const bool targeted = c.target_regex ? std::any_of(adapted.begin(), adapted.end(), [&](const std::string& p) {
     return last(p) == "embed_tokens" || last(p) == "lm_head";
   })
@@ -653,6 +701,17 @@ std::string base_parameter(const std::string& key) {
   return name;
 }
 
+// PEFT's bias "all" also saves a modules_to_save module's biases as its
+// wrapper holds them: under "modules_to_save" (the tensor the module's own
+// key holds) and under "original_module" (the base's value, used only with
+// the adapter disabled).
+bool duplicate_of_saved_module(const std::string& key, const std::set<std::string>& expected) {
+  if (key.find(".original_module.") != std::string::npos) return true;
+  const size_t infix = key.find(".modules_to_save.");
+  return infix != std::string::npos &&
+         expected.count(key.substr(0, infix) + key.substr(infix + std::string(".modules_to_save").size()));
+}
+
 }  // namespace
 
 void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
@@ -678,7 +737,7 @@ void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
   const std::vector<std::string> tied = model.config().ignored_checkpoint_keys();
   const bool tied_head = ties_head(model, adaptable_layers(model));
   for (const auto& e : file.entries()) {
-    if (expected.count(e.name)) continue;
+    if (expected.count(e.name) || duplicate_of_saved_module(e.name, expected)) continue;
     const std::string name = base_parameter(e.name);
     if ((tied_head && name == "lm_head.weight") || std::find(tied.begin(), tied.end(), name) != tied.end()) continue;
     auto it = base.find(name);
@@ -811,7 +870,12 @@ void merge_lora(PreTrainedModel& model) {
   std::vector<nn::Adaptable*> adapted;
   std::vector<nn::Embedding*> tables;
   for (auto& [path, m] : model.named_modules()) {
-    if (auto* a = dynamic_cast<nn::Adaptable*>(m); a && a->lora()) adapted.push_back(a);
+    if (auto* a = dynamic_cast<nn::Adaptable*>(m); a && a->lora()) {
+      KILN_CHECK(!a->lora()->lora_B->bias.defined() || a->stored_bias().defined(), "merge_lora: ", path,
+                 " has a lora_bias but no bias of its own to fold it into (PEFT cannot merge it either); use the "
+                 "adapter unmerged");
+      adapted.push_back(a);
+    }
     if (auto* e = dynamic_cast<nn::Embedding*>(m); e && e->lora()) tables.push_back(e);
   }
   // A bf16 base (LoadOptions::keep_bf16) merges into bf16, as PEFT merges into the base's dtype.
@@ -836,6 +900,10 @@ void merge_lora(PreTrainedModel& model) {
     }
     Tensor weight = a->stored_weight();  // a handle on the layer's parameter
     fold(weight, a->fan_in_fan_out() ? transpose(delta, 0, 1) : delta);
+    if (b.lora_B->bias.defined()) {
+      Tensor bias = a->stored_bias();
+      fold(bias, b.lora_B->bias * b.scaling);
+    }
     a->detach_lora();
   }
   model.set_lora_config(nullptr);

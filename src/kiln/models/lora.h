@@ -49,6 +49,13 @@ struct LoraConfig {
   // DoRA: each targeted linear layer also trains a magnitude per output row
   // (nn::LoraBranch::enable_dora). Embedding tables cannot take it.
   bool use_dora = false;
+  // PEFT's `bias`: which of the base model's biases train and are saved with
+  // the adapter: "none", "all" (every parameter named "bias") or "lora_only"
+  // (the targeted layers' own).
+  std::string bias = "none";
+  // PEFT's `lora_bias`: lora_B has a bias of its own (zero at first). Not
+  // with DoRA or on embedding tables; merging needs the layer to have a bias.
+  bool lora_bias = false;
   // Per-module overrides: regex key (matched against the path's end) → rank / alpha.
   std::map<std::string, int64_t> rank_pattern;
   std::map<std::string, double> alpha_pattern;

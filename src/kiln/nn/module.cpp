@@ -150,14 +150,14 @@ Tensor Adaptable::with_lora(const Tensor& x, const Tensor& y, const Tensor& bias
 }
 
 LoraBranch::LoraBranch(int64_t in, int64_t out, int64_t r, double scaling_, double p,
-                       std::shared_ptr<Generator> dropout_gen, Generator& init_gen, Device device)
+                       std::shared_ptr<Generator> dropout_gen, Generator& init_gen, Device device, bool bias)
     : scaling(scaling_) {
   KILN_CHECK(r > 0, "LoRA: r must be positive, got ", r);
   // kaiming_uniform_(a=√5) on [r, in]: bound = √(2 / (1 + 5)) · √(3 / in) = 1 / √in.
   const double bound = 1.0 / std::sqrt(static_cast<double>(in));
   Init none{&init_gen, 0.0, device};
   lora_A = register_module("lora_A", std::make_shared<Linear>(in, r, none, false));
-  lora_B = register_module("lora_B", std::make_shared<Linear>(r, out, none, false));
+  lora_B = register_module("lora_B", std::make_shared<Linear>(r, out, none, bias));
   NoGradGuard no_grad;
   lora_A->weight.assign((rand({r, in}, init_gen, device) * 2.0 - 1.0) * bound);
   lora_B->weight.assign(zeros({out, r}, DType::f32, device));

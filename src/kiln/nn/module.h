@@ -88,6 +88,8 @@ class Adaptable : public Module {
   // PEFT's fan_in_fan_out) rather than [out, in].
   virtual const Tensor& stored_weight() const = 0;
   virtual bool fan_in_fan_out() const = 0;
+  // The layer's bias, undefined when it has none.
+  virtual const Tensor& stored_bias() const = 0;
   // The weight as [out, in], which DoRA normalises.
   Tensor weight_out_in() const { return fan_in_fan_out() ? transpose(stored_weight(), 0, 1) : stored_weight(); }
 
@@ -105,6 +107,7 @@ class Linear : public Adaptable {
   Tensor forward(const Tensor& x) const { return with_lora(x, linear(x, weight, bias), bias); }
   const Tensor& stored_weight() const override { return weight; }
   bool fan_in_fan_out() const override { return false; }
+  const Tensor& stored_bias() const override { return bias; }
   Tensor weight, bias;  // [out, in], [out]
 };
 
@@ -115,6 +118,7 @@ class Conv1D : public Adaptable {
   Tensor forward(const Tensor& x) const { return with_lora(x, matmul(x, weight) + bias, bias); }
   const Tensor& stored_weight() const override { return weight; }
   bool fan_in_fan_out() const override { return true; }
+  const Tensor& stored_bias() const override { return bias; }
   Tensor weight, bias;  // [in, out], [out]
 };
 
@@ -173,10 +177,12 @@ class Dropout : public Module {
 // PEFT's LoRA branch beside a frozen layer: scaling · B(A(dropout(x))), with
 // lora_A [r, in] Kaiming-uniform (a = √5, as nn.Linear initialises) and
 // lora_B [out, r] zero, so a fresh adapter leaves the layer's output as it was.
+// With `bias` (PEFT's lora_bias) lora_B also has a bias [out], zero at first,
+// scaled with the product.
 class LoraBranch : public Module {
  public:
   LoraBranch(int64_t in, int64_t out, int64_t r, double scaling, double dropout, std::shared_ptr<Generator> dropout_gen,
-             Generator& init_gen, Device device);
+             Generator& init_gen, Device device, bool bias = false);
   Tensor forward(const Tensor& x) const { return lora_B->forward(lora_A->forward(dropout->forward(x))) * scaling; }
   // scaling · B·A, [out, in]: what merging adds to the layer's weight.
   Tensor delta_weight() const;
