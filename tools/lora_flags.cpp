@@ -11,7 +11,8 @@ namespace kiln::cli {
 namespace fs = std::filesystem;
 
 const std::vector<std::string> kLoraFlags = {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
-                                             "lora_modules_to_save", "lora_train_bias"};
+                                             "lora_modules_to_save", "lora_train_bias",
+                                             "trainable_token_indices"};
 const std::vector<std::string> kLoraSwitches = {"use_peft", "use_rslora", "use_dora", "lora_bias"};
 
 namespace {
@@ -56,6 +57,9 @@ std::optional<models::LoraConfig> lora_from_flags(const std::map<std::string, st
   c.use_rslora = on("use_rslora");
   c.use_dora = on("use_dora");
   c.lora_bias = on("lora_bias");
+  if (f.count("trainable_token_indices"))
+    for (const auto& id : comma_list("trainable_token_indices", f.at("trainable_token_indices")))
+      c.trainable_token_indices[""].push_back(integer_value("train", "trainable_token_indices", id, 0));
   if (f.count("lora_train_bias")) {
     c.bias = f.at("lora_train_bias");
     KILN_CHECK(c.bias == "none" || c.bias == "all" || c.bias == "lora_only", "train: --lora_train_bias must be none, all "

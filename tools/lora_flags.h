@@ -12,7 +12,8 @@
 
 namespace kiln::cli {
 
-// --lora_r, --lora_alpha, --lora_dropout, --lora_target_modules, --lora_modules_to_save, --lora_train_bias.
+// --lora_r, --lora_alpha, --lora_dropout, --lora_target_modules, --lora_modules_to_save, --lora_train_bias,
+// --trainable_token_indices.
 extern const std::vector<std::string> kLoraFlags;
 // --use_peft, --use_rslora, --use_dora, --lora_bias.
 extern const std::vector<std::string> kLoraSwitches;

@@ -167,6 +167,14 @@ void LoraCli::variant_trains_resumes_and_merges(const std::string& name, const s
     for (size_t j = 0; j < 2; ++j) EXPECT_NEAR(x["logits"][i][j].get<double>(), y["logits"][i][j].get<double>(), 1e-5);
 }
 
+// PEFT's trainable_token_indices (--trainable_token_indices): two rows of
+// the word embeddings train as they are, the rest of the table frozen.
+TEST_F(LoraCli, TrainableTokensTrainResumeAndMerge) {
+  variant_trains_resumes_and_merges(
+      "tokens", "--trainable_token_indices 2,100", "trainable_token_indices", json::array({2, 100}),
+      "base_model.model.bert.embeddings.word_embeddings.token_adapter.trainable_tokens_delta");
+}
+
 // DoRA (--use_dora): the magnitudes train and are saved beside the branches
 // (with dropout on, both products read the dropped input).
 TEST_F(LoraCli, DoraAdapterTrainsResumesAndMerges) {

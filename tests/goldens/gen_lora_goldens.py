@@ -25,6 +25,9 @@ under tests/goldens/lora/<case>/:
 DoRA cases: each lora_magnitude_vector is also scaled by 1 + N(0, 0.2), so
 the magnitude differs from the weight norm it starts at.
 
+Trainable-token cases: the trained rows start as the table's, so they are
+moved by N(0, 0.2) too.
+
 Bias cases (bias "all" / "lora_only"): each bias PEFT trains is also moved
 by N(0, 0.2), so the adapter's copy differs from the base's.
 
@@ -117,6 +120,20 @@ CASES = [
           target_modules=["c_attn", "c_fc"])),
     ("llama_lm_lora_bias", "llama/llama_lm", AutoModelForCausalLM,
      dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, lora_bias=True, target_modules=["q_proj", "down_proj"])),
+    # trainable_token_indices: chosen rows of the input embeddings trained as
+    # they are (a list), of an untied head too (an object), with a head tied
+    # to the table following it (Qwen2, GPT-2), and with BERT's padding row
+    # among them (no gradient reaches it).
+    ("llama_lm_tokens", "llama/llama_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, trainable_token_indices=[3, 42, 98])),
+    ("llama_lm_tokens_head", "llama/llama_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, trainable_token_indices={"embed_tokens": [3, 5], "lm_head": [7, 2]})),
+    ("qwen2_lm_tokens_tied", "llama/qwen2_lm_tied", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, trainable_token_indices=[17, 5])),
+    ("gpt2_lm_tokens", "gpt2/gpt2_lm", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=16, fan_in_fan_out=True, trainable_token_indices=[42, 3])),
+    ("bert_seqcls_tokens", "bert/bert_seqcls", AutoModelForSequenceClassification,
+     dict(task_type="SEQ_CLS", r=4, lora_alpha=8, trainable_token_indices=[0, 17, 42])),
 ]
 
 RESIZED = {"llama_lm_resized": 104, "gpt2_lm_resized": 104}
@@ -125,7 +142,8 @@ RESIZED_INPUT_IDS = [[5, 17, 101, 8, 99, 3, 11], [7, 103, 2, 64, 100, 0, 0]]
 
 # Cases whose golden also holds merged_logits: PEFT's merge_and_unload's.
 MERGED = {"llama_lm_embed", "gpt2_lm_wte", "bert_seqcls_word_embeddings", "bert_seqcls_dora", "llama_lm_dora",
-          "gpt2_lm_dora", "bert_seqcls_bias_all", "gpt2_lm_bias_lora_only"}
+          "gpt2_lm_dora", "bert_seqcls_bias_all", "gpt2_lm_bias_lora_only", "llama_lm_tokens_head", "qwen2_lm_tokens_tied",
+          "gpt2_lm_tokens", "bert_seqcls_tokens"}
 
 INPUT_IDS = [[5, 17, 42, 8, 99 - 1, 3, 11], [7, 23, 2, 64, 31, 0, 0]]
 MASK = [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]]
@@ -147,7 +165,8 @@ def perturb(model, seed):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if ".lora_B." in name or ".lora_embedding_A." in name:  # the zero-initialised half
+            if ".lora_B." in name or ".lora_embedding_A." in name or ".trainable_tokens_delta." in name:
+                # the zero-initialised half, or trained token rows (they start as the table's)
                 p.copy_(torch.randn(p.shape, generator=g) * 0.2)
             elif ".lora_magnitude_vector." in name:  # DoRA's magnitude starts at the weight's norm
                 p.mul_(1 + torch.randn(p.shape, generator=g) * 0.2)

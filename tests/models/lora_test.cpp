@@ -87,7 +87,8 @@ TEST_P(LoraGolden, PeftAdapterGivesPeftLogitsLossAndGradients) {
   nlohmann::json mine = read_json_file(tmp.path() / "adapter_config.json");
   nlohmann::json peft = read_json_file(peft_dir / "adapter_config.json");
   for (const char* key : {"peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "fan_in_fan_out", "use_rslora",
-                          "use_dora", "modules_to_save", "rank_pattern", "alpha_pattern", "bias", "exclude_modules"})
+                          "use_dora", "modules_to_save", "rank_pattern", "alpha_pattern", "bias", "exclude_modules",
+                          "trainable_token_indices"})
     EXPECT_EQ(mine[key], peft[key]) << key;
   EXPECT_EQ(mine.value("lora_bias", false), peft.value("lora_bias", false));
   auto as_set = [](const nlohmann::json& j) { return std::set<std::string>(j.begin(), j.end()); };
@@ -129,7 +130,12 @@ INSTANTIATE_TEST_SUITE_P(Peft, LoraGolden,
                                            Case{"bert_seqcls_layers_pattern", "bert/bert_seqcls"},
                                            Case{"bert_seqcls_bias_all", "bert/bert_seqcls"},
                                            Case{"gpt2_lm_bias_lora_only", "gpt2/gpt2_lm"},
-                                           Case{"llama_lm_lora_bias", "llama/llama_lm"}),
+                                           Case{"llama_lm_lora_bias", "llama/llama_lm"},
+                                           Case{"llama_lm_tokens", "llama/llama_lm"},
+                                           Case{"llama_lm_tokens_head", "llama/llama_lm"},
+                                           Case{"qwen2_lm_tokens_tied", "llama/qwen2_lm_tied"},
+                                           Case{"gpt2_lm_tokens", "gpt2/gpt2_lm"},
+                                           Case{"bert_seqcls_tokens", "bert/bert_seqcls"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 std::map<std::string, Tensor> llama_golden() { return io::load_safetensors(data("lora/llama_lm_all_linear/golden.safetensors")); }
@@ -257,7 +263,9 @@ TEST(Lora, MergeFoldsTheAdapterIntoTheWeights) {
                                    {"bert_seqcls", "bert/bert_seqcls"}, {"bert_seqcls_dora", "bert/bert_seqcls"},
                                    {"llama_lm_dora", "llama/llama_lm"}, {"gpt2_lm_dora", "gpt2/gpt2_lm"},
                                    {"bert_seqcls_bias_all", "bert/bert_seqcls"},
-                                   {"gpt2_lm_bias_lora_only", "gpt2/gpt2_lm"}}) {
+                                   {"gpt2_lm_bias_lora_only", "gpt2/gpt2_lm"}, {"llama_lm_tokens_head", "llama/llama_lm"},
+                                   {"qwen2_lm_tokens_tied", "llama/qwen2_lm_tied"}, {"gpt2_lm_tokens", "gpt2/gpt2_lm"},
+                                   {"bert_seqcls_tokens", "bert/bert_seqcls"}}) {
     auto golden = io::load_safetensors(data(std::string("lora/") + name + "/golden.safetensors"));
     auto model = models::from_pretrained(data(base));
     model->eval();
@@ -314,6 +322,74 @@ TEST(Lora, FreshAdapterTrainsTheBiasesItsBiasSettingNames) {
       }
     }
   }
+}
+
+// Fresh trainable tokens start as the table's rows (the logits do not
+// change) and only they train; what PEFT refuses, and what kiln's single tied
+// table cannot do, are errors naming the setting.
+TEST(Lora, TrainableTokensStartAsTheTableAndBadSettingsAreErrors) {
+  auto golden = llama_golden();
+  for (const char* base : {"llama/llama_lm", "llama/qwen2_lm_tied"}) {
+    auto model = models::from_pretrained(data(base));
+    model->eval();
+    const Tensor before = model->forward(testing::golden_inputs(golden)).logits;
+    LoraConfig cfg;
+    cfg.trainable_token_indices[""] = {4, 9};
+    models::apply_lora(*model, cfg);
+    // A tied head computes the chosen columns in a product of their own: the same values up to rounding.
+    EXPECT_TRUE(close(model->forward(testing::golden_inputs(golden)).logits, before, 1e-5, 1e-6)) << base;
+    const std::string key = "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta";
+    bool found = false;
+    for (auto& [k, p] : models::adapter_state(*model))
+      if (k == key) {
+        found = true;
+        EXPECT_EQ(p.shape(), (Shape{2, 32}));
+        EXPECT_TRUE(p.requires_grad());
+      }
+    EXPECT_TRUE(found) << base;
+    for (auto& [name, p] : model->named_parameters()) {
+      if (name == "model.embed_tokens.weight") {
+        EXPECT_FALSE(p.requires_grad());
+      }
+    }
+  }
+  auto error = [&](const char* base, const std::map<std::string, std::vector<int64_t>>& tokens,
+                   std::vector<std::string> targets = {}, std::vector<std::string> saved = {}) {
+    auto model = models::from_pretrained(data(base));
+    LoraConfig cfg;
+    cfg.trainable_token_indices = tokens;
+    cfg.target_modules = std::move(targets);
+    cfg.modules_to_save = std::move(saved);
+    return testing::error_of([&] { models::apply_lora(*model, cfg); });
+  };
+  EXPECT_CONTAINS(error("llama/llama_lm", {{"", {3, 99}}}), "token 99 is out of range for model.embed_tokens (99 rows)");
+  EXPECT_CONTAINS(error("llama/llama_lm", {{"", {-1}}}), "token -1 is out of range");
+  EXPECT_CONTAINS(error("llama/llama_lm", {{"", {3, 3}}}), "token 3 is listed twice");
+  EXPECT_CONTAINS(error("llama/llama_lm", {{"", {}}}), "trainable_token_indices lists no token");
+  EXPECT_CONTAINS(error("llama/llama_lm", {{"nothing", {1}}}), "trainable_token_indices 'nothing' names no embedding");
+  EXPECT_CONTAINS(error("llama/llama_lm", {{"q_proj", {1}}}), "'model.layers.0.self_attn.q_proj' is no embedding table");
+  EXPECT_CONTAINS(error("llama/llama_lm", {{"embed_tokens", {1}}}, {"embed_tokens"}),
+                  "names model.embed_tokens, which target_modules adapts too");
+  EXPECT_CONTAINS(error("llama/llama_lm", {{"embed_tokens", {1}}}, {}, {"embed_tokens"}),
+                  "'embed_tokens' is in modules_to_save too");
+  EXPECT_CONTAINS(error("llama/qwen2_lm_tied", {{"embed_tokens", {1}}, {"lm_head", {2}}}),
+                  "gives 'lm_head' other tokens than the input embeddings this Qwen2ForCausalLM ties it to");
+  EXPECT_CONTAINS(error("t5/t5_gated_untied", {{"", {1}}}), "T5's shared table");
+  const std::string file = "dir/adapter_config.json";
+  auto read_error = [&](const std::string& text) {
+    return testing::error_of([&] { LoraConfig::from_json(nlohmann::json::parse(text), file); });
+  };
+  EXPECT_CONTAINS(read_error(R"({"peft_type": "LORA", "trainable_token_indices": "3"})"),
+                  "dir/adapter_config.json: 'trainable_token_indices' must be a list of token ids or an object");
+  EXPECT_CONTAINS(read_error(R"({"peft_type": "LORA", "trainable_token_indices": [1.5]})"),
+                  "'trainable_token_indices' must be a non-empty list of token ids, got [1.5]");
+  EXPECT_CONTAINS(read_error(R"({"peft_type": "LORA", "trainable_token_indices": {"embed_tokens": []}})"),
+                  "'trainable_token_indices.embed_tokens' must be a non-empty list of token ids, got []");
+  const LoraConfig both = LoraConfig::from_json(
+      nlohmann::json::parse(R"({"peft_type": "LORA", "trainable_token_indices": {"embed_tokens": [1], "lm_head": [2, 3]}})"),
+      file);
+  EXPECT_EQ(both.trainable_token_indices.at("lm_head"), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(both.to_json()["trainable_token_indices"], nlohmann::json::parse(R"({"embed_tokens": [1], "lm_head": [2, 3]})"));
 }
 
 // A branch on the output head (PEFT adapts lm_head when target_modules names

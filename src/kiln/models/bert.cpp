@@ -340,8 +340,7 @@ ModelOutputs BertForTask::forward(const ModelInputs& in) {
       Tensor z = lm_transform_->forward(h.sequence);
       z = roberta_ ? gelu(z) : nn::activation(bert_config().hidden_act, z);  // DistilBERT: its activation
       z = lm_norm_->forward(z);
-      const Tensor& decoder = backbone_->embeddings->word_embeddings->weight;
-      out.logits = linear(z, decoder, lm_bias_);
+      out.logits = backbone_->embeddings->word_embeddings->tied_logits(z, lm_bias_);  // the decoder is the table
       if (labels.defined()) out.loss = cross_entropy(reshape(out.logits, {-1, bert_config().vocab_size}), reshape(labels, {-1}));
       return out;
     }

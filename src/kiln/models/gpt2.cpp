@@ -256,7 +256,7 @@ Tensor GPT2ForTask::decode_step(const Tensor& token, const Tensor& pos, std::vec
   Tensor mask = reshape(where(le(slots, pos), zeros({}, DType::f32, dev), full({}, kMin, DType::f32, dev)), {1, 1, 1, L});
   Tensor x = wte_->forward(token) + wpe_->forward(reshape(pos, {1, 1}));
   for (size_t i = 0; i < h_.size(); ++i) x = h_[i]->decode(x, at, mask, k_cache[i], v_cache[i]);
-  return linear(ln_f_->forward(x), wte_->weight);
+  return wte_->tied_logits(ln_f_->forward(x));
 }
 
 ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {
@@ -271,7 +271,7 @@ ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {
       out.last_hidden_state = h;
       return out;
     case Head::LM: {
-      out.logits = linear(h, wte_->weight);  // lm_head tied to wte
+      out.logits = wte_->tied_logits(h);  // lm_head tied to wte
       if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels, in.input_ids);
       return out;
     }

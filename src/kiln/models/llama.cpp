@@ -573,7 +573,7 @@ const LlamaForTask::Rotary& LlamaForTask::rotary(Rotary& table, int64_t needed, 
 Tensor LlamaForTask::lm_logits(const Tensor& h) const {
   // Through the module, so a LoRA branch PEFT put on lm_head computes too;
   // tie_word_embeddings: lm_head is embed_tokens.
-  return cap_logits(lm_head_ ? lm_head_->forward(h) : linear(h, embed_tokens_->weight));
+  return cap_logits(lm_head_ ? lm_head_->forward(h) : embed_tokens_->tied_logits(h));
 }
 
 Tensor LlamaForTask::cap_logits(const Tensor& logits) const {

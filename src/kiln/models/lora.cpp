@@ -232,11 +232,13 @@ void check_embedding_targets(const PreTrainedModel& model, const std::vector<Lay
 // A saved (fully trained) copy of an embedding table the output head shares:
 // PEFT trains a copy for the input side only and leaves the head on the
 // original table; kiln's table is one tensor, so it cannot split them.
+bool word_table(const Layer& l) {
+  return l.kind == Kind::embedding && (ends_with(l.path, "embed_tokens") || ends_with(l.path, "wte") ||
+                                       ends_with(l.path, "word_embeddings") || l.path == "shared");
+}
+
 void check_tied_saved_embedding(const PreTrainedModel& model, const LoraConfig& c, const std::vector<Layer>& layers) {
   if (!ties_head(model, layers)) return;
-  auto word_table = [](const Layer& l) {
-    return l.kind == Kind::embedding && (ends_with(l.path, "embed_tokens") || ends_with(l.path, "wte") || l.path == "shared");
-  };
   for (const auto& l : layers)
     KILN_CHECK(!word_table(l) || !saved_in_full(l.path + ".weight", c.modules_to_save), "LoRA: modules_to_save names '",
                l.path, "', the input embeddings this ", model.architecture(),
@@ -281,7 +283,7 @@ void set_trainable(PreTrainedModel& model, const LoraConfig& c) {
   std::vector<Tensor> widen;  // a saved module loaded bf16 (LoadOptions::keep_bf16) trains in f32
   for (auto& [name, p] : model.named_parameters()) {
     const bool train = saved_in_full(name, c.modules_to_save) || name.find("lora_") != std::string::npos ||
-                       trained_bias(name, c, adapted);
+                       ends_with(name, ".trainable_tokens_delta") || trained_bias(name, c, adapted);
     if (train && p.dtype() == DType::bf16) widen.push_back(p);
     else if (p.requires_grad() != train) p.requires_grad_(train);
   }
@@ -355,6 +357,10 @@ json LoraConfig::to_json() const {
               {"use_rslora", use_rslora}};
   // Only when used: PEFT before 0.14 has no such fields and refuses unknown ones.
   if (lora_bias) j["lora_bias"] = true;
+  if (trainable_token_indices.size() == 1 && trainable_token_indices.count(""))
+    j["trainable_token_indices"] = trainable_token_indices.at("");
+  else if (!trainable_token_indices.empty())
+    j["trainable_token_indices"] = trainable_token_indices;
   if (exclude_regex)
     j["exclude_modules"] = *exclude_regex;
   else if (!exclude_modules.empty())
@@ -407,7 +413,7 @@ void check_unsupported(const json& j, const std::string& file) {
   const std::pair<const char*, json> off[] = {
       {"use_qalora", false},
       {"layer_replication", nullptr}, {"target_parameters", nullptr},
-      {"trainable_token_indices", nullptr}, {"alora_invocation_tokens", nullptr}, {"megatron_config", nullptr},
+      {"alora_invocation_tokens", nullptr}, {"megatron_config", nullptr},
       // PEFT's LoRA variants, each a forward (or extra tensors) of its own.
       {"use_bdlora", nullptr}, {"arrow_config", nullptr}, {"kasa_config", nullptr}, {"monteclora_config", nullptr},
       {"velora_config", nullptr},
@@ -418,6 +424,30 @@ void check_unsupported(const json& j, const std::string& file) {
     KILN_CHECK(is_default(key, fallback), file, ": '", key, "' = ", j[key].dump(),
                " is not supported by kiln's LoRA (it needs ", fallback.dump(), ")");
   check_initialisation(j, file);
+}
+
+// trainable_token_indices: a list of token ids (the input embeddings') or
+// an object of module name → list of token ids.
+void read_token_indices(const json& j, const std::string& file, LoraConfig& c) {
+  if (!j.contains("trainable_token_indices") || j["trainable_token_indices"].is_null()) return;
+  const json& v = j["trainable_token_indices"];
+  auto ids = [&](const json& list, const std::string& key) {
+    KILN_CHECK(list.is_array() && !list.empty() &&
+                   std::all_of(list.begin(), list.end(), [](const json& e) { return e.is_number_integer(); }),
+               file, ": '", key, "' must be a non-empty list of token ids, got ", list.dump());
+    return list.get<std::vector<int64_t>>();
+  };
+  KILN_CHECK(v.is_array() || v.is_object(), file,
+             ": 'trainable_token_indices' must be a list of token ids or an object of module name to token ids, got ",
+             v.dump());
+  if (v.is_array()) {
+    c.trainable_token_indices[""] = ids(v, "trainable_token_indices");
+    return;
+  }
+  for (const auto& [name, list] : v.items()) {
+    KILN_CHECK(!name.empty(), file, ": 'trainable_token_indices' has an empty module name");
+    c.trainable_token_indices[name] = ids(list, "trainable_token_indices." + name);
+  }
 }
 
 // layers_to_transform (an int or a list of them) and layers_pattern (a string
@@ -483,6 +513,7 @@ LoraConfig LoraConfig::from_json(const json& j, const std::string& file) {
     c.exclude_modules = string_list(j, "exclude_modules", file);
   c.modules_to_save = string_list(j, "modules_to_save", file);
   read_layers(j, file, c);
+  read_token_indices(j, file, c);
   auto boolean = [&](const char* key) {
     if (!j.contains(key) || j[key].is_null()) return false;
     KILN_CHECK(j[key].is_boolean(), file, ": '", key, "' must be true or false, got ", j[key].dump());
@@ -519,6 +550,75 @@ LoraConfig LoraConfig::from_json(const json& j, const std::string& file) {
 }
 
 namespace {
+
+// The layers trainable_token_indices names, each with its rows, as PEFT
+// resolves them: "" the input embeddings, a name every layer whose path ends
+// with it; a head tied to the table follows the table (the same rows named
+// for both, or the head not named). Errors name what PEFT would refuse or
+// what kiln's single tied table cannot do.
+std::vector<std::pair<Layer, std::vector<int64_t>>> token_targets(const PreTrainedModel& model, const LoraConfig& c,
+                                                                    const std::vector<Layer>& layers) {
+  std::vector<std::pair<Layer, std::vector<int64_t>>> out;
+  const bool tied = ties_head(model, layers);
+  const std::vector<int64_t>* table_rows = nullptr;
+  for (const auto& [name, rows] : c.trainable_token_indices) {
+    const std::string what = "LoRA: trainable_token_indices" + (name.empty() ? "" : " '" + name + "'");
+    KILN_CHECK(!rows.empty(), what, " lists no token");
+    KILN_CHECK(name.empty() || std::find(c.modules_to_save.begin(), c.modules_to_save.end(), name) ==
+                                   c.modules_to_save.end(),
+               what, ": '", name, "' is in modules_to_save too; train the layer in full or its tokens, not both (as PEFT)");
+    if (tied && name == "lm_head") continue;  // checked below, against the table's rows
+    size_t found = 0;
+    for (const auto& l : layers) {
+      const bool hit = name.empty() ? word_table(l) : ends_with(l.path, name);
+      if (!hit) continue;
+      KILN_CHECK(l.kind == Kind::embedding || l.path == "lm_head" || ends_with(l.path, ".lm_head"), what, ": '", l.path,
+                 "' is no embedding table or output head");
+      KILN_CHECK(l.kind != Kind::conv1d, what, ": '", l.path, "' is a Conv1D, which trainable tokens cannot take");
+      KILN_CHECK(!(l.kind == Kind::embedding && l.path == "shared" &&
+                   (model.config().model_type == "t5" || model.config().model_type == "mt5")),
+                 what, ": T5's shared table is read by transformers' encoder and decoder without PEFT's wrapper; kiln "
+                 "does not adapt it");
+      for (size_t k = 0; k < rows.size(); ++k) {
+        KILN_CHECK(rows[k] >= 0 && rows[k] < l.in, what, ": token ", rows[k], " is out of range for ", l.path, " (",
+                   l.in, " rows)");
+        KILN_CHECK(std::find(rows.begin(), rows.begin() + k, rows[k]) == rows.begin() + k, what, ": token ", rows[k],
+                   " is listed twice");
+      }
+      if (word_table(l)) table_rows = &rows;
+      out.emplace_back(l, rows);
+      ++found;
+    }
+    KILN_CHECK(found, what, " names no embedding table or output head of the ", model.architecture(), "; its layers are ",
+               list_paths(layers));
+  }
+  auto head = c.trainable_token_indices.find("lm_head");
+  KILN_CHECK(!tied || head == c.trainable_token_indices.end() || (table_rows && *table_rows == head->second),
+             "LoRA: trainable_token_indices gives 'lm_head' other tokens than the input embeddings this ",
+             model.architecture(), " ties it to (tie_word_embeddings): kiln's single table cannot split them");
+  return out;
+}
+
+// Trained rows on each layer trainable_token_indices names; a layer LoRA adapts too is an error.
+void attach_token_adapters(const std::vector<std::pair<Layer, std::vector<int64_t>>>& targets) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> fresh;
+  for (const auto& [l, rows] : targets) {
+    if (auto* e = dynamic_cast<nn::Embedding*>(l.module)) {
+      KILN_CHECK(!e->lora(), "LoRA: trainable_token_indices names ", l.path,
+                 ", which target_modules adapts too: give the table LoRA or trainable tokens, not both");
+      e->set_token_adapter(std::make_shared<nn::TrainableTokens>(e->weight, rows, e->padding_idx));
+      fresh.push_back(e->token_adapter()->trainable_tokens_delta);
+    } else {
+      auto* lin = static_cast<nn::Linear*>(l.module);
+      KILN_CHECK(!lin->lora(), "LoRA: trainable_token_indices names ", l.path,
+                 ", which target_modules adapts too: give the head LoRA or trainable tokens, not both");
+      lin->set_token_adapter(std::make_shared<nn::TrainableTokens>(lin->weight, rows));
+      fresh.push_back(lin->token_adapter()->trainable_tokens_delta);
+    }
+  }
+  nn::materialize(fresh);
+}
 
 // A fresh branch beside layer `l`, with its rank and alpha (rank_pattern, alpha_pattern).
 void attach_branch(const Layer& l, const LoraConfig& c, Generator& init_gen, const std::shared_ptr<Generator>& dropout_gen) {
@@ -579,6 +679,7 @@ void apply_lora(PreTrainedModel& model, LoraConfig c) {
                 model.architecture() + "; its layers are " + list_paths(layers));
   }
   check_embedding_targets(model, chosen);
+  const auto tokens = token_targets(model, c, layers);
   Generator init_gen(c.seed);
   // Non-owning: the model owns its generator and outlives its branches.
   std::shared_ptr<Generator> dropout_gen(std::shared_ptr<Generator>(), &model.dropout_generator());
@@ -592,6 +693,7 @@ void apply_lora(PreTrainedModel& model, LoraConfig c) {
   if (!unbiased.empty())
     std::fprintf(stderr, "kiln: warning: LoRA: lora_bias on layers without a bias of their own (%s): the adapter "
                  "cannot be merged into them (PEFT warns the same)\n", unbiased.c_str());
+  attach_token_adapters(tokens);
   set_trainable(model, c);
   model.set_lora_config(std::make_shared<const LoraConfig>(std::move(c)));
   model.train(model.is_training());  // the new branches follow the model's mode
@@ -605,7 +707,7 @@ std::vector<std::pair<std::string, Tensor>> adapter_state(const PreTrainedModel&
   for (auto& [name, p] : model.named_parameters())
     if (name.find("lora_A.") != std::string::npos || name.find("lora_B.") != std::string::npos ||
         ends_with(name, ".lora_embedding_A") || ends_with(name, ".lora_embedding_B") ||
-        ends_with(name, ".lora_magnitude_vector") ||
+        ends_with(name, ".lora_magnitude_vector") || ends_with(name, ".token_adapter.trainable_tokens_delta") ||
         saved_in_full(name, c->modules_to_save))
       out.emplace_back(kKeyPrefix + name, p);
     else if (trained_bias(name, *c, adapted))
@@ -632,7 +734,7 @@ std::vector<std::pair<std::string, Tensor>> saved_embedding_layers(const PreTrai
   })
                                        : named("embed_tokens") || named("lm_head");
   std::vector<std::pair<std::string, Tensor>> out;
-  if (!targeted) return out;
+  if (!targeted || !c.trainable_token_indices.empty()) return out;  // PEFT: trainable tokens are meant to save space
   for (const auto& path : adapted) {
     const std::string name = last(path);
     const bool table = name == "embed_tokens" || name == "wte" || name == "word_embeddings" || name == "lm_head";
@@ -869,7 +971,10 @@ void merge_lora(PreTrainedModel& model) {
   // which named_modules() lists after their layer.
   std::vector<nn::Adaptable*> adapted;
   std::vector<nn::Embedding*> tables;
+  std::vector<std::pair<Tensor, std::shared_ptr<nn::TrainableTokens>>> token_rows;  // weight, its trained rows
   for (auto& [path, m] : model.named_modules()) {
+    if (auto* e = dynamic_cast<nn::Embedding*>(m); e && e->token_adapter()) token_rows.emplace_back(e->weight, e->token_adapter());
+    if (auto* l = dynamic_cast<nn::Linear*>(m); l && l->token_adapter()) token_rows.emplace_back(l->weight, l->token_adapter());
     if (auto* a = dynamic_cast<nn::Adaptable*>(m); a && a->lora()) {
       KILN_CHECK(!a->lora()->lora_B->bias.defined() || a->stored_bias().defined(), "merge_lora: ", path,
                  " has a lora_bias but no bias of its own to fold it into (PEFT cannot merge it either); use the "
@@ -905,6 +1010,11 @@ void merge_lora(PreTrainedModel& model) {
       fold(bias, b.lora_B->bias * b.scaling);
     }
     a->detach_lora();
+  }
+  for (auto& [weight, tokens] : token_rows) weight.assign(tokens->merged(weight));
+  for (auto& [path, m] : model.named_modules()) {
+    if (auto* e = dynamic_cast<nn::Embedding*>(m)) e->set_token_adapter(nullptr);
+    if (auto* l = dynamic_cast<nn::Linear*>(m)) l->set_token_adapter(nullptr);
   }
   model.set_lora_config(nullptr);
   for (auto& [name, p] : model.named_parameters())

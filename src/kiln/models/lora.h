@@ -56,6 +56,12 @@ struct LoraConfig {
   // PEFT's `lora_bias`: lora_B has a bias of its own (zero at first). Not
   // with DoRA or on embedding tables; merging needs the layer to have a bias.
   bool lora_bias = false;
+  // PEFT's trainable_token_indices: rows of an embedding table (or of an
+  // untied output head) trained as they are, the rest of it frozen
+  // (nn::TrainableTokens), saved as "<layer>.token_adapter.trainable_tokens_delta".
+  // Keyed by module name (a path ending with it); the key "" is the model's
+  // input embeddings (PEFT's list form). A head tied to the table follows it.
+  std::map<std::string, std::vector<int64_t>> trainable_token_indices;
   // Per-module overrides: regex key (matched against the path's end) → rank / alpha.
   std::map<std::string, int64_t> rank_pattern;
   std::map<std::string, double> alpha_pattern;

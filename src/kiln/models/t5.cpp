@@ -462,7 +462,7 @@ Tensor T5ForTask::lm_logits(const Tensor& h) const {
   const T5Config& c = t5_config();
   // Original T5 rescales the decoder output by d_model^-0.5 before the head (scale_decoder_outputs).
   const Tensor x = c.scales_decoder_outputs() ? h * (1.0 / std::sqrt(static_cast<double>(c.d_model))) : h;
-  return c.tie_word_embeddings ? linear(x, shared_->weight) : lm_head_->forward(x);
+  return c.tie_word_embeddings ? shared_->tied_logits(x) : lm_head_->forward(x);
 }
 
 ModelOutputs T5ForTask::forward(const ModelInputs& in) {

@@ -238,7 +238,68 @@ Conv1D::Conv1D(int64_t in, int64_t out, const Init& init) {
 
 Tensor Embedding::forward(const Tensor& ids) const {
   Tensor rows = embedding(ids, weight, padding_idx);
+  if (tokens_) rows = tokens_->rows(ids, rows);
   return lora_ ? rows + lora_->forward(ids, padding_idx) : rows;
+}
+
+Tensor Embedding::tied_logits(const Tensor& h, const Tensor& bias) const {
+  const Tensor logits = linear(h, weight, bias);
+  return tokens_ ? tokens_->columns(h, logits, bias) : logits;
+}
+
+void Embedding::set_token_adapter(std::shared_ptr<TrainableTokens> tokens) {
+  if (tokens_) remove_child(tokens_.get());
+  tokens_ = tokens ? register_module("token_adapter", std::move(tokens)) : nullptr;
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  Tensor y = linear(x, weight, bias);
+  if (tokens_) y = tokens_->columns(x, y, bias);
+  return with_lora(x, y, bias);
+}
+
+void Linear::set_token_adapter(std::shared_ptr<TrainableTokens> tokens) {
+  if (tokens_) remove_child(tokens_.get());
+  tokens_ = tokens ? register_module("token_adapter", std::move(tokens)) : nullptr;
+}
+
+TrainableTokens::TrainableTokens(const Tensor& weight, std::vector<int64_t> indices, int64_t padding_idx)
+    : indices_(std::move(indices)) {
+  const int64_t rows = weight.dim(0), n = static_cast<int64_t>(indices_.size());
+  KILN_CHECK(weight.rank() == 2 && n > 0, "trainable tokens: need a [rows, dim] weight and at least one index");
+  std::vector<int64_t> slot(rows, 0), chosen(rows, 0);
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t i = indices_[k];
+    KILN_CHECK(i >= 0 && i < rows, "trainable tokens: index ", i, " is out of range for a table of ", rows, " rows");
+    KILN_CHECK(!chosen[i], "trainable tokens: index ", i, " is given twice");
+    slot[i] = k;
+    chosen[i] = 1;
+    if (i == padding_idx) delta_padding_ = k;
+  }
+  const Device device = weight.device();
+  index_ = Tensor::from_vector(indices_, {n}, device);
+  slot_ = Tensor::from_vector(slot, {rows}, device);
+  chosen_ = ne(Tensor::from_vector(chosen, {rows}, device), full({}, 0, DType::i64, device));
+  NoGradGuard no_grad;
+  trainable_tokens_delta = register_parameter("trainable_tokens_delta", cast(index_select(weight, index_), DType::f32));
+}
+
+Tensor TrainableTokens::rows(const Tensor& ids, const Tensor& table_rows) const {
+  const Tensor trained = embedding(index_select(slot_, ids), trainable_tokens_delta, delta_padding_);
+  return where(unsqueeze(index_select(chosen_, ids), -1), trained, table_rows);
+}
+
+Tensor TrainableTokens::columns(const Tensor& x, const Tensor& out, const Tensor& bias) const {
+  const Tensor trained = linear(x, trainable_tokens_delta, bias.defined() ? index_select(bias, index_) : Tensor());
+  Shape one_row(trained.rank(), 1);  // every row of x places its values in the chosen columns
+  one_row.back() = static_cast<int64_t>(indices_.size());
+  const Tensor index = broadcast_to(reshape(index_, one_row), trained.shape());
+  const Tensor placed = scatter_add(zeros_like(out), -1, index, cast(trained, out.dtype()));
+  return where(chosen_, placed, out);
+}
+
+Tensor TrainableTokens::merged(const Tensor& weight) const {
+  return where(unsqueeze(chosen_, 1), cast(index_select(trainable_tokens_delta, slot_), weight.dtype()), weight);
 }
 
 void Embedding::attach_lora(std::shared_ptr<EmbeddingLoraBranch> branch) {

@@ -75,6 +75,7 @@ struct Init {
 void materialize(const std::vector<Tensor>& tensors);
 
 class LoraBranch;
+class TrainableTokens;
 
 // What a layer a LoRA adapter can sit beside has: its branch, attached as a
 // child without a name of its own, so the adapter's parameters are the
@@ -104,11 +105,18 @@ class Adaptable : public Module {
 class Linear : public Adaptable {
  public:
   Linear(int64_t in, int64_t out, const Init& init, bool bias = true);
-  Tensor forward(const Tensor& x) const { return with_lora(x, linear(x, weight, bias), bias); }
+  Tensor forward(const Tensor& x) const;
+  // PEFT's trainable tokens on an output head: trained rows of the weight
+  // (its child "token_adapter"); nullptr to remove them.
+  void set_token_adapter(std::shared_ptr<TrainableTokens> tokens);
+  const std::shared_ptr<TrainableTokens>& token_adapter() const { return tokens_; }
   const Tensor& stored_weight() const override { return weight; }
   bool fan_in_fan_out() const override { return false; }
   const Tensor& stored_bias() const override { return bias; }
   Tensor weight, bias;  // [out, in], [out]
+
+ private:
+  std::shared_ptr<TrainableTokens> tokens_;
 };
 
 // GPT-2's Conv1D: a linear layer whose weight is stored [in, out]: y = x·W + b.
@@ -135,11 +143,20 @@ class Embedding : public Module {
   void attach_lora(std::shared_ptr<EmbeddingLoraBranch> branch);
   void detach_lora();
   const std::shared_ptr<EmbeddingLoraBranch>& lora() const { return lora_; }
+  // PEFT's trainable tokens: trained rows of the table (its child
+  // "token_adapter"), read by forward() and by an output head tied to the
+  // table (tied_logits); nullptr to remove them.
+  void set_token_adapter(std::shared_ptr<TrainableTokens> tokens);
+  const std::shared_ptr<TrainableTokens>& token_adapter() const { return tokens_; }
+  // h · weightᵀ + bias: the logits of an output head tied to this table, with the
+  // trained token rows in place (not the LoRA branch: PEFT's adapts the input side only).
+  Tensor tied_logits(const Tensor& h, const Tensor& bias = {}) const;
   Tensor weight;  // [num, dim]
   int64_t padding_idx;  // its row gets no gradient
 
  private:
   std::shared_ptr<EmbeddingLoraBranch> lora_;
+  std::shared_ptr<TrainableTokens> tokens_;
 };
 
 class LayerNorm : public Module {
@@ -231,6 +248,34 @@ class EmbeddingLoraBranch : public Module {
   Tensor delta_weight() const;
   Tensor lora_embedding_A, lora_embedding_B;
   double scaling;
+};
+
+// PEFT's trainable tokens (LoraConfig.trainable_token_indices): chosen rows
+// of a frozen embedding table or output head replaced by trained values
+// ("trainable_tokens_delta" [n, dim], starting as those rows), so new
+// tokens learn without training the whole table. The rows are replaced,
+// not added to, as PEFT's index_copy does.
+class TrainableTokens : public Module {
+ public:
+  // `weight`: the layer's [rows, dim] table; `indices`: distinct rows of it.
+  // `padding_idx`: the table's padding row (no gradient reaches it), or -1.
+  TrainableTokens(const Tensor& weight, std::vector<int64_t> indices, int64_t padding_idx = -1);
+  // The rows `ids` look up, given the table's `table_rows`, with trained rows in their place.
+  Tensor rows(const Tensor& ids, const Tensor& table_rows) const;
+  // x·W'ᵀ + bias with W' the weight holding the trained rows, given
+  // `out` = x·Wᵀ + bias: the chosen columns replaced.
+  Tensor columns(const Tensor& x, const Tensor& out, const Tensor& bias) const;
+  // `weight` with the trained rows in place: what merging writes.
+  Tensor merged(const Tensor& weight) const;
+  const std::vector<int64_t>& indices() const { return indices_; }
+  Tensor trainable_tokens_delta;
+
+ private:
+  std::vector<int64_t> indices_;
+  int64_t delta_padding_ = -1;  // the delta row of the table's padding row, or -1
+  Tensor index_;    // [n] i64: the chosen rows
+  Tensor slot_;     // [rows] i64: each row's position among them (0 where not chosen)
+  Tensor chosen_;   // [rows] bool
 };
 
 // HF's ACT2FN: "gelu" (erf), "gelu_new" / "gelu_pytorch_tanh" (tanh form),

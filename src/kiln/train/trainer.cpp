@@ -327,11 +327,12 @@ void check_same_adapter(const fs::path& dir, const models::LoraConfig& run) {
     return v;
   };
   for (const char* key : {"r", "lora_alpha", "lora_dropout", "use_rslora", "use_dora", "target_modules", "exclude_modules",
-                          "modules_to_save", "rank_pattern", "alpha_pattern", "fan_in_fan_out", "bias", "lora_bias"}) {
+                          "modules_to_save", "rank_pattern", "alpha_pattern", "fan_in_fan_out", "bias", "lora_bias",
+                          "trainable_token_indices"}) {
     const json a = normal(saved.value(key, json())), b = normal(now.value(key, json()));
     KILN_CHECK(a == b, "resume_from_checkpoint: ", file, ": '", key, "' is ", a.dump(), ", but this run's adapter has ",
                b.dump(), ": resume with the checkpoint's LoRA settings (--lora_r, --lora_alpha, --lora_dropout, ",
-               "--lora_target_modules, --lora_modules_to_save, --use_rslora, --use_dora, --lora_train_bias, --lora_bias)");
+               "--lora_target_modules, --lora_modules_to_save, --use_rslora, --use_dora, --lora_train_bias, --lora_bias, --trainable_token_indices)");
   }
 }
 
