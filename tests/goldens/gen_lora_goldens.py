@@ -134,9 +134,13 @@ CASES = [
      dict(task_type="CAUSAL_LM", r=4, lora_alpha=16, fan_in_fan_out=True, trainable_token_indices=[42, 3])),
     ("bert_seqcls_tokens", "bert/bert_seqcls", AutoModelForSequenceClassification,
      dict(task_type="SEQ_CLS", r=4, lora_alpha=8, trainable_token_indices=[0, 17, 42])),
+    # New tokens' rows trained after resize_token_embeddings: PEFT saves the
+    # resized table under token_adapter.base_layer, and the tied head's copies.
+    ("qwen2_lm_tokens_resized", "llama/qwen2_lm_tied", AutoModelForCausalLM,
+     dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, trainable_token_indices=[99, 101, 103])),
 ]
 
-RESIZED = {"llama_lm_resized": 104, "gpt2_lm_resized": 104}
+RESIZED = {"llama_lm_resized": 104, "gpt2_lm_resized": 104, "qwen2_lm_tokens_resized": 104}
 # Their inputs use the new ids too.
 RESIZED_INPUT_IDS = [[5, 17, 101, 8, 99, 3, 11], [7, 103, 2, 64, 100, 0, 0]]
 
@@ -233,6 +237,8 @@ def build(name, base, auto, lora_args):
     def table(k):  # also bias "all"'s copies of a saved module's biases (its wrapper's two)
         if ".original_module." in k or ".modules_to_save." in k:
             return True
+        if "lm_head.token_adapter." in k and model.config.tie_word_embeddings:
+            return True  # the tied head's copy of the table's trained rows
         return (".base_layer." in k and not k.endswith(".bias")) or (vocab and k.endswith(".weight") and k.split(".")[-2] in ("embed_tokens", "wte", "lm_head"))
     assert sorted("grad." + k for k in saved if not table(k)) == sorted(grads), (sorted(saved), sorted(grads))
     fresh = PeftModel.from_pretrained(load_base(base, auto, vocab), adapter_dir).eval()

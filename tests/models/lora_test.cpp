@@ -135,7 +135,8 @@ INSTANTIATE_TEST_SUITE_P(Peft, LoraGolden,
                                            Case{"llama_lm_tokens_head", "llama/llama_lm"},
                                            Case{"qwen2_lm_tokens_tied", "llama/qwen2_lm_tied"},
                                            Case{"gpt2_lm_tokens", "gpt2/gpt2_lm"},
-                                           Case{"bert_seqcls_tokens", "bert/bert_seqcls"}),
+                                           Case{"bert_seqcls_tokens", "bert/bert_seqcls"},
+                                           Case{"qwen2_lm_tokens_resized", "llama/qwen2_lm_tied"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 std::map<std::string, Tensor> llama_golden() { return io::load_safetensors(data("lora/llama_lm_all_linear/golden.safetensors")); }

@@ -793,13 +793,18 @@ void load_into(io::SafetensorsFile& file, const std::string& key, Tensor& p, con
 // The base parameter a tensor of the adapter file names, or "": PEFT saves
 // the base weights of a targeted embed_tokens or lm_head
 // (save_embedding_layers, on by default when one is targeted) under the
-// layer's "base_layer" infix, or of an embedding it resized without the
-// infix, and loads them back into the base.
+// layer's "base_layer" infix ("token_adapter.base_layer" for a table with
+// trainable tokens), or of an embedding it resized without the infix, and
+// loads them back into the base.
 std::string base_parameter(const std::string& key) {
   if (key.rfind(kKeyPrefix, 0) != 0) return "";
   std::string name = key.substr(std::string(kKeyPrefix).size());
-  const size_t infix = name.find(".base_layer.");
-  if (infix != std::string::npos) name.erase(infix, std::string(".base_layer").size());
+  for (const std::string infix : {".token_adapter.base_layer", ".base_layer"}) {
+    const size_t at = name.find(infix + ".");
+    if (at == std::string::npos) continue;
+    name.erase(at, infix.size());
+    break;
+  }
   return name;
 }
 
@@ -841,7 +846,9 @@ void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
   for (const auto& e : file.entries()) {
     if (expected.count(e.name) || duplicate_of_saved_module(e.name, expected)) continue;
     const std::string name = base_parameter(e.name);
-    if ((tied_head && name == "lm_head.weight") || std::find(tied.begin(), tied.end(), name) != tied.end()) continue;
+    // A head tied to the table: PEFT also saves its copy of the table's trained token rows.
+    const bool tied_copy = tied_head && (name == "lm_head.weight" || name.starts_with("lm_head.token_adapter."));
+    if (tied_copy || std::find(tied.begin(), tied.end(), name) != tied.end()) continue;
     auto it = base.find(name);
     KILN_CHECK(it != base.end(), where, ": tensor '", e.name, "' names no adapted layer or saved module of this ",
                model.architecture(), ": the adapter does not match the base model");
@@ -900,7 +907,8 @@ std::unique_ptr<PreTrainedModel> with_vocabulary(PreTrainedModel& base, int64_t 
       continue;
     }
     std::string layer = name.substr(0, name.rfind('.'));
-    const bool saved = file.find(kKeyPrefix + name) || file.find(kKeyPrefix + layer + ".base_layer.weight");
+    const bool saved = file.find(kKeyPrefix + name) || file.find(kKeyPrefix + layer + ".base_layer.weight") ||
+                       file.find(kKeyPrefix + layer + ".token_adapter.base_layer.weight");
     KILN_CHECK(saved, where, ": the adapter's tables have a vocabulary of ", vocab, " (the base model's ",
                base.config().vocabulary_size(), "), but it holds no tensor for '", name,
                "', so that layer cannot be resized (PEFT saves the input and output embeddings of a resized model)");
