@@ -392,6 +392,7 @@ struct ModelRecipe {
   const cli::TrainTask& task;
   const cli::TaskContext& ctx;
   const std::optional<models::LoraConfig>& lora;
+  int64_t resize_vocabulary = 0;  // > 0: the checkpoint's token embeddings resized to it (the tokenizer's size)
 };
 
 // The model on `device`: the checkpoint with the task's head, or a fresh one
@@ -410,6 +411,7 @@ std::unique_ptr<models::PreTrainedModel> make_model(const ModelRecipe& r, Device
     lo.ignore_mismatched_sizes = switch_on(f, "ignore_mismatched_sizes");
     lo.keep_bf16 = r.lora.has_value();  // a frozen base stays bf16 as loaded (docs/lora.md)
     model = models::from_pretrained(f.at("model_name_or_path"), lo);
+    if (r.resize_vocabulary > 0) model = models::resize_token_embeddings(*model, r.resize_vocabulary);
   } else {
     std::unique_ptr<models::PretrainedConfig> c = r.config.clone();  // each replica's own, set below
     c->adapt_to_tokenizer(cli::tokenizer_ids(r.ctx.tok));  // from scratch, the vocabulary and ids are the tokenizer's
@@ -537,9 +539,19 @@ int run_train(const std::vector<std::string>& raw_args) {
   if (eval_f && ta.eval_strategy == "no") ta.do_eval = true;
 
   const data::CollatorOptions co = collator_options(*task, ctx, *run_config, ta.seed);
+  int64_t resize_vocabulary = 0;
   if (f.count("model_name_or_path")) {  // from scratch, the model's vocabulary is the tokenizer's
     // Every config.json names it vocab_size.
-    const int64_t vocab = run_config->to_json().value("vocab_size", int64_t{-1});
+    int64_t vocab = run_config->to_json().value("vocab_size", int64_t{-1});
+    const int64_t tokens = tok.tokenizer.vocab_size();
+    if (vocab > 0 && tokens > vocab) {  // run_clm: resize_token_embeddings(len(tokenizer)) when the tokenizer is larger
+      std::fprintf(stderr,
+                   "kiln train: the tokenizer in %s has %lld tokens, the model's vocabulary %lld: resizing the token "
+                   "embeddings to %lld as run_clm does (the new rows start at the mean of the others)\n",
+                   tok.dir.string().c_str(), static_cast<long long>(tokens), static_cast<long long>(vocab),
+                   static_cast<long long>(tokens));
+      resize_vocabulary = vocab = tokens;
+    }
     if (vocab > 0)
       check_vocabulary(vocab, (fs::path(f["model_name_or_path"]) / "config.json").string(), tok,
                        {{f["train_file"], train_f.get()},
@@ -549,7 +561,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   }
   const train::QaOptions qa_opts = qa_options(f, "train");
   check_replica_memory(*run_config, ta.num_replicas, lora.has_value());
-  const ModelRecipe recipe{f, ta, *run_config, *task, ctx, lora};
+  const ModelRecipe recipe{f, ta, *run_config, *task, ctx, lora, resize_vocabulary};
   const RunOutputs outputs{*task, name, ctx, ta, eval_f, test_f, rows.eval};
   // A first SIGINT / SIGTERM while training stops it after the step in flight, with a checkpoint to resume from.
   train::install_stop_handlers();

@@ -175,6 +175,36 @@ TEST_F(LoraCli, TrainableTokensTrainResumeAndMerge) {
       "base_model.model.bert.embeddings.word_embeddings.token_adapter.trainable_tokens_delta");
 }
 
+// A tokenizer larger than the model's vocabulary (tokens added to it): the
+// run resizes the token embeddings as run_clm does, and the adapter holds the
+// resized table (under token_adapter.base_layer, the new tokens' rows
+// trained), so the base and the adapter alone rebuild the model.
+TEST_F(LoraCli, TokensAddedToTheTokenizerResizeTheTableAndTrain) {
+  fs::copy(dir_.path() / "base", dir_.path() / "big");
+  const int64_t vocab = read_json_file(dir_.path() / "base" / "config.json")["vocab_size"].get<int64_t>();
+  std::ofstream(dir_.path() / "big" / "vocab.txt", std::ios::app) << "[NEW1]\n[NEW2]\n";
+  const std::string added = std::to_string(vocab) + "," + std::to_string(vocab + 1);
+  auto r = run_kiln(lora_train("grown", "--tokenizer_name " + path("big") + " --trainable_token_indices " + added),
+                    dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "resizing the token embeddings to " + std::to_string(vocab + 2));
+  auto adapter = io::load_safetensors(dir_.path() / "grown" / "adapter_model.safetensors");
+  const std::string table = "base_model.model.bert.embeddings.word_embeddings.token_adapter.base_layer.weight";
+  ASSERT_TRUE(adapter.count(table));
+  EXPECT_EQ(adapter.at(table).dim(0), vocab + 2);
+  std::ofstream(path("in.json")) << "{\"input_ids\": [[2, " << vocab + 1 << ", 200, 3]]}";
+  r = run_kiln("forward --model " + path("base") + " --adapter " + path("grown") + " --inputs " + path("in.json") +
+                   " --output " + path("out.json"),
+               dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  // Full fine-tuning resizes too, and saves the larger vocabulary.
+  r = run_kiln("train --model_name_or_path " + path("base") + " --tokenizer_name " + path("big") + " --train_file " +
+                   data("train.csv") + " --max_seq_length 32 --max_steps 1 --output_dir " + path("full"),
+               dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(read_json_file(dir_.path() / "full" / "config.json")["vocab_size"], vocab + 2);
+}
+
 // DoRA (--use_dora): the magnitudes train and are saved beside the branches
 // (with dropout on, both products read the dropped input).
 TEST_F(LoraCli, DoraAdapterTrainsResumesAndMerges) {

@@ -719,10 +719,30 @@ bool is_adapter_dir(const fs::path& dir) { return fs::is_regular_file(dir / kCon
 
 namespace {
 
+// A word-embedding table or output head weight, by parameter name.
+bool vocabulary_table(const std::string& name) {
+  for (const char* t : {"embed_tokens.weight", "wte.weight", "word_embeddings.weight", "lm_head.weight"})
+    if (name == t || ends_with(name, std::string(".") + t)) return true;
+  return name == "shared.weight";
+}
+
+// Whether the model's vocabulary is not that of the base its adapter names
+// (resize_token_embeddings): PEFT's check, which kiln makes on a local directory.
+bool resized_from_base(const PreTrainedModel& model, const LoraConfig& c) {
+  if (c.base_model_name_or_path.empty()) return false;
+  const fs::path config = fs::path(c.base_model_name_or_path) / "config.json";
+  if (!fs::is_regular_file(config)) return false;
+  const json j = read_json_file(config);
+  return j.is_object() && j.contains("vocab_size") && j["vocab_size"].is_number_integer() &&
+         j["vocab_size"].get<int64_t>() != model.config().vocabulary_size();
+}
+
 // PEFT's save_embedding_layers="auto": when target_modules names embed_tokens
 // or lm_head (a list holding the name; a regular expression that matches such
 // a layer), save_pretrained also writes the base weight of each adapted input
-// embedding table and output head, under the layer's "base_layer" infix.
+// embedding table and output head, under the layer's "base_layer" infix;
+// otherwise, when the vocabulary was resized, the input embeddings and an
+// untied head, under "token_adapter.base_layer" where they have trainable tokens.
 std::vector<std::pair<std::string, Tensor>> saved_embedding_layers(const PreTrainedModel& model, const LoraConfig& c) {
   auto last = [](const std::string& path) { return path.substr(path.rfind('.') + 1); };
   auto named = [&](const char* n) { return std::find(c.target_modules.begin(), c.target_modules.end(), n) != c.target_modules.end(); };
@@ -734,7 +754,18 @@ std::vector<std::pair<std::string, Tensor>> saved_embedding_layers(const PreTrai
   })
                                        : named("embed_tokens") || named("lm_head");
   std::vector<std::pair<std::string, Tensor>> out;
-  if (!targeted || !c.trainable_token_indices.empty()) return out;  // PEFT: trainable tokens are meant to save space
+  if (!targeted || !c.trainable_token_indices.empty()) {  // PEFT: trainable tokens are meant to save space
+    if (!resized_from_base(model, c)) return out;
+    for (const auto& [name, p] : params) {
+      if (!vocabulary_table(name)) continue;
+      const std::string layer = name.substr(0, name.size() - std::string(".weight").size());
+      const bool tokens = params.count(layer + ".token_adapter.trainable_tokens_delta");
+      out.emplace_back(kKeyPrefix + layer + (tokens ? ".token_adapter.base_layer" : adapted.count(layer) ? ".base_layer" : "") +
+                           ".weight",
+                       p);
+    }
+    return out;
+  }
   for (const auto& path : adapted) {
     const std::string name = last(path);
     const bool table = name == "embed_tokens" || name == "wte" || name == "word_embeddings" || name == "lm_head";
@@ -860,13 +891,6 @@ void load_adapter_weights(PreTrainedModel& model, const fs::path& dir) {
 
 namespace {
 
-// A word-embedding table or output head weight, by parameter name.
-bool vocabulary_table(const std::string& name) {
-  for (const char* t : {"embed_tokens.weight", "wte.weight", "word_embeddings.weight", "lm_head.weight"})
-    if (name == t || ends_with(name, std::string(".") + t)) return true;
-  return name == "shared.weight";
-}
-
 // The vocabulary of the tables an adapter file holds (PEFT saves them after
 // resize_token_embeddings), when it is not the model's; 0 when it is.
 int64_t adapter_vocabulary(const PreTrainedModel& model, const io::SafetensorsFile& file, const std::string& where) {
@@ -882,44 +906,21 @@ int64_t adapter_vocabulary(const PreTrainedModel& model, const io::SafetensorsFi
   return found <= 0 || found == model.config().vocabulary_size() ? 0 : found;
 }
 
-// `base` rebuilt with a vocabulary of `vocab` ids (its config's vocab_size):
-// every tensor of the same shape copied over; the resized tables must come
-// from the adapter file, which is checked here, before anything is loaded.
+// `base` rebuilt with a vocabulary of `vocab` ids (resize_token_embeddings);
+// the resized tables must come from the adapter file, which is checked here,
+// before anything is loaded.
 std::unique_ptr<PreTrainedModel> with_vocabulary(PreTrainedModel& base, int64_t vocab, const io::SafetensorsFile& file,
                                                  const std::string& where) {
-  nlohmann::json j = base.config().to_json();
-  j["vocab_size"] = vocab;
-  std::unique_ptr<PretrainedConfig> config = config_from_json(j, where);
-  check_model_size(*config, where);
-  const std::vector<Tensor> old_params = base.parameters();
-  const Device device = old_params.empty() ? Device::cpu() : old_params[0].device();
-  std::unique_ptr<PreTrainedModel> m;
-  {
-    nn::DeferInit defer;  // only the resized tables are computed, then replaced
-    m = create_model(base.architecture(), *config, 42, device);
-  }
-  std::map<std::string, Tensor> dict;
-  const std::map<std::string, Tensor> old = base.state_dict();
-  for (auto& [name, p] : m->named_parameters()) {
-    auto it = old.find(name);
-    if (it != old.end() && it->second.shape() == p.shape()) {
-      dict.emplace(name, it->second);
-      continue;
-    }
-    std::string layer = name.substr(0, name.rfind('.'));
+  for (auto& [name, p] : base.named_parameters()) {
+    if (!vocabulary_table(name) || p.dim(0) == vocab) continue;
+    const std::string layer = name.substr(0, name.rfind('.'));
     const bool saved = file.find(kKeyPrefix + name) || file.find(kKeyPrefix + layer + ".base_layer.weight") ||
                        file.find(kKeyPrefix + layer + ".token_adapter.base_layer.weight");
     KILN_CHECK(saved, where, ": the adapter's tables have a vocabulary of ", vocab, " (the base model's ",
                base.config().vocabulary_size(), "), but it holds no tensor for '", name,
                "', so that layer cannot be resized (PEFT saves the input and output embeddings of a resized model)");
   }
-  {
-    NoGradGuard no_grad;
-    m->load_state_dict(dict, false);
-  }
-  nn::materialize(m->parameters());
-  m->train(base.is_training());
-  return m;
+  return resize_token_embeddings(base, vocab);
 }
 
 }  // namespace

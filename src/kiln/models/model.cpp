@@ -131,6 +131,63 @@ std::unique_ptr<PretrainedConfig> preset_config(const std::string& name) {
   return nullptr;
 }
 
+namespace {
+
+// `old` [rows, ...] with `rows` rows: its first ones, then the mean of all of them.
+Tensor resized_rows(const Tensor& old, int64_t rows) {
+  const int64_t have = old.dim(0);
+  if (rows <= have) return slice(old, 0, 0, rows);
+  Shape grown = old.shape();
+  grown[0] = rows - have;
+  const Tensor mean_row = mean(cast(old, DType::f32), {0}, true);
+  return concat({old, cast(broadcast_to(mean_row, grown), old.dtype())}, 0);
+}
+
+}  // namespace
+
+std::unique_ptr<PreTrainedModel> resize_token_embeddings(const PreTrainedModel& model, int64_t vocab) {
+  const int64_t old_vocab = model.config().vocabulary_size();
+  KILN_CHECK(vocab > 0, "resize_token_embeddings: the vocabulary must have at least one id, got ", vocab);
+  nlohmann::json j = model.config().to_json();
+  j["vocab_size"] = vocab;
+  const std::string where = "resize_token_embeddings(" + std::to_string(vocab) + ")";
+  std::unique_ptr<PretrainedConfig> config = config_from_json(j, where);
+  check_model_size(*config, where);
+  const std::map<std::string, Tensor> old = model.state_dict();
+  const Device device = old.empty() ? Device::cpu() : old.begin()->second.device();
+  std::unique_ptr<PreTrainedModel> m;
+  {
+    nn::DeferInit defer;  // every tensor is replaced below
+    m = create_model(model.architecture(), *config, 42, device);
+  }
+  std::map<std::string, Tensor> dict;
+  std::vector<Tensor> resized;
+  NoGradGuard no_grad;
+  for (auto& [name, p] : m->named_parameters()) {
+    auto it = old.find(name);
+    KILN_CHECK(it != old.end(), where, ": the rebuilt ", model.architecture(), " has a tensor '", name,
+               "' the model lacks");
+    const Tensor& t = it->second;
+    // A frozen tensor keeps its dtype (a bf16 base stays bf16): load_state_dict then shares it.
+    if (!t.requires_grad()) p.requires_grad_(false);
+    if (t.shape() == p.shape()) {
+      dict.emplace(name, t);
+      continue;
+    }
+    Shape rest = t.shape();
+    rest[0] = vocab;
+    KILN_CHECK(t.dim(0) == old_vocab && rest == p.shape(), where, ": tensor '", name, "' ", to_string(t.shape()),
+               " is not indexed by the vocabulary of ", old_vocab, " (the rebuilt model's is ", to_string(p.shape()), ")");
+    resized.push_back(resized_rows(t, vocab));
+    dict.emplace(name, resized.back());
+  }
+  nn::materialize(resized);
+  m->load_state_dict(dict, false);
+  nn::materialize(m->parameters());
+  m->train(model.is_training());
+  return m;
+}
+
 std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, const PretrainedConfig& config,
                                               uint64_t seed, Device device) {
   // Built under nn::DeferInit, no f32 weights are computed: a bf16 checkpoint's fill it (or a streamed save).

@@ -182,6 +182,14 @@ std::unique_ptr<PreTrainedModel> create_model(const std::string& architecture, c
 // Architectures kiln can build.
 std::vector<std::string> supported_architectures();
 
+// transformers' resize_token_embeddings(vocab) with its mean_resizing: the
+// model rebuilt with `vocab` ids (config vocab_size), every tensor of the
+// same shape copied, the input embeddings and an untied output head (and a
+// bias over the vocabulary) keeping their first rows, new rows starting at
+// the mean of the old ones (transformers draws them from N(mean,
+// 1e-9 · covariance): the mean, to within a thousandth of the rows' spread).
+std::unique_ptr<PreTrainedModel> resize_token_embeddings(const PreTrainedModel& model, int64_t vocab);
+
 // AutoModel.from_pretrained: reads DIR/config.json and the safetensors
 // weights. Mis-shaped tensors and missing backbone tensors are errors that
 // name them; missing head tensors are initialised with a warning (as HF does
