@@ -1,5 +1,7 @@
-// Tokenizer::from_pretrained: a Hugging Face model directory. tokenizer.json
-// wins when present; otherwise the legacy files are converted into the same
+// Tokenizer::from_pretrained: a Hugging Face model directory, as transformers
+// 5's AutoTokenizer loads it. tokenizer.json wins when present, rebuilt as the
+// tokenizer class transformers picks rebuilds it (transformers_classes.h);
+// otherwise the legacy files are converted into the same
 // pipeline transformers' convert_slow_tokenizer builds:
 //   vocab.txt               -> BERT WordPiece
 //   vocab.json + merges.txt -> GPT-2 / RoBERTa byte-level BPE
@@ -19,6 +21,7 @@
 #include "kiln/tokenizers/bpe.h"
 #include "kiln/tokenizers/tokenizer.h"
 #include "kiln/tokenizers/tokenizer_json.h"
+#include "kiln/tokenizers/transformers_classes.h"
 #include "kiln/tokenizers/unigram.h"
 #include "kiln/tokenizers/wordpiece.h"
 
@@ -304,7 +307,17 @@ Tokenizer Tokenizer::from_pretrained(const std::string& directory) {
   Tokenizer t;
   try {
     if (fs::exists(dir / "tokenizer.json")) {
-      t = from_file((dir / "tokenizer.json").string());
+      const fs::path path = dir / "tokenizer.json";
+      const std::string text = read_file(path);
+      const std::string cls = auto_tokenizer_class(dir, cfg, text);
+      json tj = parse_json(text, path.string());
+      json special_map = json::object();
+      if (fs::exists(dir / "special_tokens_map.json")) {
+        special_map = read_json_file(dir / "special_tokens_map.json");
+        KILN_CHECK(special_map.is_object(), (dir / "special_tokens_map.json").string(), ": expected a JSON object");
+      }
+      apply_tokenizer_class(cls, tj, cfg, special_map, where, path.string());
+      t = tokenizer_from_json(tj, path.string());
     } else if (fs::exists(dir / "vocab.txt")) {
       t = load_wordpiece(dir, cfg, where);
     } else if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
@@ -322,6 +335,7 @@ Tokenizer Tokenizer::from_pretrained(const std::string& directory) {
     double m = cfg["model_max_length"].get<double>();
     if (m > 0 && m < 1e12) t.model_max_length = static_cast<size_t>(m);
   }
+  t.empty_pair_is_single = true;
   const bool bpe = dynamic_cast<const Bpe*>(&t.model()) != nullptr;
   t.clean_up_tokenization_spaces =
       json_value(cfg, "clean_up_tokenization_spaces", false, where) &&

@@ -85,6 +85,10 @@ class Tokenizer {
   // clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output):
   // decode() then drops the space before . ? ! , and English contractions.
   bool clean_up_tokenization_spaces = false;
+  // transformers' tokenizer(text, text_pair) encodes an empty text_pair as no
+  // pair at all; from_pretrained sets this so encode_pair does the same.
+  // Batches keep empty pairs, as transformers' batch call does.
+  bool empty_pair_is_single = false;
 
   Encoding encode(std::string_view text, bool add_special_tokens = true) const;
   Encoding encode_pair(std::string_view text, std::string_view pair,
@@ -119,6 +123,8 @@ class Tokenizer {
  private:
   // stop_early: under truncation, stop tokenizing past max_length tokens.
   Encoding encode_sequence(std::string_view text, uint32_t type_id, bool stop_early) const;
+  // text and pair as a pair, even when pair is empty.
+  Encoding encode_two(std::string_view text, std::string_view pair, bool add_special_tokens) const;
   Encoding encode_word_sequence(const std::vector<std::string>& words, uint32_t type_id,
                                 bool stop_early) const;
   Encoding post_process(Encoding a, std::optional<Encoding> b, bool add_special_tokens) const;

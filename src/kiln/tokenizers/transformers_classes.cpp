@@ -1,0 +1,417 @@
+// What transformers 5.25's model-specific tokenizer classes do to a
+// tokenizer.json when AutoTokenizer loads a directory (their __init__ in
+// transformers/models/*/tokenization_*.py, and TokenizersBackend's
+// convert_to_native_format and __init__), as rewrites of the file's JSON.
+#include "kiln/tokenizers/transformers_classes.h"
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/core/json.h"
+
+namespace kiln::tokenizers {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const char* const kGeneric = "TokenizersBackend";
+const char* const kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+std::string without_fast(std::string c) {
+  if (c.size() > 4 && c.compare(c.size() - 4, 4, "Fast") == 0) c.resize(c.size() - 4);
+  return c;
+}
+
+bool is_generic(const std::string& c) {
+  static const std::set<std::string> generic{"TokenizersBackend", "PreTrainedTokenizer", "PythonBackend",
+                                             "MistralCommonBackend"};
+  return generic.count(without_fast(c)) > 0;
+}
+
+// transformers' TOKENIZER_MAPPING_NAMES for the model types whose class kiln
+// rebuilds, plus the common ones that load tokenizer.json as written (the
+// Mistral family maps to MistralCommonBackend, which without mistral_common
+// is TokenizersBackend) or name a class kiln has no rules for.
+std::string registered_class(const std::string& model_type) {
+  static const std::map<std::string, std::string> table = {
+      {"gemma", "GemmaTokenizer"}, {"gemma2", "GemmaTokenizer"}, {"gemma3", "GemmaTokenizer"},
+      {"gemma3_text", "GemmaTokenizer"}, {"gemma3n", "GemmaTokenizer"}, {"gemma3n_text", "GemmaTokenizer"},
+      {"recurrent_gemma", "GemmaTokenizer"}, {"t5gemma", "GemmaTokenizer"},
+      {"qwen2", "Qwen2Tokenizer"}, {"qwen2_moe", "Qwen2Tokenizer"}, {"qwen2_vl", "Qwen2Tokenizer"},
+      {"qwen2_5_vl", "Qwen2Tokenizer"}, {"qwen3", "Qwen2Tokenizer"}, {"qwen3_moe", "Qwen2Tokenizer"},
+      {"qwen3_next", "Qwen2Tokenizer"}, {"qwen3_vl", "Qwen2Tokenizer"},
+      {"gpt2", "GPT2Tokenizer"}, {"gpt_neo", "GPT2Tokenizer"}, {"gptj", "GPT2Tokenizer"}, {"opt", "GPT2Tokenizer"},
+      {"phi", "GPT2Tokenizer"}, {"codegen", "GPT2Tokenizer"}, {"starcoder2", "GPT2Tokenizer"},
+      {"roberta", "RobertaTokenizer"}, {"bart", "RobertaTokenizer"}, {"longformer", "RobertaTokenizer"},
+      {"roberta-prelayernorm", "RobertaTokenizer"}, {"data2vec-text", "RobertaTokenizer"},
+      {"bert", "BertTokenizer"}, {"distilbert", "BertTokenizer"}, {"electra", "BertTokenizer"},
+      {"megatron-bert", "BertTokenizer"}, {"squeezebert", "BertTokenizer"}, {"nomic_bert", "BertTokenizer"},
+      {"t5", "T5Tokenizer"}, {"mt5", "T5Tokenizer"}, {"switch_transformers", "T5Tokenizer"},
+      {"deberta-v2", "DebertaV2Tokenizer"}, {"xlm-roberta", "XLMRobertaTokenizer"}, {"xmod", "XLMRobertaTokenizer"},
+      {"mistral", kGeneric}, {"mixtral", kGeneric}, {"ministral", kGeneric}, {"mistral3", kGeneric},
+      {"phi3", kGeneric}, {"phimoe", kGeneric}, {"granite", kGeneric}, {"olmo2", kGeneric},
+      {"modernbert", kGeneric},
+      {"gpt_neox", "GPTNeoXTokenizer"}, {"olmo", "GPTNeoXTokenizer"}, {"albert", "AlbertTokenizer"},
+      {"whisper", "WhisperTokenizer"}, {"code_llama", "CodeLlamaTokenizer"}, {"mbart", "MBartTokenizer"},
+      {"deberta", "DebertaTokenizer"}, {"bloom", ""}, {"falcon", ""}, {"llama", ""}};
+  auto it = table.find(model_type);
+  return it == table.end() ? "" : it->second;
+}
+
+// MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: their Hub tokenizer_class is
+// overridden by the registered one.
+bool hub_class_is_wrong(const std::string& model_type) {
+  static const std::set<std::string> types{"phi3", "phi3_v", "phimoe", "qwen2", "qwen3_5", "qwen3_5_moe",
+                                           "modernbert", "internlm2", "internlm3", "jamba", "llava", "nemotron"};
+  return types.count(model_type) > 0;
+}
+
+// A special token from the config as transformers' AddedToken: a string, or
+// {"content", "lstrip", ...}; null is none.
+std::optional<json> added_token(const json& v, const std::string& where, const std::string& key) {
+  if (v.is_null()) return std::nullopt;
+  json t = {{"single_word", false}, {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}};
+  if (v.is_string()) {
+    t["content"] = v;
+  } else if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+    t["content"] = v["content"];
+    for (const char* f : {"single_word", "lstrip", "rstrip", "normalized"}) {
+      t[f] = json_value(v, f, false, where + ": '" + key + "'");
+    }
+  } else {
+    throw Error(detail::concat(where, ": '", key, "': expected a string or {\"content\": ...}, found ",
+                               json_found(v)));
+  }
+  return t;
+}
+
+// The class's defaults for its named special tokens (nullptr: none).
+struct ClassRule {
+  const char* model_type;  // the model tokenizer.json must hold: "BPE", "Unigram", "WordPiece"
+  std::map<std::string, const char*> defaults;
+  void (*rebuild)(json& tj, const json& cfg, const std::string& where);
+};
+
+json metaspace(const std::string& scheme, bool split) {
+  return {{"type", "Metaspace"}, {"replacement", kSpace}, {"prepend_scheme", scheme}, {"split", split}};
+}
+
+json replace(const std::string& from, const std::string& to, bool regex = false) {
+  return {{"type", "Replace"}, {"pattern", {{regex ? "Regex" : "String", from}}}, {"content", to}};
+}
+
+json byte_level(bool add_prefix_space, bool use_regex = true) {
+  return {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"trim_offsets", true},
+          {"use_regex", use_regex}};
+}
+
+// A BPE model rebuilt from the file's vocab and merges with the class's options.
+void set_bpe(json& model, std::optional<std::string> unk, bool fuse_unk, bool byte_fallback) {
+  model["dropout"] = nullptr;
+  model["unk_token"] = unk ? json(*unk) : json(nullptr);
+  model["continuing_subword_prefix"] = nullptr;
+  model["end_of_word_suffix"] = nullptr;
+  model["fuse_unk"] = fuse_unk;
+  model["byte_fallback"] = byte_fallback;
+  model["ignore_merges"] = false;
+}
+
+std::string cfg_string(const json& cfg, const char* key, const std::string& def, const std::string& where) {
+  auto it = cfg.find(key);
+  if (it == cfg.end() || it->is_null()) return def;
+  if (it->is_object() && it->contains("content")) return json_value<std::string>(*it, "content", where);
+  return json_value<std::string>(cfg, key, where);
+}
+
+// The file's precompiled charsmap, which SentencePiece-based classes keep.
+std::optional<json> precompiled(const json& tj) {
+  const json* n = tj.contains("normalizer") ? &tj["normalizer"] : nullptr;
+  if (!n || !n->is_object()) return std::nullopt;
+  std::vector<const json*> list{n};
+  if (n->value("type", "") == "Sequence" && n->contains("normalizers") && (*n)["normalizers"].is_array()) {
+    list.clear();
+    for (const json& e : (*n)["normalizers"]) list.push_back(&e);
+  }
+  for (const json* e : list) {
+    if (e->is_object() && e->value("type", "") == "Precompiled" && e->contains("precompiled_charsmap")) return *e;
+  }
+  return std::nullopt;
+}
+
+void rebuild_llama(json& tj, const json& cfg, const std::string& where) {
+  const bool prefix = json_value(cfg, "add_prefix_space", true, where);
+  const bool legacy = json_value(cfg, "legacy", false, where);
+  set_bpe(tj["model"], std::nullopt, true, true);
+  tj["normalizer"] = nullptr;
+  tj["pre_tokenizer"] = metaspace(prefix ? (legacy ? "always" : "first") : "never", false);
+  json dec = json::array({replace(kSpace, " "), {{"type", "ByteFallback"}}, {{"type", "Fuse"}}});
+  if (prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  tj["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
+}
+
+void rebuild_gemma(json& tj, const json& cfg, const std::string& where) {
+  set_bpe(tj["model"], cfg_string(cfg, "unk_token", "<unk>", where), true, true);
+  tj["normalizer"] = replace(" ", kSpace);
+  tj["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"},
+                         {"invert", false}};
+  tj["decoder"] = {{"type", "Sequence"},
+                   {"decoders", json::array({replace(kSpace, " "), {{"type", "ByteFallback"}}, {{"type", "Fuse"}}})}};
+}
+
+void rebuild_qwen2(json& tj, const json& cfg, const std::string& where) {
+  static const char* const pattern =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  set_bpe(tj["model"], std::nullopt, false, false);
+  tj["normalizer"] = {{"type", "NFC"}};
+  tj["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+                    byte_level(json_value(cfg, "add_prefix_space", false, where), false)})}};
+  tj["decoder"] = byte_level(true);
+}
+
+// GPT2Tokenizer and RobertaTokenizer: byte-level BPE, no normalizer.
+void rebuild_byte_level(json& tj, const json& cfg, const std::string& where) {
+  set_bpe(tj["model"], std::nullopt, false, false);
+  tj["normalizer"] = nullptr;
+  tj["pre_tokenizer"] = byte_level(json_value(cfg, "add_prefix_space", false, where));
+  tj["decoder"] = byte_level(true);
+}
+
+void rebuild_bert(json& tj, const json& cfg, const std::string& where) {
+  json& m = tj["model"];
+  m["unk_token"] = cfg_string(cfg, "unk_token", "[UNK]", where);
+  m["continuing_subword_prefix"] = "##";
+  m["max_input_chars_per_word"] = 100;
+  json strip = nullptr;
+  if (auto s = detail::json_field<bool>(cfg, "strip_accents", where)) strip = *s;
+  tj["normalizer"] = {{"type", "BertNormalizer"}, {"clean_text", true},
+                      {"handle_chinese_chars", json_value(cfg, "tokenize_chinese_chars", true, where)},
+                      {"strip_accents", strip}, {"lowercase", json_value(cfg, "do_lower_case", true, where)}};
+  tj["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+  tj["decoder"] = {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}};
+}
+
+// The Unigram unk id: transformers' T5 and XLM-R classes fix it (2 and 3);
+// DeBERTa-v2 looks the unk token up among the pieces scored 0.
+void set_unigram(json& model, uint32_t unk_id) {
+  model["unk_id"] = unk_id;
+  model["byte_fallback"] = false;
+}
+
+void rebuild_t5(json& tj, const json&, const std::string&) {
+  set_unigram(tj["model"], 2);
+  auto charsmap = precompiled(tj);
+  tj["normalizer"] = charsmap ? *charsmap : json(nullptr);
+  tj["pre_tokenizer"] = {{"type", "Sequence"},
+                         {"pretokenizers", json::array({{{"type", "WhitespaceSplit"}}, metaspace("always", true)})}};
+  tj["decoder"] = metaspace("always", true);
+}
+
+void rebuild_xlm_roberta(json& tj, const json& cfg, const std::string& where) {
+  set_unigram(tj["model"], 3);
+  const std::string scheme = json_value(cfg, "add_prefix_space", true, where) ? "always" : "never";
+  auto charsmap = precompiled(tj);
+  tj["normalizer"] = charsmap ? *charsmap : json(nullptr);
+  tj["pre_tokenizer"] = {{"type", "Sequence"},
+                         {"pretokenizers", json::array({{{"type", "WhitespaceSplit"}}, metaspace(scheme, true)})}};
+  tj["decoder"] = metaspace(scheme, true);
+}
+
+void rebuild_deberta_v2(json& tj, const json& cfg, const std::string& where) {
+  const std::string unk = cfg_string(cfg, "unk_token", "[UNK]", where);
+  uint32_t unk_id = 1;
+  const json& vocab = tj["model"]["vocab"];
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    if (vocab[i].is_array() && vocab[i].size() == 2 && vocab[i][0] == unk && vocab[i][1] == 0.0) {
+      unk_id = static_cast<uint32_t>(i);
+      break;
+    }
+  }
+  set_unigram(tj["model"], unk_id);
+  json norm = json::array();
+  if (json_value(cfg, "do_lower_case", false, where)) norm.push_back({{"type", "Lowercase"}});
+  const json strip_right = {{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}};
+  if (auto charsmap = precompiled(tj)) {
+    norm.insert(norm.end(), {*charsmap, strip_right, replace(" {2,}", " ", true)});
+  } else {
+    norm.insert(norm.end(), {replace(R"(\s{2,}|[\n\r\t])", " ", true), {{"type", "NFC"}}, strip_right});
+  }
+  tj["normalizer"] = {{"type", "Sequence"}, {"normalizers", norm}};
+  const std::string scheme = json_value(cfg, "add_prefix_space", true, where) ? "always" : "first";
+  json pre = json::array();
+  if (json_value(cfg, "split_by_punct", false, where)) pre.push_back({{"type", "Punctuation"}, {"behavior", "Isolated"}});
+  pre.push_back(metaspace(scheme, true));
+  tj["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", pre}};
+  tj["decoder"] = metaspace(scheme, true);
+}
+
+const std::map<std::string, ClassRule>& rules() {
+  static const std::map<std::string, ClassRule> table = {
+      {"LlamaTokenizer", {"BPE", {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"}}, rebuild_llama}},
+      {"GemmaTokenizer",
+       {"BPE",
+        {{"bos_token", "<bos>"}, {"eos_token", "<eos>"}, {"unk_token", "<unk>"}, {"pad_token", "<pad>"},
+         {"mask_token", "<mask>"}},
+        rebuild_gemma}},
+      {"Qwen2Tokenizer",
+       {"BPE", {{"eos_token", "<|endoftext|>"}, {"unk_token", "<|endoftext|>"}, {"pad_token", "<|endoftext|>"}},
+        rebuild_qwen2}},
+      {"GPT2Tokenizer",
+       {"BPE", {{"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}, {"unk_token", "<|endoftext|>"}},
+        rebuild_byte_level}},
+      {"RobertaTokenizer",
+       {"BPE",
+        {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"sep_token", "</s>"}, {"cls_token", "<s>"},
+         {"unk_token", "<unk>"}, {"pad_token", "<pad>"}, {"mask_token", "<mask>"}},
+        rebuild_byte_level}},
+      {"BertTokenizer",
+       {"WordPiece",
+        {{"unk_token", "[UNK]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"}, {"cls_token", "[CLS]"},
+         {"mask_token", "[MASK]"}},
+        rebuild_bert}},
+      {"T5Tokenizer", {"Unigram", {{"eos_token", "</s>"}, {"unk_token", "<unk>"}, {"pad_token", "<pad>"}}, rebuild_t5}},
+      {"XLMRobertaTokenizer",
+       {"Unigram",
+        {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"sep_token", "</s>"}, {"cls_token", "<s>"},
+         {"unk_token", "<unk>"}, {"pad_token", "<pad>"}, {"mask_token", "<mask>"}},
+        rebuild_xlm_roberta}},
+      {"DebertaV2Tokenizer",
+       {"Unigram",
+        {{"bos_token", "[CLS]"}, {"eos_token", "[SEP]"}, {"unk_token", "[UNK]"}, {"sep_token", "[SEP]"},
+         {"pad_token", "[PAD]"}, {"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}},
+        rebuild_deberta_v2}},
+  };
+  return table;
+}
+
+std::string model_type_of(const json& model) {
+  if (model.contains("type") && model["type"].is_string()) return model["type"].get<std::string>();
+  if (model.contains("merges")) return "BPE";
+  if (model.contains("vocab") && model["vocab"].is_array()) return "Unigram";
+  return model.contains("continuing_subword_prefix") || model.contains("max_input_chars_per_word") ? "WordPiece"
+                                                                                                    : "WordLevel";
+}
+
+// tokenizers' AddedVocabulary id for a token the model may lack: its model
+// id, else one past the largest of the model's size and the added ids.
+uint32_t next_added_id(const json& tj, const std::string& content) {
+  const json& model = tj["model"];
+  const json& vocab = model["vocab"];
+  size_t model_size = vocab.size();
+  if (vocab.is_object()) {
+    if (auto it = vocab.find(content); it != vocab.end() && it->is_number_unsigned()) return it->get<uint32_t>();
+  } else if (vocab.is_array()) {
+    for (size_t i = 0; i < vocab.size(); ++i)
+      if (vocab[i].is_array() && !vocab[i].empty() && vocab[i][0] == content) return static_cast<uint32_t>(i);
+  }
+  std::optional<uint64_t> max_added;
+  for (const json& a : tj["added_tokens"])
+    if (a.contains("id") && a["id"].is_number_unsigned())
+      max_added = std::max(max_added.value_or(0), a["id"].get<uint64_t>());
+  if (!max_added) return static_cast<uint32_t>(model_size);
+  return static_cast<uint32_t>(*max_added >= model_size || model_size == 0 ? *max_added + 1 : model_size);
+}
+
+// Adds `token` unless an added token has its content already.
+void add_if_missing(json& tj, json token) {
+  for (const json& a : tj["added_tokens"])
+    if (a.value("content", "") == token["content"]) return;
+  token["id"] = next_added_id(tj, token["content"].get<std::string>());
+  tj["added_tokens"].push_back(std::move(token));
+}
+
+// The named special tokens (config value, else special_tokens_map.json's,
+// else the class default) and T5's <extra_id_N> sentinels, added as the
+// class's __init__ adds them.
+void add_special_tokens(const std::string& cls, json& tj, const json& cfg, const json& special_map,
+                        const std::string& where) {
+  if (!tj.contains("added_tokens") || !tj["added_tokens"].is_array()) tj["added_tokens"] = json::array();
+  auto rule = rules().find(cls);
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+    std::optional<json> token;
+    if (cfg.contains(key)) {
+      token = added_token(cfg[key], where, key);
+    } else if (special_map.contains(key)) {
+      token = added_token(special_map[key], where, key);
+    } else if (rule != rules().end()) {
+      if (auto d = rule->second.defaults.find(key); d != rule->second.defaults.end()) token = added_token(d->second, where, key);
+    }
+    if (token) add_if_missing(tj, *token);
+  }
+  if (cls == "T5Tokenizer" && !cfg.contains("additional_special_tokens") && !cfg.contains("extra_special_tokens")) {
+    const int64_t extra = json_value<int64_t>(cfg, "extra_ids", 100, where);
+    KILN_CHECK(extra >= 0 && extra <= (int64_t{1} << 20), where, ": 'extra_ids' must be in [0, 2^20], got ", extra);
+    for (int64_t i = 0; i < extra; ++i) add_if_missing(tj, *added_token("<extra_id_" + std::to_string(i) + ">", where, "extra_ids"));
+  }
+}
+
+}  // namespace
+
+std::string auto_tokenizer_class(const fs::path& dir, const json& cfg, const std::string& tokenizer_json) {
+  const std::string cfg_where = (dir / "tokenizer_config.json").string();
+  std::string model_type, config_class;
+  if (fs::exists(dir / "config.json")) {
+    const json mc = read_json_file(dir / "config.json");
+    if (mc.is_object()) {
+      model_type = json_value<std::string>(mc, "model_type", "", (dir / "config.json").string());
+      config_class = json_value<std::string>(mc, "tokenizer_class", "", (dir / "config.json").string());
+    }
+  }
+  std::string hub = json_value<std::string>(cfg, "tokenizer_class", "", cfg_where);
+  if (hub.empty()) hub = config_class;
+  const std::string registered = registered_class(model_type);
+  // A Llama class over a byte-level tokenizer.json (Llama 3's repos): the file as written.
+  if (!hub.empty() && without_fast(hub) == "LlamaTokenizer" && registered != kGeneric &&
+      !hub_class_is_wrong(model_type) && tokenizer_json.find("\"ByteLevel\"") != std::string::npos)
+    return kGeneric;
+  if (!hub.empty() && !registered.empty() && without_fast(registered) != without_fast(hub)) {
+    if (is_generic(registered)) return kGeneric;
+    const std::string chosen = hub_class_is_wrong(model_type) ? registered : hub;
+    return is_generic(chosen) ? kGeneric : without_fast(chosen);
+  }
+  if (!hub.empty()) return is_generic(hub) ? kGeneric : without_fast(hub);
+  return registered.empty() || is_generic(registered) ? kGeneric : without_fast(registered);
+}
+
+void apply_tokenizer_class(const std::string& cls, json& tj, const json& cfg, const json& special_map,
+                           const std::string& cfg_where, const std::string& tj_where) {
+  auto rule = rules().find(cls);
+  if (cls != kGeneric && rule == rules().end()) {
+    static std::mutex mu;
+    static std::set<std::string> warned;
+    std::lock_guard<std::mutex> lock(mu);
+    if (warned.insert(cls).second)
+      std::fprintf(stderr,
+                   "kiln: warning: %s: tokenizer class '%s' (tokenizer_config.json 'tokenizer_class' or config.json "
+                   "'model_type') is not one kiln rebuilds; running tokenizer.json as written, which can give other "
+                   "ids than transformers' AutoTokenizer\n",
+                   cfg_where.c_str(), cls.c_str());
+  }
+  KILN_CHECK(tj.is_object() && tj.contains("model") && tj["model"].is_object(), tj_where, ": no 'model' object");
+  if (rule != rules().end()) {
+    const std::string found = model_type_of(tj["model"]);
+    KILN_CHECK(found == rule->second.model_type, tj_where, ": model.type: ", cls, " (chosen by ", cfg_where,
+               ") needs a ", rule->second.model_type, " model, found ", found);
+    rule->second.rebuild(tj, cfg, cfg_where);
+    // A class rebuilding the tokenizer without a post-processor in the file
+    // uses a bare template ("$A:0", "$A:0 $B:1").
+    if (!tj.contains("post_processor") || tj["post_processor"].is_null()) {
+      auto seq = [](const char* id, int type) { return json{{"Sequence", {{"id", id}, {"type_id", type}}}}; };
+      tj["post_processor"] = {{"type", "TemplateProcessing"},
+                              {"single", json::array({seq("A", 0)})},
+                              {"pair", json::array({seq("A", 0), seq("B", 1)})},
+                              {"special_tokens", json::object()}};
+    }
+  }
+  add_special_tokens(cls, tj, cfg, special_map, cfg_where);
+}
+
+}  // namespace kiln::tokenizers
