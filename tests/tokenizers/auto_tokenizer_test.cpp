@@ -1,0 +1,122 @@
+// Tokenizer::from_pretrained against transformers 5's AutoTokenizer: model
+// directories whose tokenizer.json the tokenizer class rebuilds (goldens from
+// tests/goldens/gen_autotokenizer_goldens.py), and the errors and warnings
+// for what kiln cannot rebuild.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/json.h"
+#include "kiln/tokenizers/tokenizer.h"
+#include "support/test_util.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace kiln::tokenizers;
+using kiln::testing::error_of;
+
+namespace {
+
+const fs::path kAuto = fs::path(KILN_TEST_DATA_DIR) / "tokenizers" / "auto";
+
+std::vector<uint32_t> ids_of(const json& j) { return j.get<std::vector<uint32_t>>(); }
+
+// A scratch model directory: a golden case's tokenizer.json and the given
+// tokenizer_config.json.
+struct ScratchDir {
+  fs::path path;
+  ScratchDir(const std::string& from_case, const json& config) {
+    path = fs::temp_directory_path() / ("kiln_auto_tok_" + from_case + "_" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+    fs::copy_file(kAuto / from_case / "tokenizer.json", path / "tokenizer.json");
+    std::ofstream(path / "tokenizer_config.json") << config.dump();
+  }
+  ~ScratchDir() { fs::remove_all(path); }
+};
+
+TEST(AutoTokenizer, MatchesTransformersOnEveryGoldenDirectory) {
+  size_t cases = 0;
+  for (const auto& entry : fs::directory_iterator(kAuto)) {
+    const fs::path dir = entry.path();
+    const json exp = kiln::read_json_file(dir / "expected.json");
+    SCOPED_TRACE(dir.filename().string() + " (" + exp["class"].get<std::string>() + ")");
+    const Tokenizer tok = Tokenizer::from_pretrained(dir.string());
+    ASSERT_EQ(exp["texts"].size(), exp["encode"].size());
+    for (size_t i = 0; i < exp["texts"].size(); ++i) {
+      const std::string text = exp["texts"][i];
+      const json& e = exp["encode"][i];
+      SCOPED_TRACE("text " + json(text).dump());
+      const Encoding enc = tok.encode(text, true);
+      EXPECT_EQ(enc.ids, ids_of(e["ids"]));
+      EXPECT_EQ(tok.encode(text, false).ids, ids_of(e["ids_no_special"]));
+      EXPECT_EQ(tok.decode(ids_of(e["ids"]), true), e["decode_skip"].get<std::string>());
+      EXPECT_EQ(tok.decode(ids_of(e["ids"]), false), e["decode_keep"].get<std::string>());
+    }
+    for (const json& p : exp["pairs"]) {
+      SCOPED_TRACE("pair " + p["a"].dump() + " " + p["b"].dump());
+      EXPECT_EQ(tok.encode_pair(p["a"].get<std::string>(), p["b"].get<std::string>()).ids, ids_of(p["ids"]));
+    }
+    for (auto it = exp["special_tokens"].begin(); it != exp["special_tokens"].end(); ++it) {
+      SCOPED_TRACE(it.key() + "_token");
+      EXPECT_EQ(tok.token_to_id((*it)[0].get<std::string>()), (*it)[1].get<uint32_t>());
+    }
+    ++cases;
+  }
+  EXPECT_EQ(cases, 16u);
+}
+
+TEST(AutoTokenizer, FromFileStillRunsTheFileAsWritten) {
+  // Llama 2's legacy file prepends a "▁" to text that already starts with a
+  // space; LlamaTokenizer's Metaspace does not.
+  const Tokenizer file = Tokenizer::from_file((kAuto / "llama2_legacy" / "tokenizer.json").string());
+  const Tokenizer pretrained = Tokenizer::from_pretrained((kAuto / "llama2_legacy").string());
+  EXPECT_EQ(file.encode("  x", false).ids.size(), pretrained.encode("  x", false).ids.size() + 1);
+}
+
+TEST(AutoTokenizer, UnknownClassRunsTheFileWithOneWarning) {
+  ScratchDir dir("llama2", json{{"tokenizer_class", "KilnTestUnknownTokenizer"}});
+  testing::internal::CaptureStderr();
+  const Tokenizer tok = Tokenizer::from_pretrained(dir.path.string());
+  const Tokenizer again = Tokenizer::from_pretrained(dir.path.string());
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("KilnTestUnknownTokenizer"), std::string::npos) << err;
+  EXPECT_NE(err.find("tokenizer_config.json"), std::string::npos) << err;
+  EXPECT_EQ(err.find("warning"), err.rfind("warning")) << "warned twice: " << err;
+  const Tokenizer file = Tokenizer::from_file((dir.path / "tokenizer.json").string());
+  EXPECT_EQ(tok.encode("  leading spaces").ids, file.encode("  leading spaces").ids);
+}
+
+TEST(AutoTokenizer, ClassOverTheWrongModelIsAnError) {
+  ScratchDir dir("llama2", json{{"tokenizer_class", "BertTokenizer"}});
+  const std::string err = error_of([&] { Tokenizer::from_pretrained(dir.path.string()); });
+  EXPECT_NE(err.find("model.type"), std::string::npos) << err;
+  EXPECT_NE(err.find("BertTokenizer"), std::string::npos) << err;
+  EXPECT_NE(err.find("WordPiece"), std::string::npos) << err;
+  EXPECT_NE(err.find("found BPE"), std::string::npos) << err;
+}
+
+TEST(AutoTokenizer, BadFlagIsAnErrorNamingTheKey) {
+  ScratchDir dir("llama2", json{{"tokenizer_class", "LlamaTokenizer"}, {"legacy", "yes"}});
+  const std::string err = error_of([&] { Tokenizer::from_pretrained(dir.path.string()); });
+  EXPECT_NE(err.find("tokenizer_config.json"), std::string::npos) << err;
+  EXPECT_NE(err.find("'legacy'"), std::string::npos) << err;
+  ScratchDir bad_token("llama2", json{{"tokenizer_class", "LlamaTokenizer"}, {"bos_token", 7}});
+  const std::string err2 = error_of([&] { Tokenizer::from_pretrained(bad_token.path.string()); });
+  EXPECT_NE(err2.find("'bos_token'"), std::string::npos) << err2;
+}
+
+TEST(AutoTokenizer, EmptyPairIsOneTextButKeptInBatches) {
+  // transformers: tokenizer("a", "") encodes "a" alone; a batch keeps the pair.
+  const Tokenizer tok = Tokenizer::from_pretrained((kAuto / "bert_flags").string());
+  EXPECT_EQ(tok.encode_pair("a", "").ids, tok.encode("a").ids);
+  const auto batch = tok.encode_batch_pairs({{"a", ""}});
+  EXPECT_EQ(batch[0].ids.size(), tok.encode("a").ids.size() + 1);  // the second [SEP]
+  const Tokenizer file = Tokenizer::from_file((kAuto / "bert_flags" / "tokenizer.json").string());
+  EXPECT_EQ(file.encode_pair("a", "").ids.size(), file.encode("a").ids.size() + 1);
+}
+
+}  // namespace
