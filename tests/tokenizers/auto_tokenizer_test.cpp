@@ -63,7 +63,11 @@ TEST(AutoTokenizer, MatchesTransformersOnEveryGoldenDirectory) {
     for (auto it = exp["special_tokens"].begin(); it != exp["special_tokens"].end(); ++it) {
       SCOPED_TRACE(it.key() + "_token");
       EXPECT_EQ(tok.token_to_id((*it)[0].get<std::string>()), (*it)[1].get<uint32_t>());
+      ASSERT_EQ(tok.special_tokens.count(it.key() + "_token"), 1u);
+      EXPECT_EQ(tok.special_tokens.at(it.key() + "_token").content, (*it)[0].get<std::string>());
+      EXPECT_EQ(tok.special_tokens.at(it.key() + "_token").id, (*it)[1].get<uint32_t>());
     }
+    EXPECT_EQ(tok.special_tokens.size(), exp["special_tokens"].size());
     ++cases;
   }
   EXPECT_EQ(cases, 16u);

@@ -304,26 +304,30 @@ Tokenizer Tokenizer::from_pretrained(const std::string& directory) {
     KILN_CHECK(cfg.is_object(), cfg_path.string(), ": expected a JSON object");
   }
   std::string where = cfg_path.string();
+  json special_map = json::object();
+  if (fs::exists(dir / "special_tokens_map.json")) {
+    special_map = read_json_file(dir / "special_tokens_map.json");
+    KILN_CHECK(special_map.is_object(), (dir / "special_tokens_map.json").string(), ": expected a JSON object");
+  }
   Tokenizer t;
+  std::string cls;
   try {
     if (fs::exists(dir / "tokenizer.json")) {
       const fs::path path = dir / "tokenizer.json";
       const std::string text = read_file(path);
-      const std::string cls = auto_tokenizer_class(dir, cfg, text);
+      cls = auto_tokenizer_class(dir, cfg, text);
       json tj = parse_json(text, path.string());
-      json special_map = json::object();
-      if (fs::exists(dir / "special_tokens_map.json")) {
-        special_map = read_json_file(dir / "special_tokens_map.json");
-        KILN_CHECK(special_map.is_object(), (dir / "special_tokens_map.json").string(), ": expected a JSON object");
-      }
       apply_tokenizer_class(cls, tj, cfg, special_map, where, path.string());
       t = tokenizer_from_json(tj, path.string());
     } else if (fs::exists(dir / "vocab.txt")) {
       t = load_wordpiece(dir, cfg, where);
+      cls = "BertTokenizer";
     } else if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
       t = load_byte_level_bpe(dir, cfg, where);
+      cls = t.token_to_id("<s>") && t.token_to_id("</s>") ? "RobertaTokenizer" : "GPT2Tokenizer";
     } else if (fs::exists(dir / "spiece.model")) {
       t = load_sentencepiece(dir, cfg, where);
+      cls = "T5Tokenizer";
     } else {
       throw Error(detail::concat(directory, ": no tokenizer files found (expected tokenizer.json, "
                                             "vocab.txt, vocab.json + merges.txt or spiece.model)"));
@@ -336,6 +340,10 @@ Tokenizer Tokenizer::from_pretrained(const std::string& directory) {
     if (m > 0 && m < 1e12) t.model_max_length = static_cast<size_t>(m);
   }
   t.empty_pair_is_single = true;
+  for (const auto& [key, token] : named_special_tokens(cls, cfg, special_map, where)) {
+    const std::string content = token["content"].get<std::string>();
+    if (auto id = t.token_to_id(content)) t.special_tokens[key] = {content, *id};
+  }
   const bool bpe = dynamic_cast<const Bpe*>(&t.model()) != nullptr;
   t.clean_up_tokenization_spaces =
       json_value(cfg, "clean_up_tokenization_spaces", false, where) &&

@@ -6,6 +6,7 @@
 // directory: tokenizer.json, or the legacy vocab.txt / vocab.json+merges.txt /
 // spiece.model chosen with tokenizer_config.json).
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,12 @@
 #include "kiln/tokenizers/pre_tokenizers.h"
 
 namespace kiln::tokenizers {
+
+// A named special token (transformers' tokenizer.bos_token and bos_token_id).
+struct NamedSpecialToken {
+  std::string content;
+  uint32_t id = 0;
+};
 
 enum class TruncationStrategy { LongestFirst, OnlyFirst, OnlySecond };
 
@@ -85,6 +92,12 @@ class Tokenizer {
   // clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output):
   // decode() then drops the space before . ? ! , and English contractions.
   bool clean_up_tokenization_spaces = false;
+  // from_pretrained: "bos_token", "eos_token", "unk_token", "sep_token",
+  // "pad_token", "cls_token", "mask_token" as transformers 5's AutoTokenizer
+  // resolves them (tokenizer_config.json, special_tokens_map.json, the
+  // class's defaults); a name transformers leaves unset (GPT-2's pad) is
+  // absent.
+  std::map<std::string, NamedSpecialToken> special_tokens;
   // transformers' tokenizer(text, text_pair) encodes an empty text_pair as no
   // pair at all; from_pretrained sets this so encode_pair does the same.
   // Batches keep empty pairs, as transformers' batch call does.

@@ -328,12 +328,21 @@ void add_if_missing(json& tj, json token) {
   tj["added_tokens"].push_back(std::move(token));
 }
 
-// The named special tokens (config value, else special_tokens_map.json's,
-// else the class default) and T5's <extra_id_N> sentinels, added as the
-// class's __init__ adds them.
-void add_special_tokens(const std::string& cls, json& tj, const json& cfg, const json& special_map,
-                        const std::string& where) {
-  if (!tj.contains("added_tokens") || !tj["added_tokens"].is_array()) tj["added_tokens"] = json::array();
+// T5's <extra_id_N> sentinels, added as additional special tokens.
+void add_t5_sentinels(json& tj, const json& cfg, const std::string& where) {
+  if (cfg.contains("additional_special_tokens") || cfg.contains("extra_special_tokens")) return;
+  const int64_t extra = json_value<int64_t>(cfg, "extra_ids", 100, where);
+  KILN_CHECK(extra >= 0 && extra <= (int64_t{1} << 20), where, ": 'extra_ids' must be in [0, 2^20], got ", extra);
+  for (int64_t i = 0; i < extra; ++i)
+    add_if_missing(tj, *added_token("<extra_id_" + std::to_string(i) + ">", where, "extra_ids"));
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, nlohmann::json>> named_special_tokens(const std::string& cls, const json& cfg,
+                                                                         const json& special_map,
+                                                                         const std::string& where) {
+  std::vector<std::pair<std::string, json>> out;
   auto rule = rules().find(cls);
   for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
     std::optional<json> token;
@@ -342,15 +351,23 @@ void add_special_tokens(const std::string& cls, json& tj, const json& cfg, const
     } else if (special_map.contains(key)) {
       token = added_token(special_map[key], where, key);
     } else if (rule != rules().end()) {
-      if (auto d = rule->second.defaults.find(key); d != rule->second.defaults.end()) token = added_token(d->second, where, key);
+      if (auto d = rule->second.defaults.find(key); d != rule->second.defaults.end())
+        token = added_token(d->second, where, key);
     }
-    if (token) add_if_missing(tj, *token);
+    if (token) out.emplace_back(key, *token);
   }
-  if (cls == "T5Tokenizer" && !cfg.contains("additional_special_tokens") && !cfg.contains("extra_special_tokens")) {
-    const int64_t extra = json_value<int64_t>(cfg, "extra_ids", 100, where);
-    KILN_CHECK(extra >= 0 && extra <= (int64_t{1} << 20), where, ": 'extra_ids' must be in [0, 2^20], got ", extra);
-    for (int64_t i = 0; i < extra; ++i) add_if_missing(tj, *added_token("<extra_id_" + std::to_string(i) + ">", where, "extra_ids"));
-  }
+  return out;
+}
+
+namespace {
+
+// The named special tokens and T5's sentinels that the file lacks, added as
+// the class's __init__ adds them.
+void add_special_tokens(const std::string& cls, json& tj, const json& cfg, const json& special_map,
+                        const std::string& where) {
+  if (!tj.contains("added_tokens") || !tj["added_tokens"].is_array()) tj["added_tokens"] = json::array();
+  for (auto& [key, token] : named_special_tokens(cls, cfg, special_map, where)) add_if_missing(tj, token);
+  if (cls == "T5Tokenizer") add_t5_sentinels(tj, cfg, where);
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kiln::tokenizers {
 
@@ -30,5 +32,14 @@ std::string auto_tokenizer_class(const std::filesystem::path& dir, const nlohman
 void apply_tokenizer_class(const std::string& cls, nlohmann::json& tj, const nlohmann::json& cfg,
                            const nlohmann::json& special_map, const std::string& cfg_where,
                            const std::string& tj_where);
+
+// The class's named special tokens as transformers resolves them, in its
+// order (bos, eos, unk, sep, pad, cls, mask): tokenizer_config.json's value
+// (null: none), else special_tokens_map.json's, else the class default. Each
+// is {"content", "lstrip", "rstrip", "single_word", "normalized", "special"}.
+std::vector<std::pair<std::string, nlohmann::json>> named_special_tokens(const std::string& cls,
+                                                                         const nlohmann::json& cfg,
+                                                                         const nlohmann::json& special_map,
+                                                                         const std::string& cfg_where);
 
 }  // namespace kiln::tokenizers
