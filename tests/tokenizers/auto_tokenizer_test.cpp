@@ -113,6 +113,44 @@ TEST(AutoTokenizer, BadFlagIsAnErrorNamingTheKey) {
   EXPECT_NE(err2.find("'bos_token'"), std::string::npos) << err2;
 }
 
+// A Mistral directory saved before transformers 5 with a tokenizer of over
+// 100000 tokens: fix_mistral_regex swaps the first split of the
+// pre-tokenizer for Mistral's corrected regex (digits one at a time).
+TEST(AutoTokenizer, FixMistralRegexReplacesTheSplit) {
+  json tj = kiln::read_json_file(kAuto / "llama3" / "tokenizer.json");
+  uint32_t next = 0;
+  for (auto it = tj["model"]["vocab"].begin(); it != tj["model"]["vocab"].end(); ++it)
+    next = std::max(next, it->get<uint32_t>() + 1);
+  for (const json& a : tj["added_tokens"]) next = std::max(next, a["id"].get<uint32_t>() + 1);
+  for (uint32_t i = 0; i < 100001; ++i) tj["model"]["vocab"]["zzfill" + std::to_string(i)] = next + i;
+  auto make_dir = [&](const std::string& name, bool fix) {
+    const fs::path d = fs::temp_directory_path() / ("kiln_auto_tok_" + name + "_" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    std::ofstream(d / "tokenizer.json") << tj.dump();
+    std::ofstream(d / "config.json") << R"({"model_type": "mistral", "transformers_version": "4.50.0"})";
+    std::ofstream(d / "tokenizer_config.json") << json{{"tokenizer_class", "LlamaTokenizerFast"}, {"fix_mistral_regex", fix}}.dump();
+    return d;
+  };
+  const fs::path fixed_dir = make_dir("mistral_fix", true), plain_dir = make_dir("mistral_plain", false);
+  const Tokenizer fixed = Tokenizer::from_pretrained(fixed_dir.string());
+  const Tokenizer plain = Tokenizer::from_pretrained(plain_dir.string());
+  json want = tj;
+  want["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
+      R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|)"
+      R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|)"
+      R"( ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const Tokenizer expect_fixed = Tokenizer::from_json_string(want.dump(), "want");
+  const Tokenizer expect_plain = Tokenizer::from_json_string(tj.dump(), "plain");
+  for (const char* text : {"12345 3.14 HeLLoWorld", "x/y\n\nz", "ÀÉÎàéî ABCdef"}) {
+    EXPECT_EQ(fixed.encode(text).ids, expect_fixed.encode(text).ids) << text;
+    EXPECT_EQ(plain.encode(text).ids, expect_plain.encode(text).ids) << text;
+  }
+  EXPECT_NE(fixed.encode("12345").ids, plain.encode("12345").ids);
+  fs::remove_all(fixed_dir);
+  fs::remove_all(plain_dir);
+}
+
 TEST(AutoTokenizer, EmptyPairIsOneTextButKeptInBatches) {
   // transformers: tokenizer("a", "") encodes "a" alone; a batch keeps the pair.
   const Tokenizer tok = Tokenizer::from_pretrained((kAuto / "bert_flags").string());

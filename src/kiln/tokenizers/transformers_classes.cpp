@@ -5,6 +5,7 @@
 #include "kiln/tokenizers/transformers_classes.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
@@ -370,6 +371,42 @@ void add_special_tokens(const std::string& cls, json& tj, const json& cfg, const
   if (cls == "T5Tokenizer") add_t5_sentinels(tj, cfg, where);
 }
 
+// tokenizers' vocabulary size with the added tokens.
+size_t vocab_size(const json& tj) {
+  size_t n = tj["model"].contains("vocab") ? tj["model"]["vocab"].size() : 0;
+  for (const json& a : tj["added_tokens"])
+    if (a.contains("id") && a["id"].is_number_unsigned()) n = std::max<size_t>(n, a["id"].get<size_t>() + 1);
+  return n;
+}
+
+// transformers' _patch_mistral_regex for a local directory: a tokenizer of
+// over 100000 tokens whose config.json is a Mistral model saved before
+// transformers 5 (or names no model type) gets Mistral's corrected split
+// regex when tokenizer_config.json sets fix_mistral_regex.
+void fix_mistral_regex(json& tj, const fs::path& dir, const json& cfg, const std::string& where) {
+  if (!json_value(cfg, "fix_mistral_regex", false, where) || vocab_size(tj) <= 100000) return;
+  if (!tj.contains("pre_tokenizer") || tj["pre_tokenizer"].is_null() || !fs::exists(dir / "config.json")) return;
+  const json mc = read_json_file(dir / "config.json");
+  if (!mc.is_object()) return;
+  const std::string version = mc.value("transformers_version", "");
+  if (!version.empty() && std::atoi(version.c_str()) >= 5) return;
+  static const std::set<std::string> mistral{"mistral", "mistral3", "voxtral", "ministral", "pixtral"};
+  if (mc.contains("model_type") && mc["model_type"].is_string() && !mistral.count(mc["model_type"].get<std::string>()))
+    return;
+  static const char* const pattern =
+      R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const json split = {{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}};
+  json& pre = tj["pre_tokenizer"];
+  if (pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") && pre["pretokenizers"].is_array() &&
+      !pre["pretokenizers"].empty()) {
+    pre["pretokenizers"][0] = split;
+  } else {
+    // Metaspace(split=False) loses spaces after a Split; transformers swaps it for ByteLevel.
+    json current = pre.value("type", "") == "Metaspace" ? byte_level(false, false) : pre;
+    pre = {{"type", "Sequence"}, {"pretokenizers", json::array({split, current})}};
+  }
+}
+
 }  // namespace
 
 std::string auto_tokenizer_class(const fs::path& dir, const json& cfg, const std::string& tokenizer_json) {
@@ -429,6 +466,7 @@ void apply_tokenizer_class(const std::string& cls, json& tj, const json& cfg, co
     }
   }
   add_special_tokens(cls, tj, cfg, special_map, cfg_where);
+  fix_mistral_regex(tj, fs::path(cfg_where).parent_path(), cfg, cfg_where);
 }
 
 }  // namespace kiln::tokenizers
