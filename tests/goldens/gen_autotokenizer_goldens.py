@@ -48,6 +48,7 @@ TEXTS = [
     "multiple    spaces", "I'm don't", "e\u0301 café", "日本語 中文", "👨\u200d👩\u200d👧 family", "a\u00a0b",
     "<s>hi</s>", "</s>after", "word<mask>word", " <mask> x", "<pad><unk>", "[CLS] x [SEP]  y", "[MASK]word",
     "<|im_start|>user\nhi<|im_end|>", "<|endoftext|>  next", "HeLLo WoRLD ÀÉÎ", "end.", "<extra_id_0> fill",
+    "a<new_tok>b", " <new_tok>  x <b_tok>z",
 ]
 PAIRS = [["Hello", "world"], ["  lead", "trail  "], ["a", ""], ["日本", "x <mask>"]]
 SPECIALS = ["bos", "eos", "unk", "sep", "pad", "cls", "mask"]
@@ -163,6 +164,13 @@ def unigram_deberta():
     return tok
 
 
+def added(content, **flags):
+    return dict({"content": content, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                 "special": True}, **flags)
+
+
+# tokenizer_config.json's added_tokens_decoder: tokens the file lacks, with their flags.
+ADDED = {"9000": added("<new_tok>", lstrip=True), "9001": added("<b_tok>", special=False, normalized=True)}
 LLAMA = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
          "pad_token": None, "clean_up_tokenization_spaces": False, "tokenizer_class": "LlamaTokenizer"}
 # name: (builder, tokenizer_config.json or None, config.json model_type or None)
@@ -188,6 +196,13 @@ CASES = {
                                              "tokenize_chinese_chars": False}, "bert"),
     "t5": (unigram_t5, {"extra_ids": 3, "model_max_length": 512}, "t5"),
     "xlm_roberta": (unigram_xlmr, None, "xlm-roberta"),
+    "llama2_added_tokens_decoder": (spm_bpe, dict(LLAMA, legacy=False, added_tokens_decoder=dict(
+        ADDED, **{"0": added("<unk>"), "1": added("<s>"), "2": added("</s>")})), "llama"),
+    "llama3_added_tokens_decoder": (llama3, {"tokenizer_class": "PreTrainedTokenizerFast", "added_tokens_decoder": ADDED},
+                                    "llama"),
+    "convbert": (lambda: wordpiece(False), {"tokenizer_class": "ConvBertTokenizer"}, "convbert"),
+    "electra": (lambda: wordpiece(False), {"tokenizer_class": "ElectraTokenizer"}, "electra"),
+    "bart_prefix": (roberta, {"tokenizer_class": "BartTokenizer", "add_prefix_space": True}, "bart"),
     "deberta_v2": (unigram_deberta, {"do_lower_case": True, "split_by_punct": True, "vocab_type": "spm"}, "deberta-v2"),
 }
 

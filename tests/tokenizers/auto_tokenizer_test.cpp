@@ -70,7 +70,7 @@ TEST(AutoTokenizer, MatchesTransformersOnEveryGoldenDirectory) {
     EXPECT_EQ(tok.special_tokens.size(), exp["special_tokens"].size());
     ++cases;
   }
-  EXPECT_EQ(cases, 16u);
+  EXPECT_EQ(cases, 21u);
 }
 
 TEST(AutoTokenizer, FromFileStillRunsTheFileAsWritten) {
@@ -111,6 +111,11 @@ TEST(AutoTokenizer, BadFlagIsAnErrorNamingTheKey) {
   ScratchDir bad_token("llama2", json{{"tokenizer_class", "LlamaTokenizer"}, {"bos_token", 7}});
   const std::string err2 = error_of([&] { Tokenizer::from_pretrained(bad_token.path.string()); });
   EXPECT_NE(err2.find("'bos_token'"), std::string::npos) << err2;
+  ScratchDir bad_added("llama2", json{{"tokenizer_class", "LlamaTokenizer"},
+                                      {"added_tokens_decoder", {{"x1", {{"content", "<t>"}}}}}});
+  const std::string err3 = error_of([&] { Tokenizer::from_pretrained(bad_added.path.string()); });
+  EXPECT_NE(err3.find("'added_tokens_decoder'"), std::string::npos) << err3;
+  EXPECT_NE(err3.find("'x1' is not a token id"), std::string::npos) << err3;
 }
 
 // A Mistral directory saved before transformers 5 with a tokenizer of over

@@ -5,6 +5,7 @@
 #include "kiln/tokenizers/transformers_classes.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -65,6 +66,19 @@ std::string registered_class(const std::string& model_type) {
   return it == table.end() ? "" : it->second;
 }
 
+// Names transformers resolves to one of the classes kiln rebuilds.
+std::string canonical_class(const std::string& name) {
+  static const std::map<std::string, std::string> aliases = {
+      {"ElectraTokenizer", "BertTokenizer"}, {"MobileBertTokenizer", "BertTokenizer"},
+      {"LayoutLMTokenizer", "BertTokenizer"}, {"SqueezeBertTokenizer", "BertTokenizer"},
+      {"LxmertTokenizer", "BertTokenizer"}, {"DistilBertTokenizer", "BertTokenizer"},
+      {"DPRContextEncoderTokenizer", "BertTokenizer"}, {"DPRQuestionEncoderTokenizer", "BertTokenizer"},
+      {"DPRReaderTokenizer", "BertTokenizer"}, {"BartTokenizer", "RobertaTokenizer"},
+      {"LongformerTokenizer", "RobertaTokenizer"}, {"Phi3Tokenizer", "LlamaTokenizer"}};
+  auto it = aliases.find(name);
+  return it == aliases.end() ? name : it->second;
+}
+
 // MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: their Hub tokenizer_class is
 // overridden by the registered one.
 bool hub_class_is_wrong(const std::string& model_type) {
@@ -96,6 +110,8 @@ std::optional<json> added_token(const json& v, const std::string& where, const s
 struct ClassRule {
   const char* model_type;  // the model tokenizer.json must hold: "BPE", "Unigram", "WordPiece"
   std::map<std::string, const char*> defaults;
+  // nullptr: a subclass without its own __init__ (ConvBertTokenizer), which
+  // keeps the file's pipeline and only brings its base class's defaults.
   void (*rebuild)(json& tj, const json& cfg, const std::string& where);
 };
 
@@ -289,6 +305,11 @@ const std::map<std::string, ClassRule>& rules() {
         {{"bos_token", "[CLS]"}, {"eos_token", "[SEP]"}, {"unk_token", "[UNK]"}, {"sep_token", "[SEP]"},
          {"pad_token", "[PAD]"}, {"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}},
         rebuild_deberta_v2}},
+      {"ConvBertTokenizer",
+       {"WordPiece",
+        {{"unk_token", "[UNK]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"}, {"cls_token", "[CLS]"},
+         {"mask_token", "[MASK]"}},
+        nullptr}},
   };
   return table;
 }
@@ -362,11 +383,38 @@ std::vector<std::pair<std::string, nlohmann::json>> named_special_tokens(const s
 
 namespace {
 
+// tokenizer_config.json's added_tokens_decoder ({"id": {"content", ...}}),
+// in id order. A class that rebuilds the tokenizer starts from these alone
+// (the file's added tokens only when the config has none); the generic class
+// adds those the file lacks.
+void apply_added_tokens_decoder(json& tj, const json& cfg, bool rebuilt, const std::string& where) {
+  auto it = cfg.find("added_tokens_decoder");
+  if (it == cfg.end() || it->is_null()) return;
+  const std::string w = where + ": 'added_tokens_decoder'";
+  KILN_CHECK(it->is_object(), w, ": expected an object of id -> token, found ", json_found(*it));
+  std::vector<std::pair<uint64_t, json>> tokens;
+  for (auto e = it->begin(); e != it->end(); ++e) {
+    char* end = nullptr;
+    const uint64_t id = std::strtoull(e.key().c_str(), &end, 10);
+    KILN_CHECK(!e.key().empty() && *end == '\0', w, ": key '", e.key(), "' is not a token id");
+    const json& v = e.value();
+    KILN_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), w, "['", e.key(),
+               "']: expected {\"content\": ...}, found ", json_found(v));
+    const bool special = json_value(v, "special", false, w);
+    json t = {{"content", v["content"]}, {"special", special}};
+    for (const char* f : {"single_word", "lstrip", "rstrip"}) t[f] = json_value(v, f, false, w);
+    t["normalized"] = json_value(v, "normalized", !special, w);
+    tokens.emplace_back(id, std::move(t));
+  }
+  std::sort(tokens.begin(), tokens.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (rebuilt) tj["added_tokens"] = json::array();
+  for (auto& [id, t] : tokens) add_if_missing(tj, std::move(t));
+}
+
 // The named special tokens and T5's sentinels that the file lacks, added as
 // the class's __init__ adds them.
 void add_special_tokens(const std::string& cls, json& tj, const json& cfg, const json& special_map,
                         const std::string& where) {
-  if (!tj.contains("added_tokens") || !tj["added_tokens"].is_array()) tj["added_tokens"] = json::array();
   for (auto& [key, token] : named_special_tokens(cls, cfg, special_map, where)) add_if_missing(tj, token);
   if (cls == "T5Tokenizer") add_t5_sentinels(tj, cfg, where);
 }
@@ -407,9 +455,8 @@ void fix_mistral_regex(json& tj, const fs::path& dir, const json& cfg, const std
   }
 }
 
-}  // namespace
-
-std::string auto_tokenizer_class(const fs::path& dir, const json& cfg, const std::string& tokenizer_json) {
+// AutoTokenizer.from_pretrained's choice of class, by name.
+std::string resolve_class(const fs::path& dir, const json& cfg, const std::string& tokenizer_json) {
   const std::string cfg_where = (dir / "tokenizer_config.json").string();
   std::string model_type, config_class;
   if (fs::exists(dir / "config.json")) {
@@ -435,6 +482,12 @@ std::string auto_tokenizer_class(const fs::path& dir, const json& cfg, const std
   return registered.empty() || is_generic(registered) ? kGeneric : without_fast(registered);
 }
 
+}  // namespace
+
+std::string auto_tokenizer_class(const fs::path& dir, const json& cfg, const std::string& tokenizer_json) {
+  return canonical_class(resolve_class(dir, cfg, tokenizer_json));
+}
+
 void apply_tokenizer_class(const std::string& cls, json& tj, const json& cfg, const json& special_map,
                            const std::string& cfg_where, const std::string& tj_where) {
   auto rule = rules().find(cls);
@@ -450,7 +503,10 @@ void apply_tokenizer_class(const std::string& cls, json& tj, const json& cfg, co
                    cfg_where.c_str(), cls.c_str());
   }
   KILN_CHECK(tj.is_object() && tj.contains("model") && tj["model"].is_object(), tj_where, ": no 'model' object");
-  if (rule != rules().end()) {
+  if (!tj.contains("added_tokens") || !tj["added_tokens"].is_array()) tj["added_tokens"] = json::array();
+  const bool rebuilt = rule != rules().end() && rule->second.rebuild;
+  apply_added_tokens_decoder(tj, cfg, rebuilt, cfg_where);
+  if (rebuilt) {
     const std::string found = model_type_of(tj["model"]);
     KILN_CHECK(found == rule->second.model_type, tj_where, ": model.type: ", cls, " (chosen by ", cfg_where,
                ") needs a ", rule->second.model_type, " model, found ", found);
