@@ -184,6 +184,8 @@ CASES = {
                         "pad_token": "<pad>", "tokenizer_class": "GemmaTokenizer"}, "gemma2"),
     "qwen2": (qwen, {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
                      "errors": "replace", "model_max_length": 32768, "tokenizer_class": "Qwen2Tokenizer"}, "qwen2"),
+    "qwen2_split_special_tokens": (qwen, {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                                          "split_special_tokens": True, "tokenizer_class": "Qwen2Tokenizer"}, "qwen2"),
     "llama3": (llama3, {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>", "model_max_length": 131072,
                         "clean_up_tokenization_spaces": True, "tokenizer_class": "PreTrainedTokenizerFast"}, "llama"),
     "llama_class_byte_level": (llama3, {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>",

@@ -340,6 +340,7 @@ Tokenizer Tokenizer::from_pretrained(const std::string& directory) {
     if (m > 0 && m < 1e12) t.model_max_length = static_cast<size_t>(m);
   }
   t.empty_pair_is_single = true;
+  if (json_value(cfg, "split_special_tokens", false, where)) t.set_encode_special_tokens(true);
   for (const auto& [key, token] : named_special_tokens(cls, cfg, special_map, where)) {
     const std::string content = token["content"].get<std::string>();
     if (auto id = t.token_to_id(content)) t.special_tokens[key] = {content, *id};

@@ -18,6 +18,11 @@ void Tokenizer::add_tokens(const std::vector<AddedToken>& tokens) {
   added_.rebuild(normalizer_.get());
 }
 
+void Tokenizer::set_encode_special_tokens(bool on) {
+  added_.set_encode_special_tokens(on);
+  added_.rebuild(normalizer_.get());
+}
+
 const Model& Tokenizer::model() const {
   KILN_CHECK(model_, "Tokenizer: no model set");
   return *model_;

@@ -77,6 +77,9 @@ class Tokenizer {
   void set_post_processor(PostProcessorPtr p) { post_processor_ = std::move(p); }
   void set_decoder(DecoderPtr d) { decoder_ = std::move(d); }
   void add_tokens(const std::vector<AddedToken>& tokens);
+  // transformers' split_special_tokens: special tokens in the text are
+  // tokenized as text, not matched.
+  void set_encode_special_tokens(bool on);
   void set_truncation(std::optional<TruncationParams> t) { truncation_ = std::move(t); }
   void set_padding(std::optional<PaddingParams> p) { padding_ = std::move(p); }
 
