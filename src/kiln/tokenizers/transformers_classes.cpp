@@ -218,13 +218,16 @@ void rebuild_bert(json& tj, const json& cfg, const std::string& where) {
 
 // The Unigram unk id: transformers' T5 and XLM-R classes fix it (2 and 3);
 // DeBERTa-v2 looks the unk token up among the pieces scored 0.
-void set_unigram(json& model, uint32_t unk_id) {
+void set_unigram(json& model, uint32_t unk_id, const std::string& where) {
+  const size_t pieces = model.contains("vocab") ? model["vocab"].size() : 0;
+  KILN_CHECK(unk_id < pieces, where, ": the tokenizer class's unk_id ", unk_id,
+             " is past the end of tokenizer.json's vocabulary of ", pieces, " pieces");
   model["unk_id"] = unk_id;
   model["byte_fallback"] = false;
 }
 
-void rebuild_t5(json& tj, const json&, const std::string&) {
-  set_unigram(tj["model"], 2);
+void rebuild_t5(json& tj, const json&, const std::string& where) {
+  set_unigram(tj["model"], 2, where);
   auto charsmap = precompiled(tj);
   tj["normalizer"] = charsmap ? *charsmap : json(nullptr);
   tj["pre_tokenizer"] = {{"type", "Sequence"},
@@ -233,7 +236,7 @@ void rebuild_t5(json& tj, const json&, const std::string&) {
 }
 
 void rebuild_xlm_roberta(json& tj, const json& cfg, const std::string& where) {
-  set_unigram(tj["model"], 3);
+  set_unigram(tj["model"], 3, where);
   const std::string scheme = json_value(cfg, "add_prefix_space", true, where) ? "always" : "never";
   auto charsmap = precompiled(tj);
   tj["normalizer"] = charsmap ? *charsmap : json(nullptr);
@@ -252,7 +255,7 @@ void rebuild_deberta_v2(json& tj, const json& cfg, const std::string& where) {
       break;
     }
   }
-  set_unigram(tj["model"], unk_id);
+  set_unigram(tj["model"], unk_id, where);
   json norm = json::array();
   if (json_value(cfg, "do_lower_case", false, where)) norm.push_back({{"type", "Lowercase"}});
   const json strip_right = {{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}};
@@ -271,6 +274,13 @@ void rebuild_deberta_v2(json& tj, const json& cfg, const std::string& where) {
 }
 
 const std::map<std::string, ClassRule>& rules() {
+  // RoBERTa's and XLM-R's defaults, and BERT's (ConvBERT's too).
+  static const std::map<std::string, const char*> roberta_specials = {
+      {"bos_token", "<s>"}, {"eos_token", "</s>"}, {"sep_token", "</s>"}, {"cls_token", "<s>"},
+      {"unk_token", "<unk>"}, {"pad_token", "<pad>"}, {"mask_token", "<mask>"}};
+  static const std::map<std::string, const char*> bert_specials = {
+      {"unk_token", "[UNK]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"}, {"cls_token", "[CLS]"},
+      {"mask_token", "[MASK]"}};
   static const std::map<std::string, ClassRule> table = {
       {"LlamaTokenizer", {"BPE", {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"}}, rebuild_llama}},
       {"GemmaTokenizer",
@@ -286,19 +296,16 @@ const std::map<std::string, ClassRule>& rules() {
         rebuild_byte_level}},
       {"RobertaTokenizer",
        {"BPE",
-        {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"sep_token", "</s>"}, {"cls_token", "<s>"},
-         {"unk_token", "<unk>"}, {"pad_token", "<pad>"}, {"mask_token", "<mask>"}},
+        roberta_specials,
         rebuild_byte_level}},
       {"BertTokenizer",
        {"WordPiece",
-        {{"unk_token", "[UNK]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"}, {"cls_token", "[CLS]"},
-         {"mask_token", "[MASK]"}},
+        bert_specials,
         rebuild_bert}},
       {"T5Tokenizer", {"Unigram", {{"eos_token", "</s>"}, {"unk_token", "<unk>"}, {"pad_token", "<pad>"}}, rebuild_t5}},
       {"XLMRobertaTokenizer",
        {"Unigram",
-        {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"sep_token", "</s>"}, {"cls_token", "<s>"},
-         {"unk_token", "<unk>"}, {"pad_token", "<pad>"}, {"mask_token", "<mask>"}},
+        roberta_specials,
         rebuild_xlm_roberta}},
       {"DebertaV2Tokenizer",
        {"Unigram",
@@ -307,8 +314,7 @@ const std::map<std::string, ClassRule>& rules() {
         rebuild_deberta_v2}},
       {"ConvBertTokenizer",
        {"WordPiece",
-        {{"unk_token", "[UNK]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"}, {"cls_token", "[CLS]"},
-         {"mask_token", "[MASK]"}},
+        bert_specials,
         nullptr}},
   };
   return table;
@@ -325,8 +331,9 @@ std::string model_type_of(const json& model) {
 // tokenizers' AddedVocabulary id for a token the model may lack: its model
 // id, else one past the largest of the model's size and the added ids.
 uint32_t next_added_id(const json& tj, const std::string& content) {
+  static const json none = json::object();
   const json& model = tj["model"];
-  const json& vocab = model["vocab"];
+  const json& vocab = model.contains("vocab") ? model["vocab"] : none;
   size_t model_size = vocab.size();
   if (vocab.is_object()) {
     if (auto it = vocab.find(content); it != vocab.end() && it->is_number_unsigned()) return it->get<uint32_t>();
