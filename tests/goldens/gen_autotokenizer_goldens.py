@@ -16,7 +16,8 @@ are guards.
 writes tests/goldens/tokenizers/auto/<case>/ (the directory, plus
 expected.json: the class, ids with and without special tokens, decodes with
 skip_special_tokens true and false, pairs, and the id of each named special
-token). Deterministic: the trainers run single-threaded.
+token), and tests/goldens/tokenizers/auto_classes.json: the class AutoTokenizer
+picks for each tokenizer_class x model_type x (byte-level file or not). Deterministic: the trainers run single-threaded.
 """
 import os
 
@@ -225,6 +226,35 @@ def expected(d):
     return out
 
 
+def class_choices():
+    # The llama2 case's tokenizer.json is not byte-level, llama3's is.
+    hubs = ["", "LlamaTokenizer", "LlamaTokenizerFast", "PreTrainedTokenizerFast", "Qwen2Tokenizer", "GPT2Tokenizer",
+            "TokenizersBackend", "Phi3Tokenizer", "BertTokenizer", "ElectraTokenizer"]
+    types = ["", "llama", "mistral", "phi3", "qwen2", "qwen3", "gpt2", "starcoder2", "bert", "gemma3_text"]
+    out = []
+    d = os.path.join(OUT, "_scratch")
+    for source in ["llama2", "llama3"]:
+        for hub in hubs:
+            for model_type in types:
+                shutil.rmtree(d, ignore_errors=True)
+                os.makedirs(d)
+                shutil.copy(os.path.join(OUT, source, "tokenizer.json"), d)
+                if hub:
+                    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+                        json.dump({"tokenizer_class": hub}, f)
+                if model_type:
+                    with open(os.path.join(d, "config.json"), "w") as f:
+                        json.dump({"model_type": model_type}, f)
+                try:
+                    cls = type(AutoTokenizer.from_pretrained(d)).__name__
+                except Exception:  # a class over a model it cannot build
+                    cls = "error"
+                out.append({"tokenizer_json": source, "tokenizer_class": hub, "model_type": model_type, "class": cls})
+    shutil.rmtree(d)
+    with open(os.path.join(os.path.dirname(OUT), "auto_classes.json"), "w") as f:
+        json.dump(out, f, indent=0)
+
+
 def main():
     shutil.rmtree(OUT, ignore_errors=True)
     for name, (build, cfg, model_type) in CASES.items():
@@ -243,6 +273,7 @@ def main():
         with open(os.path.join(d, "expected.json"), "w") as f:
             json.dump(exp, f, ensure_ascii=False, separators=(",", ":"))
         print(name, exp["class"])
+    class_choices()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/json.h"
+#include "kiln/core/file.h"
 #include "kiln/tokenizers/tokenizer.h"
+#include "kiln/tokenizers/transformers_classes.h"
 #include "support/test_util.h"
 
 namespace fs = std::filesystem;
@@ -71,6 +73,23 @@ TEST(AutoTokenizer, MatchesTransformersOnEveryGoldenDirectory) {
     ++cases;
   }
   EXPECT_EQ(cases, 22u);
+}
+
+TEST(AutoTokenizer, PicksTheClassTransformersPicks) {
+  const json cases = kiln::read_json_file(kAuto.parent_path() / "auto_classes.json");
+  ASSERT_EQ(cases.size(), 200u);
+  const fs::path dir = fs::temp_directory_path() / ("kiln_auto_tok_classes_" + std::to_string(::getpid()));
+  for (const json& c : cases) {
+    const std::string hub = c["tokenizer_class"], model_type = c["model_type"], source = c["tokenizer_json"];
+    SCOPED_TRACE(source + " tokenizer_class '" + hub + "' model_type '" + model_type + "'");
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    if (!model_type.empty()) std::ofstream(dir / "config.json") << json{{"model_type", model_type}}.dump();
+    const json cfg = hub.empty() ? json::object() : json{{"tokenizer_class", hub}};
+    const std::string text = kiln::read_file(kAuto / source / "tokenizer.json");
+    EXPECT_EQ(auto_tokenizer_class(dir, cfg, text), c["class"].get<std::string>());
+  }
+  fs::remove_all(dir);
 }
 
 TEST(AutoTokenizer, FromFileStillRunsTheFileAsWritten) {
