@@ -172,6 +172,16 @@ def added(content, **flags):
 
 # tokenizer_config.json's added_tokens_decoder: tokens the file lacks, with their flags.
 ADDED = {"9000": added("<new_tok>", lstrip=True), "9001": added("<b_tok>", special=False, normalized=True)}
+def without_post_processor(build):
+    # BERT, DeBERTa-v2, T5, XLM-R and RoBERTa set their own post-processor
+    # over the file's; Llama's class keeps the file's, or none.
+    def built():
+        tok = build()
+        tok.post_processor = None
+        return tok
+    return built
+
+
 LLAMA = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
          "pad_token": None, "clean_up_tokenization_spaces": False, "tokenizer_class": "LlamaTokenizer"}
 # name: (builder, tokenizer_config.json or None, config.json model_type or None)
@@ -206,6 +216,12 @@ CASES = {
     "convbert": (lambda: wordpiece(False), {"tokenizer_class": "ConvBertTokenizer"}, "convbert"),
     "electra": (lambda: wordpiece(False), {"tokenizer_class": "ElectraTokenizer"}, "electra"),
     "bart_prefix": (roberta, {"tokenizer_class": "BartTokenizer", "add_prefix_space": True}, "bart"),
+    "t5_no_post_processor": (without_post_processor(unigram_t5), {"extra_ids": 0}, "t5"),
+    "xlm_roberta_no_post_processor": (without_post_processor(unigram_xlmr), None, "xlm-roberta"),
+    "bert_no_post_processor": (without_post_processor(lambda: wordpiece(True)), {"do_lower_case": True}, "bert"),
+    "roberta_no_post_processor": (without_post_processor(roberta), None, "roberta"),
+    "deberta_v2_no_post_processor": (without_post_processor(unigram_deberta), {"vocab_type": "spm"}, "deberta-v2"),
+    "llama2_no_post_processor": (without_post_processor(spm_bpe), dict(LLAMA, legacy=False), "llama"),
     "deberta_v2": (unigram_deberta, {"do_lower_case": True, "split_by_punct": True, "vocab_type": "spm"}, "deberta-v2"),
 }
 

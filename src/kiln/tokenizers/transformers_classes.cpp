@@ -107,12 +107,16 @@ std::optional<json> added_token(const json& v, const std::string& where, const s
 }
 
 // The class's defaults for its named special tokens (nullptr: none).
+// The post-processor a class sets after its __init__ (File: the file's).
+enum class Post { File, Bert, DebertaV2, T5, XlmRoberta, Roberta };
+
 struct ClassRule {
   const char* model_type;  // the model tokenizer.json must hold: "BPE", "Unigram", "WordPiece"
   std::map<std::string, const char*> defaults;
   // nullptr: a subclass without its own __init__ (ConvBertTokenizer), which
   // keeps the file's pipeline and only brings its base class's defaults.
   void (*rebuild)(json& tj, const json& cfg, const std::string& where);
+  Post post = Post::File;
 };
 
 json metaspace(const std::string& scheme, bool split) {
@@ -297,21 +301,22 @@ const std::map<std::string, ClassRule>& rules() {
       {"RobertaTokenizer",
        {"BPE",
         roberta_specials,
-        rebuild_byte_level}},
+        rebuild_byte_level, Post::Roberta}},
       {"BertTokenizer",
        {"WordPiece",
         bert_specials,
-        rebuild_bert}},
-      {"T5Tokenizer", {"Unigram", {{"eos_token", "</s>"}, {"unk_token", "<unk>"}, {"pad_token", "<pad>"}}, rebuild_t5}},
+        rebuild_bert, Post::Bert}},
+      {"T5Tokenizer", {"Unigram", {{"eos_token", "</s>"}, {"unk_token", "<unk>"}, {"pad_token", "<pad>"}}, rebuild_t5,
+        Post::T5}},
       {"XLMRobertaTokenizer",
        {"Unigram",
         roberta_specials,
-        rebuild_xlm_roberta}},
+        rebuild_xlm_roberta, Post::XlmRoberta}},
       {"DebertaV2Tokenizer",
        {"Unigram",
         {{"bos_token", "[CLS]"}, {"eos_token", "[SEP]"}, {"unk_token", "[UNK]"}, {"sep_token", "[SEP]"},
          {"pad_token", "[PAD]"}, {"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}},
-        rebuild_deberta_v2}},
+        rebuild_deberta_v2, Post::DebertaV2}},
       {"ConvBertTokenizer",
        {"WordPiece",
         bert_specials,
@@ -328,19 +333,32 @@ std::string model_type_of(const json& model) {
                                                                                                     : "WordLevel";
 }
 
-// tokenizers' AddedVocabulary id for a token the model may lack: its model
-// id, else one past the largest of the model's size and the added ids.
-uint32_t next_added_id(const json& tj, const std::string& content) {
-  static const json none = json::object();
+// The model vocabulary's id of `content`.
+std::optional<uint32_t> model_id(const json& tj, const std::string& content) {
   const json& model = tj["model"];
-  const json& vocab = model.contains("vocab") ? model["vocab"] : none;
-  size_t model_size = vocab.size();
+  if (!model.contains("vocab")) return std::nullopt;
+  const json& vocab = model["vocab"];
   if (vocab.is_object()) {
     if (auto it = vocab.find(content); it != vocab.end() && it->is_number_unsigned()) return it->get<uint32_t>();
   } else if (vocab.is_array()) {
     for (size_t i = 0; i < vocab.size(); ++i)
       if (vocab[i].is_array() && !vocab[i].empty() && vocab[i][0] == content) return static_cast<uint32_t>(i);
   }
+  return std::nullopt;
+}
+
+// The id of `content` once the added tokens are in: an added token's, else the model's.
+std::optional<uint32_t> token_id(const json& tj, const std::string& content) {
+  for (const json& a : tj["added_tokens"])
+    if (a.value("content", "") == content && a.contains("id") && a["id"].is_number_unsigned()) return a["id"].get<uint32_t>();
+  return model_id(tj, content);
+}
+
+// tokenizers' AddedVocabulary id for a token the model may lack: its model
+// id, else one past the largest of the model's size and the added ids.
+uint32_t next_added_id(const json& tj, const std::string& content) {
+  if (auto id = model_id(tj, content)) return *id;
+  const size_t model_size = tj["model"].contains("vocab") ? tj["model"]["vocab"].size() : 0;
   std::optional<uint64_t> max_added;
   for (const json& a : tj["added_tokens"])
     if (a.contains("id") && a["id"].is_number_unsigned())
@@ -424,6 +442,63 @@ void add_special_tokens(const std::string& cls, json& tj, const json& cfg, const
                         const std::string& where) {
   for (auto& [key, token] : named_special_tokens(cls, cfg, special_map, where)) add_if_missing(tj, token);
   if (cls == "T5Tokenizer") add_t5_sentinels(tj, cfg, where);
+}
+
+// A TemplateProcessing: "$A" and "$B" are the sequences, any other piece a
+// special token; each piece with its type id.
+using Pieces = std::vector<std::pair<std::string, int>>;
+json template_processing(const Pieces& single, const Pieces& pair,
+                         const std::vector<std::pair<std::string, uint32_t>>& specials) {
+  auto pieces = [](const Pieces& list) {
+    json out = json::array();
+    for (const auto& [p, type] : list) {
+      if (p == "$A" || p == "$B") {
+        out.push_back({{"Sequence", {{"id", p.substr(1)}, {"type_id", type}}}});
+      } else {
+        out.push_back({{"SpecialToken", {{"id", p}, {"type_id", type}}}});
+      }
+    }
+    return out;
+  };
+  json tokens = json::object();
+  for (const auto& [t, id] : specials) tokens[t] = {{"id", t}, {"ids", json::array({id})}, {"tokens", json::array({t})}};
+  return {{"type", "TemplateProcessing"}, {"single", pieces(single)}, {"pair", pieces(pair)}, {"special_tokens", tokens}};
+}
+
+// The post-processor BERT, DeBERTa-v2, T5, XLM-R and RoBERTa set after their
+// __init__, over the file's, from their named special tokens.
+json class_post_processor(Post post, const std::string& cls, const json& tj, const json& cfg, const json& special_map,
+                          const std::string& where) {
+  std::map<std::string, std::string> named;
+  for (const auto& [key, token] : named_special_tokens(cls, cfg, special_map, where))
+    named[key] = token["content"].get<std::string>();
+  auto content = [&](const char* key) { return named.count(key) ? named[key] : std::string("None"); };
+  auto id = [&](const char* key, std::optional<uint32_t> fallback = std::nullopt) {
+    auto i = token_id(tj, content(key));
+    if (!i) i = fallback;
+    KILN_CHECK(i, where, ": ", cls, " needs the id of its ", key, " '", content(key), "', which is in no vocabulary");
+    return *i;
+  };
+  if (post == Post::Bert || post == Post::DebertaV2) {
+    const bool bert = post == Post::Bert;
+    const std::string c = content("cls_token"), s = content("sep_token");
+    return template_processing({{c, 0}, {"$A", 0}, {s, 0}}, {{c, 0}, {"$A", 0}, {s, 0}, {"$B", 1}, {s, 1}},
+                               {{c, id("cls_token", bert ? 2u : 0u)}, {s, id("sep_token", bert ? 3u : 0u)}});
+  }
+  if (post == Post::T5) {
+    return template_processing({{"$A", 0}, {"</s>", 0}}, {{"$A", 0}, {"</s>", 0}, {"$B", 0}, {"</s>", 0}},
+                               {{"</s>", id("eos_token")}});
+  }
+  if (post == Post::XlmRoberta) {
+    const std::string b = content("bos_token"), e = content("eos_token");
+    return template_processing({{b, 0}, {"$A", 0}, {e, 0}}, {{b, 0}, {"$A", 0}, {e, 0}, {e, 0}, {"$B", 0}, {e, 0}},
+                               {{b, id("bos_token")}, {e, id("eos_token")}});
+  }
+  return {{"type", "RobertaProcessing"},
+          {"sep", {content("sep_token"), id("sep_token")}},
+          {"cls", {content("cls_token"), id("cls_token")}},
+          {"trim_offsets", json_value(cfg, "trim_offsets", true, where)},
+          {"add_prefix_space", json_value(cfg, "add_prefix_space", false, where)}};
 }
 
 // tokenizers' vocabulary size with the added tokens.
@@ -520,15 +595,12 @@ void apply_tokenizer_class(const std::string& cls, json& tj, const json& cfg, co
     rule->second.rebuild(tj, cfg, cfg_where);
     // A class rebuilding the tokenizer without a post-processor in the file
     // uses a bare template ("$A:0", "$A:0 $B:1").
-    if (!tj.contains("post_processor") || tj["post_processor"].is_null()) {
-      auto seq = [](const char* id, int type) { return json{{"Sequence", {{"id", id}, {"type_id", type}}}}; };
-      tj["post_processor"] = {{"type", "TemplateProcessing"},
-                              {"single", json::array({seq("A", 0)})},
-                              {"pair", json::array({seq("A", 0), seq("B", 1)})},
-                              {"special_tokens", json::object()}};
-    }
+    if (!tj.contains("post_processor") || tj["post_processor"].is_null())
+      tj["post_processor"] = template_processing({{"$A", 0}}, {{"$A", 0}, {"$B", 1}}, {});
   }
   add_special_tokens(cls, tj, cfg, special_map, cfg_where);
+  if (rebuilt && rule->second.post != Post::File)
+    tj["post_processor"] = class_post_processor(rule->second.post, cls, tj, cfg, special_map, cfg_where);
   fix_mistral_regex(tj, fs::path(cfg_where).parent_path(), cfg, cfg_where);
 }
 
