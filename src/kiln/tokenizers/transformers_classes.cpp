@@ -375,12 +375,51 @@ void add_if_missing(json& tj, json token) {
   tj["added_tokens"].push_back(std::move(token));
 }
 
-// T5's <extra_id_N> sentinels, added as additional special tokens.
-void add_t5_sentinels(json& tj, const json& cfg, const std::string& where) {
-  if (cfg.contains("additional_special_tokens") || cfg.contains("extra_special_tokens")) return;
-  const int64_t extra = json_value<int64_t>(cfg, "extra_ids", 100, where);
-  KILN_CHECK(extra >= 0 && extra <= (int64_t{1} << 20), where, ": 'extra_ids' must be in [0, 2^20], got ", extra);
-  for (int64_t i = 0; i < extra; ++i)
+// The config's extra special tokens (extra_special_tokens, or the older
+// additional_special_tokens; special_tokens_map.json's when the config has
+// neither): a list, or an object of name -> token; null when none.
+const json* extra_special_tokens(const json& cfg, const json& special_map) {
+  for (const json* src : {&cfg, &special_map})
+    for (const char* key : {"extra_special_tokens", "additional_special_tokens"})
+      if (src->contains(key) && ((*src)[key].is_array() || (*src)[key].is_object())) return &(*src)[key];
+  return nullptr;
+}
+
+// transformers 5's model-specific special tokens, in the config file's order:
+// its other keys ending in "_token" whose value is a string (Gemma 3's
+// "image_token", ...), then an object-valued extra_special_tokens.
+std::vector<std::pair<std::string, json>> model_specific_tokens(const std::string& cfg_path, const json* extra) {
+  static const std::set<std::string> named{"bos_token", "eos_token", "unk_token", "sep_token",
+                                           "pad_token", "cls_token", "mask_token"};
+  std::vector<std::pair<std::string, json>> out;
+  nlohmann::ordered_json cfg = nlohmann::ordered_json::object();
+  if (fs::exists(cfg_path)) cfg = read_ordered_json_file(cfg_path);
+  for (auto it = cfg.begin(); it != cfg.end(); ++it) {
+    const std::string& k = it.key();
+    if (k.size() > 6 && k.compare(k.size() - 6, 6, "_token") == 0 && !named.count(k) && it->is_string())
+      out.emplace_back(k, it->get<std::string>());
+  }
+  if (!extra || !extra->is_object()) return out;
+  auto ordered = cfg.find("extra_special_tokens");
+  if (ordered != cfg.end() && ordered->is_object()) {
+    for (auto it = ordered->begin(); it != ordered->end(); ++it)
+      out.emplace_back("extra_special_tokens", json::parse(it->dump()));
+  } else {
+    for (auto it = extra->begin(); it != extra->end(); ++it) out.emplace_back("extra_special_tokens", *it);
+  }
+  return out;
+}
+
+// T5's <extra_id_N> sentinels, which T5Tokenizer appends to the extra special
+// tokens unless the list has some already.
+void add_t5_sentinels(json& tj, const json& cfg, const json* extra, const std::string& where) {
+  if (extra)
+    for (const json& t : *extra)
+      if ((t.is_string() ? t.get<std::string>() : t.value("content", "")).find("<extra_id_") != std::string::npos) return;
+  const int64_t extra_ids = json_value<int64_t>(cfg, "extra_ids", 100, where);
+  KILN_CHECK(extra_ids >= 0 && extra_ids <= (int64_t{1} << 20), where, ": 'extra_ids' must be in [0, 2^20], got ",
+             extra_ids);
+  for (int64_t i = 0; i < extra_ids; ++i)
     add_if_missing(tj, *added_token("<extra_id_" + std::to_string(i) + ">", where, "extra_ids"));
 }
 
@@ -436,12 +475,18 @@ void apply_added_tokens_decoder(json& tj, const json& cfg, bool rebuilt, const s
   for (auto& [id, t] : tokens) add_if_missing(tj, std::move(t));
 }
 
-// The named special tokens and T5's sentinels that the file lacks, added as
-// the class's __init__ adds them.
+// The named special tokens, the extra special tokens and T5's sentinels that
+// the file lacks, added as the class's __init__ adds them.
 void add_special_tokens(const std::string& cls, json& tj, const json& cfg, const json& special_map,
                         const std::string& where) {
   for (auto& [key, token] : named_special_tokens(cls, cfg, special_map, where)) add_if_missing(tj, token);
-  if (cls == "T5Tokenizer") add_t5_sentinels(tj, cfg, where);
+  const json* extra = extra_special_tokens(cfg, special_map);
+  for (const auto& [key, t] : model_specific_tokens(where, extra))
+    if (auto token = added_token(t, where, key)) add_if_missing(tj, *token);
+  if (extra && extra->is_array())
+    for (const json& t : *extra)
+      if (auto token = added_token(t, where, "extra_special_tokens")) add_if_missing(tj, *token);
+  if (cls == "T5Tokenizer") add_t5_sentinels(tj, cfg, extra, where);
 }
 
 // A TemplateProcessing: "$A" and "$B" are the sequences, any other piece a
