@@ -4,8 +4,8 @@
 // convert_to_native_format and __init__), as rewrites of the file's JSON.
 #include "kiln/tokenizers/transformers_classes.h"
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>

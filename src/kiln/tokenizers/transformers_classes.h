@@ -6,10 +6,12 @@
 // BertTokenizer, T5Tokenizer, DebertaV2Tokenizer, XLMRobertaTokenizer) rebuild
 // the model options, normalizer, pre-tokenizer and decoder from the class and
 // tokenizer_config.json's flags, keeping only the file's vocabulary, merges,
-// post-processor and added tokens. Every class then adds its named special
-// tokens (bos, eos, unk, sep, pad, cls, mask: the config's value, else the
-// class default) that the file lacks. Tokenizer::from_pretrained applies this
-// to tokenizer.json before building the pipeline; from_file does not.
+// post-processor (which BERT, DeBERTa-v2, T5, XLM-R and RoBERTa replace with
+// their own) and added tokens. Every class then adds the special tokens the
+// file lacks: its named ones (bos, eos, unk, sep, pad, cls, mask: the config's
+// value, else the class default), the config's extra and model-specific ones,
+// T5's sentinels. Tokenizer::from_pretrained applies this to tokenizer.json
+// before building the pipeline; from_file does not.
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -25,10 +27,12 @@ namespace kiln::tokenizers {
 std::string auto_tokenizer_class(const std::filesystem::path& dir, const nlohmann::json& cfg,
                                  const std::string& tokenizer_json);
 
-// Rewrites tokenizer.json `tj` as `cls` rebuilds it from `cfg`
-// (tokenizer_config.json, read from `cfg_where`) and `special_map`
-// (special_tokens_map.json, or {}). A class kiln has no rules for is run as
-// written, with a once-only warning naming the file, key and class.
+// Rewrites tokenizer.json `tj` (read from `tj_where`) as `cls` rebuilds it
+// from `cfg` (tokenizer_config.json, whose path is `cfg_where`; its key order
+// decides the order of model-specific tokens) and `special_map`
+// (special_tokens_map.json, or {}), and applies fix_mistral_regex where
+// transformers does. A class kiln has no rules for is run as written, with a
+// once-only warning naming the file, key and class.
 void apply_tokenizer_class(const std::string& cls, nlohmann::json& tj, const nlohmann::json& cfg,
                            const nlohmann::json& special_map, const std::string& cfg_where,
                            const std::string& tj_where);
