@@ -19,7 +19,10 @@ TokenizerBundle load_tokenizer(const fs::path& dir) {
       if (auto i = b.tokenizer.token_to_id(n)) return *i;
     return -1;
   };
-  b.pad_id = std::max<int64_t>(0, id({"[PAD]", "<pad>"}));
+  // transformers' tokenizer.pad_token_id where the directory names one.
+  const auto& named = b.tokenizer.special_tokens;
+  auto pad = named.find("pad_token");
+  b.pad_id = pad != named.end() ? int64_t{pad->second.id} : std::max<int64_t>(0, id({"[PAD]", "<pad>"}));
   b.mask_id = id({"[MASK]", "<mask>"});
   for (const char* n : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<s>", "</s>", "<pad>", "<unk>", "<mask>"})
     if (auto i = b.tokenizer.token_to_id(n)) b.special_ids.push_back(*i);

@@ -31,9 +31,12 @@ void AddedVocabulary::rebuild(const Normalizer* normalizer) {
       NormalizedString n(t.content, 0);
       if (normalizer) normalizer->normalize(n);
       decoded_[i] = n.get();
-      if (!n.empty()) normalized_.patterns.emplace_back(n.get(), i);
-    } else {
+    }
+    if (encode_special_tokens_ && t.special) continue;
+    if (!t.normalized) {
       raw_.patterns.emplace_back(t.content, i);
+    } else if (!decoded_[i].empty()) {
+      normalized_.patterns.emplace_back(decoded_[i], i);
     }
   }
   for (MatchSet* set : {&raw_, &normalized_}) {

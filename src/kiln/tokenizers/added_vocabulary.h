@@ -33,6 +33,10 @@ class AddedVocabulary {
   // Recomputes the match tables; normalized tokens are matched by their
   // content passed through `normalizer` (may be null).
   void rebuild(const Normalizer* normalizer);
+  // tokenizers' encode_special_tokens (transformers' split_special_tokens):
+  // special tokens are not matched, their text is tokenized as any other.
+  // Call rebuild() afterwards.
+  void set_encode_special_tokens(bool on) { encode_special_tokens_ = on; }
 
   // The text as splits: added tokens already tokenized, the rest normalized.
   PreTokenizedString extract_and_normalize(const Normalizer* normalizer, std::string text) const;
@@ -56,6 +60,7 @@ class AddedVocabulary {
   std::vector<std::string> decoded_;  // parallel to tokens_
   std::unordered_map<uint32_t, size_t> by_id_;
   MatchSet raw_, normalized_;
+  bool encode_special_tokens_ = false;
 };
 
 }  // namespace kiln::tokenizers

@@ -1,5 +1,7 @@
-// Tokenizer::from_pretrained: a Hugging Face model directory. tokenizer.json
-// wins when present; otherwise the legacy files are converted into the same
+// Tokenizer::from_pretrained: a Hugging Face model directory, as transformers
+// 5's AutoTokenizer loads it. tokenizer.json wins when present, rebuilt as the
+// tokenizer class transformers picks rebuilds it (transformers_classes.h);
+// otherwise the legacy files are converted into the same
 // pipeline transformers' convert_slow_tokenizer builds:
 //   vocab.txt               -> BERT WordPiece
 //   vocab.json + merges.txt -> GPT-2 / RoBERTa byte-level BPE
@@ -19,6 +21,7 @@
 #include "kiln/tokenizers/bpe.h"
 #include "kiln/tokenizers/tokenizer.h"
 #include "kiln/tokenizers/tokenizer_json.h"
+#include "kiln/tokenizers/transformers_classes.h"
 #include "kiln/tokenizers/unigram.h"
 #include "kiln/tokenizers/wordpiece.h"
 
@@ -301,16 +304,30 @@ Tokenizer Tokenizer::from_pretrained(const std::string& directory) {
     KILN_CHECK(cfg.is_object(), cfg_path.string(), ": expected a JSON object");
   }
   std::string where = cfg_path.string();
+  json special_map = json::object();
+  if (fs::exists(dir / "special_tokens_map.json")) {
+    special_map = read_json_file(dir / "special_tokens_map.json");
+    KILN_CHECK(special_map.is_object(), (dir / "special_tokens_map.json").string(), ": expected a JSON object");
+  }
   Tokenizer t;
+  std::string cls;
   try {
     if (fs::exists(dir / "tokenizer.json")) {
-      t = from_file((dir / "tokenizer.json").string());
+      const fs::path path = dir / "tokenizer.json";
+      const std::string text = read_file(path);
+      cls = auto_tokenizer_class(dir, cfg, text);
+      json tj = parse_json(text, path.string());
+      apply_tokenizer_class(cls, tj, cfg, special_map, where, path.string());
+      t = tokenizer_from_json(tj, path.string());
     } else if (fs::exists(dir / "vocab.txt")) {
       t = load_wordpiece(dir, cfg, where);
+      cls = "BertTokenizer";
     } else if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
       t = load_byte_level_bpe(dir, cfg, where);
+      cls = t.token_to_id("<s>") && t.token_to_id("</s>") ? "RobertaTokenizer" : "GPT2Tokenizer";
     } else if (fs::exists(dir / "spiece.model")) {
       t = load_sentencepiece(dir, cfg, where);
+      cls = "T5Tokenizer";
     } else {
       throw Error(detail::concat(directory, ": no tokenizer files found (expected tokenizer.json, "
                                             "vocab.txt, vocab.json + merges.txt or spiece.model)"));
@@ -321,6 +338,12 @@ Tokenizer Tokenizer::from_pretrained(const std::string& directory) {
   if (cfg.contains("model_max_length") && cfg["model_max_length"].is_number()) {
     double m = cfg["model_max_length"].get<double>();
     if (m > 0 && m < 1e12) t.model_max_length = static_cast<size_t>(m);
+  }
+  t.empty_pair_is_single = true;
+  if (json_value(cfg, "split_special_tokens", false, where)) t.set_encode_special_tokens(true);
+  for (const auto& [key, token] : named_special_tokens(cls, cfg, special_map, where)) {
+    const std::string content = token["content"].get<std::string>();
+    if (auto id = t.token_to_id(content)) t.special_tokens[key] = {content, *id};
   }
   const bool bpe = dynamic_cast<const Bpe*>(&t.model()) != nullptr;
   t.clean_up_tokenization_spaces =

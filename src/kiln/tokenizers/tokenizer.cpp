@@ -18,6 +18,11 @@ void Tokenizer::add_tokens(const std::vector<AddedToken>& tokens) {
   added_.rebuild(normalizer_.get());
 }
 
+void Tokenizer::set_encode_special_tokens(bool on) {
+  added_.set_encode_special_tokens(on);
+  added_.rebuild(normalizer_.get());
+}
+
 const Model& Tokenizer::model() const {
   KILN_CHECK(model_, "Tokenizer: no model set");
   return *model_;
@@ -196,6 +201,11 @@ Encoding Tokenizer::encode(std::string_view text, bool add) const {
 }
 
 Encoding Tokenizer::encode_pair(std::string_view text, std::string_view pair, bool add) const {
+  if (empty_pair_is_single && pair.empty()) return encode(text, add);
+  return encode_two(text, pair, add);
+}
+
+Encoding Tokenizer::encode_two(std::string_view text, std::string_view pair, bool add) const {
   check_utf8(text);
   check_utf8(pair);
   bool stop_first = !truncation_ || truncation_->strategy != TruncationStrategy::OnlySecond;
@@ -275,7 +285,7 @@ std::vector<Encoding> Tokenizer::encode_batch_pairs(
   std::vector<Encoding> out(pairs.size());
   parallel_for(pairs.size(), [&](size_t i) {
     try {
-      out[i] = encode_pair(pairs[i].first, pairs[i].second, add);
+      out[i] = encode_two(pairs[i].first, pairs[i].second, add);
     } catch (const Error& e) {
       throw Error(detail::concat("batch item ", i, ": ", e.what()));
     }

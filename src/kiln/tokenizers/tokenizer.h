@@ -6,6 +6,7 @@
 // directory: tokenizer.json, or the legacy vocab.txt / vocab.json+merges.txt /
 // spiece.model chosen with tokenizer_config.json).
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,12 @@
 #include "kiln/tokenizers/pre_tokenizers.h"
 
 namespace kiln::tokenizers {
+
+// A named special token (transformers' tokenizer.bos_token and bos_token_id).
+struct NamedSpecialToken {
+  std::string content;
+  uint32_t id = 0;
+};
 
 enum class TruncationStrategy { LongestFirst, OnlyFirst, OnlySecond };
 
@@ -70,6 +77,9 @@ class Tokenizer {
   void set_post_processor(PostProcessorPtr p) { post_processor_ = std::move(p); }
   void set_decoder(DecoderPtr d) { decoder_ = std::move(d); }
   void add_tokens(const std::vector<AddedToken>& tokens);
+  // transformers' split_special_tokens: special tokens in the text are
+  // tokenized as text, not matched.
+  void set_encode_special_tokens(bool on);
   void set_truncation(std::optional<TruncationParams> t) { truncation_ = std::move(t); }
   void set_padding(std::optional<PaddingParams> p) { padding_ = std::move(p); }
 
@@ -85,6 +95,16 @@ class Tokenizer {
   // clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output):
   // decode() then drops the space before . ? ! , and English contractions.
   bool clean_up_tokenization_spaces = false;
+  // from_pretrained: "bos_token", "eos_token", "unk_token", "sep_token",
+  // "pad_token", "cls_token", "mask_token" as transformers 5's AutoTokenizer
+  // resolves them (tokenizer_config.json, special_tokens_map.json, the
+  // class's defaults); a name transformers leaves unset (GPT-2's pad) is
+  // absent.
+  std::map<std::string, NamedSpecialToken> special_tokens;
+  // transformers' tokenizer(text, text_pair) encodes an empty text_pair as no
+  // pair at all; from_pretrained sets this so encode_pair does the same.
+  // Batches keep empty pairs, as transformers' batch call does.
+  bool empty_pair_is_single = false;
 
   Encoding encode(std::string_view text, bool add_special_tokens = true) const;
   Encoding encode_pair(std::string_view text, std::string_view pair,
@@ -119,6 +139,8 @@ class Tokenizer {
  private:
   // stop_early: under truncation, stop tokenizing past max_length tokens.
   Encoding encode_sequence(std::string_view text, uint32_t type_id, bool stop_early) const;
+  // text and pair as a pair, even when pair is empty.
+  Encoding encode_two(std::string_view text, std::string_view pair, bool add_special_tokens) const;
   Encoding encode_word_sequence(const std::vector<std::string>& words, uint32_t type_id,
                                 bool stop_early) const;
   Encoding post_process(Encoding a, std::optional<Encoding> b, bool add_special_tokens) const;
