@@ -40,7 +40,8 @@ constexpr const char* kUsage =
     "                     [--min_new_tokens N | --min_length L] [--typical_p P] [--epsilon_cutoff E] [--eta_cutoff E]\n"
     "                     [--suppress_tokens IDS] [--begin_suppress_tokens IDS] [--bad_words_ids JSON] [--sequence_bias JSON]\n"
     "                     [--forced_bos_token_id ID] [--forced_eos_token_id IDS] [--exponential_decay_length_penalty START,FACTOR]\n"
-    "                     [--renormalize_logits] [--remove_invalid_values]\n"
+    "                     [--renormalize_logits] [--remove_invalid_values] [--stop_strings JSON|TEXT] [--max_time SECONDS]\n"
+    "                     [--encoder_repetition_penalty P] [--encoder_no_repeat_ngram_size N]\n"
     "                     [--num_beams N [--length_penalty L] [--early_stopping true|false|never]] [--num_return_sequences R]\n"
     "                     [--chat [--messages FILE.json]] [--adapter LORA_DIR] [--bf16] (--model, --batch_size: the short names)\n"
     "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --per_device_eval_batch_size, 8)\n"
@@ -133,6 +134,7 @@ int run_generate(const std::vector<std::string>& args) {
       if (flags.has(k))
         std::fprintf(stderr, "kiln generate: warning: --%s only applies with --do_sample (greedy decoding ignores it)\n",
                      k);
+  cli::attach_stop_strings(g, tok);
   const auto batch = static_cast<size_t>(flags.integer("batch_size", 8, 1));
   std::optional<tokenizers::ChatTemplate> templ;
   if (chat) {

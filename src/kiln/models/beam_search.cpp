@@ -77,8 +77,9 @@ float length_norm(int64_t length, double penalty) {
 }  // namespace
 
 BeamSearch::BeamSearch(const std::vector<std::vector<int64_t>>& prefixes, std::vector<int64_t> eos,
-                       const GenerationConfig& g)
-    : g_(g), eos_(std::move(eos)), batch_(static_cast<int64_t>(prefixes.size())), beams_(g.num_beams) {
+                       const GenerationConfig& g, const StoppingCriteria* stopping)
+    : g_(g), eos_(std::move(eos)), batch_(static_cast<int64_t>(prefixes.size())), beams_(g.num_beams),
+      stopping_(stopping) {
   KILN_CHECK(batch_ > 0, "beam search: no inputs");
   prompt_len_ = cur_len_ = static_cast<int64_t>(prefixes[0].size());
   for (const auto& p : prefixes)
@@ -106,7 +107,8 @@ std::vector<BeamSearch::Candidate> BeamSearch::top_continuations(const std::vect
     const int64_t row = b * beams_ + j;
     std::vector<float> lp(logits.begin() + row * vocab, logits.begin() + (row + 1) * vocab);
     log_softmax(lp.data(), vocab);
-    apply_logits_processors(lp, {running_[static_cast<size_t>(row)], cur_len_ - prompt_len_, eos_}, g_);
+    const std::vector<int64_t>* encoder = encoder_inputs_.empty() ? nullptr : &encoder_inputs_[static_cast<size_t>(b)];
+    apply_logits_processors(lp, {running_[static_cast<size_t>(row)], cur_len_ - prompt_len_, eos_, encoder}, g_);
     if (g_.do_sample) warp_logits(lp, g_, std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())));
     finish_scores(lp, g_);
     for (int64_t v = 0; v < vocab; ++v) acc[static_cast<size_t>(j * vocab + v)] = lp[v] + running_scores_[row];
@@ -114,9 +116,14 @@ std::vector<BeamSearch::Candidate> BeamSearch::top_continuations(const std::vect
   const int64_t keep = std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())) * beams_;
   std::vector<Candidate> top;
   for (int64_t i : g_.do_sample ? sample_top_k(acc, keep, rngs_[static_cast<size_t>(b)]) : top_k(acc, keep)) {
-    const int64_t token = i % vocab;
-    const bool eos = std::find(eos_.begin(), eos_.end(), token) != eos_.end();
-    top.push_back({acc[static_cast<size_t>(i)], b * beams_ + i / vocab, token, eos || cur_len_ + 1 >= max_length_});
+    const int64_t token = i % vocab, parent = b * beams_ + i / vocab;
+    bool stops = std::find(eos_.begin(), eos_.end(), token) != eos_.end() || cur_len_ + 1 >= max_length_;
+    if (!stops && stopping_) {  // the stopping criteria see the candidate's ids
+      std::vector<int64_t> seq = running_[static_cast<size_t>(parent)];
+      seq.push_back(token);
+      stops = stopping_->stops(seq, out_of_time_);
+    }
+    top.push_back({acc[static_cast<size_t>(i)], parent, token, stops});
   }
   return top;
 }
@@ -172,6 +179,7 @@ std::vector<int64_t> BeamSearch::step(const std::vector<float>& logits, int64_t 
   std::vector<std::vector<int64_t>> next(running_.size());
   std::vector<float> next_scores(running_.size());
   std::vector<int64_t> parents(running_.size());
+  out_of_time_ = stopping_ && stopping_->out_of_time();
   bool all_stop = true;
   for (int64_t b = 0; b < batch_; ++b) {
     const std::vector<Candidate> top = top_continuations(logits, vocab, b);
@@ -252,14 +260,15 @@ int64_t capacity(int64_t n, int64_t bucket) { return std::max<int64_t>(1, (n + b
 
 // One causal-LM prompt: num_beams rows advance together, each step's caches reordered by the rows continued.
 std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::vector<int64_t>& prompt,
-                                                  const GenerationConfig& g, const std::vector<int64_t>& eos) {
+                                                  const GenerationConfig& g, const std::vector<int64_t>& eos,
+                                                  const StoppingCriteria& stopping) {
   const int64_t V = model.vocab_size(), N = g.num_beams, P = static_cast<int64_t>(prompt.size());
   int64_t L = capacity(P + g.max_new_tokens, g.bucket);
   if (auto max_positions = model.config().max_positions()) L = std::min(*max_positions, L);
   const CausalLM::CacheShape cs = model.cache_shape();
   check_beam_memory(1, N, V, g.use_cache ? 2.0 * cs.layers * cs.kv_heads * L * cs.head_dim : 0.0);
   Device dev = model.parameters().front().device();
-  BeamSearch search({prompt}, eos, g);
+  BeamSearch search({prompt}, eos, g, &stopping);
   if (!g.use_cache) {
     // Reference path: every running hypothesis through the whole model each step.
     while (!search.done()) {
@@ -318,9 +327,10 @@ std::vector<std::vector<int64_t>> beam_search(CausalLM& model, const std::vector
   const std::vector<int64_t> eos = g.eos_token_ids.empty() ? model.eos_token_ids() : g.eos_token_ids;
   model.eval();
   NoGradGuard no_grad;
+  const StoppingCriteria stopping(g);
   std::vector<std::vector<int64_t>> out;
   for (const auto& prompt : prompts)
-    for (auto& seq : beam_search_one(model, prompt, g, eos)) out.push_back(std::move(seq));
+    for (auto& seq : beam_search_one(model, prompt, g, eos, stopping)) out.push_back(std::move(seq));
   return out;
 }
 
@@ -347,8 +357,10 @@ std::vector<std::vector<int64_t>> beam_search(T5ForTask& model, const std::vecto
   Tensor prompt_mask = Tensor::from_vector(mask, {B, S}, dev, "attention_mask");
   Tensor enc = pick_rows(model.encode(Tensor::from_vector(ids, {B, S}, dev, "input_ids"), prompt_mask), rows);
   Tensor attention_mask = pick_rows(prompt_mask, rows);
+  const StoppingCriteria stopping(g);
   BeamSearch search(std::vector<std::vector<int64_t>>(static_cast<size_t>(B), {c.decoder_start_token_id}),
-                    g.eos_token_ids.empty() ? std::vector<int64_t>{c.eos_token_id} : g.eos_token_ids, g);
+                    g.eos_token_ids.empty() ? std::vector<int64_t>{c.eos_token_id} : g.eos_token_ids, g, &stopping);
+  search.set_encoder_inputs(prompts);
   T5DecoderCache cache;
   if (g.use_cache) cache = model.start_decoding(enc, attention_mask, capacity(g.max_new_tokens, g.bucket));
   mark_step(dev);  // the encoder (and the cross-attention keys/values), once

@@ -27,9 +27,11 @@
 // fills with zero-probability categories; their scores (-inf) never win.
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kiln/models/generation.h"
+#include "kiln/models/stopping_criteria.h"
 
 namespace kiln::models {
 
@@ -37,7 +39,13 @@ class BeamSearch {
  public:
   // prefixes: each input's ids so far (a causal LM's prompt, T5's decoder
   // start); all of one length, the decoder prompt length.
-  BeamSearch(const std::vector<std::vector<int64_t>>& prefixes, std::vector<int64_t> eos, const GenerationConfig& g);
+  // `stopping` (stop strings, max_time; the call's, outliving the search)
+  // ends a candidate as EOS does.
+  BeamSearch(const std::vector<std::vector<int64_t>>& prefixes, std::vector<int64_t> eos, const GenerationConfig& g,
+             const StoppingCriteria* stopping = nullptr);
+  // An encoder-decoder's prompts, one per input, which the encoder_*
+  // processors read (a decoder-only model's are its prefixes).
+  void set_encoder_inputs(std::vector<std::vector<int64_t>> prompts) { encoder_inputs_ = std::move(prompts); }
 
   // logits: rows() * vocab values, row r the next-token logits of running
   // hypothesis r. Returns, per new running row, the row it continues (the
@@ -69,6 +77,9 @@ class BeamSearch {
   std::vector<float> running_scores_, finished_scores_;
   std::vector<char> is_finished_, unsatisfied_;  // per slot; per input
   std::vector<std::mt19937_64> rngs_;            // per input, beam sampling's draws
+  const StoppingCriteria* stopping_ = nullptr;
+  bool out_of_time_ = false;  // this step's max_time verdict, one for every candidate
+  std::vector<std::vector<int64_t>> encoder_inputs_;
   bool done_ = false;
 };
 

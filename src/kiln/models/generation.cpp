@@ -11,6 +11,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/models/beam_search.h"
+#include "kiln/models/stopping_criteria.h"
 #include "kiln/models/token_ids.h"
 #include "kiln/runtime/context.h"
 
@@ -54,6 +55,11 @@ void check_config(const GenerationConfig& g) {
              g.no_repeat_ngram_size);
   KILN_CHECK(g.min_new_tokens >= 0, "generate: min_new_tokens must be >= 0, got ", g.min_new_tokens);
   KILN_CHECK(!g.min_length || *g.min_length >= 0, "generate: min_length must be >= 0, got ", g.min_length.value_or(0));
+  KILN_CHECK(g.encoder_repetition_penalty > 0 && std::isfinite(g.encoder_repetition_penalty),
+             "generate: encoder_repetition_penalty must be a positive number, got ", g.encoder_repetition_penalty);
+  KILN_CHECK(g.encoder_no_repeat_ngram_size >= 0, "generate: encoder_no_repeat_ngram_size must be >= 0 (0 = off), got ",
+             g.encoder_no_repeat_ngram_size);
+  check_stopping_criteria(g);
   check_beam_config(g);
   if (!g.do_sample) return;
   KILN_CHECK(g.temperature > 0, "generate: temperature must be > 0, got ", g.temperature);
@@ -116,7 +122,11 @@ int64_t draw(const std::vector<float>& scores, std::mt19937_64& rng) {
 
 int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng,
                    const std::vector<int64_t>& ids, int64_t generated, const std::vector<int64_t>& eos) {
-  apply_logits_processors(logits, {ids, generated, eos}, g);
+  return next_token(std::move(logits), g, rng, {ids, generated, eos});
+}
+
+int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng, const RowState& row) {
+  apply_logits_processors(logits, row, g);
   if (!g.do_sample) {
     finish_scores(logits, g);
     return std::max_element(logits.begin(), logits.end()) - logits.begin();
@@ -180,6 +190,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
   model.eval();
   NoGradGuard no_grad;
   std::mt19937_64 rng(g.seed);
+  const StoppingCriteria stopping(g);
   std::vector<std::vector<int64_t>> out;
   for (const auto& prompt : prompts) {
     const int64_t need = static_cast<int64_t>(prompt.size()) + g.max_new_tokens;
@@ -196,7 +207,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
         const auto generated = static_cast<int64_t>(seq.size() - prompt.size());
         int64_t next = next_token(std::move(last), g, rng, seq, generated, eos);
         seq.push_back(next);
-        if (ends(next)) break;
+        if (ends(next) || stopping.stops(seq)) break;
       }
       out.push_back(std::move(seq));
       continue;
@@ -233,7 +244,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
       std::vector<float> row = logits.to_vector<float>();
       int64_t next = next_token(std::move(row), g, rng, seq, static_cast<int64_t>(seq.size()) - P, eos);
       seq.push_back(next);
-      if (ends(next)) break;
+      if (ends(next) || stopping.stops(seq)) break;
     }
     out.push_back(std::move(seq));
   }
@@ -303,8 +314,10 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
   std::mt19937_64 rng(g.seed);
   std::vector<int64_t> fed(prompts.size(), c.decoder_start_token_id);
   std::vector<bool> done(prompts.size(), false);
+  const StoppingCriteria stopping(g);
   for (int64_t t = 0; t < g.max_new_tokens; ++t) {
     std::vector<float> logits = step(fed, t);
+    const bool out_of_time = stopping.out_of_time();
     KILN_CHECK(static_cast<int64_t>(logits.size()) == B * V, "generate: logits have ", logits.size(),
                " values, expected ", B * V);
     bool all_done = true;
@@ -316,10 +329,11 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
       std::vector<int64_t> so_far = {c.decoder_start_token_id};
       so_far.insert(so_far.end(), out[b].begin(), out[b].end());
       std::vector<float> row(logits.begin() + b * V, logits.begin() + (b + 1) * V);
-      int64_t next = next_token(std::move(row), g, rng, so_far, static_cast<int64_t>(out[b].size()), eos);
+      int64_t next = next_token(std::move(row), g, rng, {so_far, static_cast<int64_t>(out[b].size()), eos, &prompts[b]});
       out[b].push_back(next);
       fed[b] = next;
-      done[b] = std::find(eos.begin(), eos.end(), next) != eos.end();
+      so_far.push_back(next);
+      done[b] = std::find(eos.begin(), eos.end(), next) != eos.end() || stopping.stops(so_far, out_of_time);
       all_done = all_done && done[b];
     }
     if (all_done) break;

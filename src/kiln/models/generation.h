@@ -6,6 +6,7 @@
 // on the cache capacity (rounded up to a bucket), so it compiles once per
 // bucket, not once per token.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -17,6 +18,8 @@
 #include "kiln/models/t5.h"
 
 namespace kiln::models {
+
+class StopStrings;
 
 struct GenerationConfig {
   int64_t max_new_tokens = 20;
@@ -48,6 +51,23 @@ struct GenerationConfig {
   // above 0 takes precedence over it, as in transformers.
   int64_t min_new_tokens = 0;
   std::optional<int64_t> min_length;
+  // transformers' StopStringCriteria and MaxTimeCriteria (stopping_criteria.h):
+  // a row (a beam-search candidate) stops once one of stop_strings ends in
+  // its last token's text, read through stop_string_matcher (built from the
+  // tokenizer for exactly these strings; StopStrings::from_tokenizer); every
+  // row stops after the token it is on once max_time seconds have passed
+  // since generate() started.
+  std::vector<std::string> stop_strings;
+  std::shared_ptr<const StopStrings> stop_string_matcher;
+  std::optional<double> max_time;
+  // EncoderRepetitionPenaltyLogitsProcessor: an id of the prompt (the
+  // encoder's input; a decoder-only model's prompt) has its score multiplied
+  // by encoder_repetition_penalty (divided when negative); and
+  // EncoderNoRepeatNGramLogitsProcessor: an id that would make the last
+  // encoder_no_repeat_ngram_size ids an n-gram of the prompt is never chosen
+  // (0 = off).
+  double encoder_repetition_penalty = 1.0;
+  int64_t encoder_no_repeat_ngram_size = 0;
   // The other logits processors of transformers (logits_processors.h, in the
   // order it applies them): sequence_bias adds each bias to the last id of a
   // sequence whose other ids end the row's ids; bad_words_ids bans such ids
@@ -101,6 +121,8 @@ int64_t draw(const std::vector<float>& scores, std::mt19937_64& rng);
 // or, with do_sample, the warpers (min_tokens_to_keep 1) and a draw.
 int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng,
                    const std::vector<int64_t>& ids, int64_t generated = 0, const std::vector<int64_t>& eos = {});
+// The same for a row whose encoder input is not its first ids (RowState::encoder_ids: an encoder-decoder's prompt).
+int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng, const RowState& row);
 
 // A decoder-only LM (GPT2LMHeadModel, LlamaForCausalLM): continues each
 // prompt (token ids) on its own; returns prompt + generated ids per prompt,

@@ -27,7 +27,8 @@ constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do
                                  "eta_cutoff",        "suppress_tokens",     "begin_suppress_tokens",
                                  "bad_words_ids",     "forced_bos_token_id", "forced_eos_token_id",
                                  "sequence_bias",     "exponential_decay_length_penalty",
-                                 "renormalize_logits", "remove_invalid_values"};
+                                 "renormalize_logits", "remove_invalid_values", "stop_strings",
+                                 "max_time",          "encoder_repetition_penalty", "encoder_no_repeat_ngram_size"};
 // Settings of transformers' GenerationConfig that change the tokens
 // generate() returns and that kiln does not build, each with the value that
 // changes nothing (older config.json files carry them all at those values;
@@ -36,9 +37,8 @@ constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do
 const std::pair<const char*, nlohmann::json> kUnapplied[] = {
     {"diversity_penalty", 0},    {"num_beam_groups", 1},        {"penalty_alpha", 0},
     {"force_words_ids", nullptr}, {"constraints", nullptr},     {"guidance_scale", 1},
-    {"encoder_repetition_penalty", 1}, {"encoder_no_repeat_ngram_size", 0}, {"stop_strings", nullptr},
-    {"max_time", nullptr},       {"dola_layers", nullptr},      {"watermarking_config", nullptr},
-    {"token_healing", false},    {"top_h", nullptr}};
+    {"dola_layers", nullptr},    {"watermarking_config", nullptr}, {"token_healing", false},
+    {"top_h", nullptr}};
 
 bool neutral(const nlohmann::json& v, const nlohmann::json& unset) {
   if (v.is_null() || ((v.is_array() || v.is_object() || v.is_string()) && v.empty())) return true;
@@ -109,6 +109,19 @@ bool apply_processor_key(const std::string& key, const nlohmann::json& v, const 
     need(v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number(),
          "[start_index, decay_factor] (an integer and a number)");
     g.exponential_decay_length_penalty = std::make_pair(v[0].get<int64_t>(), v[1].get<double>());
+  } else if (key == "stop_strings") {
+    const bool strings = v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_string(); });
+    need(v.is_string() || strings, "a string or a list of strings");
+    g.stop_strings = v.is_string() ? std::vector<std::string>{v.get<std::string>()} : v.get<std::vector<std::string>>();
+  } else if (key == "max_time") {
+    need(v.is_number(), "a number of seconds");
+    g.max_time = v.get<double>();
+  } else if (key == "encoder_repetition_penalty") {
+    need(v.is_number(), "a number");
+    g.encoder_repetition_penalty = v.get<double>();
+  } else if (key == "encoder_no_repeat_ngram_size") {
+    need(v.is_number_integer(), "an integer");
+    g.encoder_no_repeat_ngram_size = v.get<int64_t>();
   } else if (key == "renormalize_logits") {
     g.renormalize_logits = flag();
   } else if (key == "remove_invalid_values") {

@@ -98,11 +98,43 @@ void suppress(std::vector<float>& scores, const std::vector<int64_t>& ids) {
     if (in_row(id, scores)) scores[static_cast<size_t>(id)] = -kInf;
 }
 
+// The encoder's input: an encoder-decoder's prompt, or a decoder-only model's (its ids before the generated).
+std::vector<int64_t> prompt_of(const RowState& row) {
+  if (row.encoder_ids) return *row.encoder_ids;
+  return {row.ids.begin(), row.ids.end() - static_cast<std::ptrdiff_t>(row.generated)};
+}
+
+// EncoderRepetitionPenaltyLogitsProcessor: the prompt's ids' scores, multiplied by 1 / penalty when negative,
+// divided by it otherwise, with that factor in float32 (a prompt id repeated is changed once).
+void reward_prompt(std::vector<float>& scores, const std::vector<int64_t>& prompt, double penalty) {
+  const auto factor = static_cast<float>(1.0 / penalty);
+  std::vector<char> seen(scores.size(), 0);
+  for (int64_t id : prompt)
+    if (in_row(id, scores) && !seen[static_cast<size_t>(id)]) {
+      seen[static_cast<size_t>(id)] = 1;
+      float& x = scores[static_cast<size_t>(id)];
+      x = x < 0 ? x * factor : x / factor;
+    }
+}
+
+// EncoderNoRepeatNGramLogitsProcessor: every id that follows, in the prompt, the n - 1 ids the row ends with.
+void ban_prompt_ngrams(std::vector<float>& scores, const RowState& row, int64_t ngram_size) {
+  const auto n = static_cast<size_t>(ngram_size);
+  if (row.ids.size() + 1 < n) return;
+  const std::vector<int64_t> prompt = prompt_of(row);
+  const auto tail = row.ids.end() - static_cast<std::ptrdiff_t>(n - 1);
+  for (size_t start = 0; start + n <= prompt.size(); ++start)
+    if (std::equal(tail, row.ids.end(), prompt.begin() + static_cast<std::ptrdiff_t>(start)))
+      if (in_row(prompt[start + n - 1], scores)) scores[static_cast<size_t>(prompt[start + n - 1])] = -kInf;
+}
+
 }  // namespace
 
 void apply_logits_processors(std::vector<float>& scores, const RowState& row, const GenerationConfig& g) {
   if (!g.sequence_bias.empty()) add_sequence_bias(scores, row.ids, g.sequence_bias);
+  if (g.encoder_repetition_penalty != 1.0) reward_prompt(scores, prompt_of(row), g.encoder_repetition_penalty);
   process_logits(scores, row.ids, g);
+  if (g.encoder_no_repeat_ngram_size > 0) ban_prompt_ngrams(scores, row, g.encoder_no_repeat_ngram_size);
   if (!g.bad_words_ids.empty()) ban_bad_words(scores, row, g);
   suppress_early_eos(scores, row.generated, row.eos, g);
   if (g.forced_bos_token_id && row.ids.size() == 1) force(scores, {*g.forced_bos_token_id});
