@@ -150,13 +150,14 @@ void apply_logits_processors(std::vector<float>& scores, const RowState& row, co
 
 void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids, const GenerationConfig& g) {
   const auto V = static_cast<int64_t>(logits.size());
-  if (g.repetition_penalty != 1.0) {
+  if (g.repetition_penalty != 1.0) {  // in float32, as torch multiplies or divides by the Python float
+    const auto penalty = static_cast<float>(g.repetition_penalty);
     std::vector<bool> seen(logits.size(), false);
     for (int64_t id : ids)
       if (id >= 0 && id < V && !seen[static_cast<size_t>(id)]) {
         seen[static_cast<size_t>(id)] = true;
         float& x = logits[static_cast<size_t>(id)];
-        x = static_cast<float>(x < 0 ? x * g.repetition_penalty : x / g.repetition_penalty);
+        x = x < 0 ? x * penalty : x / penalty;
       }
   }
   const auto n = static_cast<size_t>(g.no_repeat_ngram_size);
