@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <string>
 
@@ -46,7 +47,37 @@ GenerationConfig one_sequence(GenerationConfig g) {
   return g;
 }
 
+// GenerationConfig.get_generation_mode: a method transformers 5.25 moved to a Hub repo is refused (it would need
+// trust_remote_code); dola_layers with beams is ignored there with a warning.
+void check_hub_methods(const GenerationConfig& g) {
+  const GenerationConfig::HubMethods& h = g.hub_methods;
+  auto refuse = [](const std::string& method, const std::string& repo, const std::string& why, const char* fix) {
+    throw Error("generate: " + why + " asks for " + method + ", which transformers 5.25 moved to the Hub repo " +
+                "transformers-community/" + repo + " and refuses to run without trust_remote_code=True; kiln runs " +
+                "no Hub code: " + fix);
+  };
+  if (!h.constrained.empty())
+    refuse("constrained beam search", "constrained-beam-search", h.constrained + " (set)",
+           "remove it from generation_config.json (bad_words_ids and sequence_bias steer tokens instead)");
+  if (g.num_beams == 1 && !g.do_sample && g.top_k > 1 && h.penalty_alpha > 0)
+    refuse("contrastive search", "contrastive-search",
+           detail::concat("penalty_alpha ", h.penalty_alpha, " with top_k ", g.top_k, " and greedy decoding"),
+           "remove penalty_alpha from generation_config.json (or sample, or search with beams)");
+  if (g.num_beams > 1 && h.num_beam_groups > 1)
+    refuse("group beam search", "group-beam-search", detail::concat("num_beam_groups ", h.num_beam_groups),
+           "remove num_beam_groups and diversity_penalty from generation_config.json");
+  if (h.dola_layers && g.num_beams == 1)
+    refuse("DoLa decoding", "dola", "dola_layers", "remove dola_layers from generation_config.json");
+  static std::once_flag warned;
+  if (h.dola_layers)
+    std::call_once(warned, [] {
+      std::fprintf(stderr, "kiln: warning: dola_layers only applies to greedy decoding and sampling (DoLa); "
+                   "ignored with beam search, as transformers ignores it\n");
+    });
+}
+
 void check_config(const GenerationConfig& g) {
+  check_hub_methods(g);
   KILN_CHECK(g.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", g.max_new_tokens);
   KILN_CHECK(g.bucket > 0, "generate: bucket must be > 0, got ", g.bucket);
   KILN_CHECK(g.repetition_penalty > 0 && std::isfinite(g.repetition_penalty),

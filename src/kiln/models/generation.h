@@ -101,6 +101,19 @@ struct GenerationConfig {
   // False once the best running beam cannot beat the worst done one at its
   // current length, Never once it cannot at max length (length_penalty > 0).
   // num_return_sequences (<= num_beams) best hypotheses come back per prompt.
+  // Decoding methods transformers 5.25 moved to Hub custom_generate repos
+  // (constrained beam search, contrastive search, group beam search, DoLa):
+  // what a generation_config.json asks of them. generate() refuses the
+  // combinations that would run one, as transformers does without
+  // trust_remote_code (kiln runs no Hub code); dola_layers with beams is
+  // ignored with a warning, the rest of these settings silently, as there.
+  struct HubMethods {
+    std::string constrained;  // "force_words_ids" or "constraints" when one is set
+    double penalty_alpha = 0;
+    int64_t num_beam_groups = 1;
+    bool dola_layers = false;
+  };
+  HubMethods hub_methods;
   enum class EarlyStopping { False, True, Never };
   int64_t num_beams = 1;
   double length_penalty = 1.0;

@@ -29,16 +29,14 @@ constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do
                                  "sequence_bias",     "exponential_decay_length_penalty",
                                  "renormalize_logits", "remove_invalid_values", "stop_strings",
                                  "max_time",          "encoder_repetition_penalty", "encoder_no_repeat_ngram_size"};
-// Settings of transformers' GenerationConfig that change the tokens
-// generate() returns and that kiln does not build, each with the value that
-// changes nothing (older config.json files carry them all at those values;
-// null: only null or empty is neutral). Any other value is named in a warning
-// rather than dropped unsaid.
+// Settings transformers 5.25's generate() applies and kiln does not build,
+// each with the value that changes nothing (null: only null or empty is
+// neutral): classifier-free guidance (a second, unconditional pass), the
+// watermark's greenlists (seeded through torch's generator), token healing
+// (the prompt re-tokenized) and TopHLogitsWarper. Any other value is named in
+// a warning rather than dropped unsaid.
 const std::pair<const char*, nlohmann::json> kUnapplied[] = {
-    {"diversity_penalty", 0},    {"num_beam_groups", 1},        {"penalty_alpha", 0},
-    {"force_words_ids", nullptr}, {"constraints", nullptr},     {"guidance_scale", 1},
-    {"dola_layers", nullptr},    {"watermarking_config", nullptr}, {"token_healing", false},
-    {"top_h", nullptr}};
+    {"guidance_scale", 1}, {"watermarking_config", nullptr}, {"token_healing", false}, {"top_h", nullptr}};
 
 bool neutral(const nlohmann::json& v, const nlohmann::json& unset) {
   if (v.is_null() || ((v.is_array() || v.is_object() || v.is_string()) && v.empty())) return true;
@@ -56,8 +54,27 @@ void warn_unapplied(const nlohmann::json& j, const std::string& file) {
   static std::set<std::string> warned;
   std::lock_guard<std::mutex> lock(mutex);
   if (!warned.insert(file).second) return;
-  std::fprintf(stderr, "kiln: warning: %s: %s not applied (kiln does not build those logits processors): "
-               "continuations may differ from transformers' generate()\n", file.c_str(), named.c_str());
+  std::fprintf(stderr, "kiln: warning: %s: %s not applied (transformers' generate() applies them; kiln does not "
+               "build them): continuations may differ from transformers'\n", file.c_str(), named.c_str());
+}
+
+// The settings of the decoding methods transformers moved to the Hub (GenerationConfig::HubMethods); diversity_penalty
+// only shapes group beam search, which num_beam_groups asks for.
+void read_hub_methods(const nlohmann::json& j, const std::string& file, GenerationConfig& g) {
+  auto set = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  for (const char* key : {"force_words_ids", "constraints"})
+    if (set(key)) g.hub_methods.constrained = key;
+  if (set("penalty_alpha")) {
+    KILN_CHECK(j["penalty_alpha"].is_number(), file, ": \"penalty_alpha\" must be a number, found ",
+               json_found(j["penalty_alpha"]));
+    g.hub_methods.penalty_alpha = j["penalty_alpha"].get<double>();
+  }
+  if (set("num_beam_groups")) {
+    KILN_CHECK(j["num_beam_groups"].is_number_integer(), file, ": \"num_beam_groups\" must be an integer, found ",
+               json_found(j["num_beam_groups"]));
+    g.hub_methods.num_beam_groups = j["num_beam_groups"].get<int64_t>();
+  }
+  g.hub_methods.dola_layers = set("dola_layers");
 }
 
 // Those an older config.json carries, which default_generation_config copies.
@@ -214,6 +231,7 @@ void apply_generation_config(const std::filesystem::path& dir, GenerationConfig&
   KILN_CHECK(j.is_object(), file.string(), ": expected a JSON object, found ", json_found(j));
   for (const char* key : kKeys)
     if (j.contains(key) && !j[key].is_null()) apply_key(j, key, file.string(), g);
+  read_hub_methods(j, file.string(), g);
   warn_unapplied(j, file.string());
 }
 
