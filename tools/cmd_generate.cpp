@@ -41,7 +41,7 @@ constexpr const char* kUsage =
     "                     [--suppress_tokens IDS] [--begin_suppress_tokens IDS] [--bad_words_ids JSON] [--sequence_bias JSON]\n"
     "                     [--forced_bos_token_id ID] [--forced_eos_token_id IDS] [--exponential_decay_length_penalty START,FACTOR]\n"
     "                     [--renormalize_logits] [--remove_invalid_values] [--stop_strings JSON|TEXT] [--max_time SECONDS]\n"
-    "                     [--encoder_repetition_penalty P] [--encoder_no_repeat_ngram_size N]\n"
+    "                     [--encoder_repetition_penalty P] [--encoder_no_repeat_ngram_size N] [--guidance_scale S]\n"
     "                     [--num_beams N [--length_penalty L] [--early_stopping true|false|never]] [--num_return_sequences R]\n"
     "                     [--chat [--messages FILE.json]] [--adapter LORA_DIR] [--bf16] (--model, --batch_size: the short names)\n"
     "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --per_device_eval_batch_size, 8)\n"

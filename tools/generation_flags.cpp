@@ -61,6 +61,7 @@ void read_processor_flags(const Flags& flags, models::GenerationConfig& g, const
                                      command + ": --stop_strings", g);
   if (flags.has("max_time")) g.max_time = flags.number("max_time", 0);
   g.encoder_repetition_penalty = flags.number("encoder_repetition_penalty", g.encoder_repetition_penalty);
+  g.guidance_scale = flags.number("guidance_scale", g.guidance_scale);
   g.encoder_no_repeat_ngram_size = flags.integer("encoder_no_repeat_ngram_size", g.encoder_no_repeat_ngram_size);
   g.renormalize_logits = flags.switch_or("renormalize_logits", g.renormalize_logits);
   g.remove_invalid_values = flags.switch_or("remove_invalid_values", g.remove_invalid_values);
@@ -74,7 +75,7 @@ std::vector<FlagSpec> beam_flag_specs() {
                                  {"no_repeat_ngram_size"}, {"min_new_tokens"}, {"min_length"},
                                  {"forced_bos_token_id"}, {"renormalize_logits", false},
                                  {"remove_invalid_values", false}, {"stop_strings"}, {"max_time"},
-                                 {"encoder_repetition_penalty"}, {"encoder_no_repeat_ngram_size"}};
+                                 {"encoder_repetition_penalty"}, {"encoder_no_repeat_ngram_size"}, {"guidance_scale"}};
   for (const char* key : kProcessorLists) specs.push_back({key});
   return specs;
 }

@@ -7,8 +7,8 @@
 // --forced_eos_token_id, --sequence_bias, --exponential_decay_length_penalty,
 // --renormalize_logits, --remove_invalid_values, the stopping criteria's
 // --stop_strings (a JSON list of strings, or one string as written) and
-// --max_time (seconds), and --encoder_repetition_penalty and
-// --encoder_no_repeat_ngram_size, over what the model's
+// --max_time (seconds), --encoder_repetition_penalty,
+// --encoder_no_repeat_ngram_size and --guidance_scale, over what the model's
 // generation_config.json says. A list flag is JSON in generation_config.json's
 // form ("[[5], [7, 8]]") or, for a flat list, comma-separated ("5,7").
 #include <string>

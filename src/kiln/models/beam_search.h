@@ -50,7 +50,10 @@ class BeamSearch {
   // logits: rows() * vocab values, row r the next-token logits of running
   // hypothesis r. Returns, per new running row, the row it continues (the
   // cache reorder index).
-  std::vector<int64_t> step(const std::vector<float>& logits, int64_t vocab);
+  // With guidance_scale, `unconditional` holds each row's unconditional
+  // logits (rows() * vocab).
+  std::vector<int64_t> step(const std::vector<float>& logits, int64_t vocab,
+                            const std::vector<float>* unconditional = nullptr);
   bool done() const { return done_; }
   int64_t rows() const { return static_cast<int64_t>(running_.size()); }
   // Every running hypothesis's ids (prefix + generated), row by row.
@@ -66,7 +69,8 @@ class BeamSearch {
     int64_t token;
     bool stops;
   };
-  std::vector<Candidate> top_continuations(const std::vector<float>& logits, int64_t vocab, int64_t b);
+  std::vector<Candidate> top_continuations(const std::vector<float>& logits, int64_t vocab, int64_t b,
+                                           const std::vector<float>* unconditional);
   void update_finished(int64_t b, const std::vector<Candidate>& top);
   bool improvement_possible(int64_t b) const;
 
@@ -88,6 +92,10 @@ class BeamSearch {
 // prompt (prompt-major).
 std::vector<std::vector<int64_t>> beam_search(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                               const GenerationConfig& g);
+
+// guidance_scale's unconditional pass (UnbatchedClassifierFreeGuidanceLogitsProcessor), without a cache: the
+// logits after each of `rows` (all of one length), rows * vocab values.
+std::vector<float> unconditional_logits(CausalLM& model, const std::vector<std::vector<int64_t>>& rows);
 std::vector<std::vector<int64_t>> beam_search(T5ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
                                               const GenerationConfig& g);
 

@@ -88,6 +88,7 @@ void check_config(const GenerationConfig& g) {
   KILN_CHECK(!g.min_length || *g.min_length >= 0, "generate: min_length must be >= 0, got ", g.min_length.value_or(0));
   KILN_CHECK(g.encoder_repetition_penalty > 0 && std::isfinite(g.encoder_repetition_penalty),
              "generate: encoder_repetition_penalty must be a positive number, got ", g.encoder_repetition_penalty);
+  KILN_CHECK(std::isfinite(g.guidance_scale), "generate: guidance_scale must be a finite number, got ", g.guidance_scale);
   KILN_CHECK(g.encoder_no_repeat_ngram_size >= 0, "generate: encoder_no_repeat_ngram_size must be >= 0 (0 = off), got ",
              g.encoder_no_repeat_ngram_size);
   check_stopping_criteria(g);
@@ -222,6 +223,14 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
   NoGradGuard no_grad;
   std::mt19937_64 rng(g.seed);
   const StoppingCriteria stopping(g);
+  // The next id after seq (the prompt and `generated` new ids); with guidance, the unconditional pass on the
+  // prompt's last token and the new ids.
+  auto next_token_of = [&](std::vector<float> logits, const std::vector<int64_t>& seq, int64_t generated) {
+    if (g.guidance_scale == 1.0) return next_token(std::move(logits), g, rng, {seq, generated, eos});
+    const std::vector<float> u = unconditional_logits(
+        model, {std::vector<int64_t>(seq.end() - generated - 1, seq.end())});
+    return next_token(std::move(logits), g, rng, {seq, generated, eos, nullptr, &u});
+  };
   std::vector<std::vector<int64_t>> out;
   for (const auto& prompt : prompts) {
     const int64_t need = static_cast<int64_t>(prompt.size()) + g.max_new_tokens;
@@ -236,7 +245,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
         auto all = logits.to_vector<float>();
         std::vector<float> last(all.end() - V, all.end());
         const auto generated = static_cast<int64_t>(seq.size() - prompt.size());
-        int64_t next = next_token(std::move(last), g, rng, seq, generated, eos);
+        int64_t next = next_token_of(std::move(last), seq, generated);
         seq.push_back(next);
         if (ends(next) || stopping.stops(seq)) break;
       }
@@ -273,7 +282,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
       if (t + 1 < static_cast<int64_t>(seq.size())) continue;  // still reading the prompt
       if (static_cast<int64_t>(seq.size()) >= need) break;
       std::vector<float> row = logits.to_vector<float>();
-      int64_t next = next_token(std::move(row), g, rng, seq, static_cast<int64_t>(seq.size()) - P, eos);
+      int64_t next = next_token_of(std::move(row), seq, static_cast<int64_t>(seq.size()) - P);
       seq.push_back(next);
       if (ends(next) || stopping.stops(seq)) break;
     }
@@ -287,6 +296,9 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
   KILN_CHECK(model.can_generate(), "generate: ", model.architecture(),
              " is an encoder without a decoder; generation needs T5ForConditionalGeneration");
   check_config(g);
+  KILN_CHECK(g.guidance_scale == 1.0, "generate: guidance_scale ", g.guidance_scale, " needs a decoder-only model: its "
+             "unconditional pass continues the prompt's last token, which an encoder-decoder cannot run (transformers "
+             "fails there too)");
   if (g.max_length || g.min_length) return generate(model, prompts, with_lengths(g, prompts, true));
   if (g.num_beams == 1 && g.num_return_sequences > 1)
     return generate(model, each_repeated(prompts, g.num_return_sequences), one_sequence(g));

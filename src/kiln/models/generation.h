@@ -68,6 +68,12 @@ struct GenerationConfig {
   // (0 = off).
   double encoder_repetition_penalty = 1.0;
   int64_t encoder_no_repeat_ngram_size = 0;
+  // UnbatchedClassifierFreeGuidanceLogitsProcessor (decoder-only models; 1 =
+  // off), first of the processors: the scores' log-softmax becomes
+  // guidance_scale * (it - u) + u, u the log-softmax of the model's logits
+  // for the prompt's last token and the tokens generated since (each beam its
+  // own row of them, as transformers keeps them).
+  double guidance_scale = 1.0;
   // The other logits processors of transformers (logits_processors.h, in the
   // order it applies them): sequence_bias adds each bias to the last id of a
   // sequence whose other ids end the row's ids; bad_words_ids bans such ids

@@ -28,15 +28,15 @@ constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do
                                  "bad_words_ids",     "forced_bos_token_id", "forced_eos_token_id",
                                  "sequence_bias",     "exponential_decay_length_penalty",
                                  "renormalize_logits", "remove_invalid_values", "stop_strings",
-                                 "max_time",          "encoder_repetition_penalty", "encoder_no_repeat_ngram_size"};
+                                 "max_time",          "encoder_repetition_penalty", "encoder_no_repeat_ngram_size",
+                                 "guidance_scale"};
 // Settings transformers 5.25's generate() applies and kiln does not build,
 // each with the value that changes nothing (null: only null or empty is
-// neutral): classifier-free guidance (a second, unconditional pass), the
-// watermark's greenlists (seeded through torch's generator), token healing
-// (the prompt re-tokenized) and TopHLogitsWarper. Any other value is named in
-// a warning rather than dropped unsaid.
+// neutral): the watermark's greenlists (seeded through torch's generator),
+// token healing (the prompt re-tokenized) and TopHLogitsWarper. Any other
+// value is named in a warning rather than dropped unsaid.
 const std::pair<const char*, nlohmann::json> kUnapplied[] = {
-    {"guidance_scale", 1}, {"watermarking_config", nullptr}, {"token_healing", false}, {"top_h", nullptr}};
+    {"watermarking_config", nullptr}, {"token_healing", false}, {"top_h", nullptr}};
 
 bool neutral(const nlohmann::json& v, const nlohmann::json& unset) {
   if (v.is_null() || ((v.is_array() || v.is_object() || v.is_string()) && v.empty())) return true;
@@ -133,9 +133,9 @@ bool apply_processor_key(const std::string& key, const nlohmann::json& v, const 
   } else if (key == "max_time") {
     need(v.is_number(), "a number of seconds");
     g.max_time = v.get<double>();
-  } else if (key == "encoder_repetition_penalty") {
+  } else if (key == "encoder_repetition_penalty" || key == "guidance_scale") {
     need(v.is_number(), "a number");
-    g.encoder_repetition_penalty = v.get<double>();
+    (key == "guidance_scale" ? g.guidance_scale : g.encoder_repetition_penalty) = v.get<double>();
   } else if (key == "encoder_no_repeat_ngram_size") {
     need(v.is_number_integer(), "an integer");
     g.encoder_no_repeat_ngram_size = v.get<int64_t>();

@@ -128,9 +128,21 @@ void ban_prompt_ngrams(std::vector<float>& scores, const RowState& row, int64_t 
       if (in_row(prompt[start + n - 1], scores)) scores[static_cast<size_t>(prompt[start + n - 1])] = -kInf;
 }
 
+// UnbatchedClassifierFreeGuidanceLogitsProcessor: both rows log-softmaxed, then scale * (scores - u) + u in float32.
+void guide(std::vector<float>& scores, const RowState& row, double scale) {
+  KILN_CHECK(row.unconditional && row.unconditional->size() == scores.size(),
+             "generate: guidance_scale needs the row's unconditional logits");
+  std::vector<float> u = *row.unconditional;
+  log_softmax(u.data(), static_cast<int64_t>(u.size()));
+  log_softmax(scores.data(), static_cast<int64_t>(scores.size()));
+  const auto s = static_cast<float>(scale);
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = s * (scores[i] - u[i]) + u[i];
+}
+
 }  // namespace
 
 void apply_logits_processors(std::vector<float>& scores, const RowState& row, const GenerationConfig& g) {
+  if (g.guidance_scale != 1.0) guide(scores, row, g.guidance_scale);
   if (!g.sequence_bias.empty()) add_sequence_bias(scores, row.ids, g.sequence_bias);
   if (g.encoder_repetition_penalty != 1.0) reward_prompt(scores, prompt_of(row), g.encoder_repetition_penalty);
   process_logits(scores, row.ids, g);

@@ -1,7 +1,7 @@
 #pragma once
 // transformers' logits processors and sampling warpers on one row of scores,
 // in the order its _get_logits_processor builds them:
-//   SequenceBias, EncoderRepetitionPenalty, RepetitionPenalty, NoRepeatNGram,
+//   UnbatchedClassifierFreeGuidance, SequenceBias, EncoderRepetitionPenalty, RepetitionPenalty, NoRepeatNGram,
 //   EncoderNoRepeatNGram, NoBadWords, MinLength /
 //   MinNewTokensLength, ForcedBOS, ForcedEOS, InfNanRemove,
 //   ExponentialDecayLengthPenalty, SuppressTokens, SuppressTokensAtBegin;
@@ -28,6 +28,8 @@ struct RowState {
   int64_t generated;
   const std::vector<int64_t>& eos;
   const std::vector<int64_t>* encoder_ids = nullptr;
+  // With guidance_scale: the row's unconditional logits (the vocabulary's).
+  const std::vector<float>* unconditional = nullptr;
 };
 
 // Every logits processor g asks for (not the warpers), in transformers' order.
