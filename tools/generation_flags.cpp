@@ -42,11 +42,12 @@ nlohmann::json list_flag(const std::string& command, const std::string& key, con
   return out;
 }
 
-// --stop_strings: a JSON list of strings ('["\n\n", "###"]', escapes read as JSON reads them), or the text itself as
-// the one stop string.
+// --stop_strings: a JSON list of strings ('["\n\n", "###"]', escapes read as JSON reads them), "" for none, or the
+// text itself as the one stop string.
 nlohmann::json stop_strings_flag(const std::string& command, const std::string& text) {
   const size_t first = text.find_first_not_of(" \t");
-  if (first == std::string::npos || text[first] != '[') return text;
+  if (first == std::string::npos) return nlohmann::json::array();  // "" for none, as the other list flags
+  if (text[first] != '[') return text;
   return list_flag(command, "stop_strings", text);
 }
 

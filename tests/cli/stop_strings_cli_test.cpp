@@ -85,6 +85,10 @@ TEST_F(StopStringsCli, FlagsAsTheLibraryAndFromGenerationConfig) {
   ASSERT_EQ(from_file.status, 0) << from_file.output;
   EXPECT_EQ(from_file.output.find("warning"), std::string::npos) << from_file.output;
   EXPECT_EQ(from_file.output, expected(g));
+  const auto cleared = run_kiln(generate("--stop_strings ''"), dir_.path());  // "" clears the file's
+  ASSERT_EQ(cleared.status, 0) << cleared.output;
+  g.stop_strings.clear();
+  EXPECT_EQ(cleared.output, expected(g));
   const auto flags = run_kiln(generate("--encoder_repetition_penalty 1 --encoder_no_repeat_ngram_size 0 "
                                        "--stop_strings zzzz --max_time 0"), dir_.path());
   ASSERT_EQ(flags.status, 0) << flags.output;

@@ -37,7 +37,8 @@ TEST(HubDecodingMethods, RefusedWhereTransformersRefusesThem) {
   EXPECT_CONTAINS(generate_error(from_file(R"({"num_beam_groups": 2, "num_beams": 2, "diversity_penalty": 1.0})")),
                   "num_beam_groups 2 asks for group beam search");
   EXPECT_CONTAINS(generate_error(from_file(R"({"dola_layers": "high"})")), "asks for DoLa decoding");
-  EXPECT_CONTAINS(generate_error(from_file(R"({"dola_layers": "low", "do_sample": true})")), "transformers-community/dola");
+  EXPECT_CONTAINS(generate_error(from_file(R"({"dola_layers": "low", "do_sample": true})")),
+                  "transformers-community/dola");
 }
 
 TEST(HubDecodingMethods, IgnoredWhereTransformersIgnoresThem) {

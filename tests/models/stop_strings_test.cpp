@@ -37,7 +37,8 @@ const tokenizers::Tokenizer& tokenizer(const std::string& kind) {
 
 std::string from_hex(const std::string& hex) {
   std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   return out;
 }
 
@@ -65,7 +66,7 @@ TEST(StopStrings, MatchesAsStopStringCriteria) {
     ASSERT_GE(t["rows"].size(), 100u);
     for (const auto& row : t["rows"]) {
       const auto strings = row["stop_strings"].get<std::vector<std::string>>();
-      const models::StopStrings stop = models::StopStrings::from_tokenizer(strings, tokenizer(kind), tokenizer_dir(kind));
+      const auto stop = models::StopStrings::from_tokenizer(strings, tokenizer(kind), tokenizer_dir(kind));
       EXPECT_EQ(stop.matches(row["ids"].get<std::vector<int64_t>>()), row["stops"].get<bool>())
           << kind << ": ids " << row["ids"] << ", stop_strings " << row["stop_strings"];
       stopped += row["stops"].get<bool>();

@@ -88,7 +88,8 @@ void check_config(const GenerationConfig& g) {
   KILN_CHECK(!g.min_length || *g.min_length >= 0, "generate: min_length must be >= 0, got ", g.min_length.value_or(0));
   KILN_CHECK(g.encoder_repetition_penalty > 0 && std::isfinite(g.encoder_repetition_penalty),
              "generate: encoder_repetition_penalty must be a positive number, got ", g.encoder_repetition_penalty);
-  KILN_CHECK(std::isfinite(g.guidance_scale), "generate: guidance_scale must be a finite number, got ", g.guidance_scale);
+  KILN_CHECK(std::isfinite(g.guidance_scale), "generate: guidance_scale must be a finite number, got ",
+             g.guidance_scale);
   KILN_CHECK(g.encoder_no_repeat_ngram_size >= 0, "generate: encoder_no_repeat_ngram_size must be >= 0 (0 = off), got ",
              g.encoder_no_repeat_ngram_size);
   check_stopping_criteria(g);
@@ -372,7 +373,8 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
       std::vector<int64_t> so_far = {c.decoder_start_token_id};
       so_far.insert(so_far.end(), out[b].begin(), out[b].end());
       std::vector<float> row(logits.begin() + b * V, logits.begin() + (b + 1) * V);
-      int64_t next = next_token(std::move(row), g, rng, {so_far, static_cast<int64_t>(out[b].size()), eos, &prompts[b]});
+      const int64_t generated = static_cast<int64_t>(out[b].size());
+      int64_t next = next_token(std::move(row), g, rng, {so_far, generated, eos, &prompts[b]});
       out[b].push_back(next);
       fed[b] = next;
       so_far.push_back(next);
