@@ -100,6 +100,11 @@ struct GenerationConfig {
   double typical_p = 1.0;
   double epsilon_cutoff = 0.0;
   double eta_cutoff = 0.0;
+  // TopHLogitsWarper (after temperature, before top_k): of the 100 most
+  // likely ids, the most likely ones whose entropy terms -p log p (p over
+  // those 100) sum to at most top_h times their entropy, the first always;
+  // in (0, 1].
+  std::optional<double> top_h;
   // Beam search (num_beams > 1, transformers' _beam_search): hypotheses are
   // ranked by sum of log-probs / generated_length ** length_penalty (with
   // do_sample, beam sampling: the candidates are drawn, see beam_search.h);

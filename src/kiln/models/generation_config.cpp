@@ -29,14 +29,13 @@ constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do
                                  "sequence_bias",     "exponential_decay_length_penalty",
                                  "renormalize_logits", "remove_invalid_values", "stop_strings",
                                  "max_time",          "encoder_repetition_penalty", "encoder_no_repeat_ngram_size",
-                                 "guidance_scale"};
+                                 "guidance_scale",    "top_h"};
 // Settings transformers 5.25's generate() applies and kiln does not build,
 // each with the value that changes nothing (null: only null or empty is
-// neutral): the watermark's greenlists (seeded through torch's generator),
-// token healing (the prompt re-tokenized) and TopHLogitsWarper. Any other
-// value is named in a warning rather than dropped unsaid.
-const std::pair<const char*, nlohmann::json> kUnapplied[] = {
-    {"watermarking_config", nullptr}, {"token_healing", false}, {"top_h", nullptr}};
+// neutral): the watermark's greenlists (seeded through torch's generator)
+// and token healing (the prompt re-tokenized). Any other value is named in a
+// warning rather than dropped unsaid.
+const std::pair<const char*, nlohmann::json> kUnapplied[] = {{"watermarking_config", nullptr}, {"token_healing", false}};
 
 bool neutral(const nlohmann::json& v, const nlohmann::json& unset) {
   if (v.is_null() || ((v.is_array() || v.is_object() || v.is_string()) && v.empty())) return true;
@@ -100,7 +99,10 @@ bool apply_processor_key(const std::string& key, const nlohmann::json& v, const 
     need(v.is_boolean(), "true or false");
     return v.get<bool>();
   };
-  if (key == "typical_p" || key == "epsilon_cutoff" || key == "eta_cutoff") {
+  if (key == "top_h") {
+    need(v.is_number(), "a number");
+    g.top_h = v.get<double>();
+  } else if (key == "typical_p" || key == "epsilon_cutoff" || key == "eta_cutoff") {
     need(v.is_number(), "a number");
     (key == "typical_p" ? g.typical_p : key == "epsilon_cutoff" ? g.epsilon_cutoff : g.eta_cutoff) = v.get<double>();
   } else if (key == "suppress_tokens" || key == "begin_suppress_tokens") {

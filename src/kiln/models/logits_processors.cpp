@@ -276,6 +276,33 @@ void probability_floor(std::vector<float>& scores, double epsilon, bool eta, int
     if (p[i] < cutoff && scores[i] < floor) scores[i] = -kInf;
 }
 
+// TopHLogitsWarper: the 100 largest scores (ties by index) as a Categorical; the largest ones whose cumulative
+// -p * log p stays within top_h times its entropy are kept (the largest always), everything else goes.
+void top_h_filter(std::vector<float>& scores, double top_h) {
+  std::vector<int64_t> order(scores.size());
+  std::iota(order.begin(), order.end(), 0);
+  const size_t n = std::min<size_t>(100, order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+                    [&](int64_t a, int64_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
+  order.resize(n);
+  std::vector<float> top;
+  for (int64_t i : order) top.push_back(scores[static_cast<size_t>(i)]);
+  std::vector<float> normalized = top;
+  log_softmax(normalized.data(), static_cast<int64_t>(n));
+  const std::vector<float> p = softmax(top);
+  double entropy = 0;  // Categorical.entropy: the -inf log-probs clamped to float's lowest
+  for (size_t i = 0; i < n; ++i) entropy -= std::max(normalized[i], std::numeric_limits<float>::lowest()) * p[i];
+  const float tau = static_cast<float>(entropy) * static_cast<float>(top_h);
+  std::vector<char> keep(scores.size(), 0);
+  double cumulative = 0;  // float32 terms summed in double, each sum rounded to float32 (a NaN term ends it)
+  for (size_t i = 0; i < n; ++i) {
+    cumulative += -p[i] * std::log(p[i]);
+    keep[static_cast<size_t>(order[i])] = i == 0 || static_cast<float>(cumulative) <= tau;
+  }
+  for (size_t i = 0; i < scores.size(); ++i)
+    if (!keep[i]) scores[i] = -kInf;
+}
+
 }  // namespace
 
 void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t min_tokens_to_keep) {
@@ -283,6 +310,7 @@ void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t 
   const float filtered = -std::numeric_limits<float>::infinity();
   if (g.temperature != 1.0)
     for (float& x : scores) x /= static_cast<float>(g.temperature);
+  if (g.top_h) top_h_filter(scores, *g.top_h);
   if (g.top_k > 0) {  // TopKLogitsWarper: below the k-th largest value goes (ties with it stay)
     const int64_t k = std::min(std::max(g.top_k, min_tokens_to_keep), V);
     std::vector<float> sorted = scores;
@@ -363,6 +391,8 @@ void check_logits_processors(const GenerationConfig& g, int64_t vocab_size) {
                "generate: exponential_decay_length_penalty's decay factor must be a finite number, got ",
                g.exponential_decay_length_penalty->second);
   if (!g.do_sample) return;
+  KILN_CHECK(!g.top_h || (*g.top_h > 0 && *g.top_h <= 1), "generate: top_h must be in (0, 1], got ",
+             g.top_h.value_or(0));
   KILN_CHECK(g.typical_p > 0 && g.typical_p <= 1, "generate: typical_p must be in (0, 1] (1 = off), got ", g.typical_p);
   KILN_CHECK(g.epsilon_cutoff >= 0 && g.epsilon_cutoff < 1,
              "generate: epsilon_cutoff must be in [0, 1) (0 = off), got ", g.epsilon_cutoff);
