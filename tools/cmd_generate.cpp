@@ -37,10 +37,12 @@ constexpr const char* kUsage =
     "                     [--do_sample [true|false]] [--temperature T] [--top_k 50] [--top_p P] [--min_p P] [--seed S]\n"
     "                     [--no_cache]\n"
     "                     [--per_device_eval_batch_size N] [--repetition_penalty P] [--no_repeat_ngram_size N]\n"
-    "                     [--min_new_tokens N | --min_length L] [--typical_p P] [--epsilon_cutoff E] [--eta_cutoff E]\n"
+    "                     [--min_new_tokens N | --min_length L] [--typical_p P] [--top_h H] [--epsilon_cutoff E] [--eta_cutoff E]\n"
     "                     [--suppress_tokens IDS] [--begin_suppress_tokens IDS] [--bad_words_ids JSON] [--sequence_bias JSON]\n"
     "                     [--forced_bos_token_id ID] [--forced_eos_token_id IDS] [--exponential_decay_length_penalty START,FACTOR]\n"
     "                     [--renormalize_logits] [--remove_invalid_values]\n"
+    "                     [--stop_strings JSON|TEXT] [--max_time SECONDS]\n"
+    "                     [--encoder_repetition_penalty P] [--encoder_no_repeat_ngram_size N] [--guidance_scale S]\n"
     "                     [--num_beams N [--length_penalty L] [--early_stopping true|false|never]] [--num_return_sequences R]\n"
     "                     [--chat [--messages FILE.json]] [--adapter LORA_DIR] [--bf16] (--model, --batch_size: the short names)\n"
     "GPT-2 prints prompt + continuation; T5 prints the decoder's output (prompts batched by --per_device_eval_batch_size, 8)\n"
@@ -78,7 +80,7 @@ std::vector<std::vector<int64_t>> chat_prompts(const kiln::cli::Flags& flags, co
 int run_generate(const std::vector<std::string>& args) {
   std::vector<cli::FlagSpec> specs = {
       {"model_name_or_path", true, true}, {"prompt"}, {"prompts_file"}, {"max_new_tokens"}, {"max_length"}, {"do_sample", false},
-      {"temperature"}, {"top_k"}, {"top_p"}, {"min_p"}, {"typical_p"}, {"epsilon_cutoff"}, {"eta_cutoff"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
+      {"temperature"}, {"top_k"}, {"top_p"}, {"min_p"}, {"typical_p"}, {"top_h"}, {"epsilon_cutoff"}, {"eta_cutoff"}, {"seed"}, {"no_cache", false}, {"per_device_eval_batch_size"},
       {"source_prefix"}, {"chat", false}, {"messages"}, {"adapter"}, {"bf16", false}};
   for (auto& s : cli::beam_flag_specs()) specs.push_back(std::move(s));
   cli::Flags flags("generate", std::move(specs), kUsage);
@@ -124,15 +126,18 @@ int run_generate(const std::vector<std::string>& args) {
   g.top_p = flags.number("top_p", g.top_p);
   g.min_p = flags.number("min_p", g.min_p);
   g.typical_p = flags.number("typical_p", g.typical_p);
+  if (flags.has("top_h")) g.top_h = flags.number("top_h", 0);
   g.epsilon_cutoff = flags.number("epsilon_cutoff", g.epsilon_cutoff);
   g.eta_cutoff = flags.number("eta_cutoff", g.eta_cutoff);
   g.seed = static_cast<uint64_t>(flags.integer("seed", 0, 0));
   g.use_cache = !flags.has("no_cache");
   if (!g.do_sample)  // as HF's generate warns: greedy decoding reads none of them
-    for (const char* k : {"temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "seed"})
+    for (const char* k : {"temperature", "top_k", "top_p", "min_p", "top_h", "typical_p", "epsilon_cutoff",
+                          "eta_cutoff", "seed"})
       if (flags.has(k))
         std::fprintf(stderr, "kiln generate: warning: --%s only applies with --do_sample (greedy decoding ignores it)\n",
                      k);
+  cli::attach_stop_strings(g, tok);
   const auto batch = static_cast<size_t>(flags.integer("batch_size", 8, 1));
   std::optional<tokenizers::ChatTemplate> templ;
   if (chat) {

@@ -31,7 +31,9 @@ constexpr const char* kUsage =
     "(Seq2SeqTrainer's: N - 1 new tokens, the decoder's start token counted)] "
     "[--num_beams N (--generation_num_beams)] [--length_penalty L] [--early_stopping true|false|never] "
     "[--num_return_sequences R] [--repetition_penalty P] [--no_repeat_ngram_size N] [--min_new_tokens N] [--min_length L] "
-    "[the other logits-processor flags of kiln generate: --suppress_tokens IDS, --bad_words_ids JSON, ...] [--source_prefix P]: "
+    "[the other logits-processor flags of kiln generate: --suppress_tokens IDS, --bad_words_ids JSON, "
+    "--encoder_repetition_penalty P, --encoder_no_repeat_ngram_size N, ...] [--stop_strings JSON|TEXT] "
+    "[--max_time SECONDS] [--source_prefix P]: "
     "{\"generated_text\": ...} per row.";
 
 // The model's task (its architecture's, as kiln eval decides it) reads the rows and makes the lines; the language

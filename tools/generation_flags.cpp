@@ -6,6 +6,8 @@
 
 #include "kiln/core/error.h"
 #include "kiln/models/generation_config.h"
+#include "kiln/models/stopping_criteria.h"
+#include "train_common.h"
 
 namespace kiln::cli {
 
@@ -40,12 +42,28 @@ nlohmann::json list_flag(const std::string& command, const std::string& key, con
   return out;
 }
 
+// --stop_strings: a JSON list of strings ('["\n\n", "###"]', escapes read as JSON reads them), "" for none, or the
+// text itself as the one stop string.
+nlohmann::json stop_strings_flag(const std::string& command, const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return nlohmann::json::array();  // "" for none, as the other list flags
+  if (text[first] != '[') return text;
+  return list_flag(command, "stop_strings", text);
+}
+
 // The logits processors' flags given (their generation_config.json names and forms), over g.
 void read_processor_flags(const Flags& flags, models::GenerationConfig& g, const std::string& command) {
   for (const char* key : kProcessorLists)
     if (flags.has(key))
       models::apply_generation_setting(key, list_flag(command, key, flags.get(key)), command + ": --" + key, g);
   if (flags.has("forced_bos_token_id")) g.forced_bos_token_id = flags.integer("forced_bos_token_id", 0, 0);
+  if (flags.has("stop_strings"))
+    models::apply_generation_setting("stop_strings", stop_strings_flag(command, flags.get("stop_strings")),
+                                     command + ": --stop_strings", g);
+  if (flags.has("max_time")) g.max_time = flags.number("max_time", 0);
+  g.encoder_repetition_penalty = flags.number("encoder_repetition_penalty", g.encoder_repetition_penalty);
+  g.guidance_scale = flags.number("guidance_scale", g.guidance_scale);
+  g.encoder_no_repeat_ngram_size = flags.integer("encoder_no_repeat_ngram_size", g.encoder_no_repeat_ngram_size);
   g.renormalize_logits = flags.switch_or("renormalize_logits", g.renormalize_logits);
   g.remove_invalid_values = flags.switch_or("remove_invalid_values", g.remove_invalid_values);
 }
@@ -57,7 +75,8 @@ std::vector<FlagSpec> beam_flag_specs() {
                                  {"early_stopping"}, {"num_return_sequences"}, {"repetition_penalty"},
                                  {"no_repeat_ngram_size"}, {"min_new_tokens"}, {"min_length"},
                                  {"forced_bos_token_id"}, {"renormalize_logits", false},
-                                 {"remove_invalid_values", false}};
+                                 {"remove_invalid_values", false}, {"stop_strings"}, {"max_time"},
+                                 {"encoder_repetition_penalty"}, {"encoder_no_repeat_ngram_size"}, {"guidance_scale"}};
   for (const char* key : kProcessorLists) specs.push_back({key});
   return specs;
 }
@@ -83,6 +102,12 @@ void read_beam_flags(const Flags& flags, models::GenerationConfig& g, const std:
       if (flags.has(k))
         std::fprintf(stderr, "kiln %s: warning: --%s only applies with --num_beams > 1 (beam search); ignored\n",
                      command.c_str(), k);
+}
+
+void attach_stop_strings(models::GenerationConfig& g, const TokenizerBundle& tok) {
+  if (g.stop_strings.empty()) return;
+  g.stop_string_matcher = std::make_shared<const models::StopStrings>(
+      models::StopStrings::from_tokenizer(g.stop_strings, tok.tokenizer, tok.dir));
 }
 
 }  // namespace kiln::cli

@@ -170,6 +170,7 @@ class Seq2Seq : public TrainTask {
     models::GenerationConfig g;
     models::apply_generation_config(r.model_dir, g);
     read_beam_flags(f, g, "predict");
+    attach_stop_strings(g, tok);
     KILN_CHECK(!(f.has("max_new_tokens") && f.has("generation_max_length")),
                "predict: --max_new_tokens N (N new tokens) and --generation_max_length N (N - 1 new tokens: the ",
                "decoder's start token counts) bound the same output; give one");

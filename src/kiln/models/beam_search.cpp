@@ -77,8 +77,9 @@ float length_norm(int64_t length, double penalty) {
 }  // namespace
 
 BeamSearch::BeamSearch(const std::vector<std::vector<int64_t>>& prefixes, std::vector<int64_t> eos,
-                       const GenerationConfig& g)
-    : g_(g), eos_(std::move(eos)), batch_(static_cast<int64_t>(prefixes.size())), beams_(g.num_beams) {
+                       const GenerationConfig& g, const StoppingCriteria* stopping)
+    : g_(g), eos_(std::move(eos)), batch_(static_cast<int64_t>(prefixes.size())), beams_(g.num_beams),
+      stopping_(stopping) {
   KILN_CHECK(batch_ > 0, "beam search: no inputs");
   prompt_len_ = cur_len_ = static_cast<int64_t>(prefixes[0].size());
   for (const auto& p : prefixes)
@@ -100,13 +101,17 @@ BeamSearch::BeamSearch(const std::vector<std::vector<int64_t>>& prefixes, std::v
 
 // transformers' _get_top_k_continuations: the best continuations of input b over all its beams.
 std::vector<BeamSearch::Candidate> BeamSearch::top_continuations(const std::vector<float>& logits, int64_t vocab,
-                                                                 int64_t b) {
+                                                                 int64_t b, const std::vector<float>* unconditional) {
   std::vector<float> acc(static_cast<size_t>(beams_ * vocab));
   for (int64_t j = 0; j < beams_; ++j) {
     const int64_t row = b * beams_ + j;
     std::vector<float> lp(logits.begin() + row * vocab, logits.begin() + (row + 1) * vocab);
     log_softmax(lp.data(), vocab);
-    apply_logits_processors(lp, {running_[static_cast<size_t>(row)], cur_len_ - prompt_len_, eos_}, g_);
+    const std::vector<int64_t>* encoder = encoder_inputs_.empty() ? nullptr : &encoder_inputs_[static_cast<size_t>(b)];
+    std::vector<float> u;
+    if (unconditional) u.assign(unconditional->begin() + row * vocab, unconditional->begin() + (row + 1) * vocab);
+    apply_logits_processors(lp, {running_[static_cast<size_t>(row)], cur_len_ - prompt_len_, eos_, encoder,
+                                 unconditional ? &u : nullptr}, g_);
     if (g_.do_sample) warp_logits(lp, g_, std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())));
     finish_scores(lp, g_);
     for (int64_t v = 0; v < vocab; ++v) acc[static_cast<size_t>(j * vocab + v)] = lp[v] + running_scores_[row];
@@ -114,9 +119,14 @@ std::vector<BeamSearch::Candidate> BeamSearch::top_continuations(const std::vect
   const int64_t keep = std::max<int64_t>(2, 1 + static_cast<int64_t>(eos_.size())) * beams_;
   std::vector<Candidate> top;
   for (int64_t i : g_.do_sample ? sample_top_k(acc, keep, rngs_[static_cast<size_t>(b)]) : top_k(acc, keep)) {
-    const int64_t token = i % vocab;
-    const bool eos = std::find(eos_.begin(), eos_.end(), token) != eos_.end();
-    top.push_back({acc[static_cast<size_t>(i)], b * beams_ + i / vocab, token, eos || cur_len_ + 1 >= max_length_});
+    const int64_t token = i % vocab, parent = b * beams_ + i / vocab;
+    bool stops = std::find(eos_.begin(), eos_.end(), token) != eos_.end() || cur_len_ + 1 >= max_length_;
+    if (!stops && stopping_) {  // the stopping criteria see the candidate's ids
+      std::vector<int64_t> seq = running_[static_cast<size_t>(parent)];
+      seq.push_back(token);
+      stops = stopping_->stops(seq, out_of_time_);
+    }
+    top.push_back({acc[static_cast<size_t>(i)], parent, token, stops});
   }
   return top;
 }
@@ -165,16 +175,18 @@ bool BeamSearch::improvement_possible(int64_t b) const {
   return false;
 }
 
-std::vector<int64_t> BeamSearch::step(const std::vector<float>& logits, int64_t vocab) {
+std::vector<int64_t> BeamSearch::step(const std::vector<float>& logits, int64_t vocab,
+                                      const std::vector<float>* unconditional) {
   KILN_CHECK(!done_, "beam search: step after the search ended");
   KILN_CHECK(static_cast<int64_t>(logits.size()) == rows() * vocab, "beam search: logits have ", logits.size(),
              " values, expected ", rows() * vocab);
   std::vector<std::vector<int64_t>> next(running_.size());
   std::vector<float> next_scores(running_.size());
   std::vector<int64_t> parents(running_.size());
+  out_of_time_ = stopping_ && stopping_->out_of_time();
   bool all_stop = true;
   for (int64_t b = 0; b < batch_; ++b) {
-    const std::vector<Candidate> top = top_continuations(logits, vocab, b);
+    const std::vector<Candidate> top = top_continuations(logits, vocab, b, unconditional);
     // _get_running_beams_for_next_iteration: the best that did not stop run on.
     std::vector<float> live(top.size());
     for (size_t k = 0; k < top.size(); ++k) {
@@ -219,6 +231,17 @@ std::vector<std::vector<int64_t>> BeamSearch::results() const {
   return out;
 }
 
+// UnbatchedClassifierFreeGuidanceLogitsProcessor's unconditional pass, without a cache: the logits after each row of
+// `rows` (all of one length), rows * V values.
+std::vector<float> unconditional_logits(CausalLM& model, const std::vector<std::vector<int64_t>>& rows) {
+  std::vector<int64_t> ids;
+  for (const auto& r : rows) ids.insert(ids.end(), r.begin(), r.end());
+  const auto R = static_cast<int64_t>(rows.size()), T = static_cast<int64_t>(rows.front().size());
+  ModelInputs in;
+  in.input_ids = Tensor::from_vector(ids, {R, T}, model.parameters().front().device(), "unconditional_ids");
+  return slice(model.forward(in).logits, 1, T - 1, T).to_vector<float>();
+}
+
 namespace {
 
 // Rows of x (first dim) picked by `rows`: a cache reordered by beam, an encoder output expanded per beam.
@@ -252,14 +275,25 @@ int64_t capacity(int64_t n, int64_t bucket) { return std::max<int64_t>(1, (n + b
 
 // One causal-LM prompt: num_beams rows advance together, each step's caches reordered by the rows continued.
 std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::vector<int64_t>& prompt,
-                                                  const GenerationConfig& g, const std::vector<int64_t>& eos) {
+                                                  const GenerationConfig& g, const std::vector<int64_t>& eos,
+                                                  const StoppingCriteria& stopping) {
   const int64_t V = model.vocab_size(), N = g.num_beams, P = static_cast<int64_t>(prompt.size());
   int64_t L = capacity(P + g.max_new_tokens, g.bucket);
   if (auto max_positions = model.config().max_positions()) L = std::min(*max_positions, L);
   const CausalLM::CacheShape cs = model.cache_shape();
   check_beam_memory(1, N, V, g.use_cache ? 2.0 * cs.layers * cs.kv_heads * L * cs.head_dim : 0.0);
   Device dev = model.parameters().front().device();
-  BeamSearch search({prompt}, eos, g);
+  BeamSearch search({prompt}, eos, g, &stopping);
+  // With guidance, each row's unconditional input: the prompt's last token and the tokens its row got since (the
+  // rows are not reordered with the beams, as transformers keeps them).
+  std::vector<std::vector<int64_t>> unconditional_rows(static_cast<size_t>(N), {prompt.back()});
+  auto advance = [&](const std::vector<float>& logits) {
+    if (g.guidance_scale == 1.0) return search.step(logits, V);
+    const std::vector<float> u = unconditional_logits(model, unconditional_rows);
+    std::vector<int64_t> parents = search.step(logits, V, &u);
+    for (size_t r = 0; r < unconditional_rows.size(); ++r) unconditional_rows[r].push_back(search.running()[r].back());
+    return parents;
+  };
   if (!g.use_cache) {
     // Reference path: every running hypothesis through the whole model each step.
     while (!search.done()) {
@@ -269,7 +303,7 @@ std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::ve
       ModelInputs in;
       in.input_ids = Tensor::from_vector(ids, {N, T}, dev, "input_ids");
       Tensor last = slice(model.forward(in).logits, 1, T - 1, T);
-      search.step(last.to_vector<float>(), V);
+      advance(last.to_vector<float>());
     }
     return search.results();
   }
@@ -296,7 +330,7 @@ std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::ve
   Tensor logits;
   for (int64_t t = 0; t < P; ++t) logits = step(std::vector<int64_t>(static_cast<size_t>(N), prompt[t]), t, P);
   for (int64_t t = P; !search.done(); ++t) {
-    const std::vector<int64_t> parents = search.step(logits.to_vector<float>(), V);
+    const std::vector<int64_t> parents = advance(logits.to_vector<float>());
     if (search.done()) break;
     std::optional<int64_t> prefill_length;
     if (t == model.cache_recompute_position()) {  // every row's cache again, from its own tokens
@@ -318,9 +352,10 @@ std::vector<std::vector<int64_t>> beam_search(CausalLM& model, const std::vector
   const std::vector<int64_t> eos = g.eos_token_ids.empty() ? model.eos_token_ids() : g.eos_token_ids;
   model.eval();
   NoGradGuard no_grad;
+  const StoppingCriteria stopping(g);
   std::vector<std::vector<int64_t>> out;
   for (const auto& prompt : prompts)
-    for (auto& seq : beam_search_one(model, prompt, g, eos)) out.push_back(std::move(seq));
+    for (auto& seq : beam_search_one(model, prompt, g, eos, stopping)) out.push_back(std::move(seq));
   return out;
 }
 
@@ -347,8 +382,10 @@ std::vector<std::vector<int64_t>> beam_search(T5ForTask& model, const std::vecto
   Tensor prompt_mask = Tensor::from_vector(mask, {B, S}, dev, "attention_mask");
   Tensor enc = pick_rows(model.encode(Tensor::from_vector(ids, {B, S}, dev, "input_ids"), prompt_mask), rows);
   Tensor attention_mask = pick_rows(prompt_mask, rows);
+  const StoppingCriteria stopping(g);
   BeamSearch search(std::vector<std::vector<int64_t>>(static_cast<size_t>(B), {c.decoder_start_token_id}),
-                    g.eos_token_ids.empty() ? std::vector<int64_t>{c.eos_token_id} : g.eos_token_ids, g);
+                    g.eos_token_ids.empty() ? std::vector<int64_t>{c.eos_token_id} : g.eos_token_ids, g, &stopping);
+  search.set_encoder_inputs(prompts);
   T5DecoderCache cache;
   if (g.use_cache) cache = model.start_decoding(enc, attention_mask, capacity(g.max_new_tokens, g.bucket));
   mark_step(dev);  // the encoder (and the cross-attention keys/values), once

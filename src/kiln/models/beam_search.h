@@ -27,9 +27,11 @@
 // fills with zero-probability categories; their scores (-inf) never win.
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kiln/models/generation.h"
+#include "kiln/models/stopping_criteria.h"
 
 namespace kiln::models {
 
@@ -37,12 +39,21 @@ class BeamSearch {
  public:
   // prefixes: each input's ids so far (a causal LM's prompt, T5's decoder
   // start); all of one length, the decoder prompt length.
-  BeamSearch(const std::vector<std::vector<int64_t>>& prefixes, std::vector<int64_t> eos, const GenerationConfig& g);
+  // `stopping` (stop strings, max_time; the call's, outliving the search)
+  // ends a candidate as EOS does.
+  BeamSearch(const std::vector<std::vector<int64_t>>& prefixes, std::vector<int64_t> eos, const GenerationConfig& g,
+             const StoppingCriteria* stopping = nullptr);
+  // An encoder-decoder's prompts, one per input, which the encoder_*
+  // processors read (a decoder-only model's are its prefixes).
+  void set_encoder_inputs(std::vector<std::vector<int64_t>> prompts) { encoder_inputs_ = std::move(prompts); }
 
   // logits: rows() * vocab values, row r the next-token logits of running
   // hypothesis r. Returns, per new running row, the row it continues (the
   // cache reorder index).
-  std::vector<int64_t> step(const std::vector<float>& logits, int64_t vocab);
+  // With guidance_scale, `unconditional` holds each row's unconditional
+  // logits (rows() * vocab).
+  std::vector<int64_t> step(const std::vector<float>& logits, int64_t vocab,
+                            const std::vector<float>* unconditional = nullptr);
   bool done() const { return done_; }
   int64_t rows() const { return static_cast<int64_t>(running_.size()); }
   // Every running hypothesis's ids (prefix + generated), row by row.
@@ -58,7 +69,8 @@ class BeamSearch {
     int64_t token;
     bool stops;
   };
-  std::vector<Candidate> top_continuations(const std::vector<float>& logits, int64_t vocab, int64_t b);
+  std::vector<Candidate> top_continuations(const std::vector<float>& logits, int64_t vocab, int64_t b,
+                                           const std::vector<float>* unconditional);
   void update_finished(int64_t b, const std::vector<Candidate>& top);
   bool improvement_possible(int64_t b) const;
 
@@ -69,6 +81,9 @@ class BeamSearch {
   std::vector<float> running_scores_, finished_scores_;
   std::vector<char> is_finished_, unsatisfied_;  // per slot; per input
   std::vector<std::mt19937_64> rngs_;            // per input, beam sampling's draws
+  const StoppingCriteria* stopping_ = nullptr;
+  bool out_of_time_ = false;  // this step's max_time verdict, one for every candidate
+  std::vector<std::vector<int64_t>> encoder_inputs_;
   bool done_ = false;
 };
 
@@ -77,6 +92,10 @@ class BeamSearch {
 // prompt (prompt-major).
 std::vector<std::vector<int64_t>> beam_search(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                               const GenerationConfig& g);
+
+// guidance_scale's unconditional pass (UnbatchedClassifierFreeGuidanceLogitsProcessor), without a cache: the
+// logits after each of `rows` (all of one length), rows * vocab values.
+std::vector<float> unconditional_logits(CausalLM& model, const std::vector<std::vector<int64_t>>& rows);
 std::vector<std::vector<int64_t>> beam_search(T5ForTask& model, const std::vector<std::vector<int64_t>>& prompts,
                                               const GenerationConfig& g);
 

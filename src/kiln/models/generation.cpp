@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <string>
 
 #include "kiln/core/error.h"
 #include "kiln/models/beam_search.h"
+#include "kiln/models/stopping_criteria.h"
 #include "kiln/models/token_ids.h"
 #include "kiln/runtime/context.h"
 
@@ -45,7 +47,37 @@ GenerationConfig one_sequence(GenerationConfig g) {
   return g;
 }
 
+// GenerationConfig.get_generation_mode: a method transformers 5.25 moved to a Hub repo is refused (it would need
+// trust_remote_code); dola_layers with beams is ignored there with a warning.
+void check_hub_methods(const GenerationConfig& g) {
+  const GenerationConfig::HubMethods& h = g.hub_methods;
+  auto refuse = [](const std::string& method, const std::string& repo, const std::string& why, const char* fix) {
+    throw Error("generate: " + why + " asks for " + method + ", which transformers 5.25 moved to the Hub repo " +
+                "transformers-community/" + repo + " and refuses to run without trust_remote_code=True; kiln runs " +
+                "no Hub code: " + fix);
+  };
+  if (!h.constrained.empty())
+    refuse("constrained beam search", "constrained-beam-search", h.constrained + " (set)",
+           "remove it from generation_config.json (bad_words_ids and sequence_bias steer tokens instead)");
+  if (g.num_beams == 1 && !g.do_sample && g.top_k > 1 && h.penalty_alpha > 0)
+    refuse("contrastive search", "contrastive-search",
+           detail::concat("penalty_alpha ", h.penalty_alpha, " with top_k ", g.top_k, " and greedy decoding"),
+           "remove penalty_alpha from generation_config.json (or sample, or search with beams)");
+  if (g.num_beams > 1 && h.num_beam_groups > 1)
+    refuse("group beam search", "group-beam-search", detail::concat("num_beam_groups ", h.num_beam_groups),
+           "remove num_beam_groups and diversity_penalty from generation_config.json");
+  if (h.dola_layers && g.num_beams == 1)
+    refuse("DoLa decoding", "dola", "dola_layers", "remove dola_layers from generation_config.json");
+  static std::once_flag warned;
+  if (h.dola_layers)
+    std::call_once(warned, [] {
+      std::fprintf(stderr, "kiln: warning: dola_layers only applies to greedy decoding and sampling (DoLa); "
+                   "ignored with beam search, as transformers ignores it\n");
+    });
+}
+
 void check_config(const GenerationConfig& g) {
+  check_hub_methods(g);
   KILN_CHECK(g.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", g.max_new_tokens);
   KILN_CHECK(g.bucket > 0, "generate: bucket must be > 0, got ", g.bucket);
   KILN_CHECK(g.repetition_penalty > 0 && std::isfinite(g.repetition_penalty),
@@ -54,6 +86,13 @@ void check_config(const GenerationConfig& g) {
              g.no_repeat_ngram_size);
   KILN_CHECK(g.min_new_tokens >= 0, "generate: min_new_tokens must be >= 0, got ", g.min_new_tokens);
   KILN_CHECK(!g.min_length || *g.min_length >= 0, "generate: min_length must be >= 0, got ", g.min_length.value_or(0));
+  KILN_CHECK(g.encoder_repetition_penalty > 0 && std::isfinite(g.encoder_repetition_penalty),
+             "generate: encoder_repetition_penalty must be a positive number, got ", g.encoder_repetition_penalty);
+  KILN_CHECK(std::isfinite(g.guidance_scale), "generate: guidance_scale must be a finite number, got ",
+             g.guidance_scale);
+  KILN_CHECK(g.encoder_no_repeat_ngram_size >= 0, "generate: encoder_no_repeat_ngram_size must be >= 0 (0 = off), got ",
+             g.encoder_no_repeat_ngram_size);
+  check_stopping_criteria(g);
   check_beam_config(g);
   if (!g.do_sample) return;
   KILN_CHECK(g.temperature > 0, "generate: temperature must be > 0, got ", g.temperature);
@@ -116,7 +155,11 @@ int64_t draw(const std::vector<float>& scores, std::mt19937_64& rng) {
 
 int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng,
                    const std::vector<int64_t>& ids, int64_t generated, const std::vector<int64_t>& eos) {
-  apply_logits_processors(logits, {ids, generated, eos}, g);
+  return next_token(std::move(logits), g, rng, {ids, generated, eos});
+}
+
+int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng, const RowState& row) {
+  apply_logits_processors(logits, row, g);
   if (!g.do_sample) {
     finish_scores(logits, g);
     return std::max_element(logits.begin(), logits.end()) - logits.begin();
@@ -180,6 +223,15 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
   model.eval();
   NoGradGuard no_grad;
   std::mt19937_64 rng(g.seed);
+  const StoppingCriteria stopping(g);
+  // The next id after seq (the prompt and `generated` new ids); with guidance, the unconditional pass on the
+  // prompt's last token and the new ids.
+  auto next_token_of = [&](std::vector<float> logits, const std::vector<int64_t>& seq, int64_t generated) {
+    if (g.guidance_scale == 1.0) return next_token(std::move(logits), g, rng, {seq, generated, eos});
+    const std::vector<float> u = unconditional_logits(
+        model, {std::vector<int64_t>(seq.end() - generated - 1, seq.end())});
+    return next_token(std::move(logits), g, rng, {seq, generated, eos, nullptr, &u});
+  };
   std::vector<std::vector<int64_t>> out;
   for (const auto& prompt : prompts) {
     const int64_t need = static_cast<int64_t>(prompt.size()) + g.max_new_tokens;
@@ -194,9 +246,9 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
         auto all = logits.to_vector<float>();
         std::vector<float> last(all.end() - V, all.end());
         const auto generated = static_cast<int64_t>(seq.size() - prompt.size());
-        int64_t next = next_token(std::move(last), g, rng, seq, generated, eos);
+        int64_t next = next_token_of(std::move(last), seq, generated);
         seq.push_back(next);
-        if (ends(next)) break;
+        if (ends(next) || stopping.stops(seq)) break;
       }
       out.push_back(std::move(seq));
       continue;
@@ -231,9 +283,9 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
       if (t + 1 < static_cast<int64_t>(seq.size())) continue;  // still reading the prompt
       if (static_cast<int64_t>(seq.size()) >= need) break;
       std::vector<float> row = logits.to_vector<float>();
-      int64_t next = next_token(std::move(row), g, rng, seq, static_cast<int64_t>(seq.size()) - P, eos);
+      int64_t next = next_token_of(std::move(row), seq, static_cast<int64_t>(seq.size()) - P);
       seq.push_back(next);
-      if (ends(next)) break;
+      if (ends(next) || stopping.stops(seq)) break;
     }
     out.push_back(std::move(seq));
   }
@@ -245,6 +297,9 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
   KILN_CHECK(model.can_generate(), "generate: ", model.architecture(),
              " is an encoder without a decoder; generation needs T5ForConditionalGeneration");
   check_config(g);
+  KILN_CHECK(g.guidance_scale == 1.0, "generate: guidance_scale ", g.guidance_scale, " needs a decoder-only model: its "
+             "unconditional pass continues the prompt's last token, which an encoder-decoder cannot run (transformers "
+             "fails there too)");
   if (g.max_length || g.min_length) return generate(model, prompts, with_lengths(g, prompts, true));
   if (g.num_beams == 1 && g.num_return_sequences > 1)
     return generate(model, each_repeated(prompts, g.num_return_sequences), one_sequence(g));
@@ -303,8 +358,10 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
   std::mt19937_64 rng(g.seed);
   std::vector<int64_t> fed(prompts.size(), c.decoder_start_token_id);
   std::vector<bool> done(prompts.size(), false);
+  const StoppingCriteria stopping(g);
   for (int64_t t = 0; t < g.max_new_tokens; ++t) {
     std::vector<float> logits = step(fed, t);
+    const bool out_of_time = stopping.out_of_time();
     KILN_CHECK(static_cast<int64_t>(logits.size()) == B * V, "generate: logits have ", logits.size(),
                " values, expected ", B * V);
     bool all_done = true;
@@ -316,10 +373,12 @@ std::vector<std::vector<int64_t>> generate(T5ForTask& model, const std::vector<s
       std::vector<int64_t> so_far = {c.decoder_start_token_id};
       so_far.insert(so_far.end(), out[b].begin(), out[b].end());
       std::vector<float> row(logits.begin() + b * V, logits.begin() + (b + 1) * V);
-      int64_t next = next_token(std::move(row), g, rng, so_far, static_cast<int64_t>(out[b].size()), eos);
+      const int64_t generated = static_cast<int64_t>(out[b].size());
+      int64_t next = next_token(std::move(row), g, rng, {so_far, generated, eos, &prompts[b]});
       out[b].push_back(next);
       fed[b] = next;
-      done[b] = std::find(eos.begin(), eos.end(), next) != eos.end();
+      so_far.push_back(next);
+      done[b] = std::find(eos.begin(), eos.end(), next) != eos.end() || stopping.stops(so_far, out_of_time);
       all_done = all_done && done[b];
     }
     if (all_done) break;

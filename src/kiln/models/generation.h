@@ -6,6 +6,7 @@
 // on the cache capacity (rounded up to a bucket), so it compiles once per
 // bucket, not once per token.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -17,6 +18,8 @@
 #include "kiln/models/t5.h"
 
 namespace kiln::models {
+
+class StopStrings;
 
 struct GenerationConfig {
   int64_t max_new_tokens = 20;
@@ -48,6 +51,29 @@ struct GenerationConfig {
   // above 0 takes precedence over it, as in transformers.
   int64_t min_new_tokens = 0;
   std::optional<int64_t> min_length;
+  // transformers' StopStringCriteria and MaxTimeCriteria (stopping_criteria.h):
+  // a row (a beam-search candidate) stops once one of stop_strings ends in
+  // its last token's text, read through stop_string_matcher (built from the
+  // tokenizer for exactly these strings; StopStrings::from_tokenizer); every
+  // row stops after the token it is on once max_time seconds have passed
+  // since generate() started.
+  std::vector<std::string> stop_strings;
+  std::shared_ptr<const StopStrings> stop_string_matcher;
+  std::optional<double> max_time;
+  // EncoderRepetitionPenaltyLogitsProcessor: an id of the prompt (the
+  // encoder's input; a decoder-only model's prompt) has its score multiplied
+  // by encoder_repetition_penalty (divided when negative); and
+  // EncoderNoRepeatNGramLogitsProcessor: an id that would make the last
+  // encoder_no_repeat_ngram_size ids an n-gram of the prompt is never chosen
+  // (0 = off).
+  double encoder_repetition_penalty = 1.0;
+  int64_t encoder_no_repeat_ngram_size = 0;
+  // UnbatchedClassifierFreeGuidanceLogitsProcessor (decoder-only models; 1 =
+  // off), first of the processors: the scores' log-softmax becomes
+  // guidance_scale * (it - u) + u, u the log-softmax of the model's logits
+  // for the prompt's last token and the tokens generated since (each beam its
+  // own row of them, as transformers keeps them).
+  double guidance_scale = 1.0;
   // The other logits processors of transformers (logits_processors.h, in the
   // order it applies them): sequence_bias adds each bias to the last id of a
   // sequence whose other ids end the row's ids; bad_words_ids bans such ids
@@ -74,6 +100,11 @@ struct GenerationConfig {
   double typical_p = 1.0;
   double epsilon_cutoff = 0.0;
   double eta_cutoff = 0.0;
+  // TopHLogitsWarper (after temperature, before top_k): of the 100 most
+  // likely ids, the most likely ones whose entropy terms -p log p (p over
+  // those 100) sum to at most top_h times their entropy, the first always;
+  // in (0, 1].
+  std::optional<double> top_h;
   // Beam search (num_beams > 1, transformers' _beam_search): hypotheses are
   // ranked by sum of log-probs / generated_length ** length_penalty (with
   // do_sample, beam sampling: the candidates are drawn, see beam_search.h);
@@ -81,6 +112,19 @@ struct GenerationConfig {
   // False once the best running beam cannot beat the worst done one at its
   // current length, Never once it cannot at max length (length_penalty > 0).
   // num_return_sequences (<= num_beams) best hypotheses come back per prompt.
+  // Decoding methods transformers 5.25 moved to Hub custom_generate repos
+  // (constrained beam search, contrastive search, group beam search, DoLa):
+  // what a generation_config.json asks of them. generate() refuses the
+  // combinations that would run one, as transformers does without
+  // trust_remote_code (kiln runs no Hub code); dola_layers with beams is
+  // ignored with a warning, the rest of these settings silently, as there.
+  struct HubMethods {
+    std::string constrained;  // "force_words_ids" or "constraints" when one is set
+    double penalty_alpha = 0;
+    int64_t num_beam_groups = 1;
+    bool dola_layers = false;
+  };
+  HubMethods hub_methods;
   enum class EarlyStopping { False, True, Never };
   int64_t num_beams = 1;
   double length_penalty = 1.0;
@@ -101,6 +145,8 @@ int64_t draw(const std::vector<float>& scores, std::mt19937_64& rng);
 // or, with do_sample, the warpers (min_tokens_to_keep 1) and a draw.
 int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng,
                    const std::vector<int64_t>& ids, int64_t generated = 0, const std::vector<int64_t>& eos = {});
+// The same for a row whose encoder input is not its first ids (RowState::encoder_ids: an encoder-decoder's prompt).
+int64_t next_token(std::vector<float> logits, const GenerationConfig& g, std::mt19937_64& rng, const RowState& row);
 
 // A decoder-only LM (GPT2LMHeadModel, LlamaForCausalLM): continues each
 // prompt (token ids) on its own; returns prompt + generated ids per prompt,

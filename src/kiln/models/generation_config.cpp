@@ -27,18 +27,15 @@ constexpr const char* kKeys[] = {"max_length",        "max_new_tokens",      "do
                                  "eta_cutoff",        "suppress_tokens",     "begin_suppress_tokens",
                                  "bad_words_ids",     "forced_bos_token_id", "forced_eos_token_id",
                                  "sequence_bias",     "exponential_decay_length_penalty",
-                                 "renormalize_logits", "remove_invalid_values"};
-// Settings of transformers' GenerationConfig that change the tokens
-// generate() returns and that kiln does not build, each with the value that
-// changes nothing (older config.json files carry them all at those values;
-// null: only null or empty is neutral). Any other value is named in a warning
-// rather than dropped unsaid.
-const std::pair<const char*, nlohmann::json> kUnapplied[] = {
-    {"diversity_penalty", 0},    {"num_beam_groups", 1},        {"penalty_alpha", 0},
-    {"force_words_ids", nullptr}, {"constraints", nullptr},     {"guidance_scale", 1},
-    {"encoder_repetition_penalty", 1}, {"encoder_no_repeat_ngram_size", 0}, {"stop_strings", nullptr},
-    {"max_time", nullptr},       {"dola_layers", nullptr},      {"watermarking_config", nullptr},
-    {"token_healing", false},    {"top_h", nullptr}};
+                                 "renormalize_logits", "remove_invalid_values", "stop_strings",
+                                 "max_time",          "encoder_repetition_penalty", "encoder_no_repeat_ngram_size",
+                                 "guidance_scale",    "top_h"};
+// Settings transformers 5.25's generate() applies and kiln does not build,
+// each with the value that changes nothing (null: only null or empty is
+// neutral): the watermark's greenlists (seeded through torch's generator)
+// and token healing (the prompt re-tokenized). Any other value is named in a
+// warning rather than dropped unsaid.
+const std::pair<const char*, nlohmann::json> kUnapplied[] = {{"watermarking_config", nullptr}, {"token_healing", false}};
 
 bool neutral(const nlohmann::json& v, const nlohmann::json& unset) {
   if (v.is_null() || ((v.is_array() || v.is_object() || v.is_string()) && v.empty())) return true;
@@ -56,8 +53,27 @@ void warn_unapplied(const nlohmann::json& j, const std::string& file) {
   static std::set<std::string> warned;
   std::lock_guard<std::mutex> lock(mutex);
   if (!warned.insert(file).second) return;
-  std::fprintf(stderr, "kiln: warning: %s: %s not applied (kiln does not build those logits processors): "
-               "continuations may differ from transformers' generate()\n", file.c_str(), named.c_str());
+  std::fprintf(stderr, "kiln: warning: %s: %s not applied (transformers' generate() applies them; kiln does not "
+               "build them): continuations may differ from transformers'\n", file.c_str(), named.c_str());
+}
+
+// The settings of the decoding methods transformers moved to the Hub (GenerationConfig::HubMethods); diversity_penalty
+// only shapes group beam search, which num_beam_groups asks for.
+void read_hub_methods(const nlohmann::json& j, const std::string& file, GenerationConfig& g) {
+  auto set = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  for (const char* key : {"force_words_ids", "constraints"})
+    if (set(key)) g.hub_methods.constrained = key;
+  if (set("penalty_alpha")) {
+    KILN_CHECK(j["penalty_alpha"].is_number(), file, ": \"penalty_alpha\" must be a number, found ",
+               json_found(j["penalty_alpha"]));
+    g.hub_methods.penalty_alpha = j["penalty_alpha"].get<double>();
+  }
+  if (set("num_beam_groups")) {
+    KILN_CHECK(j["num_beam_groups"].is_number_integer(), file, ": \"num_beam_groups\" must be an integer, found ",
+               json_found(j["num_beam_groups"]));
+    g.hub_methods.num_beam_groups = j["num_beam_groups"].get<int64_t>();
+  }
+  g.hub_methods.dola_layers = set("dola_layers");
 }
 
 // Those an older config.json carries, which default_generation_config copies.
@@ -83,7 +99,10 @@ bool apply_processor_key(const std::string& key, const nlohmann::json& v, const 
     need(v.is_boolean(), "true or false");
     return v.get<bool>();
   };
-  if (key == "typical_p" || key == "epsilon_cutoff" || key == "eta_cutoff") {
+  if (key == "top_h") {
+    need(v.is_number(), "a number");
+    g.top_h = v.get<double>();
+  } else if (key == "typical_p" || key == "epsilon_cutoff" || key == "eta_cutoff") {
     need(v.is_number(), "a number");
     (key == "typical_p" ? g.typical_p : key == "epsilon_cutoff" ? g.epsilon_cutoff : g.eta_cutoff) = v.get<double>();
   } else if (key == "suppress_tokens" || key == "begin_suppress_tokens") {
@@ -109,6 +128,19 @@ bool apply_processor_key(const std::string& key, const nlohmann::json& v, const 
     need(v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number(),
          "[start_index, decay_factor] (an integer and a number)");
     g.exponential_decay_length_penalty = std::make_pair(v[0].get<int64_t>(), v[1].get<double>());
+  } else if (key == "stop_strings") {
+    const bool strings = v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_string(); });
+    need(v.is_string() || strings, "a string or a list of strings");
+    g.stop_strings = v.is_string() ? std::vector<std::string>{v.get<std::string>()} : v.get<std::vector<std::string>>();
+  } else if (key == "max_time") {
+    need(v.is_number(), "a number of seconds");
+    g.max_time = v.get<double>();
+  } else if (key == "encoder_repetition_penalty" || key == "guidance_scale") {
+    need(v.is_number(), "a number");
+    (key == "guidance_scale" ? g.guidance_scale : g.encoder_repetition_penalty) = v.get<double>();
+  } else if (key == "encoder_no_repeat_ngram_size") {
+    need(v.is_number_integer(), "an integer");
+    g.encoder_no_repeat_ngram_size = v.get<int64_t>();
   } else if (key == "renormalize_logits") {
     g.renormalize_logits = flag();
   } else if (key == "remove_invalid_values") {
@@ -201,6 +233,7 @@ void apply_generation_config(const std::filesystem::path& dir, GenerationConfig&
   KILN_CHECK(j.is_object(), file.string(), ": expected a JSON object, found ", json_found(j));
   for (const char* key : kKeys)
     if (j.contains(key) && !j[key].is_null()) apply_key(j, key, file.string(), g);
+  read_hub_methods(j, file.string(), g);
   warn_unapplied(j, file.string());
 }
 

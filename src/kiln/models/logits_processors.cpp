@@ -98,11 +98,55 @@ void suppress(std::vector<float>& scores, const std::vector<int64_t>& ids) {
     if (in_row(id, scores)) scores[static_cast<size_t>(id)] = -kInf;
 }
 
+// The encoder's input: an encoder-decoder's prompt, or a decoder-only model's (its ids before the generated).
+std::vector<int64_t> prompt_of(const RowState& row) {
+  if (row.encoder_ids) return *row.encoder_ids;
+  return {row.ids.begin(), row.ids.end() - static_cast<std::ptrdiff_t>(row.generated)};
+}
+
+// EncoderRepetitionPenaltyLogitsProcessor: the prompt's ids' scores, multiplied by 1 / penalty when negative,
+// divided by it otherwise, with that factor in float32 (a prompt id repeated is changed once).
+void reward_prompt(std::vector<float>& scores, const std::vector<int64_t>& prompt, double penalty) {
+  const auto factor = static_cast<float>(1.0 / penalty);
+  std::vector<char> seen(scores.size(), 0);
+  for (int64_t id : prompt)
+    if (in_row(id, scores) && !seen[static_cast<size_t>(id)]) {
+      seen[static_cast<size_t>(id)] = 1;
+      float& x = scores[static_cast<size_t>(id)];
+      x = x < 0 ? x * factor : x / factor;
+    }
+}
+
+// EncoderNoRepeatNGramLogitsProcessor: every id that follows, in the prompt, the n - 1 ids the row ends with.
+void ban_prompt_ngrams(std::vector<float>& scores, const RowState& row, int64_t ngram_size) {
+  const auto n = static_cast<size_t>(ngram_size);
+  if (row.ids.size() + 1 < n) return;
+  const std::vector<int64_t> prompt = prompt_of(row);
+  const auto tail = row.ids.end() - static_cast<std::ptrdiff_t>(n - 1);
+  for (size_t start = 0; start + n <= prompt.size(); ++start)
+    if (std::equal(tail, row.ids.end(), prompt.begin() + static_cast<std::ptrdiff_t>(start)))
+      if (in_row(prompt[start + n - 1], scores)) scores[static_cast<size_t>(prompt[start + n - 1])] = -kInf;
+}
+
+// UnbatchedClassifierFreeGuidanceLogitsProcessor: both rows log-softmaxed, then scale * (scores - u) + u in float32.
+void guide(std::vector<float>& scores, const RowState& row, double scale) {
+  KILN_CHECK(row.unconditional && row.unconditional->size() == scores.size(),
+             "generate: guidance_scale needs the row's unconditional logits");
+  std::vector<float> u = *row.unconditional;
+  log_softmax(u.data(), static_cast<int64_t>(u.size()));
+  log_softmax(scores.data(), static_cast<int64_t>(scores.size()));
+  const auto s = static_cast<float>(scale);
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = s * (scores[i] - u[i]) + u[i];
+}
+
 }  // namespace
 
 void apply_logits_processors(std::vector<float>& scores, const RowState& row, const GenerationConfig& g) {
+  if (g.guidance_scale != 1.0) guide(scores, row, g.guidance_scale);
   if (!g.sequence_bias.empty()) add_sequence_bias(scores, row.ids, g.sequence_bias);
+  if (g.encoder_repetition_penalty != 1.0) reward_prompt(scores, prompt_of(row), g.encoder_repetition_penalty);
   process_logits(scores, row.ids, g);
+  if (g.encoder_no_repeat_ngram_size > 0) ban_prompt_ngrams(scores, row, g.encoder_no_repeat_ngram_size);
   if (!g.bad_words_ids.empty()) ban_bad_words(scores, row, g);
   suppress_early_eos(scores, row.generated, row.eos, g);
   if (g.forced_bos_token_id && row.ids.size() == 1) force(scores, {*g.forced_bos_token_id});
@@ -118,13 +162,14 @@ void apply_logits_processors(std::vector<float>& scores, const RowState& row, co
 
 void process_logits(std::vector<float>& logits, const std::vector<int64_t>& ids, const GenerationConfig& g) {
   const auto V = static_cast<int64_t>(logits.size());
-  if (g.repetition_penalty != 1.0) {
+  if (g.repetition_penalty != 1.0) {  // in float32, as torch multiplies or divides by the Python float
+    const auto penalty = static_cast<float>(g.repetition_penalty);
     std::vector<bool> seen(logits.size(), false);
     for (int64_t id : ids)
       if (id >= 0 && id < V && !seen[static_cast<size_t>(id)]) {
         seen[static_cast<size_t>(id)] = true;
         float& x = logits[static_cast<size_t>(id)];
-        x = static_cast<float>(x < 0 ? x * g.repetition_penalty : x / g.repetition_penalty);
+        x = x < 0 ? x * penalty : x / penalty;
       }
   }
   const auto n = static_cast<size_t>(g.no_repeat_ngram_size);
@@ -231,6 +276,33 @@ void probability_floor(std::vector<float>& scores, double epsilon, bool eta, int
     if (p[i] < cutoff && scores[i] < floor) scores[i] = -kInf;
 }
 
+// TopHLogitsWarper: the 100 largest scores (ties by index) as a Categorical; the largest ones whose cumulative
+// -p * log p stays within top_h times its entropy are kept (the largest always), everything else goes.
+void top_h_filter(std::vector<float>& scores, double top_h) {
+  std::vector<int64_t> order(scores.size());
+  std::iota(order.begin(), order.end(), 0);
+  const size_t n = std::min<size_t>(100, order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+                    [&](int64_t a, int64_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
+  order.resize(n);
+  std::vector<float> top;
+  for (int64_t i : order) top.push_back(scores[static_cast<size_t>(i)]);
+  std::vector<float> normalized = top;
+  log_softmax(normalized.data(), static_cast<int64_t>(n));
+  const std::vector<float> p = softmax(top);
+  double entropy = 0;  // Categorical.entropy: the -inf log-probs clamped to float's lowest
+  for (size_t i = 0; i < n; ++i) entropy -= std::max(normalized[i], std::numeric_limits<float>::lowest()) * p[i];
+  const float tau = static_cast<float>(entropy) * static_cast<float>(top_h);
+  std::vector<char> keep(scores.size(), 0);
+  double cumulative = 0;  // float32 terms summed in double, each sum rounded to float32 (a NaN term ends it)
+  for (size_t i = 0; i < n; ++i) {
+    cumulative += -p[i] * std::log(p[i]);
+    keep[static_cast<size_t>(order[i])] = i == 0 || static_cast<float>(cumulative) <= tau;
+  }
+  for (size_t i = 0; i < scores.size(); ++i)
+    if (!keep[i]) scores[i] = -kInf;
+}
+
 }  // namespace
 
 void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t min_tokens_to_keep) {
@@ -238,6 +310,7 @@ void warp_logits(std::vector<float>& scores, const GenerationConfig& g, int64_t 
   const float filtered = -std::numeric_limits<float>::infinity();
   if (g.temperature != 1.0)
     for (float& x : scores) x /= static_cast<float>(g.temperature);
+  if (g.top_h) top_h_filter(scores, *g.top_h);
   if (g.top_k > 0) {  // TopKLogitsWarper: below the k-th largest value goes (ties with it stay)
     const int64_t k = std::min(std::max(g.top_k, min_tokens_to_keep), V);
     std::vector<float> sorted = scores;
@@ -318,6 +391,8 @@ void check_logits_processors(const GenerationConfig& g, int64_t vocab_size) {
                "generate: exponential_decay_length_penalty's decay factor must be a finite number, got ",
                g.exponential_decay_length_penalty->second);
   if (!g.do_sample) return;
+  KILN_CHECK(!g.top_h || (*g.top_h > 0 && *g.top_h <= 1), "generate: top_h must be in (0, 1], got ",
+             g.top_h.value_or(0));
   KILN_CHECK(g.typical_p > 0 && g.typical_p <= 1, "generate: typical_p must be in (0, 1] (1 = off), got ", g.typical_p);
   KILN_CHECK(g.epsilon_cutoff >= 0 && g.epsilon_cutoff < 1,
              "generate: epsilon_cutoff must be in [0, 1) (0 = off), got ", g.epsilon_cutoff);

@@ -1,7 +1,8 @@
 #pragma once
 // transformers' logits processors and sampling warpers on one row of scores,
 // in the order its _get_logits_processor builds them:
-//   SequenceBias, RepetitionPenalty, NoRepeatNGram, NoBadWords, MinLength /
+//   UnbatchedClassifierFreeGuidance, SequenceBias, EncoderRepetitionPenalty, RepetitionPenalty, NoRepeatNGram,
+//   EncoderNoRepeatNGram, NoBadWords, MinLength /
 //   MinNewTokensLength, ForcedBOS, ForcedEOS, InfNanRemove,
 //   ExponentialDecayLengthPenalty, SuppressTokens, SuppressTokensAtBegin;
 //   with do_sample the warpers Temperature, TopK, TopP, MinP, Typical,
@@ -19,10 +20,16 @@ struct GenerationConfig;
 // Where a row stands: its ids so far (a decoder-only model's prompt and
 // output, an encoder-decoder's decoder input, its start token first), how
 // many of them were generated, and the ids that end a sequence.
+// encoder_ids: an encoder-decoder's prompt (the encoder's input), which the
+// encoder_* processors read; null for a decoder-only model, whose prompt is
+// the ids before the generated ones.
 struct RowState {
   const std::vector<int64_t>& ids;
   int64_t generated;
   const std::vector<int64_t>& eos;
+  const std::vector<int64_t>* encoder_ids = nullptr;
+  // With guidance_scale: the row's unconditional logits (the vocabulary's).
+  const std::vector<float>* unconditional = nullptr;
 };
 
 // Every logits processor g asks for (not the warpers), in transformers' order.
