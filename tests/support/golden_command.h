@@ -1,8 +1,13 @@
 #pragma once
 // The `kiln train` command line of a golden case: its flags from a JSON list,
-// "{dir}" standing for the goldens' folder, each quoted for the shell.
+// "{dir}" standing for the goldens' folder, each quoted for the shell; and the
+// comparison of its training steps with the reference's.
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "kiln/core/json.h"
 
@@ -23,6 +28,21 @@ inline std::string golden_train_command(const nlohmann::json& flags, const std::
     cmd += " " + shell_quoted(v);
   }
   return cmd + " --output_dir " + shell_quoted(out.string());
+}
+
+// Each training log entry of `state` (trainer_state.json) against `steps`, the reference's [{"loss",
+// "grad_norm"}] in order: the same count, each within `relative` of the reference (float32 sums taken in
+// another order).
+inline void expect_steps_near(const nlohmann::json& state, const nlohmann::json& steps, double relative) {
+  std::vector<nlohmann::json> got;
+  for (const auto& e : state.at("log_history"))
+    if (e.contains("loss")) got.push_back(e);
+  ASSERT_EQ(got.size(), steps.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    for (const char* key : {"loss", "grad_norm"}) {
+      const double want = steps[i].at(key).get<double>();
+      EXPECT_NEAR(got[i].at(key).get<double>(), want, relative * std::abs(want)) << "step " << i + 1 << " " << key;
+    }
 }
 
 }  // namespace kiln::testing
