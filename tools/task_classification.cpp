@@ -135,6 +135,14 @@ class TokenClassification : public ClassificationTask {
   train::Task trainer_task() const override { return train::Task::TokenClassification; }
   // run_ner: a list of words and a list of tags per row.
   void dataset_options(const FlagValues&, data::DatasetOptions& o) const override { o.split_into_words = true; }
+  // run_ner's --return_entity_level_metrics: seqeval's scores per entity type too.
+  void add_eval_metrics(train::Trainer& trainer, models::PreTrainedModel&, const TaskContext& ctx) const override {
+    trainer.set_entity_level_metrics(switch_on(ctx.flags, "return_entity_level_metrics"));
+  }
+  // run_ner truncates to --max_seq_length, else to the tokenizer's model_max_length.
+  int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command) const override {
+    return sequence_length(max_seq_length_flag(f), config, command, tokenizer_max_length(f, kNoLengthLimit));
+  }
   data::LabelMap read_labels(const FlagValues& f, const data::Dataset& train, const data::DatasetOptions& o) const override {
     require_labels(f.at("train_file"), train, o, "train on");
     data::LabelMap tags = data::LabelMap::from_word_labels(train);
@@ -168,7 +176,7 @@ class TokenClassification : public ClassificationTask {
         std::istringstream words(row.text);
         for (std::string w; words >> w;) row.words.push_back(w);
       }
-    const int64_t max_len = prediction_length(r, 128);
+    const int64_t max_len = prediction_length(r, tokenizer_max_length(tok, kNoLengthLimit));
     const data::Features feats = data::tokenize_words(ds, tok.tokenizer, max_len, nullptr, false);
     const train::Predictions p = trainer_predictions(r, tok, feats, trainer_task(), max_len);
     PredictionLines out;

@@ -2,7 +2,9 @@
 // (tests/goldens/ner/, gen_ner_goldens.py): five AdamW steps on one batch of
 // every row, then evaluation and prediction on the dev set, for a WordPiece
 // BERT and a byte-level RoBERTa, with and without --label_all_tokens and
-// truncation, and a checkpoint whose id2label orders the tags its own way.
+// truncation (--max_seq_length, or the tokenizer's model_max_length), a
+// checkpoint whose id2label orders the tags its own way, and
+// --return_entity_level_metrics (each entity type's scores).
 // Compared: each step's loss and gradient norm, seqeval's scores and the loss
 // (eval_* and predict_*), predictions.txt and config.json's labels.
 #include <cmath>
@@ -68,9 +70,14 @@ TEST_P(NerGolden, MatchesRunNer) {
   }
 }
 
-const std::vector<std::string> kCases = {"bert",           "bert_label_all_tokens",
-                                         "bert_truncated", "bert_tagged_checkpoint",
-                                         "roberta",        "roberta_label_all_tokens_truncated"};
+const std::vector<std::string> kCases = {"bert",
+                                         "bert_label_all_tokens",
+                                         "bert_truncated",
+                                         "bert_tagged_checkpoint",
+                                         "bert_tagged_entity_level",
+                                         "bert_tokenizer_max_length",
+                                         "roberta",
+                                         "roberta_label_all_tokens_truncated"};
 
 INSTANTIATE_TEST_SUITE_P(Cases, NerGolden, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
@@ -96,6 +103,24 @@ TEST(NerGoldenFile, CheckpointWithOtherTagsIsNamedAndIgnored) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("is not the training file's tag set"), std::string::npos) << r.output;
   EXPECT_EQ(read_json_file(out / "config.json").at("id2label").at("0"), "B-LOC");  // sorted
+}
+
+// run_ner's own flag names run as they are: --text_column_name, --label_column_name, and --task_name, whose
+// tags are the column "<task_name>_tags".
+TEST(NerGoldenFile, RunNersColumnFlags) {
+  testing::TempDir d;
+  json flags = cases().at("bert").at("flags");
+  for (const char* f : {"--text_column_name", "tokens", "--label_column_name", "ner_tags", "--task_name", "ner"})
+    flags.push_back(f);
+  testing::KilnRun r = testing::run_kiln(testing::golden_train_command(flags, kDir, d.path() / "a"), d.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(read_json_file(d.path() / "a/eval_results.json").at("eval_f1"),
+            cases().at("bert").at("metrics").at("eval_f1"));
+  flags = cases().at("bert").at("flags");
+  for (const char* f : {"--task_name", "pos"}) flags.push_back(f);
+  r = testing::run_kiln(testing::golden_train_command(flags, kDir, d.path() / "b"), d.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("pos_tags"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -16,6 +16,8 @@ defining UndefinedMetricWarning on PYTHONPATH is enough).
 - bert_tagged/: the same weights, with id2label naming the tags in an order
   that is not sorted (O first, as conll2003's): run_ner keeps a checkpoint's
   order when its tags are the training set's.
+- bert_short/: the same as bert/, with model_max_length 16 in
+  tokenizer_config.json: without --max_seq_length run_ner truncates to it.
 - roberta/: RobertaForTokenClassification with a byte-level BPE tokenizer
   (tokenizer_class RobertaTokenizer, so add_prefix_space=True takes effect:
   each word is encoded with a leading space).
@@ -27,7 +29,8 @@ run_ner's tokenize_and_align_labels makes of train.jsonl (input_ids and
 labels), the label list, the training losses and gradient norms of five
 AdamW steps on one batch holding every row (so the sampler's order does not
 matter), the evaluation and prediction metrics after them (compute_metrics:
-evaluate's seqeval, overall scores) and predictions.txt's lines.
+evaluate's seqeval, overall scores, or with --return_entity_level_metrics
+each entity type's and the overall ones under their keys) and predictions.txt's lines.
 """
 import json
 import pathlib
@@ -123,7 +126,24 @@ def make_roberta(d, num_labels):
     cfg_path.write_text(json.dumps(tc, indent=2) + "\n")
 
 
-def run_ner(model_dir, train, dev, label_all_tokens=False, max_seq_length=None, steps=5):
+def seqeval_metrics(ref, hyp, entity_level):
+    """evaluate's seqeval (default mode, zero_division "warn"), as run_ner's compute_metrics returns it."""
+    report = classification_report(y_true=ref, y_pred=hyp, output_dict=True, zero_division="warn")
+    report.pop("macro avg")
+    report.pop("weighted avg")
+    micro = report.pop("micro avg")
+    results = {"overall_precision": micro["precision"], "overall_recall": micro["recall"],
+               "overall_f1": micro["f1-score"], "overall_accuracy": accuracy_score(ref, hyp)}
+    if not entity_level:
+        return {k[len("overall_"):]: v for k, v in results.items()}
+    for name, score in report.items():
+        for key, n in (("precision", "precision"), ("recall", "recall"), ("f1", "f1-score"), ("number", "support")):
+            results[f"{name}_{key}"] = score[n]
+    return results
+
+
+def run_ner(model_dir, train, dev, label_all_tokens=False, max_seq_length=None, return_entity_level_metrics=False,
+            steps=5):
     """run_ner.py's pipeline from its model loading to predictions.txt (as in transformers' examples)."""
     label_list = sorted({t for r in train for t in r["ner_tags"]})
     num_labels = len(label_list)
@@ -165,10 +185,7 @@ def run_ner(model_dir, train, dev, label_all_tokens=False, max_seq_length=None, 
     def compute_metrics(p):
         predictions, labels = p
         predictions = np.argmax(predictions, axis=2)
-        hyp, ref = kept(predictions, labels), kept(labels, labels)
-        micro = classification_report(y_true=ref, y_pred=hyp, output_dict=True, zero_division="warn")["micro avg"]
-        return {"precision": micro["precision"], "recall": micro["recall"], "f1": micro["f1-score"],
-                "accuracy": accuracy_score(ref, hyp)}
+        return seqeval_metrics(kept(labels, labels), kept(predictions, labels), return_entity_level_metrics)
 
     tr, ev = features(train), features(dev)
     args = TrainingArguments(output_dir="/tmp/gen_ner_run", report_to="none", save_strategy="no",
@@ -206,6 +223,11 @@ def main():
     cfg["label2id"] = {l: i for i, l in enumerate(TAGGED_ORDER)}
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
     make_roberta(OUT / "roberta", num_labels)
+    shutil.copytree(OUT / "bert", OUT / "bert_short")
+    tc_path = OUT / "bert_short" / "tokenizer_config.json"
+    tc = json.loads(tc_path.read_text())
+    tc["model_max_length"] = 16
+    tc_path.write_text(json.dumps(tc, indent=2) + "\n")
 
     common = ["--task", "token-classification", "--train_file", "{dir}/data/train.jsonl", "--validation_file",
               "{dir}/data/dev.jsonl", "--test_file", "{dir}/data/dev.jsonl", "--do_predict",
@@ -217,12 +239,16 @@ def main():
                               ("bert_label_all_tokens", "bert", {"label_all_tokens": True}),
                               ("bert_truncated", "bert", {"max_seq_length": 12}),
                               ("bert_tagged_checkpoint", "bert_tagged", {}),
+                              ("bert_tagged_entity_level", "bert_tagged", {"return_entity_level_metrics": True}),
+                              ("bert_tokenizer_max_length", "bert_short", {}),
                               ("roberta", "roberta", {}),
                               ("roberta_label_all_tokens_truncated", "roberta",
                                {"label_all_tokens": True, "max_seq_length": 14})):
         flags = common + ["--model_name_or_path", "{dir}/" + model]
         if opts.get("label_all_tokens"):
             flags += ["--label_all_tokens"]
+        if opts.get("return_entity_level_metrics"):
+            flags += ["--return_entity_level_metrics"]
         if opts.get("max_seq_length"):
             flags += ["--max_seq_length", str(opts["max_seq_length"])]
         case = run_ner(str(OUT / model), train, dev, **opts)
