@@ -14,7 +14,7 @@ class QuestionAnswering : public TrainTask {
   // run_qa: id, question, context and answers per row.
   void dataset_options(const FlagValues& f, data::DatasetOptions& o) const override { qa_columns(f, o); }
   int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command) const override {
-    return sequence_length(max_seq_length_flag(f), config, command, kQaMaxSeqLength);
+    return tokenizer_capped_length(f, config, command, kQaMaxSeqLength);
   }
   void require_labels(const std::string& file, const data::Dataset& ds, const data::DatasetOptions& o,
                       const char* use) const override {
@@ -82,7 +82,7 @@ class MultipleChoice : public TrainTask {
   void dataset_options(const FlagValues&, data::DatasetOptions& o) const override { o.multiple_choice = true; }
   // run_swag: --max_seq_length, else the tokenizer's model_max_length up to 1024.
   int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command) const override {
-    return sequence_length(max_seq_length_flag(f), config, command, tokenizer_max_length(f, 1024));
+    return tokenizer_capped_length(f, config, command, 1024);
   }
   void require_labels(const std::string& file, const data::Dataset& ds, const data::DatasetOptions& o,
                       const char* use) const override {

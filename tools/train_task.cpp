@@ -1,6 +1,7 @@
 #include "train_task.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "flags.h"
@@ -46,6 +47,20 @@ int64_t tokenizer_max_length(const FlagValues& f, int64_t cap) {
   // transformers' "no limit" is a huge number (int(1e30)), written as a float.
   if (!length.is_number() || length.get<double>() <= 0 || length.get<double>() >= static_cast<double>(cap)) return cap;
   return static_cast<int64_t>(length.get<double>());
+}
+
+int64_t tokenizer_capped_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command,
+                                int64_t fallback) {
+  const int64_t limit = tokenizer_max_length(f, kNoLengthLimit);
+  std::optional<int64_t> asked = max_seq_length_flag(f);
+  if (asked && *asked > limit) {
+    std::fprintf(stderr,
+                 "kiln %s: warning: --max_seq_length %lld is larger than the tokenizer's model_max_length %lld; "
+                 "using %lld\n",
+                 command, static_cast<long long>(*asked), static_cast<long long>(limit), static_cast<long long>(limit));
+    asked = limit;
+  }
+  return sequence_length(asked, config, command, std::min(fallback, limit));
 }
 
 int64_t tokenizer_max_length(const TokenizerBundle& tok, int64_t cap) {

@@ -53,7 +53,7 @@ TEST_P(QaGolden, MatchesRunQa) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, QaGolden, ::testing::Values("v1", "v2"),
+INSTANTIATE_TEST_SUITE_P(Cases, QaGolden, ::testing::Values("v1", "v2", "v1_tokenizer_max_length"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

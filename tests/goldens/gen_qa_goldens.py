@@ -12,6 +12,8 @@ Made with torch 2.15 (CPU), transformers 5.25 and tokenizers 0.23.
 - bert/: BertForQuestionAnswering (hidden 16, dropout 0) with a WordPiece
   tokenizer (tokenizer_class BertTokenizer, so pairs get token_type_ids) whose
   vocabulary lacks the names and most question words, which split into pieces.
+- bert_short/: the same with model_max_length 28 in tokenizer_config.json,
+  below the --max_seq_length 32 asked: run_qa takes the smaller.
 - data/: SQuAD rows (JSON lines) with contexts of up to 30 words, so that
   max_seq_length 32 and doc_stride 8 cut most into several windows; a few
   questions with leading spaces (run_qa strips them), rows with a second
@@ -24,7 +26,8 @@ answer starts at a window's last context token, run_qa's loop
 end. kiln labels that token itself; `fixed` below does the same and
 cases.json counts the windows it changed (run_qa_walks_past_context).
 
-cases.json, per case (v1: squad; v2: squad_v2 with --version_2_with_negative):
+cases.json, per case (v1: squad; v2: squad_v2 with --version_2_with_negative;
+v1_tokenizer_max_length: v1 with bert_short):
 kiln's flags ("{dir}" is this folder), each training window's input_ids and
 start / end positions, the loss and gradient norm of five AdamW steps on one
 batch of every window, then on the dev set the metrics, predictions.json, and
@@ -254,11 +257,14 @@ def squad_v2(answers, examples):
     return m
 
 
-def run_qa(train, dev, v2):
-    tok = AutoTokenizer.from_pretrained(OUT / "bert")
-    model = AutoModelForQuestionAnswering.from_pretrained(OUT / "bert")
+def run_qa(train, dev, v2, model_dir="bert"):
+    tok = AutoTokenizer.from_pretrained(OUT / model_dir)
+    model = AutoModelForQuestionAnswering.from_pretrained(OUT / model_dir)
+    global MAX_LEN
+    asked, MAX_LEN = MAX_LEN, min(MAX_LEN, tok.model_max_length)  # run_qa's max_seq_length
     features, walks = train_features(tok, train)
     val = validation_features(tok, dev)
+    MAX_LEN = asked
     args = TrainingArguments(output_dir="/tmp/gen_qa_run", report_to="none", save_strategy="no",
                              per_device_train_batch_size=len(features), per_device_eval_batch_size=4,
                              max_steps=STEPS, learning_rate=0.02, logging_steps=1, seed=42)
@@ -283,13 +289,21 @@ def main():
     make_bert(OUT / "bert")
     (OUT / "data").mkdir()
     cases = {}
-    for name, train, dev, v2 in (("v1", rows(6, 1), rows(10, 2), False),
-                                 ("v2", rows(6, 4, True), rows(10, 3, True), True)):
+    shutil.copytree(OUT / "bert", OUT / "bert_short")
+    tc_path = OUT / "bert_short" / "tokenizer_config.json"
+    tc = json.loads(tc_path.read_text())
+    tc["model_max_length"] = 28
+    tc_path.write_text(json.dumps(tc, indent=2) + "\n")
+    for name, data_name, model_dir, train, dev, v2 in (
+            ("v1", "v1", "bert", rows(6, 1), rows(10, 2), False),
+            ("v2", "v2", "bert", rows(6, 4, True), rows(10, 3, True), True),
+            ("v1_tokenizer_max_length", "v1", "bert_short", rows(6, 1), rows(10, 2), False)):
         for split, data in (("train", train), ("dev", dev)):
-            (OUT / "data" / f"{split}_{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
-        case = run_qa(train, dev, v2)
-        flags = ["--task", "question-answering", "--model_name_or_path", "{dir}/bert",
-                 "--train_file", f"{{dir}}/data/train_{name}.jsonl", "--validation_file", f"{{dir}}/data/dev_{name}.jsonl",
+            (OUT / "data" / f"{split}_{data_name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
+        case = run_qa(train, dev, v2, model_dir)
+        flags = ["--task", "question-answering", "--model_name_or_path", "{dir}/" + model_dir,
+                 "--train_file", f"{{dir}}/data/train_{data_name}.jsonl",
+                 "--validation_file", f"{{dir}}/data/dev_{data_name}.jsonl",
                  "--per_device_train_batch_size", str(len(case["train_features"])), "--per_device_eval_batch_size", "4",
                  "--max_steps", str(STEPS), "--learning_rate", "0.02", "--logging_steps", "1", "--seed", "42",
                  "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--do_eval",
