@@ -96,8 +96,8 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
       {"seq2seq", {"source_column", "target_column", "source_prefix", "max_source_length", "max_target_length"}},
       {"token-classification", {"label_all_tokens", "return_entity_level_metrics", "task_name"}},
       {"text-classification", {"text_pair_column"}},
-      {"sft", {"assistant_only_loss", "completion_only_loss", "packing", "packing_strategy", "max_length",
-               "dataset_text_field"}}};
+      {"sft", {"assistant_only_loss", "completion_only_loss", "packing", "packing_strategy", "padding_free",
+               "max_length", "dataset_text_field"}}};
   if (task == "question-answering")
     for (const char* name : {"text_column", "text_pair_column"})
       if (f.count(name))

@@ -37,7 +37,9 @@ TEST(SftTrainerGolden, RowsAreTrlsPreparedDataset) {
     o.eos_token = chat.special_tokens()["eos_token"].get<std::string>();
     o.assistant_only_loss = config.value("assistant_only_loss", false);
     if (config.contains("completion_only_loss")) o.completion_only_loss = config.at("completion_only_loss").get<bool>();
-    o.max_length = config.value("max_length", int64_t{1024});
+    // TRL's default 1024; null: no truncation.
+    const json length = config.value("max_length", json(1024));
+    o.max_length = length.is_null() ? 0 : length.get<int64_t>();
     o.packing = config.value("packing", false);
     Features f = tokenize_sft(load_json_rows(kDir + "../sft/" + c.at("file").get<std::string>()), tok, &chat, o);
     if (o.packing)

@@ -50,6 +50,9 @@ CASES = {
     "prompt_completion_messages_assistant_only": ("prompt_completion.jsonl", {"assistant_only_loss": True},
                                                   ["--assistant_only_loss"]),
     "prompt_completion_messages_truncated": ("prompt_completion.jsonl", {"max_length": 22}, ["--max_length", "22"]),
+    # TRL flattens each batch into one row; it truncates nothing, so it needs max_length None.
+    "chat_padding_free": ("chat.jsonl", {"padding_free": True, "max_length": None, "assistant_only_loss": True},
+                          ["--padding_free", "--assistant_only_loss"]),
     "packed_bfd": ("chat.jsonl", {"packing": True, "max_length": 64}, ["--packing", "--max_length", "64"]),
     "packed_bfd_cut_assistant_only": ("chat.jsonl", {"packing": True, "max_length": 24, "assistant_only_loss": True},
                                       ["--packing", "--max_length", "24", "--assistant_only_loss"]),
