@@ -58,9 +58,11 @@ const std::vector<std::string> kBaseFlags = {"model_name_or_path", "config_name"
                                               "validation_split_percentage", "doc_stride", "n_best_size",
                                               "max_answer_length", "null_score_diff_threshold", "question_column",
                                               "context_column", "answer_column", "block_size", "summary_column",
-                                              "train_file_field", "validation_file_field", "test_file_field"};
+                                              "train_file_field", "validation_file_field", "test_file_field",
+                                              "text_column_name", "label_column_name", "task_name"};
 const std::vector<std::string> kBaseSwitches = {"pad_to_max_length", "ignore_mismatched_sizes", "label_all_tokens",
-                                                 "version_2_with_negative", "keep_linebreaks"};
+                                                 "version_2_with_negative", "keep_linebreaks",
+                                                 "return_entity_level_metrics"};
 // With --task sft's own (train_sft.h).
 const std::vector<std::string> kExtraFlags = [] {
   auto v = kBaseFlags;
@@ -92,10 +94,10 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
        {"doc_stride", "n_best_size", "max_answer_length", "null_score_diff_threshold", "version_2_with_negative",
         "question_column", "context_column", "answer_column"}},
       {"seq2seq", {"source_column", "target_column", "source_prefix", "max_source_length", "max_target_length"}},
-      {"token-classification", {"label_all_tokens"}},
+      {"token-classification", {"label_all_tokens", "return_entity_level_metrics", "task_name"}},
       {"text-classification", {"text_pair_column"}},
-      {"sft", {"assistant_only_loss", "completion_only_loss", "packing", "packing_strategy", "max_length",
-               "dataset_text_field"}}};
+      {"sft", {"assistant_only_loss", "completion_only_loss", "packing", "packing_strategy", "padding_free",
+               "max_length", "dataset_text_field"}}};
   if (task == "question-answering")
     for (const char* name : {"text_column", "text_pair_column"})
       if (f.count(name))
@@ -140,8 +142,9 @@ std::string infer_task(const std::map<std::string, std::string>& f) {
   return task;
 }
 
-// HF's example scripts' own spellings of kiln's flags: run_clm's --block_size (--max_seq_length) and
-// run_summarization's --text_column / --summary_column (--source_column / --target_column).
+// HF's example scripts' own spellings of kiln's flags: run_clm's --block_size (--max_seq_length), run_ner's
+// --text_column_name / --label_column_name and run_summarization's --text_column / --summary_column
+// (--source_column / --target_column).
 void hf_spellings(std::map<std::string, std::string>& f, const std::string& task, const char* command) {
   auto rename = [&](const char* from, const char* to) {
     if (!f.count(from)) return;
@@ -150,6 +153,11 @@ void hf_spellings(std::map<std::string, std::string>& f, const std::string& task
     f.erase(from);
   };
   rename("block_size", "max_seq_length");
+  rename("text_column_name", "text_column");  // run_ner's names
+  rename("label_column_name", "label_column");
+  // run_ner's --task_name (ner, pos, chunk): its tags are the column "<task_name>_tags".
+  if (task == "token-classification" && f.count("task_name") && !f.count("label_column"))
+    f["label_column"] = f.at("task_name") + "_tags";
   if (task == "seq2seq") {
     rename("text_column", "source_column");
     rename("summary_column", "target_column");

@@ -1,5 +1,6 @@
 // --task text-classification (run_glue) and token-classification (run_ner):
 // a classification head over a label set read from the training file.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -51,19 +52,49 @@ void write_predictions(const train::Predictions& p, const data::LabelMap& labels
   std::fprintf(stderr, "kiln train: %zu predictions -> %s\n", rows, path.string().c_str());
 }
 
-// run_ner's predictions.txt: per test row, the tag of each word (its first
-// token's prediction), space-separated.
+// The predicted tags run_ner writes for a row: those of the tokens with a label (with --label_all_tokens every
+// token of a word, else its first), or for untagged rows each word's first token's.
+std::vector<int64_t> written_tags(const train::Predictions& p, const data::Features& test, size_t r) {
+  if (test.token_labels.empty()) return data::per_word(p.token_labels[r], test.word_ids[r]);
+  std::vector<int64_t> tags;
+  const std::vector<int64_t>& gold = test.token_labels[r];
+  for (size_t k = 0; k < std::min(gold.size(), p.token_labels[r].size()); ++k)
+    if (gold[k] != -100) tags.push_back(p.token_labels[r][k]);
+  return tags;
+}
+
+// run_ner's predictions.txt: per test row, the predicted tags, space-separated.
 void write_word_predictions(const train::Predictions& p, const data::Features& test, const data::LabelMap& labels,
                             const fs::path& path) {
   std::string text;
   for (size_t r = 0; r < p.token_labels.size(); ++r) {
     std::string line;
-    for (int64_t tag : data::per_word(p.token_labels[r], test.word_ids[r]))
+    for (int64_t tag : written_tags(p, test, r))
       line += (line.empty() ? "" : " ") + labels.labels.at(static_cast<size_t>(tag));
     text += line + "\n";
   }
   write_file_atomic(path, text);
   std::fprintf(stderr, "kiln train: %zu tagged rows -> %s\n", p.token_labels.size(), path.string().c_str());
+}
+
+// run_ner keeps a checkpoint's tag order (its id2label) when the training tags are the same set, so a fine-tuned
+// tagger's head keeps its classes; a checkpoint naming other tags is told and ignored, as run_ner warns.
+data::LabelMap in_checkpoint_order(data::LabelMap tags, const fs::path& model) {
+  const fs::path file = model / "config.json";
+  const std::unique_ptr<models::PretrainedConfig> config = models::load_config(file);
+  if (std::optional<data::LabelMap> ordered = tags.in_model_order(config->id2label)) {
+    std::fprintf(stderr, "kiln train: the tags take the ids of %s's id2label\n", file.string().c_str());
+    return *ordered;
+  }
+  if (config->id2label.size() == tags.size() && data::has_named_labels(config->id2label)) {
+    std::string theirs;
+    for (const auto& [id, name] : config->id2label) theirs += (theirs.empty() ? "" : ", ") + name;
+    std::fprintf(stderr,
+                 "kiln train: warning: %s's id2label (%s) is not the training file's tag set: the tags take "
+                 "sorted ids instead\n",
+                 file.string().c_str(), theirs.c_str());
+  }
+  return tags;
 }
 
 class TextClassification : public ClassificationTask {
@@ -104,9 +135,18 @@ class TokenClassification : public ClassificationTask {
   train::Task trainer_task() const override { return train::Task::TokenClassification; }
   // run_ner: a list of words and a list of tags per row.
   void dataset_options(const FlagValues&, data::DatasetOptions& o) const override { o.split_into_words = true; }
+  // run_ner's --return_entity_level_metrics: seqeval's scores per entity type too.
+  void add_eval_metrics(train::Trainer& trainer, models::PreTrainedModel&, const TaskContext& ctx) const override {
+    trainer.set_entity_level_metrics(switch_on(ctx.flags, "return_entity_level_metrics"));
+  }
+  // run_ner truncates to --max_seq_length, else to the tokenizer's model_max_length.
+  int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command) const override {
+    return sequence_length(max_seq_length_flag(f), config, command, tokenizer_max_length(f, kNoLengthLimit));
+  }
   data::LabelMap read_labels(const FlagValues& f, const data::Dataset& train, const data::DatasetOptions& o) const override {
     require_labels(f.at("train_file"), train, o, "train on");
-    return data::LabelMap::from_word_labels(train);
+    data::LabelMap tags = data::LabelMap::from_word_labels(train);
+    return f.count("model_name_or_path") ? in_checkpoint_order(std::move(tags), f.at("model_name_or_path")) : tags;
   }
   std::string architecture(const models::PretrainedConfig& c) const override {
     return bert_family_architecture(c, "token-classification", "ForTokenClassification");
@@ -136,7 +176,7 @@ class TokenClassification : public ClassificationTask {
         std::istringstream words(row.text);
         for (std::string w; words >> w;) row.words.push_back(w);
       }
-    const int64_t max_len = prediction_length(r, 128);
+    const int64_t max_len = prediction_length(r, tokenizer_max_length(tok, kNoLengthLimit));
     const data::Features feats = data::tokenize_words(ds, tok.tokenizer, max_len, nullptr, false);
     const train::Predictions p = trainer_predictions(r, tok, feats, trainer_task(), max_len);
     PredictionLines out;

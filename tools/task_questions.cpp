@@ -14,7 +14,7 @@ class QuestionAnswering : public TrainTask {
   // run_qa: id, question, context and answers per row.
   void dataset_options(const FlagValues& f, data::DatasetOptions& o) const override { qa_columns(f, o); }
   int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command) const override {
-    return sequence_length(max_seq_length_flag(f), config, command, kQaMaxSeqLength);
+    return tokenizer_capped_length(f, config, command, kQaMaxSeqLength);
   }
   void require_labels(const std::string& file, const data::Dataset& ds, const data::DatasetOptions& o,
                       const char* use) const override {
@@ -80,6 +80,10 @@ class MultipleChoice : public TrainTask {
  public:
   train::Task trainer_task() const override { return train::Task::MultipleChoice; }
   void dataset_options(const FlagValues&, data::DatasetOptions& o) const override { o.multiple_choice = true; }
+  // run_swag: --max_seq_length, else the tokenizer's model_max_length up to 1024.
+  int64_t max_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command) const override {
+    return tokenizer_capped_length(f, config, command, 1024);
+  }
   void require_labels(const std::string& file, const data::Dataset& ds, const data::DatasetOptions& o,
                       const char* use) const override {
     KILN_CHECK(ds.has_labels, file, ": no labels to ", use, " (column '", o.label_column,
@@ -98,7 +102,7 @@ class MultipleChoice : public TrainTask {
     data::DatasetOptions o = prediction_options(r.flags);
     o.multiple_choice = true;
     const data::Dataset ds = data::load_dataset(r.flags.get("input"), o);
-    const int64_t max_len = prediction_length(r, 128);
+    const int64_t max_len = prediction_length(r, tokenizer_max_length(tok, 1024));
     const data::Features feats = data::tokenize_choices(ds, tok.tokenizer, max_len);
     return choice_lines(trainer_predictions(r, tok, feats, trainer_task(), max_len), nullptr);
   }

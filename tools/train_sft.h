@@ -18,7 +18,9 @@ namespace kiln::cli {
 // The flags --task sft reads (kiln train's flag lists take them in).
 inline const std::vector<std::string> kSftFlags = {"completion_only_loss", "max_length", "dataset_text_field",
                                                    "packing_strategy"};
-inline const std::vector<std::string> kSftSwitches = {"assistant_only_loss", "packing"};
+// padding_free changes nothing: kiln's padded batches already compute what TRL's padding-free rows do (each
+// example attends to itself alone, its positions from 0).
+inline const std::vector<std::string> kSftSwitches = {"assistant_only_loss", "packing", "padding_free"};
 
 // Whether `path` (a .jsonl / .json file) holds conversational or prompt-completion rows: --task causal-lm reads it
 // as SFT data then.

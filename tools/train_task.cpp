@@ -1,9 +1,12 @@
 #include "train_task.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 
 #include "flags.h"
 #include "kiln/core/error.h"
+#include "kiln/core/json.h"
 
 namespace kiln::cli {
 
@@ -34,6 +37,35 @@ bool switch_on(const FlagValues& f, const char* name) {
 std::optional<int64_t> max_seq_length_flag(const FlagValues& f) {
   if (!f.count("max_seq_length")) return std::nullopt;
   return int_flag(f, "max_seq_length", 128);
+}
+
+int64_t tokenizer_max_length(const FlagValues& f, int64_t cap) {
+  const auto dir = f.count("tokenizer_name") ? f.at("tokenizer_name") : f.count("model_name_or_path") ? f.at("model_name_or_path") : "";
+  const std::filesystem::path file = std::filesystem::path(dir) / "tokenizer_config.json";
+  if (dir.empty() || !std::filesystem::exists(file)) return cap;
+  const nlohmann::json& length = read_json_file(file).value("model_max_length", nlohmann::json());
+  // transformers' "no limit" is a huge number (int(1e30)), written as a float.
+  if (!length.is_number() || length.get<double>() <= 0 || length.get<double>() >= static_cast<double>(cap)) return cap;
+  return static_cast<int64_t>(length.get<double>());
+}
+
+int64_t tokenizer_capped_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command,
+                                int64_t fallback) {
+  const int64_t limit = tokenizer_max_length(f, kNoLengthLimit);
+  std::optional<int64_t> asked = max_seq_length_flag(f);
+  if (asked && *asked > limit) {
+    std::fprintf(stderr,
+                 "kiln %s: warning: --max_seq_length %lld is larger than the tokenizer's model_max_length %lld; "
+                 "using %lld\n",
+                 command, static_cast<long long>(*asked), static_cast<long long>(limit), static_cast<long long>(limit));
+    asked = limit;
+  }
+  return sequence_length(asked, config, command, std::min(fallback, limit));
+}
+
+int64_t tokenizer_max_length(const TokenizerBundle& tok, int64_t cap) {
+  const std::optional<size_t> length = tok.tokenizer.model_max_length;
+  return length && static_cast<int64_t>(*length) < cap ? static_cast<int64_t>(*length) : cap;
 }
 
 std::shared_ptr<data::Features> at_most(std::shared_ptr<data::Features> rows, const FlagValues& f, const char* flag) {

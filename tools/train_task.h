@@ -163,6 +163,20 @@ void check_integer_flags(const FlagValues& f);
 bool switch_on(const FlagValues& f, const char* name);
 // --max_seq_length when given.
 std::optional<int64_t> max_seq_length_flag(const FlagValues& f);
+// run_ner's and run_swag's sequence length without --max_seq_length: the
+// tokenizer's model_max_length (its tokenizer_config.json, in
+// --tokenizer_name or the model's directory), at most `cap` (run_swag's
+// 1024); without one, `cap`. sequence_length() then keeps it within the
+// model's positions.
+int64_t tokenizer_max_length(const FlagValues& f, int64_t cap);
+// The same for a tokenizer already loaded (kiln predict).
+int64_t tokenizer_max_length(const TokenizerBundle& tok, int64_t cap);
+constexpr int64_t kNoLengthLimit = int64_t{1} << 40;
+// run_qa's and run_swag's sequence length: --max_seq_length, or `fallback`,
+// at most the tokenizer's model_max_length (a given length above it is a
+// warning, as the scripts warn), then within the model's positions.
+int64_t tokenizer_capped_length(const FlagValues& f, const models::PretrainedConfig& config, const char* command,
+                                int64_t fallback);
 // --max_*_samples: the first N rows after preprocessing (blocks for language models), as HF's scripts select them.
 std::shared_ptr<data::Features> at_most(std::shared_ptr<data::Features> rows, const FlagValues& f, const char* flag);
 // run_qa selects N examples first (then, for training, N of their windows).

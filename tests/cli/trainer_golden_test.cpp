@@ -19,6 +19,7 @@
 
 #include "kiln/core/json.h"
 #include "kiln/io/safetensors.h"
+#include "support/golden_command.h"
 #include "support/run_kiln.h"
 #include "support/temp_dir.h"
 
@@ -42,22 +43,6 @@ std::pair<int64_t, std::string> place(const json& e) {
                            : e.contains("train_runtime") && !e.contains("loss") ? "summary"
                                                                                  : "train";
   return {e.at("step").get<int64_t>(), kind};
-}
-
-std::string shell_quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string command(const json& flags, const fs::path& out) {
-  std::string cmd = "train";
-  for (const auto& f : flags) {
-    std::string v = f.get<std::string>();
-    if (const size_t at = v.find("{dir}"); at != std::string::npos) v.replace(at, 5, kDir);
-    cmd += " " + shell_quoted(v);
-  }
-  return cmd + " --output_dir " + shell_quoted(out.string());
 }
 
 // How close kiln's value of `key` must be to HF's: the schedule and the epoch
@@ -109,7 +94,7 @@ TEST_P(TrainerGolden, MatchesTransformersTrainer) {
   const json& c = runs().at(GetParam());
   testing::TempDir d;
   const fs::path out = d.path() / "out";
-  const testing::KilnRun r = testing::run_kiln(command(c.at("flags"), out), d.path());
+  const testing::KilnRun r = testing::run_kiln(testing::golden_train_command(c.at("flags"), kDir, out), d.path());
   ASSERT_EQ(r.status, 0) << r.output;
   const json state = read_json_file(out / "trainer_state.json");
   compare_history(c.at("log_history"), state.at("log_history"));

@@ -36,6 +36,17 @@ TEST(Seqeval, ScoresAsTheReadmeExample) {
   EXPECT_DOUBLE_EQ(s.recall, 0.5);
   EXPECT_DOUBLE_EQ(s.f1, 0.5);
   EXPECT_DOUBLE_EQ(s.accuracy, 0.8);
+  // classification_report's rows (run_ner's --return_entity_level_metrics): MISC missed, PER found.
+  ASSERT_EQ(s.types.size(), 2u);
+  EXPECT_EQ(s.types.at("MISC").precision, 0.0);
+  EXPECT_EQ(s.types.at("MISC").f1, 0.0);
+  EXPECT_EQ(s.types.at("MISC").number, 1);
+  EXPECT_DOUBLE_EQ(s.types.at("PER").f1, 1.0);
+  EXPECT_EQ(s.types.at("PER").number, 1);
+  // A type only predicted has no reference entity: recall 0, number 0.
+  s = seqeval({{"O", "O"}}, {{"B-LOC", "O"}});
+  EXPECT_EQ(s.types.at("LOC").number, 0);
+  EXPECT_EQ(s.types.at("LOC").recall, 0.0);
   // Sentences do not run into each other: an entity at the end of one and the start of the next stays two.
   s = seqeval({{"O", "B-PER"}, {"I-PER", "O"}}, {{"O", "B-PER"}, {"I-PER", "O"}});
   EXPECT_DOUBLE_EQ(s.f1, 1.0);

@@ -73,6 +73,24 @@ LabelMap LabelMap::from_labels(std::vector<std::string> labels) {
   return m;
 }
 
+bool has_named_labels(const std::map<int64_t, std::string>& id2label) {
+  return std::any_of(id2label.begin(), id2label.end(),
+                     [](const auto& kv) { return kv.second != "LABEL_" + std::to_string(kv.first); });
+}
+
+std::optional<LabelMap> LabelMap::in_model_order(const std::map<int64_t, std::string>& id2label) const {
+  if (is_regression || id2label.size() != labels.size() || !has_named_labels(id2label)) return std::nullopt;
+  std::vector<std::string> ordered;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    auto it = id2label.find(static_cast<int64_t>(i));
+    if (it == id2label.end()) return std::nullopt;  // ids not 0..n-1
+    ordered.push_back(it->second);
+  }
+  const std::set<std::string> mine(labels.begin(), labels.end()), theirs(ordered.begin(), ordered.end());
+  if (mine != theirs || theirs.size() != ordered.size()) return std::nullopt;
+  return from_labels(std::move(ordered));
+}
+
 int64_t LabelMap::id(const std::string& label, const std::string& where) const {
   KILN_CHECK(!is_regression, where, ": regression labels have no class id (label '", label, "')");
   auto it = std::find(labels.begin(), labels.end(), label);

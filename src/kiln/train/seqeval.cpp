@@ -1,5 +1,6 @@
 #include "kiln/train/seqeval.h"
 
+#include <array>
 #include <set>
 
 #include "kiln/core/error.h"
@@ -18,6 +19,16 @@ bool start_of_chunk(char prev_tag, char tag, const std::string& prev_type, const
   if (tag == 'B' || tag == 'S') return true;
   if ((prev_tag == 'E' || prev_tag == 'S' || prev_tag == 'O') && (tag == 'E' || tag == 'I')) return true;
   return tag != 'O' && tag != '.' && prev_type != type;
+}
+
+// Precision, recall and F1 of [hits, predicted, reference] counts (0 for a zero denominator).
+EntityScores scores(const std::array<int64_t, 3>& c) {
+  EntityScores s;
+  s.precision = c[1] > 0 ? static_cast<double>(c[0]) / static_cast<double>(c[1]) : 0.0;
+  s.recall = c[2] > 0 ? static_cast<double>(c[0]) / static_cast<double>(c[2]) : 0.0;
+  s.f1 = s.precision + s.recall > 0 ? 2 * s.precision * s.recall / (s.precision + s.recall) : 0.0;
+  s.number = c[2];
+  return s;
 }
 
 }  // namespace
@@ -66,12 +77,24 @@ SeqevalScores seqeval(const std::vector<std::vector<std::string>>& references,
   using Entities = std::set<std::tuple<std::string, int64_t, int64_t>>;
   const auto g = get_entities(gold), p = get_entities(pred);
   const Entities truth(g.begin(), g.end()), found(p.begin(), p.end());
-  int64_t hits = 0;
-  for (const auto& e : found) hits += truth.count(e);
+  // Per type: [hits, predicted, reference].
+  std::map<std::string, std::array<int64_t, 3>> counts;
+  for (const auto& e : found) {
+    auto& c = counts[std::get<0>(e)];
+    c[0] += truth.count(e);
+    ++c[1];
+  }
+  for (const auto& e : truth) ++counts[std::get<0>(e)][2];
   SeqevalScores out;
-  out.precision = found.empty() ? 0.0 : hits / static_cast<double>(found.size());
-  out.recall = truth.empty() ? 0.0 : hits / static_cast<double>(truth.size());
-  out.f1 = out.precision + out.recall > 0 ? 2 * out.precision * out.recall / (out.precision + out.recall) : 0.0;
+  std::array<int64_t, 3> all{};
+  for (const auto& [type, c] : counts) {
+    out.types[type] = scores(c);
+    for (size_t k = 0; k < 3; ++k) all[k] += c[k];
+  }
+  const EntityScores micro = scores(all);
+  out.precision = micro.precision;
+  out.recall = micro.recall;
+  out.f1 = micro.f1;
   out.accuracy = tokens > 0 ? static_cast<double>(correct) / tokens : 0.0;
   return out;
 }

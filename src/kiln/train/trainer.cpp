@@ -1226,10 +1226,17 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
         }
     }
     const SeqevalScores s = seqeval(refs, hyps);
-    m[prefix + "_precision"] = s.precision;
-    m[prefix + "_recall"] = s.recall;
-    m[prefix + "_f1"] = s.f1;
-    m[prefix + "_accuracy"] = s.accuracy;
+    const std::string overall = prefix + (entity_level_metrics_ ? "_overall" : "");
+    m[overall + "_precision"] = s.precision;
+    m[overall + "_recall"] = s.recall;
+    m[overall + "_f1"] = s.f1;
+    m[overall + "_accuracy"] = s.accuracy;
+    for (const auto& [type, t] : entity_level_metrics_ ? s.types : std::map<std::string, EntityScores>{}) {
+      m[prefix + "_" + type + "_precision"] = t.precision;
+      m[prefix + "_" + type + "_recall"] = t.recall;
+      m[prefix + "_" + type + "_f1"] = t.f1;
+      m[prefix + "_" + type + "_number"] = static_cast<double>(t.number);
+    }
   }
   if (choices) {  // run_swag's compute_metrics: accuracy only
     int64_t right = 0;

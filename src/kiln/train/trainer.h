@@ -109,6 +109,11 @@ class Trainer {
 
   // Question answering's post-processing (run_qa's n_best_size, max_answer_length, ...).
   void set_question_answering(QaOptions options) { qa_ = options; }
+  // run_ner's --return_entity_level_metrics: token classification reports
+  // seqeval's scores per entity type (<prefix>_<TYPE>_precision, _recall,
+  // _f1, _number) and the overall ones as <prefix>_overall_precision,
+  // _recall, _f1, _accuracy instead of <prefix>_precision, ...
+  void set_entity_level_metrics(bool on) { entity_level_metrics_ = on; }
   // Metrics every evaluate() adds to its own, computed from the evaluated rows and the prefix, inside its
   // runtime (Seq2SeqTrainer's predict_with_generate: the generated outputs' ROUGE, BLEU and gen_len). They
   // reach the log history, the report_to integrations and metric_for_best_model as the others do.
@@ -183,6 +188,7 @@ class Trainer {
   TrainingArguments args_;
   Task task_;
   QaOptions qa_;
+  bool entity_level_metrics_ = false;
   ExtraMetrics extra_metrics_;
   std::shared_ptr<const data::Features> train_, eval_;
   data::CollatorOptions collator_;
