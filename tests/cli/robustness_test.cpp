@@ -281,9 +281,10 @@ TEST(Robustness, AnUnwritableOutputDirIsAnErrorBeforeTraining) {
   fs::permissions(w.path() / "read-only", fs::perms::owner_all);
 }
 
-// A tokenizer with ids past the model's vocabulary is one error before the
-// first step, naming the largest id, the vocabulary size and the tokenizer.
-TEST(Robustness, ATokenizerLargerThanTheModelIsOneErrorBeforeTraining) {
+// A tokenizer larger than the model's vocabulary resizes the token
+// embeddings first (run_clm's resize_token_embeddings); a padding id past the
+// vocabulary is one error before the first step, naming the file and the id.
+TEST(Robustness, ATokenizerLargerThanTheModelResizesItAndABadIdIsOneError) {
   testing::TempDir w;
   const fs::path data = demo_data(w), model = w.path() / "model";
   nlohmann::json config = read_json_file(data / "model_config.json");
@@ -293,17 +294,26 @@ TEST(Robustness, ATokenizerLargerThanTheModelIsOneErrorBeforeTraining) {
                  w.path() / "log0"),
             0)
       << slurp(w.path() / "log0");
-  const std::string args = "train --model_name_or_path " + model.string() + " --tokenizer_name " + data.string() +
-                           " --train_file " + (data / "train.csv").string() +
-                           " --max_seq_length 32 --max_steps 4 --ignore_mismatched_sizes --output_dir " +
-                           (w.path() / "out").string();
-  EXPECT_EQ(kiln(args, w.path() / "log"), 1);
+  auto args = [&](const std::string& out) {
+    return "train --model_name_or_path " + model.string() + " --tokenizer_name " + data.string() + " --train_file " +
+           (data / "train.csv").string() + " --max_seq_length 32 --max_steps 2 --ignore_mismatched_sizes --output_dir " +
+           (w.path() / out).string();
+  };
+  ASSERT_EQ(kiln(args("out"), w.path() / "log"), 0) << slurp(w.path() / "log");
   const std::string log = slurp(w.path() / "log");
-  EXPECT_CONTAINS(log, "is outside the model's vocabulary of 40 (vocab_size in " + (model / "config.json").string());
-  EXPECT_CONTAINS(log, "(the largest)");
-  EXPECT_CONTAINS(log, "the tokenizer in " + data.string() + " has ");
-  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
-  EXPECT_EQ(log.find("train_loss"), std::string::npos) << log;
+  EXPECT_CONTAINS(log, "the model's vocabulary 40: resizing the token embeddings to ");
+  const int64_t grown = read_json_file(w.path() / "out" / "config.json")["vocab_size"].get<int64_t>();
+  EXPECT_GT(grown, 40);
+  EXPECT_CONTAINS(log, "has " + std::to_string(grown) + " tokens");
+
+  nlohmann::json cfg = read_json_file(model / "config.json");
+  cfg["pad_token_id"] = 5000;
+  io::write_json_file_atomic(model / "config.json", cfg);
+  EXPECT_EQ(kiln(args("out2"), w.path() / "log2"), 1);
+  const std::string bad = slurp(w.path() / "log2");
+  EXPECT_CONTAINS(bad, (model / "config.json").string() + ": pad_token_id 5000 out of range [0, 40)");
+  EXPECT_EQ(std::count(bad.begin(), bad.end(), '\n'), 1) << bad;
+  EXPECT_EQ(bad.find("train_loss"), std::string::npos) << bad;
 }
 
 // A step that fails on the device (here a token type the model's embedding
