@@ -112,6 +112,90 @@ TEST(CpuBf16Gemm, PrimitiveMatchesRoundedOperandsSummedInDouble) {
   }
 }
 
+// The shapes the primitive runs in pieces (many rows of a transposed a, a
+// long reduction): the same sums within f32 error, with the pieces and
+// whole, plain, with a bias and accumulated; a bf16 result in row blocks
+// rounds the f32 sums as the whole product does.
+TEST(CpuBf16Gemm, ProductsRunInPiecesMatchTheWholeProduct) {
+  if (!native_bf16_products()) GTEST_SKIP() << "bf16 products are emulated here";
+  struct Case {
+    bool ta, tb;
+    int64_t M, N, K;
+  };
+  for (const Case& t : {Case{true, false, 17000, 5, 24}, Case{false, false, 3, 7, 26000},
+                        Case{false, true, 2, 6, 12300}, Case{true, true, 8300, 3, 40}}) {
+    const int64_t lda = t.ta ? t.M : t.K, ldb = t.tb ? t.K : t.N;
+    const auto a = rounded(testing::uniform_values(t.M * t.K, 11)), b = rounded(testing::uniform_values(t.K * t.N, 12));
+    const auto ah = to_bf16(a), bh = to_bf16(b);
+    const std::vector<float> bias = testing::uniform_values(t.N, 13), c0 = testing::uniform_values(t.M * t.N, 14);
+    const std::string what = std::to_string(t.M) + "x" + std::to_string(t.N) + "x" + std::to_string(t.K);
+    for (int mode = 0; mode < 3; ++mode) {  // plain, bias, accumulate
+      Reference want = reference(t.ta, t.tb, t.M, t.N, t.K, a, lda, b, ldb, mode == 1 ? bias.data() : nullptr);
+      if (mode == 2)
+        for (size_t i = 0; i < want.c.size(); ++i) want.c[i] += c0[i], want.bound[i] += std::abs(c0[i]) * 1e-7;
+      for (bool pieces : {true, false}) {
+        backend::cpu::set_bf16_product_pieces(pieces);
+        std::vector<float> c = c0;
+        const bool ran = backend::cpu::matmul_primitive_bf16(t.ta, t.tb, t.M, t.N, t.K, ah.data(), lda, bh.data(),
+                                                             ldb, c.data(), t.N, mode == 1 ? bias.data() : nullptr,
+                                                             mode == 2);
+        backend::cpu::set_bf16_product_pieces(true);
+        ASSERT_TRUE(ran) << what;
+        expect_within(c, want, what + (pieces ? " in pieces" : " whole") + " mode " + std::to_string(mode));
+      }
+    }
+    std::vector<float> f32(static_cast<size_t>(t.M * t.N));
+    std::vector<uint16_t> h(f32.size());
+    ASSERT_TRUE(backend::cpu::matmul_primitive_bf16(t.ta, t.tb, t.M, t.N, t.K, ah.data(), lda, bh.data(), ldb,
+                                                    f32.data(), t.N, bias.data(), false));
+    ASSERT_TRUE(backend::cpu::matmul_primitive_bf16(t.ta, t.tb, t.M, t.N, t.K, ah.data(), lda, bh.data(), ldb,
+                                                    h.data(), t.N, bias.data()));
+    const Reference sums = reference(t.ta, t.tb, t.M, t.N, t.K, a, lda, b, ldb, bias.data());
+    for (size_t i = 0; i < h.size(); ++i) {  // half a bf16 step of rounding, and the f32 sums' own error
+      const double got = bf16_to_float(h[i]), want = f32[i];
+      ASSERT_LE(std::abs(got - want), std::abs(want) * std::ldexp(1.0, -8) + 2 * sums.bound[i])
+          << what << " bf16 result at " << i;
+    }
+  }
+}
+
+// Large products in pieces, both results, exact: small integers (periodic in
+// k, so the expected sums are counted per residue) sum exactly in f32 in any
+// order, so every element is checked without a reference product.
+TEST(CpuBf16Gemm, LargeProductsInPiecesAreExactOnIntegers) {
+  if (!native_bf16_products()) GTEST_SKIP() << "bf16 products are emulated here";
+  auto av = [](int64_t i, int64_t k) { return static_cast<float>((i + k) % 3) - 1.0f; };
+  auto bv = [](int64_t k, int64_t j) { return static_cast<float>((k + 2 * j) % 5) - 2.0f; };
+  struct Case {
+    bool ta;
+    int64_t M, N, K;
+  };
+  for (const Case& t : {Case{false, 272, 256, 12800}, Case{true, 17000, 8, 30}}) {
+    const int64_t lda = t.ta ? t.M : t.K;
+    std::vector<uint16_t> a(static_cast<size_t>(t.M * t.K)), b(static_cast<size_t>(t.K * t.N));
+    for (int64_t i = 0; i < t.M; ++i)
+      for (int64_t k = 0; k < t.K; ++k) a[t.ta ? k * lda + i : i * lda + k] = bf16_from_float(av(i, k));
+    for (int64_t k = 0; k < t.K; ++k)
+      for (int64_t j = 0; j < t.N; ++j) b[k * t.N + j] = bf16_from_float(bv(k, j));
+    std::vector<int64_t> count(15, 0);
+    for (int64_t k = 0; k < t.K; ++k) ++count[k % 15];
+    std::vector<float> f32(static_cast<size_t>(t.M * t.N));
+    std::vector<uint16_t> h(f32.size());
+    ASSERT_TRUE(backend::cpu::matmul_primitive_bf16(t.ta, false, t.M, t.N, t.K, a.data(), lda, b.data(), t.N,
+                                                    f32.data(), t.N, nullptr, false));
+    ASSERT_TRUE(backend::cpu::matmul_primitive_bf16(t.ta, false, t.M, t.N, t.K, a.data(), lda, b.data(), t.N,
+                                                    h.data(), t.N, nullptr));
+    for (int64_t i = 0; i < t.M; ++i)
+      for (int64_t j = 0; j < t.N; ++j) {
+        double want = 0;
+        for (int64_t r = 0; r < 15; ++r) want += static_cast<double>(count[r]) * av(i, r) * bv(r, j);
+        ASSERT_EQ(f32[i * t.N + j], want) << t.M << "x" << t.N << "x" << t.K << " at " << i << "," << j;
+        ASSERT_EQ(h[i * t.N + j], bf16_from_float(static_cast<float>(want)))
+            << t.M << "x" << t.N << "x" << t.K << " bf16 result at " << i << "," << j;
+      }
+  }
+}
+
 // Through the compiler and the matmul kernel, on whichever path this CPU
 // takes and on the emulated one: a linear layer (bias folded in), a strided
 // bias, batched products (attention's composite), a shared weight's

@@ -129,6 +129,9 @@ bool matmul_primitive_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
 // nearest bf16 as they are stored.
 bool matmul_primitive_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda,
                            const uint16_t* b, int64_t ldb, uint16_t* c, int64_t ldc, const float* bias);
+// Whether the bf16 products run shapes oneDNN is slow at whole in pieces
+// (gemm_primitive.cpp; on by default): benchmarks and tests compare both.
+void set_bf16_product_pieces(bool on);
 // The CPU has bf16 dot-product instructions (AVX512-BF16 or AMX), as oneDNN
 // detects them at run time.
 bool cpu_has_bf16_products();

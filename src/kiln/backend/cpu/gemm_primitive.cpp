@@ -3,7 +3,9 @@
 // operands on a CPU with bf16 dot products (AVX512-BF16, AMX), created once
 // per shape and layout.
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "kiln/backend/cpu/executor.h"
+#include "kiln/backend/cpu/kernels.h"
 #include "kiln/core/env.h"
 #include "kiln/core/error.h"
 
@@ -123,6 +126,84 @@ bool run(const Key& k, const void* a, const void* b, void* c, const float* bias)
   return true;
 }
 
+// A bf16 product as oneDNN 2.6 runs it fastest: in pieces where one call of
+// the whole shape runs far under the bf16 peak (measured on 2 threads of an
+// AVX512-BF16 CPU, bench/bf16_pieces.cpp; oneDNN runs the pieces with its
+// bf16 gemm where it ran the whole with its brgemm matmul):
+// - Tᵀ·N with more than kManyRows rows (the LM head's weight gradient,
+//   [T, V]ᵀ·[T, H]): blocks of kRows rows, 810-890 GFLOP/s against 580-650
+//   for V = 50257. Row counts that are multiples of 4096 run as fast whole,
+//   so they stay whole. Small blocks: the gemm packs a block's rows per
+//   thread, and the LM head's gradients run at the step's peak memory
+//   (blocks of 8192 rows raised GPT-2's peak resident memory by 30 MB).
+// - N·N and N·T with a reduction longer than kLongDepth (the LM head's input
+//   gradient, [T, V]·[V, H]): the reduction in near-equal pieces of at most
+//   kDepth, each piece's f32 sums added onto c, 860-940 GFLOP/s against
+//   690-740. A bf16 result is summed in an f32 buffer and rounded once at
+//   the end, as the whole product rounds it.
+// Every piece's primitive is made before any runs, so a shape oneDNN
+// declines leaves c untouched for the caller's fallback.
+constexpr int64_t kManyRows = 8192, kRows = 2048, kLongDepth = 12288, kDepth = 6144;
+std::atomic<bool> g_pieces{true};
+
+struct Piece {
+  Key key;
+  int64_t a_off, b_off, c_off;  // in elements
+  bool bias;                    // the caller's bias goes with this piece
+};
+
+struct Pieces {
+  std::vector<Piece> pieces;
+  bool in_f32 = false;  // the pieces sum into an f32 [M, N] buffer, rounded into c at the end
+};
+
+Pieces bf16_pieces(const Key& k) {
+  Pieces plan;
+  if (!g_pieces.load(std::memory_order_relaxed)) {
+    plan.pieces.push_back({k, 0, 0, 0, true});
+  } else if (k.ta && k.M > kManyRows && k.M % 4096 != 0) {
+    for (int64_t m0 = 0; m0 < k.M; m0 += kRows) {
+      Key p = k;
+      p.M = std::min(kRows, k.M - m0);
+      plan.pieces.push_back({p, m0, 0, m0 * k.ldc, true});  // Aᵀ: row i of the product is column i of a
+    }
+  } else if (!k.ta && k.K > kLongDepth) {
+    plan.in_f32 = k.bf16_result;
+    const int64_t n = (k.K + kDepth - 1) / kDepth, step = ((k.K + n - 1) / n + 63) / 64 * 64;
+    for (int64_t k0 = 0; k0 < k.K; k0 += step) {
+      Key p = k;
+      p.K = std::min(step, k.K - k0);
+      p.bias = k.bias && k0 == 0;
+      p.accumulate = k.accumulate || k0 > 0;
+      if (plan.in_f32) p.bf16_result = false, p.ldc = k.N;
+      plan.pieces.push_back({p, k0, k.tb ? k0 : k0 * k.ldb, 0, k0 == 0});
+    }
+  } else {
+    plan.pieces.push_back({k, 0, 0, 0, true});
+  }
+  return plan;
+}
+
+bool run_bf16(const Key& k, const uint16_t* a, const uint16_t* b, void* c, const float* bias) {
+  const Pieces plan = bf16_pieces(k);
+  for (const Piece& p : plan.pieces)
+    if (!primitive_for(p.key)) return false;
+  if (plan.in_f32) {
+    thread_local std::vector<float> sums;
+    sums.resize(static_cast<size_t>(k.M * k.N));
+    for (const Piece& p : plan.pieces) run(p.key, a + p.a_off, b + p.b_off, sums.data(), p.bias ? bias : nullptr);
+    const float* from = sums.data();  // this thread's buffer: the loop's other threads have their own
+    auto* out = static_cast<uint16_t*>(c);
+#pragma omp parallel for schedule(static) if (k.M * k.N > 65536 && !omp_in_parallel())
+    for (int64_t i = 0; i < k.M; ++i) round_to_bf16(from + i * k.N, out + i * k.ldc, k.N);
+    return true;
+  }
+  const size_t c_size = k.bf16_result ? sizeof(uint16_t) : sizeof(float);
+  for (const Piece& p : plan.pieces)
+    run(p.key, a + p.a_off, b + p.b_off, static_cast<char*>(c) + p.c_off * c_size, p.bias ? bias : nullptr);
+  return true;
+}
+
 // KILN_CPU_BF16: auto (native bf16 products where the CPU has them) or
 // emulate (always widen to f32, as on a CPU without them).
 bool bf16_forced_off() {
@@ -139,13 +220,15 @@ bool matmul_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f
 
 bool matmul_primitive_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda,
                            const uint16_t* b, int64_t ldb, float* c, int64_t ldc, const float* bias, bool accumulate) {
-  return run({M, N, K, lda, ldb, ldc, ta, tb, bias != nullptr, accumulate, true}, a, b, c, bias);
+  return run_bf16({M, N, K, lda, ldb, ldc, ta, tb, bias != nullptr, accumulate, true}, a, b, c, bias);
 }
 
 bool matmul_primitive_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda,
                            const uint16_t* b, int64_t ldb, uint16_t* c, int64_t ldc, const float* bias) {
-  return run({M, N, K, lda, ldb, ldc, ta, tb, bias != nullptr, false, true, true}, a, b, c, bias);
+  return run_bf16({M, N, K, lda, ldb, ldc, ta, tb, bias != nullptr, false, true, true}, a, b, c, bias);
 }
+
+void set_bf16_product_pieces(bool on) { g_pieces.store(on); }
 
 bool cpu_has_bf16_products() {
   // oneDNN's ISA masks nest: AVX512-BF16 (0xe7) and AMX (0x3e7) both hold

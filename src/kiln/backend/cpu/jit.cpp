@@ -476,10 +476,14 @@ class Generator : public Xbyak::CodeGenerator {
       return;
     }
     if (out.dtype == DType::bf16) {  // bf16_from_float: the rounded top halves, packed
-      bf16_round_up(v);
-      vpsrld(t0_, t0_, 16);
-      vpand(t1_, t1_, cslot(kQuietLow));
-      vpor(t0_, t0_, t1_);
+      if (prog_[reg].dtype == DType::bf16) {
+        vpsrld(t0_, v, 16);  // a bf16 value already (rounded, a NaN quiet): its top half as it is
+      } else {
+        bf16_round_up(v);
+        vpsrld(t0_, t0_, 16);
+        vpand(t1_, t1_, cslot(kQuietLow));
+        vpor(t0_, t0_, t1_);
+      }
       vextracti128(Xbyak::Xmm(15), t0_, 1);
       vpackusdw(Xbyak::Xmm(14), Xbyak::Xmm(14), Xbyak::Xmm(15));
       vmovdqu(ptr[rax + r12 * 2 + 16 * h], Xbyak::Xmm(14));
