@@ -1101,6 +1101,40 @@ void logit_rows(const Tensor& t, const std::vector<int64_t>& rows, const data::F
     out[row].assign(v.begin() + static_cast<int64_t>(r) * T, v.begin() + static_cast<int64_t>(r) * T + len);
   }
 }
+// run_ner's compute_metrics: seqeval over the labelled tokens (label -100 is
+// not one), tags by the model's id2label name (LABEL_<id> where it has none);
+// per entity type too with entity_level.
+void add_seqeval_metrics(std::map<std::string, double>& m, const std::string& prefix, bool entity_level,
+                         const std::map<int64_t, std::string>& names,
+                         const std::vector<std::vector<int64_t>>& gold_rows,
+                         const std::vector<std::vector<int64_t>>& pred_rows) {
+  auto name = [&](int64_t id) {
+    auto it = names.find(id);
+    return it != names.end() ? it->second : "LABEL_" + std::to_string(id);
+  };
+  std::vector<std::vector<std::string>> refs, hyps;
+  for (size_t r = 0; r < gold_rows.size(); ++r) {
+    refs.emplace_back();
+    hyps.emplace_back();
+    for (size_t k = 0; k < gold_rows[r].size(); ++k)
+      if (gold_rows[r][k] != -100) {
+        refs.back().push_back(name(gold_rows[r][k]));
+        hyps.back().push_back(name(pred_rows[r][k]));
+      }
+  }
+  const SeqevalScores s = seqeval(refs, hyps);
+  const std::string overall = prefix + (entity_level ? "_overall" : "");
+  m[overall + "_precision"] = s.precision;
+  m[overall + "_recall"] = s.recall;
+  m[overall + "_f1"] = s.f1;
+  m[overall + "_accuracy"] = s.accuracy;
+  for (const auto& [type, t] : entity_level ? s.types : std::map<std::string, EntityScores>{}) {
+    m[prefix + "_" + type + "_precision"] = t.precision;
+    m[prefix + "_" + type + "_recall"] = t.recall;
+    m[prefix + "_" + type + "_f1"] = t.f1;
+    m[prefix + "_" + type + "_number"] = static_cast<double>(t.number);
+  }
+}
 }  // namespace
 
 std::shared_ptr<ProgressLine> Trainer::batch_progress(const std::string& label, int64_t batches) const {
@@ -1209,35 +1243,7 @@ std::map<std::string, double> Trainer::evaluate(const std::string& prefix,
       write_qa_predictions(answers, args_.output_dir, prefix, qa_);
     }
   }
-  if (tokens) {  // run_ner's compute_metrics: seqeval over the labelled tokens, tags by name
-    const auto& names = model_.config().id2label;
-    auto name = [&](int64_t id) {
-      auto it = names.find(id);
-      return it != names.end() ? it->second : "LABEL_" + std::to_string(id);
-    };
-    std::vector<std::vector<std::string>> refs, hyps;
-    for (size_t r = 0; r < gold_rows.size(); ++r) {
-      refs.emplace_back();
-      hyps.emplace_back();
-      for (size_t k = 0; k < gold_rows[r].size(); ++k)
-        if (gold_rows[r][k] != -100) {
-          refs.back().push_back(name(gold_rows[r][k]));
-          hyps.back().push_back(name(pred_rows[r][k]));
-        }
-    }
-    const SeqevalScores s = seqeval(refs, hyps);
-    const std::string overall = prefix + (entity_level_metrics_ ? "_overall" : "");
-    m[overall + "_precision"] = s.precision;
-    m[overall + "_recall"] = s.recall;
-    m[overall + "_f1"] = s.f1;
-    m[overall + "_accuracy"] = s.accuracy;
-    for (const auto& [type, t] : entity_level_metrics_ ? s.types : std::map<std::string, EntityScores>{}) {
-      m[prefix + "_" + type + "_precision"] = t.precision;
-      m[prefix + "_" + type + "_recall"] = t.recall;
-      m[prefix + "_" + type + "_f1"] = t.f1;
-      m[prefix + "_" + type + "_number"] = static_cast<double>(t.number);
-    }
-  }
+  if (tokens) add_seqeval_metrics(m, prefix, entity_level_metrics_, model_.config().id2label, gold_rows, pred_rows);
   if (choices) {  // run_swag's compute_metrics: accuracy only
     int64_t right = 0;
     for (size_t i = 0; i < gold.size(); ++i) right += pred[i] == gold[i];

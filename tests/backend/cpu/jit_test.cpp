@@ -399,8 +399,12 @@ TEST(CpuJit, WideGeluGivesTheCompiledLoopsBits) {
     Tensor y = gelu(x, form);
     sum(matmul(y, w)).backward();
     const testing::TracedProgram traced = testing::trace_program({y, x.grad()}, {.fuse_sum_inputs = true});
+    // --bf16's activation: the GELU rounded to bf16 for the next product
+    Tensor x16 = Tensor::from_vector(xv, {rows, 8});
+    const testing::TracedProgram rounded = testing::trace_program({cast(gelu(x16, form), DType::bf16)});
     int wide = 0;
-    for (const auto& ins : traced.program.instrs) {
+    for (const auto* program : {&traced.program, &rounded.program})
+    for (const auto& ins : program->instrs) {
       if (!backend::cpu::wide_gelu(ins)) continue;
       ++wide;
       std::vector<std::vector<float>> inputs;
@@ -409,18 +413,18 @@ TEST(CpuJit, WideGeluGivesTheCompiledLoopsBits) {
         inputs.push_back(awkward_values(ins.inputs[k].view.offset + n, 23 + k));
         in.push_back(reinterpret_cast<char*>(inputs.back().data()));
       }
-      const int64_t at = ins.output.view.offset;
-      std::vector<char> wide_out((at + n) * 4, 0), compiled_out((at + n) * 4, 0);
+      const int64_t at = ins.output.view.offset, size = static_cast<int64_t>(dtype_size(ins.output.dtype));
+      std::vector<char> wide_out((at + n) * size, 0), compiled_out((at + n) * size, 0);
       backend::cpu::run_fused(ins, in, wide_out.data(), {});
       const auto kernel = backend::cpu::jit_compile(ins);
       ASSERT_NE(kernel, nullptr) << "the compiled loop declined the program";
       backend::cpu::run_jit(*kernel, ins, in, compiled_out.data(), {});
       for (int64_t j = at; j < at + n; ++j)
-        ASSERT_TRUE(same_bits(wide_out, compiled_out, static_cast<size_t>(j) * 4, DType::f32))
+        ASSERT_TRUE(same_bits(wide_out, compiled_out, static_cast<size_t>(j * size), ins.output.dtype))
             << form << ", " << compiler::instr_label(ins) << ": value " << j - at << " of " << n;
     }
 #if defined(__AVX512F__)
-    EXPECT_EQ(wide, 2) << traced.program.dump();  // the activation and its gradient
+    EXPECT_EQ(wide, 3) << traced.program.dump() << rounded.program.dump();  // the activation (f32 and bf16), its gradient
 #else
     EXPECT_EQ(wide, 0);
 #endif

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/backend/cpu/executor.h"
+#include "kiln/backend/cpu/kernels.h"
 #include "kiln/backend/cpu/philox.h"
 #include "kiln/backend/cpu/vecmath.h"
 #include "kiln/backend/elementwise.h"
@@ -266,7 +267,7 @@ void eval_chunk(const Instr& ins, const RegisterMap& map, std::span<char* const>
     if (std::is_same_v<T, double> && s.dtype == DType::f32 && s.op != Op::Data)
       for (int64_t j = 0; j < len; ++j) r[j] = static_cast<float>(r[j]);
     if (s.dtype == DType::bf16 && s.op != Op::Data && s.op != Op::Cast)
-      for (int64_t j = 0; j < len; ++j) r[j] = round_to_bf16(static_cast<float>(r[j]));
+      for (int64_t j = 0; j < len; ++j) r[j] = kiln::round_to_bf16(static_cast<float>(r[j]));
   }
 }
 
@@ -358,9 +359,27 @@ void copy_rows(const Instr& ins, std::span<char* const> inputs, char* output) {
 
 // wide_gelu's program over the whole output: blocks of a multiple of 16
 // values, so the values computed one by one (the last n % 8) are the
-// compiled loop's.
+// compiled loop's. A bf16 output: each block's f32 values in a buffer the
+// L1 cache holds, then rounded as the Cast rounds them.
 void run_wide_gelu(const Instr& ins, std::span<char* const> inputs, char* output) {
   const auto& prog = ins.program;
+  if (ins.output.dtype == DType::bf16) {
+    const FusedStep& g = prog[1];
+    const auto k = static_cast<size_t>(prog[0].load);
+    const float* x = reinterpret_cast<const float*>(inputs[k]) + ins.inputs[k].view.offset;
+    const bool tanh_form = ir::GeluAttrs::of(g.attrs).tanh_form;
+    uint16_t* r = reinterpret_cast<uint16_t*>(output) + ins.output.view.offset;
+    constexpr int64_t block = 2048;
+    const int64_t n = numel(ins.output.view.shape), blocks = (n + block - 1) / block;
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < blocks; ++i) {
+      alignas(64) float values[block];
+      const int64_t start = i * block, len = std::min(block, n - start);
+      vec::VecForm<Op::Gelu>::array(x + start, nullptr, values, len, tanh_form);
+      round_to_bf16(values, r + start, len);
+    }
+    return;
+  }
   const FusedStep& s = prog.back();
   auto operand = [&](int32_t step) {
     const auto k = static_cast<size_t>(prog[static_cast<size_t>(step)].load);
@@ -416,9 +435,18 @@ bool dropout_mask(const Instr& ins) {
 bool wide_gelu(const Instr& ins) {
 #if defined(__AVX512F__) && defined(KILN_HAVE_LIBMVEC)
   const auto& prog = ins.program;
-  if (!ins.fused || ins.op == Op::Sum || !ins.extra_outputs.empty() || ins.output.dtype != DType::f32 ||
-      !ins.output.view.is_contiguous() || prog.empty())
+  if (!ins.fused || ins.op == Op::Sum || !ins.extra_outputs.empty() || !ins.output.view.is_contiguous() ||
+      prog.empty())
     return false;
+  if (ins.output.dtype == DType::bf16) {  // --bf16's activation: GELU of f32 values, rounded for the next product
+    if (prog.size() != 3 || prog[0].op != Op::Data || prog[1].op != Op::Gelu || prog[1].dtype != DType::f32 ||
+        prog[1].a != 0 || prog[1].attrs.ints.empty() || prog[2].op != Op::Cast || prog[2].dtype != DType::bf16 ||
+        prog[2].a != 1)
+      return false;
+    const Operand& op = ins.inputs[static_cast<size_t>(prog[0].load)];
+    return op.dtype == DType::f32 && op.view.shape == ins.output.view.shape && op.view.is_contiguous();
+  }
+  if (ins.output.dtype != DType::f32) return false;
   const FusedStep& s = prog.back();
   const size_t loads = s.op == Op::Gelu ? 1 : s.op == Op::GeluGrad ? 2 : 0;
   if (loads == 0 || prog.size() != loads + 1 || s.attrs.ints.empty() || s.dtype != DType::f32) return false;
