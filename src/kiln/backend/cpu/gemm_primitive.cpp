@@ -189,10 +189,10 @@ bool run_bf16(const Key& k, const uint16_t* a, const uint16_t* b, void* c, const
   for (const Piece& p : plan.pieces)
     if (!primitive_for(p.key)) return false;
   if (plan.in_f32) {
-    thread_local std::vector<float> sums;
-    sums.resize(static_cast<size_t>(k.M * k.N));
+    // (Per call, not kept: [tokens, hidden] of a large model is tens of MB.)
+    std::vector<float> sums(static_cast<size_t>(k.M * k.N));
     for (const Piece& p : plan.pieces) run(p.key, a + p.a_off, b + p.b_off, sums.data(), p.bias ? bias : nullptr);
-    const float* from = sums.data();  // this thread's buffer: the loop's other threads have their own
+    const float* from = sums.data();
     auto* out = static_cast<uint16_t*>(c);
 #pragma omp parallel for schedule(static) if (k.M * k.N > 65536 && !omp_in_parallel())
     for (int64_t i = 0; i < k.M; ++i) round_to_bf16(from + i * k.N, out + i * k.ldc, k.N);
