@@ -84,7 +84,8 @@ void sum_fused_blocks(const compiler::Instr& ins, float* y, MakeBlock make_block
 }
 // A fused program that is one GELU (either form), or its gradient, of
 // contiguous f32 operands of the output's shape (BERT's and GPT-2's MLP
-// activation and its backward): run_fused runs it 16 lanes at a time over
+// activation and its backward), or the GELU cast to a bf16 output (the
+// activation under --bf16): run_fused runs it 16 lanes at a time over
 // whole ranges where the build has AVX-512, with the bits of the compiled
 // loop's 8 lanes (vecmath.h), and prepare() leaves it to run_fused. False
 // elsewhere.
