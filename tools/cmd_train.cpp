@@ -97,7 +97,7 @@ void check_task_flags(const std::map<std::string, std::string>& f, const std::st
       {"token-classification", {"label_all_tokens", "return_entity_level_metrics", "task_name"}},
       {"text-classification", {"text_pair_column"}},
       {"sft", {"assistant_only_loss", "completion_only_loss", "packing", "packing_strategy", "padding_free",
-               "max_length", "dataset_text_field"}}};
+               "max_length", "dataset_text_field", "eval_packing"}}};
   if (task == "question-answering")
     for (const char* name : {"text_column", "text_pair_column"})
       if (f.count(name))

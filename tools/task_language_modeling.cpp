@@ -59,7 +59,7 @@ class Sft : public CausalLm {
   }
   std::shared_ptr<data::Features> eval_features(data::Dataset& ds, const TaskContext& ctx) const override {
     ds.source = ctx.flags.at("validation_file");
-    return at_most(sft_features(ds.source, ctx.tok, ctx.flags, ctx.max_len), ctx.flags, "max_eval_samples");
+    return at_most(sft_features(ds.source, ctx.tok, ctx.flags, ctx.max_len, true), ctx.flags, "max_eval_samples");
   }
   void collator(data::CollatorOptions& co, const TaskContext& ctx) const override {
     co.causal_lm = true;

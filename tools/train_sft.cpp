@@ -39,6 +39,17 @@ std::string special_token(const TokenizerBundle& tok, const char* name) {
   return s.contains(name) && s[name].is_string() ? s[name].get<std::string>() : "";
 }
 
+// An optional boolean of TRL's (completion_only_loss, eval_packing), read as HF's argument parser reads
+// booleans (its string_to_bool).
+bool boolean_flag(const char* name, const std::string& value) {
+  std::string v = value;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  const bool yes = v == "true" || v == "t" || v == "yes" || v == "y" || v == "1";
+  KILN_CHECK(yes || v == "false" || v == "f" || v == "no" || v == "n" || v == "0", "train: --", name,
+             " must be true or false, got '", value, "'");
+  return yes;
+}
+
 }  // namespace
 
 int64_t sft_padding_id(const TokenizerBundle& tok) {
@@ -50,7 +61,8 @@ int64_t sft_padding_id(const TokenizerBundle& tok) {
 }
 
 std::shared_ptr<data::Features> sft_features(const fs::path& file, const TokenizerBundle& tok,
-                                             const std::map<std::string, std::string>& flags, int64_t max_length) {
+                                             const std::map<std::string, std::string>& flags, int64_t max_length,
+                                             bool evaluation) {
   const data::JsonRows rows = data::load_json_rows(file);
   data::SftOptions o;
   if (auto it = flags.find("dataset_text_field"); it != flags.end()) o.text_column = it->second;
@@ -63,6 +75,9 @@ std::shared_ptr<data::Features> sft_features(const fs::path& file, const Tokeniz
   auto on = [&](const char* name) { return flags.count(name) && flags.at(name) == "true"; };
   o.assistant_only_loss = on("assistant_only_loss");
   o.packing = on("packing");
+  const auto eval_packing = flags.find("eval_packing");
+  const bool packs_eval = eval_packing != flags.end() ? boolean_flag("eval_packing", eval_packing->second) : o.packing;
+  if (evaluation) o.packing = packs_eval;
   data::PackingStrategy strategy = data::PackingStrategy::Bfd;
   if (auto it = flags.find("packing_strategy"); it != flags.end()) {
     try {
@@ -70,18 +85,12 @@ std::shared_ptr<data::Features> sft_features(const fs::path& file, const Tokeniz
     } catch (const Error& e) {
       throw Error(std::string("train: --") + e.what());
     }
-    if (!o.packing)
-      std::fprintf(stderr, "kiln train: warning: --packing_strategy %s applies with --packing; ignored\n",
-                   it->second.c_str());
+    if (!evaluation && !o.packing && !packs_eval)  // (said once, for the training file)
+      std::fprintf(stderr, "kiln train: warning: --packing_strategy %s applies with --packing or --eval_packing; "
+                   "ignored\n", it->second.c_str());
   }
   if (auto it = flags.find("completion_only_loss"); it != flags.end()) {
-    // HF's argument parser reads booleans as its string_to_bool does.
-    std::string v = it->second;
-    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-    const bool yes = v == "true" || v == "t" || v == "yes" || v == "y" || v == "1";
-    KILN_CHECK(yes || v == "false" || v == "f" || v == "no" || v == "n" || v == "0",
-               "train: --completion_only_loss must be true or false, got '", it->second, "'");
-    o.completion_only_loss = yes;
+    o.completion_only_loss = boolean_flag("completion_only_loss", it->second);
     if (*o.completion_only_loss && format != data::SftFormat::PromptCompletion &&
         format != data::SftFormat::ConversationalPromptCompletion)
       std::fprintf(stderr, "kiln train: warning: --completion_only_loss applies to prompt-completion data; %s is %s\n",

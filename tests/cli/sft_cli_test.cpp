@@ -86,6 +86,31 @@ TEST_F(Sft, CausalLmDetectsConversationsAndPacks) {
   }
 }
 
+// TRL's eval_packing: the evaluation file packs as it says, else as --packing does.
+TEST_F(Sft, EvalPackingDecidesForTheEvaluationFile) {
+  const std::string eval = " --validation_file " + kSft + "chat.jsonl --do_eval --max_length 128 --max_steps 1";
+  auto packed_lines = [](const std::string& out) {
+    int n = 0;
+    for (size_t at = out.find("packed (bfd) into"); at != std::string::npos; at = out.find("packed (bfd) into", at + 1))
+      ++n;
+    return n;
+  };
+  KilnRun r = run_kiln(train("chat.jsonl", "both", "--task sft --packing" + eval), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(packed_lines(r.output), 2) << r.output;  // training and evaluation files
+  r = run_kiln(train("chat.jsonl", "train_only", "--task sft --packing --eval_packing false" + eval), dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(packed_lines(r.output), 1) << r.output;
+  r = run_kiln(train("chat.jsonl", "eval_only", "--task sft --eval_packing true --packing_strategy bfd" + eval),
+               dir_.path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(packed_lines(r.output), 1) << r.output;
+  EXPECT_EQ(r.output.find("--packing_strategy bfd applies"), std::string::npos) << r.output;
+  r = run_kiln(train("chat.jsonl", "bad", "--task sft --eval_packing maybe" + eval), dir_.path());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "--eval_packing must be true or false, got 'maybe'");
+}
+
 TEST_F(Sft, PromptCompletionTrains) {
   for (const char* file : {"prompt_completion.jsonl", "prompt_completion_text.jsonl"}) {
     KilnRun r = run_kiln(train(file, std::string("out_") + file, "--task sft --max_steps 2"), dir_.path());
