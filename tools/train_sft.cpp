@@ -1,13 +1,13 @@
 #include "train_sft.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 
 #include "flags.h"
 #include "kiln/core/error.h"
 #include "kiln/data/sft.h"
 #include "kiln/tokenizers/chat_template.h"
+#include "kiln/train/training_args.h"
 
 namespace kiln::cli {
 
@@ -42,12 +42,9 @@ std::string special_token(const TokenizerBundle& tok, const char* name) {
 // An optional boolean of TRL's (completion_only_loss, eval_packing), read as HF's argument parser reads
 // booleans (its string_to_bool).
 bool boolean_flag(const char* name, const std::string& value) {
-  std::string v = value;
-  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-  const bool yes = v == "true" || v == "t" || v == "yes" || v == "y" || v == "1";
-  KILN_CHECK(yes || v == "false" || v == "f" || v == "no" || v == "n" || v == "0", "train: --", name,
-             " must be true or false, got '", value, "'");
-  return yes;
+  const std::optional<bool> b = train::parse_bool_word(value);
+  KILN_CHECK(b.has_value(), "train: --", name, " must be true or false, got '", value, "'");
+  return *b;
 }
 
 }  // namespace
