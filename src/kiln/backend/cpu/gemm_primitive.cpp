@@ -104,9 +104,8 @@ std::shared_ptr<const Primitive> primitive_for(const Key& k) {
   return made;
 }
 
-bool run(const Key& k, const void* a, const void* b, void* c, const float* bias) {
-  const auto p = primitive_for(k);
-  if (!p) return false;
+// One product with its primitive (made for key k).
+void execute(const Primitive* p, const Key& k, const void* a, const void* b, void* c, const float* bias) {
   thread_local std::vector<char> scratch;
   scratch.resize(p->scratch.get_size());
   const dnnl::engine& e = engine();
@@ -123,6 +122,12 @@ bool run(const Key& k, const void* a, const void* b, void* c, const float* bias)
     throw Error(std::string("matmul: oneDNN's ") + (k.bf16 ? "bf16 " : "") + "matmul primitive failed for M=" +
                 std::to_string(k.M) + " N=" + std::to_string(k.N) + " K=" + std::to_string(k.K) + ": " + err.what());
   }
+}
+
+bool run(const Key& k, const void* a, const void* b, void* c, const float* bias) {
+  const auto p = primitive_for(k);
+  if (!p) return false;
+  execute(p.get(), k, a, b, c, bias);
   return true;
 }
 
@@ -186,21 +191,26 @@ Pieces bf16_pieces(const Key& k) {
 
 bool run_bf16(const Key& k, const uint16_t* a, const uint16_t* b, void* c, const float* bias) {
   const Pieces plan = bf16_pieces(k);
-  for (const Piece& p : plan.pieces)
-    if (!primitive_for(p.key)) return false;
+  std::vector<std::shared_ptr<const Primitive>> prims;
+  for (const Piece& p : plan.pieces) {
+    prims.push_back(primitive_for(p.key));
+    if (!prims.back()) return false;
+  }
+  // A bf16 result summed in pieces: in an f32 buffer first (per call, not
+  // kept: [tokens, hidden] of a large model is tens of MB).
+  std::vector<float> sums(plan.in_f32 ? static_cast<size_t>(k.M * k.N) : 0);
+  char* dst = plan.in_f32 ? reinterpret_cast<char*>(sums.data()) : static_cast<char*>(c);
+  const size_t dst_size = k.bf16_result && !plan.in_f32 ? sizeof(uint16_t) : sizeof(float);
+  for (size_t i = 0; i < plan.pieces.size(); ++i) {
+    const Piece& p = plan.pieces[i];
+    execute(prims[i].get(), p.key, a + p.a_off, b + p.b_off, dst + p.c_off * dst_size, p.bias ? bias : nullptr);
+  }
   if (plan.in_f32) {
-    // (Per call, not kept: [tokens, hidden] of a large model is tens of MB.)
-    std::vector<float> sums(static_cast<size_t>(k.M * k.N));
-    for (const Piece& p : plan.pieces) run(p.key, a + p.a_off, b + p.b_off, sums.data(), p.bias ? bias : nullptr);
     const float* from = sums.data();
     auto* out = static_cast<uint16_t*>(c);
 #pragma omp parallel for schedule(static) if (k.M * k.N > 65536 && !omp_in_parallel())
     for (int64_t i = 0; i < k.M; ++i) round_to_bf16(from + i * k.N, out + i * k.ldc, k.N);
-    return true;
   }
-  const size_t c_size = k.bf16_result ? sizeof(uint16_t) : sizeof(float);
-  for (const Piece& p : plan.pieces)
-    run(p.key, a + p.a_off, b + p.b_off, static_cast<char*>(c) + p.c_off * c_size, p.bias ? bias : nullptr);
   return true;
 }
 
