@@ -47,10 +47,7 @@ TEST_P(NerGolden, MatchesRunNer) {
   const json& c = cases().at(GetParam());
   testing::TempDir d;
   const fs::path out = d.path() / "out";
-  const testing::KilnRun r = testing::run_kiln(testing::golden_train_command(c.at("flags"), kDir, out), d.path());
-  ASSERT_EQ(r.status, 0) << r.output;
-
-  testing::expect_steps_near(read_json_file(out / "trainer_state.json"), c.at("steps"), 1e-5);
+  ASSERT_NO_FATAL_FAILURE(testing::train_golden_case(c, kDir, out));
 
   // seqeval's scores are ratios of counts: exact, unless a prediction flips (it would change the count).
   json got = read_json_file(out / "eval_results.json");

@@ -11,7 +11,6 @@
 
 #include "kiln/core/json.h"
 #include "support/golden_command.h"
-#include "support/run_kiln.h"
 #include "support/temp_dir.h"
 
 namespace kiln {
@@ -33,9 +32,7 @@ TEST(SftTrainerGolden, LossesAndGradientNormsAreTrls) {
     SCOPED_TRACE(name);
     testing::TempDir d;
     const fs::path out = d.path() / "out";
-    const testing::KilnRun r = testing::run_kiln(testing::golden_train_command(c.at("flags"), kDir, out), d.path());
-    ASSERT_EQ(r.status, 0) << r.output;
-    testing::expect_steps_near(read_json_file(out / "trainer_state.json"), c.at("steps"), 1e-5);
+    ASSERT_NO_FATAL_FAILURE(testing::train_golden_case(c, kDir, out));
   }
 }
 

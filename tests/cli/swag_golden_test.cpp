@@ -7,7 +7,6 @@
 
 #include "kiln/core/json.h"
 #include "support/golden_command.h"
-#include "support/run_kiln.h"
 #include "support/temp_dir.h"
 
 namespace kiln {
@@ -24,9 +23,7 @@ TEST_P(SwagGolden, MatchesRunSwag) {
   const json c = read_json_file(kDir + "/cases.json").at(GetParam());
   testing::TempDir d;
   const fs::path out = d.path() / "out";
-  const testing::KilnRun r = testing::run_kiln(testing::golden_train_command(c.at("flags"), kDir, out), d.path());
-  ASSERT_EQ(r.status, 0) << r.output;
-  testing::expect_steps_near(read_json_file(out / "trainer_state.json"), c.at("steps"), 1e-5);
+  ASSERT_NO_FATAL_FAILURE(testing::train_golden_case(c, kDir, out));
   const json got = read_json_file(out / "eval_results.json");
   EXPECT_NEAR(got.at("eval_loss").get<double>(), c.at("metrics").at("eval_loss").get<double>(), 1e-5);
   EXPECT_DOUBLE_EQ(got.at("eval_accuracy").get<double>(), c.at("metrics").at("eval_accuracy").get<double>());

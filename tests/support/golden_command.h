@@ -1,7 +1,7 @@
 #pragma once
 // The `kiln train` command line of a golden case: its flags from a JSON list,
-// "{dir}" standing for the goldens' folder, each quoted for the shell; and the
-// comparison of its training steps with the reference's.
+// "{dir}" standing for the goldens' folder, each quoted for the shell; the
+// comparison of its training steps with the reference's; and both at once.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/core/json.h"
+#include "support/run_kiln.h"
 
 namespace kiln::testing {
 
@@ -43,6 +44,15 @@ inline void expect_steps_near(const nlohmann::json& state, const nlohmann::json&
       const double want = steps[i].at(key).get<double>();
       EXPECT_NEAR(got[i].at(key).get<double>(), want, relative * std::abs(want)) << "step " << i + 1 << " " << key;
     }
+}
+
+// Runs golden case `c` ({"flags": [...], "steps": [...]}) with its output in `out` (its parent as the working
+// directory) and compares its training steps with the reference's (float32 sums: within 1e-5). A failed run
+// is a fatal failure: callers wrap the call in ASSERT_NO_FATAL_FAILURE.
+inline void train_golden_case(const nlohmann::json& c, const std::string& dir, const std::filesystem::path& out) {
+  const KilnRun r = run_kiln(golden_train_command(c.at("flags"), dir, out), out.parent_path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_steps_near(read_json_file(out / "trainer_state.json"), c.at("steps"), 1e-5);
 }
 
 }  // namespace kiln::testing
