@@ -152,9 +152,8 @@ constexpr int64_t kManyRows = 8192, kRows = 2048, kLongDepth = 12288, kDepth = 6
 std::atomic<bool> g_pieces{true};
 
 struct Piece {
-  Key key;
+  Key key;                      // key.bias: the caller's bias goes with this piece
   int64_t a_off, b_off, c_off;  // in elements
-  bool bias;                    // the caller's bias goes with this piece
 };
 
 struct Pieces {
@@ -165,12 +164,12 @@ struct Pieces {
 Pieces bf16_pieces(const Key& k) {
   Pieces plan;
   if (!g_pieces.load(std::memory_order_relaxed)) {
-    plan.pieces.push_back({k, 0, 0, 0, true});
+    plan.pieces.push_back({k, 0, 0, 0});
   } else if (k.ta && k.M > kManyRows && k.M % 4096 != 0) {
     for (int64_t m0 = 0; m0 < k.M; m0 += kRows) {
       Key p = k;
       p.M = std::min(kRows, k.M - m0);
-      plan.pieces.push_back({p, m0, 0, m0 * k.ldc, true});  // Aᵀ: row i of the product is column i of a
+      plan.pieces.push_back({p, m0, 0, m0 * k.ldc});  // Aᵀ: row i of the product is column i of a
     }
   } else if (!k.ta && k.K > kLongDepth) {
     plan.in_f32 = k.bf16_result;
@@ -181,10 +180,10 @@ Pieces bf16_pieces(const Key& k) {
       p.bias = k.bias && k0 == 0;
       p.accumulate = k.accumulate || k0 > 0;
       if (plan.in_f32) p.bf16_result = false, p.ldc = k.N;
-      plan.pieces.push_back({p, k0, k.tb ? k0 : k0 * k.ldb, 0, k0 == 0});
+      plan.pieces.push_back({p, k0, k.tb ? k0 : k0 * k.ldb, 0});
     }
   } else {
-    plan.pieces.push_back({k, 0, 0, 0, true});
+    plan.pieces.push_back({k, 0, 0, 0});
   }
   return plan;
 }
@@ -203,7 +202,7 @@ bool run_bf16(const Key& k, const uint16_t* a, const uint16_t* b, void* c, const
   const size_t dst_size = k.bf16_result && !plan.in_f32 ? sizeof(uint16_t) : sizeof(float);
   for (size_t i = 0; i < plan.pieces.size(); ++i) {
     const Piece& p = plan.pieces[i];
-    execute(prims[i].get(), p.key, a + p.a_off, b + p.b_off, dst + p.c_off * dst_size, p.bias ? bias : nullptr);
+    execute(prims[i].get(), p.key, a + p.a_off, b + p.b_off, dst + p.c_off * dst_size, p.key.bias ? bias : nullptr);
   }
   if (plan.in_f32) {
     const float* from = sums.data();
