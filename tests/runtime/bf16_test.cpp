@@ -4,7 +4,11 @@
 #include "kiln/core/bf16.h"
 
 #include <cmath>
+#include <memory>
 
+#include "kiln/optim/optimizer.h"
+#include "kiln/runtime/autocast.h"
+#include "kiln/runtime/tensor_impl.h"
 #include "support/test_util.h"
 
 namespace kiln {
@@ -210,6 +214,106 @@ TEST(Bf16, AutocastBatchedProductAgainstASharedWeight) {
       for (int64_t r = 0; r < 6; ++r) acc += xr[r * 16 + k];
       EXPECT_NEAR(dw[k * 4 + o], round_to_bf16(static_cast<float>(acc)), std::ldexp(std::abs(acc), -8) + 1e-6);
     }
+}
+
+// Under Autocast the loss takes the logits rounded to bf16, as torch's
+// autocast products return them (the loss widening them): the loss of the
+// rounded values, and their gradient rounded to bf16, also with ignored
+// rows and label smoothing.
+TEST(Bf16, AutocastLossReadsTheLogitsAsBf16) {
+  const int64_t n = 7, c = 11;
+  const std::vector<float> lv = values(n * c, 31);
+  std::vector<float> scaled = lv;
+  for (float& v : scaled) v *= 9.0f;  // logits of a trained model's spread, so rounding matters
+  const Tensor labels = Tensor::from_vector(std::vector<int64_t>{3, -100, 0, 10, 5, 5, -100}, {n});
+  for (double smoothing : {0.0, 0.1}) {
+    Tensor x = Tensor::from_vector(scaled, {n, c}).requires_grad_();
+    Tensor loss;
+    {
+      Autocast bf16;
+      loss = cross_entropy(x, labels, -100, smoothing);
+    }
+    loss.backward();
+    Tensor xr = Tensor::from_vector(rounded(scaled), {n, c}).requires_grad_();
+    Tensor want = cross_entropy(xr, labels, -100, smoothing);
+    want.backward();
+    EXPECT_EQ(loss.item(), want.item()) << "smoothing " << smoothing;
+    EXPECT_EQ(x.grad().to_vector<float>(), rounded(xr.grad().to_vector<float>())) << "smoothing " << smoothing;
+  }
+}
+
+// GELU under Autocast reads its input rounded to bf16 (the bf16 a product
+// gives under torch's autocast); its output stays f32.
+TEST(Bf16, AutocastGeluReadsItsInputAsBf16) {
+  const std::vector<float> v = values(300, 32);
+  for (const char* form : {"none", "tanh"}) {
+    Tensor y;
+    {
+      Autocast bf16;
+      y = gelu(Tensor::from_vector(v, {300}), form);
+    }
+    EXPECT_EQ(y.dtype(), DType::f32);
+    EXPECT_EQ(y.to_vector<float>(), gelu(Tensor::from_vector(rounded(v), {300}), form).to_vector<float>()) << form;
+  }
+}
+
+// A training step under Autocast leaves each trained weight that a product
+// read with its bf16 copy, made with the optimizer's update; the next
+// step's products read the copy. The copy is the cast, so the steps give
+// the same bits as steps that cast every weight again; a weight changed
+// after the update (loaded, assigned) is cast anew, and one no product
+// read (a bias) gets no copy.
+TEST(Bf16, AutocastStepsReadTheOptimizersBf16Copies) {
+  struct Net {
+    Tensor w1, b1, w2;
+    std::unique_ptr<optim::AdamW> opt;
+    Net() {
+      w1 = Tensor::from_vector(values(32 * 24, 41), {32, 24}).requires_grad_();
+      b1 = Tensor::from_vector(values(32, 42), {32}).requires_grad_();
+      w2 = Tensor::from_vector(values(8 * 32, 43), {8, 32}).requires_grad_();
+      opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{w1, b1, w2}, optim::AdamWOptions{.lr = 0.01});
+    }
+    float step(const Tensor& x, const Tensor& labels, bool autocast = true) {
+      Tensor loss;
+      {
+        Autocast bf16(autocast);
+        loss = cross_entropy(reshape(linear(gelu(linear(x, w1, b1)), w2), {-1, 8}), labels);
+      }
+      loss.backward();
+      opt->step();
+      opt->zero_grad();
+      mark_step();
+      return loss.item();
+    }
+  };
+  const Tensor x = Tensor::from_vector(values(4 * 16 * 24, 44), {4, 16, 24});
+  std::vector<int64_t> lv(64);
+  for (size_t i = 0; i < lv.size(); ++i) lv[i] = static_cast<int64_t>((i * 5) % 8);
+  const Tensor labels = Tensor::from_vector(lv, {64});
+  Net kept, cast_again;
+  auto drop_copies = [](Net& net) {
+    for (Tensor* p : {&net.w1, &net.b1, &net.w2}) p->impl()->bf16_copy.reset();
+  };
+  auto same = [](const Tensor& a, const Tensor& b) { return a.to_vector<float>() == b.to_vector<float>(); };
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(kept.step(x, labels), cast_again.step(x, labels)) << "step " << s;
+    drop_copies(cast_again);
+    for (Tensor* p : {&kept.w1, &kept.w2}) {
+      const auto& copy = p->impl()->bf16_copy;
+      ASSERT_TRUE(copy) << "step " << s;
+      EXPECT_EQ(Tensor(copy->node).to_vector<float>(), rounded(p->to_vector<float>())) << "step " << s;
+    }
+    EXPECT_FALSE(kept.b1.impl()->bf16_copy) << "the bias is not a product's operand";
+  }
+  EXPECT_TRUE(same(kept.w1, cast_again.w1) && same(kept.w2, cast_again.w2) && same(kept.b1, cast_again.b1));
+  // A weight assigned after the update: its copy no longer stands for it.
+  for (Net* net : {&kept, &cast_again}) net->w1.assign(net->w1 * 0.5);
+  EXPECT_EQ(kept.step(x, labels), cast_again.step(x, labels));
+  EXPECT_TRUE(same(kept.w1, cast_again.w1) && same(kept.w2, cast_again.w2));
+  // A step without Autocast reads no copy, and its update keeps none.
+  EXPECT_EQ(kept.step(x, labels, false), cast_again.step(x, labels, false));
+  EXPECT_FALSE(kept.w1.impl()->bf16_copy);
+  EXPECT_TRUE(same(kept.w1, cast_again.w1) && same(kept.w2, cast_again.w2));
 }
 
 }  // namespace

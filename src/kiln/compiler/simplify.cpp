@@ -200,6 +200,14 @@ Graph simplify(const Graph& g) {
     for (auto& in : n.inputs) in = remap[in];
     auto input = [&](int k) -> const GraphNode& { return out.nodes[n.inputs[k]]; };
     if (n.op == Op::Reshape && input(0).op == Op::Reshape) n.inputs[0] = input(0).inputs[0];
+    if (n.op == Op::Cast && n.dtype == DType::bf16) {
+      // bf16 widened to f32 and rounded back, through a reshape or not, is
+      // itself (the loss's bf16 gradient that the autocast product takes).
+      const GraphNode* wide = &input(0);
+      if (wide->op == Op::Reshape) wide = &out.nodes[wide->inputs[0]];
+      if (wide->op == Op::Cast && out.nodes[wide->inputs[0]].dtype == DType::bf16)
+        n = GraphNode{Op::Reshape, DType::bf16, n.shape, {wide->inputs[0]}, {}};
+    }
     if (n.op == Op::Detach || (n.op == Op::Cast && input(0).dtype == n.dtype) ||
         ((n.op == Op::Reshape || n.op == Op::Broadcast) && input(0).shape == n.shape)) {
       remap[i] = n.inputs[0];

@@ -495,7 +495,7 @@ NodePtr normalize_grad(const NodePtr& x, const NodePtr& dy, double eps) {
 
 NodePtr cross_entropy(const NodePtr& logits, const NodePtr& labels, int64_t ignore_index,
                       double label_smoothing) {
-  check_float(logits, Op::CrossEntropy);
+  KILN_CHECK(is_floating(logits->dtype), "cross_entropy: logits must be f32 or bf16, got ", dtype_name(logits->dtype));
   KILN_CHECK(is_integral(labels->dtype), "cross_entropy: labels must be i32/i64, got ",
              dtype_name(labels->dtype));
   KILN_CHECK(logits->rank() >= 1, "cross_entropy: logits must have rank >= 1");
@@ -512,7 +512,7 @@ NodePtr cross_entropy(const NodePtr& logits, const NodePtr& labels, int64_t igno
 
 NodePtr cross_entropy_grad(const NodePtr& logits, const NodePtr& labels, const NodePtr& dloss,
                            int64_t ignore_index, double label_smoothing) {
-  return make_node(Op::CrossEntropyGrad, DType::f32, logits->shape, {logits, labels, dloss},
+  return make_node(Op::CrossEntropyGrad, logits->dtype, logits->shape, {logits, labels, dloss},
                    CrossEntropyAttrs{ignore_index, label_smoothing}.attrs());
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kiln/core/error.h"
+#include "kiln/runtime/autocast.h"
 
 namespace kiln::optim {
 
@@ -23,6 +24,11 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
       KILN_CHECK(p.requires_grad() && p.is_leaf(), "optimizer: parameter '", p.name(), "' ",
                  to_string(p.shape()), " is not a leaf that requires grad");
     }
+}
+
+void Optimizer::update(Tensor& p, const Tensor& value) {
+  p.assign(value);
+  refresh_bf16_copy(p);
 }
 
 void Optimizer::zero_grad() {
@@ -79,7 +85,7 @@ void SGD::step() {
       buf.assign(buf * options_.momentum + g);
       step = buf;
     }
-    p.assign(p - lr * step);
+    update(p, p - lr * step);
   });
 }
 
@@ -124,7 +130,7 @@ void AdamW::step() {
       m.assign(m * b1 + g * (1.0 - b1));
       v.assign(v * b2 + g * g * (1.0 - b2));
       Tensor denom = sqrt(v) * inv_sqrt_bc2 + options_.eps;
-      p.assign(p * decay - step_size * m / denom);
+      update(p, p * decay - step_size * m / denom);
     }
   }
 }
@@ -144,7 +150,7 @@ void Adagrad::step() {
   step_with_l2_decay([&](size_t gi, size_t i, Tensor& p, const Tensor& g, const Tensor& lr) {
     Tensor& acc = state_value(gi, i, 0);
     acc.assign(acc + g * g);
-    p.assign(p - lr * g / (sqrt(acc) + options_.eps));
+    update(p, p - lr * g / (sqrt(acc) + options_.eps));
   });
 }
 
@@ -165,7 +171,7 @@ void RMSprop::step() {
   step_with_l2_decay([&](size_t gi, size_t i, Tensor& p, const Tensor& g, const Tensor& lr) {
     Tensor& sq = state_value(gi, i, 0);
     sq.assign(sq * a + g * g * (1.0 - a));
-    p.assign(p - lr * g / (sqrt(sq) + options_.eps));
+    update(p, p - lr * g / (sqrt(sq) + options_.eps));
   });
 }
 
@@ -224,7 +230,7 @@ void Adafactor::step() {
       u = u / maximum(rms / options_.clip_threshold, ones({}, DType::f32, dev));
       u = u * lr;
       Tensor decayed = group.weight_decay != 0.0 ? p + p * decay : p;
-      p.assign(decayed - u);
+      update(p, decayed - u);
     }
   }
 }

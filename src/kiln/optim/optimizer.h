@@ -48,6 +48,8 @@ class Optimizer {
  protected:
   // Zero state for every parameter, as state_spec lists it.
   void init_state();
+  // p ← value, with the bf16 copy autocast's products read (runtime/autocast.h).
+  static void update(Tensor& p, const Tensor& value);
   Tensor& state_value(size_t g, size_t i, size_t k) { return state_[g][i][k].value; }
   // One step of a torch.optim optimizer whose weight decay is L2 (SGD,
   // Adagrad, RMSprop): update(g, i, p, grad + wd·p, lr) for every parameter

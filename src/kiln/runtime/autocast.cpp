@@ -1,5 +1,9 @@
 #include "kiln/runtime/autocast.h"
 
+#include "kiln/ir/builder.h"
+#include "kiln/runtime/tensor.h"
+#include "kiln/runtime/tensor_impl.h"
+
 namespace kiln {
 namespace {
 thread_local bool t_autocast = false;
@@ -8,5 +12,29 @@ thread_local bool t_autocast = false;
 Autocast::Autocast(bool enabled) : prev_(t_autocast) { t_autocast = enabled; }
 Autocast::~Autocast() { t_autocast = prev_; }
 bool Autocast::active() { return t_autocast; }
+
+ir::NodePtr autocast_bf16(const Tensor& x) {
+  TensorImpl& t = *x.impl();
+  if (!t.leaf_requires_grad || x.dtype() != DType::f32) return ir::cast(t.node, DType::bf16);
+  t.read_as_bf16 = true;
+  const ir::NodePtr copy = t.bf16_copy && t.copy_version == t.value_version ? t.bf16_copy->node : nullptr;
+  // A copy not computed yet is the same cast of the same pending value.
+  if (!copy || copy->op != ir::Op::Data) return ir::cast(t.node, DType::bf16);
+  // Gradients reach the parameter through the cast the copy stands for.
+  if (!copy->grad_source || copy->grad_source->inputs[0] != t.node) {
+    copy->grad_source = ir::cast(t.node, DType::bf16);
+    copy->requires_grad = true;
+  }
+  return copy;
+}
+
+void refresh_bf16_copy(const Tensor& p) {
+  TensorImpl& t = *p.impl();
+  t.bf16_copy.reset();
+  if (!t.read_as_bf16) return;
+  t.read_as_bf16 = false;
+  t.bf16_copy = Tensor(ir::cast(t.node, DType::bf16)).impl();
+  t.copy_version = t.value_version;
+}
 
 }  // namespace kiln

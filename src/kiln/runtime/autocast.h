@@ -2,11 +2,25 @@
 // Mixed precision as torch.autocast(dtype=torch.bfloat16) does it for
 // matrix products (HF's --bf16): while an Autocast is alive on this thread,
 // matmul and linear multiply bf16 copies of their f32 operands (exact
-// products, f32 sums and result); everything else stays in f32, and the
-// parameters, their gradients and the optimizer state stay f32. The casts
+// products, f32 sums and result), GELU and cross_entropy read their input
+// rounded to bf16 (as torch's autocast products give it) and compute in
+// f32; everything else stays in f32, and the parameters, their gradients
+// and the optimizer state stay f32. The casts
 // are part of the traced graph, so backward runs the gradient products in
 // bf16 as well (autodiff/vjp.cpp).
+//
+// A trained parameter's bf16 copy is made once a step: an optimizer that
+// replaces a parameter an autocast product read since its last update traces
+// the copy of the new value with the update (refresh_bf16_copy, fused into
+// the update's kernel), and the next step's products read that copy instead
+// of casting the weight before each product (forward and input gradient).
+// The copy is exactly the cast, so results do not change; it costs the
+// parameter's size in bf16, resident between steps.
+#include "kiln/ir/node.h"
+
 namespace kiln {
+
+class Tensor;
 
 class Autocast {
  public:
@@ -22,5 +36,13 @@ class Autocast {
  private:
   bool prev_;
 };
+
+// x as an autocast product reads it: bf16, from x's bf16 copy while that is
+// x's current value, else cast here. Floating x only.
+ir::NodePtr autocast_bf16(const Tensor& x);
+// After an optimizer replaced p's value: p's bf16 copy of the new value,
+// traced now, when an autocast product read p since the update before;
+// else p keeps no copy.
+void refresh_bf16_copy(const Tensor& p);
 
 }  // namespace kiln

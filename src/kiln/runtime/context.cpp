@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -138,6 +139,24 @@ void DeviceContext::materialize(const std::vector<std::shared_ptr<TensorImpl>>& 
   if (!pending.empty()) run(pending, false);
 }
 
+// Runs are serial on the stream, so every program shares one arena, as large
+// as the largest run so far: a training step and its first-step or
+// evaluation variants hold one step's temporaries, not one each. Its size is
+// rounded up by a sixteenth (pages never touched cost no memory), so a
+// variant a little larger (the first step's graph against the next ones')
+// fits; a larger program replaces it, and runs queued with the smaller one
+// keep that alive.
+std::shared_ptr<Storage> DeviceContext::arena_for(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);  // (steps may be traced on several threads)
+  if (!arena_ || arena_->nbytes() < nbytes) {
+    const size_t grain = std::max<size_t>(size_t{2} << 20, std::bit_ceil(nbytes) / 16);
+    arena_.reset();
+    arena_ = std::make_shared<Storage>(device_, (nbytes + grain - 1) / grain * grain);
+  }
+  return arena_;
+}
+
 std::string DeviceContext::compile_reason(const ir::Graph& g, const std::vector<ir::NodePtr>& params) {
   History& h = history_[g.structure_hash()];
   std::string reason;
@@ -196,7 +215,6 @@ std::shared_ptr<Executable> DeviceContext::lookup_or_compile(const ir::Graph& g,
     save_cached_program(g, options, exe->program, seconds_since(t0));
   }
   dump_if_asked(g, exe->program, from_disk);
-  if (exe->program.arena_bytes) exe->arena = std::make_unique<Storage>(device_, exe->program.arena_bytes);
   exe->plan = backend.prepare(exe->program, device_);
   metrics::record_compile(seconds_since(t0), std::move(reason), static_cast<int64_t>(exe->program.arena_bytes),
                           from_disk);
@@ -238,6 +256,7 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
   }
   std::shared_ptr<Executable> exe = lookup_or_compile(g, params);
   const compiler::Program& prog = exe->program;
+  std::shared_ptr<Storage> arena = arena_for(prog.arena_bytes);
 
   auto event = std::make_shared<Event>();
   std::vector<std::shared_ptr<Buffer>> in_buffers;
@@ -254,7 +273,7 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
   // has no other holder) would depend on thread timing, and so would the graph
   // hash that records it.
   const Device device = device_;
-  stream_.enqueue([this, exe, in_buffers, out_storage, event, device]() mutable {
+  stream_.enqueue([this, exe, arena, in_buffers, out_storage, event, device]() mutable {
     auto finish = [&](std::string error) {
       in_buffers.clear();
       out_storage.clear();
@@ -278,8 +297,7 @@ void DeviceContext::run(const std::vector<std::shared_ptr<TensorImpl>>& tensors,
     auto t0 = std::chrono::steady_clock::now();
     std::string error;
     try {
-      void* arena = exe->arena ? exe->arena->data() : nullptr;
-      backend_of(device).execute(exe->program, *exe->plan, device, ins, outs, arena);
+      backend_of(device).execute(exe->program, *exe->plan, device, ins, outs, arena ? arena->data() : nullptr);
     } catch (const std::exception& e) {
       error = e.what();
       note_failure(error);

@@ -28,7 +28,6 @@ namespace kiln::runtime {
 
 struct Executable {
   compiler::Program program;
-  std::unique_ptr<Storage> arena;  // reused by every run (runs are serial on a stream)
   std::unique_ptr<backend::Plan> plan;  // the program prepared by its device's backend
   ~Executable();
 };
@@ -66,6 +65,7 @@ class DeviceContext {
   void note_failure(const std::string& error);  // on the stream
   std::shared_ptr<Executable> lookup_or_compile(const ir::Graph& g, const std::vector<ir::NodePtr>& params);
   std::string compile_reason(const ir::Graph& g, const std::vector<ir::NodePtr>& params);
+  std::shared_ptr<Storage> arena_for(size_t nbytes);
 
   Device device_;
   mutable std::mutex mu_;
@@ -88,6 +88,9 @@ class DeviceContext {
     bool warned = false;
   };
   std::unordered_map<uint64_t, History> history_;
+
+  // The temporaries' memory, one for every program run here (see arena_for; under mu_).
+  std::shared_ptr<Storage> arena_;
 
   std::mutex failure_mu_;
   std::string failure_;  // see take_failure()

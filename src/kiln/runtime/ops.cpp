@@ -65,7 +65,12 @@ Tensor relu(const Tensor& x) { return un(Op::Relu, x); }
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '",
              approximate, "'");
-  return wrap(ir::gelu(x.node(), approximate == "tanh"));
+  // Under Autocast on f32 values, GELU of them rounded to bf16, as torch's
+  // autocast computes it on the bf16 a product gives: that product then
+  // writes bf16 (compiler/bf16_results.cpp) and the backward keeps the
+  // pre-activation in half the memory.
+  const bool bf16 = Autocast::active() && x.dtype() == DType::f32;
+  return wrap(ir::gelu(bf16 ? ir::cast(ir::cast(x.node(), DType::bf16), DType::f32) : x.node(), approximate == "tanh"));
 }
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   KILN_CHECK(x.rank() >= 1 && x.shape().back() > 0 && x.shape().back() % 2 == 0,
@@ -162,12 +167,12 @@ Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const T
 namespace {
 // A product's floating operand as the product takes it: bf16 under Autocast.
 ir::NodePtr product_operand(const Tensor& x) {
-  return Autocast::active() && is_floating(x.dtype()) ? ir::cast(x.node(), DType::bf16) : x.node();
+  return Autocast::active() && is_floating(x.dtype()) ? autocast_bf16(x) : x.node();
 }
 // Outside Autocast a bf16 operand (a frozen weight kept bf16) is widened to
 // f32 (exact) when the other one is f32.
 ir::NodePtr product_operand(const Tensor& x, const Tensor& other) {
-  if (Autocast::active()) return ir::cast(x.node(), DType::bf16);
+  if (Autocast::active()) return autocast_bf16(x);
   return x.dtype() != other.dtype() ? ir::cast(x.node(), DType::f32) : x.node();
 }
 }  // namespace
@@ -201,7 +206,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   return y;
 }
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index, double label_smoothing) {
-  return wrap(ir::cross_entropy(logits.node(), labels.node(), ignore_index, label_smoothing));
+  // Under Autocast the loss takes the logits as torch's autocast products
+  // give them, rounded to bf16 (transformers' loss then widens them: f32
+  // sums, as here). On the CPU the product then writes bf16 logits and their
+  // gradient takes their place (compiler/bf16_results.cpp, in_place): a
+  // causal LM's largest tensor in half the memory, once. The CUDA kernels
+  // take f32 logits.
+  const bool bf16 = Autocast::active() && logits.dtype() == DType::f32 && logits.device().kind == DeviceKind::CPU;
+  return wrap(ir::cross_entropy(bf16 ? ir::cast(logits.node(), DType::bf16) : logits.node(), labels.node(),
+                                ignore_index, label_smoothing));
 }
 Tensor mse_loss(const Tensor& input, const Tensor& target) {
   KILN_CHECK(input.shape() == target.shape(), "mse_loss: input ", to_string(input.shape()), " and target ",

@@ -177,6 +177,7 @@ void Tensor::set_data(const Tensor& value) {
     n->grad_owner = std::weak_ptr<void>(impl_);
   }
   impl_->node = std::move(n);
+  ++impl_->value_version;
 }
 
 Tensor Tensor::detach() const { return Tensor(ir::detach(node())); }
@@ -194,6 +195,7 @@ void Tensor::assign(const Tensor& value) {
     n->grad_owner = std::weak_ptr<void>(impl_);
   }
   impl_->node = std::move(n);
+  ++impl_->value_version;
   if (eager_mode() && impl_->node->op != ir::Op::Data) {
     runtime::DeviceContext::get(impl_->device).materialize({impl_});
     impl_->node->data->wait();

@@ -22,6 +22,14 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   // Creation order: mark_step() lists pending tensors in this order, so the
   // same program traces the same graph every step.
   uint64_t seq;
+
+  // Autocast's bf16 copy of a parameter (runtime/autocast.h): made with the
+  // optimizer's update when an autocast product read the parameter since
+  // the update before, and used while value_version still is copy_version.
+  uint64_t value_version = 0;  // bumped by assign() and set_data()
+  bool read_as_bf16 = false;
+  std::shared_ptr<TensorImpl> bf16_copy;
+  uint64_t copy_version = 0;
 };
 
 }  // namespace kiln

@@ -349,10 +349,17 @@ TEST(CpuBf16Gemm, AutocastGradientsAgreeBetweenNativeAndEmulated) {
   };
   const auto native = grads(true), emulated = grads(false);
   set_native_bf16_products(was);
-  for (size_t t = 0; t < native.size(); ++t)
+  for (size_t t = 0; t < native.size(); ++t) {
+    float largest = 0;
+    for (float v : emulated[t]) largest = std::max(largest, std::abs(v));
     for (size_t i = 0; i < native[t].size(); ++i)
-      // Gradients are rounded to bf16 after the products: one bf16 step apart at most.
-      ASSERT_NEAR(native[t][i], emulated[t][i], 1e-2 * std::abs(emulated[t][i]) + 1e-6) << "tensor " << t << " at " << i;
+      // Gradients are rounded to bf16 after the products: one bf16 step
+      // apart. The GELU's input is rounded to bf16 too (as torch's autocast
+      // gives it), which the two paths' sums may round a step apart: a
+      // difference a little larger where the terms cancel.
+      ASSERT_NEAR(native[t][i], emulated[t][i], 1e-2 * std::abs(emulated[t][i]) + 2e-3 * largest)
+          << "tensor " << t << " at " << i;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "kiln/backend/cpu/jit.h"
 #include "kiln/backend/cpu/philox.h"
 #include "kiln/compiler/profile.h"
+#include "kiln/runtime/autocast.h"
 #include "kiln/runtime/context.h"
 #include "support/program_util.h"
 #include "support/test_util.h"
@@ -402,8 +403,19 @@ TEST(CpuJit, WideGeluGivesTheCompiledLoopsBits) {
     // --bf16's activation: the GELU rounded to bf16 for the next product
     Tensor x16 = Tensor::from_vector(xv, {rows, 8});
     const testing::TracedProgram rounded = testing::trace_program({cast(gelu(x16, form), DType::bf16)});
+    // ... and under Autocast, where the GELU reads the product's bf16
+    // values and its gradient is bf16 for the product before it.
+    Tensor xa = Tensor::from_vector(xv, {rows, 8}).requires_grad_();
+    Tensor ya;
+    {
+      Autocast bf16;
+      ya = gelu(matmul(xa, w), form);
+      sum(matmul(ya, w)).backward();
+    }
+    const testing::TracedProgram autocast =
+        testing::trace_program({cast(ya, DType::bf16), xa.grad()}, {.fuse_sum_inputs = true, .bf16_results = true});
     int wide = 0;
-    for (const auto* program : {&traced.program, &rounded.program})
+    for (const auto* program : {&traced.program, &rounded.program, &autocast.program})
     for (const auto& ins : program->instrs) {
       if (!backend::cpu::wide_gelu(ins)) continue;
       ++wide;
@@ -424,7 +436,8 @@ TEST(CpuJit, WideGeluGivesTheCompiledLoopsBits) {
             << form << ", " << compiler::instr_label(ins) << ": value " << j - at << " of " << n;
     }
 #if defined(__AVX512F__)
-    EXPECT_EQ(wide, 3) << traced.program.dump() << rounded.program.dump();  // the activation (f32 and bf16), its gradient
+    // the activation (f32 and bf16) and its gradient; under Autocast both again
+    EXPECT_EQ(wide, 5) << traced.program.dump() << rounded.program.dump() << autocast.program.dump();
 #else
     EXPECT_EQ(wide, 0);
 #endif

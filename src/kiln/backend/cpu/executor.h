@@ -83,12 +83,12 @@ void sum_fused_blocks(const compiler::Instr& ins, float* y, MakeBlock make_block
   }
 }
 // A fused program that is one GELU (either form), or its gradient, of
-// contiguous f32 operands of the output's shape (BERT's and GPT-2's MLP
-// activation and its backward), or the GELU cast to a bf16 output (the
-// activation under --bf16): run_fused runs it 16 lanes at a time over
-// whole ranges where the build has AVX-512, with the bits of the compiled
-// loop's 8 lanes (vecmath.h), and prepare() leaves it to run_fused. False
-// elsewhere.
+// contiguous operands of the output's shape, f32 or bf16 widened (BERT's and
+// GPT-2's MLP activation and its backward), with an f32 result or one cast
+// to bf16 (the activation and its gradient under --bf16): run_fused runs it
+// 16 lanes at a time over whole ranges where the build has AVX-512, with the
+// bits of the compiled loop's 8 lanes (vecmath.h), and prepare() leaves it
+// to run_fused. False elsewhere.
 bool wide_gelu(const compiler::Instr& ins);
 // A fused program that is only a dropout mask, rand_uniform(key) >= p into a
 // contiguous b8 output: run_fused draws the numbers a block at a time into a

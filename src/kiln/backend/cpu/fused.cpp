@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "kiln/backend/cpu/executor.h"
@@ -357,44 +358,87 @@ void copy_rows(const Instr& ins, std::span<char* const> inputs, char* output) {
   }
 }
 
+// What wide_gelu runs: the GELU, or its gradient, of loaded operands
+// (x, and dy for the gradient), each f32, or bf16 that a Cast widens; the
+// result f32, or rounded to bf16 by a Cast (--bf16's activation and its
+// gradient, for the next product).
+struct WideGelu {
+  bool grad = false, tanh_form = false;
+  size_t x = 0, dy = 0;  // the operands
+};
+
+std::optional<WideGelu> wide_gelu_form(const Instr& ins) {
+#if defined(__AVX512F__) && defined(KILN_HAVE_LIBMVEC)
+  const auto& prog = ins.program;
+  if (!ins.fused || ins.op == Op::Sum || !ins.extra_outputs.empty() || !ins.output.view.is_contiguous() ||
+      prog.empty() || (ins.output.dtype != DType::f32 && ins.output.dtype != DType::bf16))
+    return std::nullopt;
+  const bool rounded = ins.output.dtype == DType::bf16;
+  if (rounded && (prog.back().op != Op::Cast || prog.back().dtype != DType::bf16)) return std::nullopt;
+  const auto at = static_cast<int32_t>(prog.size()) - (rounded ? 2 : 1);  // the GELU's step
+  const FusedStep& g = prog[static_cast<size_t>(std::max(at, 0))];
+  if (at < 1 || (g.op != Op::Gelu && g.op != Op::GeluGrad) || g.dtype != DType::f32 || g.attrs.ints.empty() ||
+      (rounded && prog.back().a != at))
+    return std::nullopt;
+  // Step `step` as an f32 operand of the output's shape: its load.
+  auto operand = [&](int32_t step) -> std::optional<size_t> {
+    if (step < 0 || step >= at) return std::nullopt;
+    const FusedStep* f = &prog[static_cast<size_t>(step)];
+    const bool widened = f->op == Op::Cast && f->dtype == DType::f32 && f->a >= 0 && f->a < step;
+    if (widened) f = &prog[static_cast<size_t>(f->a)];
+    if (f->op != Op::Data) return std::nullopt;
+    const auto k = static_cast<size_t>(f->load);
+    const Operand& op = ins.inputs[k];
+    if (op.dtype != (widened ? DType::bf16 : DType::f32) || op.view.shape != ins.output.view.shape ||
+        !op.view.is_contiguous())
+      return std::nullopt;
+    return k;
+  };
+  WideGelu w{g.op == Op::GeluGrad, ir::GeluAttrs::of(g.attrs).tanh_form};
+  const std::optional<size_t> x = operand(g.a), dy = w.grad ? operand(g.b) : std::optional<size_t>{0};
+  // Nothing but the loads (and their casts) before the GELU: the program is the GELU.
+  const int32_t loads = (w.grad ? 2 : 1), casts = at - loads;
+  int32_t widening = 0;
+  for (int32_t k = 0; k < at; ++k) widening += prog[static_cast<size_t>(k)].op == Op::Cast;
+  if (!x || !dy || casts < 0 || casts != widening) return std::nullopt;
+  w.x = *x;
+  w.dy = *dy;
+  return w;
+#else
+  (void)ins;
+  return std::nullopt;
+#endif
+}
+
 // wide_gelu's program over the whole output: blocks of a multiple of 16
 // values, so the values computed one by one (the last n % 8) are the
-// compiled loop's. A bf16 output: each block's f32 values in a buffer the
-// L1 cache holds, then rounded as the Cast rounds them.
+// compiled loop's. bf16 operands are widened a block at a time into
+// buffers the L1 cache holds; a bf16 result is each block's f32 values
+// rounded as the Cast rounds them.
 void run_wide_gelu(const Instr& ins, std::span<char* const> inputs, char* output) {
-  const auto& prog = ins.program;
-  if (ins.output.dtype == DType::bf16) {
-    const FusedStep& g = prog[1];
-    const auto k = static_cast<size_t>(prog[0].load);
-    const float* x = reinterpret_cast<const float*>(inputs[k]) + ins.inputs[k].view.offset;
-    const bool tanh_form = ir::GeluAttrs::of(g.attrs).tanh_form;
-    uint16_t* r = reinterpret_cast<uint16_t*>(output) + ins.output.view.offset;
-    constexpr int64_t block = 2048;
-    const int64_t n = numel(ins.output.view.shape), blocks = (n + block - 1) / block;
-#pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < blocks; ++i) {
-      alignas(64) float values[block];
-      const int64_t start = i * block, len = std::min(block, n - start);
-      vec::VecForm<Op::Gelu>::array(x + start, nullptr, values, len, tanh_form);
-      round_to_bf16(values, r + start, len);
-    }
-    return;
-  }
-  const FusedStep& s = prog.back();
-  auto operand = [&](int32_t step) {
-    const auto k = static_cast<size_t>(prog[static_cast<size_t>(step)].load);
-    return reinterpret_cast<const float*>(inputs[k]) + ins.inputs[k].view.offset;
-  };
-  const float* x = operand(s.a);
-  const float* dy = s.op == Op::GeluGrad ? operand(s.b) : nullptr;
-  const bool tanh_form = ir::GeluAttrs::of(s.attrs).tanh_form;
-  float* r = reinterpret_cast<float*>(output) + ins.output.view.offset;
-  const int64_t n = numel(ins.output.view.shape), block = 16384, blocks = (n + block - 1) / block;
+  const WideGelu w = *wide_gelu_form(ins);
+  constexpr int64_t block = 2048;
+  const int64_t n = numel(ins.output.view.shape), blocks = (n + block - 1) / block;
+  const bool rounded = ins.output.dtype == DType::bf16;
+  auto base = [&](size_t k) { return inputs[k] + ins.inputs[k].view.offset * dtype_size(ins.inputs[k].dtype); };
+  const char* x = base(w.x);
+  const char* dy = w.grad ? base(w.dy) : nullptr;
+  const bool x16 = ins.inputs[w.x].dtype == DType::bf16, dy16 = w.grad && ins.inputs[w.dy].dtype == DType::bf16;
+  char* r = output + ins.output.view.offset * dtype_size(ins.output.dtype);
 #pragma omp parallel for schedule(static) if (n > 32768)
   for (int64_t i = 0; i < blocks; ++i) {
+    alignas(64) float xw[block], dw[block], values[block];
     const int64_t start = i * block, len = std::min(block, n - start);
-    if (dy) vec::VecForm<Op::GeluGrad>::array(x + start, dy + start, r + start, len, tanh_form);
-    else vec::VecForm<Op::Gelu>::array(x + start, nullptr, r + start, len, tanh_form);
+    auto f32_of = [&](const char* v, bool is16, float* wide) {
+      if (!is16) return reinterpret_cast<const float*>(v) + start;
+      widen_bf16(reinterpret_cast<const uint16_t*>(v) + start, wide, len);
+      return static_cast<const float*>(wide);
+    };
+    const float* xs = f32_of(x, x16, xw);
+    float* out = rounded ? values : reinterpret_cast<float*>(r) + start;
+    if (w.grad) vec::VecForm<Op::GeluGrad>::array(xs, f32_of(dy, dy16, dw), out, len, w.tanh_form);
+    else vec::VecForm<Op::Gelu>::array(xs, nullptr, out, len, w.tanh_form);
+    if (rounded) round_to_bf16(values, reinterpret_cast<uint16_t*>(r) + start, len);
   }
 }
 
@@ -432,35 +476,7 @@ bool dropout_mask(const Instr& ins) {
          !p.attrs.floats.empty() && ge.op == Op::Ge && ge.a == 0 && ge.b == 1;
 }
 
-bool wide_gelu(const Instr& ins) {
-#if defined(__AVX512F__) && defined(KILN_HAVE_LIBMVEC)
-  const auto& prog = ins.program;
-  if (!ins.fused || ins.op == Op::Sum || !ins.extra_outputs.empty() || !ins.output.view.is_contiguous() ||
-      prog.empty())
-    return false;
-  if (ins.output.dtype == DType::bf16) {  // --bf16's activation: GELU of f32 values, rounded for the next product
-    if (prog.size() != 3 || prog[0].op != Op::Data || prog[1].op != Op::Gelu || prog[1].dtype != DType::f32 ||
-        prog[1].a != 0 || prog[1].attrs.ints.empty() || prog[2].op != Op::Cast || prog[2].dtype != DType::bf16 ||
-        prog[2].a != 1)
-      return false;
-    const Operand& op = ins.inputs[static_cast<size_t>(prog[0].load)];
-    return op.dtype == DType::f32 && op.view.shape == ins.output.view.shape && op.view.is_contiguous();
-  }
-  if (ins.output.dtype != DType::f32) return false;
-  const FusedStep& s = prog.back();
-  const size_t loads = s.op == Op::Gelu ? 1 : s.op == Op::GeluGrad ? 2 : 0;
-  if (loads == 0 || prog.size() != loads + 1 || s.attrs.ints.empty() || s.dtype != DType::f32) return false;
-  for (size_t k = 0; k < loads; ++k) {
-    if (prog[k].op != Op::Data) return false;
-    const Operand& op = ins.inputs[static_cast<size_t>(prog[k].load)];
-    if (op.dtype != DType::f32 || op.view.shape != ins.output.view.shape || !op.view.is_contiguous()) return false;
-  }
-  return s.a >= 0 && s.a < static_cast<int32_t>(loads) && (loads == 1 || (s.b >= 0 && s.b < 2));
-#else
-  (void)ins;
-  return false;
-#endif
-}
+bool wide_gelu(const Instr& ins) { return wide_gelu_form(ins).has_value(); }
 
 void run_fused_sum(const Instr& ins, std::span<char* const> inputs, char* output) {
   KILN_ASSERT(ins.op == Op::Sum && !ins.program.empty() && ins.output.dtype == DType::f32);

@@ -55,6 +55,11 @@ inline void round_to_bf16(const float* x, uint16_t* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<uint16_t>(bf16_rounded_bits(x[i]) >> 16);
 }
+// y = x's bf16 values (their bits) widened to f32, exactly.
+inline void widen_bf16(const uint16_t* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = std::bit_cast<float>(static_cast<uint32_t>(x[i]) << 16);
+}
 
 // Op -> kernel; null for the ops without one (elementwise ops run fused,
 // views and leaves need none, collectives start with start_collective).

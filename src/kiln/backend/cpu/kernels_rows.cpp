@@ -247,9 +247,13 @@ void check_labels(const Instr& ins, std::span<char* const> in, int64_t N, int64_
 // `loss` (CompileOptions::loss_with_gradient) the gradient's instruction
 // also writes the loss, from the same pass: the same rows, threads and sums
 // as the loss alone, so the same bits. dx may be the logits' own memory
-// (CompileOptions::in_place): a row is read before it is written.
+// (CompileOptions::in_place): a row is read before it is written. bf16
+// logits (autocast's, runtime/ops.cpp) are widened a row at a time; their
+// gradient is bf16 too.
 void cross_entropy_kernel(const Instr& ins, std::span<char* const> in, char* out, bool grad, float* loss_out) {
-  const float* x = in_ptr<float>(ins, in, 0);
+  const bool bf16_logits = ins.inputs[0].dtype == DType::bf16;
+  const float* x = bf16_logits ? nullptr : in_ptr<float>(ins, in, 0);
+  const uint16_t* xb = bf16_logits ? in_ptr<uint16_t>(ins, in, 0) : nullptr;
   const Shape& s = ins.inputs[0].view.shape;
   int64_t N = s[0], C = s[1];
   const auto ce = ir::CrossEntropyAttrs::of(ins.attrs);
@@ -267,11 +271,12 @@ void cross_entropy_kernel(const Instr& ins, std::span<char* const> in, char* out
   double total = 0;
 #pragma omp parallel reduction(+ : total) if (N * C > 16384)
   {
-    std::vector<float> e(dx ? 0 : C);
+    std::vector<float> e(dx && !xb ? 0 : C);
 #pragma omp for
     for (int64_t n = 0; n < N; ++n) {
       const int64_t y = read_index(ins.inputs[1], in[1], n);
-      const float* xr = x + n * C;
+      if (xb && y != ignore) widen_bf16(xb + n * C, e.data(), C);
+      const float* xr = xb ? e.data() : x + n * C;
       float* dr = dx ? dx + n * C : e.data();
       if (y == ignore) {
         if (dx) std::fill(dr, dr + C, 0.0f);

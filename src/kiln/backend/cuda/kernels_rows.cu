@@ -286,6 +286,8 @@ void run_rope(const KernelCall& k) {
 void prepare_cross_entropy(const Instr& ins, const DeviceState&, KernelStep& st) {
   KILN_CHECK(ins.extra_outputs.empty(), "the CUDA backend computes the loss apart from its gradient "
              "(compile without CompileOptions::loss_with_gradient)");
+  KILN_CHECK(ins.inputs[0].dtype == DType::f32, "the CUDA backend takes f32 logits for cross_entropy, got ",
+             dtype_name(ins.inputs[0].dtype));
   st.scratch_bytes = (ins.inputs[0].view.shape[0] + 1) * sizeof(double);
 }
 
