@@ -306,6 +306,18 @@ TEST(Bf16, AutocastStepsReadTheOptimizersBf16Copies) {
     EXPECT_FALSE(kept.b1.impl()->bf16_copy) << "the bias is not a product's operand";
   }
   EXPECT_TRUE(same(kept.w1, cast_again.w1) && same(kept.w2, cast_again.w2) && same(kept.b1, cast_again.b1));
+  // An evaluation (no gradients) reads the copies too; the steps after it
+  // still give the weights their gradients through them.
+  for (Net* net : {&kept, &cast_again}) {
+    NoGradGuard no_grad;
+    Autocast bf16;
+    (void)sum(linear(gelu(linear(x, net->w1, net->b1)), net->w2)).item();
+  }
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(kept.step(x, labels), cast_again.step(x, labels)) << "after the evaluation, step " << s;
+    drop_copies(cast_again);
+  }
+  EXPECT_TRUE(same(kept.w1, cast_again.w1) && same(kept.w2, cast_again.w2));
   // A weight assigned after the update: its copy no longer stands for it.
   for (Net* net : {&kept, &cast_again}) net->w1.assign(net->w1 * 0.5);
   EXPECT_EQ(kept.step(x, labels), cast_again.step(x, labels));

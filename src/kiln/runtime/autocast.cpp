@@ -20,8 +20,11 @@ ir::NodePtr autocast_bf16(const Tensor& x) {
   const ir::NodePtr copy = t.bf16_copy && t.copy_version == t.value_version ? t.bf16_copy->node : nullptr;
   // A copy not computed yet is the same cast of the same pending value.
   if (!copy || copy->op != ir::Op::Data) return ir::cast(t.node, DType::bf16);
-  // Gradients reach the parameter through the cast the copy stands for.
-  if (!copy->grad_source || copy->grad_source->inputs[0] != t.node) {
+  // Gradients reach the parameter through the cast the copy stands for
+  // (traced with gradients: one traced under no_grad, an evaluation's, would
+  // not pass them on).
+  const ir::NodePtr& source = copy->grad_source;
+  if (ir::GradMode::enabled() && (!source || source->inputs[0] != t.node || !source->requires_grad)) {
     copy->grad_source = ir::cast(t.node, DType::bf16);
     copy->requires_grad = true;
   }
