@@ -417,17 +417,18 @@ std::optional<WideGelu> wide_gelu_form(const Instr& ins) {
 // rounded as the Cast rounds them.
 void run_wide_gelu(const Instr& ins, std::span<char* const> inputs, char* output) {
   const WideGelu w = *wide_gelu_form(ins);
-  constexpr int64_t block = 2048;
-  const int64_t n = numel(ins.output.view.shape), blocks = (n + block - 1) / block;
   const bool rounded = ins.output.dtype == DType::bf16;
   auto base = [&](size_t k) { return inputs[k] + ins.inputs[k].view.offset * dtype_size(ins.inputs[k].dtype); };
   const char* x = base(w.x);
   const char* dy = w.grad ? base(w.dy) : nullptr;
   const bool x16 = ins.inputs[w.x].dtype == DType::bf16, dy16 = w.grad && ins.inputs[w.dy].dtype == DType::bf16;
   char* r = output + ins.output.view.offset * dtype_size(ins.output.dtype);
+  constexpr int64_t buffered = 2048;  // (f32 throughout: larger blocks, straight from and to memory)
+  const int64_t n = numel(ins.output.view.shape), block = rounded || x16 || dy16 ? buffered : 16384;
+  const int64_t blocks = (n + block - 1) / block;
 #pragma omp parallel for schedule(static) if (n > 32768)
   for (int64_t i = 0; i < blocks; ++i) {
-    alignas(64) float xw[block], dw[block], values[block];
+    alignas(64) float xw[buffered], dw[buffered], values[buffered];
     const int64_t start = i * block, len = std::min(block, n - start);
     auto f32_of = [&](const char* v, bool is16, float* wide) {
       if (!is16) return reinterpret_cast<const float*>(v) + start;

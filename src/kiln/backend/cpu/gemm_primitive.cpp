@@ -61,7 +61,7 @@ const dnnl::engine& engine() {
 
 // The primitive for a key, or null where oneDNN has only its reference
 // implementation (slower than sgemm) or declines the layout.
-std::shared_ptr<const Primitive> primitive_for(const Key& k) {
+std::shared_ptr<const Primitive> make_or_find_primitive(const Key& k) {
   static std::mutex mu;
   static std::map<Key, std::shared_ptr<const Primitive>> cache;
   std::lock_guard<std::mutex> lock(mu);
@@ -104,16 +104,38 @@ std::shared_ptr<const Primitive> primitive_for(const Key& k) {
   return made;
 }
 
-// One product with its primitive (made for key k).
+// The same, remembered per thread: the fused attention runs thousands of
+// small block products a step from both threads, and the shared cache's lock
+// and lookup were a measurable part of them.
+std::shared_ptr<const Primitive> primitive_for(const Key& k) {
+  thread_local std::map<Key, std::shared_ptr<const Primitive>> seen;
+  auto it = seen.find(k);
+  if (it == seen.end()) it = seen.emplace(k, make_or_find_primitive(k)).first;
+  return it->second;
+}
+
+// One product with its primitive (made for key k). Each thread keeps a
+// primitive's memory objects and argument map and points them at the call's
+// operands (making them per call cost as much as a small product's work).
 void execute(const Primitive* p, const Key& k, const void* a, const void* b, void* c, const float* bias) {
   thread_local std::vector<char> scratch;
   scratch.resize(p->scratch.get_size());
   const dnnl::engine& e = engine();
-  dnnl::memory am(p->a, e, const_cast<void*>(a)), bm(p->b, e, const_cast<void*>(b)), cm(p->c, e, c),
-      sm(p->scratch, e, scratch.data());
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias, e, const_cast<float*>(bias)));
+  thread_local std::unordered_map<const Primitive*, std::unordered_map<int, dnnl::memory>> bound;
+  auto [found, fresh] = bound.try_emplace(p);
+  std::unordered_map<int, dnnl::memory>& args = found->second;
+  if (fresh) {
+    args.emplace(DNNL_ARG_SRC, dnnl::memory(p->a, e, DNNL_MEMORY_NONE));
+    args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(p->b, e, DNNL_MEMORY_NONE));
+    args.emplace(DNNL_ARG_DST, dnnl::memory(p->c, e, DNNL_MEMORY_NONE));
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p->scratch, e, DNNL_MEMORY_NONE));
+    if (k.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias, e, DNNL_MEMORY_NONE));
+  }
+  args.at(DNNL_ARG_SRC).set_data_handle(const_cast<void*>(a));
+  args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<void*>(b));
+  args.at(DNNL_ARG_DST).set_data_handle(c);
+  args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(scratch.data());
+  if (k.bias) args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<float*>(bias));
   thread_local dnnl::stream s(e);
   try {
     p->prim.execute(s, args);
