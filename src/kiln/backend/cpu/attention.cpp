@@ -209,8 +209,7 @@ bool product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* 
   thread_local std::vector<float> wa, wb;
   auto widen = [](const uint16_t* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& w) {
     w.resize(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < cols; ++j) w[static_cast<size_t>(r * cols + j)] = bf16_to_float(x[r * ld + j]);
+    for (int64_t r = 0; r < rows; ++r) widen_bf16(x + r * ld, w.data() + r * cols, cols);
     return w.data();
   };
   const int64_t ca = ta ? M : K, cb = tb ? K : N;  // the stored matrices' columns

@@ -378,7 +378,7 @@ void run_rope(const Instr& ins, std::span<char* const> in, char* out, std::span<
       const float* xr = reinterpret_cast<const float*>(x) + r * D;
       if (bf16) {
         const auto* xb = reinterpret_cast<const uint16_t*>(x) + r * D;
-        for (int64_t i = 0; i < D; ++i) wide[i] = bf16_to_float(xb[i]);
+        widen_bf16(xb, wide.data(), D);
         xr = wide.data();
       }
       rope_row(xr, cos + table_row * D, sin + table_row * D, y + r * D, D / 2, transpose);
