@@ -2,7 +2,7 @@
 // the composite computes them (matmul, scale, causal where, softmax with the
 // mask, dropout, matmul) but a block of query rows at a time, so the scores
 // never leave the cache:
-//   forward, per block of rows of one head: S = q kᵀ (sgemm), the softmax
+//   forward, per head, block of rows after block: S = q kᵀ (sgemm), the softmax
 //   rows with the kernels.cpp softmax's own steps, the dropout factors from
 //   the same Philox elements dropout() draws, y = P v (sgemm);
 //   backward, per head: the same P block by block (kept by the forward,
@@ -14,8 +14,9 @@
 // probability 0 (unless a row's visible keys are all masked: then the block
 // takes every key, as the composite's softmax does). With a sliding window a
 // block also starts at its first row's first key: the keys before it are
-// never read (a row whose window holds only masked keys spreads its weight
-// over them; transformers gives NaN there). With segment ids (packed rows)
+// never read (but for the one before an odd first key, times 0, in
+// PairedProducts; a row whose window holds only masked keys spreads its
+// weight over them; transformers gives NaN there). With segment ids (packed rows)
 // a row sees only the keys of its own segment, one run of keys [first,
 // end): a block starts at its first row's segment and (not causal) ends
 // with its last row's, so the keys of other examples are never read, and a
@@ -26,9 +27,10 @@
 // on the thread count. With bf16 inputs, the dropped probabilities, the
 // output gradient, the probabilities' gradient and dS are rounded to bf16
 // where autocast's composite rounds them; on a CPU with bf16 products
-// (native_bf16_products) the block products then read q, k, v in place and
-// those blocks as bf16 (oneDNN's bf16 matmul, f32 sums), elsewhere their
-// widened values (sgemm): the same exact products, summed in another order.
+// (native_bf16_products) the block products then read q, k, v and those
+// blocks as bf16 pair words (PairedProducts: AVX512-BF16's dot products, f32
+// sums), elsewhere their widened values (sgemm, WideProducts): the same
+// exact products, summed in another order.
 // q, k, v and dy may be strided views of [B, H, T, D] (a head's rows D
 // floats apart or more): the heads of a [B, T, H·D] projection are read in
 // place (CompileOptions::strided_attention_operands). The result may be
@@ -49,6 +51,7 @@
 #include "kiln/backend/attention_args.h"
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/kernels.h"
+#include "kiln/backend/cpu/bf16_tiles.h"
 #include "kiln/backend/cpu/philox.h"
 #include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
@@ -108,7 +111,7 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   static_cast<AttentionArgs&>(g) = attention_args(ins);
   g.bf16 = ins.inputs[0].dtype == DType::bf16;
   g.native = g.bf16 && ins.inputs[1].dtype == DType::bf16 && ins.inputs[2].dtype == DType::bf16 &&
-             native_bf16_products();
+             native_bf16_products() && bf16_tiles_available();
   if (g.mask_input >= 0)
     g.mask = reinterpret_cast<const float*>(in[g.mask_input]) + ins.inputs[g.mask_input].view.offset;
   if (g.key_input >= 0) g.key = reinterpret_cast<const int64_t*>(in[g.key_input]) + ins.inputs[g.key_input].view.offset;
@@ -116,7 +119,8 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   // 1024. Smaller causal blocks skip more keys; at [4,12,256,64] 64 and 32
   // rows measured alike and 128 10-15 % slower (its blocks reach 75 % of the
   // keys, 64's 62.5 %).
-  g.block = std::clamp<int64_t>(16384 / std::max<int64_t>(g.Tk, 1), 16, 128);
+  // (An even count: PairedProducts pairs the rows of a block.)
+  g.block = std::clamp<int64_t>(16384 / std::max<int64_t>(g.Tk, 1), 16, 128) / 2 * 2;
   g.kept = ir::AttentionAttrs::of(ins.attrs).kept_probs;
   if (g.segment_input >= 0 && g.B > 0) segment_runs(ins.inputs[g.segment_input], in[g.segment_input], g);
   return g;
@@ -194,30 +198,6 @@ Bf16Heads bf16_heads(const Instr& ins, std::span<char* const> in, size_t k) {
   return heads_at(ins.inputs[k].view, reinterpret_cast<const uint16_t*>(in[k]));
 }
 
-// Row-major c (M x N) = op(a)·op(b), or += with accumulate: sgemm for f32
-// operands; for bf16 ones oneDNN's bf16 matmul (the exact products summed in
-// f32, as sgemm sums the widened values), or, where oneDNN declines the
-// layout, the operands widened for sgemm.
-bool product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
-             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  return sgemm(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, accumulate);
-}
-bool product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* a, int64_t lda, const uint16_t* b,
-             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  if (M == 0 || N == 0) return true;
-  if (K > 0 && matmul_primitive_bf16(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, nullptr, accumulate)) return true;
-  thread_local std::vector<float> wa, wb;
-  auto widen = [](const uint16_t* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& w) {
-    w.resize(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)));
-    for (int64_t r = 0; r < rows; ++r) widen_bf16(x + r * ld, w.data() + r * cols, cols);
-    return w.data();
-  };
-  const int64_t ca = ta ? M : K, cb = tb ? K : N;  // the stored matrices' columns
-  const float* fa = widen(a, ta ? K : M, ca, lda, wa);
-  const float* fb = widen(b, tb ? N : K, cb, ldb, wb);
-  return sgemm(ta, tb, M, N, K, fa, std::max<int64_t>(ca, 1), fb, std::max<int64_t>(cb, 1), c, ldc, accumulate);
-}
-
 struct Block {
   int64_t b, h, i0, rows, keys;  // query rows [i0, i0 + rows) of head (b, h) against keys [k0, keys)
   int64_t k0 = 0;                // (a sliding window's first key; the block's columns are keys k0..)
@@ -235,6 +215,167 @@ Block block_of(const Geometry& g, int64_t bh, int64_t blk) {
   return {b, bh % g.H, i0, rows, keys, k0};
 }
 
+// A block's two computed operands: its dropped probabilities and dS.
+enum BlockOperand { kProbs = 0, kScoreGrads = 1 };
+
+// A head's block products, two ways (WideProducts, PairedProducts), each
+// over the block's rows [i0, i0 + rows) and columns (keys) [k0, keys):
+//   head(b, h)           before the head's blocks, on the thread that runs them
+//   scores(x, s)         s = q kᵀ (rows × cols)
+//   dprobs(x, ds)        ds = dy vᵀ (the probabilities' gradient)
+//   operand(o, x, xb)    xb (rows × cols, f32) as the block's operand o for
+//                        the products below: for bf16 inputs rounded to bf16
+//                        first (kRoundsOperands: by operand() itself)
+//   values(x, y, ldy)    y = kProbs · v
+//   queries(x, dq, ld)   dq = kScoreGrads · k
+//   keys(o, x, j0, j1, d, ldd, acc)  rows [j0, j1) of the block's keys:
+//                        d (+)= (o's columns j0..j1)ᵀ · (dy for kProbs, q for
+//                        kScoreGrads) over the block's rows
+// Each returns false where its product failed.
+
+// f32 operands for sgemm: q, k, v and dy as stored, or bf16 ones widened
+// (exactly: the same products as bf16 products, summed in f32), as on a
+// CPU without bf16 products.
+struct WideProducts {
+  static constexpr bool kRoundsOperands = false;  // (bf16 values: rounded in f32 first)
+  const Geometry& g;
+  Heads q, k, v, dy;
+  const float* ops[2] = {};
+
+  void head(int64_t, int64_t) {}
+  bool scores(const Block& x, float* s) const {
+    return sgemm(false, true, x.rows, x.cols(), g.D, q.at(x.b, x.h, x.i0), q.ld, k.at(x.b, x.h, x.k0), k.ld, s,
+                 x.cols(), false);
+  }
+  bool dprobs(const Block& x, float* ds) const {
+    return sgemm(false, true, x.rows, x.cols(), g.D, dy.at(x.b, x.h, x.i0), dy.ld, v.at(x.b, x.h, x.k0), v.ld, ds,
+                 x.cols(), false);
+  }
+  void operand(BlockOperand o, const Block&, const float* xb) { ops[o] = xb; }
+  bool values(const Block& x, float* y, int64_t ldy) const {
+    return sgemm(false, false, x.rows, g.D, x.cols(), ops[kProbs], x.cols(), v.at(x.b, x.h, x.k0), v.ld, y, ldy,
+                 false);
+  }
+  bool queries(const Block& x, float* dq, int64_t ld) const {
+    return sgemm(false, false, x.rows, g.D, x.cols(), ops[kScoreGrads], x.cols(), k.at(x.b, x.h, x.k0), k.ld, dq,
+                 ld, false);
+  }
+  bool keys(BlockOperand o, const Block& x, int64_t j0, int64_t j1, float* d, int64_t ldd, bool acc) const {
+    const Heads& y = o == kProbs ? dy : q;
+    return sgemm(true, false, j1 - j0, g.D, x.rows, ops[o] + j0, x.cols(), y.at(x.b, x.h, x.i0), y.ld, d, ldd,
+                 acc);
+  }
+};
+
+// bf16 q, k, v and dy on a CPU with bf16 products: tile_product on pair
+// words (bf16_tiles.h), each operand of a head packed once on the thread
+// that runs the head (q and dy as A operands read in place where a head's
+// rows are an even count of elements), the block's operands converted to
+// bf16 as they come (rounded where autocast rounds them). The products that sum
+// over keys (y = P v, dq = dS k) start at an even key, k0 rounded down: the
+// key before an odd k0 adds 0 · its row of v or k (NaN only where that row
+// holds an infinity or NaN, as the composite's product over every key gives).
+struct PairedProducts {
+  static constexpr bool kRoundsOperands = true;  // (operand() rounds f32 values to bf16)
+  const Geometry& g;
+  Bf16Heads q, k, v, dy;  // dy: the gradient's
+  bool grad;              // the gradient's products, else the forward's
+  // The head's q and dy as A operands: row t's pair p at [t·row + p·pair].
+  struct AOperand {
+    const uint16_t* at = nullptr;
+    int64_t row = 0, pair = 0;
+  } qa{}, dya{};
+  // k and v as Bᵀ operands, their columns as pairs ([D/2][Tk]); k, v, q and
+  // dy as B operands, their rows as pairs ([T/2][D]).
+  uint32_t *kc = nullptr, *vc = nullptr, *kr = nullptr, *vr = nullptr, *qr = nullptr, *dyr = nullptr;
+  // The block's operands: rows of bf16 from column k0 rounded down (an even
+  // count), and (gradient) pairs of rows from column k0.
+  uint16_t* rows[2] = {};
+  uint32_t* pairs[2] = {};
+
+  int64_t D2() const { return (g.D + 1) / 2; }
+  static uint32_t* buffer(size_t which, int64_t n) {
+    thread_local std::vector<uint32_t> buffers[12];
+    std::vector<uint32_t>& b = buffers[which];
+    if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+    return b.data();
+  }
+  void head(int64_t b, int64_t h) {
+    const int64_t ck = D2() * g.Tk, rq = (g.Tq + 1) / 2 * g.D, rk = (g.Tk + 1) / 2 * g.D;
+    auto cols = [&](const Bf16Heads& x, int64_t T, uint32_t* to) {
+      pack_column_pairs(x.at(b, h), x.ld, T, g.D, to, T);
+      return to;
+    };
+    auto pair = [&](const Bf16Heads& x, int64_t T, uint32_t* to) {
+      pack_row_pairs(x.at(b, h), x.ld, T, g.D, to, g.D);
+      return to;
+    };
+    auto a_operand = [&](const Bf16Heads& x, size_t which) {  // (an odd D: the rows' last pair padded with 0)
+      if (g.D % 2 == 0) return AOperand{x.at(b, h), x.ld, 2};
+      return AOperand{reinterpret_cast<const uint16_t*>(cols(x, g.Tq, buffer(which, D2() * g.Tq))), 2, 2 * g.Tq};
+    };
+    if (!grad || !g.kept) {  // (the scores: the forward's, or the gradient's recomputed)
+      qa = a_operand(q, 0);
+      kc = cols(k, g.Tk, buffer(1, ck));
+    }
+    if (!grad) {
+      vr = pair(v, g.Tk, buffer(2, rk));
+      return;
+    }
+    dya = a_operand(dy, 3);
+    vc = cols(v, g.Tk, buffer(4, ck));
+    kr = pair(k, g.Tk, buffer(5, rk));
+    qr = pair(q, g.Tq, buffer(6, rq));
+    dyr = pair(dy, g.Tq, buffer(7, rq));
+  }
+  // s (x.rows × x.cols()) = a's rows · (the columns from k0 of c)ᵀ.
+  void over_dims(const AOperand& a, const uint32_t* c, const Block& x, float* s) const {
+    tile_product(x.rows, x.cols(), D2(), a.at + x.i0 * a.row, a.row, a.pair, c + x.k0, g.Tk, s, x.cols(), false);
+  }
+  bool scores(const Block& x, float* s) const {
+    over_dims(qa, kc, x, s);
+    return true;
+  }
+  bool dprobs(const Block& x, float* ds) const {
+    over_dims(dya, vc, x, ds);
+    return true;
+  }
+  // (Columns from k0 rounded down, as pairs: their count.)
+  static int64_t lead(const Block& x) { return x.k0 % 2; }
+  static int64_t width(const Block& x) { return (lead(x) + x.cols() + 1) / 2 * 2; }
+  void operand(BlockOperand o, const Block& x, const float* xb) {
+    const int64_t n = x.cols(), w = width(x), l = lead(x);
+    uint16_t* r = rows[o] = reinterpret_cast<uint16_t*>(buffer(8 + o, x.rows * w / 2));
+    for (int64_t i = 0; i < x.rows; ++i) {
+      uint16_t* ri = r + i * w;
+      if (l) ri[0] = 0;
+      round_to_bf16(xb + i * n, ri + l, n);
+      if (l + n < w) ri[w - 1] = 0;
+    }
+    if (grad) pack_row_pairs(r + l, w, x.rows, n, pairs[o] = buffer(10 + o, (x.rows + 1) / 2 * n), n);
+  }
+  // c = rows[o] · (the head's rows of b as pairs, from key k0 rounded down).
+  void over_keys(BlockOperand o, const Block& x, const uint32_t* b, float* c, int64_t ldc) const {
+    const int64_t w = width(x);
+    tile_product(x.rows, g.D, w / 2, rows[o], w, 2, b + (x.k0 - lead(x)) / 2 * g.D, g.D, c, ldc, false);
+  }
+  bool values(const Block& x, float* y, int64_t ldy) const {
+    over_keys(kProbs, x, vr, y, ldy);
+    return true;
+  }
+  bool queries(const Block& x, float* dq, int64_t ld) const {
+    over_keys(kScoreGrads, x, kr, dq, ld);
+    return true;
+  }
+  bool keys(BlockOperand o, const Block& x, int64_t j0, int64_t j1, float* d, int64_t ldd, bool acc) const {
+    // (x.i0 is even: blocks are an even number of rows.)
+    const uint32_t* b = (o == kProbs ? dyr : qr) + x.i0 / 2 * g.D;
+    tile_product(j1 - j0, g.D, (x.rows + 1) / 2, reinterpret_cast<const uint16_t*>(pairs[o] + j0), 2, 2 * x.cols(),
+                 b, g.D, d, ldd, acc);
+    return true;
+  }
+};
+
 // The block's softmax probabilities into p (rows × keys) and, with dropout,
 // each element's factor (0 or 1 / (1 - dropout)) into keep. extent[r]: the
 // keys of row r that may have weight (a causal row's first i + 1, rounded up
@@ -243,13 +384,11 @@ Block block_of(const Geometry& g, int64_t bh, int64_t blk) {
 // at most float lowest) spreads its weight over the later keys too, as the
 // composite's does: then the block is redone with every key (x.keys = Tk)
 // and that row takes them all.
-template <typename T>
-bool probabilities(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<const T>& k, Block& x, float* p,
-                   float* keep, int64_t* extent) {
+template <class Products>
+bool probabilities(const Geometry& g, const Products& prod, Block& x, float* p, float* keep, int64_t* extent) {
   const float lowest = std::numeric_limits<float>::lowest();
   const int64_t n = x.cols();
-  if (!product(false, true, x.rows, n, g.D, q.at(x.b, x.h, x.i0), q.ld, k.at(x.b, x.h, x.k0), k.ld, p, n, false))
-    return false;
+  if (!prod.scores(x, p)) return false;
   const float* mask = g.mask ? g.mask + x.b * g.mask_batch_stride + x.k0 : nullptr;
   for (int64_t r = 0; r < x.rows; ++r) {
     const int64_t i = x.i0 + r - x.k0;  // the row's own key, as a column
@@ -275,7 +414,7 @@ bool probabilities(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<c
     if (e < n && !(m > lowest) && g.window == 0 && !g.segmented()) {
       if (n < g.Tk) {
         x.keys = g.Tk;
-        return probabilities(g, q, k, x, p, keep, extent);
+        return probabilities(g, prod, x, p, keep, extent);
       }
       scores(e, n);
       m = row_max(pr, n);
@@ -313,9 +452,8 @@ void round_bf16(float* x, int64_t n) {
 
 // The probabilities the product with v reads, row by row over each row's
 // extent (p and keep are 0 past it): dropped (p · factor, 0 where dropped
-// even if p is NaN, as dropout()'s where) and, for bf16 inputs, rounded.
-void dropped(const Geometry& g, const Block& x, const int64_t* extent, const float* p, const float* keep,
-             float* out) {
+// even if p is NaN, as dropout()'s where) and, with `round`, rounded to bf16.
+void dropped(const Block& x, const int64_t* extent, const float* p, const float* keep, bool round, float* out) {
   const int64_t n = x.cols();
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* pr = p + r * n;
@@ -328,15 +466,14 @@ void dropped(const Geometry& g, const Block& x, const int64_t* extent, const flo
     } else if (o != pr) {
       std::copy(pr, pr + e, o);
     }
-    if (g.bf16)
-      round_bf16(o, e);
+    if (round) round_bf16(o, e);
     if (o != pr) std::fill(o + e, o + n, 0.0f);
   }
 }
 
 // dropped() from kept probabilities: with dropout 0 where the sign bit is
-// set, else p · factor; for bf16 inputs rounded.
-void kept_dropped(const Geometry& g, const Block& x, const int64_t* extent, const float* p, float* out) {
+// set, else p · factor; with `round` rounded to bf16.
+void kept_dropped(const Geometry& g, const Block& x, const int64_t* extent, const float* p, bool round, float* out) {
   const int64_t n = x.keys;
   const float factor = g.inv_keep;
   for (int64_t r = 0; r < x.rows; ++r) {
@@ -349,8 +486,7 @@ void kept_dropped(const Geometry& g, const Block& x, const int64_t* extent, cons
     } else {
       std::copy(pr, pr + e, o);
     }
-    if (g.bf16)
-      round_bf16(o, e);
+    if (round) round_bf16(o, e);
     std::fill(o + e, o + n, 0.0f);
   }
 }
@@ -389,51 +525,37 @@ float* scratch(size_t which, size_t n) {
   return b.data();
 }
 
-// A block of n values (rounded to bf16 where the inputs are bf16) as the
-// block products' operand: itself for f32 products, packed into the
-// thread's bf16 scratch `which` for bf16 ones.
-template <typename T>
-const T* block_operand(const float* x, int64_t n, size_t which) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    thread_local std::vector<uint16_t> buffers[2];
-    std::vector<uint16_t>& b = buffers[which];
-    if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-    round_to_bf16(x, b.data(), n);
-    return b.data();
-  }
-}
-
 int64_t blocks_of(const Geometry& g) { return (g.Tq + g.block - 1) / g.block; }
 
-// The forward's blocks, with products of T operands (f32, or bf16 for
-// Geometry::native).
-template <typename T>
-bool forward_blocks(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<const T>& k,
-                    const HeadsOf<const T>& v, const OutHeads& y, const std::optional<Kept>& kept) {
+// The forward's blocks, a head at a time on each thread, with the products
+// of `products` (WideProducts or PairedProducts).
+template <class Products>
+bool forward_blocks(const Geometry& g, const Products& products, const OutHeads& y, const std::optional<Kept>& kept) {
   const int64_t blocks = blocks_of(g);
   bool ok = true;
 #pragma omp parallel reduction(&& : ok)
   {
+    Products prod = products;
     const size_t n = static_cast<size_t>(g.block * g.Tk);
     float* p = scratch(0, n);
     float* keep = g.key ? scratch(1, n) : nullptr;
     std::vector<int64_t> extent(static_cast<size_t>(g.block));
-#pragma omp for collapse(2) schedule(dynamic)
-    for (int64_t bh = 0; bh < g.B * g.H; ++bh)
+#pragma omp for schedule(dynamic)
+    for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
+      prod.head(bh / g.H, bh % g.H);
       for (int64_t blk = 0; blk < blocks; ++blk) {
         Block x = block_of(g, bh, blk);
-        ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
+        ok = ok && probabilities(g, prod, x, p, keep, extent.data());
         if (kept) {  // (never windowed: compile.cpp keeps no probabilities for a window)
           keep_block(p, keep, x.rows * x.keys, kept->p + (bh * g.Tq + x.i0) * g.Tk);
           for (int64_t r = 0; r < x.rows; ++r) kept->extent[bh * g.Tq + x.i0 + r] = static_cast<int32_t>(extent[r]);
         }
-        if (keep || g.bf16) dropped(g, x, extent.data(), p, keep, p);
-        const T* pv = block_operand<T>(p, x.rows * x.cols(), 0);
-        ok = ok && product(false, false, x.rows, g.D, x.cols(), pv, x.cols(), v.at(x.b, x.h, x.k0), v.ld,
-                           y.at(x.b, x.h, x.i0), y.ld, false);
+        const bool round = g.bf16 && !Products::kRoundsOperands;
+        if (keep || round) dropped(x, extent.data(), p, keep, round, p);
+        prod.operand(kProbs, x, p);
+        ok = ok && prod.values(x, y.at(x.b, x.h, x.i0), y.ld);
       }
+    }
 #ifdef __AVX512F__
     _mm_sfence();  // keep_block's streamed stores, before the gradient reads them
 #endif
@@ -454,12 +576,16 @@ void forward(const Instr& ins, std::span<char* const> in, char* out, std::span<c
   }
   bool ok = true;
   if (g.native) {
-    ok = forward_blocks(g, bf16_heads(ins, in, 0), bf16_heads(ins, in, 1), bf16_heads(ins, in, 2), y, kept);
+    ok = forward_blocks(g, PairedProducts{g, bf16_heads(ins, in, 0), bf16_heads(ins, in, 1), bf16_heads(ins, in, 2),
+                                          {}, false},
+                        y, kept);
   } else {
     std::vector<float> wq, wk, wv;
-    ok = forward_blocks(g, heads(ins, in, 0, wq), heads(ins, in, 1, wk), heads(ins, in, 2, wv), y, kept);
+    ok = forward_blocks(g, WideProducts{g, heads(ins, in, 0, wq), heads(ins, in, 1, wk), heads(ins, in, 2, wv), {}},
+                        y, kept);
   }
-  KILN_CHECK(ok, "attention: oneDNN's product failed for a head of [", g.Tq, "x", g.D, "]·[", g.D, "x", g.Tk, "]");
+  KILN_CHECK(ok, "attention: oneDNN's sgemm failed for a block of a head of [", g.Tq, "x", g.D, "]·[", g.D, "x",
+             g.Tk, "]");
 }
 
 // The output gradient as autocast's products read it: rounded to bf16, as
@@ -488,16 +614,16 @@ struct Bf16Grads {
   HeadsOf<uint16_t> dq, dk, dv;
 };
 
-// The gradient's heads, with products of T operands (f32, or bf16 for
-// Geometry::native).
-template <typename T>
-bool backward_heads(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<const T>& k,
-                    const HeadsOf<const T>& v, const HeadsOf<const T>& dy, const std::optional<Kept>& kept,
-                    OutHeads dq, OutHeads dk, OutHeads dv, const Bf16Grads* rounded) {
+// The gradient's heads, a head at a time on each thread, with the products
+// of `products` (WideProducts or PairedProducts).
+template <class Products>
+bool backward_heads(const Geometry& g, const Products& products, const std::optional<Kept>& kept, OutHeads dq,
+                    OutHeads dk, OutHeads dv, const Bf16Grads* rounded) {
   const int64_t blocks = blocks_of(g);
   bool ok = true;
 #pragma omp parallel reduction(&& : ok) firstprivate(dq, dk, dv)
   {
+    Products prod = products;
     const size_t n = static_cast<size_t>(g.block * g.Tk);
     float *p = scratch(0, n), *keep = g.key ? scratch(1, n) : nullptr, *pd = scratch(2, n), *ds = scratch(3, n);
     std::vector<int64_t> extent(static_cast<size_t>(g.block));
@@ -514,19 +640,18 @@ bool backward_heads(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
       const int64_t b = bh / g.H, h = bh % g.H;
+      prod.head(b, h);
       float* dkh = dk.at(b, h);
       float* dvh = dv.at(b, h);
       int64_t written = 0;  // dk and dv rows [0, written) hold a block's sum
-      // dk or dv (d, from key k0) += xᵀ y over the block's m keys: the rows no
-      // block wrote yet are set (β = 0, the bits of adding to zeros) rather
-      // than zeroed first. (Windowed blocks start at or before the keys
-      // written so far: no row is skipped.)
-      const auto add_keys = [&](const T* x, const T* y, int64_t ldy, float* d, int64_t ldd, int64_t rows, int64_t m,
-                                int64_t k0) {
-        const int64_t old = std::clamp<int64_t>(written - k0, 0, m);
-        const bool fine = old == 0 || product(true, false, old, g.D, rows, x, m, y, ldy, d, ldd, true);
-        return fine &&
-               (old == m || product(true, false, m - old, g.D, rows, x + old, m, y, ldy, d + old * ldd, ldd, false));
+      // dk or dv (d, from key k0) += oᵀ (dy or q) over the block's keys: the
+      // rows no block wrote yet are set (β = 0, the bits of adding to zeros)
+      // rather than zeroed first. (Windowed blocks start at or before the
+      // keys written so far: no row is skipped.)
+      const auto add_keys = [&](BlockOperand o, const Block& x, float* d, int64_t ldd) {
+        const int64_t m = x.cols(), old = std::clamp<int64_t>(written - x.k0, 0, m);
+        return (old == 0 || prod.keys(o, x, 0, old, d, ldd, true)) &&
+               (old == m || prod.keys(o, x, old, m, d + old * ldd, ldd, false));
       };
       for (int64_t blk = 0; blk < blocks; ++blk) {
         Block x = block_of(g, bh, blk);
@@ -538,22 +663,22 @@ bool backward_heads(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<
             x.keys = std::max(x.keys, extent[r]);
           }
         } else {
-          ok = ok && probabilities(g, q, k, x, p, keep, extent.data());
+          ok = ok && probabilities(g, prod, x, p, keep, extent.data());
         }
         const int64_t m = x.cols();
         const float* pdp = pr0;  // the probabilities as the forward's product read them
-        if (kept && (g.key || g.bf16)) {
-          kept_dropped(g, x, extent.data(), pr0, pd);
+        const bool round = g.bf16 && !Products::kRoundsOperands;
+        if (kept && (g.key || round)) {
+          kept_dropped(g, x, extent.data(), pr0, round, pd);
           pdp = pd;
-        } else if (!kept && (keep || g.bf16)) {
-          dropped(g, x, extent.data(), p, keep, pd);
+        } else if (!kept && (keep || round)) {
+          dropped(x, extent.data(), p, keep, round, pd);
           pdp = pd;
         }
-        const T* dyb = dy.at(x.b, x.h, x.i0);
         // dP (into ds) and dv
-        ok = ok && product(false, true, x.rows, m, g.D, dyb, dy.ld, v.at(x.b, x.h, x.k0), v.ld, ds, m, false);
-        ok = ok && add_keys(block_operand<T>(pdp, x.rows * m, 0), dyb, dy.ld, dvh + x.k0 * dv.ld, dv.ld, x.rows, m,
-                            x.k0);
+        ok = ok && prod.dprobs(x, ds);
+        prod.operand(kProbs, x, pdp);
+        ok = ok && add_keys(kProbs, x, dvh + x.k0 * dv.ld, dv.ld);
         for (int64_t r = 0; r < x.rows; ++r) {
           const float* pr = pr0 + r * m;
           float* dr = ds + r * m;
@@ -578,13 +703,11 @@ bool backward_heads(const Geometry& g, const HeadsOf<const T>& q, const HeadsOf<
             dr[j] = static_cast<float>(std::fabs(pr[j]) * (static_cast<double>(dr[j]) - delta)) * g.scale;
           // Later keys hold a constant: no gradient, even where a row spread its weight there.
           std::fill(dr + (g.causal ? std::min(e, x.i0 + r + 1 - x.k0) : e), dr + m, 0.0f);
-          if (g.bf16)
-            round_bf16(dr, e);
+          if (round) round_bf16(dr, e);
         }
-        const T* dsb = block_operand<T>(ds, x.rows * m, 1);
-        ok = ok && product(false, false, x.rows, g.D, m, dsb, m, k.at(x.b, x.h, x.k0), k.ld, dq.at(x.b, x.h, x.i0),
-                           dq.ld, false);
-        ok = ok && add_keys(dsb, q.at(x.b, x.h, x.i0), q.ld, dkh + x.k0 * dk.ld, dk.ld, x.rows, m, x.k0);
+        prod.operand(kScoreGrads, x, ds);
+        ok = ok && prod.queries(x, dq.at(x.b, x.h, x.i0), dq.ld);
+        ok = ok && add_keys(kScoreGrads, x, dkh + x.k0 * dk.ld, dk.ld);
         written = std::max(written, x.keys);
       }
       for (int64_t t = written; t < g.Tk; ++t) {  // (no query rows: no block wrote them)
@@ -629,16 +752,19 @@ void backward(const Instr& ins, std::span<char* const> in, char* out) {
   bool ok = true;
   if (g.native) {
     std::vector<uint16_t> dyb;
-    ok = backward_heads(g, bf16_heads(ins, in, 0), bf16_heads(ins, in, 1), bf16_heads(ins, in, 2),
-                        dy_bf16 ? bf16_heads(ins, in, last) : rounded_dy(g, heads(ins, in, last, wdy), dyb), kept, dq,
-                        dk, dv, r);
+    const Bf16Heads dy = dy_bf16 ? bf16_heads(ins, in, last) : rounded_dy(g, heads(ins, in, last, wdy), dyb);
+    ok = backward_heads(
+        g, PairedProducts{g, bf16_heads(ins, in, 0), bf16_heads(ins, in, 1), bf16_heads(ins, in, 2), dy, true}, kept,
+        dq, dk, dv, r);
   } else {
     const Heads dy = heads(ins, in, last, wdy);
-    ok = backward_heads(g, heads(ins, in, 0, wq), heads(ins, in, 1, wk), heads(ins, in, 2, wv),
-                        g.bf16 && !dy_bf16 ? rounded_dy(g, dy, wrounded) : dy, kept, dq, dk, dv, r);
+    ok = backward_heads(g,
+                        WideProducts{g, heads(ins, in, 0, wq), heads(ins, in, 1, wk), heads(ins, in, 2, wv),
+                                     g.bf16 && !dy_bf16 ? rounded_dy(g, dy, wrounded) : dy},
+                        kept, dq, dk, dv, r);
   }
-  KILN_CHECK(ok, "attention: oneDNN's product failed for the gradient of a head of [", g.Tq, "x", g.D, "]·[", g.D,
-             "x", g.Tk, "]");
+  KILN_CHECK(ok, "attention: oneDNN's sgemm failed for a block of the gradient of a head of [", g.Tq, "x", g.D,
+             "]·[", g.D, "x", g.Tk, "]");
 }
 
 }  // namespace
