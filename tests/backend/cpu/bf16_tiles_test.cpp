@@ -93,7 +93,8 @@ TEST(Bf16Tiles, ProductsMatchBf16OperandsSummedInDouble) {
                 want += p;
                 mag += std::abs(p);
               }
-              ASSERT_NEAR(got, want, (K + 2) * std::ldexp(mag, -24) + 1e-30) << what << " at (" << i << ", " << j << ")";
+              ASSERT_NEAR(got, want, (K + 2) * std::ldexp(mag, -24) + 1e-30)
+                  << what << " at (" << i << ", " << j << ")";
             }
         }
 }

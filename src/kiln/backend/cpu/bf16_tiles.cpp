@@ -36,7 +36,8 @@ KILN_BF16_TARGET inline void tile(int64_t K2, const uint16_t* a, int64_t a_row, 
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v)
-      s[r][v] = !accumulate ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xffff, c + r * ldc + 16 * v);
+      s[r][v] = accumulate ? _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xffff, c + r * ldc + 16 * v)
+                           : _mm512_setzero_ps();
   for (int64_t p = 0; p < K2; ++p) {
     __m512bh bv[V];
 #pragma GCC unroll 4
@@ -44,7 +45,8 @@ KILN_BF16_TARGET inline void tile(int64_t K2, const uint16_t* a, int64_t a_row, 
       bv[v] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi32(v == V - 1 ? last : 0xffff, b + p * ldb + 16 * v));
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(word_at(a + r * a_row + p * a_pair))));
+      const int word = static_cast<int>(word_at(a + r * a_row + p * a_pair));
+      const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(word));
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) s[r][v] = _mm512_dpbf16_ps(s[r][v], x, bv[v]);
     }
@@ -123,7 +125,8 @@ KILN_BF16_TARGET void pack_row_pairs(const uint16_t* x, int64_t ld, int64_t R, i
 // Tiles of 16 rows × 16 words: each row's 32 elements in one (masked) load,
 // the 16 × 16 words transposed in registers (interleaving words, then word
 // pairs, then 128-bit lanes twice), each word column stored as 16 rows.
-KILN_BF16_TARGET void pack_column_pairs(const uint16_t* x, int64_t ld, int64_t R, int64_t C, uint32_t* out, int64_t ldo) {
+KILN_BF16_TARGET void pack_column_pairs(const uint16_t* x, int64_t ld, int64_t R, int64_t C, uint32_t* out,
+                                        int64_t ldo) {
   const int64_t C2 = (C + 1) / 2;
   for (int64_t j0 = 0; j0 < R; j0 += 16) {
     const int64_t rows = R - j0 < 16 ? R - j0 : 16;
