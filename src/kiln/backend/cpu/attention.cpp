@@ -2,7 +2,7 @@
 // the composite computes them (matmul, scale, causal where, softmax with the
 // mask, dropout, matmul) but a block of query rows at a time, so the scores
 // never leave the cache:
-//   forward, per head, block of rows after block: S = q kᵀ (sgemm), the softmax
+//   forward, per block of rows of one head: S = q kᵀ (sgemm), the softmax
 //   rows with the kernels.cpp softmax's own steps, the dropout factors from
 //   the same Philox elements dropout() draws, y = P v (sgemm);
 //   backward, per head: the same P block by block (kept by the forward,
@@ -220,7 +220,8 @@ enum BlockOperand { kProbs = 0, kScoreGrads = 1 };
 
 // A head's block products, two ways (WideProducts, PairedProducts), each
 // over the block's rows [i0, i0 + rows) and columns (keys) [k0, keys):
-//   head(b, h)           before the head's blocks, on the thread that runs them
+//   head(b, h)           before the head's blocks (kPacksHeads: all of them)
+//                        on the thread that runs them
 //   scores(x, s)         s = q kᵀ (rows × cols)
 //   dprobs(x, ds)        ds = dy vᵀ (the probabilities' gradient)
 //   operand(o, x, xb)    xb (rows × cols, f32) as the block's operand o for
@@ -238,6 +239,7 @@ enum BlockOperand { kProbs = 0, kScoreGrads = 1 };
 // CPU without bf16 products.
 struct WideProducts {
   static constexpr bool kRoundsOperands = false;  // (bf16 values: rounded in f32 first)
+  static constexpr bool kPacksHeads = false;
   const Geometry& g;
   Heads q, k, v, dy;
   const float* ops[2] = {};
@@ -277,6 +279,7 @@ struct WideProducts {
 // holds an infinity or NaN, as the composite's product over every key gives).
 struct PairedProducts {
   static constexpr bool kRoundsOperands = true;  // (operand() rounds f32 values to bf16)
+  static constexpr bool kPacksHeads = true;      // (head() packs the head's operands)
   const Geometry& g;
   Bf16Heads q, k, v, dy;  // dy: the gradient's
   bool grad;              // the gradient's products, else the forward's
@@ -527,11 +530,13 @@ float* scratch(size_t which, size_t n) {
 
 int64_t blocks_of(const Geometry& g) { return (g.Tq + g.block - 1) / g.block; }
 
-// The forward's blocks, a head at a time on each thread, with the products
-// of `products` (WideProducts or PairedProducts).
+// The forward's blocks with the products of `products` (WideProducts or
+// PairedProducts): a thread takes a block at a time, or with kPacksHeads a
+// head's blocks at a time (packed once; fewer, larger pieces of work: the
+// threads past B·H have none).
 template <class Products>
 bool forward_blocks(const Geometry& g, const Products& products, const OutHeads& y, const std::optional<Kept>& kept) {
-  const int64_t blocks = blocks_of(g);
+  const int64_t blocks = blocks_of(g), per_item = Products::kPacksHeads ? std::max<int64_t>(blocks, 1) : 1;
   bool ok = true;
 #pragma omp parallel reduction(&& : ok)
   {
@@ -541,9 +546,10 @@ bool forward_blocks(const Geometry& g, const Products& products, const OutHeads&
     float* keep = g.key ? scratch(1, n) : nullptr;
     std::vector<int64_t> extent(static_cast<size_t>(g.block));
 #pragma omp for schedule(dynamic)
-    for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
+    for (int64_t item = 0; item < g.B * g.H * blocks / per_item; ++item) {
+      const int64_t bh = item * per_item / blocks, first = item * per_item % blocks;
       prod.head(bh / g.H, bh % g.H);
-      for (int64_t blk = 0; blk < blocks; ++blk) {
+      for (int64_t blk = first; blk < first + per_item; ++blk) {
         Block x = block_of(g, bh, blk);
         ok = ok && probabilities(g, prod, x, p, keep, extent.data());
         if (kept) {  // (never windowed: compile.cpp keeps no probabilities for a window)
