@@ -297,9 +297,11 @@ struct PairedProducts {
   uint32_t* pairs[2] = {};
 
   int64_t D2() const { return (g.D + 1) / 2; }
-  static uint32_t* buffer(size_t which, int64_t n) {
-    thread_local std::vector<uint32_t> buffers[12];
-    std::vector<uint32_t>& b = buffers[which];
+  // The thread's buffers, kept between calls: `which` of T elements, n at least.
+  template <class T>
+  static T* buffer(size_t which, int64_t n) {
+    thread_local std::vector<T> buffers[10];
+    std::vector<T>& b = buffers[which];
     if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
     return b.data();
   }
@@ -315,21 +317,22 @@ struct PairedProducts {
     };
     auto a_operand = [&](const Bf16Heads& x, size_t which) {  // (an odd D: the rows' last pair padded with 0)
       if (g.D % 2 == 0) return AOperand{x.at(b, h), x.ld, 2};
-      return AOperand{reinterpret_cast<const uint16_t*>(cols(x, g.Tq, buffer(which, D2() * g.Tq))), 2, 2 * g.Tq};
+      return AOperand{reinterpret_cast<const uint16_t*>(cols(x, g.Tq, buffer<uint32_t>(which, D2() * g.Tq))), 2,
+                      2 * g.Tq};
     };
     if (!grad || !g.kept) {  // (the scores: the forward's, or the gradient's recomputed)
       qa = a_operand(q, 0);
-      kc = cols(k, g.Tk, buffer(1, ck));
+      kc = cols(k, g.Tk, buffer<uint32_t>(1, ck));
     }
     if (!grad) {
-      vr = pair(v, g.Tk, buffer(2, rk));
+      vr = pair(v, g.Tk, buffer<uint32_t>(2, rk));
       return;
     }
     dya = a_operand(dy, 3);
-    vc = cols(v, g.Tk, buffer(4, ck));
-    kr = pair(k, g.Tk, buffer(5, rk));
-    qr = pair(q, g.Tq, buffer(6, rq));
-    dyr = pair(dy, g.Tq, buffer(7, rq));
+    vc = cols(v, g.Tk, buffer<uint32_t>(4, ck));
+    kr = pair(k, g.Tk, buffer<uint32_t>(5, rk));
+    qr = pair(q, g.Tq, buffer<uint32_t>(6, rq));
+    dyr = pair(dy, g.Tq, buffer<uint32_t>(7, rq));
   }
   // s (x.rows × x.cols()) = a's rows · (the columns from k0 of c)ᵀ.
   void over_dims(const AOperand& a, const uint32_t* c, const Block& x, float* s) const {
@@ -348,14 +351,14 @@ struct PairedProducts {
   static int64_t width(const Block& x) { return (lead(x) + x.cols() + 1) / 2 * 2; }
   void operand(BlockOperand o, const Block& x, const float* xb) {
     const int64_t n = x.cols(), w = width(x), l = lead(x);
-    uint16_t* r = rows[o] = reinterpret_cast<uint16_t*>(buffer(8 + o, x.rows * w / 2));
+    uint16_t* r = rows[o] = buffer<uint16_t>(o, x.rows * w);
     for (int64_t i = 0; i < x.rows; ++i) {
       uint16_t* ri = r + i * w;
       if (l) ri[0] = 0;
       round_to_bf16(xb + i * n, ri + l, n);
       if (l + n < w) ri[w - 1] = 0;
     }
-    if (grad) pack_row_pairs(r + l, w, x.rows, n, pairs[o] = buffer(10 + o, (x.rows + 1) / 2 * n), n);
+    if (grad) pack_row_pairs(r + l, w, x.rows, n, pairs[o] = buffer<uint32_t>(8 + o, (x.rows + 1) / 2 * n), n);
   }
   // c = rows[o] · (the head's rows of b as pairs, from key k0 rounded down).
   void over_keys(BlockOperand o, const Block& x, const uint32_t* b, float* c, int64_t ldc) const {
