@@ -215,6 +215,17 @@ Block block_of(const Geometry& g, int64_t bh, int64_t blk) {
   return {b, bh % g.H, i0, rows, keys, k0};
 }
 
+// A thread's scratch buffer `which` of T elements (n at least), kept
+// between calls: blocks of 128 KB and more would otherwise be fresh mmap'd
+// pages, faulted in on every call.
+template <class T = float>
+T* scratch(size_t which, int64_t n) {
+  thread_local std::vector<T> buffers[10];
+  std::vector<T>& b = buffers[which];
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
 // A block's two computed operands: its dropped probabilities and dS.
 enum BlockOperand { kProbs = 0, kScoreGrads = 1 };
 
@@ -297,14 +308,6 @@ struct PairedProducts {
   uint32_t* pairs[2] = {};
 
   int64_t D2() const { return (g.D + 1) / 2; }
-  // The thread's buffers, kept between calls: `which` of T elements, n at least.
-  template <class T>
-  static T* buffer(size_t which, int64_t n) {
-    thread_local std::vector<T> buffers[10];
-    std::vector<T>& b = buffers[which];
-    if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-    return b.data();
-  }
   void head(int64_t b, int64_t h) {
     const int64_t ck = D2() * g.Tk, rq = (g.Tq + 1) / 2 * g.D, rk = (g.Tk + 1) / 2 * g.D;
     auto cols = [&](const Bf16Heads& x, int64_t T, uint32_t* to) {
@@ -317,22 +320,22 @@ struct PairedProducts {
     };
     auto a_operand = [&](const Bf16Heads& x, size_t which) {  // (an odd D: the rows' last pair padded with 0)
       if (g.D % 2 == 0) return AOperand{x.at(b, h), x.ld, 2};
-      return AOperand{reinterpret_cast<const uint16_t*>(cols(x, g.Tq, buffer<uint32_t>(which, D2() * g.Tq))), 2,
+      return AOperand{reinterpret_cast<const uint16_t*>(cols(x, g.Tq, scratch<uint32_t>(which, D2() * g.Tq))), 2,
                       2 * g.Tq};
     };
     if (!grad || !g.kept) {  // (the scores: the forward's, or the gradient's recomputed)
       qa = a_operand(q, 0);
-      kc = cols(k, g.Tk, buffer<uint32_t>(1, ck));
+      kc = cols(k, g.Tk, scratch<uint32_t>(1, ck));
     }
     if (!grad) {
-      vr = pair(v, g.Tk, buffer<uint32_t>(2, rk));
+      vr = pair(v, g.Tk, scratch<uint32_t>(2, rk));
       return;
     }
     dya = a_operand(dy, 3);
-    vc = cols(v, g.Tk, buffer<uint32_t>(4, ck));
-    kr = pair(k, g.Tk, buffer<uint32_t>(5, rk));
-    qr = pair(q, g.Tq, buffer<uint32_t>(6, rq));
-    dyr = pair(dy, g.Tq, buffer<uint32_t>(7, rq));
+    vc = cols(v, g.Tk, scratch<uint32_t>(4, ck));
+    kr = pair(k, g.Tk, scratch<uint32_t>(5, rk));
+    qr = pair(q, g.Tq, scratch<uint32_t>(6, rq));
+    dyr = pair(dy, g.Tq, scratch<uint32_t>(7, rq));
   }
   // s (x.rows × x.cols()) = a's rows · (the columns from k0 of c)ᵀ.
   void over_dims(const AOperand& a, const uint32_t* c, const Block& x, float* s) const {
@@ -351,14 +354,14 @@ struct PairedProducts {
   static int64_t width(const Block& x) { return (lead(x) + x.cols() + 1) / 2 * 2; }
   void operand(BlockOperand o, const Block& x, const float* xb) {
     const int64_t n = x.cols(), w = width(x), l = lead(x);
-    uint16_t* r = rows[o] = buffer<uint16_t>(o, x.rows * w);
+    uint16_t* r = rows[o] = scratch<uint16_t>(o, x.rows * w);
     for (int64_t i = 0; i < x.rows; ++i) {
       uint16_t* ri = r + i * w;
       if (l) ri[0] = 0;
       round_to_bf16(xb + i * n, ri + l, n);
       if (l + n < w) ri[w - 1] = 0;
     }
-    if (grad) pack_row_pairs(r + l, w, x.rows, n, pairs[o] = buffer<uint32_t>(8 + o, (x.rows + 1) / 2 * n), n);
+    if (grad) pack_row_pairs(r + l, w, x.rows, n, pairs[o] = scratch<uint32_t>(8 + o, (x.rows + 1) / 2 * n), n);
   }
   // c = rows[o] · (the head's rows of b as pairs, from key k0 rounded down).
   void over_keys(BlockOperand o, const Block& x, const uint32_t* b, float* c, int64_t ldc) const {
@@ -522,15 +525,6 @@ void keep_block(const float* p, const float* keep, int64_t n, float* to) {
   for (; j < n; ++j) one(j);
 }
 
-// A thread's scratch rows, kept between calls: blocks of 128 KB and more
-// would otherwise be fresh mmap'd pages, faulted in on every call.
-float* scratch(size_t which, size_t n) {
-  thread_local std::vector<float> buffers[4];
-  std::vector<float>& b = buffers[which];
-  if (b.size() < n) b.resize(n);
-  return b.data();
-}
-
 int64_t blocks_of(const Geometry& g) { return (g.Tq + g.block - 1) / g.block; }
 
 // The forward's blocks with the products of `products` (WideProducts or
@@ -544,7 +538,7 @@ bool forward_blocks(const Geometry& g, const Products& products, const OutHeads&
 #pragma omp parallel reduction(&& : ok)
   {
     Products prod = products;
-    const size_t n = static_cast<size_t>(g.block * g.Tk);
+    const int64_t n = g.block * g.Tk;
     float* p = scratch(0, n);
     float* keep = g.key ? scratch(1, n) : nullptr;
     std::vector<int64_t> extent(static_cast<size_t>(g.block));
@@ -633,7 +627,7 @@ bool backward_heads(const Geometry& g, const Products& products, const std::opti
 #pragma omp parallel reduction(&& : ok) firstprivate(dq, dk, dv)
   {
     Products prod = products;
-    const size_t n = static_cast<size_t>(g.block * g.Tk);
+    const int64_t n = g.block * g.Tk;
     float *p = scratch(0, n), *keep = g.key ? scratch(1, n) : nullptr, *pd = scratch(2, n), *ds = scratch(3, n);
     std::vector<int64_t> extent(static_cast<size_t>(g.block));
     // A bf16 result's head: dq, dk, dv in f32, each [T, D] with the row
