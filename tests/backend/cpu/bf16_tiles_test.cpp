@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backend/cpu/executor.h"
 #include "kiln/core/bf16.h"
 #include "support/test_util.h"
 
@@ -19,7 +20,7 @@ namespace {
 
 using backend::cpu::pack_column_pairs;
 using backend::cpu::tile_product;
-using backend::cpu::bf16_tiles_available;
+using backend::cpu::cpu_has_bf16_products;
 using backend::cpu::pack_row_pairs;
 
 // n bf16 values (their bits) in [-2, 2).
@@ -31,7 +32,7 @@ std::vector<uint16_t> bf16_bits(int64_t n, unsigned seed) {
 }
 
 TEST(Bf16Tiles, PackersLayWordsAsDocumented) {
-  if (!bf16_tiles_available()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  if (!cpu_has_bf16_products()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   for (int64_t R : {1, 2, 7, 16, 33})
     for (int64_t C : {1, 2, 5, 32, 47, 64, 70}) {
       SCOPED_TRACE(std::to_string(R) + " rows x " + std::to_string(C) + " columns");
@@ -58,7 +59,7 @@ TEST(Bf16Tiles, PackersLayWordsAsDocumented) {
 // with pack_column_pairs (an A operand: row 2, pair 2·M) or (K even) read in
 // place (row K, pair 2), b packed with pack_row_pairs.
 TEST(Bf16Tiles, ProductsMatchBf16OperandsSummedInDouble) {
-  if (!bf16_tiles_available()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  if (!cpu_has_bf16_products()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   for (int64_t M : {1, 5, 6, 13})
     for (int64_t N : {1, 16, 17, 48, 63, 64, 100, 130})
       for (int64_t K : {0, 1, 2, 7, 64, 301})

@@ -111,7 +111,7 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   static_cast<AttentionArgs&>(g) = attention_args(ins);
   g.bf16 = ins.inputs[0].dtype == DType::bf16;
   g.native = g.bf16 && ins.inputs[1].dtype == DType::bf16 && ins.inputs[2].dtype == DType::bf16 &&
-             native_bf16_products() && bf16_tiles_available();
+             native_bf16_products();
   if (g.mask_input >= 0)
     g.mask = reinterpret_cast<const float*>(in[g.mask_input]) + ins.inputs[g.mask_input].view.offset;
   if (g.key_input >= 0) g.key = reinterpret_cast<const int64_t*>(in[g.key_input]) + ins.inputs[g.key_input].view.offset;
@@ -534,6 +534,7 @@ int64_t blocks_of(const Geometry& g) { return (g.Tq + g.block - 1) / g.block; }
 template <class Products>
 bool forward_blocks(const Geometry& g, const Products& products, const OutHeads& y, const std::optional<Kept>& kept) {
   const int64_t blocks = blocks_of(g), per_item = Products::kPacksHeads ? std::max<int64_t>(blocks, 1) : 1;
+  const bool round = g.bf16 && !Products::kRoundsOperands;  // the blocks' bf16 values, in f32
   bool ok = true;
 #pragma omp parallel reduction(&& : ok)
   {
@@ -553,7 +554,6 @@ bool forward_blocks(const Geometry& g, const Products& products, const OutHeads&
           keep_block(p, keep, x.rows * x.keys, kept->p + (bh * g.Tq + x.i0) * g.Tk);
           for (int64_t r = 0; r < x.rows; ++r) kept->extent[bh * g.Tq + x.i0 + r] = static_cast<int32_t>(extent[r]);
         }
-        const bool round = g.bf16 && !Products::kRoundsOperands;
         if (keep || round) dropped(x, extent.data(), p, keep, round, p);
         prod.operand(kProbs, x, p);
         ok = ok && prod.values(x, y.at(x.b, x.h, x.i0), y.ld);
@@ -623,6 +623,7 @@ template <class Products>
 bool backward_heads(const Geometry& g, const Products& products, const std::optional<Kept>& kept, OutHeads dq,
                     OutHeads dk, OutHeads dv, const Bf16Grads* rounded) {
   const int64_t blocks = blocks_of(g);
+  const bool round = g.bf16 && !Products::kRoundsOperands;  // the blocks' bf16 values, in f32
   bool ok = true;
 #pragma omp parallel reduction(&& : ok) firstprivate(dq, dk, dv)
   {
@@ -670,7 +671,6 @@ bool backward_heads(const Geometry& g, const Products& products, const std::opti
         }
         const int64_t m = x.cols();
         const float* pdp = pr0;  // the probabilities as the forward's product read them
-        const bool round = g.bf16 && !Products::kRoundsOperands;
         if (kept && (g.key || round)) {
           kept_dropped(g, x, extent.data(), pr0, round, pd);
           pdp = pd;

@@ -1,14 +1,12 @@
 // bf16 products of pair words with AVX512-BF16 (bf16_tiles.h). The
 // functions carry their own target, so that a build for CPUs without the
 // instructions (KILN_NATIVE=OFF, or built on one) still has them; callers
-// run them only where bf16_tiles_available().
+// run them only where cpu_has_bf16_products().
 #include "kiln/backend/cpu/bf16_tiles.h"
 
 #include <immintrin.h>
 
 #include <cstring>
-
-#include "kiln/backend/cpu/executor.h"
 
 #define KILN_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -95,8 +93,6 @@ KILN_BF16_TARGET void tile_product(int64_t M, int64_t N, int64_t K2, const uint1
     default: break;  // (none left)
   }
 }
-
-bool bf16_tiles_available() { return cpu_has_bf16_products(); }
 
 // Two rows' 32 columns interleaved by one permute each half.
 KILN_BF16_TARGET void pack_row_pairs(const uint16_t* x, int64_t ld, int64_t R, int64_t N, uint32_t* out, int64_t ldo) {

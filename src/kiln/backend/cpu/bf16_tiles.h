@@ -24,12 +24,10 @@ namespace kiln::backend::cpu {
 // c[M × N] = A·B (c += A·B with accumulate) for A (M × 2·K2) and B (2·K2 ×
 // N) as pair words: each element of c the sum in f32 of exact products, two
 // at a time (bf16 subnormals read as zero, as oneDNN's bf16 products read
-// them). Only where bf16_tiles_available().
+// them). Only where cpu_has_bf16_products() (executor.h: AVX512-BF16 or
+// AMX, whose CPUs have AVX512-BF16 too).
 void tile_product(int64_t M, int64_t N, int64_t K2, const uint16_t* a, int64_t a_row, int64_t a_pair,
                   const uint32_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
-
-// Whether this CPU (and build) runs tile_product: AVX512-BF16.
-bool bf16_tiles_available();
 
 // Rows [0, R) of x (bf16 bits, rows ld apart, N columns) as pairs of rows,
 // a B operand: out[p·ldo + j] = x(2p, j) | x(2p + 1, j) << 16 for p <
