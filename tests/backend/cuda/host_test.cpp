@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <set>
@@ -27,6 +28,7 @@
 #include "kiln/backend/cuda/encode.h"
 #include "kiln/backend/cuda/jit.h"
 #include "kiln/backend/cuda/fused_eval.h"
+#include "kiln/backend/cuda/libraries.h"
 #include "kiln/backend/cuda/pool.h"
 #endif
 
@@ -84,6 +86,42 @@ TEST(CudaDevice, SafetensorsLoadOntoAMissingDeviceNamesFileAndTensor) {
 #ifdef KILN_HAVE_CUDA
 
 using backend::cuda::BlockPool;
+
+// ---- cuBLAS and NVRTC: opened on first use ----
+
+#ifdef KILN_HAVE_CUDA
+// Whether this process has mapped a shared library whose file name holds `name`.
+bool mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);)
+    if (line.find(name) != std::string::npos) return true;
+  return false;
+}
+
+TEST(CudaLibraries, CublasAndNvrtcAreNotLoadedUntilTheBackendCallsThem) {
+  // (ctest runs each test in a process of its own; a GPU run's earlier
+  // tests in the same process may have multiplied matrices.)
+  if (visible_gpus() > 0) GTEST_SKIP() << "a CUDA device is visible (other tests may have opened cuBLAS)";
+  EXPECT_FALSE(mapped("libcublas")) << "cuBLAS (and cuBLASLt: ~180 MB resident) loaded with the program";
+  EXPECT_FALSE(mapped("libnvrtc"));
+  const backend::cuda::Cublas& blas = backend::cuda::cublas();
+  for (const void* f : {reinterpret_cast<const void*>(blas.create), reinterpret_cast<const void*>(blas.set_stream),
+                        reinterpret_cast<const void*>(blas.set_math_mode),
+                        reinterpret_cast<const void*>(blas.set_workspace), reinterpret_cast<const void*>(blas.gemm_ex),
+                        reinterpret_cast<const void*>(blas.gemm_strided_batched_ex),
+                        reinterpret_cast<const void*>(blas.status_string),
+                        reinterpret_cast<const void*>(blas.status_name)})
+    EXPECT_NE(f, nullptr);
+  EXPECT_TRUE(mapped("libcublas"));
+  EXPECT_STREQ(blas.status_name(CUBLAS_STATUS_NOT_INITIALIZED), "CUBLAS_STATUS_NOT_INITIALIZED");
+  EXPECT_EQ(&backend::cuda::cublas(), &blas);  // opened once
+  int major = 0, minor = 0;
+  ASSERT_EQ(backend::cuda::nvrtc().version(&major, &minor), NVRTC_SUCCESS);
+  EXPECT_GE(major, 12);
+  EXPECT_TRUE(mapped("libnvrtc"));
+  EXPECT_STREQ(backend::cuda::nvrtc().error_string(NVRTC_ERROR_INVALID_INPUT), "NVRTC_ERROR_INVALID_INPUT");
+}
+#endif
 
 // ---- the caching allocator ----
 

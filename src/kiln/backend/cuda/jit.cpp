@@ -1,7 +1,6 @@
 #include "kiln/backend/cuda/jit.h"
 
 #include <cuda_runtime_api.h>
-#include <nvrtc.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -11,6 +10,7 @@
 
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/cuda.h"
+#include "kiln/backend/cuda/libraries.h"
 #include "kiln/core/error.h"
 #include "kiln/core/atomic_file.h"
 #include "kiln/core/cache_dir.h"
@@ -35,7 +35,7 @@ const char* const kCstdint =
     "using ::uint32_t; using ::int64_t; using ::uint64_t; }\n";
 
 void check_nvrtc(nvrtcResult r, const char* call) {
-  if (r != NVRTC_SUCCESS) throw Error(std::string("nvrtc: ") + call + " failed: " + nvrtcGetErrorString(r));
+  if (r != NVRTC_SUCCESS) throw Error(std::string("nvrtc: ") + call + " failed: " + nvrtc().error_string(r));
 }
 
 uint64_t fnv1a(const std::string& s) {
@@ -67,29 +67,29 @@ std::string compile_cubin(const std::string& tu, int arch) {
   names.push_back("math.h");
   texts.push_back("#pragma once\n");
   nvrtcProgram prog;
-  check_nvrtc(nvrtcCreateProgram(&prog, tu.c_str(), "kiln_fused.cu", static_cast<int>(names.size()), texts.data(),
+  check_nvrtc(nvrtc().create_program(&prog, tu.c_str(), "kiln_fused.cu", static_cast<int>(names.size()), texts.data(),
                                  names.data()),
               "nvrtcCreateProgram");
   struct Destroy {
     nvrtcProgram* p;
-    ~Destroy() { nvrtcDestroyProgram(p); }
+    ~Destroy() { nvrtc().destroy_program(p); }
   } destroy{&prog};
   const std::string gpu = "--gpu-architecture=sm_" + std::to_string(arch);
   // No fast-math: the kernels must compute what the interpreter and the CPU compute.
   const char* options[] = {gpu.c_str(), "--std=c++17", "-default-device", "--fmad=false"};
-  const nvrtcResult r = nvrtcCompileProgram(prog, 4, options);
+  const nvrtcResult r = nvrtc().compile_program(prog, 4, options);
   if (r != NVRTC_SUCCESS) {
     size_t n = 0;
-    nvrtcGetProgramLogSize(prog, &n);
+    nvrtc().program_log_size(prog, &n);
     std::string log(n, '\0');
-    nvrtcGetProgramLog(prog, log.data());
+    nvrtc().program_log(prog, log.data());
     throw Error("nvrtc: compiling the fused kernels for sm_" + std::to_string(arch) + " failed: " +
-                nvrtcGetErrorString(r) + "\n" + log);
+                nvrtc().error_string(r) + "\n" + log);
   }
   size_t n = 0;
-  check_nvrtc(nvrtcGetCUBINSize(prog, &n), "nvrtcGetCUBINSize");
+  check_nvrtc(nvrtc().cubin_size(prog, &n), "nvrtcGetCUBINSize");
   std::string cubin(n, '\0');
-  check_nvrtc(nvrtcGetCUBIN(prog, cubin.data()), "nvrtcGetCUBIN");
+  check_nvrtc(nvrtc().cubin(prog, cubin.data()), "nvrtcGetCUBIN");
   return cubin;
 }
 
@@ -112,7 +112,7 @@ std::shared_ptr<const JitModule> load_module(const std::string& tu, int device, 
   DeviceState& ds = device_state(device);
   const int arch = ds.props.major * 10 + ds.props.minor;
   int major = 0, minor = 0;
-  check_nvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
+  check_nvrtc(nvrtc().version(&major, &minor), "nvrtcVersion");
   // The source sits next to its CUBIN: a hash collision is a miss, not a wrong kernel.
   // The unit includes kiln's headers, so their text is part of the name: a
   // kiln with other formulas in them does not load these CUBINs.

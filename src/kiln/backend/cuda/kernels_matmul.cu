@@ -9,6 +9,7 @@
 #include "kiln/backend/cuda/cuda.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/kernels_common.cuh"
+#include "kiln/backend/cuda/libraries.h"
 #include "kiln/core/env.h"
 #include "kiln/core/error.h"
 
@@ -50,7 +51,7 @@ std::atomic<bool> g_allow_tf32{false};
 void gemm(DeviceState& ds, const GemmPlan& g, const GemmPadding& pad, const char* a, const char* b, float* c,
           float beta, char* scratch) {
   if (const bool tf32 = g_allow_tf32.load(std::memory_order_relaxed); tf32 != ds.blas_tf32) {
-    KILN_CUDA_CHECK(cublasSetMathMode(ds.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    KILN_CUDA_CHECK(cublas().set_math_mode(ds.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     ds.blas_tf32 = tf32;
   }
   const cudaDataType_t type = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -78,18 +79,18 @@ void gemm(DeviceState& ds, const GemmPlan& g, const GemmPadding& pad, const char
     copy_rows(pa, lda, a + call.a * es, g.lda, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, es);
     copy_rows(pb, ldb, b + call.b * es, g.ldb, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, es);
     if (beta != 0.0f) copy_rows(pc, pad.N, c + call.c, g.N, g.N, g.M, 4);
-    KILN_CUDA_CHECK(cublasGemmEx(ds.blas, op_b, op_a, pad.N, pad.M, pad.K, &one, pb, type, ldb, pa, type, lda, &beta,
+    KILN_CUDA_CHECK(cublas().gemm_ex(ds.blas, op_b, op_a, pad.N, pad.M, pad.K, &one, pb, type, ldb, pa, type, lda, &beta,
                                  pc, CUDA_R_32F, pad.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     copy_rows(c + call.c, g.N, pc, pad.N, g.N, g.M, 4);
     return;
   }
   for (const GemmCall& call : g.calls) {
     if (call.batch == 1) {
-      KILN_CUDA_CHECK(cublasGemmEx(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b * es, type, g.ldb,
+      KILN_CUDA_CHECK(cublas().gemm_ex(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b * es, type, g.ldb,
                                    a + call.a * es, type, g.lda, &beta, c + call.c, CUDA_R_32F, g.N,
                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     } else {
-      KILN_CUDA_CHECK(cublasGemmStridedBatchedEx(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b * es, type,
+      KILN_CUDA_CHECK(cublas().gemm_strided_batched_ex(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b * es, type,
                                                  g.ldb, call.stride_b, a + call.a * es, type, g.lda, call.stride_a,
                                                  &beta, c + call.c, CUDA_R_32F, g.N, g.M * g.N, call.batch,
                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

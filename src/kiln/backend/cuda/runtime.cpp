@@ -7,6 +7,7 @@
 
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/cuda.h"
+#include "kiln/backend/cuda/libraries.h"
 #include "kiln/core/buffer.h"
 #include "kiln/core/error.h"
 
@@ -21,8 +22,8 @@ void check(cudaError_t status, const char* call) {
 
 void check(cublasStatus_t status, const char* call) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw Error(detail::concat("cuda: ", call, " failed: ", cublasGetStatusString(status), " (",
-                             cublasGetStatusName(status), ")"));
+  throw Error(detail::concat("cuda: ", call, " failed: ", cublas().status_string(status), " (",
+                             cublas().status_name(status), ")"));
 }
 
 DeviceGuard::DeviceGuard(int device) {
@@ -92,17 +93,17 @@ DeviceState::DeviceState(int i)
   KILN_CUDA_CHECK(cudaGetDeviceProperties(&props, i));
   KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
-  KILN_CUDA_CHECK(cublasCreate(&blas));
-  KILN_CUDA_CHECK(cublasSetStream(blas, stream));
+  KILN_CUDA_CHECK(cublas().create(&blas));
+  KILN_CUDA_CHECK(cublas().set_stream(blas, stream));
   // Plain fp32 products (no TF32): the CPU backend's precision.
-  KILN_CUDA_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
+  KILN_CUDA_CHECK(cublas().set_math_mode(blas, CUBLAS_DEFAULT_MATH));
   // cuBLAS's own workspace, the size its documentation recommends (32 MiB on
   // Hopper, 4 MiB before): without one, a product whose kernel needs more
   // than the default may allocate and free memory per call, and cudaFree
   // waits for the whole device. Kept for the process (as the state is).
   const size_t workspace = props.major >= 9 ? (size_t{32} << 20) : (size_t{4} << 20);
   void* ws = nullptr;
-  if (cudaMalloc(&ws, workspace) == cudaSuccess && cublasSetWorkspace(blas, ws, workspace) == CUBLAS_STATUS_SUCCESS)
+  if (cudaMalloc(&ws, workspace) == cudaSuccess && cublas().set_workspace(blas, ws, workspace) == CUBLAS_STATUS_SUCCESS)
     return;
   std::fprintf(stderr, "kiln: cuda:%d: no %zu MiB cuBLAS workspace, using cuBLAS's default\n", i, workspace >> 20);
   if (ws) cudaFree(ws);
