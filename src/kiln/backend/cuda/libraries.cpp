@@ -28,12 +28,12 @@ class Library {
   explicit Library(const char* soname) : name_(soname) {
     handle_ = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL);
     if (!handle_) {
-      const std::string first = ::dlerror();
+      const std::string first = loader_error();
       const std::string path = std::string(KILN_CUDA_LIBRARY_DIR) + "/" + soname;
       handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (!handle_)
         throw Error("cuda: cannot load " + name_ + " (the CUDA backend's " + what(soname) + "): " + first +
-                    "; and from the build's CUDA toolkit: " + ::dlerror());
+                    "; and from the build's CUDA toolkit: " + loader_error());
     }
   }
 
@@ -47,6 +47,10 @@ class Library {
   }
 
  private:
+  static std::string loader_error() {
+    const char* e = ::dlerror();
+    return e ? e : "no reason given";
+  }
   static const char* what(const char* soname) {
     return std::string(soname).find("nvrtc") != std::string::npos ? "kernel compiler" : "matrix products";
   }
@@ -56,9 +60,10 @@ class Library {
 
 #define KILN_RESOLVE(lib, field, f) field = lib.function<decltype(field)>(KILN_SYMBOL_NAME(f))
 
-// The header declares the products with exactly these types.
-[[maybe_unused]] constexpr Cublas::GemmEx kDeclaredGemmEx = &::cublasGemmEx;
-[[maybe_unused]] constexpr Cublas::GemmStridedBatchedEx kDeclaredGemmStridedBatchedEx = &::cublasGemmStridedBatchedEx;
+// The header declares the products with exactly these types (checked
+// unevaluated: naming their address would link the library).
+static_assert(sizeof(static_cast<Cublas::GemmEx>(&::cublasGemmEx)) != 0);
+static_assert(sizeof(static_cast<Cublas::GemmStridedBatchedEx>(&::cublasGemmStridedBatchedEx)) != 0);
 
 Cublas open_cublas() {
   const Library lib(KILN_CUBLAS_SONAME);
