@@ -80,10 +80,11 @@ use_bundle() {
   mkdir -p "$BUILD/prebuilt" && tar -C "$BUILD/prebuilt" -xJf "$BUNDLE" || exit 1
   log "prebuilt from commit $(cat "$BUILD/prebuilt/bundle/COMMIT"); this tree is at $(git -C "$ROOT" rev-parse HEAD 2>/dev/null)"
   BIN=$BUILD/prebuilt/bundle/bin
-  # CUDA's runtime and cuBLAS from the machine: its toolkit, else PyTorch's wheels.
+  # CUDA's runtime, cuBLAS and NVRTC from the machine: its toolkit, else
+  # PyTorch's wheels (kiln opens cuBLAS and NVRTC by soname on first use).
   local cudalibs
   cudalibs=$(find -H /usr/local/cuda/lib64 /usr/local/cuda/targets /usr/local/nvidia /opt /usr/lib -maxdepth 10 \
-    \( -name 'libcublasLt.so.13*' -o -name 'libcudart.so.13*' -o -name 'libcublas.so.13*' \) 2>/dev/null |
+    \( -name 'libcublasLt.so.13*' -o -name 'libcudart.so.13*' -o -name 'libcublas.so.13*' -o -name 'libnvrtc.so.13*' \) 2>/dev/null |
     xargs -r -n1 dirname | awk '!seen[$0]++' | paste -sd:)
   log "CUDA libraries from: ${cudalibs:-none found}"
   export LD_LIBRARY_PATH=$BUILD/prebuilt/bundle/lib:${cudalibs:+$cudalibs:}${LD_LIBRARY_PATH:-}
