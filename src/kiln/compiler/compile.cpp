@@ -151,6 +151,8 @@ class Lowering {
   std::vector<bool> inline_gen_;
   std::vector<int32_t> group_;
   std::vector<bool> summed_;  // group roots run inside the Sum that reads them
+  std::vector<int32_t> rider_;  // a group root's bf16 rounding, stored by the root's group (-1: none)
+  std::vector<bool> rides_;     // a rounding stored by its input's group
   std::vector<std::optional<Operand>> loc_;
   std::vector<std::optional<Operand>> contiguous_copy_;
 
@@ -185,6 +187,37 @@ class Lowering {
     }
     summed_.assign(n_, false);
     if (options_.fuse_sum_inputs) mark_summed_groups();
+    rider_.assign(n_, -1);
+    rides_.assign(n_, false);
+    if (options_.bf16_results) mark_riding_roundings();
+  }
+
+  // CompileOptions::bf16_results: autocast's rounding of a group's f32
+  // result to bf16 (a Cast alone in its group: the f32 values have other
+  // readers, such as the residual stream a LayerNorm's output joins, or the
+  // bias gradient's sum beside a product's bf16 operand) is stored by the
+  // group that computes the values, as a second output, instead of a pass
+  // that reads them back. Only where nothing but elementwise work, views and
+  // small kernels (that bias sum) lies between the two: the bf16 copy then
+  // starts its life no earlier than those, and no peak grows.
+  void mark_riding_roundings() {
+    for (size_t c = 0; c < n_; ++c) {
+      const GraphNode& cast = g_.nodes[c];
+      if (cast.op != Op::Cast || cast.dtype != DType::bf16 || group_[c] != static_cast<int32_t>(c) ||
+          !outputs_of_[c].empty())
+        continue;
+      const int32_t r = cast.inputs[0];
+      const GraphNode& root = g_.nodes[r];
+      if (cls_[r] != Cls::Elementwise || group_[r] != r || summed_[r] || rider_[r] >= 0 || root.dtype != DType::f32 ||
+          root.shape != cast.shape || root.op == Op::Gelu || root.op == Op::GeluGrad)  // (the GELU's own loop)
+        continue;
+      bool near = true;
+      for (size_t k = static_cast<size_t>(r) + 1; k < c && near; ++k)
+        near = cls_[k] != Cls::Kernel || 8 * numel(g_.nodes[k].shape) <= numel(cast.shape);
+      if (!near) continue;
+      rider_[r] = static_cast<int32_t>(c);
+      rides_[c] = true;
+    }
   }
 
   // A group whose root only a Sum over trailing axes reads (sum(g * g) of the
@@ -272,7 +305,7 @@ class Lowering {
         loc_[i] = view_of(i);
         return;
       case Cls::Elementwise:
-        if (group_[i] == i && !summed_[i]) emit_group(i);
+        if (group_[i] == i && !summed_[i] && !rides_[i]) emit_group(i);
         return;
       case Cls::Kernel:
         if (n.op == Op::Concat && options_.token_major_attention && concat_as_view(i)) return;
@@ -334,9 +367,18 @@ class Lowering {
   void emit_group(int32_t root) {
     Group group = build_group(root);
     Instr& ins = group.ins;
-    int32_t slot = result_slot(root);
-    ins.output = whole(slot, root);
-    loc_[root] = ins.output;
+    const int32_t rider = rider_[root];
+    if (rider < 0) {
+      ins.output = whole(result_slot(root), root);
+      loc_[root] = ins.output;
+    } else {  // the rounding is the program's last step, its output; the root's values a further one
+      const int32_t values = group.reg.at(root);
+      ins.program.push_back(FusedStep{Op::Cast, DType::bf16, values, -1, -1, -1, g_.nodes[rider].attrs});
+      ins.output = whole(result_slot(rider), rider);
+      loc_[rider] = ins.output;
+      ins.extra_outputs.push_back(ExtraOutput{values, whole(result_slot(root), root)});
+      loc_[root] = ins.extra_outputs.back().out;
+    }
     for (int32_t m : group.members)
       if (m != root && !outputs_of_[m].empty()) {
         ins.extra_outputs.push_back(ExtraOutput{group.reg.at(m), whole(result_slot(m), m)});

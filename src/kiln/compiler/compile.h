@@ -67,8 +67,9 @@ struct CompileOptions {
   static constexpr int64_t kKeptProbabilities = 256 * 256;
   // A matrix product whose f32 result is read only as autocast's bf16
   // rounding of it (through views) writes the bf16 values itself
-  // (bf16_results.cpp; CPU: oneDNN rounds as it stores). The CUDA kernels
-  // write f32 results.
+  // (bf16_results.cpp; CPU: oneDNN rounds as it stores), and a fused group
+  // stores the bf16 rounding of its f32 result as a second output
+  // (compile.cpp's riding roundings). The CUDA kernels write f32 results.
   bool bf16_results = false;
 
   // A digest of every option and constant above: the on-disk compile cache

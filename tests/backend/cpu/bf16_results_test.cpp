@@ -24,6 +24,8 @@ namespace {
 struct Executed {
   std::vector<std::vector<char>> outputs;
   size_t instructions = 0, rounding_passes = 0, widening_passes = 0, concats = 0;
+  size_t narrowing_passes = 0;  // groups that only round a computed f32 value to a bf16 tensor
+  size_t riding_roundings = 0;  // groups whose bf16 result is the rounding of a further f32 output
   std::vector<ir::Op> bf16_kernels;  // kernels (not fused groups) with a bf16 result
   bool bf16_attention_dout = false;  // the attention gradient reads the output's gradient as bf16
   std::string program;               // its dump
@@ -50,6 +52,23 @@ bool rounds_only(const compiler::Instr& ins) {
   return to_bf16;
 }
 
+// A fused group that only rounds its one f32 operand to a bf16 tensor.
+bool narrows_only(const compiler::Instr& ins) {
+  return ins.fused && ins.inputs.size() == 1 && ins.inputs[0].dtype == DType::f32 &&
+         ins.output.dtype == DType::bf16 &&
+         std::all_of(ins.program.begin(), ins.program.end(),
+                     [](const compiler::FusedStep& s) { return s.op == ir::Op::Data || s.op == ir::Op::Cast; });
+}
+
+// A fused group whose result is the bf16 rounding of a value it also stores in f32.
+bool rounding_rides(const compiler::Instr& ins) {
+  if (!ins.fused || ins.output.dtype != DType::bf16 || ins.program.back().op != ir::Op::Cast) return false;
+  const int32_t rounded = ins.program.back().a;
+  return std::any_of(ins.extra_outputs.begin(), ins.extra_outputs.end(), [&](const compiler::ExtraOutput& e) {
+    return e.reg == rounded && e.out.dtype == DType::f32;
+  });
+}
+
 Executed run(const std::vector<Tensor>& results, bool bf16_results, bool jit) {
   testing::TracedProgram traced = testing::trace_program(
       results, {.fuse_sum_inputs = true, .strided_attention_operands = true, .strided_row_sums = true,
@@ -71,6 +90,8 @@ Executed run(const std::vector<Tensor>& results, bool bf16_results, bool jit) {
   r.program = p.dump();
   for (const auto& ins : p.instrs) {
     r.rounding_passes += rounds_only(ins);
+    r.narrowing_passes += narrows_only(ins) && p.slots[ins.inputs[0].slot].kind != compiler::SlotKind::Param;
+    r.riding_roundings += rounding_rides(ins);
     r.widening_passes += widens_only(ins) && p.slots[ins.output.slot].kind != compiler::SlotKind::Output;
     r.concats += !ins.fused && ins.op == ir::Op::Concat;
     if (!ins.fused && ins.output.dtype == DType::bf16) r.bf16_kernels.push_back(ins.op);
@@ -189,6 +210,60 @@ TEST(CpuBf16Results, BertBlockKeepsItsValues) {
     for (size_t i = 0; i < x0.size(); ++i) {
       if (qkv_bias) EXPECT_NEAR(x1[i], x0[i], 1e-5 * (1 + std::fabs(x0[i]))) << "output " << o << " element " << i;
       else ASSERT_EQ(x1[i], x0[i]) << "output " << o << " element " << i;
+    }
+  }
+}
+
+// Post-LN blocks (BERT's): a LayerNorm's output is read in f32 by the
+// residual stream and rounded to bf16 for the next projection; in the
+// backward a dropout's gradient is read in f32 by the bias gradient's sum
+// and rounded for the products. The group that computes such a value
+// stores its rounding too, a second output, instead of a pass that reads
+// the value back; the values stay the same bits (but the bias gradients'
+// order, as above), compiled or interpreted. (The first block's dropout
+// gradient keeps its pass: the second block's weight gradient comes
+// between the two, and the rounding is not moved ahead of a product.)
+TEST(CpuBf16Results, RoundingsOfValuesWithF32ReadersAreStoredByTheirGroups) {
+  const int64_t B = 2, T = 12, C = 32;
+  Generator gen(9);
+  Tensor x = randn({B, T, C}, gen);
+  std::vector<Tensor> w, b;
+  for (int i = 0; i < 2; ++i) w.push_back(randn({C, C}, gen) * 0.2), b.push_back(randn({C}, gen) * 0.1);
+  Tensor g = 1.0 + randn({C}, gen) * 0.1, beta = randn({C}, gen) * 0.1;
+  mark_step();
+  for (auto* v : {&w, &b})
+    for (Tensor& t : *v) t.requires_grad_();
+  g.requires_grad_();
+  beta.requires_grad_();
+  Tensor loss;
+  {
+    Autocast autocast(true);
+    Generator drop(4);
+    Tensor h = layer_norm(x + dropout(linear(x, w[0], b[0]), 0.1, drop), g, beta);
+    Tensor o = layer_norm(h + dropout(linear(h, w[1], b[1]), 0.1, drop), g, beta);
+    loss = sum(o * o);
+  }
+  loss.backward();
+  std::vector<Tensor> results{loss, g.grad(), beta.grad()};
+  for (auto* v : {&w, &b})
+    for (Tensor& t : *v) results.push_back(t.grad());
+  for (bool jit : {true, false}) {
+    SCOPED_TRACE(jit ? "compiled loops" : "interpreter");
+    const Executed before = run(results, false, jit), after = run(results, true, jit);
+    EXPECT_EQ(before.narrowing_passes, 3u) << before.program;  // h; both dropouts' gradients
+    EXPECT_EQ(before.riding_roundings, 0u);
+    EXPECT_EQ(after.narrowing_passes, 1u) << after.program;
+    EXPECT_EQ(after.riding_roundings, 2u) << after.program;
+    ASSERT_EQ(before.outputs.size(), after.outputs.size());
+    for (size_t o = 0; o < before.outputs.size(); ++o) {
+      std::vector<float> x0(before.outputs[o].size() / 4), x1(x0.size());
+      std::memcpy(x0.data(), before.outputs[o].data(), before.outputs[o].size());
+      std::memcpy(x1.data(), after.outputs[o].data(), after.outputs[o].size());
+      const bool bias = o >= 5;
+      for (size_t i = 0; i < x0.size(); ++i) {
+        if (bias) EXPECT_NEAR(x1[i], x0[i], 1e-5 * (1 + std::fabs(x0[i]))) << "output " << o << " element " << i;
+        else ASSERT_EQ(x1[i], x0[i]) << "output " << o << " element " << i;
+      }
     }
   }
 }
