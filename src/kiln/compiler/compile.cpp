@@ -152,7 +152,6 @@ class Lowering {
   std::vector<int32_t> group_;
   std::vector<bool> summed_;  // group roots run inside the Sum that reads them
   std::vector<int32_t> rider_;  // a group root's bf16 rounding, stored by the root's group (-1: none)
-  std::vector<bool> rides_;     // a rounding stored by its input's group
   std::vector<std::optional<Operand>> loc_;
   std::vector<std::optional<Operand>> contiguous_copy_;
 
@@ -188,8 +187,13 @@ class Lowering {
     summed_.assign(n_, false);
     if (options_.fuse_sum_inputs) mark_summed_groups();
     rider_.assign(n_, -1);
-    rides_.assign(n_, false);
     if (options_.bf16_results) mark_riding_roundings();
+  }
+
+  // Whether node i is a rounding its input's group stores (rider_).
+  bool rides(int32_t i) const {
+    const GraphNode& n = g_.nodes[i];
+    return n.op == Op::Cast && rider_[n.inputs[0]] == i;
   }
 
   // CompileOptions::bf16_results: autocast's rounding of a group's f32
@@ -216,7 +220,6 @@ class Lowering {
         near = cls_[k] != Cls::Kernel || 8 * numel(g_.nodes[k].shape) <= numel(cast.shape);
       if (!near) continue;
       rider_[r] = static_cast<int32_t>(c);
-      rides_[c] = true;
     }
   }
 
@@ -305,7 +308,7 @@ class Lowering {
         loc_[i] = view_of(i);
         return;
       case Cls::Elementwise:
-        if (group_[i] == i && !summed_[i] && !rides_[i]) emit_group(i);
+        if (group_[i] == i && !summed_[i] && !rides(i)) emit_group(i);
         return;
       case Cls::Kernel:
         if (n.op == Op::Concat && options_.token_major_attention && concat_as_view(i)) return;

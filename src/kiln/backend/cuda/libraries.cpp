@@ -25,14 +25,15 @@ namespace {
 
 class Library {
  public:
-  explicit Library(const char* soname) : name_(soname) {
+  // `purpose`: what the backend uses it for, for the error.
+  Library(const char* soname, const char* purpose) : name_(soname) {
     handle_ = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL);
     if (!handle_) {
       const std::string first = loader_error();
       const std::string path = std::string(KILN_CUDA_LIBRARY_DIR) + "/" + soname;
       handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (!handle_)
-        throw Error("cuda: cannot load " + name_ + " (the CUDA backend's " + what(soname) + "): " + first +
+        throw Error("cuda: cannot load " + name_ + " (the CUDA backend's " + purpose + "): " + first +
                     "; and from the build's CUDA toolkit: " + loader_error());
     }
   }
@@ -51,9 +52,6 @@ class Library {
     const char* e = ::dlerror();
     return e ? e : "no reason given";
   }
-  static const char* what(const char* soname) {
-    return std::string(soname).find("nvrtc") != std::string::npos ? "kernel compiler" : "matrix products";
-  }
   std::string name_;
   void* handle_ = nullptr;  // kept open for the process
 };
@@ -66,7 +64,7 @@ static_assert(sizeof(static_cast<Cublas::GemmEx>(&::cublasGemmEx)) != 0);
 static_assert(sizeof(static_cast<Cublas::GemmStridedBatchedEx>(&::cublasGemmStridedBatchedEx)) != 0);
 
 Cublas open_cublas() {
-  const Library lib(KILN_CUBLAS_SONAME);
+  const Library lib(KILN_CUBLAS_SONAME, "matrix products");
   Cublas c{};
   KILN_RESOLVE(lib, c.create, cublasCreate);
   KILN_RESOLVE(lib, c.set_stream, cublasSetStream);
@@ -80,7 +78,7 @@ Cublas open_cublas() {
 }
 
 Nvrtc open_nvrtc() {
-  const Library lib(KILN_NVRTC_SONAME);
+  const Library lib(KILN_NVRTC_SONAME, "kernel compiler");
   Nvrtc n{};
   KILN_RESOLVE(lib, n.version, nvrtcVersion);
   KILN_RESOLVE(lib, n.create_program, nvrtcCreateProgram);
