@@ -67,8 +67,8 @@ std::string compile_cubin(const std::string& tu, int arch) {
   names.push_back("math.h");
   texts.push_back("#pragma once\n");
   nvrtcProgram prog;
-  check_nvrtc(nvrtc().create_program(&prog, tu.c_str(), "kiln_fused.cu", static_cast<int>(names.size()), texts.data(),
-                                 names.data()),
+  check_nvrtc(nvrtc().create_program(&prog, tu.c_str(), "kiln_fused.cu", static_cast<int>(names.size()),
+                                     texts.data(), names.data()),
               "nvrtcCreateProgram");
   struct Destroy {
     nvrtcProgram* p;

@@ -79,21 +79,21 @@ void gemm(DeviceState& ds, const GemmPlan& g, const GemmPadding& pad, const char
     copy_rows(pa, lda, a + call.a * es, g.lda, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, es);
     copy_rows(pb, ldb, b + call.b * es, g.ldb, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, es);
     if (beta != 0.0f) copy_rows(pc, pad.N, c + call.c, g.N, g.N, g.M, 4);
-    KILN_CUDA_CHECK(cublas().gemm_ex(ds.blas, op_b, op_a, pad.N, pad.M, pad.K, &one, pb, type, ldb, pa, type, lda, &beta,
-                                 pc, CUDA_R_32F, pad.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    KILN_CUDA_CHECK(cublas().gemm_ex(ds.blas, op_b, op_a, pad.N, pad.M, pad.K, &one, pb, type, ldb, pa, type, lda,
+                                     &beta, pc, CUDA_R_32F, pad.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     copy_rows(c + call.c, g.N, pc, pad.N, g.N, g.M, 4);
     return;
   }
   for (const GemmCall& call : g.calls) {
     if (call.batch == 1) {
       KILN_CUDA_CHECK(cublas().gemm_ex(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b * es, type, g.ldb,
-                                   a + call.a * es, type, g.lda, &beta, c + call.c, CUDA_R_32F, g.N,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                       a + call.a * es, type, g.lda, &beta, c + call.c, CUDA_R_32F, g.N,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     } else {
-      KILN_CUDA_CHECK(cublas().gemm_strided_batched_ex(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b * es, type,
-                                                 g.ldb, call.stride_b, a + call.a * es, type, g.lda, call.stride_a,
-                                                 &beta, c + call.c, CUDA_R_32F, g.N, g.M * g.N, call.batch,
-                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      KILN_CUDA_CHECK(cublas().gemm_strided_batched_ex(ds.blas, op_b, op_a, g.N, g.M, g.K, &one, b + call.b * es,
+                                                       type, g.ldb, call.stride_b, a + call.a * es, type, g.lda,
+                                                       call.stride_a, &beta, c + call.c, CUDA_R_32F, g.N, g.M * g.N,
+                                                       call.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
 }
