@@ -1,5 +1,6 @@
 // The CPU backend's compiled fused loops (backend/cpu/jit.h) against its
 // interpreter: the same program, executed both ways, must give the same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -442,6 +443,64 @@ TEST(CpuJit, WideGeluGivesTheCompiledLoopsBits) {
     EXPECT_EQ(wide, 0);
 #endif
   }
+}
+
+// A bf16 input of the erf-form GELU (--bf16's activation, the product's
+// rounded result) is one of 65536 values: wide_gelu looks the GELU, or its
+// gradient's factor of dy, up in a table the same functions made. Every bf16
+// value as x, with every one as dy too (another order), the activation and
+// its gradient as Autocast traces them: the computed bits. (The tanh form
+// is always computed.)
+TEST(CpuJit, GeluTablesGiveTheComputedBitsForEveryBf16Input) {
+  const int64_t n = 65536;
+  Tensor w = Tensor::from_vector(testing::uniform_values(64, 31), {8, 8});
+  Tensor xa = Tensor::from_vector(testing::uniform_values(n, 32), {n / 8, 8}).requires_grad_();
+  Tensor ya;
+  {
+    Autocast bf16;
+    ya = gelu(matmul(xa, w));
+    sum(matmul(ya, w)).backward();
+  }
+  const testing::TracedProgram rounded =
+      testing::trace_program({cast(ya, DType::bf16), xa.grad()}, {.fuse_sum_inputs = true, .bf16_results = true});
+  const testing::TracedProgram wide = testing::trace_program({ya}, {.bf16_results = true});
+  int tables = 0;
+  for (const auto* program : {&rounded.program, &wide.program})
+  for (const auto& ins : program->instrs) {
+    const bool bf16_input = std::any_of(ins.inputs.begin(), ins.inputs.end(),
+                                        [](const compiler::Operand& op) { return op.dtype == DType::bf16; });
+    if (!backend::cpu::wide_gelu(ins) || !bf16_input) continue;
+    ++tables;
+    std::vector<std::vector<char>> inputs;
+    std::vector<char*> in;
+    for (size_t k = 0; k < ins.inputs.size(); ++k) {  // input k: bf16 value (i·(2k + 1)) mod 2¹⁶ at i
+      const int64_t at = ins.inputs[k].view.offset;
+      std::vector<char>& bytes = inputs.emplace_back();
+      if (ins.inputs[k].dtype == DType::bf16) {
+        std::vector<uint16_t> bits(static_cast<size_t>(at + n));
+        for (int64_t i = 0; i < n; ++i) bits[static_cast<size_t>(at + i)] = static_cast<uint16_t>(i * (2 * k + 1));
+        bytes.assign(reinterpret_cast<const char*>(bits.data()), reinterpret_cast<const char*>(bits.data() + bits.size()));
+      } else {
+        const std::vector<float> v = awkward_values(at + n, 33 + static_cast<unsigned>(k));
+        bytes.assign(reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data() + v.size()));
+      }
+      in.push_back(bytes.data());
+    }
+    const int64_t at = ins.output.view.offset, size = static_cast<int64_t>(dtype_size(ins.output.dtype));
+    std::vector<char> looked_up((at + n) * size, 0), computed((at + n) * size, 0);
+    backend::cpu::run_fused(ins, in, looked_up.data(), {});
+    backend::cpu::set_gelu_tables(false);
+    backend::cpu::run_fused(ins, in, computed.data(), {});
+    backend::cpu::set_gelu_tables(true);
+    for (int64_t j = at; j < at + n; ++j)
+      ASSERT_TRUE(same_bits(looked_up, computed, static_cast<size_t>(j * size), ins.output.dtype))
+          << compiler::instr_label(ins) << ": bf16 x 0x" << std::hex << j - at;
+  }
+#if defined(__AVX512F__)
+  EXPECT_EQ(tables, 3) << rounded.program.dump() << wide.program.dump();  // the GELU (bf16, f32), its gradient
+#else
+  EXPECT_EQ(tables, 0);
+#endif
 }
 
 // A dropout mask as a program of its own (rand_uniform >= p into bytes)

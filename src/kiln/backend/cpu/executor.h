@@ -89,7 +89,14 @@ void sum_fused_blocks(const compiler::Instr& ins, float* y, MakeBlock make_block
 // 16 lanes at a time over whole ranges where the build has AVX-512, with the
 // bits of the compiled loop's 8 lanes (vecmath.h), and prepare() leaves it
 // to run_fused. False elsewhere.
+// A bf16 x of the erf form (--bf16's activation, read from the product
+// before) has 65536 possible values: the GELU of each, or the factor of dy
+// in its gradient (elementwise.h: dy · gelu'(x)), is computed once by the
+// same functions into a table and looked up (the same bits, faster).
 bool wide_gelu(const compiler::Instr& ins);
+// Whether wide_gelu looks bf16 inputs up in those tables (on by default):
+// tests compare both ways.
+void set_gelu_tables(bool on);
 // A fused program that is only a dropout mask, rand_uniform(key) >= p into a
 // contiguous b8 output: run_fused draws the numbers a block at a time into a
 // buffer in L1 and compares them there (the interpreter's chunks would fill

@@ -5,8 +5,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -410,13 +413,57 @@ std::optional<WideGelu> wide_gelu_form(const Instr& ins) {
 #endif
 }
 
+std::atomic<bool> g_gelu_tables{true};
+
+#if defined(__AVX512F__) && defined(KILN_HAVE_LIBMVEC)
+// The erf form's value for every bf16 x (its bits the index): the GELU, or
+// the gradient's factor of dy (dy = 1: that factor's bits, as 1 · f is f),
+// by the functions the loops call, so a lookup gives the computed bits.
+// 256 KiB each, made on first use. (Only the erf form: a gather costs less
+// than its erf, not less than the tanh form's exponential — GPT-2's GELU
+// took 10 % longer looked up, its gradient as long.)
+const float* gelu_table(bool grad) {
+  static std::once_flag once[2];
+  static std::vector<float> tables[2];
+  std::call_once(once[grad], [grad] {
+    std::vector<float> x(65536), one(65536, 1.0f);
+    for (uint32_t bits = 0; bits < 65536; ++bits) x[bits] = std::bit_cast<float>(bits << 16);
+    std::vector<float>& t = tables[grad];
+    t.resize(65536);
+    if (grad) vec::VecForm<Op::GeluGrad>::array(x.data(), one.data(), t.data(), 65536, false);
+    else vec::VecForm<Op::Gelu>::array(x.data(), nullptr, t.data(), 65536, false);
+  });
+  return tables[grad].data();
+}
+
+// (GCC 12's AVX-512 gather and widening intrinsics pass an undefined
+// vector as their unused merge source, which -Wmaybe-uninitialized reports.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// r = table[x] (dy times that where given, as gelu_grad_lanes multiplies)
+// for n values, 16 gathered at a time. (bert-base's MLP in the step: the
+// GELU 1.35x, its gradient 1.8x as fast as computed. Widening and rounding
+// in the same loop, rather than in passes over the block's buffers, made
+// both forms 15-40 % slower.)
+void look_up(const float* table, const uint16_t* x, const float* dy, float* r, int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512i at = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j)));
+    const __m512 t = _mm512_i32gather_ps(at, table, 4);
+    _mm512_storeu_ps(r + j, dy ? _mm512_mul_ps(_mm512_loadu_ps(dy + j), t) : t);
+  }
+  for (; j < n; ++j) r[j] = dy ? dy[j] * table[x[j]] : table[x[j]];
+}
+#pragma GCC diagnostic pop
+
 // wide_gelu's program over the whole output: blocks of a multiple of 16
 // values, so the values computed one by one (the last n % 8) are the
 // compiled loop's. bf16 operands are widened a block at a time into
-// buffers the L1 cache holds; a bf16 result is each block's f32 values
-// rounded as the Cast rounds them. Blocks of 1024 values (12 KiB of
-// buffers): BERT's and GPT-2's bf16 GELU and gradient took 10-15 % longer
-// with 2048 and 25 % longer with 8192 (512 as 1024), measured in the step.
+// buffers the L1 cache holds (a bf16 x of the erf form is looked up in
+// gelu_table instead); a bf16 result is each block's f32 values rounded
+// as the Cast rounds them. Blocks of 1024 values (12 KiB of buffers):
+// BERT's and GPT-2's bf16 GELU and gradient took 10-15 % longer with 2048
+// and 25 % longer with 8192 (512 as 1024), measured in the step.
 void run_wide_gelu(const Instr& ins, std::span<char* const> inputs, char* output) {
   const WideGelu w = *wide_gelu_form(ins);
   const bool rounded = ins.output.dtype == DType::bf16;
@@ -424,6 +471,8 @@ void run_wide_gelu(const Instr& ins, std::span<char* const> inputs, char* output
   const char* x = base(w.x);
   const char* dy = w.grad ? base(w.dy) : nullptr;
   const bool x16 = ins.inputs[w.x].dtype == DType::bf16, dy16 = w.grad && ins.inputs[w.dy].dtype == DType::bf16;
+  const float* table =
+      x16 && !w.tanh_form && g_gelu_tables.load(std::memory_order_relaxed) ? gelu_table(w.grad) : nullptr;
   char* r = output + ins.output.view.offset * dtype_size(ins.output.dtype);
   constexpr int64_t buffered = 1024;  // (f32 throughout: larger blocks, straight from and to memory)
   const int64_t n = numel(ins.output.view.shape), block = rounded || x16 || dy16 ? buffered : 16384;
@@ -437,13 +486,17 @@ void run_wide_gelu(const Instr& ins, std::span<char* const> inputs, char* output
       widen_bf16(reinterpret_cast<const uint16_t*>(v) + start, wide, len);
       return static_cast<const float*>(wide);
     };
-    const float* xs = f32_of(x, x16, xw);
     float* out = rounded ? values : reinterpret_cast<float*>(r) + start;
-    if (w.grad) vec::VecForm<Op::GeluGrad>::array(xs, f32_of(dy, dy16, dw), out, len, w.tanh_form);
-    else vec::VecForm<Op::Gelu>::array(xs, nullptr, out, len, w.tanh_form);
+    const float* dys = w.grad ? f32_of(dy, dy16, dw) : nullptr;
+    if (table) look_up(table, reinterpret_cast<const uint16_t*>(x) + start, dys, out, len);
+    else if (w.grad) vec::VecForm<Op::GeluGrad>::array(f32_of(x, x16, xw), dys, out, len, w.tanh_form);
+    else vec::VecForm<Op::Gelu>::array(f32_of(x, x16, xw), nullptr, out, len, w.tanh_form);
     if (rounded) round_to_bf16(values, reinterpret_cast<uint16_t*>(r) + start, len);
   }
 }
+#else
+void run_wide_gelu(const Instr&, std::span<char* const>, char*) {}  // (wide_gelu is false: never called)
+#endif
 
 // dropout_mask's program: the numbers drawn a block at a time into a buffer
 // the L1 cache holds, compared there, as bytes into the output.
@@ -480,6 +533,8 @@ bool dropout_mask(const Instr& ins) {
 }
 
 bool wide_gelu(const Instr& ins) { return wide_gelu_form(ins).has_value(); }
+
+void set_gelu_tables(bool on) { g_gelu_tables.store(on); }
 
 void run_fused_sum(const Instr& ins, std::span<char* const> inputs, char* output) {
   KILN_ASSERT(ins.op == Op::Sum && !ins.program.empty() && ins.output.dtype == DType::f32);
