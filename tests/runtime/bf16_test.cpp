@@ -219,14 +219,16 @@ TEST(Bf16, AutocastBatchedProductAgainstASharedWeight) {
 // Under Autocast the loss takes the logits rounded to bf16, as torch's
 // autocast products return them (the loss widening them): the loss of the
 // rounded values, and their gradient rounded to bf16, also with ignored
-// rows and label smoothing.
+// rows and label smoothing, in rows shorter and longer than the kernel's
+// pieces of 512 logits.
 TEST(Bf16, AutocastLossReadsTheLogitsAsBf16) {
-  const int64_t n = 7, c = 11;
-  const std::vector<float> lv = values(n * c, 31);
-  std::vector<float> scaled = lv;
-  for (float& v : scaled) v *= 9.0f;  // logits of a trained model's spread, so rounding matters
-  const Tensor labels = Tensor::from_vector(std::vector<int64_t>{3, -100, 0, 10, 5, 5, -100}, {n});
+  const int64_t n = 7;
+  for (int64_t c : {11, 1300})
   for (double smoothing : {0.0, 0.1}) {
+    const std::vector<float> lv = values(n * c, 31);
+    std::vector<float> scaled = lv;
+    for (float& v : scaled) v *= 9.0f;  // logits of a trained model's spread, so rounding matters
+    const Tensor labels = Tensor::from_vector(std::vector<int64_t>{3, -100, 0, 10, 5, 5, -100}, {n});
     Tensor x = Tensor::from_vector(scaled, {n, c}).requires_grad_();
     Tensor loss;
     {
@@ -237,8 +239,9 @@ TEST(Bf16, AutocastLossReadsTheLogitsAsBf16) {
     Tensor xr = Tensor::from_vector(rounded(scaled), {n, c}).requires_grad_();
     Tensor want = cross_entropy(xr, labels, -100, smoothing);
     want.backward();
-    EXPECT_EQ(loss.item(), want.item()) << "smoothing " << smoothing;
-    EXPECT_EQ(x.grad().to_vector<float>(), rounded(xr.grad().to_vector<float>())) << "smoothing " << smoothing;
+    EXPECT_EQ(loss.item(), want.item()) << c << " classes, smoothing " << smoothing;
+    EXPECT_EQ(x.grad().to_vector<float>(), rounded(xr.grad().to_vector<float>()))
+        << c << " classes, smoothing " << smoothing;
   }
 }
 
