@@ -479,10 +479,12 @@ TEST(CpuJit, GeluTablesGiveTheComputedBitsForEveryBf16Input) {
       if (ins.inputs[k].dtype == DType::bf16) {
         std::vector<uint16_t> bits(static_cast<size_t>(at + n));
         for (int64_t i = 0; i < n; ++i) bits[static_cast<size_t>(at + i)] = static_cast<uint16_t>(i * (2 * k + 1));
-        bytes.assign(reinterpret_cast<const char*>(bits.data()), reinterpret_cast<const char*>(bits.data() + bits.size()));
+        const char* from = reinterpret_cast<const char*>(bits.data());
+        bytes.assign(from, from + bits.size() * sizeof(uint16_t));
       } else {
         const std::vector<float> v = awkward_values(at + n, 33 + static_cast<unsigned>(k));
-        bytes.assign(reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data() + v.size()));
+        const char* from = reinterpret_cast<const char*>(v.data());
+        bytes.assign(from, from + v.size() * sizeof(float));
       }
       in.push_back(bytes.data());
     }
