@@ -66,6 +66,34 @@ void expect_within(const std::vector<float>& got, const Reference& want, const s
     ASSERT_NEAR(got[i], want.c[i], want.bound[i]) << what << " at " << i;
 }
 
+// A product's layout (transposes, shape, each operand's row padding) and
+// its operands: bf16 values (seeded from `seed`), a bias and a c to
+// accumulate onto (the next seeds).
+struct Layout {
+  bool ta, tb;
+  int64_t M, N, K, pad;
+};
+struct Operands {
+  int64_t lda, ldb;
+  std::vector<float> a, b, bias, c0;
+  std::vector<uint16_t> ah, bh;
+  std::string what;  // e.g. "37x24x200 NT"
+};
+Operands operands_of(const Layout& t, uint64_t seed) {
+  const int64_t arows = t.ta ? t.K : t.M, acols = t.ta ? t.M : t.K;
+  const int64_t brows = t.tb ? t.N : t.K, bcols = t.tb ? t.K : t.N;
+  Operands o{acols + t.pad, bcols + t.pad, {}, {}, {}, {}, {}, {}, {}};
+  o.a = rounded(testing::uniform_values(arows * o.lda, seed));
+  o.b = rounded(testing::uniform_values(brows * o.ldb, seed + 1));
+  o.bias = testing::uniform_values(t.N, seed + 2);
+  o.c0 = testing::uniform_values(t.M * t.N, seed + 3);
+  o.ah = to_bf16(o.a);
+  o.bh = to_bf16(o.b);
+  o.what = std::to_string(t.M) + "x" + std::to_string(t.N) + "x" + std::to_string(t.K) + (t.ta ? " T" : " N") +
+           (t.tb ? "T" : "N");
+  return o;
+}
+
 // Where the CPU has bf16 instructions, products of bf16 operands run as
 // oneDNN's bf16 kernels (not its reference code, not an f32 GEMM).
 TEST(CpuBf16Gemm, NativePathWhereTheCpuHasIt) {
@@ -82,22 +110,11 @@ TEST(CpuBf16Gemm, NativePathWhereTheCpuHasIt) {
 // leading dimensions, transposes, a bias, accumulation into c.
 TEST(CpuBf16Gemm, PrimitiveMatchesRoundedOperandsSummedInDouble) {
   if (!native_bf16_products()) GTEST_SKIP() << "bf16 products are emulated here";
-  struct Case {
-    bool ta, tb;
-    int64_t M, N, K, pad;
-  };
-  for (const Case& t : {Case{false, true, 37, 24, 200, 0}, Case{false, true, 64, 16, 96, 3},
-                        Case{true, false, 29, 31, 45, 0}, Case{false, false, 8, 50, 70, 5},
-                        Case{true, true, 17, 9, 33, 2}, Case{false, true, 1, 40, 300, 0},
-                        Case{false, false, 256, 256, 1024, 0}}) {
-    const int64_t arows = t.ta ? t.K : t.M, acols = t.ta ? t.M : t.K;
-    const int64_t brows = t.tb ? t.N : t.K, bcols = t.tb ? t.K : t.N;
-    const int64_t lda = acols + t.pad, ldb = bcols + t.pad;
-    const auto a = rounded(testing::uniform_values(arows * lda, 1)), b = rounded(testing::uniform_values(brows * ldb, 2));
-    const auto ah = to_bf16(a), bh = to_bf16(b);
-    const std::vector<float> bias = testing::uniform_values(t.N, 3), c0 = testing::uniform_values(t.M * t.N, 4);
-    const std::string what = std::to_string(t.M) + "x" + std::to_string(t.N) + "x" + std::to_string(t.K) +
-                             (t.ta ? " T" : " N") + (t.tb ? "T" : "N");
+  for (const Layout& t : {Layout{false, true, 37, 24, 200, 0}, Layout{false, true, 64, 16, 96, 3},
+                          Layout{true, false, 29, 31, 45, 0}, Layout{false, false, 8, 50, 70, 5},
+                          Layout{true, true, 17, 9, 33, 2}, Layout{false, true, 1, 40, 300, 0},
+                          Layout{false, false, 256, 256, 1024, 0}}) {
+    const auto [lda, ldb, a, b, bias, c0, ah, bh, what] = operands_of(t, 1);
     for (int mode = 0; mode < 3; ++mode) {  // plain, bias, accumulate
       std::vector<float> c = c0;
       const float* bp = mode == 1 ? bias.data() : mode == 2 ? c0.data() : nullptr;  // (c0's row 0 stands in)
@@ -157,6 +174,57 @@ TEST(CpuBf16Gemm, ProductsRunInPiecesMatchTheWholeProduct) {
           << what << " bf16 result at " << i;
     }
   }
+}
+
+// The 2-thread products of many rows that pack b into oneDNN's blocked
+// layout first (gemm_primitive.cpp): every layout that packs, with padded
+// leading dimensions and sizes off oneDNN's blocks, plain, with a bias,
+// accumulated and with a bf16 result, give the bits of the same product
+// reading b as stored, and match the rounded operands summed in double. On
+// one thread (a paired product) and under 512 rows nothing is packed.
+TEST(CpuBf16Gemm, PackedOperandsGiveTheBitsOfTheProductAsStored) {
+  if (!native_bf16_products()) GTEST_SKIP() << "bf16 products are emulated here";
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  for (const Layout& t : {Layout{false, false, 600, 200, 300, 0}, Layout{false, false, 1024, 768, 64, 3},
+                          Layout{false, true, 520, 700, 130, 5}, Layout{true, false, 512, 96, 1000, 0},
+                          Layout{true, true, 700, 77, 33, 1}}) {
+    const auto [lda, ldb, a, b, bias, c0, ah, bh, what] = operands_of(t, 21);
+    ASSERT_TRUE(backend::cpu::bf16_product_packs_b(t.ta, t.tb, t.M, t.N, t.K)) << what;
+    for (int mode = 0; mode < 4; ++mode) {  // plain, bias, accumulate, a bf16 result with a bias
+      const float* bp = mode == 1 || mode == 3 ? bias.data() : nullptr;
+      std::vector<float> c[2] = {c0, c0};
+      std::vector<uint16_t> h[2] = {std::vector<uint16_t>(c0.size()), std::vector<uint16_t>(c0.size())};
+      for (int packed = 0; packed < 2; ++packed) {
+        backend::cpu::set_bf16_packed_operands(packed == 1);
+        const bool ran = mode == 3 ? backend::cpu::matmul_primitive_bf16(t.ta, t.tb, t.M, t.N, t.K, ah.data(), lda,
+                                                                         bh.data(), ldb, h[packed].data(), t.N, bp)
+                                   : backend::cpu::matmul_primitive_bf16(t.ta, t.tb, t.M, t.N, t.K, ah.data(), lda,
+                                                                         bh.data(), ldb, c[packed].data(), t.N, bp,
+                                                                         mode == 2);
+        backend::cpu::set_bf16_packed_operands(true);
+        ASSERT_TRUE(ran) << what << " mode " << mode;
+      }
+      const std::string how = what + (mode == 0 ? " plain" : mode == 1 ? " bias" : mode == 2 ? " accumulate" : " bf16");
+      if (mode == 3) {
+        EXPECT_EQ(std::memcmp(h[0].data(), h[1].data(), h[0].size() * sizeof(uint16_t)), 0) << how;
+        continue;
+      }
+      EXPECT_EQ(std::memcmp(c[0].data(), c[1].data(), c[0].size() * sizeof(float)), 0) << how;
+      Reference want = reference(t.ta, t.tb, t.M, t.N, t.K, a, lda, b, ldb, bp);
+      if (mode == 2)
+        for (size_t i = 0; i < want.c.size(); ++i) want.c[i] += c0[i], want.bound[i] += std::abs(c0[i]) * 1e-7;
+      expect_within(c[1], want, how + " packed");
+    }
+  }
+  EXPECT_FALSE(backend::cpu::bf16_product_packs_b(false, false, 256, 768, 768));  // too few rows
+  EXPECT_FALSE(backend::cpu::bf16_product_packs_b(false, true, 1024, 768, 3072));  // NT, K > N
+  bool inside = true;
+#pragma omp parallel num_threads(2)
+#pragma omp single
+  inside = backend::cpu::bf16_product_packs_b(false, false, 1024, 768, 768);
+  EXPECT_FALSE(inside);  // one thread each: the paired products
+  omp_set_num_threads(threads);
 }
 
 // Large products in pieces, both results, exact: small integers (periodic in

@@ -140,6 +140,13 @@ bool matmul_primitive_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
 // Whether the bf16 products run shapes oneDNN is slow at whole in pieces
 // (gemm_primitive.cpp; on by default): benchmarks and tests compare both.
 void set_bf16_product_pieces(bool on);
+// Whether the 2-thread bf16 products of many rows pack their b operand into
+// oneDNN's blocked layout first (gemm_primitive.cpp; on by default, the same
+// bits): benchmarks and tests compare both.
+void set_bf16_packed_operands(bool on);
+// Whether a bf16 product of this layout and shape, called here (this thread,
+// its OpenMP state), packs its b operand first.
+bool bf16_product_packs_b(bool ta, bool tb, int64_t M, int64_t N, int64_t K);
 // The CPU has bf16 dot-product instructions (AVX512-BF16 or AMX), as oneDNN
 // detects them at run time.
 bool cpu_has_bf16_products();
