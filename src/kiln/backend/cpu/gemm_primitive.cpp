@@ -84,7 +84,8 @@ std::shared_ptr<const Primitive> make_or_find_primitive(const Key& k) {
     };
     auto p = std::make_shared<Primitive>();
     p->a = desc(k.M, k.K, k.ta, k.lda, operands);
-    p->b = k.packed_b ? memory::desc({k.K, k.N}, operands, memory::format_tag::any) : desc(k.K, k.N, k.tb, k.ldb, operands);
+    p->b = k.packed_b ? memory::desc({k.K, k.N}, operands, memory::format_tag::any)
+                      : desc(k.K, k.N, k.tb, k.ldb, operands);
     p->c = desc(k.M, k.N, false, k.ldc, k.bf16_result ? memory::data_type::bf16 : f32);
     if (k.bias) p->bias = memory::desc({1, k.N}, f32, memory::dims{k.N, 1});
     dnnl::primitive_attr attr;
