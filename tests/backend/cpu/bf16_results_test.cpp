@@ -167,6 +167,39 @@ TEST(CpuBf16Results, AutocastStepKeepsItsBitsWithFewerPasses) {
   backend::cpu::set_native_bf16_products(had);
 }
 
+// A decode step's MLP input projection (one token): its result, which the
+// GELU reads, is written in bf16 and keeps the bits of the one-row product
+// (our gemv) rounded by a pass, on both paths. The weight's columns cancel
+// (2^24, then ones, then -2^24), so sums in another order (oneDNN's matmul
+// at one row) give other values, not only other roundings.
+TEST(CpuBf16Results, OneRowProductWithABf16ResultKeepsItsBits) {
+  const int64_t K = 768, N = 256;
+  std::vector<float> wv(static_cast<size_t>(K * N), 1.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    wv[static_cast<size_t>(n)] = 16777216.0f;
+    wv[static_cast<size_t>((K - 1 - n % 7) * N + n)] = -16777216.0f;
+  }
+  const Tensor x = Tensor::from_vector(std::vector<float>(K, 1.0f), {1, 1, K});
+  const Tensor w = Tensor::from_vector(wv, {K, N});
+  mark_step();
+  Tensor y;
+  {
+    Autocast autocast(true);
+    y = gelu(matmul(x, w));
+  }
+  const bool had = backend::cpu::native_bf16_products();
+  for (bool native : {true, false}) {
+    SCOPED_TRACE(native ? "bf16 products" : "emulated");
+    backend::cpu::set_native_bf16_products(native);
+    const Executed before = run({y}, false, true), after = run({y}, true, true);
+    EXPECT_TRUE(has(after.bf16_kernels, ir::Op::MatMul)) << after.program;
+    ASSERT_EQ(before.outputs.size(), 1u);
+    ASSERT_EQ(after.outputs.size(), 1u);
+    EXPECT_EQ(std::memcmp(before.outputs[0].data(), after.outputs[0].data(), before.outputs[0].size()), 0);
+  }
+  backend::cpu::set_native_bf16_products(had);
+}
+
 // A BERT block: q, k and v from their own projections, a padding mask and
 // attention dropout. The values are the same but for the q, k and v bias
 // gradients, summed from the widened bf16 gradient rather than in place
