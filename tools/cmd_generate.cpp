@@ -12,7 +12,8 @@
 // with the model's chat template and the generation prompt, stops at the
 // template's end of turn (the tokenizer's eos_token) and prints the reply.
 // --bf16: products in bf16 (an Autocast around generation), and a bf16
-// checkpoint's weights stay bf16 in memory (decoding reads half the bytes).
+// checkpoint's weights stay bf16 in memory (decoding reads half the bytes);
+// an f32 checkpoint's are cast to bf16 copies once (keep_bf16_copy).
 #include <cstdio>
 #include <sstream>
 
@@ -104,6 +105,9 @@ int run_generate(const std::vector<std::string>& args) {
   load.keep_bf16 = flags.has("bf16");  // a bf16 checkpoint's matrices stay bf16, products read them directly
   auto model = models::from_pretrained_with_adapter(flags.get("model"), flags.get("adapter"), load);
   Autocast bf16(flags.has("bf16"));
+  // An f32 checkpoint's matrices: cast to bf16 once, by the first step, not by every decode step.
+  if (flags.has("bf16"))
+    for (const Tensor& p : model->parameters()) keep_bf16_copy(p);
   // An encoder-decoder (T5) reads a prompt as its encoder's input; a causal LM continues it.
   const bool seq2seq = model->config().is_encoder_decoder();
   KILN_CHECK(model->can_generate(), "generate: ", model->architecture(),

@@ -331,5 +331,65 @@ TEST(Bf16, AutocastStepsReadTheOptimizersBf16Copies) {
   EXPECT_TRUE(same(kept.w1, cast_again.w1) && same(kept.w2, cast_again.w2));
 }
 
+// Inference under Autocast (kiln generate and predict --bf16 with an f32
+// checkpoint): a weight marked with keep_bf16_copy gets its copy from the
+// first product to read it, computed with that step; the later steps read
+// the same copy, not a cast of their own, and give the bits of steps that
+// cast every weight again. A new value (assign) drops the copy and the next
+// read makes another; a bias (not a product's operand) and steps without
+// Autocast make none. Frozen weights and ones that would train alike.
+TEST(Bf16, AutocastInferenceKeepsTheBf16CopiesOfItsWeights) {
+  for (bool trainable : {false, true}) {
+    SCOPED_TRACE(trainable ? "weights that would train" : "frozen weights");
+    struct Net {
+      Tensor w1, b1, w2;
+      Net(bool trainable) {
+        w1 = Tensor::from_vector(values(32 * 24, 51), {32, 24}).requires_grad_(trainable);
+        b1 = Tensor::from_vector(values(32, 52), {32}).requires_grad_(trainable);
+        w2 = Tensor::from_vector(values(8 * 32, 53), {8, 32}).requires_grad_(trainable);
+      }
+      std::vector<float> run(const Tensor& x, bool autocast = true) const {
+        NoGradGuard no_grad;
+        Tensor y;
+        {
+          Autocast bf16(autocast);
+          y = linear(gelu(linear(x, w1, b1)), w2);
+        }
+        mark_step();
+        return y.to_vector<float>();
+      }
+    };
+    const Tensor x = Tensor::from_vector(values(4 * 24, 54), {4, 24});
+    Net kept(trainable), cast_again(trainable);
+    for (const Tensor* p : {&kept.w1, &kept.b1, &kept.w2}) keep_bf16_copy(*p);
+    std::shared_ptr<TensorImpl> first;
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_EQ(kept.run(x), cast_again.run(x)) << "step " << s;
+      for (const Tensor* p : {&kept.w1, &kept.w2}) {
+        const auto& copy = p->impl()->bf16_copy;
+        ASSERT_TRUE(copy) << "step " << s;
+        EXPECT_EQ(copy->node->op, ir::Op::Data) << "computed with the step that made it";
+        EXPECT_EQ(Tensor(copy->node).to_vector<float>(), rounded(p->to_vector<float>())) << "step " << s;
+      }
+      if (s == 0) first = kept.w1.impl()->bf16_copy;
+      EXPECT_EQ(kept.w1.impl()->bf16_copy, first) << "step " << s << " made another copy";
+      EXPECT_FALSE(kept.b1.impl()->bf16_copy) << "the bias is not a product's operand";
+      EXPECT_FALSE(cast_again.w1.impl()->bf16_copy);
+    }
+    for (Net* net : {&kept, &cast_again}) {
+      NoGradGuard no_grad;
+      net->w1.assign(net->w1 * 0.5);
+    }
+    EXPECT_EQ(kept.run(x), cast_again.run(x)) << "after a new value";
+    ASSERT_TRUE(kept.w1.impl()->bf16_copy);
+    EXPECT_NE(kept.w1.impl()->bf16_copy, first);
+    EXPECT_EQ(Tensor(kept.w1.impl()->bf16_copy->node).to_vector<float>(), rounded(kept.w1.to_vector<float>()));
+    Net plain(trainable), unmarked(trainable);
+    keep_bf16_copy(plain.w1);
+    EXPECT_EQ(plain.run(x, false), unmarked.run(x, false));
+    EXPECT_FALSE(plain.w1.impl()->bf16_copy) << "a step without Autocast";
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -15,11 +15,20 @@ bool Autocast::active() { return t_autocast; }
 
 ir::NodePtr autocast_bf16(const Tensor& x) {
   TensorImpl& t = *x.impl();
-  if (!t.leaf_requires_grad || x.dtype() != DType::f32) return ir::cast(t.node, DType::bf16);
+  if ((!t.leaf_requires_grad && !t.keeps_bf16_copy) || x.dtype() != DType::f32) return ir::cast(t.node, DType::bf16);
   t.read_as_bf16 = true;
+  const bool current = t.bf16_copy && t.copy_version == t.value_version;
+  if (t.keeps_bf16_copy && !current) {  // computed with this step, read as stored by the next ones
+    t.bf16_copy = Tensor(ir::cast(t.node, DType::bf16)).impl();
+    t.copy_version = t.value_version;
+  }
   const ir::NodePtr copy = t.bf16_copy && t.copy_version == t.value_version ? t.bf16_copy->node : nullptr;
-  // A copy not computed yet is the same cast of the same pending value.
+  // A kept copy not computed yet is read as the cast it is; an optimizer's
+  // (traced with the update, without gradients) is the same cast of the
+  // same pending value, cast again here.
+  if (copy && copy->op != ir::Op::Data && t.keeps_bf16_copy) return copy;
   if (!copy || copy->op != ir::Op::Data) return ir::cast(t.node, DType::bf16);
+  if (!t.leaf_requires_grad) return copy;
   // Gradients reach the parameter through the cast the copy stands for
   // (traced with gradients: one traced under no_grad, an evaluation's, would
   // not pass them on).
@@ -30,6 +39,8 @@ ir::NodePtr autocast_bf16(const Tensor& x) {
   }
   return copy;
 }
+
+void keep_bf16_copy(const Tensor& p) { p.impl()->keeps_bf16_copy = true; }
 
 void refresh_bf16_copy(const Tensor& p) {
   TensorImpl& t = *p.impl();

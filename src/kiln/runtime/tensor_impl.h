@@ -30,6 +30,9 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   bool read_as_bf16 = false;
   std::shared_ptr<TensorImpl> bf16_copy;
   uint64_t copy_version = 0;
+  // A weight of inference (keep_bf16_copy): the first autocast product to
+  // read it makes the copy, kept while value_version stays copy_version.
+  bool keeps_bf16_copy = false;
 };
 
 }  // namespace kiln
