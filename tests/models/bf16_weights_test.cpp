@@ -2,12 +2,15 @@
 // generation): a bf16 checkpoint's matrices load without widening, and under an
 // Autocast it gives exactly the logits and tokens of the same checkpoint
 // widened to f32 (the products round the f32 copies back to the same bf16
-// values; everything else widens bf16 exactly).
+// values; everything else widens bf16 exactly). Generation's key and value
+// caches are bf16 under an Autocast too (models::zero_kv_cache).
 #include <filesystem>
+#include <optional>
 
 #include "kiln/io/safetensors.h"
 #include "kiln/models/generation.h"
 #include "kiln/models/model.h"
+#include "kiln/models/t5.h"
 #include "kiln/runtime/autocast.h"
 #include "kiln/runtime/ops.h"
 #include "support/temp_dir.h"
@@ -96,6 +99,66 @@ TEST(Bf16Weights, KeptCheckpointGivesTheLogitsOfTheWidenedOne) {
   const auto a = p.kept->forward(in).logits.to_vector<float>(), b = p.widened->forward(in).logits.to_vector<float>();
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(a, b);
+}
+
+// Decode steps under an Autocast against bf16 caches (made by zero_kv_cache
+// inside it) and f32 ones: the same logits, bit for bit. Only products read
+// a cache, and they round it to bf16 either way. The prompt's positions
+// (prefill) and generated ones, each family's decode.
+TEST(Bf16Weights, Bf16CachesGiveTheLogitsOfF32Ones) {
+  const std::vector<int64_t> tokens{5, 17, 42, 8, 1, 30, 2};
+  const int64_t L = 12, P = 3;
+  auto caches = [](const Shape& shape, int64_t layers, bool bf16) {
+    std::optional<Autocast> on;
+    if (bf16) on.emplace();
+    std::vector<Tensor> c;
+    for (int64_t l = 0; l < layers; ++l) c.push_back(models::zero_kv_cache(shape, Device::cpu(), "cache"));
+    return c;
+  };
+  for (const char* name : {"gpt2/gpt2_lm", "llama/llama_lm", "gemma/gemma2_lm", "phi3/phi3_lm"}) {
+    SCOPED_TRACE(name);
+    auto model = models::from_pretrained(golden(name));
+    model->eval();
+    auto& lm = dynamic_cast<models::CausalLM&>(*model);
+    const auto cs = lm.cache_shape();
+    const Shape shape{1, cs.kv_heads, L, cs.head_dim};
+    std::vector<Tensor> k16 = caches(shape, cs.layers, true), v16 = caches(shape, cs.layers, true);
+    std::vector<Tensor> k32 = caches(shape, cs.layers, false), v32 = caches(shape, cs.layers, false);
+    EXPECT_EQ(k16[0].dtype(), DType::bf16);
+    EXPECT_EQ(k32[0].dtype(), DType::f32);
+    NoGradGuard no_grad;
+    Autocast bf16;
+    for (int64_t t = 0; t < static_cast<int64_t>(tokens.size()); ++t) {
+      const Tensor token = Tensor::from_vector(std::vector<int64_t>{tokens[t]}, {1, 1});
+      const Tensor pos = Tensor::from_vector(std::vector<int64_t>{t}, {});
+      const std::optional<int64_t> prefill = t < P ? std::optional<int64_t>(P) : std::nullopt;
+      const Tensor a = lm.decode_step(token, pos, k16, v16, prefill), b = lm.decode_step(token, pos, k32, v32, prefill);
+      mark_step();
+      EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>()) << "position " << t;
+      EXPECT_EQ(k16[0].dtype(), DType::bf16);
+      EXPECT_EQ(k32[0].dtype(), DType::f32);
+    }
+  }
+  auto model = models::from_pretrained(golden("t5/t5_relu_tied"));
+  model->eval();
+  auto& t5 = dynamic_cast<models::T5ForTask&>(*model);
+  NoGradGuard no_grad;
+  Autocast bf16;
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{4, 8, 15, 16, 1}, {1, 5});
+  const Tensor enc = t5.encode(ids, Tensor());
+  models::T5DecoderCache c16 = t5.start_decoding(enc, Tensor(), L), c32 = c16;
+  const int64_t NH = t5.t5_config().num_heads, D = t5.t5_config().d_kv;
+  c32.self_k = caches({1, NH, L, D}, static_cast<int64_t>(c16.self_k.size()), false);
+  c32.self_v = caches({1, NH, L, D}, static_cast<int64_t>(c16.self_v.size()), false);
+  EXPECT_EQ(c16.self_k[0].dtype(), DType::bf16);
+  mark_step();
+  for (int64_t t = 0; t < 5; ++t) {
+    const Tensor token = Tensor::from_vector(std::vector<int64_t>{tokens[t]}, {1, 1});
+    const Tensor pos = Tensor::from_vector(std::vector<int64_t>{t}, {});
+    const Tensor a = t5.decode_step(token, pos, c16), b = t5.decode_step(token, pos, c32);
+    mark_step();
+    EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>()) << "T5, position " << t;
+  }
 }
 
 }  // namespace

@@ -308,10 +308,9 @@ std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::ve
     return search.results();
   }
   std::vector<Tensor> kc, vc;
-  const std::vector<float> zeros(static_cast<size_t>(N * cs.kv_heads * L * cs.head_dim), 0.0f);
   for (int64_t l = 0; l < cs.layers; ++l) {
-    kc.push_back(Tensor::from_vector(zeros, {N, cs.kv_heads, L, cs.head_dim}, dev, "k_cache"));
-    vc.push_back(Tensor::from_vector(zeros, {N, cs.kv_heads, L, cs.head_dim}, dev, "v_cache"));
+    kc.push_back(zero_kv_cache({N, cs.kv_heads, L, cs.head_dim}, dev, "k_cache"));
+    vc.push_back(zero_kv_cache({N, cs.kv_heads, L, cs.head_dim}, dev, "v_cache"));
   }
   auto step = [&](const std::vector<int64_t>& tokens, int64_t t, std::optional<int64_t> prefill_length) {
     Tensor token = Tensor::from_vector(tokens, {N, 1}, dev, "token");

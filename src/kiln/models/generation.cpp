@@ -257,10 +257,9 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
     if (max_positions) L = std::min(*max_positions, L);
     const CausalLM::CacheShape cs = model.cache_shape();
     std::vector<Tensor> kc, vc;
-    std::vector<float> zeros_kv(static_cast<size_t>(cs.kv_heads * L * cs.head_dim), 0.0f);
     for (int64_t l = 0; l < cs.layers; ++l) {
-      kc.push_back(Tensor::from_vector(zeros_kv, {1, cs.kv_heads, L, cs.head_dim}, dev, "k_cache"));
-      vc.push_back(Tensor::from_vector(zeros_kv, {1, cs.kv_heads, L, cs.head_dim}, dev, "v_cache"));
+      kc.push_back(zero_kv_cache({1, cs.kv_heads, L, cs.head_dim}, dev, "k_cache"));
+      vc.push_back(zero_kv_cache({1, cs.kv_heads, L, cs.head_dim}, dev, "v_cache"));
     }
     auto step = [&](int64_t t, std::optional<int64_t> prefill_length) {
       Tensor token = Tensor::from_vector(std::vector<int64_t>{seq[t]}, {1, 1}, dev, "token");

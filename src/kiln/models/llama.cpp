@@ -459,8 +459,10 @@ class LlamaDecoderLayer : public nn::Module {
     Tensor h = input_norm_->forward(x);
     auto [qp, kp, vp] = projections(h);
     Tensor q = rope(normed_heads(qp, q_norm_, NH_), cos, sin);
-    Tensor k = where(at, broadcast_to(rope(normed_heads(kp, k_norm_, KVH_), cos, sin), {B, KVH_, L, D_}), k_cache);
-    Tensor v = where(at, broadcast_to(heads(vp, KVH_), {B, KVH_, L, D_}), v_cache);
+    // (the caches' dtype: bf16 under Autocast, zero_kv_cache)
+    Tensor k = cast(where(at, broadcast_to(rope(normed_heads(kp, k_norm_, KVH_), cos, sin), {B, KVH_, L, D_}), k_cache),
+                    k_cache.dtype());
+    Tensor v = cast(where(at, broadcast_to(heads(vp, KVH_), {B, KVH_, L, D_}), v_cache), v_cache.dtype());
     k_cache.assign(k);
     v_cache.assign(v);
     Tensor scores = soft_cap(matmul(q, repeat_kv(k, NH_ / KVH_), false, true) * scale_, cap_);

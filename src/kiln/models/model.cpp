@@ -11,6 +11,7 @@
 #include "kiln/models/generation_config.h"
 #include "kiln/models/registry.h"
 #include "kiln/nn/defer_init.h"
+#include "kiln/runtime/autocast.h"
 
 namespace kiln::models {
 
@@ -383,6 +384,12 @@ std::string causal_lm_types() {
       if (!f->read_config({{"model_type", type}}, type)->architecture_for(ModelTask::CausalLM).empty())
         types.push_back(type);
   return joined(types);
+}
+
+Tensor zero_kv_cache(const Shape& shape, Device device, const std::string& name) {
+  const bool bf16 = Autocast::active() && device.kind == DeviceKind::CPU;
+  const std::vector<char> zeros(static_cast<size_t>(numel(shape)) * (bf16 ? 2 : 4), 0);
+  return Tensor::from_data(zeros.data(), bf16 ? DType::bf16 : DType::f32, shape, device, name);
 }
 
 std::string causal_lm_architecture(const PretrainedConfig& config) {

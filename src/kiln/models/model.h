@@ -153,6 +153,13 @@ class CausalLM : public PreTrainedModel {
   virtual std::optional<int64_t> cache_recompute_position() const { return std::nullopt; }
 };
 
+// A key or value cache of zeros for generation: bf16 under Autocast on the
+// CPU, else f32. Every reader of a cache is a matrix product, which autocast
+// rounds to bf16 anyway: the same values in half the bytes, which a decode
+// step reads and writes whole (the models' decode write a token's slot as
+// cast(where(at, new, cache), cache.dtype())).
+Tensor zero_kv_cache(const Shape& shape, Device device, const std::string& name);
+
 // The causal-LM class of a config's model type ("GPT2LMHeadModel",
 // "LlamaForCausalLM"), or empty when the type has none.
 std::string causal_lm_architecture(const PretrainedConfig& config);

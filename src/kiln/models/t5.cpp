@@ -139,8 +139,9 @@ class Block : public nn::Module {
                 const Tensor& cross_k, const Tensor& cross_v, const Tensor& cross_bias) const {
     Tensor h = self_norm->forward(x);
     auto [k, v] = self_attn->keys_values(h);  // [B,NH,1,D]
-    k_cache.assign(where(at, broadcast_to(k, k_cache.shape()), k_cache));
-    v_cache.assign(where(at, broadcast_to(v, v_cache.shape()), v_cache));
+    // (in the cache's dtype: bf16 under Autocast, zero_kv_cache)
+    k_cache.assign(cast(where(at, broadcast_to(k, k_cache.shape()), k_cache), k_cache.dtype()));
+    v_cache.assign(cast(where(at, broadcast_to(v, v_cache.shape()), v_cache), v_cache.dtype()));
     x = x + self_drop->forward(self_attn->attend(self_attn->queries(h), k_cache, v_cache, self_bias, *self_probs_drop));
     x = cross(x, cross_k, cross_v, cross_bias);
     return x + ff_drop->forward(ffn->forward(ff_norm->forward(x)));
@@ -338,10 +339,9 @@ class T5Stack : public nn::Module {
     T5DecoderCache cache;
     cache.buckets = relative_buckets(L, dev);
     cache.cross_bias = cross_bias(enc, enc_mask);
-    const std::vector<float> zeros_kv(static_cast<size_t>(B * NH * L * D), 0.0f);
     for (const auto& blk : blocks_) {
-      cache.self_k.push_back(Tensor::from_vector(zeros_kv, {B, NH, L, D}, dev, "k_cache"));
-      cache.self_v.push_back(Tensor::from_vector(zeros_kv, {B, NH, L, D}, dev, "v_cache"));
+      cache.self_k.push_back(zero_kv_cache({B, NH, L, D}, dev, "k_cache"));
+      cache.self_v.push_back(zero_kv_cache({B, NH, L, D}, dev, "v_cache"));
       auto [k, v] = blk->cross_attn->keys_values(enc);
       cache.cross_k.push_back(k);
       cache.cross_v.push_back(v);
