@@ -465,9 +465,13 @@ class LlamaDecoderLayer : public nn::Module {
     Tensor v = cast(where(at, broadcast_to(heads(vp, KVH_), {B, KVH_, L, D_}), v_cache), v_cache.dtype());
     k_cache.assign(k);
     v_cache.assign(v);
-    Tensor scores = soft_cap(matmul(q, repeat_kv(k, NH_ / KVH_), false, true) * scale_, cap_);
-    Tensor probs = softmax(scores, -1, window_ ? windowed : mask);  // [B,NH,1,L]
-    Tensor ctx = reshape(permute(matmul(probs, repeat_kv(v, NH_ / KVH_)), {0, 2, 1, 3}), {B, 1, NH_ * D_});
+    // The G query heads that share a key/value head read it in one batched
+    // product ([B,KVH,G,D]·[B,KVH,L,D]ᵀ), not from the caches repeated per
+    // query head (repeat_kv: a copy of both caches every step).
+    const int64_t G = NH_ / KVH_;
+    Tensor scores = soft_cap(matmul(reshape(q, {B, KVH_, G, D_}), k, false, true) * scale_, cap_);
+    Tensor probs = softmax(reshape(scores, {B, NH_, 1, L}), -1, window_ ? windowed : mask);  // [B,NH,1,L]
+    Tensor ctx = reshape(matmul(reshape(probs, {B, KVH_, G, L}), v), {B, 1, NH_ * D_});
     return residual_mlp(x, o_->forward(ctx));
   }
 
