@@ -12,7 +12,6 @@
 #include "flags.h"
 #include "generation_flags.h"
 #include "kiln/models/model.h"
-#include "kiln/runtime/autocast.h"
 #include "lora_flags.h"
 #include "train_task.h"
 
@@ -56,8 +55,6 @@ int run_predict(const std::vector<std::string>& args) {
   models::LoadOptions load;
   load.keep_bf16 = flags.has("bf16");  // nothing trains: a bf16 checkpoint stays bf16
   auto model = models::from_pretrained_with_adapter(dir, flags.get("adapter"), load);
-  if (flags.has("bf16"))  // an f32 checkpoint's matrices: cast to bf16 once, not for every batch
-    for (const Tensor& p : model->parameters()) keep_bf16_copy(p);
   const std::string name = cli::task_of_architecture(model->architecture());
   const std::unique_ptr<cli::TrainTask> task = name.empty() ? nullptr : cli::make_train_task(name);
   if (flags.has("predict_with_generate") && !(task && task->generates()))

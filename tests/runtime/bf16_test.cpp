@@ -331,7 +331,7 @@ TEST(Bf16, AutocastStepsReadTheOptimizersBf16Copies) {
   EXPECT_TRUE(same(kept.w1, cast_again.w1) && same(kept.w2, cast_again.w2));
 }
 
-// Inference under Autocast (kiln generate and predict --bf16 with an f32
+// Inference under Autocast (kiln generate --bf16 with an f32
 // checkpoint): a weight marked with keep_bf16_copy gets its copy from the
 // first product to read it, computed with that step; the later steps read
 // the same copy, not a cast of their own, and give the bits of steps that

@@ -17,7 +17,7 @@
 // The copy is exactly the cast, so results do not change; it costs the
 // parameter's size in bf16, resident between steps.
 //
-// A weight that does not change between steps (generation, prediction:
+// A weight that does not change between steps (generation:
 // keep_bf16_copy) keeps the copy its first autocast product makes, so a
 // decode step reads the bf16 copy rather than casting every f32 weight
 // again (as torch.autocast caches the casts of its weights).
@@ -49,7 +49,7 @@ ir::NodePtr autocast_bf16(const Tensor& x);
 // traced now, when an autocast product read p since the update before;
 // else p keeps no copy.
 void refresh_bf16_copy(const Tensor& p);
-// p (f32, a weight inference reads) keeps the bf16 copy the first autocast
+// p (f32, a weight generation reads) keeps the bf16 copy the first autocast
 // product to read it makes, computed with that step, and later products
 // read the copy while p's value stays the same (assign and set_data drop
 // it). Its memory, half p's, stays until p goes.

@@ -453,7 +453,7 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p,
 // Not one row (a decode step's MLP input projection, whose result the GELU
 // reads in bf16): matmul_kernel's gemv reads the weight at the memory's
 // rate, oneDNN's matmul at about half of it (GPT-2's c_fc: 0.26 against
-// 0.13 ms a token on 2 threads).
+// 0.13-0.16 ms a call on 2 threads).
 bool bf16_result_in_one_product(const Instr& ins, std::span<char* const> in, const Shapes& p, uint16_t* c) {
   if (ins.inputs[0].dtype != DType::bf16 || !native_bf16_products()) return false;
   if (!p.one_gemm || p.K == 0 || p.M == 0 || p.N == 0 || p.nb == 0) return false;
