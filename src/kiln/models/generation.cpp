@@ -284,7 +284,10 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
       std::vector<float> row = logits.to_vector<float>();
       int64_t next = next_token_of(std::move(row), seq, static_cast<int64_t>(seq.size()) - P);
       seq.push_back(next);
-      if (ends(next) || stopping.stops(seq)) break;
+      // The last token is not fed: nothing reads its step, which would still
+      // be queued when generate returns (and could outlive the process's
+      // oneDNN at exit).
+      if (ends(next) || stopping.stops(seq) || static_cast<int64_t>(seq.size()) >= need) break;
     }
     out.push_back(std::move(seq));
   }
