@@ -162,13 +162,11 @@ Tensor GPT2Block::forward(const Tensor& x, const Tensor& causal, const RowMasks&
 }
 
 Tensor GPT2Block::decode(const Tensor& x, const Tensor& at, const Tensor& mask, Tensor& k_cache, Tensor& v_cache) {
-  const int64_t B = x.dim(0), C = c_.n_embd, NH = c_.n_head, D = C / NH, L = k_cache.dim(2);
+  const int64_t B = x.dim(0), C = c_.n_embd, NH = c_.n_head, D = C / NH;
   Tensor qkv = c_attn_->forward(ln_1_->forward(x));  // [B,1,3C]
   auto heads = [&](int64_t i) { return permute(reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, 1, NH, D}), {0, 2, 1, 3}); };
-  // Write this token's key and value into its slot: cache = at ? new : cache
-  // (in the cache's dtype: bf16 under Autocast, zero_kv_cache)
-  Tensor k = cast(where(at, broadcast_to(heads(1), {B, NH, L, D}), k_cache), k_cache.dtype());
-  Tensor v = cast(where(at, broadcast_to(heads(2), {B, NH, L, D}), v_cache), v_cache.dtype());
+  // Write this token's key and value into its slot.
+  Tensor k = with_slot(k_cache, at, heads(1)), v = with_slot(v_cache, at, heads(2));
   k_cache.assign(k);
   v_cache.assign(v);
   double scale = 1.0;

@@ -459,10 +459,8 @@ class LlamaDecoderLayer : public nn::Module {
     Tensor h = input_norm_->forward(x);
     auto [qp, kp, vp] = projections(h);
     Tensor q = rope(normed_heads(qp, q_norm_, NH_), cos, sin);
-    // (the caches' dtype: bf16 under Autocast, zero_kv_cache)
-    Tensor k = cast(where(at, broadcast_to(rope(normed_heads(kp, k_norm_, KVH_), cos, sin), {B, KVH_, L, D_}), k_cache),
-                    k_cache.dtype());
-    Tensor v = cast(where(at, broadcast_to(heads(vp, KVH_), {B, KVH_, L, D_}), v_cache), v_cache.dtype());
+    Tensor k = with_slot(k_cache, at, rope(normed_heads(kp, k_norm_, KVH_), cos, sin));
+    Tensor v = with_slot(v_cache, at, heads(vp, KVH_));
     k_cache.assign(k);
     v_cache.assign(v);
     // The G query heads that share a key/value head read it in one batched

@@ -156,9 +156,11 @@ class CausalLM : public PreTrainedModel {
 // A key or value cache of zeros for generation: bf16 under Autocast on the
 // CPU, else f32. Every reader of a cache is a matrix product, which autocast
 // rounds to bf16 anyway: the same values in half the bytes, which a decode
-// step reads and writes whole (the models' decode write a token's slot as
-// cast(where(at, new, cache), cache.dtype())).
+// step reads and writes whole.
 Tensor zero_kv_cache(const Shape& shape, Device device, const std::string& name);
+// The cache [B,H,L,D] with a token's keys or values [B,H,1,D] in the slot
+// `at` marks ([1,1,L,1] bool), in the cache's dtype: cache = at ? value : cache.
+Tensor with_slot(const Tensor& cache, const Tensor& at, const Tensor& value);
 
 // The causal-LM class of a config's model type ("GPT2LMHeadModel",
 // "LlamaForCausalLM"), or empty when the type has none.

@@ -139,9 +139,8 @@ class Block : public nn::Module {
                 const Tensor& cross_k, const Tensor& cross_v, const Tensor& cross_bias) const {
     Tensor h = self_norm->forward(x);
     auto [k, v] = self_attn->keys_values(h);  // [B,NH,1,D]
-    // (in the cache's dtype: bf16 under Autocast, zero_kv_cache)
-    k_cache.assign(cast(where(at, broadcast_to(k, k_cache.shape()), k_cache), k_cache.dtype()));
-    v_cache.assign(cast(where(at, broadcast_to(v, v_cache.shape()), v_cache), v_cache.dtype()));
+    k_cache.assign(with_slot(k_cache, at, k));
+    v_cache.assign(with_slot(v_cache, at, v));
     x = x + self_drop->forward(self_attn->attend(self_attn->queries(h), k_cache, v_cache, self_bias, *self_probs_drop));
     x = cross(x, cross_k, cross_v, cross_bias);
     return x + ff_drop->forward(ffn->forward(ff_norm->forward(x)));

@@ -17,12 +17,12 @@ ir::NodePtr autocast_bf16(const Tensor& x) {
   TensorImpl& t = *x.impl();
   if ((!t.leaf_requires_grad && !t.keeps_bf16_copy) || x.dtype() != DType::f32) return ir::cast(t.node, DType::bf16);
   t.read_as_bf16 = true;
-  const bool current = t.bf16_copy && t.copy_version == t.value_version;
-  if (t.keeps_bf16_copy && !current) {  // computed with this step, read as stored by the next ones
+  auto current = [&] { return t.bf16_copy && t.copy_version == t.value_version; };
+  if (t.keeps_bf16_copy && !current()) {  // computed with this step, read as stored by the next ones
     t.bf16_copy = Tensor(ir::cast(t.node, DType::bf16)).impl();
     t.copy_version = t.value_version;
   }
-  const ir::NodePtr copy = t.bf16_copy && t.copy_version == t.value_version ? t.bf16_copy->node : nullptr;
+  const ir::NodePtr copy = current() ? t.bf16_copy->node : nullptr;
   // A kept copy not computed yet is read as the cast it is; an optimizer's
   // (traced with the update, without gradients) is the same cast of the
   // same pending value, cast again here.

@@ -371,15 +371,19 @@ Shapes shapes_of(const Instr& ins) {
   return {la, lb, std::move(ao), std::move(bo), one_gemm, M, N, K, nb};
 }
 
+// One row of bf16 operands (a decode step's products): our gemv widens B's
+// elements as they stream, half the bytes of f32; oneDNN's bf16 matmul
+// reads them several times slower at M = 1 (docs/performance.md).
+bool bf16_rows(const Instr& ins, const Shapes& p) {
+  return ins.inputs[0].dtype == DType::bf16 && ins.inputs[1].dtype == DType::bf16 && p.M == 1;
+}
+
 // The f32 result of the product (of shapes p) into c.
 void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p, float* c) {
   const Operand &A = ins.inputs[0], &B = ins.inputs[1];
   const auto& [la, lb, ao, bo, one_gemm, M, N, K, nb] = p;
-  // One row of bf16 operands (a decode step's products): our gemv widens B's
-  // elements as they stream, half the bytes of f32; oneDNN's bf16 matmul
-  // reads them several times slower at M = 1 (docs/performance.md).
-  const bool bf16_rows = A.dtype == DType::bf16 && B.dtype == DType::bf16 && M == 1;
-  if (A.dtype == DType::bf16 && !bf16_rows) {
+  const bool rows = bf16_rows(ins, p);
+  if (A.dtype == DType::bf16 && !rows) {
     if (native_bf16_products()) {
       if (bf16_products(ins, in, {la, lb, ao, bo, one_gemm, M, N, K}, c)) return;
     } else {
@@ -398,9 +402,9 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p,
     }
   } release;
   const float* a = as_f32_operand(A, in[0], wide_a);
-  const float* b = bf16_rows ? nullptr : as_f32_operand(B, in[1], wide_b);
+  const float* b = rows ? nullptr : as_f32_operand(B, in[1], wide_b);
   // (Not inside a parallel region: a paired product runs on one thread.)
-  const bool primitive = !bf16_rows && one_gemm && K > 0 && !omp_in_parallel() &&
+  const bool primitive = !rows && one_gemm && K > 0 && !omp_in_parallel() &&
                          prefers_matmul_primitive(la.trans, lb.trans, M * nb, N, K);
   // A bias (compiler/simplify.cpp folds `product + bias` into the product):
   // the matmul primitive adds a contiguous one itself; otherwise every row
@@ -424,7 +428,7 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p,
     if (!bias) std::fill(c, c + nb * M * N, 0.0f);
     return;
   }
-  if (bf16_rows) {
+  if (rows) {
     const uint16_t* b16 = reinterpret_cast<const uint16_t*>(in[1]);
     for (int64_t i = 0; i < nb; ++i)
       gemv(lb.trans, N, K, first_row(la.trans, K, a + ao[i], la.ld).data(), b16 + bo[i], lb.ld, c + i * N, bias);
@@ -450,14 +454,13 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p,
 
 // A bf16 result (compiler/bf16_results.cpp) of bf16 operands in one product
 // (a contiguous bias or none): oneDNN's bf16 matmul rounds as it stores.
-// Not one row (a decode step's MLP input projection, whose result the GELU
-// reads in bf16): matmul_kernel's gemv reads the weight at the memory's
+// Not one row (bf16_rows: a decode step's MLP input projection, whose result
+// the GELU reads in bf16), which matmul_kernel's gemv reads at the memory's
 // rate, oneDNN's matmul at about half of it (GPT-2's c_fc: 0.26 against
 // 0.13-0.16 ms a call on 2 threads).
 bool bf16_result_in_one_product(const Instr& ins, std::span<char* const> in, const Shapes& p, uint16_t* c) {
-  if (ins.inputs[0].dtype != DType::bf16 || !native_bf16_products()) return false;
+  if (ins.inputs[0].dtype != DType::bf16 || !native_bf16_products() || bf16_rows(ins, p)) return false;
   if (!p.one_gemm || p.K == 0 || p.M == 0 || p.N == 0 || p.nb == 0) return false;
-  if (p.M == 1 && ins.inputs[1].dtype == DType::bf16) return false;
   const float* v = nullptr;
   if (ins.inputs.size() == 3) {
     const Operand& V = ins.inputs[2];
