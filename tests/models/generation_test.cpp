@@ -33,8 +33,11 @@ TEST(Generation, CachedGreedyEqualsStepByStepArgmax) {
   EXPECT_EQ(cached, reference);
   ASSERT_EQ(cached[0].size(), 15u);
   EXPECT_EQ(std::vector<int64_t>(cached[0].begin(), cached[0].begin() + 5), prompts[0]);
-  // 15 + 10 decode steps, one graph: the position and the cache are inputs.
+  // One graph: the position and the cache are inputs. A step for each
+  // prompt token and each new token but the last, which no step reads:
+  // (5 + 10 - 1) + (1 + 10 - 1).
   EXPECT_EQ(metrics::snapshot().compiles, 1) << metrics::report();
+  EXPECT_EQ(metrics::snapshot().executions, 24) << metrics::report();
 }
 
 // HF's max_length counts the prompt (the longest of the call, as in a padded
