@@ -80,6 +80,9 @@ TEST(GradCheck, IndexingAndMatmul) {
   Tensor idx = Tensor::from_vector(std::vector<int64_t>{0, 2, 1, 2, 2, 0}, {2, 3});
   gradcheck([&](auto& x) { return gather(x[0], 1, idx); }, {data(12)}, {{2, 6}});
   gradcheck([&](auto& x) { return scatter_add(x[0], 1, idx, x[1]); }, {data(12), data(6)}, {{2, 6}, {2, 3}});
+  Tensor slots = Tensor::from_vector(std::vector<int64_t>{3, 0}, {2});  // x's slices 3 and 0 along dim 1 replaced
+  gradcheck([&](auto& x) { return index_copy(x[0], 1, slots, x[1]) * x[0]; }, {data(24), data(12)},
+            {{2, 4, 3}, {2, 2, 3}});
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
       SCOPED_TRACE(std::to_string(ta) + std::to_string(tb));

@@ -43,7 +43,7 @@ OPS = {
     "where", "cast",
     "sum", "mean", "max", "argmax",
     "reshape", "permute", "transpose", "broadcast_to", "slice", "concat",
-    "index_select", "gather", "scatter_add",
+    "index_select", "gather", "scatter_add", "index_copy",
     "matmul",
     "softmax", "log_softmax", "layer_norm", "cross_entropy", "mse_loss",
     "binary_cross_entropy_with_logits",
@@ -445,6 +445,16 @@ def movement_cases():
              lambda base, i, src: base.scatter_add(1, i, src))
 
 
+def index_copy_cases():
+    # Drawn after every other case, so that adding them left the others' values as they were.
+    idx = torch.tensor([3, 0], dtype=torch.int64)
+    add_case("index_copy_dim1", "index_copy", {"dim": 1}, [randn(2, 4, 3), idx, randn(2, 2, 3)],
+             lambda x, i, src: x.index_copy(1, i, src))
+    idx = torch.tensor([1], dtype=torch.int64)
+    add_case("index_copy_dim0", "index_copy", {"dim": 0}, [randn(3, 4), idx, randn(1, 4)],
+             lambda x, i, src: x.index_copy(0, i, src))
+
+
 def matmul_fn(ta, tb):
     def f(a, b):
         a = a.transpose(-1, -2) if ta else a
@@ -638,6 +648,7 @@ def main():
     composite_cases()
     silu_cases()
     rope_cases()
+    index_copy_cases()
 
     doc = {"generator": GENERATOR_NAME, "torch_version": torch.__version__, "cases": CASES}
     self_test(doc)

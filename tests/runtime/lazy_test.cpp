@@ -97,6 +97,57 @@ TEST(Lazy, DonatesParameterBuffersToTheirUpdates) {
   EXPECT_EQ(m.w1.node()->data->storage->data(), before);
 }
 
+// A decode step's cache write: an index_copy whose result replaces the cache
+// it reads takes the old cache's memory and writes only its slices there;
+// read while the old value is still needed, it writes a copy. Both give
+// torch.index_copy's values, in f32 and bf16.
+TEST(Lazy, AnIndexCopyThatReplacesItsInputWritesOnlyItsSlicesThere) {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<float> expected(2 * 4 * 3);
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] = 0.25f * static_cast<float>(i);
+    Tensor cache = cast(Tensor::from_vector(expected, {2, 4, 3}), dtype);
+    mark_step();
+    const void* memory = nullptr;
+    for (int64_t slot : {2, 0, 3}) {
+      std::vector<float> row(2 * 3);
+      for (size_t i = 0; i < row.size(); ++i) row[i] = -1.0f - static_cast<float>(slot * 10 + i);
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t d = 0; d < 3; ++d) expected[(b * 4 + slot) * 3 + d] = row[b * 3 + d];
+      // Read first, without the step: a copy, and the cache keeps its value.
+      Tensor slot_ids = Tensor::from_vector(std::vector<int64_t>{slot}, {1});
+      Tensor update = Tensor::from_vector(row, {2, 1, 3});
+      std::vector<float> before = cast(cache, DType::f32).to_vector<float>();
+      EXPECT_EQ(cast(index_copy(cache, 1, slot_ids, cast(update, dtype)), DType::f32).to_vector<float>(), expected);
+      EXPECT_EQ(cast(cache, DType::f32).to_vector<float>(), before);
+      cache.assign(index_copy(cache, 1, slot_ids, cast(update, dtype)));
+      mark_step();
+      wait_device_ops();
+      EXPECT_EQ(cast(cache, DType::f32).to_vector<float>(), expected);
+      const void* now = cache.node()->data->storage->data();
+      if (memory) {
+        EXPECT_EQ(now, memory) << "the update took new memory";
+      }
+      memory = now;
+    }
+  }
+}
+
+TEST(Lazy, IndexCopyIdsOutOfRangeOrRepeatedAreErrors) {
+  Tensor cache = Tensor::from_vector(std::vector<float>(24, 1.0f), {2, 4, 3});
+  Tensor rows = Tensor::from_vector(std::vector<float>(12, 2.0f), {2, 2, 3});
+  auto copy_at = [&](std::vector<int64_t> slots) {
+    return testing::error_of([&] { index_copy(cache, 1, Tensor::from_vector(slots, {2}), rows).to_vector<float>(); });
+  };
+  EXPECT_CONTAINS(copy_at({0, 4}), "index_copy: id 4 at position 1 out of range [0, 4) along dim 1");
+  EXPECT_CONTAINS(copy_at({-1, 2}), "index_copy: id -1 at position 0 out of range [0, 4) along dim 1");
+  EXPECT_CONTAINS(copy_at({2, 2}), "index_copy: id 2 at positions 0 and 1 (the ids must be distinct)");
+  Tensor one_slot = Tensor::from_vector(std::vector<int64_t>{0}, {1});
+  EXPECT_CONTAINS(testing::error_of([&] { index_copy(cache, 1, one_slot, rows); }),
+                  "index_copy: src f32[2,2,3] must be f32[2,1,3] (x [2,4,3] with dim 1 as long as index)");
+  take_step_failure();
+}
+
 TEST(Lazy, ReadingAValueFromAFailedStepIsAnError) {
   take_step_failure();  // what earlier tests left
   Tensor table = Tensor::from_vector(std::vector<float>(12, 1.0f), {4, 3});

@@ -117,6 +117,7 @@ inline Tensor apply_golden_op(const std::string& op, const json& attrs, const st
   if (op == "index_select") return index_select(x[0], x[1]);
   if (op == "gather") return gather(x[0], i("dim"), x[1]);
   if (op == "scatter_add") return scatter_add(x[0], i("dim"), x[1], x[2]);
+  if (op == "index_copy") return index_copy(x[0], i("dim"), x[1], x[2]);
   if (op == "matmul") return matmul(x[0], x[1], b("transpose_a"), b("transpose_b"));
   if (op == "softmax") return softmax(x[0], i("dim"), x.size() > 1 ? x[1] : Tensor());
   if (op == "log_softmax") return log_softmax(x[0], i("dim"), x.size() > 1 ? x[1] : Tensor());

@@ -212,6 +212,14 @@ std::vector<NodePtr> vjp(const NodePtr& self, const NodePtr& value, const NodePt
       return {ir::scatter_add(zeros_like(in[0]), ir::DimAttrs::of(at).dim, in[1], g), nullptr};
     case Op::ScatterAdd:  // y = base.scatter_add(d, index, src)
       return {g, nullptr, ir::gather(g, ir::DimAttrs::of(at).dim, in[1])};
+    case Op::IndexCopy: {  // y = x.index_copy(d, index, src): src's slices replace x's, index distinct
+      const int64_t d = ir::DimAttrs::of(at).dim;
+      Shape along(in[0]->shape.size(), 1);
+      along[d] = in[1]->shape[0];
+      NodePtr index = ir::broadcast_to(ir::reshape(in[1], along), in[2]->shape);
+      NodePtr zeros = ir::constant(0.0, in[2]->shape, g->dtype, g->device);
+      return {ir::index_copy(g, d, in[1], zeros), nullptr, ir::gather(g, d, index)};
+    }
     case Op::Cast:  // y = x as another dtype: the gradient in x's dtype (f32 <-> bf16)
       return {is_floating(in[0]->dtype) ? ir::cast(g, in[0]->dtype) : nullptr};
     default:

@@ -26,6 +26,7 @@ bool overwritable(const Instr& ins, size_t k) {
     case Op::NormalizeGrad: return k <= 1;    // x and dy: both rows are read (statistics) before dx's is written
     case Op::CrossEntropyGrad: return k == 0;  // the logits
     case Op::IndexAdd: return k == 2;          // the base (copied first when apart)
+    case Op::IndexCopy: return k == 0;         // x (copied first when apart; else only the slices are written)
     default: return false;
   }
 }
@@ -138,7 +139,8 @@ void plan_memory(Program& prog, bool in_place) {
 
 // An output may take a donated parameter's memory when the parameter is
 // not read after the output is written, and the writing instruction reads
-// it (if at all) element for element.
+// it (if at all) as an operand it may write its result over (overwritable),
+// in the result's element order.
 void donate(Program& prog, const Graph& g) {
   std::vector<int32_t> param_last(g.num_params, -1);
   std::vector<size_t> param_bytes(g.num_params, 0);
@@ -180,13 +182,15 @@ void donate(Program& prog, const Graph& g) {
           const Instr& first = prog.instrs[writer[o] - 1];
           if (first.with_next && std::any_of(first.inputs.begin(), first.inputs.end(), is_p)) continue;
         }
-        // A fused instruction loads every chunk of its inputs before it stores
-        // that chunk of any output, so reading p element for element is safe.
+        // E.g. a fused instruction loads every chunk of its inputs before it
+        // stores that chunk of any output, so reading p element for element is
+        // safe; an IndexCopy of p writes only its slices.
         bool reads_elementwise = true, reads = false;
-        for (const auto& in : ins.inputs) {
+        for (size_t i = 0; i < ins.inputs.size(); ++i) {
+          const Operand& in = ins.inputs[i];
           if (!is_p(in)) continue;
           reads = true;
-          reads_elementwise = reads_elementwise && ins.fused && in.view == out.view &&
+          reads_elementwise = reads_elementwise && overwritable(ins, i) && in.view == out.view &&
                               dtype_size(in.dtype) == dtype_size(out.dtype);
         }
         if ((reads && !reads_elementwise) || (own_only && !reads)) continue;

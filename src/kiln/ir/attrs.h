@@ -96,7 +96,7 @@ struct SliceAttrs {
   Attrs attrs() const { return {{dim, start, end, step}, {}}; }
 };
 
-// Concat, Gather, ScatterAdd: the axis they work along.
+// Concat, Gather, ScatterAdd, IndexCopy: the axis they work along.
 struct DimAttrs {
   int64_t dim = 0;
   static DimAttrs of(const Attrs& a) {

@@ -437,6 +437,19 @@ NodePtr scatter_add(const NodePtr& base, int64_t dim, const NodePtr& index, cons
   return make_node(Op::ScatterAdd, base->dtype, base->shape, {base, index, src}, DimAttrs{d}.attrs());
 }
 
+// A copy of bytes: any dtype, src in x's.
+NodePtr index_copy(const NodePtr& x, int64_t dim, const NodePtr& index, const NodePtr& src) {
+  int64_t d = normalize_axis(dim, x->rank(), "index_copy");
+  KILN_CHECK(is_integral(index->dtype) && index->rank() == 1, "index_copy: index must be a 1-D i32/i64 tensor, got ",
+             dtype_name(index->dtype), to_string(index->shape));
+  Shape expected = x->shape;
+  expected[d] = index->shape[0];
+  KILN_CHECK(src->shape == expected && src->dtype == x->dtype, "index_copy: src ", dtype_name(src->dtype),
+             to_string(src->shape), " must be ", dtype_name(x->dtype), to_string(expected), " (x ",
+             to_string(x->shape), " with dim ", d, " as long as index)");
+  return make_node(Op::IndexCopy, x->dtype, x->shape, {x, index, src}, DimAttrs{d}.attrs());
+}
+
 NodePtr matmul(const NodePtr& a, const NodePtr& b, bool transpose_a, bool transpose_b) {
   KILN_CHECK(a->rank() >= 2 && b->rank() >= 2, "matmul: operands must have rank >= 2, got ",
              shapes_str(a, b));

@@ -97,6 +97,7 @@ NodePtr index_select(const NodePtr& table, const NodePtr& ids, int64_t padding_i
 NodePtr index_add(const NodePtr& ids, const NodePtr& src, int64_t rows, int64_t padding_idx = -1);
 NodePtr gather(const NodePtr& x, int64_t dim, const NodePtr& index);
 NodePtr scatter_add(const NodePtr& base, int64_t dim, const NodePtr& index, const NodePtr& src);
+NodePtr index_copy(const NodePtr& x, int64_t dim, const NodePtr& index, const NodePtr& src);
 
 // contraction: a [..., M, K] (or [..., K, M] when transpose_a), b [..., K, N]
 // (or [..., N, K]); batch dims broadcast; a 1-D operand is not accepted.

@@ -161,12 +161,12 @@ Tensor GPT2Block::forward(const Tensor& x, const Tensor& causal, const RowMasks&
   return h + mlp_dropout_->forward(m);
 }
 
-Tensor GPT2Block::decode(const Tensor& x, const Tensor& at, const Tensor& mask, Tensor& k_cache, Tensor& v_cache) {
+Tensor GPT2Block::decode(const Tensor& x, const Tensor& slot, const Tensor& mask, Tensor& k_cache, Tensor& v_cache) {
   const int64_t B = x.dim(0), C = c_.n_embd, NH = c_.n_head, D = C / NH;
   Tensor qkv = c_attn_->forward(ln_1_->forward(x));  // [B,1,3C]
   auto heads = [&](int64_t i) { return permute(reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, 1, NH, D}), {0, 2, 1, 3}); };
   // Write this token's key and value into its slot.
-  Tensor k = with_slot(k_cache, at, heads(1)), v = with_slot(v_cache, at, heads(2));
+  Tensor k = with_slot(k_cache, slot, heads(1)), v = with_slot(v_cache, slot, heads(2));
   k_cache.assign(k);
   v_cache.assign(v);
   double scale = 1.0;
@@ -251,10 +251,10 @@ Tensor GPT2ForTask::decode_step(const Tensor& token, const Tensor& pos, std::vec
   const int64_t L = k_cache[0].dim(2);
   Device dev = token.device();
   Tensor slots = arange(L, DType::i64, dev);
-  Tensor at = reshape(eq(slots, pos), {1, 1, L, 1});
+  Tensor slot = reshape(pos, {1});
   Tensor mask = reshape(where(le(slots, pos), zeros({}, DType::f32, dev), full({}, kMin, DType::f32, dev)), {1, 1, 1, L});
   Tensor x = wte_->forward(token) + wpe_->forward(reshape(pos, {1, 1}));
-  for (size_t i = 0; i < h_.size(); ++i) x = h_[i]->decode(x, at, mask, k_cache[i], v_cache[i]);
+  for (size_t i = 0; i < h_.size(); ++i) x = h_[i]->decode(x, slot, mask, k_cache[i], v_cache[i]);
   return wte_->tied_logits(ln_f_->forward(x));
 }
 

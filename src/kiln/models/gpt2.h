@@ -53,9 +53,9 @@ class GPT2Block : public nn::Module {
   // x [B,T,C]; causal [T,T] bool (key <= query); the padding and packed rows' masks
   Tensor forward(const Tensor& x, const Tensor& causal, const RowMasks& rows);
   // One decode step against a key/value cache of fixed capacity L: x [B,1,C];
-  // at [1,1,L,1] bool marks the slot of this token; mask [1,1,1,L] additive
+  // slot (i64 [1]) is this token's position; mask [1,1,1,L] additive
   // hides slots after it. k_cache / v_cache [B,NH,L,D] are updated in place.
-  Tensor decode(const Tensor& x, const Tensor& at, const Tensor& mask, Tensor& k_cache, Tensor& v_cache);
+  Tensor decode(const Tensor& x, const Tensor& slot, const Tensor& mask, Tensor& k_cache, Tensor& v_cache);
 
  private:
   GPT2Config c_;

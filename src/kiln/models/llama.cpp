@@ -451,16 +451,16 @@ class LlamaDecoderLayer : public nn::Module {
     return residual_mlp(x, o_->forward(reshape(permute(attended, {0, 2, 1, 3}), {B, T, NH_ * D_})));
   }
 
-  // One token per row: x [B,1,C]; cos / sin [1,1,1,D] at its position; at [1,1,L,1] marks its cache slot;
+  // One token per row: x [B,1,C]; cos / sin [1,1,1,D] at its position; slot (i64 [1]) is its cache slot;
   // mask / windowed [1,1,1,L] hide later slots (and those past the window); caches [B,KVH,L,D] updated in place.
-  Tensor decode(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& at, const Tensor& mask,
+  Tensor decode(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& slot, const Tensor& mask,
                 const Tensor& windowed, Tensor& k_cache, Tensor& v_cache) {
     const int64_t B = x.dim(0), L = k_cache.dim(2);
     Tensor h = input_norm_->forward(x);
     auto [qp, kp, vp] = projections(h);
     Tensor q = rope(normed_heads(qp, q_norm_, NH_), cos, sin);
-    Tensor k = with_slot(k_cache, at, rope(normed_heads(kp, k_norm_, KVH_), cos, sin));
-    Tensor v = with_slot(v_cache, at, heads(vp, KVH_));
+    Tensor k = with_slot(k_cache, slot, rope(normed_heads(kp, k_norm_, KVH_), cos, sin));
+    Tensor v = with_slot(v_cache, slot, heads(vp, KVH_));
     k_cache.assign(k);
     v_cache.assign(v);
     // The G query heads that share a key/value head read it in one batched
@@ -643,7 +643,6 @@ Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::ve
   const Rotary& table = prefill ? rotary(prefill_rotary_, L, *prefill_length) : rotary(decode_rotary_, L, 0);
   Device dev = token.device();
   Tensor slots = arange(L, DType::i64, dev);
-  Tensor at = reshape(eq(slots, pos), {1, 1, L, 1});
   Tensor zero = zeros({}, DType::f32, dev), lowest = full({}, kMin, DType::f32, dev);
   Tensor visible = le(slots, pos);
   Tensor mask = reshape(where(visible, zero, lowest), {1, 1, 1, L}), windowed;
@@ -655,7 +654,7 @@ Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::ve
   Tensor x = embed_tokens_->forward(token);
   if (c.gemma()) x = x * std::sqrt(static_cast<double>(c.hidden_size));
   for (size_t i = 0; i < layers_.size(); ++i)
-    x = layers_[i]->decode(x, cos, sin, at, mask, windowed, k_cache[i], v_cache[i]);
+    x = layers_[i]->decode(x, cos, sin, row, mask, windowed, k_cache[i], v_cache[i]);
   return lm_logits(norm_->forward(x));
 }
 

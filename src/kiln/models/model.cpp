@@ -392,8 +392,8 @@ Tensor zero_kv_cache(const Shape& shape, Device device, const std::string& name)
   return Tensor::from_data(zeros.data(), bf16 ? DType::bf16 : DType::f32, shape, device, name);
 }
 
-Tensor with_slot(const Tensor& cache, const Tensor& at, const Tensor& value) {
-  return cast(where(at, broadcast_to(value, cache.shape()), cache), cache.dtype());
+Tensor with_slot(const Tensor& cache, const Tensor& slot, const Tensor& value) {
+  return index_copy(cache, 2, slot, cast(value, cache.dtype()));
 }
 
 std::string causal_lm_architecture(const PretrainedConfig& config) {

@@ -158,9 +158,11 @@ class CausalLM : public PreTrainedModel {
 // rounds to bf16 anyway: the same values in half the bytes, which a decode
 // step reads and writes whole.
 Tensor zero_kv_cache(const Shape& shape, Device device, const std::string& name);
-// The cache [B,H,L,D] with a token's keys or values [B,H,1,D] in the slot
-// `at` marks ([1,1,L,1] bool), in the cache's dtype: cache = at ? value : cache.
-Tensor with_slot(const Tensor& cache, const Tensor& at, const Tensor& value);
+// The cache [B,H,L,D] with a token's keys or values [B,H,1,D] in slot
+// `slot` (i64 [1]), rounded to the cache's dtype: an index_copy, which writes
+// only that slot when the step's result takes the old cache's memory (as a
+// decode step's does), not the whole cache.
+Tensor with_slot(const Tensor& cache, const Tensor& slot, const Tensor& value);
 
 // The causal-LM class of a config's model type ("GPT2LMHeadModel",
 // "LlamaForCausalLM"), or empty when the type has none.

@@ -132,15 +132,15 @@ class Block : public nn::Module {
     return x + ff_drop->forward(ffn->forward(ff_norm->forward(x)));
   }
   // The same for one decoder position t against caches of capacity L: x [B,1,C];
-  // at [1,1,L,1] marks slot t, where this position's key and value are written
+  // slot (i64 [1]) is t, where this position's key and value are written
   // (k_cache / v_cache [B,NH,L,D], updated in place); self_bias [1,NH,1,L] hides
   // the slots after t; cross_k / cross_v [B,NH,S,D] from the encoder output.
-  Tensor decode(Tensor x, const Tensor& self_bias, const Tensor& at, Tensor& k_cache, Tensor& v_cache,
+  Tensor decode(Tensor x, const Tensor& self_bias, const Tensor& slot, Tensor& k_cache, Tensor& v_cache,
                 const Tensor& cross_k, const Tensor& cross_v, const Tensor& cross_bias) const {
     Tensor h = self_norm->forward(x);
     auto [k, v] = self_attn->keys_values(h);  // [B,NH,1,D]
-    k_cache.assign(with_slot(k_cache, at, k));
-    v_cache.assign(with_slot(v_cache, at, v));
+    k_cache.assign(with_slot(k_cache, slot, k));
+    v_cache.assign(with_slot(v_cache, slot, v));
     x = x + self_drop->forward(self_attn->attend(self_attn->queries(h), k_cache, v_cache, self_bias, *self_probs_drop));
     x = cross(x, cross_k, cross_v, cross_bias);
     return x + ff_drop->forward(ffn->forward(ff_norm->forward(x)));
@@ -355,14 +355,14 @@ class T5Stack : public nn::Module {
     const int64_t L = cache.capacity();
     Device dev = token.device();
     Tensor slots = arange(L, DType::i64, dev);
-    Tensor at = reshape(eq(slots, pos), {1, 1, L, 1});
+    Tensor slot = reshape(pos, {1});
     // Row pos of the bias forward() builds for L positions, and of its causal mask.
-    Tensor bias = position_bias(index_select(cache.buckets, reshape(pos, {1})));  // [1,NH,1,L]
+    Tensor bias = position_bias(index_select(cache.buckets, slot));  // [1,NH,1,L]
     Tensor causal = reshape(cast(le(slots, pos), DType::f32), {1, 1, 1, L});      // key <= query
     Tensor self_bias = bias + (1.0 - causal) * kMin;
     Tensor x = dropout_->forward(embed_->forward(token));
     for (size_t i = 0; i < blocks_.size(); ++i)
-      x = blocks_[i]->decode(x, self_bias, at, cache.self_k[i], cache.self_v[i], cache.cross_k[i], cache.cross_v[i],
+      x = blocks_[i]->decode(x, self_bias, slot, cache.self_k[i], cache.self_v[i], cache.cross_k[i], cache.cross_v[i],
                              cache.cross_bias);
     return dropout_->forward(final_norm_->forward(x));
   }

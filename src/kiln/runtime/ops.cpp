@@ -163,6 +163,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) { return wrap(i
 Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
   return wrap(ir::scatter_add(base.node(), dim, index.node(), src.node()));
 }
+Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return wrap(ir::index_copy(x.node(), dim, index.node(), src.node()));
+}
 
 namespace {
 // A product's floating operand as the product takes it: bf16 under Autocast.

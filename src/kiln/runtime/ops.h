@@ -99,6 +99,9 @@ Tensor index_select(const Tensor& table, const Tensor& ids);  // rows of table (
 Tensor embedding(const Tensor& ids, const Tensor& table, int64_t padding_idx = -1);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src);
+// x with its slices index[i] (1-D, distinct ids) along dim replaced by src's
+// slice i (torch.index_copy): in place when x's memory is free to take.
+Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 
 // contraction: batch dims broadcast; transposes of the last two dims are folded in
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);

@@ -162,6 +162,9 @@ std::vector<OpCase> op_cases() {
       {"scatter_add", {{4, 6}, {4, 3}}, [](V x) {
          return scatter_add(x[0], 1, ids_on(x, {5, 0, 5, 1, 2, 1, 3, 3, 3, 0, 4, 5}, {4, 3}), x[1]);
        }},
+      {"index_copy", {{2, 5, 3}, {2, 2, 3}}, [](V x) {
+         return index_copy(x[0], 1, ids_on(x, {4, 1}, {2}), x[1]) * x[0];
+       }},
       {"matmul", {{5, 7}, {7, 3}}, [](V x) { return matmul(x[0], x[1]); }},
       {"matmul_transposed", {{7, 5}, {3, 7}}, [](V x) { return matmul(x[0], x[1], true, true); }},
       {"matmul_batched", {{2, 3, 5, 7}, {2, 3, 7, 4}}, [](V x) { return matmul(x[0], x[1]); }},
@@ -274,6 +277,13 @@ TEST(CudaOps, BadIdsFailTheStepWithTheCpuMessage) {
   Tensor labels = Tensor::from_vector(std::vector<int64_t>{0, 4, -100}, {3}, kGpu);
   EXPECT_CONTAINS(error_of([&] { cross_entropy(logits, labels).item(); }),
                   "cross_entropy: label 4 at row 1 out of range [0, 4) (ignore_index is -100)");
+  Tensor cache = Tensor::from_vector(values(24, 3), {2, 4, 3}, kGpu);
+  Tensor rows = Tensor::from_vector(values(12, 4), {2, 2, 3}, kGpu);
+  auto copy_at = [&](std::vector<int64_t> slots) {
+    return error_of([&] { index_copy(cache, 1, Tensor::from_vector(slots, {2}, kGpu), rows).to_vector<float>(); });
+  };
+  EXPECT_CONTAINS(copy_at({0, 4}), "index_copy: id 4 at position 1 out of range [0, 4) along dim 1");
+  EXPECT_CONTAINS(copy_at({2, 2}), "index_copy: id 2 at positions 0 and 1 (the ids must be distinct)");
   // The device is fine afterwards.
   EXPECT_FLOAT_EQ((Tensor::scalar(2.0f, kGpu) * 3.0).item(), 6.0f);
 }

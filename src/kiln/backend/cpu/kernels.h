@@ -1,7 +1,7 @@
 #pragma once
 // The CPU backend's kernels by family, one file each: kernels_reduce.cpp
 // (Sum, ReduceMax, ArgMax), kernels_index.cpp (Iota, SliceGrad, Concat,
-// IndexSelect, IndexAdd, Gather, ScatterAdd), kernels_matmul.cpp (MatMul),
+// IndexSelect, IndexAdd, Gather, ScatterAdd, IndexCopy), kernels_matmul.cpp (MatMul),
 // kernels_rows.cpp (softmax, normalisation, cross-entropy and their
 // gradients) and attention.cpp; each family's file adds its ops' entries
 // to the kernel table (add_*_kernels), which run_kernel reads. Every kernel

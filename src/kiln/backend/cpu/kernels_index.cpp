@@ -1,5 +1,5 @@
 // Index and copy kernels: Iota, SliceGrad, Concat, IndexSelect, IndexAdd,
-// Gather and ScatterAdd.
+// Gather, ScatterAdd and IndexCopy.
 #include <omp.h>
 
 #include <algorithm>
@@ -169,6 +169,36 @@ void run_gather_scatter(const Instr& ins, std::span<char* const> in, char* out, 
   }
 }
 
+// IndexCopy: x with slices along dim replaced by src's. x is copied first
+// unless the output is x's own memory (compiler::donate, in_place): then
+// only the slices are written, a decode step's cache write.
+void run_index_copy(const Instr& ins, std::span<char* const> in, char* out, std::span<char* const>) {
+  const Shape& os = ins.output.view.shape;
+  const size_t es = dtype_size(ins.output.dtype);
+  const int64_t d = ir::DimAttrs::of(ins.attrs).dim;
+  const AxisSplit p = split_axes(os, d, d);
+  const int64_t n = numel(ins.inputs[1].view.shape);
+  std::vector<std::pair<int64_t, int64_t>> ids(static_cast<size_t>(n));  // (id, position)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = read_index(ins.inputs[1], in[1], i);
+    KILN_CHECK(id >= 0 && id < p.axis, "index_copy: id ", id, " at position ", i, " out of range [0, ", p.axis,
+               ") along dim ", d);
+    ids[i] = {id, i};
+  }
+  std::vector<std::pair<int64_t, int64_t>> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 1; i < sorted.size(); ++i)
+    KILN_CHECK(sorted[i].first != sorted[i - 1].first, "index_copy: id ", sorted[i].first, " at positions ",
+               sorted[i - 1].second, " and ", sorted[i].second, " (the ids must be distinct)");
+  char* o = out_bytes(ins, out);
+  const char* x = in_bytes(ins, in, 0);
+  if (o != x) copy_elems(o, x, numel(os), es);
+  const char* src = in_bytes(ins, in, 2);
+  for (int64_t a = 0; a < p.outer; ++a)
+    for (int64_t i = 0; i < n; ++i)
+      copy_elems(o + ((a * p.axis + ids[i].first) * p.inner) * es, src + ((a * n + i) * p.inner) * es, p.inner, es);
+}
+
 }  // namespace
 
 void add_index_kernels(KernelTable& t) {
@@ -179,6 +209,7 @@ void add_index_kernels(KernelTable& t) {
   add_kernel(t, ir::Op::IndexAdd, run_index_add);
   add_kernel(t, ir::Op::Gather, run_gather_scatter);
   add_kernel(t, ir::Op::ScatterAdd, run_gather_scatter);
+  add_kernel(t, ir::Op::IndexCopy, run_index_copy);
 }
 
 }  // namespace kiln::backend::cpu

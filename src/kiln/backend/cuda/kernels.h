@@ -1,8 +1,8 @@
 #pragma once
 // The CUDA backend's kernels by family, one file each (backend/cpu/kernels.h's
 // counterpart): kernels_reduce.cu (Sum, ReduceMax, ArgMax), kernels_index.cu
-// (Iota, SliceGrad, Concat, IndexSelect, IndexAdd, Gather, ScatterAdd),
-// kernels_matmul.cu (MatMul: cuBLAS), kernels_rows.cu (softmax,
+// (Iota, SliceGrad, Concat, IndexSelect, IndexAdd, Gather, ScatterAdd,
+// IndexCopy), kernels_matmul.cu (MatMul: cuBLAS), kernels_rows.cu (softmax,
 // normalisation, cross-entropy and their gradients, Rope) and attention.cu
 // (Attention, AttentionGrad). Each family's file holds its __global__
 // kernels, their launch code and, per op, the table entry that the executor
@@ -39,7 +39,7 @@ struct ErrorReport {
   int32_t pad = 0;
   int64_t value = 0, position = 0, limit = 0;
 };
-enum ErrorCode : int32_t { kNone = 0, kIdOutOfRange = 1, kLabelOutOfRange = 2 };
+enum ErrorCode : int32_t { kNone = 0, kIdOutOfRange = 1, kLabelOutOfRange = 2, kDuplicateId = 3 };
 
 // Fused elementwise program (desc in device memory, host copy for sizes);
 // slots: device array of every slot's base address.

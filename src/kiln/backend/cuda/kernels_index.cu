@@ -1,6 +1,6 @@
 // The movement and indexing kernels (backend/cpu/kernels_index.cpp's
-// counterparts): Iota, SliceGrad, Concat, IndexSelect, IndexAdd, Gather and
-// ScatterAdd, with the CPU's error messages for bad ids. Kernel table:
+// counterparts): Iota, SliceGrad, Concat, IndexSelect, IndexAdd, Gather,
+// ScatterAdd and IndexCopy, with the CPU's error messages for bad ids. Kernel table:
 // kernels.h.
 #include <cuda_runtime.h>
 
@@ -162,50 +162,60 @@ __global__ void scatter_add_kernel(const void* index, uint8_t index_dtype, const
   }
 }
 
+// IndexCopy's ids: each in [0, V) and none twice (the first bad one is reported).
+__global__ void index_copy_check_kernel(const void* ids, uint8_t id_dtype, int64_t V, int64_t n, ErrorReport* report) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t id = read_id(ids, id_dtype, i);
+    if (id < 0 || id >= V) report_error(report, kIdOutOfRange, id, i, V);
+    for (int64_t j = i + 1; j < n; ++j)
+      if (read_id(ids, id_dtype, j) == id) report_error(report, kDuplicateId, id, i, j);
+  }
+}
+
+// One thread per element of src, written to its slice's place in out.
+template <typename E>
+__global__ void index_copy_kernel(const E* src, const void* ids, uint8_t id_dtype, E* out, Split p, int64_t n) {
+  const int64_t total = p.outer * n * p.inner;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e % p.inner, i = (e / p.inner) % n, a = e / (p.inner * n);
+    const int64_t id = read_id(ids, id_dtype, i);
+    if (id >= 0 && id < p.axis) out[(a * p.axis + id) * p.inner + r] = src[e];
+  }
+}
+
 void iota(void* out, uint8_t dtype, int64_t n, double start, double step, cudaStream_t stream) {
   iota_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, dtype, n, start, step);
 }
 
+// Calls launch(E{}) with E the unsigned integer of elem_bytes bytes: the
+// copy kernels move elements of any dtype as such words.
+template <typename Launch>
+void by_element_size(const char* op, int elem_bytes, Launch&& launch) {
+  switch (elem_bytes) {
+    case 1: return launch(uint8_t{});
+    case 2: return launch(uint16_t{});
+    case 4: return launch(uint32_t{});
+    case 8: return launch(uint64_t{});
+    default: throw Error(std::string(op) + ": elements of " + std::to_string(elem_bytes) + " bytes");
+  }
+}
+
 void slice_grad(const void* dy, void* out, int elem_bytes, Split p, int64_t count, int64_t start, int64_t step,
                 cudaStream_t stream) {
-  const unsigned grid = grid_for(p.outer * p.axis * p.inner);
-  switch (elem_bytes) {
-    case 1:
-      return slice_grad_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(static_cast<const uint8_t*>(dy),
-                                                                       static_cast<uint8_t*>(out), p, count, start, step);
-    case 2:
-      return slice_grad_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(
-          static_cast<const uint16_t*>(dy), static_cast<uint16_t*>(out), p, count, start, step);
-    case 4:
-      return slice_grad_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(
-          static_cast<const uint32_t*>(dy), static_cast<uint32_t*>(out), p, count, start, step);
-    case 8:
-      return slice_grad_kernel<uint64_t><<<grid, kThreads, 0, stream>>>(
-          static_cast<const uint64_t*>(dy), static_cast<uint64_t*>(out), p, count, start, step);
-    default:
-      throw Error("slice_grad: elements of " + std::to_string(elem_bytes) + " bytes");
-  }
+  by_element_size("slice_grad", elem_bytes, [&](auto word) {
+    using E = decltype(word);
+    slice_grad_kernel<E><<<grid_for(p.outer * p.axis * p.inner), kThreads, 0, stream>>>(
+        static_cast<const E*>(dy), static_cast<E*>(out), p, count, start, step);
+  });
 }
 
 void index_select(const void* table, const void* ids, uint8_t id_dtype, void* out, int elem_bytes, int64_t V,
                   int64_t R, int64_t n, ErrorReport* report, cudaStream_t stream) {
-  const unsigned grid = grid_for(n * R);
-  switch (elem_bytes) {
-    case 1:
-      return index_select_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(
-          static_cast<const uint8_t*>(table), ids, id_dtype, static_cast<uint8_t*>(out), V, R, n, report);
-    case 2:
-      return index_select_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(
-          static_cast<const uint16_t*>(table), ids, id_dtype, static_cast<uint16_t*>(out), V, R, n, report);
-    case 4:
-      return index_select_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(
-          static_cast<const uint32_t*>(table), ids, id_dtype, static_cast<uint32_t*>(out), V, R, n, report);
-    case 8:
-      return index_select_kernel<uint64_t><<<grid, kThreads, 0, stream>>>(
-          static_cast<const uint64_t*>(table), ids, id_dtype, static_cast<uint64_t*>(out), V, R, n, report);
-    default:
-      throw Error("index_select: elements of " + std::to_string(elem_bytes) + " bytes");
-  }
+  by_element_size("index_select", elem_bytes, [&](auto word) {
+    using E = decltype(word);
+    index_select_kernel<E><<<grid_for(n * R), kThreads, 0, stream>>>(static_cast<const E*>(table), ids, id_dtype,
+                                                                      static_cast<E*>(out), V, R, n, report);
+  });
 }
 
 int sort_bits(int64_t V) {  // keys 0..V
@@ -259,6 +269,17 @@ void scatter_add(const void* index, uint8_t index_dtype, const float* src, float
     if (k != g.dim) lines *= g.index_shape[k];
   if (g.index_shape[g.dim] == 0) return;
   scatter_add_kernel<<<grid_for(lines), kThreads, 0, stream>>>(index, index_dtype, src, y, g, lines, report);
+}
+
+void index_copy(const void* src, const void* ids, uint8_t id_dtype, void* out, int elem_bytes, Split p, int64_t n,
+                ErrorReport* report, cudaStream_t stream) {
+  if (n == 0) return;
+  index_copy_check_kernel<<<grid_for(n), kThreads, 0, stream>>>(ids, id_dtype, p.axis, n, report);
+  by_element_size("index_copy", elem_bytes, [&](auto word) {
+    using E = decltype(word);
+    index_copy_kernel<E><<<grid_for(p.outer * n * p.inner), kThreads, 0, stream>>>(
+        static_cast<const E*>(src), ids, id_dtype, static_cast<E*>(out), p, n);
+  });
 }
 
 }  // namespace
@@ -361,6 +382,27 @@ std::string gather_error(const Instr& ins, const kernels::ErrorReport& r) {
                         ir::DimAttrs::of(ins.attrs).dim);
 }
 
+// IndexCopy: x copied unless the output is x's memory (donated or in
+// place), then src's slices written over it.
+void run_index_copy(const KernelCall& k) {
+  const Instr& ins = k.ins;
+  const int64_t d = ir::DimAttrs::of(ins.attrs).dim;
+  const size_t bytes = numel(k.shape()) * k.elem();
+  if (k.o() != k.inp(0) && bytes)
+    KILN_CUDA_CHECK(cudaMemcpyAsync(k.o(), k.inp(0), bytes, cudaMemcpyDeviceToDevice, k.stream()));
+  return kernels::index_copy(k.inp(2), k.inp(1), code(ins.inputs[1].dtype), k.o(), static_cast<int>(k.elem()),
+                             split_shape(k.shape(), d, d), numel(ins.inputs[1].view.shape), k.report(), k.stream());
+}
+
+std::string index_copy_error(const Instr& ins, const kernels::ErrorReport& r) {
+  const int64_t d = ir::DimAttrs::of(ins.attrs).dim;
+  if (r.code == kernels::kDuplicateId)
+    return detail::concat("index_copy: id ", r.value, " at positions ", r.position, " and ", r.limit,
+                          " (the ids must be distinct)");
+  return detail::concat("index_copy: id ", r.value, " at position ", r.position, " out of range [0, ", r.limit,
+                        ") along dim ", d);
+}
+
 }  // namespace
 
 void add_index_kernels(KernelTable& t) {
@@ -371,6 +413,7 @@ void add_index_kernels(KernelTable& t) {
   add_kernel(t, Op::IndexAdd, {.run = run_index_add, .prepare = prepare_index_add, .report = index_error});
   add_kernel(t, Op::Gather, {.run = run_gather, .report = gather_error});
   add_kernel(t, Op::ScatterAdd, {.run = run_gather, .report = gather_error});
+  add_kernel(t, Op::IndexCopy, {.run = run_index_copy, .report = index_copy_error});
 }
 
 }  // namespace kiln::backend::cuda
