@@ -394,6 +394,35 @@ TEST(CpuBf16Gemm, OneRowProductsDoNotDependOnTheThreadCount) {
       }
 }
 
+// A decode step's attention products, a bf16 row per head against its
+// cache ([1,H,1,D]·[1,H,L,D]ᵀ and [1,H,1,L]·[1,H,L,D]), run the heads on the
+// threads: each head's bits are those of its product alone, on any thread
+// count.
+TEST(CpuBf16Gemm, OneRowPerHeadGivesEachHeadsOwnProduct) {
+  const int64_t H = 12, L = 1024, D = 64;
+  const int threads = omp_get_max_threads();
+  const Tensor q = cast(Tensor::from_vector(testing::uniform_values(H * D, 41), {1, H, 1, D}), DType::bf16);
+  const Tensor p = cast(Tensor::from_vector(testing::uniform_values(H * L, 42), {1, H, 1, L}), DType::bf16);
+  const Tensor k = cast(Tensor::from_vector(testing::uniform_values(H * L * D, 43), {1, H, L, D}), DType::bf16);
+  for (bool scores : {true, false}) {
+    SCOPED_TRACE(scores ? "q·kᵀ" : "p·v");
+    auto product = [&](const Tensor& row, const Tensor& cache) { return matmul(row, cache, false, scores); };
+    std::vector<float> alone;
+    for (int64_t h = 0; h < H; ++h) {
+      const Tensor row = slice(scores ? q : p, 1, h, h + 1);
+      const std::vector<float> one = product(row, slice(k, 1, h, h + 1)).to_vector<float>();
+      alone.insert(alone.end(), one.begin(), one.end());
+    }
+    for (int n : {1, 2, 3}) {
+      omp_set_num_threads(n);
+      const std::vector<float> all = product(scores ? q : p, k).to_vector<float>();
+      omp_set_num_threads(threads);
+      ASSERT_EQ(all.size(), alone.size());
+      EXPECT_EQ(std::memcmp(all.data(), alone.data(), all.size() * sizeof(float)), 0) << n << " threads";
+    }
+  }
+}
+
 // An Autocast training step's gradients through both paths: the same
 // within f32 summation error (the sums run in a different order).
 TEST(CpuBf16Gemm, AutocastGradientsAgreeBetweenNativeAndEmulated) {

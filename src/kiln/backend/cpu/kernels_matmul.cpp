@@ -297,6 +297,24 @@ struct Layout {
   int64_t M, N, K;
 };
 
+// f(i) for the batch's matrices i in [begin, end), false if one fails (f
+// returns false; it must not throw): on the threads when `spread`, each
+// product on one, else in order, each product on all of them. Not through a
+// parallel construct's `if` clause: an inactive region would make every
+// parallel region inside f (oneDNN's, gemv's) a nested one, which starts
+// threads of its own at each call (a decode step's gemv: 2 ms a call).
+template <class F>
+bool for_each_matrix(int64_t begin, int64_t end, bool spread, const F& f) {
+  bool ok = true;
+  if (spread && !omp_in_parallel()) {
+#pragma omp parallel for schedule(dynamic) reduction(&& : ok)
+    for (int64_t i = begin; i < end; ++i) ok = ok && f(i);
+  } else {
+    for (int64_t i = begin; i < end; ++i) ok = ok && f(i);
+  }
+  return ok;
+}
+
 // bf16 operands on a CPU with bf16 dot products: oneDNN's bf16 matmul,
 // f32 sums and result, the bias (f32) added by the primitive or, strided,
 // put in c first and summed onto. False (nothing written that the f32 path
@@ -329,16 +347,14 @@ bool bf16_products(const Instr& ins, std::span<char* const> in, const Layout& l,
                              accumulate))
     return false;
   // Errors are collected: nothing may throw out of a parallel region.
-  bool ok = true;
-#pragma omp parallel for schedule(dynamic) if (nb >= omp_get_max_threads()) reduction(&& : ok)
-  for (int64_t i = 1; i < nb; ++i) {
+  const bool ok = for_each_matrix(1, nb, nb >= omp_get_max_threads(), [&](int64_t i) {
     try {
-      ok = ok && matmul_primitive_bf16(l.a.trans, l.b.trans, M, N, K, a + l.ao[i], l.a.ld, b + l.bo[i], l.b.ld,
-                                       c + i * M * N, N, nullptr, accumulate);
+      return matmul_primitive_bf16(l.a.trans, l.b.trans, M, N, K, a + l.ao[i], l.a.ld, b + l.bo[i], l.b.ld,
+                                   c + i * M * N, N, nullptr, accumulate);
     } catch (const Error&) {
-      ok = false;
+      return false;
     }
-  }
+  });
   KILN_CHECK(ok, "matmul: oneDNN's bf16 matmul failed for a batch of ", nb, " [", M, "x", K, "]·[", K, "x", N, "]");
   return true;
 }
@@ -429,9 +445,14 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p,
     return;
   }
   if (rows) {
+    // A batch (a decode step's attention: a row per head against its cache)
+    // runs its rows on the threads, each gemv on one: a head's product alone
+    // is often too small to share (the bits do not depend on the threads).
     const uint16_t* b16 = reinterpret_cast<const uint16_t*>(in[1]);
-    for (int64_t i = 0; i < nb; ++i)
+    for_each_matrix(0, nb, nb > 1 && nb * N * K > 65536, [&](int64_t i) {
       gemv(lb.trans, N, K, first_row(la.trans, K, a + ao[i], la.ld).data(), b16 + bo[i], lb.ld, c + i * N, bias);
+      return true;
+    });
     return;
   }
   if (one_gemm) {
@@ -445,10 +466,9 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p,
   // Batched (attention): our OpenMP loop over the batch, one single-threaded
   // sgemm per matrix (faster than threading each small call, bench/gemm).
   // Errors are collected: nothing may throw out of a parallel region.
-  bool ok = true;
-#pragma omp parallel for schedule(dynamic) if (nb >= omp_get_max_threads()) reduction(&& : ok)
-  for (int64_t i = 0; i < nb; ++i)
-    ok = ok && sgemm(la.trans, lb.trans, M, N, K, a + ao[i], la.ld, b + bo[i], lb.ld, c + i * M * N, N, bias);
+  const bool ok = for_each_matrix(0, nb, nb >= omp_get_max_threads(), [&](int64_t i) {
+    return sgemm(la.trans, lb.trans, M, N, K, a + ao[i], la.ld, b + bo[i], lb.ld, c + i * M * N, N, bias);
+  });
   KILN_CHECK(ok, "matmul: oneDNN sgemm failed for a batch of ", nb, " [", M, "x", K, "]·[", K, "x", N, "]");
 }
 
