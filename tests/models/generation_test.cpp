@@ -1,5 +1,6 @@
 // Generation: the key/value cache gives exactly the tokens of recomputing the
-// whole sequence each step, and decoding compiles once per cache bucket. GPT-2
+// whole sequence each step, and decoding compiles once per cache bucket (and
+// the prompt's step once per prompt length). GPT-2
 // and T5 (both variants: relu with tied embeddings, gated-gelu with lm_head).
 #include <algorithm>
 #include <limits>
@@ -33,11 +34,12 @@ TEST(Generation, CachedGreedyEqualsStepByStepArgmax) {
   EXPECT_EQ(cached, reference);
   ASSERT_EQ(cached[0].size(), 15u);
   EXPECT_EQ(std::vector<int64_t>(cached[0].begin(), cached[0].begin() + 5), prompts[0]);
-  // One graph: the position and the cache are inputs. A step for each
-  // prompt token and each new token but the last, which no step reads:
-  // (5 + 10 - 1) + (1 + 10 - 1).
-  EXPECT_EQ(metrics::snapshot().compiles, 1) << metrics::report();
-  EXPECT_EQ(metrics::snapshot().executions, 24) << metrics::report();
+  // Two graphs (the position and the cache are inputs): the 5-token prompt's
+  // step and the one-token step, which also reads the 1-token prompt. A step
+  // for each prompt and each new token but the last, which no step reads:
+  // (1 + 10 - 1) + (1 + 10 - 1).
+  EXPECT_EQ(metrics::snapshot().compiles, 2) << metrics::report();
+  EXPECT_EQ(metrics::snapshot().executions, 20) << metrics::report();
 }
 
 // HF's max_length counts the prompt (the longest of the call, as in a padded
@@ -104,7 +106,8 @@ TEST(Generation, TooLongIsAClearError) {
 
 // Grouped-query caches (two key/value heads for four query heads), keys
 // stored rotated: the cache gives the tokens of recomputing everything, with
-// one compiled step; tied and untied heads.
+// two compiled steps (the 5-token prompt's and the one-token one); tied and
+// untied heads.
 // Also the families on Llama's layers: llama3 and yarn rope scaling, Qwen3's per-head
 // norms, sliding windows shorter than the 15 positions (Mistral on every
 // layer, Qwen3 and Gemma 2 on some), Gemma's scaled embeddings and Gemma 2's
@@ -128,7 +131,54 @@ TEST(Generation, LlamaCachedGreedyEqualsStepByStepArgmax) {
     auto cached = models::generate(llama, prompts, g);
     EXPECT_EQ(cached, reference);
     ASSERT_EQ(cached[0].size(), 15u);
-    EXPECT_EQ(metrics::snapshot().compiles, 1) << metrics::report();
+    EXPECT_EQ(metrics::snapshot().compiles, 2) << metrics::report();
+  }
+}
+
+// A prompt read in one step (T tokens from position 0) gives the last
+// token's logits and the caches that one-token steps give (within f32
+// summation error: its products take T rows at once), then a one-token step
+// continues from them alike: GPT-2, grouped-query Llama, windows shorter
+// than the prompt (Mistral), Gemma 2's capping, Phi-3's fused projections.
+TEST(Generation, APromptInOneStepGivesTheLogitsAndCachesOfOneTokenSteps) {
+  const std::vector<int64_t> prompt{5, 17, 42, 8, 61, 9, 23}, next{30};
+  const auto P = static_cast<int64_t>(prompt.size());
+  for (const char* name : {"gpt2/gpt2_lm", "llama/llama_lm", "mistral/mistral_lm_window", "gemma/gemma2_lm",
+                           "phi3/phi3_lm"}) {
+    SCOPED_TRACE(name);
+    auto model = models::from_pretrained(std::string(KILN_TEST_DATA_DIR) + "/" + name);
+    model->eval();
+    auto& lm = dynamic_cast<models::CausalLM&>(*model);
+    const auto cs = lm.cache_shape();
+    auto zeros = [&] {
+      std::vector<Tensor> c;
+      for (int64_t l = 0; l < cs.layers; ++l)
+        c.push_back(models::zero_kv_cache({1, cs.kv_heads, 16, cs.head_dim}, Device::cpu(), "cache"));
+      return c;
+    };
+    auto at = [](int64_t t) { return Tensor::from_vector(std::vector<int64_t>{t}, {}); };
+    NoGradGuard no_grad;
+    std::vector<Tensor> k1 = zeros(), v1 = zeros(), kp = zeros(), vp = zeros();
+    Tensor one;
+    for (int64_t t = 0; t < P; ++t)
+      one = lm.decode_step(Tensor::from_vector(std::vector<int64_t>{prompt[t]}, {1, 1}), at(t), k1, v1, P);
+    Tensor all = lm.decode_step(Tensor::from_vector(prompt, {1, P}), at(0), kp, vp, P);
+    mark_step();
+    auto as_double = [](const Tensor& x) {
+      const std::vector<float> v = x.to_vector<float>();
+      return std::vector<double>(v.begin(), v.end());
+    };
+    ASSERT_EQ(all.shape(), (Shape{1, 1, lm.vocab_size()}));
+    EXPECT_TRUE(testing::all_close(as_double(all), as_double(one), 1e-4, 1e-5));
+    for (int64_t l = 0; l < cs.layers; ++l) {
+      EXPECT_TRUE(testing::all_close(as_double(kp[l]), as_double(k1[l]), 1e-4, 1e-5)) << "keys, layer " << l;
+      EXPECT_TRUE(testing::all_close(as_double(vp[l]), as_double(v1[l]), 1e-4, 1e-5)) << "values, layer " << l;
+    }
+    const Tensor token = Tensor::from_vector(next, {1, 1});
+    const Tensor a = lm.decode_step(token, at(P), kp, vp, std::nullopt);
+    const Tensor b = lm.decode_step(token, at(P), k1, v1, std::nullopt);
+    mark_step();
+    EXPECT_TRUE(testing::all_close(as_double(a), as_double(b), 1e-4, 1e-5)) << "the next step";
   }
 }
 

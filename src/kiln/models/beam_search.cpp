@@ -312,34 +312,28 @@ std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::ve
     kc.push_back(zero_kv_cache({N, cs.kv_heads, L, cs.head_dim}, dev, "k_cache"));
     vc.push_back(zero_kv_cache({N, cs.kv_heads, L, cs.head_dim}, dev, "v_cache"));
   }
-  auto step = [&](const std::vector<int64_t>& tokens, int64_t t, std::optional<int64_t> prefill_length) {
-    Tensor token = Tensor::from_vector(tokens, {N, 1}, dev, "token");
-    Tensor pos = Tensor::from_vector(std::vector<int64_t>{t}, {}, dev, "position");
-    Tensor logits = model.decode_step(token, pos, kc, vc, prefill_length);
+  // Each running row's tokens at positions [from, to), in one step from `from`.
+  auto step = [&](int64_t from, int64_t to, std::optional<int64_t> prefill_length) {
+    std::vector<int64_t> ids;
+    for (const auto& seq : search.running()) ids.insert(ids.end(), seq.begin() + from, seq.begin() + to);
+    Tensor tokens = Tensor::from_vector(ids, {N, to - from}, dev, "tokens");
+    Tensor pos = Tensor::from_vector(std::vector<int64_t>{from}, {}, dev, "position");
+    Tensor logits = model.decode_step(tokens, pos, kc, vc, prefill_length);
     mark_step(dev);
     return logits;
   };
-  // Each running row's token at position s.
-  auto column = [&](int64_t s) {
-    std::vector<int64_t> tokens;
-    for (const auto& seq : search.running()) tokens.push_back(seq[static_cast<size_t>(s)]);
-    return tokens;
-  };
-  // The prompt through the same one-token step, every row alike.
-  Tensor logits;
-  for (int64_t t = 0; t < P; ++t) logits = step(std::vector<int64_t>(static_cast<size_t>(N), prompt[t]), t, P);
+  // The prompt in one step (every row alike), as transformers' first forward reads it.
+  Tensor logits = step(0, P, P);
   for (int64_t t = P; !search.done(); ++t) {
     const std::vector<int64_t> parents = advance(logits.to_vector<float>());
     if (search.done()) break;
-    std::optional<int64_t> prefill_length;
     if (t == model.cache_recompute_position()) {  // every row's cache again, from its own tokens
-      for (int64_t s = 0; s < t; ++s) step(column(s), s, t + 1);
-      prefill_length = t + 1;
+      logits = step(0, t + 1, t + 1);
     } else {
       reorder(kc, parents);
       reorder(vc, parents);
+      logits = step(t, t + 1, std::nullopt);
     }
-    logits = step(column(t), t, prefill_length);
   }
   return search.results();
 }

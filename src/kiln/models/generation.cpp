@@ -261,33 +261,31 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
       kc.push_back(zero_kv_cache({1, cs.kv_heads, L, cs.head_dim}, dev, "k_cache"));
       vc.push_back(zero_kv_cache({1, cs.kv_heads, L, cs.head_dim}, dev, "v_cache"));
     }
-    auto step = [&](int64_t t, std::optional<int64_t> prefill_length) {
-      Tensor token = Tensor::from_vector(std::vector<int64_t>{seq[t]}, {1, 1}, dev, "token");
-      Tensor pos = Tensor::from_vector(std::vector<int64_t>{t}, {}, dev, "position");
-      Tensor logits = model.decode_step(token, pos, kc, vc, prefill_length);
+    // seq[from, to) at positions from.. in one step: the logits of its last.
+    auto step = [&](int64_t from, int64_t to, std::optional<int64_t> prefill_length) {
+      Tensor tokens = Tensor::from_vector(std::vector<int64_t>(seq.begin() + from, seq.begin() + to), {1, to - from},
+                                          dev, "tokens");
+      Tensor pos = Tensor::from_vector(std::vector<int64_t>{from}, {}, dev, "position");
+      Tensor logits = model.decode_step(tokens, pos, kc, vc, prefill_length);
       mark_step(dev);
       return logits;
     };
-    // The prompt goes through the same one-token step (one graph for everything).
+    // The prompt in one step, as transformers' first forward reads it, then
+    // a step per new token. The last token is not fed: nothing reads its
+    // step, which would still be queued when generate returns (and could
+    // outlive the process's oneDNN at exit).
     const int64_t P = static_cast<int64_t>(prompt.size());
-    for (int64_t t = 0; t < static_cast<int64_t>(seq.size()); ++t) {
-      std::optional<int64_t> prefill_length;
-      if (t < P) {
-        prefill_length = P;
-      } else if (t == model.cache_recompute_position()) {
-        for (int64_t s = 0; s < t; ++s) step(s, t + 1);
-        prefill_length = t + 1;
+    if (P < need) {
+      Tensor logits = step(0, P, P);
+      for (;;) {
+        int64_t next = next_token_of(logits.to_vector<float>(), seq, static_cast<int64_t>(seq.size()) - P);
+        seq.push_back(next);
+        const auto t = static_cast<int64_t>(seq.size()) - 1;
+        if (ends(next) || stopping.stops(seq) || t + 1 >= need) break;
+        // Past a longrope model's original length, the whole cache again (Phi-3).
+        if (t == model.cache_recompute_position()) logits = step(0, t + 1, t + 1);
+        else logits = step(t, t + 1, std::nullopt);
       }
-      Tensor logits = step(t, prefill_length);
-      if (t + 1 < static_cast<int64_t>(seq.size())) continue;  // still reading the prompt
-      if (static_cast<int64_t>(seq.size()) >= need) break;
-      std::vector<float> row = logits.to_vector<float>();
-      int64_t next = next_token_of(std::move(row), seq, static_cast<int64_t>(seq.size()) - P);
-      seq.push_back(next);
-      // The last token is not fed: nothing reads its step, which would still
-      // be queued when generate returns (and could outlive the process's
-      // oneDNN at exit).
-      if (ends(next) || stopping.stops(seq) || static_cast<int64_t>(seq.size()) >= need) break;
     }
     out.push_back(std::move(seq));
   }

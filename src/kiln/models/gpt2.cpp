@@ -161,19 +161,19 @@ Tensor GPT2Block::forward(const Tensor& x, const Tensor& causal, const RowMasks&
   return h + mlp_dropout_->forward(m);
 }
 
-Tensor GPT2Block::decode(const Tensor& x, const Tensor& slot, const Tensor& mask, Tensor& k_cache, Tensor& v_cache) {
-  const int64_t B = x.dim(0), C = c_.n_embd, NH = c_.n_head, D = C / NH;
-  Tensor qkv = c_attn_->forward(ln_1_->forward(x));  // [B,1,3C]
-  auto heads = [&](int64_t i) { return permute(reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, 1, NH, D}), {0, 2, 1, 3}); };
-  // Write this token's key and value into its slot.
-  Tensor k = with_slot(k_cache, slot, heads(1)), v = with_slot(v_cache, slot, heads(2));
+Tensor GPT2Block::decode(const Tensor& x, const Tensor& slots, const Tensor& mask, Tensor& k_cache, Tensor& v_cache) {
+  const int64_t B = x.dim(0), T = x.dim(1), C = c_.n_embd, NH = c_.n_head, D = C / NH;
+  Tensor qkv = c_attn_->forward(ln_1_->forward(x));  // [B,T,3C]
+  auto heads = [&](int64_t i) { return permute(reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, T, NH, D}), {0, 2, 1, 3}); };
+  // Write the tokens' keys and values into their slots.
+  Tensor k = with_slot(k_cache, slots, heads(1)), v = with_slot(v_cache, slots, heads(2));
   k_cache.assign(k);
   v_cache.assign(v);
   double scale = 1.0;
   if (c_.scale_attn_weights) scale /= std::sqrt(static_cast<double>(D));
   if (c_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(layer_ + 1);
-  Tensor probs = softmax(matmul(heads(0), k, false, true) * scale, -1, mask);  // [B,NH,1,L]
-  Tensor ctx = reshape(permute(matmul(probs, v), {0, 2, 1, 3}), {B, 1, C});
+  Tensor probs = softmax(matmul(heads(0), k, false, true) * scale, -1, mask);  // [B,NH,T,L]
+  Tensor ctx = reshape(permute(matmul(probs, v), {0, 2, 1, 3}), {B, T, C});
   Tensor h = x + attn_proj_->forward(ctx);
   return h + mlp_proj_->forward(nn::activation(c_.activation_function, c_fc_->forward(ln_2_->forward(h))));
 }
@@ -248,14 +248,14 @@ CausalLM::CacheShape GPT2ForTask::cache_shape() const {
 Tensor GPT2ForTask::decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
                                 std::vector<Tensor>& v_cache, std::optional<int64_t> /*prefill_length*/) {
   KILN_CHECK(k_cache.size() == h_.size() && v_cache.size() == h_.size(), "decode_step: one cache per layer expected");
-  const int64_t L = k_cache[0].dim(2);
+  const int64_t L = k_cache[0].dim(2), T = token.dim(1);
   Device dev = token.device();
-  Tensor slots = arange(L, DType::i64, dev);
-  Tensor slot = reshape(pos, {1});
-  Tensor mask = reshape(where(le(slots, pos), zeros({}, DType::f32, dev), full({}, kMin, DType::f32, dev)), {1, 1, 1, L});
-  Tensor x = wte_->forward(token) + wpe_->forward(reshape(pos, {1, 1}));
-  for (size_t i = 0; i < h_.size(); ++i) x = h_[i]->decode(x, slot, mask, k_cache[i], v_cache[i]);
-  return wte_->tied_logits(ln_f_->forward(x));
+  Tensor positions = step_positions(pos, T);
+  Tensor mask = reshape(where(visible_slots(positions, L), zeros({}, DType::f32, dev), full({}, kMin, DType::f32, dev)),
+                        {1, 1, T, L});
+  Tensor x = wte_->forward(token) + wpe_->forward(reshape(positions, {1, T}));
+  for (size_t i = 0; i < h_.size(); ++i) x = h_[i]->decode(x, positions, mask, k_cache[i], v_cache[i]);
+  return wte_->tied_logits(ln_f_->forward(slice(x, 1, T - 1, T)));
 }
 
 ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {

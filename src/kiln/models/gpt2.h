@@ -52,10 +52,11 @@ class GPT2Block : public nn::Module {
   GPT2Block(const GPT2Config& c, int64_t layer, const nn::Init& init, const std::shared_ptr<Generator>& gen);
   // x [B,T,C]; causal [T,T] bool (key <= query); the padding and packed rows' masks
   Tensor forward(const Tensor& x, const Tensor& causal, const RowMasks& rows);
-  // One decode step against a key/value cache of fixed capacity L: x [B,1,C];
-  // slot (i64 [1]) is this token's position; mask [1,1,1,L] additive
-  // hides slots after it. k_cache / v_cache [B,NH,L,D] are updated in place.
-  Tensor decode(const Tensor& x, const Tensor& slot, const Tensor& mask, Tensor& k_cache, Tensor& v_cache);
+  // One decode step of T tokens against a key/value cache of fixed capacity
+  // L: x [B,T,C]; slots (i64 [T]) are their positions; mask [1,1,T,L]
+  // additive hides the slots after each. k_cache / v_cache [B,NH,L,D] are
+  // updated in place.
+  Tensor decode(const Tensor& x, const Tensor& slots, const Tensor& mask, Tensor& k_cache, Tensor& v_cache);
 
  private:
   GPT2Config c_;

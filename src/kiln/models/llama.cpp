@@ -451,25 +451,26 @@ class LlamaDecoderLayer : public nn::Module {
     return residual_mlp(x, o_->forward(reshape(permute(attended, {0, 2, 1, 3}), {B, T, NH_ * D_})));
   }
 
-  // One token per row: x [B,1,C]; cos / sin [1,1,1,D] at its position; slot (i64 [1]) is its cache slot;
-  // mask / windowed [1,1,1,L] hide later slots (and those past the window); caches [B,KVH,L,D] updated in place.
-  Tensor decode(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& slot, const Tensor& mask,
+  // T tokens per row: x [B,T,C]; cos / sin [1,1,T,D] at their positions; slots (i64 [T]) their cache slots;
+  // mask / windowed [1,1,T,L] hide later slots (and those past the window); caches [B,KVH,L,D] updated in place.
+  Tensor decode(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& slots, const Tensor& mask,
                 const Tensor& windowed, Tensor& k_cache, Tensor& v_cache) {
-    const int64_t B = x.dim(0), L = k_cache.dim(2);
+    const int64_t B = x.dim(0), T = x.dim(1), L = k_cache.dim(2);
     Tensor h = input_norm_->forward(x);
     auto [qp, kp, vp] = projections(h);
     Tensor q = rope(normed_heads(qp, q_norm_, NH_), cos, sin);
-    Tensor k = with_slot(k_cache, slot, rope(normed_heads(kp, k_norm_, KVH_), cos, sin));
-    Tensor v = with_slot(v_cache, slot, heads(vp, KVH_));
+    Tensor k = with_slot(k_cache, slots, rope(normed_heads(kp, k_norm_, KVH_), cos, sin));
+    Tensor v = with_slot(v_cache, slots, heads(vp, KVH_));
     k_cache.assign(k);
     v_cache.assign(v);
     // The G query heads that share a key/value head read it in one batched
-    // product ([B,KVH,G,D]·[B,KVH,L,D]ᵀ), not from the caches repeated per
+    // product ([B,KVH,G·T,D]·[B,KVH,L,D]ᵀ), not from the caches repeated per
     // query head (repeat_kv: a copy of both caches every step).
     const int64_t G = NH_ / KVH_;
-    Tensor scores = soft_cap(matmul(reshape(q, {B, KVH_, G, D_}), k, false, true) * scale_, cap_);
-    Tensor probs = softmax(reshape(scores, {B, NH_, 1, L}), -1, window_ ? windowed : mask);  // [B,NH,1,L]
-    Tensor ctx = reshape(matmul(reshape(probs, {B, KVH_, G, L}), v), {B, 1, NH_ * D_});
+    Tensor scores = soft_cap(matmul(reshape(q, {B, KVH_, G * T, D_}), k, false, true) * scale_, cap_);
+    Tensor probs = softmax(reshape(scores, {B, NH_, T, L}), -1, window_ ? windowed : mask);  // [B,NH,T,L]
+    Tensor ctx = reshape(matmul(reshape(probs, {B, KVH_, G * T, L}), v), {B, NH_, T, D_});
+    ctx = reshape(permute(ctx, {0, 2, 1, 3}), {B, T, NH_ * D_});
     return residual_mlp(x, o_->forward(ctx));
   }
 
@@ -634,7 +635,7 @@ Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::ve
   KILN_CHECK(k_cache.size() == layers_.size() && v_cache.size() == layers_.size(),
              "decode_step: one cache per layer expected");
   const LlamaConfig& c = llama_config();
-  const int64_t L = k_cache[0].dim(2), D = c.head_size();
+  const int64_t L = k_cache[0].dim(2), D = c.head_size(), T = token.dim(1);
   // A generated token: each row its own length's frequencies; a prefill's
   // tokens: all those of the prefill's length.
   KILN_CHECK(!prefill_length || *prefill_length >= 1, "decode_step: prefill_length must be at least 1, got ",
@@ -642,20 +643,17 @@ Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::ve
   const bool prefill = prefill_length && c.rope.length_dependent();
   const Rotary& table = prefill ? rotary(prefill_rotary_, L, *prefill_length) : rotary(decode_rotary_, L, 0);
   Device dev = token.device();
-  Tensor slots = arange(L, DType::i64, dev);
+  Tensor positions = step_positions(pos, T);
   Tensor zero = zeros({}, DType::f32, dev), lowest = full({}, kMin, DType::f32, dev);
-  Tensor visible = le(slots, pos);
-  Tensor mask = reshape(where(visible, zero, lowest), {1, 1, 1, L}), windowed;
-  if (c.sliding_window)  // slot > pos - window
-    windowed = reshape(where(logical_and(visible, gt(slots + static_cast<double>(*c.sliding_window), pos)), zero, lowest),
-                       {1, 1, 1, L});
-  Tensor row = reshape(pos, {1});
-  Tensor cos = reshape(index_select(table.cos, row), {1, 1, 1, D}), sin = reshape(index_select(table.sin, row), {1, 1, 1, D});
+  Tensor mask = reshape(where(visible_slots(positions, L), zero, lowest), {1, 1, T, L}), windowed;
+  if (c.sliding_window) windowed = reshape(where(visible_slots(positions, L, c.sliding_window), zero, lowest), {1, 1, T, L});
+  Tensor cos = reshape(index_select(table.cos, positions), {1, 1, T, D});
+  Tensor sin = reshape(index_select(table.sin, positions), {1, 1, T, D});
   Tensor x = embed_tokens_->forward(token);
   if (c.gemma()) x = x * std::sqrt(static_cast<double>(c.hidden_size));
   for (size_t i = 0; i < layers_.size(); ++i)
-    x = layers_[i]->decode(x, cos, sin, row, mask, windowed, k_cache[i], v_cache[i]);
-  return lm_logits(norm_->forward(x));
+    x = layers_[i]->decode(x, cos, sin, positions, mask, windowed, k_cache[i], v_cache[i]);
+  return lm_logits(norm_->forward(slice(x, 1, T - 1, T)));
 }
 
 ModelOutputs LlamaForTask::forward(const ModelInputs& in) {

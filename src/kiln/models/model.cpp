@@ -392,8 +392,18 @@ Tensor zero_kv_cache(const Shape& shape, Device device, const std::string& name)
   return Tensor::from_data(zeros.data(), bf16 ? DType::bf16 : DType::f32, shape, device, name);
 }
 
-Tensor with_slot(const Tensor& cache, const Tensor& slot, const Tensor& value) {
-  return index_copy(cache, 2, slot, cast(value, cache.dtype()));
+Tensor with_slot(const Tensor& cache, const Tensor& slots, const Tensor& value) {
+  return index_copy(cache, 2, slots, cast(value, cache.dtype()));
+}
+
+Tensor step_positions(const Tensor& pos, int64_t T) { return arange(T, DType::i64, pos.device()) + pos; }
+
+Tensor visible_slots(const Tensor& positions, int64_t L, std::optional<int64_t> window) {
+  const int64_t T = positions.dim(0);
+  Tensor slot = reshape(arange(L, DType::i64, positions.device()), {1, L}), at = reshape(positions, {T, 1});
+  Tensor visible = le(slot, at);
+  if (window) visible = logical_and(visible, gt(slot + static_cast<double>(*window), at));
+  return visible;
 }
 
 std::string causal_lm_architecture(const PretrainedConfig& config) {

@@ -136,13 +136,16 @@ class CausalLM : public PreTrainedModel {
   // The ids that end a generated sequence (Llama 3 configs list several).
   virtual std::vector<int64_t> eos_token_ids() const = 0;
   virtual CacheShape cache_shape() const = 0;
-  // Logits [B,1,V] of one token per row ([B,1] ids) at position `pos` (an
-  // i64 scalar, a graph input), reading and updating the caches in place.
-  // prefill_length: the token is read as part of a whole sequence of that
-  // length (a prompt, or a cache computed again), as transformers' first
-  // forward reads a prompt; rotary scaling that depends on the length
-  // (dynamic, longrope) rotates it with that sequence's frequencies. nullopt:
-  // a generated token, rotated with those of a sequence of pos + 1.
+  // Logits [B,1,V] of the last of T tokens per row ([B,T] ids) at positions
+  // pos .. pos + T - 1 (`pos` an i64 scalar, a graph input), which attend to
+  // the caches' slots up to their own and write their keys and values into
+  // their slots in place. T > 1 reads a prompt at once, as transformers'
+  // first forward does (a step's graph depends on L and T only).
+  // prefill_length: the tokens are read as part of a whole sequence of that
+  // length (a prompt, or a cache computed again); rotary scaling that depends
+  // on the length (dynamic, longrope) rotates them with that sequence's
+  // frequencies. nullopt: generated tokens, each rotated with those of the
+  // sequence it ends (its position + 1).
   virtual Tensor decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
                              std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length) = 0;
   // The position at which generation with the cache computes the cache again
@@ -158,11 +161,16 @@ class CausalLM : public PreTrainedModel {
 // rounds to bf16 anyway: the same values in half the bytes, which a decode
 // step reads and writes whole.
 Tensor zero_kv_cache(const Shape& shape, Device device, const std::string& name);
-// The cache [B,H,L,D] with a token's keys or values [B,H,1,D] in slot
-// `slot` (i64 [1]), rounded to the cache's dtype: an index_copy, which writes
-// only that slot when the step's result takes the old cache's memory (as a
-// decode step's does), not the whole cache.
-Tensor with_slot(const Tensor& cache, const Tensor& slot, const Tensor& value);
+// The cache [B,H,L,D] with T tokens' keys or values [B,H,T,D] in slots
+// `slots` (i64 [T]), rounded to the cache's dtype: an index_copy, which
+// writes only those slots when the step's result takes the old cache's
+// memory (as a decode step's does), not the whole cache.
+Tensor with_slot(const Tensor& cache, const Tensor& slots, const Tensor& value);
+// A decode step's T positions pos .. pos + T - 1 (i64 [T]; pos an i64 scalar).
+Tensor step_positions(const Tensor& pos, int64_t T);
+// Whether slot j is visible to the step's query i ([T, L] bool): j <= its
+// position, and with a window, j > its position - window.
+Tensor visible_slots(const Tensor& positions, int64_t L, std::optional<int64_t> window = std::nullopt);
 
 // The causal-LM class of a config's model type ("GPT2LMHeadModel",
 // "LlamaForCausalLM"), or empty when the type has none.
