@@ -353,12 +353,10 @@ class T5Stack : public nn::Module {
   // the ones already in the cache.
   Tensor decode_step(const Tensor& token, const Tensor& pos, T5DecoderCache& cache) {
     const int64_t L = cache.capacity();
-    Device dev = token.device();
-    Tensor slots = arange(L, DType::i64, dev);
-    Tensor slot = reshape(pos, {1});
+    Tensor slot = step_positions(pos, 1);
     // Row pos of the bias forward() builds for L positions, and of its causal mask.
-    Tensor bias = position_bias(index_select(cache.buckets, slot));  // [1,NH,1,L]
-    Tensor causal = reshape(cast(le(slots, pos), DType::f32), {1, 1, 1, L});      // key <= query
+    Tensor bias = position_bias(index_select(cache.buckets, slot));            // [1,NH,1,L]
+    Tensor causal = reshape(cast(visible_slots(slot, L), DType::f32), {1, 1, 1, L});  // key <= query
     Tensor self_bias = bias + (1.0 - causal) * kMin;
     Tensor x = dropout_->forward(embed_->forward(token));
     for (size_t i = 0; i < blocks_.size(); ++i)
