@@ -132,7 +132,8 @@ TEST(Bf16Weights, Bf16CachesGiveTheLogitsOfF32Ones) {
       const Tensor token = Tensor::from_vector(std::vector<int64_t>{tokens[t]}, {1, 1});
       const Tensor pos = Tensor::from_vector(std::vector<int64_t>{t}, {});
       const std::optional<int64_t> prefill = t < P ? std::optional<int64_t>(P) : std::nullopt;
-      const Tensor a = lm.decode_step(token, pos, k16, v16, prefill), b = lm.decode_step(token, pos, k32, v32, prefill);
+      const Tensor a = lm.decode_step(token, pos, k16, v16, prefill, Tensor());
+      const Tensor b = lm.decode_step(token, pos, k32, v32, prefill, Tensor());
       mark_step();
       EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>()) << "position " << t;
       EXPECT_EQ(k16[0].dtype(), DType::bf16);

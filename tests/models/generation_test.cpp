@@ -137,9 +137,11 @@ TEST(Generation, LlamaCachedGreedyEqualsStepByStepArgmax) {
 
 // A prompt read in one step (T tokens from position 0) gives the last
 // token's logits and the caches that one-token steps give (within f32
-// summation error: its products take T rows at once), then a one-token step
-// continues from them alike: GPT-2, grouped-query Llama, windows shorter
-// than the prompt (Mistral), Gemma 2's capping, Phi-3's fused projections.
+// summation error: its products take T rows at once), and so does the
+// prompt padded to the length decode_prompt reads it at (the caches' slots
+// up to the prompt's end); then a one-token step continues from any of them
+// alike: GPT-2, grouped-query Llama, windows shorter than the prompt
+// (Mistral), Gemma 2's capping, Phi-3's fused projections.
 TEST(Generation, APromptInOneStepGivesTheLogitsAndCachesOfOneTokenSteps) {
   const std::vector<int64_t> prompt{5, 17, 42, 8, 61, 9, 23}, next{30};
   const auto P = static_cast<int64_t>(prompt.size());
@@ -158,11 +160,12 @@ TEST(Generation, APromptInOneStepGivesTheLogitsAndCachesOfOneTokenSteps) {
     };
     auto at = [](int64_t t) { return Tensor::from_vector(std::vector<int64_t>{t}, {}); };
     NoGradGuard no_grad;
-    std::vector<Tensor> k1 = zeros(), v1 = zeros(), kp = zeros(), vp = zeros();
+    std::vector<Tensor> k1 = zeros(), v1 = zeros(), kp = zeros(), vp = zeros(), kq = zeros(), vq = zeros();
     Tensor one;
     for (int64_t t = 0; t < P; ++t)
-      one = lm.decode_step(Tensor::from_vector(std::vector<int64_t>{prompt[t]}, {1, 1}), at(t), k1, v1, P);
-    Tensor all = lm.decode_step(Tensor::from_vector(prompt, {1, P}), at(0), kp, vp, P);
+      one = lm.decode_step(Tensor::from_vector(std::vector<int64_t>{prompt[t]}, {1, 1}), at(t), k1, v1, P, Tensor());
+    Tensor all = lm.decode_step(Tensor::from_vector(prompt, {1, P}), at(0), kp, vp, P, Tensor());
+    Tensor padded = models::decode_prompt(lm, prompt, 1, P, kq, vq);  // 8 tokens
     mark_step();
     auto as_double = [](const Tensor& x) {
       const std::vector<float> v = x.to_vector<float>();
@@ -170,16 +173,47 @@ TEST(Generation, APromptInOneStepGivesTheLogitsAndCachesOfOneTokenSteps) {
     };
     ASSERT_EQ(all.shape(), (Shape{1, 1, lm.vocab_size()}));
     EXPECT_TRUE(testing::all_close(as_double(all), as_double(one), 1e-4, 1e-5));
+    EXPECT_TRUE(testing::all_close(as_double(padded), as_double(one), 1e-4, 1e-5)) << "padded";
+    auto prompt_slots = [&](const Tensor& cache) { return as_double(slice(cache, 2, 0, P)); };
     for (int64_t l = 0; l < cs.layers; ++l) {
       EXPECT_TRUE(testing::all_close(as_double(kp[l]), as_double(k1[l]), 1e-4, 1e-5)) << "keys, layer " << l;
       EXPECT_TRUE(testing::all_close(as_double(vp[l]), as_double(v1[l]), 1e-4, 1e-5)) << "values, layer " << l;
+      EXPECT_TRUE(testing::all_close(prompt_slots(kq[l]), prompt_slots(k1[l]), 1e-4, 1e-5)) << "padded keys " << l;
+      EXPECT_TRUE(testing::all_close(prompt_slots(vq[l]), prompt_slots(v1[l]), 1e-4, 1e-5)) << "padded values " << l;
     }
     const Tensor token = Tensor::from_vector(next, {1, 1});
-    const Tensor a = lm.decode_step(token, at(P), kp, vp, std::nullopt);
-    const Tensor b = lm.decode_step(token, at(P), k1, v1, std::nullopt);
+    const Tensor a = lm.decode_step(token, at(P), kp, vp, std::nullopt, Tensor());
+    const Tensor b = lm.decode_step(token, at(P), k1, v1, std::nullopt, Tensor());
+    const Tensor c = lm.decode_step(token, at(P), kq, vq, std::nullopt, Tensor());
     mark_step();
     EXPECT_TRUE(testing::all_close(as_double(a), as_double(b), 1e-4, 1e-5)) << "the next step";
+    EXPECT_TRUE(testing::all_close(as_double(c), as_double(b), 1e-4, 1e-5)) << "the next step, padded prompt";
   }
+}
+
+// Prompts are read at a few lengths (powers of two up to 64, then multiples
+// of 64, at most the capacity), so prompts of many lengths share compiled
+// steps: four prompts of 5-8 tokens compile the 8-token step and the
+// one-token step only.
+TEST(Generation, PromptsOfNearbyLengthsShareTheirStep) {
+  EXPECT_EQ(models::prompt_step_length(1, 64), 1);
+  EXPECT_EQ(models::prompt_step_length(5, 64), 8);
+  EXPECT_EQ(models::prompt_step_length(64, 128), 64);
+  EXPECT_EQ(models::prompt_step_length(65, 192), 128);
+  EXPECT_EQ(models::prompt_step_length(65, 100), 100);  // the capacity
+  EXPECT_EQ(models::prompt_step_length(401, 448), 448);
+  auto model = tiny_gpt2();
+  models::GenerationConfig g;
+  g.max_new_tokens = 4;
+  g.eos_token_ids = {-1};
+  runtime::DeviceContext::get(Device::cpu()).clear_cache();
+  metrics::reset();
+  const std::vector<std::vector<int64_t>> prompts{{5, 17, 42, 8, 61}, {3, 9, 4, 1, 7, 2}, {8, 8, 8, 8, 8, 8, 8},
+                                                  {1, 2, 3, 4, 5, 6, 7, 8}};
+  const auto together = models::generate(*model, prompts, g);
+  EXPECT_EQ(metrics::snapshot().compiles, 2) << metrics::report();
+  g.use_cache = false;
+  EXPECT_EQ(models::generate(*model, prompts, g), together);
 }
 
 TEST(Generation, LlamaStopsAtAnyOfItsEosIds) {

@@ -318,12 +318,14 @@ std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::ve
     for (const auto& seq : search.running()) ids.insert(ids.end(), seq.begin() + from, seq.begin() + to);
     Tensor tokens = Tensor::from_vector(ids, {N, to - from}, dev, "tokens");
     Tensor pos = Tensor::from_vector(std::vector<int64_t>{from}, {}, dev, "position");
-    Tensor logits = model.decode_step(tokens, pos, kc, vc, prefill_length);
+    Tensor logits = model.decode_step(tokens, pos, kc, vc, prefill_length, Tensor());
     mark_step(dev);
     return logits;
   };
   // The prompt in one step (every row alike), as transformers' first forward reads it.
-  Tensor logits = step(0, P, P);
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < N; ++r) rows.insert(rows.end(), prompt.begin(), prompt.end());
+  Tensor logits = decode_prompt(model, rows, N, P, kc, vc);
   for (int64_t t = P; !search.done(); ++t) {
     const std::vector<int64_t> parents = advance(logits.to_vector<float>());
     if (search.done()) break;

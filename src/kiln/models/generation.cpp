@@ -266,7 +266,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
       Tensor tokens = Tensor::from_vector(std::vector<int64_t>(seq.begin() + from, seq.begin() + to), {1, to - from},
                                           dev, "tokens");
       Tensor pos = Tensor::from_vector(std::vector<int64_t>{from}, {}, dev, "position");
-      Tensor logits = model.decode_step(tokens, pos, kc, vc, prefill_length);
+      Tensor logits = model.decode_step(tokens, pos, kc, vc, prefill_length, Tensor());
       mark_step(dev);
       return logits;
     };
@@ -276,7 +276,7 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
     // outlive the process's oneDNN at exit).
     const int64_t P = static_cast<int64_t>(prompt.size());
     if (P < need) {
-      Tensor logits = step(0, P, P);
+      Tensor logits = decode_prompt(model, prompt, 1, P, kc, vc);
       for (;;) {
         int64_t next = next_token_of(logits.to_vector<float>(), seq, static_cast<int64_t>(seq.size()) - P);
         seq.push_back(next);

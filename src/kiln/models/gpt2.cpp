@@ -246,7 +246,8 @@ CausalLM::CacheShape GPT2ForTask::cache_shape() const {
 }
 
 Tensor GPT2ForTask::decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
-                                std::vector<Tensor>& v_cache, std::optional<int64_t> /*prefill_length*/) {
+                                std::vector<Tensor>& v_cache, std::optional<int64_t> /*prefill_length*/,
+                                const Tensor& last) {
   KILN_CHECK(k_cache.size() == h_.size() && v_cache.size() == h_.size(), "decode_step: one cache per layer expected");
   const int64_t L = k_cache[0].dim(2), T = token.dim(1);
   Device dev = token.device();
@@ -255,7 +256,7 @@ Tensor GPT2ForTask::decode_step(const Tensor& token, const Tensor& pos, std::vec
                         {1, 1, T, L});
   Tensor x = wte_->forward(token) + wpe_->forward(reshape(positions, {1, T}));
   for (size_t i = 0; i < h_.size(); ++i) x = h_[i]->decode(x, positions, mask, k_cache[i], v_cache[i]);
-  return wte_->tied_logits(ln_f_->forward(slice(x, 1, T - 1, T)));
+  return wte_->tied_logits(ln_f_->forward(token_at(x, last)));
 }
 
 ModelOutputs GPT2ForTask::forward(const ModelInputs& in) {

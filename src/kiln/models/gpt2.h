@@ -84,7 +84,8 @@ class GPT2ForTask : public CausalLM {
   CacheShape cache_shape() const override;
   // Caches [B,NH,L,D] (learned positions: prefill_length changes nothing).
   Tensor decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
-                     std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length) override;
+                     std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length,
+                     const Tensor& last) override;
 
  private:
   enum class Head { None, LM, SequenceClassification };

@@ -631,7 +631,8 @@ std::optional<int64_t> LlamaForTask::cache_recompute_position() const {
 }
 
 Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
-                                 std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length) {
+                                 std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length,
+                                 const Tensor& last) {
   KILN_CHECK(k_cache.size() == layers_.size() && v_cache.size() == layers_.size(),
              "decode_step: one cache per layer expected");
   const LlamaConfig& c = llama_config();
@@ -653,7 +654,7 @@ Tensor LlamaForTask::decode_step(const Tensor& token, const Tensor& pos, std::ve
   if (c.gemma()) x = x * std::sqrt(static_cast<double>(c.hidden_size));
   for (size_t i = 0; i < layers_.size(); ++i)
     x = layers_[i]->decode(x, cos, sin, positions, mask, windowed, k_cache[i], v_cache[i]);
-  return lm_logits(norm_->forward(slice(x, 1, T - 1, T)));
+  return lm_logits(norm_->forward(token_at(x, last)));
 }
 
 ModelOutputs LlamaForTask::forward(const ModelInputs& in) {

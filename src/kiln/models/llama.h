@@ -131,7 +131,8 @@ class LlamaForTask : public CausalLM {
   CacheShape cache_shape() const override;
   // Caches [B,KVH,L,D], keys stored rotated.
   Tensor decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
-                     std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length) override;
+                     std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length,
+                     const Tensor& last) override;
   // Phi-3 with longrope: original_max_position_embeddings.
   std::optional<int64_t> cache_recompute_position() const override;
 

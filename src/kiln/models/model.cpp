@@ -1,6 +1,7 @@
 #include "kiln/models/model.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <optional>
 #include <set>
@@ -12,6 +13,7 @@
 #include "kiln/models/registry.h"
 #include "kiln/nn/defer_init.h"
 #include "kiln/runtime/autocast.h"
+#include "kiln/runtime/context.h"
 
 namespace kiln::models {
 
@@ -394,6 +396,35 @@ Tensor zero_kv_cache(const Shape& shape, Device device, const std::string& name)
 
 Tensor with_slot(const Tensor& cache, const Tensor& slots, const Tensor& value) {
   return index_copy(cache, 2, slots, cast(value, cache.dtype()));
+}
+
+int64_t prompt_step_length(int64_t P, int64_t L) {
+  const int64_t T = P <= 64 ? static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(P))) : (P + 63) / 64 * 64;
+  return std::max(P, std::min(T, L));
+}
+
+Tensor decode_prompt(CausalLM& model, const std::vector<int64_t>& ids, int64_t B, int64_t P,
+                     std::vector<Tensor>& k_cache, std::vector<Tensor>& v_cache) {
+  const int64_t T = prompt_step_length(P, k_cache.at(0).dim(2));
+  std::vector<int64_t> padded;
+  padded.reserve(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b) {
+    padded.insert(padded.end(), ids.begin() + b * P, ids.begin() + (b + 1) * P);
+    padded.insert(padded.end(), static_cast<size_t>(T - P), ids[(b + 1) * P - 1]);
+  }
+  Device dev = k_cache[0].device();
+  Tensor tokens = Tensor::from_vector(padded, {B, T}, dev, "tokens");
+  Tensor start = Tensor::from_vector(std::vector<int64_t>{0}, {}, dev, "position");
+  Tensor last = Tensor::from_vector(std::vector<int64_t>{P - 1}, {}, dev, "last");
+  Tensor logits = model.decode_step(tokens, start, k_cache, v_cache, P, last);
+  mark_step(dev);  // (while its inputs are held, as a decode step's are: the same graphs)
+  return logits;
+}
+
+Tensor token_at(const Tensor& x, const Tensor& last) {
+  const int64_t B = x.dim(0), T = x.dim(1), C = x.dim(2);
+  if (!last.defined() || T == 1) return slice(x, 1, T - 1, T);  // (a one-token prompt: the decode step's graph)
+  return gather(x, 1, broadcast_to(reshape(last, {1, 1, 1}), {B, 1, C}));
 }
 
 Tensor step_positions(const Tensor& pos, int64_t T) { return arange(T, DType::i64, pos.device()) + pos; }

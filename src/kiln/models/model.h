@@ -136,18 +136,22 @@ class CausalLM : public PreTrainedModel {
   // The ids that end a generated sequence (Llama 3 configs list several).
   virtual std::vector<int64_t> eos_token_ids() const = 0;
   virtual CacheShape cache_shape() const = 0;
-  // Logits [B,1,V] of the last of T tokens per row ([B,T] ids) at positions
+  // Logits [B,1,V] of token `last` (an i64 scalar in [0, T), a graph input;
+  // undefined: the last) of T tokens per row ([B,T] ids) at positions
   // pos .. pos + T - 1 (`pos` an i64 scalar, a graph input), which attend to
   // the caches' slots up to their own and write their keys and values into
   // their slots in place. T > 1 reads a prompt at once, as transformers'
-  // first forward does (a step's graph depends on L and T only).
+  // first forward does (a step's graph depends on L and T only); tokens
+  // after `last` pad it to a length that other prompts share (their slots
+  // are written again before anything reads them: decode_prompt).
   // prefill_length: the tokens are read as part of a whole sequence of that
   // length (a prompt, or a cache computed again); rotary scaling that depends
   // on the length (dynamic, longrope) rotates them with that sequence's
   // frequencies. nullopt: generated tokens, each rotated with those of the
   // sequence it ends (its position + 1).
   virtual Tensor decode_step(const Tensor& token, const Tensor& pos, std::vector<Tensor>& k_cache,
-                             std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length) = 0;
+                             std::vector<Tensor>& v_cache, std::optional<int64_t> prefill_length,
+                             const Tensor& last) = 0;
   // The position at which generation with the cache computes the cache again
   // from the start (every token so far read as one sequence), as
   // transformers' Phi3ForCausalLM does when a sequence first passes
@@ -166,6 +170,20 @@ Tensor zero_kv_cache(const Shape& shape, Device device, const std::string& name)
 // writes only those slots when the step's result takes the old cache's
 // memory (as a decode step's does), not the whole cache.
 Tensor with_slot(const Tensor& cache, const Tensor& slots, const Tensor& value);
+// The logits [B,1,V] of the last of each row's P prompt tokens (ids: B rows
+// of P, row-major) read in one step from position 0 (prefill_length P), the
+// caches written, the step queued (mark_step): the rows padded with their
+// last token to prompt_step_length(P, capacity), so that prompts of many
+// lengths share a few compiled steps. The padding's keys and values land in slots after the
+// prompt, which each generated token writes before it reads them.
+Tensor decode_prompt(CausalLM& model, const std::vector<int64_t>& ids, int64_t B, int64_t P,
+                     std::vector<Tensor>& k_cache, std::vector<Tensor>& v_cache);
+// The length a prompt of P tokens is read at: the next power of two up to
+// 64, then the next multiple of 64, at most the cache's capacity L.
+int64_t prompt_step_length(int64_t P, int64_t L);
+// x [B,T,C] at token `last` (an i64 scalar; undefined, or T = 1: the last
+// one): [B,1,C].
+Tensor token_at(const Tensor& x, const Tensor& last);
 // A decode step's T positions pos .. pos + T - 1 (i64 [T]; pos an i64 scalar).
 Tensor step_positions(const Tensor& pos, int64_t T);
 // Whether slot j is visible to the step's query i ([T, L] bool): j <= its
