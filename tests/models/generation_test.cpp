@@ -203,6 +203,20 @@ TEST(Generation, PromptsOfNearbyLengthsShareTheirStep) {
   EXPECT_EQ(models::prompt_step_length(65, 100), 100);  // the capacity
   EXPECT_EQ(models::prompt_step_length(401, 448), 448);
   auto model = tiny_gpt2();
+  {
+    auto& lm = dynamic_cast<models::CausalLM&>(*model);
+    const auto cs = lm.cache_shape();
+    std::vector<Tensor> k, v;
+    for (int64_t l = 0; l < cs.layers; ++l) {
+      k.push_back(models::zero_kv_cache({1, cs.kv_heads, 4, cs.head_dim}, Device::cpu(), "k_cache"));
+      v.push_back(models::zero_kv_cache({1, cs.kv_heads, 4, cs.head_dim}, Device::cpu(), "v_cache"));
+    }
+    NoGradGuard no_grad;
+    EXPECT_CONTAINS(testing::error_of([&] { models::decode_prompt(lm, {1, 2, 3, 4, 5}, 1, 5, k, v); }),
+                    "decode_prompt: a prompt of 5 tokens does not fit a cache of 4 slots");
+    EXPECT_CONTAINS(testing::error_of([&] { models::decode_prompt(lm, {1, 2, 3}, 2, 2, k, v); }),
+                    "decode_prompt: 3 ids are not 2 rows of 2");
+  }
   models::GenerationConfig g;
   g.max_new_tokens = 4;
   g.eos_token_ids = {-1};

@@ -405,7 +405,11 @@ int64_t prompt_step_length(int64_t P, int64_t L) {
 
 Tensor decode_prompt(CausalLM& model, const std::vector<int64_t>& ids, int64_t B, int64_t P,
                      std::vector<Tensor>& k_cache, std::vector<Tensor>& v_cache) {
-  const int64_t T = prompt_step_length(P, k_cache.at(0).dim(2));
+  const int64_t L = k_cache.at(0).dim(2);
+  KILN_CHECK(B >= 1 && P >= 1 && static_cast<int64_t>(ids.size()) == B * P, "decode_prompt: ", ids.size(),
+             " ids are not ", B, " rows of ", P);
+  KILN_CHECK(P <= L, "decode_prompt: a prompt of ", P, " tokens does not fit a cache of ", L, " slots");
+  const int64_t T = prompt_step_length(P, L);
   std::vector<int64_t> padded;
   padded.reserve(static_cast<size_t>(B * T));
   for (int64_t b = 0; b < B; ++b) {
