@@ -316,11 +316,7 @@ std::vector<std::vector<int64_t>> beam_search_one(CausalLM& model, const std::ve
   auto step = [&](int64_t from, int64_t to, std::optional<int64_t> prefill_length) {
     std::vector<int64_t> ids;
     for (const auto& seq : search.running()) ids.insert(ids.end(), seq.begin() + from, seq.begin() + to);
-    Tensor tokens = Tensor::from_vector(ids, {N, to - from}, dev, "tokens");
-    Tensor pos = Tensor::from_vector(std::vector<int64_t>{from}, {}, dev, "position");
-    Tensor logits = model.decode_step(tokens, pos, kc, vc, prefill_length, Tensor());
-    mark_step(dev);
-    return logits;
+    return decode_ids(model, ids, N, from, prefill_length, kc, vc);
   };
   // The prompt in one step (every row alike), as transformers' first forward reads it.
   std::vector<int64_t> rows;

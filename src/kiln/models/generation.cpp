@@ -263,12 +263,8 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
     }
     // seq[from, to) at positions from.. in one step: the logits of its last.
     auto step = [&](int64_t from, int64_t to, std::optional<int64_t> prefill_length) {
-      Tensor tokens = Tensor::from_vector(std::vector<int64_t>(seq.begin() + from, seq.begin() + to), {1, to - from},
-                                          dev, "tokens");
-      Tensor pos = Tensor::from_vector(std::vector<int64_t>{from}, {}, dev, "position");
-      Tensor logits = model.decode_step(tokens, pos, kc, vc, prefill_length, Tensor());
-      mark_step(dev);
-      return logits;
+      return decode_ids(model, std::vector<int64_t>(seq.begin() + from, seq.begin() + to), 1, from, prefill_length,
+                        kc, vc);
     };
     // The prompt in one step, as transformers' first forward reads it, then
     // a step per new token. The last token is not fed: nothing reads its

@@ -416,12 +416,21 @@ Tensor decode_prompt(CausalLM& model, const std::vector<int64_t>& ids, int64_t B
     padded.insert(padded.end(), ids.begin() + b * P, ids.begin() + (b + 1) * P);
     padded.insert(padded.end(), static_cast<size_t>(T - P), ids[(b + 1) * P - 1]);
   }
-  Device dev = k_cache[0].device();
-  Tensor tokens = Tensor::from_vector(padded, {B, T}, dev, "tokens");
-  Tensor start = Tensor::from_vector(std::vector<int64_t>{0}, {}, dev, "position");
-  Tensor last = Tensor::from_vector(std::vector<int64_t>{P - 1}, {}, dev, "last");
-  Tensor logits = model.decode_step(tokens, start, k_cache, v_cache, P, last);
-  mark_step(dev);  // (while its inputs are held, as a decode step's are: the same graphs)
+  return decode_ids(model, padded, B, 0, P, k_cache, v_cache, P - 1);
+}
+
+Tensor decode_ids(CausalLM& model, const std::vector<int64_t>& ids, int64_t B, int64_t from,
+                  std::optional<int64_t> prefill_length, std::vector<Tensor>& k_cache, std::vector<Tensor>& v_cache,
+                  std::optional<int64_t> last) {
+  const Device dev = k_cache.at(0).device();
+  const auto T = static_cast<int64_t>(ids.size()) / B;
+  Tensor tokens = Tensor::from_vector(ids, {B, T}, dev, "tokens");
+  Tensor pos = Tensor::from_vector(std::vector<int64_t>{from}, {}, dev, "position");
+  Tensor index = last ? Tensor::from_vector(std::vector<int64_t>{*last}, {}, dev, "last") : Tensor();
+  Tensor logits = model.decode_step(tokens, pos, k_cache, v_cache, prefill_length, index);
+  // Queued while its inputs are held: the graph records which inputs it may
+  // overwrite, so a step queued after they die would be a graph of its own.
+  mark_step(dev);
   return logits;
 }
 

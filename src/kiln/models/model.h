@@ -178,6 +178,12 @@ Tensor with_slot(const Tensor& cache, const Tensor& slots, const Tensor& value);
 // prompt, which each generated token writes before it reads them.
 Tensor decode_prompt(CausalLM& model, const std::vector<int64_t>& ids, int64_t B, int64_t P,
                      std::vector<Tensor>& k_cache, std::vector<Tensor>& v_cache);
+// One decode step of `ids` (B rows of T tokens, row-major) at positions from
+// .. from + T - 1, queued (mark_step) while its inputs are held: the logits
+// [B,1,V] of token `last` (nullopt: the last), the caches written.
+Tensor decode_ids(CausalLM& model, const std::vector<int64_t>& ids, int64_t B, int64_t from,
+                  std::optional<int64_t> prefill_length, std::vector<Tensor>& k_cache, std::vector<Tensor>& v_cache,
+                  std::optional<int64_t> last = std::nullopt);
 // The length a prompt of P tokens is read at: the next power of two up to
 // 64, then the next multiple of 64, at most the cache's capacity L.
 int64_t prompt_step_length(int64_t P, int64_t L);
