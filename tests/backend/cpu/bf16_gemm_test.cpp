@@ -179,11 +179,16 @@ TEST(CpuBf16Gemm, ProductsRunInPiecesMatchTheWholeProduct) {
 // The 2-thread products of many rows that pack b into oneDNN's blocked
 // layout first (gemm_primitive.cpp): every layout that packs, with padded
 // leading dimensions and sizes off oneDNN's blocks, plain, with a bias,
-// accumulated and with a bf16 result, give the bits of the same product
-// reading b as stored, and match the rounded operands summed in double. On
-// one thread (a paired product) and under 512 rows nothing is packed.
+// accumulated and with a bf16 result, match the rounded operands summed in
+// double, packed and as stored. With AVX512-BF16 (oneDNN's
+// brg:avx512_core_bf16) both run the same kernel on the same blocks: the
+// same bits. With AMX, oneDNN's kernel for b as stored splits a reduction
+// that is not whole blocks otherwise, so an accumulated product may differ
+// in the order of its sums (within the same bound). On one thread (a paired
+// product) and under 512 rows nothing is packed.
 TEST(CpuBf16Gemm, PackedOperandsGiveTheBitsOfTheProductAsStored) {
   if (!native_bf16_products()) GTEST_SKIP() << "bf16 products are emulated here";
+  const bool same_kernel = backend::cpu::bf16_matmul_implementation().find("amx") == std::string::npos;
   const int threads = omp_get_max_threads();
   omp_set_num_threads(2);
   for (const Layout& t : {Layout{false, false, 600, 200, 300, 0}, Layout{false, false, 1024, 768, 64, 3},
@@ -210,10 +215,13 @@ TEST(CpuBf16Gemm, PackedOperandsGiveTheBitsOfTheProductAsStored) {
         EXPECT_EQ(std::memcmp(h[0].data(), h[1].data(), h[0].size() * sizeof(uint16_t)), 0) << how;
         continue;
       }
-      EXPECT_EQ(std::memcmp(c[0].data(), c[1].data(), c[0].size() * sizeof(float)), 0) << how;
+      if (same_kernel || mode != 2) {
+        EXPECT_EQ(std::memcmp(c[0].data(), c[1].data(), c[0].size() * sizeof(float)), 0) << how;
+      }
       Reference want = reference(t.ta, t.tb, t.M, t.N, t.K, a, lda, b, ldb, bp);
       if (mode == 2)
         for (size_t i = 0; i < want.c.size(); ++i) want.c[i] += c0[i], want.bound[i] += std::abs(c0[i]) * 1e-7;
+      expect_within(c[0], want, how + " as stored");
       expect_within(c[1], want, how + " packed");
     }
   }

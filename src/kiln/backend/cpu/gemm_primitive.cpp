@@ -261,7 +261,9 @@ Pieces bf16_pieces(const Key& k) {
 // 2 threads more slowly than one reorder of the whole: packed first, 1024-row
 // products ran 5-10 % faster alone (1024 x 768-3072 x 768-3072, NN and NT,
 // cold operands; TN weight gradients 2-5 %), GPT-2's step ~1.5 %, with the
-// same sums, bit for bit (the same kernel reads the same blocks). Not for
+// same sums, bit for bit (the same kernel reads the same blocks; with AMX,
+// an accumulated product whose reduction is not whole blocks may sum in
+// another order, within f32 summation error). Not for
 // x·Wᵀ with a longer reduction than output (NT, K > N: as fast alone, 8 %
 // slower in bert-base's step), nor on one thread (the paired products' parallel
 // region: 2 % faster to 1.5 % slower), nor under kPackRows rows, where the
