@@ -25,6 +25,9 @@ constexpr EnvVar kVars[] = {
     {"KILN_CPU_BF16", "auto",
      "CPU: products of bf16 operands run as oneDNN's bf16 matmul where the CPU has AVX512-BF16 or AMX ('auto'), "
      "or widened to f32 ('emulate')"},
+    {"KILN_CPU_AMX", "auto",
+     "CPU: the fused attention's bf16 block products use AMX tiles where the CPU has them ('auto'), "
+     "or AVX512-BF16 ('off'; oneDNN's own products follow ONEDNN_MAX_CPU_ISA)"},
     {"KILN_ATTENTION", "auto", "attention as one fused kernel ('fused'), as matmul/softmax/matmul ('composite'), "
                                "or the fused kernel where it applies ('auto')"},
     {"KILN_CUDA_FUSED", "auto",

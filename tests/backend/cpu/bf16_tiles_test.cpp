@@ -1,9 +1,9 @@
 // bf16 products on pair words (backend/cpu/bf16_tiles.h), the fused
-// attention's block products on a CPU with AVX512-BF16: the packers' words
-// bit for bit, and products of every tile shape (rows 1-6 past whole tiles,
-// 1-64 columns past whole tiles, odd reductions, accumulation) against the
-// bf16 operands multiplied and summed in double, within f32 summation
-// error.
+// attention's block products on a CPU with AVX512-BF16 or AMX: the
+// packers' words bit for bit, and products of every tile shape (rows and
+// columns past whole tiles, odd reductions, accumulation) against the bf16
+// operands multiplied and summed in double, within f32 summation error, on
+// both kinds of tiles where the CPU has AMX.
 #include "kiln/backend/cpu/bf16_tiles.h"
 
 #include <cmath>
@@ -57,16 +57,22 @@ TEST(Bf16Tiles, PackersLayWordsAsDocumented) {
 
 // c = a·b for a (M × K) and b (K × N) stored row-major as bf16: a packed
 // with pack_column_pairs (an A operand: row 2, pair 2·M) or (K even) read in
-// place (row K, pair 2), b packed with pack_row_pairs.
-TEST(Bf16Tiles, ProductsMatchBf16OperandsSummedInDouble) {
-  if (!cpu_has_bf16_products()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
-  for (int64_t M : {1, 5, 6, 13})
+// place (row K, pair 2), b packed with pack_row_pairs; on the AVX512-BF16
+// tiles or (amx) on AMX tiles.
+void expect_products_match(bool amx) {
+  const bool was = backend::cpu::amx_tiles();
+  backend::cpu::set_amx_tiles(amx);
+  ASSERT_EQ(backend::cpu::amx_tiles(), amx);
+  // (Rows and columns past whole register tiles (6 × 64) and AMX tiles
+  // (16 × 16, two by two), reductions past whole AMX tiles (32).)
+  for (int64_t M : {1, 5, 6, 13, 16, 32, 47, 64})
     for (int64_t N : {1, 16, 17, 48, 63, 64, 100, 130})
-      for (int64_t K : {0, 1, 2, 7, 64, 301})
+      for (int64_t K : {0, 1, 2, 7, 64, 96, 301})
         for (int mode = 0; mode < 4; ++mode) {
           const bool accumulate = mode % 2 == 1, in_place = mode >= 2;
           const std::string what = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
-                                   (accumulate ? " accumulated" : "") + (in_place ? " in place" : "");
+                                   (accumulate ? " accumulated" : "") + (in_place ? " in place" : "") +
+                                   (amx ? " (AMX)" : " (AVX512-BF16)");
           const std::vector<uint16_t> a = bf16_bits(M * K, 2), b = bf16_bits(K * N, 3);
           const int64_t K2 = (K + 1) / 2;
           std::vector<uint32_t> ap(static_cast<size_t>(std::max<int64_t>(K2 * M, 1))),
@@ -98,6 +104,17 @@ TEST(Bf16Tiles, ProductsMatchBf16OperandsSummedInDouble) {
                   << what << " at (" << i << ", " << j << ")";
             }
         }
+  backend::cpu::set_amx_tiles(was);
+}
+
+TEST(Bf16Tiles, ProductsMatchBf16OperandsSummedInDouble) {
+  if (!cpu_has_bf16_products()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  expect_products_match(false);
+}
+
+TEST(Bf16Tiles, AmxProductsMatchBf16OperandsSummedInDouble) {
+  if (!cpu_has_bf16_products() || !backend::cpu::amx_usable()) GTEST_SKIP() << "this CPU has no AMX";
+  expect_products_match(true);
 }
 
 }  // namespace

@@ -26,8 +26,20 @@ namespace kiln::backend::cpu {
 // at a time (bf16 subnormals read as zero, as oneDNN's bf16 products read
 // them). Only where cpu_has_bf16_products() (executor.h: AVX512-BF16 or
 // AMX, whose CPUs have AVX512-BF16 too).
+// With AMX (amx_tiles()) the products run as AMX tiles, else as AVX512-BF16
+// register tiles: the same exact products, summed in another order.
 void tile_product(int64_t M, int64_t N, int64_t K2, const uint16_t* a, int64_t a_row, int64_t a_pair,
                   const uint32_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
+
+// The CPU has AMX tiles with bf16 products, and the operating system lets
+// this process use them (asked once).
+bool amx_usable();
+// tile_product runs on AMX: amx_usable() and not turned off by the
+// environment (KILN_CPU_AMX=off).
+bool amx_tiles();
+// Tests and benchmarks compare both: false runs the AVX512-BF16 tiles; true
+// is ignored where AMX is not usable.
+void set_amx_tiles(bool on);
 
 // Rows [0, R) of x (bf16 bits, rows ld apart, N columns) as pairs of rows,
 // a B operand: out[p·ldo + j] = x(2p, j) | x(2p + 1, j) << 16 for p <
