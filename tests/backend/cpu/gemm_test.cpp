@@ -101,6 +101,24 @@ TEST(CpuGemm, MatrixVectorLoopsMatchTheReference) {
     }
 }
 
+// x·Wᵀ at one row sums each output row's products in one order, whether the
+// row is summed alone or among 16 rows folded together (gemv's dot16): every
+// output has the bits of the same row's product alone.
+TEST(CpuGemm, MatrixVectorRowsHaveTheBitsOfTheirProductAlone) {
+  for (int64_t K : {16, 64, 77, 768}) {
+    SCOPED_TRACE("K=" + std::to_string(K));
+    const int64_t N = 37, ldb = K + 3;
+    const std::vector<float> a = testing::uniform_values(K, 21), b = testing::uniform_values(N * ldb, 22);
+    std::vector<float> c(N);
+    ASSERT_TRUE(backend::cpu::sgemm(false, true, 1, N, K, a.data(), K, b.data(), ldb, c.data(), N, false));
+    for (int64_t n = 0; n < N; ++n) {
+      float alone = 0;
+      ASSERT_TRUE(backend::cpu::sgemm(false, true, 1, 1, K, a.data(), K, b.data() + n * ldb, ldb, &alone, 1, false));
+      ASSERT_EQ(std::memcmp(&alone, &c[n], sizeof alone), 0) << "row " << n << ": " << c[n] << " vs " << alone;
+    }
+  }
+}
+
 TEST(CpuGemm, PrimitiveTakesLongReductionsIntoSmallOutputs) {
   EXPECT_TRUE(prefers_matmul_primitive(false, true, 1024, 768, 3072));   // BERT's FFN down-projection
   EXPECT_TRUE(prefers_matmul_primitive(false, true, 1024, 768, 2304));   // GPT-2's c_attn input gradient

@@ -119,28 +119,83 @@ void add_scaled_rows(const float* a, const T* b, int64_t ldb, int64_t k0, int64_
   }
 }
 
-// Σ_k a[k] · r[k]: four 16-lane sums over the row, added in a fixed order.
+// Σ_k a[k] · r[k] over the row's whole 16s: four 16-lane sums over the
+// row, added in a fixed order.
+// (Four named sums: as an array, GCC at -O2 keeps them in memory.)
+template <class T>
+[[gnu::always_inline]] inline Lanes lane_sums(const float* a, const T* r, int64_t K) {
+  Lanes s0 = {}, s1 = {}, s2 = {}, s3 = {};
+  auto term = [&](int64_t at) {
+    Lanes x, y;
+    load_lanes(a + at, x);
+    load_lanes(r + at, y);
+    return x * y;
+  };
+  int64_t k = 0;
+  for (; k + 64 <= K; k += 64) {
+    s0 += term(k);
+    s1 += term(k + 16);
+    s2 += term(k + 32);
+    s3 += term(k + 48);
+  }
+  for (; k + 16 <= K; k += 16) s0 += term(k);
+  return (s0 + s1) + (s2 + s3);
+}
+
+// A row's 16 lane sums added as a tree: lane l + lane l + 8, then l + 4,
+// l + 2 and l + 1 of those (fold16 below adds 16 rows' lanes the same way).
+inline float fold(const Lanes& s) {
+  float h[8];
+  for (int l = 0; l < 8; ++l) h[l] = s[l] + s[l + 8];
+  for (int l = 0; l < 4; ++l) h[l] += h[l + 4];
+  for (int l = 0; l < 2; ++l) h[l] += h[l + 2];
+  return h[0] + h[1];
+}
+
+// fold() of 16 rows' lane sums s[0, 16) at once, lane r of the result row
+// r's: each step adds two halves of a pair of vectors, and the pairs' lanes
+// are interleaved so that the next step pairs them again. The same
+// additions in the same order as fold(), a row's 16-add chain of dependent
+// adds (most of a short row's time) replaced by 15 vector adds for 16 rows.
+inline Lanes fold16(const Lanes (&s)[16]) {
+  Lanes z[8], w[4], v[2];
+  for (int i = 0; i < 8; ++i)  // lanes 0-7: row 2i's l + (l + 8); 8-15: row 2i + 1's
+    z[i] = __builtin_shufflevector(s[2 * i], s[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(s[2 * i], s[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (int i = 0; i < 4; ++i)  // four lanes a row, rows 4i..4i + 3
+    w[i] = __builtin_shufflevector(z[2 * i], z[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           __builtin_shufflevector(z[2 * i], z[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  for (int i = 0; i < 2; ++i)  // two lanes a row, rows 8i..8i + 7
+    v[i] = __builtin_shufflevector(w[2 * i], w[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+           __builtin_shufflevector(w[2 * i], w[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  return __builtin_shufflevector(v[0], v[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(v[0], v[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+// Σ_k a[k] · r[k]: the lane sums folded, then the last K mod 16 products.
 // One row streams at a time: eight rows interleaved (eight memory streams)
 // read bf16 rows at under half the memory's rate on an AMD EPYC guest (the
 // GPT-2 head's product at one row, KILN_PROFILE; docs/performance.md).
 template <class T>
-float dot(const float* a, const T* r, int64_t K) {
-  Lanes s[4] = {};
-  auto add = [&](Lanes& sum, int64_t at) {
-    Lanes x, y;
-    load_lanes(a + at, x);
-    load_lanes(r + at, y);
-    sum += x * y;
-  };
-  int64_t k = 0;
-  for (; k + 64 <= K; k += 64)
-    for (int j = 0; j < 4; ++j) add(s[j], k + 16 * j);
-  for (; k + 16 <= K; k += 16) add(s[0], k);
-  s[0] = (s[0] + s[1]) + (s[2] + s[3]);
-  float t = 0;
-  for (int l = 0; l < 16; ++l) t += s[0][l];
-  for (; k < K; ++k) t += a[k] * element(r, k);
+float add_tail(float t, const float* a, const T* r, int64_t K) {
+  for (int64_t k = K / 16 * 16; k < K; ++k) t += a[k] * element(r, k);
   return t;
+}
+template <class T>
+float dot(const float* a, const T* r, int64_t K) {
+  return add_tail(fold(lane_sums(a, r, K)), a, r, K);
+}
+
+// dot() of 16 rows ldb apart into out[0, 16): the same sums in the same
+// order (the same bits), each row still read whole before the next, the
+// rows folded together (a decode step's attention scores, 64 elements a
+// row, took ~75 cycles a row folded one by one).
+template <class T>
+void dot16(const float* a, const T* b, int64_t ldb, int64_t K, float* out) {
+  Lanes s[16];
+  for (int j = 0; j < 16; ++j) s[j] = lane_sums(a, b + j * ldb, K);
+  const Lanes t = fold16(s);
+  for (int j = 0; j < 16; ++j) out[j] = add_tail(t[j], a, b + j * ldb, K);
 }
 
 // c[n] = Σ_k a[k] · B(k, n) (c += with accumulate), B of f32 or bf16
@@ -150,11 +205,16 @@ float dot(const float* a, const T* r, int64_t K) {
 // thread count.
 template <class T>
 void gemv(bool tb, int64_t N, int64_t K, const float* av, const T* b, int64_t ldb, float* c, bool accumulate) {
-  if (tb) {  // B(k, n) = b[n·ldb + k]: a dot product per output, row after row
+  if (tb) {  // B(k, n) = b[n·ldb + k]: a dot product per output, 16 rows at a time
+    const int64_t blocks = (N + 15) / 16;
 #pragma omp parallel for schedule(static) if (N * K > 65536)
-    for (int64_t n = 0; n < N; ++n) {
-      const float s = dot(av, b + n * ldb, K);
-      c[n] = accumulate ? c[n] + s : s;  // (never 0 · c: c may hold NaN before it is written)
+    for (int64_t i = 0; i < blocks; ++i) {
+      const int64_t n0 = 16 * i, rows = std::min<int64_t>(16, N - n0);
+      float s[16];
+      if (rows == 16) dot16(av, b + n0 * ldb, ldb, K, s);
+      else for (int64_t j = 0; j < rows; ++j) s[j] = dot(av, b + (n0 + j) * ldb, K);
+      for (int64_t j = 0; j < rows; ++j)  // (never 0 · c: c may hold NaN before it is written)
+        c[n0 + j] = accumulate ? c[n0 + j] + s[j] : s[j];
     }
   } else if (N <= 4096 && N * K > 65536) {  // B(k, n) = b[k·ldb + n], short rows: B's rows in parts
     // A decode step's projections: each of eight fixed parts of B's rows is
