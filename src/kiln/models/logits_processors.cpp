@@ -35,8 +35,9 @@ bool completes(const std::vector<int64_t>& seq, const std::vector<int64_t>& ids)
 void add_sequence_bias(std::vector<float>& scores, const std::vector<int64_t>& ids,
                        const std::vector<std::pair<std::vector<int64_t>, double>>& sequence_bias) {
   std::vector<std::pair<std::vector<int64_t>, float>> unique;
-  for (const auto& [seq, bias] : sequence_bias) {
-    auto same = std::find_if(unique.begin(), unique.end(), [&](const auto& u) { return u.first == seq; });
+  for (const auto& entry : sequence_bias) {
+    const auto& [seq, bias] = entry;
+    auto same = std::find_if(unique.begin(), unique.end(), [&](const auto& u) { return u.first == entry.first; });
     if (same != unique.end()) same->second = static_cast<float>(bias);
     else unique.emplace_back(seq, static_cast<float>(bias));
   }

@@ -88,9 +88,11 @@ int64_t non_embedding_parameters(const models::PreTrainedModel& model) {
                                         "token_type_embeddings.weight", "wte.weight", "wpe.weight",
                                         "embed_tokens.weight", "shared.weight", "relative_attention_bias.weight"};
   int64_t n = 0;
-  for (const auto& [name, p] : model.named_parameters())
+  for (const auto& named : model.named_parameters()) {
+    const std::string& name = named.first;  // (a plain reference: clang 14 cannot capture a binding)
     if (std::none_of(std::begin(kTables), std::end(kTables), [&](const char* t) { return name.ends_with(t); }))
-      n += p.numel();
+      n += named.second.numel();
+  }
   return n;
 }
 

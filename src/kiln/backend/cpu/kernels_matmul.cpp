@@ -457,7 +457,12 @@ bool bf16_rows(const Instr& ins, const Shapes& p) {
 // The f32 result of the product (of shapes p) into c.
 void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p, float* c) {
   const Operand &A = ins.inputs[0], &B = ins.inputs[1];
-  const auto& [la, lb, ao, bo, one_gemm, M, N, K, nb] = p;
+  // (Named references, not a structured binding: clang 14, which builds the
+  // fuzz targets, cannot capture a binding in a lambda or an OpenMP region.)
+  const Mat &la = p.la, &lb = p.lb;
+  const std::vector<int64_t>&ao = p.ao, &bo = p.bo;
+  const bool one_gemm = p.one_gemm;
+  const int64_t M = p.M, N = p.N, K = p.K, nb = p.nb;
   const bool rows = bf16_rows(ins, p);
   if (A.dtype == DType::bf16 && !rows) {
     if (native_bf16_products()) {
