@@ -57,8 +57,8 @@ TEST(Bf16Tiles, PackersLayWordsAsDocumented) {
 
 // c = a·b for a (M × K) and b (K × N) stored row-major as bf16: a packed
 // with pack_column_pairs (an A operand: row 2, pair 2·M) or (K even) read in
-// place (row K, pair 2), b packed with pack_row_pairs; on the AVX512-BF16
-// tiles or (amx) on AMX tiles.
+// place (row K, pair 2) or strided otherwise (row 4, pair 4·M), b packed
+// with pack_row_pairs; on the AVX512-BF16 tiles or (amx) on AMX tiles.
 void expect_products_match(bool amx) {
   const bool was = backend::cpu::amx_tiles();
   backend::cpu::set_amx_tiles(amx);
@@ -68,11 +68,11 @@ void expect_products_match(bool amx) {
   for (int64_t M : {1, 5, 6, 13, 16, 32, 47, 64})
     for (int64_t N : {1, 16, 17, 48, 63, 64, 100, 130})
       for (int64_t K : {0, 1, 2, 7, 64, 96, 301})
-        for (int mode = 0; mode < 4; ++mode) {
-          const bool accumulate = mode % 2 == 1, in_place = mode >= 2;
+        for (int mode = 0; mode < 6; ++mode) {
+          const bool accumulate = mode % 2 == 1, in_place = mode / 2 == 1, strided = mode / 2 == 2;
           const std::string what = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
                                    (accumulate ? " accumulated" : "") + (in_place ? " in place" : "") +
-                                   (amx ? " (AMX)" : " (AVX512-BF16)");
+                                   (strided ? " strided" : "") + (amx ? " (AMX)" : " (AVX512-BF16)");
           const std::vector<uint16_t> a = bf16_bits(M * K, 2), b = bf16_bits(K * N, 3);
           const int64_t K2 = (K + 1) / 2;
           std::vector<uint32_t> ap(static_cast<size_t>(std::max<int64_t>(K2 * M, 1))),
@@ -82,8 +82,15 @@ void expect_products_match(bool amx) {
           const int64_t ldc = N + 5;
           const std::vector<float> c0 = testing::uniform_values(M * ldc, 4);
           std::vector<float> c = c0;
+          // Any other layout: word (i, p) every other word, p-major (row 4, pair 4·M).
+          std::vector<uint32_t> as(static_cast<size_t>(std::max<int64_t>(2 * K2 * M, 1)), 0xdeadbeef);
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t p = 0; p < K2; ++p) as[2 * (p * M + i)] = ap[p * M + i];
           if (K % 2 == 0 && in_place)  // a's rows read in place
             tile_product(M, N, K2, a.data(), K, 2, bp.data(), N, c.data(), ldc, accumulate);
+          else if (strided)
+            tile_product(M, N, K2, reinterpret_cast<const uint16_t*>(as.data()), 4, 4 * M, bp.data(), N, c.data(),
+                         ldc, accumulate);
           else
             tile_product(M, N, K2, reinterpret_cast<const uint16_t*>(ap.data()), 2, 2 * M, bp.data(), N, c.data(),
                          ldc, accumulate);

@@ -83,10 +83,6 @@ KILN_BF16_TARGET void tile_rows(int64_t N, int64_t K2, const uint16_t* a, int64_
   }
 }
 
-}  // namespace
-
-namespace {
-
 // AMX: eight tile registers of 16 rows × 64 bytes. TDPBF16PS adds to each
 // f32 element of a C tile (16 × 16) the products of an A tile's row (16
 // pair words) and a B tile's column (16 pair words, a row of B a pair row):
