@@ -28,9 +28,9 @@
 // output gradient, the probabilities' gradient and dS are rounded to bf16
 // where autocast's composite rounds them; on a CPU with bf16 products
 // (native_bf16_products) the block products then read q, k, v and those
-// blocks as bf16 pair words (PairedProducts: AVX512-BF16's dot products, f32
-// sums), elsewhere their widened values (sgemm, WideProducts): the same
-// exact products, summed in another order.
+// blocks as bf16 pair words (PairedProducts: AMX's or AVX512-BF16's dot
+// products, f32 sums), elsewhere their widened values (sgemm,
+// WideProducts): the same exact products, summed in another order.
 // q, k, v and dy may be strided views of [B, H, T, D] (a head's rows D
 // floats apart or more): the heads of a [B, T, H·D] projection are read in
 // place (CompileOptions::strided_attention_operands). The result may be
