@@ -23,6 +23,7 @@
 
 #include "command.h"
 #include "flags.h"
+#include "kiln/backend/cpu/bf16_tiles.h"
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/compiler/profile.h"
 #include "kiln/core/error.h"
@@ -101,7 +102,8 @@ double gemm_gflops(int64_t M, int64_t K, int64_t N, Device device, DType dtype, 
 std::string bf16_products(Device device) {
   if (device.kind != DeviceKind::CPU) return "bf16 GEMMs on the device";
   if (!backend::cpu::native_bf16_products()) return "emulated (operands widened to f32 for sgemm)";
-  return "oneDNN " + backend::cpu::bf16_matmul_implementation();
+  return "oneDNN " + backend::cpu::bf16_matmul_implementation() + ", attention tiles " +
+         (backend::cpu::amx_tiles() ? "AMX" : "AVX512-BF16");
 }
 
 // What one bench run measures, from its flags.

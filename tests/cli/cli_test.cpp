@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include "kiln/backend/cpu/bf16_tiles.h"
+#include "kiln/backend/cpu/executor.h"
 #include "kiln/io/json_file.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/generation.h"
@@ -1292,6 +1294,9 @@ TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   const std::string bf16_log = slurp(w.path() / "log4");
   EXPECT_CONTAINS(bf16_log, "bf16 products");
   EXPECT_CONTAINS(bf16_log, "\"bf16\": true");
+  if (backend::cpu::native_bf16_products()) {  // which tiles the attention's bf16 products run on
+    EXPECT_CONTAINS(bf16_log, backend::cpu::amx_tiles() ? "attention tiles AMX" : "attention tiles AVX512-BF16");
+  }
   ASSERT_EQ(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1 --gemm_shapes", w.path() / "log5"), 0)
       << slurp(w.path() / "log5");
   EXPECT_CONTAINS(slurp(w.path() / "log5"), "GEMM shape       [32x128] x [128x512]: ");  // bert-tiny's intermediate layer
