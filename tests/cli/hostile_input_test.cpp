@@ -6,10 +6,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kiln/backend/cpu/bf16_tiles.h"
+#include "kiln/backend/cpu/executor.h"
 #include "support/run_kiln.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
@@ -119,6 +123,30 @@ TEST_F(HostileInput, ReplicaCountsPastTheMachineAreAClearError) {
   const testing::KilnRun replicas = run_kiln(train + " --num_replicas 100000000", dir_.path());
   expect_one_line_error(replicas, "--num_replicas 100000000: as many copies of the model's");
   EXPECT_CONTAINS(replicas.output, "more than this machine's");
+}
+
+// Every variable a CPU bf16 step reads (docs/compiler.md), malformed: a
+// one-line error naming it and its value, exit 1, never an abort or a crash
+// (one read inside the attention's threads aborted; a malformed
+// KILN_CACHE_SIZE left an empty device context that crashed at exit).
+TEST_F(HostileInput, MalformedEnvironmentVariablesAreOneLineErrors) {
+  std::vector<std::string> vars = {"KILN_CACHE_MIN_COMPILE_MS", "KILN_CACHE_SIZE", "KILN_HOST_CACHE_MB",
+                                   "KILN_HUGE_PAGES", "KILN_EAGER", "KILN_JIT", "KILN_JIT_WIDE", "KILN_ATTENTION",
+                                   "KILN_PROFILE", "KILN_DUMP"};
+  if (backend::cpu::cpu_has_bf16_products()) vars.push_back("KILN_CPU_BF16");  // (read only where it matters)
+  if (backend::cpu::cpu_has_bf16_products() && backend::cpu::amx_usable()) vars.push_back("KILN_CPU_AMX");
+  const fs::path cache = dir_ / "cache";
+  for (const std::string& var : vars) {
+    SCOPED_TRACE(var);
+    ASSERT_EQ(setenv(var.c_str(), "sometimes", 1), 0);
+    ASSERT_EQ(setenv("KILN_CACHE_DIR", cache.c_str(), 1), 0);
+    const testing::KilnRun r =
+        run_kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1 --bf16", dir_.path());
+    unsetenv(var.c_str());
+    unsetenv("KILN_CACHE_DIR");
+    expect_one_line_error(r, var + ": expected ");
+    EXPECT_CONTAINS(r.output, "found 'sometimes'");
+  }
 }
 
 }  // namespace

@@ -72,9 +72,12 @@ DeviceContext::DeviceContext(Device device) : device_(device), capacity_(cache_c
 DeviceContext& DeviceContext::get(Device device) {
   backend_of(device).open(device);
   std::lock_guard<std::mutex> lock(g_contexts_mu);
-  auto& slot = contexts().map[device];
-  if (!slot) slot = std::make_unique<DeviceContext>(device);
-  return *slot;
+  auto& map = contexts().map;
+  auto it = map.find(device);
+  // (Made before it is inserted: a constructor that throws, on a malformed
+  // KILN_CACHE_SIZE say, leaves no empty context for wait_all_device_ops.)
+  if (it == map.end()) it = map.emplace(device, std::make_unique<DeviceContext>(device)).first;
+  return *it->second;
 }
 
 void DeviceContext::register_tensor(TensorImpl* t) {
