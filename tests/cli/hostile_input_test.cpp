@@ -1,12 +1,13 @@
 // Hostile input to the kiln command: deeply nested JSON wherever JSON is
-// read, a FIFO where a file is expected, empty inputs. Each is a one-line
-// error and exit status 1: never a crash, a hang or a silent default.
+// read, a FIFO where a file is expected, empty inputs, malformed
+// environment variables. Each is a one-line error and exit status 1: never
+// a crash, a hang or a silent default.
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
