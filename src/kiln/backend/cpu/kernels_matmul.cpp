@@ -172,15 +172,18 @@ inline Lanes fold16(const Lanes (&s)[16]) {
          __builtin_shufflevector(v[0], v[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
 
-// Σ_k a[k] · r[k]: the lane sums folded, then the last K mod 16 products.
-// One row streams at a time: eight rows interleaved (eight memory streams)
-// read bf16 rows at under half the memory's rate on an AMD EPYC guest (the
-// GPT-2 head's product at one row, KILN_PROFILE; docs/performance.md).
+// t plus the row's last K mod 16 products, in order (one function for dot
+// and dot16, so that both contract them into the same instructions).
 template <class T>
 float add_tail(float t, const float* a, const T* r, int64_t K) {
   for (int64_t k = K / 16 * 16; k < K; ++k) t += a[k] * element(r, k);
   return t;
 }
+
+// Σ_k a[k] · r[k]: the lane sums folded, then the last K mod 16 products.
+// One row streams at a time: eight rows interleaved (eight memory streams)
+// read bf16 rows at under half the memory's rate on an AMD EPYC guest (the
+// GPT-2 head's product at one row, KILN_PROFILE; docs/performance.md).
 template <class T>
 float dot(const float* a, const T* r, int64_t K) {
   return add_tail(fold(lane_sums(a, r, K)), a, r, K);
@@ -460,7 +463,7 @@ void matmul_kernel(const Instr& ins, std::span<char* const> in, const Shapes& p,
   // (Named references, not a structured binding: clang 14, which builds the
   // fuzz targets, cannot capture a binding in a lambda or an OpenMP region.)
   const Mat &la = p.la, &lb = p.lb;
-  const std::vector<int64_t>&ao = p.ao, &bo = p.bo;
+  const std::vector<int64_t> &ao = p.ao, &bo = p.bo;
   const bool one_gemm = p.one_gemm;
   const int64_t M = p.M, N = p.N, K = p.K, nb = p.nb;
   const bool rows = bf16_rows(ins, p);
