@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <system_error>
+#include <utility>
 
 #include "kiln/core/error.h"
 
@@ -58,7 +59,7 @@ DataLoader::DataLoader(std::shared_ptr<const Features> features, LoaderOptions o
     window_ = 2 * options_.num_workers;
     try {
       for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
-    } catch (const std::system_error& e) {
+    } catch (const std::exception& e) {  // (no thread, or no memory for its state or the vector's growth)
       const size_t started = workers_.size();
       stop_workers();
       throw Error("DataLoader: could not start data-loading worker " + std::to_string(started + 1) + " of " +
@@ -128,7 +129,11 @@ void DataLoader::worker_loop() {
     }
     lock.lock();
     if (gen == generation_) {
-      ready_.emplace(g, std::move(slot));
+      try {
+        ready_.emplace(g, std::move(slot));
+      } catch (...) {  // (out of memory: an exception may not leave the thread)
+        if (!lost_) lost_ = std::current_exception();
+      }
       ready_cv_.notify_all();
     }
   }
@@ -148,13 +153,19 @@ Batch DataLoader::next() {
   }
   std::unique_lock<std::mutex> lock(mu_);
   int64_t g = next_take_;
-  ready_cv_.wait(lock, [&] { return ready_.count(g) > 0; });
-  Slot slot = std::move(ready_.at(g));
-  ready_.erase(g);
+  ready_cv_.wait(lock, [&] { return ready_.count(g) > 0 || lost_; });
+  Slot slot;
+  if (auto it = ready_.find(g); it != ready_.end()) {
+    slot = std::move(it->second);
+    ready_.erase(it);
+  } else {
+    slot.error = std::exchange(lost_, nullptr);
+  }
   if (slot.error) {
     // Leave the position where it was; a retry recomputes the batch.
     next_issue_ = std::min(next_issue_, g);
     for (auto it = ready_.begin(); it != ready_.end();) it = it->first >= g ? ready_.erase(it) : std::next(it);
+    lost_ = nullptr;  // (a batch lost past g is made again too)
     ++generation_;
     work_cv_.notify_all();
     std::rethrow_exception(slot.error);
@@ -180,6 +191,7 @@ void DataLoader::seek(int64_t epoch, int64_t position) {
   std::lock_guard<std::mutex> lock(mu_);
   ++generation_;
   ready_.clear();
+  lost_ = nullptr;
   next_take_ = next_issue_ = epoch * batches_per_epoch_ + position;
   work_cv_.notify_all();
 }

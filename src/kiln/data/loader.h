@@ -109,6 +109,9 @@ class DataLoader {
   int64_t generation_ = 0;  // bumped by seek(): results of older work are dropped
   int64_t window_ = 0;
   std::map<int64_t, Slot> ready_;
+  // A finished batch that could not be put in ready_ (out of memory): next()
+  // fails with this, as with a worker's error, instead of waiting for it.
+  std::exception_ptr lost_;
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };
