@@ -1297,7 +1297,7 @@ TEST(Cli, BenchPrintsStepTimeFlopsAndMemory) {
   if (backend::cpu::native_bf16_products()) {  // which tiles the attention's bf16 products run on
     EXPECT_CONTAINS(bf16_log, backend::cpu::amx_tiles() ? "attention tiles AMX" : "attention tiles AVX512-BF16");
     // A malformed choice of tiles is a clear error (exit 1, not an abort: it
-    // is read before the attention's threads start).
+    // is read when the device opens, before any kernel's threads start).
     EXPECT_EQ(kiln("bench --model bert-tiny --batch 2 --seq 16 --steps 1 --warmup 1 --bf16", w.path() / "log6",
                    "KILN_CPU_AMX=sometimes"),
               1);

@@ -128,8 +128,8 @@ TEST_F(HostileInput, ReplicaCountsPastTheMachineAreAClearError) {
 
 // Every variable a CPU bf16 step reads (docs/compiler.md), malformed: a
 // one-line error naming it and its value, exit 1, never an abort or a crash
-// (one read inside the attention's threads aborted; a malformed
-// KILN_CACHE_SIZE left an empty device context that crashed at exit).
+// (a variable first read inside a kernel's threads could only abort; a
+// device context whose construction failed must not be left behind).
 TEST_F(HostileInput, MalformedEnvironmentVariablesAreOneLineErrors) {
   std::vector<std::string> vars = {"KILN_CACHE_MIN_COMPILE_MS", "KILN_CACHE_SIZE", "KILN_HOST_CACHE_MB",
                                    "KILN_HUGE_PAGES", "KILN_EAGER", "KILN_JIT", "KILN_JIT_WIDE", "KILN_ATTENTION",

@@ -112,9 +112,6 @@ Geometry geometry(const Instr& ins, std::span<char* const> in) {
   g.bf16 = ins.inputs[0].dtype == DType::bf16;
   g.native = g.bf16 && ins.inputs[1].dtype == DType::bf16 && ins.inputs[2].dtype == DType::bf16 &&
              native_bf16_products();
-  // Which tiles run the block products (KILN_CPU_AMX) is settled here, before
-  // the heads' parallel region: a malformed value fails the step, not the process.
-  if (g.native) amx_tiles();
   if (g.mask_input >= 0)
     g.mask = reinterpret_cast<const float*>(in[g.mask_input]) + ins.inputs[g.mask_input].view.offset;
   if (g.key_input >= 0) g.key = reinterpret_cast<const int64_t*>(in[g.key_input]) + ins.inputs[g.key_input].view.offset;

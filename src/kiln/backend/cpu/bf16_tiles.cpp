@@ -273,7 +273,8 @@ void set_amx_tiles(bool on) { g_amx.store(on && amx_usable() ? 1 : 0); }
 KILN_BF16_TARGET void tile_product(int64_t M, int64_t N, int64_t K2, const uint16_t* a, int64_t a_row,
                                    int64_t a_pair, const uint32_t* b, int64_t ldb, float* c, int64_t ldc,
                                    bool accumulate) {
-  if (M > 0 && N > 0 && K2 > 0 && amx_tiles()) return amx_product(M, N, K2, a, a_row, a_pair, b, ldb, c, ldc, accumulate);
+  if (M > 0 && N > 0 && K2 > 0 && amx_tiles())
+    return amx_product(M, N, K2, a, a_row, a_pair, b, ldb, c, ldc, accumulate);
   int64_t i = 0;
   for (; i + 6 <= M; i += 6) tile_rows<6>(N, K2, a + i * a_row, a_row, a_pair, b, ldb, c + i * ldc, ldc, accumulate);
   const uint16_t* ai = a + i * a_row;

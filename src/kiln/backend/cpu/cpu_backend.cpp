@@ -2,6 +2,7 @@
 #include <omp.h>
 
 #include "kiln/backend/backend.h"
+#include "kiln/backend/cpu/bf16_tiles.h"
 #include "kiln/backend/cpu/executor.h"
 #include "kiln/backend/cpu/jit.h"
 #include "kiln/distributed/threads.h"
@@ -30,7 +31,12 @@ class CpuBackend final : public Backend {
             .bf16_results = true};
   }
 
-  void open(Device) override {}
+  // The CPU's choices of products (KILN_CPU_BF16, KILN_CPU_AMX) are settled
+  // here, in the caller's thread: a malformed value is an error before any
+  // step, never an exception inside a kernel's parallel region.
+  void open(Device) override {
+    if (native_bf16_products()) amx_tiles();
+  }
 
   std::unique_ptr<backend::Plan> prepare(const compiler::Program& program, Device) override {
     auto plan = std::make_unique<CpuPlan>();
